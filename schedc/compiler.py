@@ -1,0 +1,628 @@
+"""Compile a parsed schedule (schedc/syntax.py) into a `Program` (schedc/ir.py).
+
+Binds parameters (defaults, `--param` overrides), checks `require` constraints, resolves names
+statically (an unknown name is an error even on a path never taken), evaluates placement and the
+per-rank bodies with integer arithmetic, and resolves cost/memory annotations. Expressions are
+compiled once into closures and then run per rank. Resource limits make huge inputs an error.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from . import syntax as ast
+from .errors import SchedcError
+from .ir import (ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op, Program,
+                 StageCost, StageMemory, parse_step)
+from .span import Span, span_text
+
+MAX_ACTIONS = 5_000_000
+MAX_ITERATIONS = 20_000_000
+MAX_RANKS = 65_536
+MAX_STAGES = 1_000_000
+MAX_MICROBATCHES = 1_000_000
+MAX_INT = 2**62
+
+ACTION_OPS = {op.value: op for op in Op}
+FUNCTIONS = {"min": min, "max": max, "abs": abs}
+COST_KEYS = {"F", "B", "I", "W"}
+GLOBAL_COST_KEYS = COST_KEYS | {"latency", "bandwidth"}
+RANK_COST_KEYS = {"speed"}
+MEMORY_KEYS = {"act", "weight"}
+
+
+def compile_schedule(tree: ast.Schedule, params: Mapping[str, int] | None = None) -> Program:
+    """Evaluate a schedule's AST with the given parameter values into a Program."""
+    return _Compiler(tree).run(dict(params or {}))
+
+
+@dataclass
+class _Budget:
+    actions: int = 0
+    iterations: int = 0
+
+    def add_iterations(self, n: int, span: Span) -> None:
+        self.iterations += n
+        if self.iterations > MAX_ITERATIONS:
+            raise SchedcError("too-large", f"the schedule runs more than {MAX_ITERATIONS:,} loop "
+                              "iterations; use smaller parameters", span)
+
+    def add_action(self, span: Span) -> None:
+        self.actions += 1
+        if self.actions > MAX_ACTIONS:
+            raise SchedcError("too-large", f"the schedule expands to more than {MAX_ACTIONS:,} "
+                              "actions; use smaller parameters", span)
+
+
+Env = dict
+Eval = Callable[[Env], object]
+Run = Callable[[Env, list], None]
+
+
+@dataclass
+class _Scope:
+    """Names visible at a point of the source, with where each was defined (static resolution)."""
+
+    names: dict[str, Span | None] = field(default_factory=dict)
+    parent: "_Scope | None" = None
+
+    def lookup(self, name: str) -> bool:
+        scope = self
+        while scope is not None:
+            if name in scope.names:
+                return True
+            scope = scope.parent
+        return False
+
+    def defined_at(self, name: str) -> Span | None:
+        scope = self
+        while scope is not None:
+            if name in scope.names:
+                return scope.names[name]
+            scope = scope.parent
+        return None
+
+    def all_names(self) -> list[str]:
+        out, scope = [], self
+        while scope is not None:
+            out.extend(scope.names)
+            scope = scope.parent
+        return out
+
+    def define(self, name: str, span: Span) -> None:
+        if self.lookup(name):
+            where = self.defined_at(name)
+            note = [f"first defined at {where}"] if where is not None else []
+            raise SchedcError("redefined", f"'{name}' is already defined; pick another name",
+                              span, note)
+        self.names[name] = span
+
+    def child(self) -> "_Scope":
+        return _Scope({}, self)
+
+
+class _Compiler:
+    def __init__(self, tree: ast.Schedule):
+        self.tree = tree
+        self.budget = _Budget()
+
+    # ---- the whole schedule ----
+    def run(self, overrides: dict[str, int]) -> Program:
+        tree = self.tree
+        env: Env = {}
+        scope = _Scope()
+        known = {p.name for p in tree.params}
+        for name in overrides:
+            if name not in known:
+                hint = _did_you_mean(name, known)
+                listed = ", ".join(sorted(known)) or "none"
+                raise SchedcError("unknown-param", f"schedule '{tree.name}' has no parameter "
+                                  f"'{name}' (its parameters: {listed}){hint}", where="--param")
+        for p in tree.params:
+            if p.name in overrides:
+                value = overrides[p.name]
+            elif p.default is not None:
+                value = self.expr(p.default, scope)(env)
+            else:
+                raise SchedcError("missing-param", f"parameter '{p.name}' has no default; "
+                                  f"pass --param {p.name}=N", p.span)
+            if type(value) is not int:
+                raise SchedcError("type", f"parameter '{p.name}' must be an integer", p.span)
+            if abs(value) > MAX_INT:
+                raise SchedcError("too-large", f"parameter '{p.name}' = {value} is too large", p.span)
+            scope.define(p.name, p.span)
+            env[p.name] = value
+
+        decls: dict[str, tuple[int, Span]] = {}
+        placement: ast.Placement | None = None
+        annotations: list[ast.Annotation] = []
+        bodies: list[ast.RankBody | ast.RankLiteral] = []
+        for item in tree.items:
+            if isinstance(item, ast.Let):
+                self.let(item, scope)(env, [])
+            elif isinstance(item, ast.Require):
+                self.require(item, scope, env)
+            elif isinstance(item, ast.Decl):
+                if item.what in decls:
+                    raise SchedcError("duplicate-decl", f"'{item.what}' is declared twice", item.span)
+                decls[item.what] = (self.int_value(item.value, scope, env, item.what), item.span)
+            elif isinstance(item, ast.Placement):
+                if placement is not None:
+                    raise SchedcError("duplicate-decl", "'place' is declared twice", item.span)
+                placement = item
+            elif isinstance(item, ast.Annotation):
+                annotations.append(item)
+            else:
+                bodies.append(item)
+
+        num_ranks = self.num_ranks(decls, env, bodies)
+        rank_lists = self.rank_bodies(bodies, num_ranks, scope, env)
+        num_stages = self.count("stages", decls, MAX_STAGES, rank_lists, placement,
+                                lambda a: a.stage)
+        num_mb = self.count("microbatches", decls, MAX_MICROBATCHES, rank_lists, None,
+                            lambda a: a.microbatch, param="M", env=env)
+        stage_to_rank = self.placement(placement, num_stages, num_ranks, scope, env, rank_lists)
+        notes = self.annotations(annotations, num_stages, num_ranks, scope, env)
+        return Program(
+            name=tree.name,
+            num_ranks=num_ranks,
+            num_stages=num_stages,
+            num_microbatches=num_mb,
+            placement=stage_to_rank,
+            ranks=tuple(tuple(steps) for steps in rank_lists),
+            params=tuple((p.name, env[p.name]) for p in tree.params),
+            annotations=notes,
+            source=tree.span.file,
+        )
+
+    def require(self, item: ast.Require, scope: _Scope, env: Env) -> None:
+        for c in item.constraints:
+            ok = self.expr(c.cond, scope)(env)
+            if type(ok) is not bool:
+                raise SchedcError("type", "a requirement must be a comparison, e.g. M >= P", c.cond.span)
+            if not ok:
+                values = ", ".join(f"{n}={env[n]}" for n in _names_in(c.cond) if n in env)
+                shown = f" ({values})" if values else ""
+                text = c.message or f"requirement '{span_text(c.cond.span)}' does not hold"
+                raise SchedcError("require", f"{text}{shown}", c.span)
+
+    def int_value(self, e: ast.Expr, scope: _Scope, env: Env, what: str) -> int:
+        value = self.expr(e, scope)(env)
+        if type(value) is not int:
+            raise SchedcError("type", f"'{what}' must be an integer", e.span)
+        return value
+
+    def num_ranks(self, decls, env: Env, bodies) -> int:
+        if "ranks" in decls:
+            value, span = decls["ranks"]
+        elif "P" in env:
+            value, span = env["P"], self.tree.params[[p.name for p in self.tree.params].index("P")].span
+        else:
+            indices = [b.index for b in bodies if b.index is not None]
+            if not indices or any(b.index is None for b in bodies):
+                raise SchedcError("missing-decl", "say how many ranks there are: add `ranks N` "
+                                  "(or a parameter P)", self.tree.name_span)
+            value, span = max(indices) + 1, self.tree.name_span
+        if not 1 <= value <= MAX_RANKS:
+            raise SchedcError("range", f"the number of ranks must be in 1..{MAX_RANKS}, got {value}", span)
+        return value
+
+    def count(self, what: str, decls, limit: int, rank_lists, placement, key, param=None, env=None) -> int:
+        if what in decls:
+            value, span = decls[what]
+        elif param is not None and env is not None and param in env:
+            value = env[param]
+            span = self.tree.params[[p.name for p in self.tree.params].index(param)].span
+        elif placement is not None and placement.kind == "table":
+            value, span = len(placement.table), placement.span
+        else:
+            seen = [key(a) for steps in rank_lists for step in steps for a in step.parts
+                    if key(a) is not None]
+            if not seen:
+                raise SchedcError("missing-decl", f"say how many {what} there are: add `{what} N`",
+                                  self.tree.name_span)
+            value, span = max(seen) + 1, self.tree.name_span
+        if not 1 <= value <= limit:
+            raise SchedcError("range", f"the number of {what} must be in 1..{limit:,}, got {value}", span)
+        return value
+
+    def rank_bodies(self, bodies, num_ranks: int, scope: _Scope, env: Env) -> list[list]:
+        generic = None
+        specific: dict[int, ast.RankBody | ast.RankLiteral] = {}
+        for b in bodies:
+            if isinstance(b, ast.RankBody) and b.var is not None:
+                if generic is not None:
+                    raise SchedcError("duplicate-decl", "only one `rank NAME { ... }` body is allowed; "
+                                      "write `rank 0 { ... }` for one rank", b.span)
+                generic = b
+            else:
+                if b.index >= num_ranks:
+                    raise SchedcError("range", f"rank {b.index} is out of range: the schedule has "
+                                      f"{num_ranks} rank(s)", b.span)
+                if b.index in specific:
+                    raise SchedcError("duplicate-decl", f"rank {b.index} is defined twice", b.span,
+                                      [f"first defined at {specific[b.index].span}"])
+                specific[b.index] = b
+        generic_run = None
+        if generic is not None:
+            inner = scope.child()
+            inner.define(generic.var, generic.span)
+            generic_run = self.block(generic.body, inner)
+        compiled = {i: self.block(b.body, scope.child()) for i, b in specific.items()
+                    if isinstance(b, ast.RankBody)}
+        out: list[list] = []
+        for rank in range(num_ranks):
+            steps: list = []
+            body = specific.get(rank)
+            if isinstance(body, ast.RankLiteral):
+                steps = [self.literal(a) for a in body.actions]
+            elif body is not None:
+                compiled[rank](dict(env), steps)
+            elif generic_run is not None:
+                local = dict(env)
+                local[generic.var] = rank
+                generic_run(local, steps)
+            else:
+                raise SchedcError("missing-rank", f"rank {rank} has no body: add `rank {rank} {{ ... }}` "
+                                  "or a `rank r { ... }` for all ranks", self.tree.name_span)
+            out.append(steps)
+        return out
+
+    def literal(self, a: ast.LiteralAction):
+        try:
+            step = parse_step(a.text, a.span)
+        except ActionSyntaxError as exc:
+            raise SchedcError("bad-action", str(exc), a.span) from None
+        self.budget.add_action(a.span)
+        return step
+
+    def placement(self, p: ast.Placement | None, num_stages, num_ranks, scope, env, rank_lists):
+        if p is None:  # inferred: the rank where a stage's first action appears
+            table = [0] * num_stages
+            seen = set()
+            for rank, steps in enumerate(rank_lists):
+                for step in steps:
+                    for a in step.parts:
+                        if 0 <= a.stage < num_stages and a.stage not in seen:
+                            seen.add(a.stage)
+                            table[a.stage] = rank
+            return tuple(table)
+        if p.kind == "loop":
+            return tuple(s % num_ranks for s in range(num_stages))
+        if p.kind == "vshape":
+            if num_stages % num_ranks:
+                raise SchedcError("placement", f"place vshape needs a multiple of the {num_ranks} "
+                                  f"ranks as stages, got {num_stages}", p.span)
+            return tuple(_zigzag(s, num_ranks) for s in range(num_stages))
+        if p.kind == "expr":
+            inner = scope.child()
+            inner.define(p.var, p.span)
+            fn = self.expr(p.expr, inner)
+            values = []
+            for s in range(num_stages):
+                local = dict(env)
+                local[p.var] = s
+                values.append((fn(local), p.expr.span))
+        else:
+            if len(p.table) != num_stages:
+                raise SchedcError("placement", f"the placement table has {len(p.table)} entries but "
+                                  f"there are {num_stages} stages", p.span)
+            values = [(self.expr(e, scope)(env), e.span) for e in p.table]
+        out = []
+        for s, (rank, span) in enumerate(values):
+            if type(rank) is not int or not 0 <= rank < num_ranks:
+                raise SchedcError("placement", f"stage {s} is placed on rank {rank!r}, which is not "
+                                  f"a rank in 0..{num_ranks - 1}", span)
+            out.append(rank)
+        return tuple(out)
+
+    def annotations(self, items, num_stages, num_ranks, scope, env) -> Annotations:
+        base_cost: dict[str, float] = {}
+        stage_cost: dict[int, dict[str, float]] = {}
+        base_mem: dict[str, float] = {}
+        stage_mem: dict[int, dict[str, float]] = {}
+        speed = [1.0] * num_ranks
+        limits: dict[int, float] = {}
+        extras = {"latency": 0.0, "bandwidth": 0.0}
+        for item in items:
+            index = None
+            if item.scope is not None:
+                index = self.int_value(item.scope_expr, scope, env, item.scope)
+                bound = num_stages if item.scope == "stage" else num_ranks
+                if not 0 <= index < bound:
+                    raise SchedcError("range", f"{item.scope} {index} is out of range 0..{bound - 1}",
+                                      item.scope_expr.span)
+            for s in item.settings:
+                value = self.expr(s.value, scope)(env)
+                if type(value) not in (int, float) or value < 0:
+                    raise SchedcError("type", f"'{s.name}' must be a non-negative number", s.value.span)
+                value = float(value)
+                allowed = _allowed_keys(item.what, item.scope)
+                if s.name not in allowed:
+                    raise SchedcError("unknown-setting", f"'{s.name}' is not a {item.what} setting"
+                                      f"{' for a ' + item.scope if item.scope else ''}; expected one of "
+                                      f"{', '.join(sorted(allowed))}", s.span)
+                if item.what == "cost":
+                    if s.name in extras:
+                        extras[s.name] = value
+                    elif item.scope == "rank":
+                        speed[index] = value
+                    else:
+                        (stage_cost.setdefault(index, {}) if index is not None else base_cost)[s.name] = value
+                elif s.name == "limit":
+                    for r in ([index] if index is not None else range(num_ranks)):
+                        limits[r] = value
+                else:
+                    (stage_mem.setdefault(index, {}) if index is not None else base_mem)[s.name] = value
+        costs = tuple(_stage_cost({**base_cost, **stage_cost.get(s, {})}) for s in range(num_stages))
+        memory = tuple(_stage_memory({**base_mem, **stage_mem.get(s, {})}) for s in range(num_stages))
+        return Annotations(costs, memory, tuple(speed), tuple(sorted(limits.items())),
+                           extras["latency"], extras["bandwidth"])
+
+    # ---- statements ----
+    def block(self, stmts, scope: _Scope) -> Run:
+        runs = [self.stmt(s, scope) for s in stmts]
+
+        def run(env, out):
+            for r in runs:
+                r(env, out)
+        return run
+
+    def stmt(self, s, scope: _Scope) -> Run:
+        if isinstance(s, ast.Let):
+            return self.let(s, scope)
+        if isinstance(s, ast.For):
+            return self.for_(s, scope)
+        if isinstance(s, ast.If):
+            return self.if_(s, scope)
+        return self.do(s.call, scope)
+
+    def let(self, s: ast.Let, scope: _Scope) -> Run:
+        value = self.expr(s.value, scope)
+        scope.define(s.name, s.span)
+        name = s.name
+
+        def run(env, out):
+            env[name] = value(env)
+        return run
+
+    def for_(self, s: ast.For, scope: _Scope) -> Run:
+        start, stop = self.expr(s.start, scope), self.expr(s.stop, scope)
+        step = self.expr(s.step, scope) if s.step is not None else None
+        inner = scope.child()
+        inner.define(s.var, s.span)
+        body = self.block(s.body, inner)
+        var, budget, rev = s.var, self.budget, s.reversed
+
+        def run(env, out):
+            a, b = _int(start(env), s.start.span), _int(stop(env), s.stop.span)
+            k = 1 if step is None else _int(step(env), s.step.span)
+            if k == 0:
+                raise SchedcError("range", "a loop step cannot be 0", s.step.span)
+            rng = range(a, b, k)
+            budget.add_iterations(len(rng), s.span)
+            for v in (reversed(rng) if rev else rng):
+                env[var] = v
+                body(env, out)
+        return run
+
+    def if_(self, s: ast.If, scope: _Scope) -> Run:
+        branches = [(self.expr(c, scope), c.span, self.block(b, scope.child())) for c, b in s.branches]
+        orelse = self.block(s.orelse, scope.child())
+
+        def run(env, out):
+            for cond, span, body in branches:
+                if _truth(cond(env), span):
+                    body(env, out)
+                    return
+            orelse(env, out)
+        return run
+
+    def do(self, call: ast.Call, scope: _Scope) -> Run:
+        if call.name in ("group", "overlap"):
+            kind = CompoundKind.GROUP if call.name == "group" else CompoundKind.OVERLAP_F_B
+            if not call.args or (kind is CompoundKind.OVERLAP_F_B and len(call.args) != 2):
+                need = "two actions, e.g. overlap(F(0, 1), B(7, 0))" if kind is CompoundKind.OVERLAP_F_B \
+                    else "at least one send or receive"
+                raise SchedcError("arity", f"{call.name}(...) takes {need}", call.span)
+            parts = []
+            for arg in call.args:
+                if not isinstance(arg, ast.Call) or arg.name not in ACTION_OPS:
+                    raise SchedcError("bad-action", f"the parts of {call.name}(...) must be actions",
+                                      arg.span)
+                op = ACTION_OPS[arg.name]
+                if kind is CompoundKind.GROUP and not op.is_comm:
+                    raise SchedcError("bad-action", "a group holds only SEND_F/RECV_F/SEND_B/RECV_B; "
+                                      f"{arg.name} is not communication", arg.span)
+                if kind is CompoundKind.OVERLAP_F_B and not op.is_compute:
+                    raise SchedcError("bad-action", f"overlap(...) pairs compute actions; {arg.name} "
+                                      "is not one", arg.span)
+                parts.append(self.action(arg, scope))
+            budget, span = self.budget, call.span
+
+            def run(env, out):
+                budget.add_action(span)
+                out.append(Compound(kind, tuple(p(env) for p in parts), span))
+            return run
+        if call.name not in ACTION_OPS:
+            kinds = " ".join(ACTION_OPS) + " group overlap"
+            if call.name in FUNCTIONS:
+                msg = f"{call.name}(...) is a value, not an action; actions are: {kinds}"
+            else:
+                msg = f"unknown action '{call.name}'{_did_you_mean(call.name, list(ACTION_OPS))}; " \
+                      f"actions are: {kinds}"
+            raise SchedcError("unknown-action", msg, call.name_span)
+        make = self.action(call, scope)
+        budget, span = self.budget, call.span
+
+        def run(env, out):
+            budget.add_action(span)
+            out.append(make(env))
+        return run
+
+    def action(self, call: ast.Call, scope: _Scope) -> Callable[[Env], Action]:
+        op = ACTION_OPS[call.name]
+        want = 2 if op.has_microbatch else 1
+        if len(call.args) != want:
+            form = f"{op.value}(stage, microbatch)" if want == 2 else f"{op.value}(stage)"
+            raise SchedcError("arity", f"{op.value} takes {want} argument(s): {form}", call.span)
+        args = [self.expr(a, scope) for a in call.args]
+        spans = [a.span for a in call.args]
+        span = call.span
+        if want == 2:
+            fs, fm = args
+
+            def make(env):
+                stage, mb = fs(env), fm(env)
+                return Action(op, _nonneg(stage, spans[0], "stage"), _nonneg(mb, spans[1], "microbatch"),
+                              span)
+        else:
+            (fs,) = args
+
+            def make(env):
+                return Action(op, _nonneg(fs(env), spans[0], "stage"), None, span)
+        return make
+
+    def expr(self, e: ast.Expr, scope: _Scope) -> Eval:
+        return _compile_expr(e, scope)
+
+
+def _compile_expr(e, scope: _Scope) -> Eval:
+    if isinstance(e, ast.Num):
+        v = e.value
+        return lambda env: v
+    if isinstance(e, ast.Var):
+        if not scope.lookup(e.name):
+            raise SchedcError("unknown-name", f"unknown name '{e.name}'"
+                              f"{_did_you_mean(e.name, scope.all_names())}", e.span)
+        name = e.name
+        return lambda env: env[name]
+    if isinstance(e, ast.Ternary):
+        c, a, b = (_compile_expr(x, scope) for x in (e.cond, e.then, e.orelse))
+        span = e.cond.span
+        return lambda env: a(env) if _truth(c(env), span) else b(env)
+    if isinstance(e, ast.UnaryOp):
+        x = _compile_expr(e.operand, scope)
+        span = e.operand.span
+        if e.op == "not":
+            return lambda env: not _truth(x(env), span)
+        return lambda env: -_num(x(env), span)
+    if isinstance(e, ast.Call):
+        if e.name not in FUNCTIONS:
+            if e.name in ACTION_OPS or e.name in ("group", "overlap"):
+                msg = f"{e.name}(...) is an action; it can only stand as a statement"
+            else:
+                msg = f"unknown function '{e.name}'{_did_you_mean(e.name, list(FUNCTIONS))}; " \
+                      "functions are: min, max, abs"
+            raise SchedcError("unknown-function", msg, e.name_span)
+        fn = FUNCTIONS[e.name]
+        if (fn is abs and len(e.args) != 1) or (fn is not abs and len(e.args) < 1):
+            raise SchedcError("arity", f"{e.name} takes {'one argument' if fn is abs else 'arguments'}",
+                              e.span)
+        args = [(_compile_expr(a, scope), a.span) for a in e.args]
+        return lambda env: fn(*[_num(f(env), s) for f, s in args])
+    if isinstance(e, ast.BinOp):
+        return _binop(e, scope)
+    raise AssertionError(f"unknown expression node {e!r}")
+
+
+def _binop(e: ast.BinOp, scope: _Scope) -> Eval:
+    lf, rf = _compile_expr(e.left, scope), _compile_expr(e.right, scope)
+    ls, rs, op, span = e.left.span, e.right.span, e.op, e.span
+    if op == "and":
+        return lambda env: _truth(lf(env), ls) and _truth(rf(env), rs)
+    if op == "or":
+        return lambda env: _truth(lf(env), ls) or _truth(rf(env), rs)
+    compare = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+               "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+    if op in compare:
+        f = compare[op]
+        return lambda env: f(_num(lf(env), ls), _num(rf(env), rs))
+    if op in ("//", "%"):
+        def div(env):
+            a, b = _int(lf(env), ls), _int(rf(env), rs)
+            if b == 0:
+                raise SchedcError("division-by-zero", f"division by zero ('{span_text(e.right.span)}' is 0)", rs)
+            return a // b if op == "//" else a % b
+        return div
+    arith = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}[op]
+
+    def run(env):
+        v = arith(_num(lf(env), ls), _num(rf(env), rs))
+        if abs(v) > MAX_INT:
+            raise SchedcError("too-large", f"integer overflow: {span_text(span)} is beyond ±2^62", span)
+        return v
+    return run
+
+
+# ---- value checks ----
+def _num(v, span):
+    if type(v) not in (int, float):
+        raise SchedcError("type", "expected a number, got a condition", span)
+    return v
+
+
+def _int(v, span) -> int:
+    if type(v) is not int:
+        raise SchedcError("type", f"expected an integer, got {_kind(v)}", span)
+    return v
+
+
+def _nonneg(v, span, what) -> int:
+    v = _int(v, span)
+    if v < 0:
+        raise SchedcError("range", f"{what} index is negative ({v})", span)
+    return v
+
+
+def _truth(v, span) -> bool:
+    if type(v) is bool:
+        return v
+    if type(v) is int:
+        return v != 0
+    raise SchedcError("type", f"expected a condition, got {_kind(v)}", span)
+
+
+def _kind(v) -> str:
+    return {bool: "a condition", float: "a decimal number", int: "an integer"}.get(type(v), type(v).__name__)
+
+
+def _did_you_mean(name: str, options) -> str:
+    close = difflib.get_close_matches(name, list(options), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _names_in(e) -> list[str]:
+    if isinstance(e, ast.Var):
+        return [e.name]
+    out = []
+    for child in ("left", "right", "operand", "cond", "then", "orelse"):
+        if hasattr(e, child):
+            out.extend(_names_in(getattr(e, child)))
+    if isinstance(e, ast.Call):
+        for a in e.args:
+            out.extend(_names_in(a))
+    return list(dict.fromkeys(out))
+
+
+def _zigzag(stage: int, num_ranks: int) -> int:
+    """V-shape placement: down the ranks, back up, down again (`s < R ? s : 2R-1-s` for S = 2R)."""
+    chunk, offset = divmod(stage, num_ranks)
+    return offset if chunk % 2 == 0 else num_ranks - 1 - offset
+
+
+def _allowed_keys(what: str, scope: str | None) -> set[str]:
+    if what == "cost":
+        return {None: GLOBAL_COST_KEYS, "stage": COST_KEYS, "rank": RANK_COST_KEYS}[scope]
+    return {None: MEMORY_KEYS | {"limit"}, "stage": MEMORY_KEYS, "rank": {"limit"}}[scope]
+
+
+def _stage_cost(given: dict[str, float]) -> StageCost:
+    i, w = given.get("I", 1.0), given.get("W", 1.0)
+    return StageCost(F=given.get("F", 1.0), B=given.get("B", i + w), I=i, W=w)
+
+
+def _stage_memory(given: dict[str, float]) -> StageMemory:
+    act = given.get("act", 1.0)
+    return StageMemory(act=act, weight=given.get("weight", act))

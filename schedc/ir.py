@@ -1,0 +1,245 @@
+"""The IR: action kinds, `Action`, `Compound`, `Program`, and the compact text form both ways.
+
+The op set is closed and documented here once. An `Action` is one op on one stage (and microbatch);
+a `Compound` is an `OVERLAP_F_B` pair or a `GROUP` of communication posted together. A `Program`
+holds per-rank tuples of steps, the placement, and the cost and memory annotations. Every action
+keeps the source span it came from (not compared). Text form: `2F0`, `1SEND_F3`, `0UNSHARD`,
+`(0F3;3B1)OVERLAP_F_B`, `(1SEND_F3;1RECV_B2)GROUP`.
+"""
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from .span import Span
+
+
+class Op(str, enum.Enum):
+    """Every action kind schedc knows (PyTorch's `_ComputationType` names, minus compounds).
+
+    F  forward of a stage on a microbatch          SEND_F / RECV_F  activation of F(s,m) to s+1
+    B  full backward (I then W, fused)             SEND_B / RECV_B  input gradient of s to s-1
+    I  backward for inputs (gradient for s-1)      UNSHARD / RESHARD  FSDP gather / free (no mb)
+    W  backward for weights (needs I)              REDUCE_GRAD        gradient reduction (no mb)
+    A receive is named by the stage that receives (PyTorch's convention).
+    """
+
+    F = "F"
+    B = "B"
+    I = "I"  # noqa: E741 - the op's name in the literature
+    W = "W"
+    SEND_F = "SEND_F"
+    RECV_F = "RECV_F"
+    SEND_B = "SEND_B"
+    RECV_B = "RECV_B"
+    UNSHARD = "UNSHARD"
+    RESHARD = "RESHARD"
+    REDUCE_GRAD = "REDUCE_GRAD"
+
+    @property
+    def is_compute(self) -> bool:
+        return self in COMPUTE
+
+    @property
+    def is_comm(self) -> bool:
+        return self in COMM
+
+    @property
+    def has_microbatch(self) -> bool:
+        return self not in STAGE_OPS
+
+
+COMPUTE = frozenset({Op.F, Op.B, Op.I, Op.W})
+SENDS = frozenset({Op.SEND_F, Op.SEND_B})
+RECVS = frozenset({Op.RECV_F, Op.RECV_B})
+COMM = SENDS | RECVS
+STAGE_OPS = frozenset({Op.UNSHARD, Op.RESHARD, Op.REDUCE_GRAD})
+
+
+class CompoundKind(str, enum.Enum):
+    OVERLAP_F_B = "OVERLAP_F_B"  # DualPipe's overlapped forward/backward pair, one action
+    GROUP = "GROUP"  # communication posted together (batch_isend_irecv); no order inside
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    op: Op
+    stage: int
+    microbatch: int | None = None
+    span: Span | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def __post_init__(self):
+        if self.op.has_microbatch != (self.microbatch is not None):
+            need = "needs" if self.op.has_microbatch else "takes no"
+            raise ValueError(f"{self.op.value} {need} microbatch")
+
+    @property
+    def parts(self) -> tuple["Action", ...]:
+        return (self,)
+
+    def __str__(self) -> str:
+        return format_step(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Compound:
+    kind: CompoundKind
+    parts: tuple[Action, ...]
+    span: Span | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def __str__(self) -> str:
+        return format_step(self)
+
+
+Step = Action | Compound
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """Times of one stage's actions (DESIGN.md defaults: F=I=W=1, B=I+W)."""
+
+    F: float = 1.0
+    B: float = 2.0
+    I: float = 1.0  # noqa: E741
+    W: float = 1.0
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Activation size `act` (allocated by F) and the part `weight` that W frees (default all)."""
+
+    act: float = 1.0
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class Annotations:
+    """Cost and memory annotations, resolved per stage and rank (used by the simulator/verifier)."""
+
+    stage_costs: tuple[StageCost, ...] = ()
+    stage_memory: tuple[StageMemory, ...] = ()
+    rank_speed: tuple[float, ...] = ()
+    memory_limit: tuple[tuple[int, float], ...] = ()  # (rank, limit) for ranks that have one
+    latency: float = 0.0
+    bandwidth: float = 0.0  # 0 = infinite
+
+    def memory_of(self, stage: int) -> StageMemory:
+        return self.stage_memory[stage] if stage < len(self.stage_memory) else StageMemory()
+
+    def cost_of(self, stage: int) -> StageCost:
+        return self.stage_costs[stage] if stage < len(self.stage_costs) else StageCost()
+
+
+@dataclass(frozen=True)
+class Program:
+    """A schedule: for each rank, the steps it runs in order."""
+
+    name: str
+    num_ranks: int
+    num_stages: int
+    num_microbatches: int
+    placement: tuple[int, ...]  # stage -> rank
+    ranks: tuple[tuple[Step, ...], ...]
+    params: tuple[tuple[str, int], ...] = ()
+    annotations: Annotations = Annotations()
+    source: str | None = None
+
+    def rank_of(self, stage: int) -> int:
+        return self.placement[stage]
+
+    @property
+    def level(self) -> str:
+        """`comms` if any communication is explicit, else `compute`."""
+        for steps in self.ranks:
+            for step in steps:
+                for part in step.parts:
+                    if part.op.is_comm:
+                        return "comms"
+        return "compute"
+
+    def steps(self) -> Iterator[tuple[int, int, Step]]:
+        for rank, steps in enumerate(self.ranks):
+            for index, step in enumerate(steps):
+                yield rank, index, step
+
+    def actions(self) -> Iterator[tuple[int, int, Action]]:
+        """Every single action, compounds opened, with its rank and step index."""
+        for rank, index, step in self.steps():
+            for part in step.parts:
+                yield rank, index, part
+
+    @property
+    def num_actions(self) -> int:
+        return sum(len(step.parts) for steps in self.ranks for step in steps)
+
+    def with_ranks(self, ranks) -> "Program":
+        from dataclasses import replace
+        return replace(self, ranks=tuple(tuple(r) for r in ranks))
+
+
+# ---- compact text form ----
+_ACTION_RE = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|BW|F|B|I|W)(\d*)")
+_COMPOUND_RE = re.compile(r"\((.*)\)([A-Z_]+)")
+
+
+class ActionSyntaxError(ValueError):
+    """A compact action text that does not parse; the caller attaches the location."""
+
+
+def parse_step(text: str, span: Span | None = None, *, notation: str = "current") -> Step:
+    """Parse `2F0`, `1SEND_F3`, `0UNSHARD` or `(0F3;3B1)OVERLAP_F_B`.
+
+    `notation="legacy"` reads PyTorch's older spelling, where `B` meant backward-input (today's
+    `I`) and `BW` meant the full backward (today's `B`).
+    """
+    text = text.strip()
+    compound = _COMPOUND_RE.fullmatch(text)
+    if compound:
+        inner, kind_text = compound.groups()
+        try:
+            kind = CompoundKind(kind_text)
+        except ValueError:
+            raise ActionSyntaxError(
+                f"unknown compound kind {kind_text!r}; expected OVERLAP_F_B or GROUP") from None
+        if not inner.strip():
+            raise ActionSyntaxError(f"empty compound {text!r}")
+        parts = []
+        for piece in inner.split(";"):
+            part = parse_step(piece, span, notation=notation)
+            if isinstance(part, Compound):
+                raise ActionSyntaxError(f"compounds do not nest: {text!r}")
+            parts.append(part)
+        return Compound(kind, tuple(parts), span)
+    match = _ACTION_RE.fullmatch(text)
+    if not match:
+        raise ActionSyntaxError(
+            f"invalid action {text!r}; expected [stage][kind][microbatch], e.g. 2F0, 1SEND_F3, 0UNSHARD")
+    stage_text, kind, mb_text = match.groups()
+    if notation == "legacy":
+        kind = {"B": "I", "BW": "B"}.get(kind, kind)
+    elif kind == "BW":
+        raise ActionSyntaxError(
+            f"{text!r}: BW is PyTorch's older spelling of the full backward (today's B); "
+            "read the file with --notation legacy")
+    op = Op(kind)
+    if op.has_microbatch and not mb_text:
+        raise ActionSyntaxError(f"{text!r}: {op.value} needs a microbatch, e.g. {stage_text}{op.value}0")
+    if not op.has_microbatch and mb_text:
+        raise ActionSyntaxError(f"{text!r}: {op.value} takes no microbatch")
+    return Action(op, int(stage_text), int(mb_text) if mb_text else None, span)
+
+
+def format_step(step: Step) -> str:
+    if isinstance(step, Compound):
+        return "(" + ";".join(format_step(p) for p in step.parts) + ")" + step.kind.value
+    mb = "" if step.microbatch is None else str(step.microbatch)
+    return f"{step.stage}{step.op.value}{mb}"
+
+
+def describe(action: Action) -> str:
+    """`F(2,3)` style, as the language writes it."""
+    if action.microbatch is None:
+        return f"{action.op.value}({action.stage})"
+    return f"{action.op.value}({action.stage},{action.microbatch})"

@@ -1,0 +1,271 @@
+"""Parse schedule source text into the AST of schedc/syntax.py, with friendly syntax errors.
+
+The grammar is grammar/schedc.lark (LALR, positions kept); one Transformer turns the tree into
+frozen nodes. Syntax errors become `SchedcError("syntax", ...)` that say what was expected.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from . import syntax as ast
+from .errors import SchedcError
+from .resources import grammar_path
+from .span import Source, Span
+
+MAX_SOURCE_BYTES = 10_000_000
+
+
+@lru_cache(maxsize=1)
+def parser() -> Lark:
+    return Lark(grammar_path().read_text(encoding="utf-8"), parser="lalr",
+                propagate_positions=True, maybe_placeholders=True)
+
+
+def parse(text: str, name: str = "<input>") -> ast.Schedule:
+    """Parse one schedule file's text; raise SchedcError on a syntax error."""
+    source = Source(name, text)
+    if len(text) > MAX_SOURCE_BYTES:
+        raise SchedcError("too-large", f"source is {len(text)} bytes; the limit is {MAX_SOURCE_BYTES}",
+                          Span.point(source, 1, 1))
+    try:
+        tree = parser().parse(text)
+    except UnexpectedInput as exc:
+        raise _syntax_error(exc, source) from None
+    return _ToAst(source).transform(tree)
+
+
+# ---- syntax errors ----
+_PRETTY = {
+    "LBRACE": "'{'", "RBRACE": "'}'", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'",
+    "COMMA": "','", "COLON": "':'", "SEMICOLON": "';'", "EQUAL": "'='", "NAME": "a name",
+    "INT": "an integer", "DECIMAL": "a number", "STRING": "a string", "SCHED_NAME": "a schedule name",
+    "COMPACT": "an action like 2F0", "COMPOUND_TEXT": "a compound like (0F3;3B1)OVERLAP_F_B",
+    "$END": "end of file",
+}
+
+
+def _describe(terminal: str) -> str:
+    if terminal in _PRETTY:
+        return _PRETTY[terminal]
+    try:
+        pattern = parser().get_terminal(terminal).pattern
+        if pattern.type == "str":
+            return f"'{pattern.value}'"
+    except KeyError:
+        pass
+    return terminal.lower()
+
+
+def _expected(names) -> str:
+    items = sorted({_describe(n) for n in names if not n.startswith("__")} or {"something else"})
+    if len(items) > 8:
+        items = items[:8] + ["..."]
+    return ", ".join(items)
+
+
+def _syntax_error(exc: UnexpectedInput, source: Source) -> SchedcError:
+    line, column = max(exc.line, 1), max(exc.column, 1)
+    if isinstance(exc, UnexpectedToken) and exc.token.type == "$END":
+        lines = source.text.splitlines() or [""]
+        line, column = len(lines), len(lines[-1]) + 1
+        msg = f"unexpected end of file; expected {_expected(exc.expected)}"
+        if "RBRACE" in exc.expected:
+            msg = "unexpected end of file: a '{' is not closed (expected '}')"
+        return SchedcError("syntax", msg, Span.point(source, line, column))
+    if isinstance(exc, UnexpectedToken):
+        tok = exc.token
+        msg = f"unexpected {_token_text(tok)}; expected {_expected(exc.expected)}"
+        return SchedcError("syntax", msg, Span.point(source, line, column, len(str(tok))))
+    if isinstance(exc, UnexpectedCharacters):
+        char = source.text[exc.pos_in_stream] if exc.pos_in_stream < len(source.text) else "?"
+        allowed = getattr(exc, "allowed", None) or ()
+        hint = f"; expected {_expected(allowed)}" if allowed else ""
+        return SchedcError("syntax", f"unexpected character {char!r}{hint}", Span.point(source, line, column))
+    if isinstance(exc, UnexpectedEOF):
+        lines = source.text.splitlines() or [""]
+        return SchedcError("syntax", f"unexpected end of file; expected {_expected(exc.expected)}",
+                           Span.point(source, len(lines), len(lines[-1]) + 1))
+    return SchedcError("syntax", str(exc).splitlines()[0], Span.point(source, line, column))
+
+
+def _token_text(tok: Token) -> str:
+    text = str(tok)
+    return f"'{text}'" if len(text) <= 30 else f"'{text[:27]}...'"
+
+
+# ---- tree -> AST ----
+@v_args(meta=True)
+class _ToAst(Transformer):
+    def __init__(self, source: Source):
+        super().__init__()
+        self.source = source
+
+    def _span(self, meta) -> Span:
+        if getattr(meta, "empty", True):
+            return Span.point(self.source, 1, 1)
+        return Span(self.source, meta.line, meta.column, meta.end_line, meta.end_column)
+
+    def _tok(self, tok: Token) -> Span:
+        return Span(self.source, tok.line, tok.column, tok.end_line, tok.end_column)
+
+    # schedule
+    def start(self, meta, children):
+        return children[0]
+
+    def schedule(self, meta, children):
+        name, params, *items = children
+        return ast.Schedule(str(name), params or (), tuple(items), self._span(meta), self._tok(name))
+
+    def params(self, meta, children):
+        return tuple(c for c in children if c is not None)
+
+    def param(self, meta, children):
+        name, default = children
+        return ast.Param(str(name), default, self._span(meta))
+
+    # items
+    def require(self, meta, children):
+        return ast.Require(tuple(children), self._span(meta))
+
+    def constraint(self, meta, children):
+        cond, message = children
+        text = None if message is None else _unquote(message)
+        return ast.Constraint(cond, text, self._span(meta))
+
+    def stages_decl(self, meta, children):
+        return ast.Decl("stages", children[0], self._span(meta))
+
+    def ranks_decl(self, meta, children):
+        return ast.Decl("ranks", children[0], self._span(meta))
+
+    def microbatches_decl(self, meta, children):
+        return ast.Decl("microbatches", children[0], self._span(meta))
+
+    def place_loop(self, meta, children):
+        return ast.Placement("loop", None, None, (), self._span(meta))
+
+    def place_vshape(self, meta, children):
+        return ast.Placement("vshape", None, None, (), self._span(meta))
+
+    def place_expr(self, meta, children):
+        var, expr = children
+        return ast.Placement("expr", str(var), expr, (), self._span(meta))
+
+    def place_table(self, meta, children):
+        return ast.Placement("table", None, None, tuple(c for c in children if c is not None),
+                             self._span(meta))
+
+    def stage_scope(self, meta, children):
+        return ("stage", children[0])
+
+    def rank_scope(self, meta, children):
+        return ("rank", children[0])
+
+    def setting(self, meta, children):
+        name, value = children
+        return ast.Setting(str(name), value, self._span(meta))
+
+    def _annotation(self, what, meta, children):
+        scope, *settings = children
+        kind, expr = scope if scope is not None else (None, None)
+        return ast.Annotation(what, kind, expr, tuple(settings), self._span(meta))
+
+    def cost_decl(self, meta, children):
+        return self._annotation("cost", meta, children)
+
+    def memory_decl(self, meta, children):
+        return self._annotation("memory", meta, children)
+
+    def rank_generic(self, meta, children):
+        var, body = children
+        return ast.RankBody(str(var), None, body, self._span(meta))
+
+    def rank_specific(self, meta, children):
+        index, body = children
+        return ast.RankBody(None, int(index), body, self._span(meta))
+
+    def rank_literal(self, meta, children):
+        index, *actions = children
+        return ast.RankLiteral(int(index), tuple(actions), self._span(meta))
+
+    def literal_action(self, meta, children):
+        tok = children[0]
+        return ast.LiteralAction(str(tok), self._tok(tok))
+
+    # statements
+    def block(self, meta, children):
+        return tuple(c for c in children if c is not None)
+
+    def empty(self, meta, children):
+        return None
+
+    def let_stmt(self, meta, children):
+        name, value = children
+        return ast.Let(str(name), value, self._span(meta))
+
+    def for_stmt(self, meta, children):
+        var, (start, stop, step, rev), body = children
+        return ast.For(str(var), start, stop, step, rev, body, self._span(meta))
+
+    def forward_range(self, meta, children):
+        start, stop, step = children
+        return (start, stop, step, False)
+
+    def reversed_range(self, meta, children):
+        start, stop = children
+        return (start, stop, None, True)
+
+    def if_stmt(self, meta, children):
+        cond, body, *elifs, orelse = children
+        branches = [(cond, body)] + [tuple(e) for e in elifs]
+        return ast.If(tuple(branches), orelse or (), self._span(meta))
+
+    def elif_clause(self, meta, children):
+        return [children[0], children[1]]
+
+    def action_stmt(self, meta, children):
+        return ast.Do(children[0], self._span(meta))
+
+    # expressions
+    def call(self, meta, children):
+        name, *args = children
+        args = tuple(a for a in args if a is not None)
+        return ast.Call(str(name), args, self._span(meta), self._tok(name))
+
+    def int_lit(self, meta, children):
+        return ast.Num(int(children[0]), self._span(meta))
+
+    def float_lit(self, meta, children):
+        return ast.Num(float(children[0]), self._span(meta))
+
+    def var(self, meta, children):
+        return ast.Var(str(children[0]), self._span(meta))
+
+    def ternary(self, meta, children):
+        return ast.Ternary(*children, self._span(meta))
+
+    def neg(self, meta, children):
+        return ast.UnaryOp("-", children[0], self._span(meta))
+
+    def not_(self, meta, children):
+        return ast.UnaryOp("not", children[0], self._span(meta))
+
+
+def _binary(op):
+    def method(self, meta, children):
+        return ast.BinOp(op, children[0], children[1], self._span(meta))
+    return v_args(meta=True)(method)
+
+
+for _name, _op in {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%",
+                   "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+                   "and_": "and", "or_": "or"}.items():
+    setattr(_ToAst, _name, _binary(_op))
+
+
+def _unquote(tok: Token) -> str:
+    import json
+    return json.loads(str(tok))

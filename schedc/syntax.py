@@ -1,0 +1,186 @@
+"""Frozen AST nodes mirroring grammar/schedc.lark; every node keeps its source span.
+
+The parser (schedc/parse.py) builds these and nothing else; meaning (evaluation, names, actions)
+is given by schedc/compiler.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .span import Span
+
+
+# ---- expressions ----
+@dataclass(frozen=True)
+class Num:
+    value: int | float
+    span: Span
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    args: tuple["Expr", ...]
+    span: Span
+    name_span: Span
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str  # + - * // % == != < <= > >= and or
+    left: "Expr"
+    right: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True)
+class UnaryOp:
+    op: str  # - not
+    operand: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True)
+class Ternary:
+    cond: "Expr"
+    then: "Expr"
+    orelse: "Expr"
+    span: Span
+
+
+Expr = Num | Var | Call | BinOp | UnaryOp | Ternary
+
+
+# ---- statements ----
+@dataclass(frozen=True)
+class Let:
+    name: str
+    value: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class For:
+    var: str
+    start: Expr
+    stop: Expr
+    step: Expr | None
+    reversed: bool
+    body: tuple["Stmt", ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class If:
+    branches: tuple[tuple[Expr, tuple["Stmt", ...]], ...]
+    orelse: tuple["Stmt", ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Do:
+    """An action statement: `F(r, m)`, `group(...)`, `overlap(...)`."""
+
+    call: Call
+    span: Span
+
+
+Stmt = Let | For | If | Do
+
+
+# ---- schedule items ----
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: Expr | None
+    span: Span
+
+
+@dataclass(frozen=True)
+class Constraint:
+    cond: Expr
+    message: str | None
+    span: Span
+
+
+@dataclass(frozen=True)
+class Require:
+    constraints: tuple[Constraint, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Decl:
+    """`stages E`, `ranks E`, `microbatches E`."""
+
+    what: str
+    value: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class Placement:
+    kind: str  # loop | vshape | expr | table
+    var: str | None
+    expr: Expr | None
+    table: tuple[Expr, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    value: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """`cost [stage E:|rank E:] k = v, ...` or `memory [...] k = v, ...`."""
+
+    what: str  # cost | memory
+    scope: str | None  # stage | rank | None (all)
+    scope_expr: Expr | None
+    settings: tuple[Setting, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class RankBody:
+    """`rank r { ... }` (var set, for every rank) or `rank 2 { ... }` (index set)."""
+
+    var: str | None
+    index: int | None
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class LiteralAction:
+    text: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class RankLiteral:
+    index: int
+    actions: tuple[LiteralAction, ...]
+    span: Span
+
+
+Item = Require | Decl | Placement | Annotation | Let | RankBody | RankLiteral
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    params: tuple[Param, ...]
+    items: tuple[Item, ...]
+    span: Span
+    name_span: Span
