@@ -24,13 +24,13 @@ class Diagnostic:
     message: str
     span: Span | None = None
     notes: tuple[str, ...] = ()
-    where: str | None = None  # a location that is not a span, e.g. "rank 1, step 3"
+    where: str | None = None  # a location that is not a span, e.g. "--param"
+    rank: int | None = None  # for findings about a step of a program
+    step: int | None = None
 
     def render(self, severity: str = "error") -> str:
         if self.span is not None:
             loc = str(self.span)
-            if self.span.rank is not None:
-                loc += f": rank {self.span.rank}, step {self.span.step}"
             head = f"{loc}: {severity}[{self.code}]: {self.message}"
             body = caret_lines(self.span)
         else:
@@ -45,9 +45,11 @@ class Diagnostic:
             out["file"] = self.span.file
             out["line"] = self.span.line
             out["column"] = self.span.column
-            if self.span.rank is not None:
-                out["rank"] = self.span.rank
-                out["step"] = self.span.step
+        rank = self.rank if self.rank is not None else (self.span.rank if self.span else None)
+        step = self.step if self.step is not None else (self.span.step if self.span else None)
+        if rank is not None:
+            out["rank"] = rank
+            out["step"] = step
         if self.notes:
             out["notes"] = list(self.notes)
         return out

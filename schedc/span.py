@@ -50,9 +50,15 @@ def caret_lines(span: Span) -> list[str]:
     if not text and span.line > len(span.source.text.splitlines()):
         return []
     end = span.end_column if span.end_line == span.line else len(text) + 1
-    width = max(1, end - span.column)
+    width = max(1, min(end - span.column, 60))
+    start = 0
+    if len(text) > 100:  # long lines (CSV rows): show a window around the span
+        start = max(0, span.column - 1 - 40)
+        shown = text[start : start + 100]
+        text = ("..." if start else "") + shown + ("..." if start + 100 < len(text) else "")
+        start -= 3 if start else 0
     gutter = f"{span.line:>4} | "
-    pad = "".join("\t" if ch == "\t" else " " for ch in text[: span.column - 1])
+    pad = "".join("\t" if ch == "\t" else " " for ch in text[: span.column - 1 - start])
     return [gutter + text, " " * (len(gutter) - 2) + "| " + pad + "^" * width]
 
 

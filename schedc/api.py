@@ -1,0 +1,92 @@
+"""The public Python API: load a schedule from anywhere, check it, move it to and from PyTorch.
+
+`load` takes a built-in name (`1f1b`), a `.pp` file, a PyTorch `.csv` or a schedc IR `.json`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from .check import Report, check as _check
+from .errors import SchedcError
+from .ir import Program
+from .resources import builtin_schedules
+from .verify.execute import Semantics
+
+FORMATS = ("pp", "torch-csv", "ir-json")
+
+
+def detect_format(path: str) -> str:
+    low = path.lower()
+    if low.endswith(".csv"):
+        return "torch-csv"
+    if low.endswith(".json"):
+        return "ir-json"
+    return "pp"
+
+
+def resolve(path_or_name: str) -> Path:
+    """A file path, or the file of a built-in schedule."""
+    path = Path(path_or_name)
+    if path.is_file():
+        return path
+    builtins = builtin_schedules()
+    if path_or_name in builtins:
+        return builtins[path_or_name]
+    if path.exists():
+        raise SchedcError("io", f"{path_or_name} is not a file", where=path_or_name)
+    names = ", ".join(builtins)
+    raise SchedcError("io", f"no such file or built-in schedule: {path_or_name!r} (built-in: {names})",
+                      where=path_or_name)
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SchedcError("io", "the file is not UTF-8 text", where=str(path)) from None
+    except OSError as exc:
+        raise SchedcError("io", f"cannot read the file: {exc.strerror}", where=str(path)) from None
+
+
+def load_text(text: str, name: str, fmt: str = "pp", params: Mapping[str, int] | None = None,
+              notation: str = "current") -> Program:
+    if fmt not in FORMATS:
+        raise SchedcError("usage", f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}",
+                          where="--format")
+    if fmt != "pp" and params:
+        raise SchedcError("usage", "--param applies to .pp schedules only", where="--param")
+    if fmt == "torch-csv":
+        from .interop.torch_csv import read_torch_csv
+        return read_torch_csv(text, name, notation=notation).to_program()
+    if fmt == "ir-json":
+        from .interop.ir_json import read_ir_json
+        return read_ir_json(text, name)
+    from .compiler import compile_schedule
+    from .parse import parse
+    return compile_schedule(parse(text, name), params)
+
+
+def load(path_or_name: str, params: Mapping[str, int] | None = None, *, fmt: str | None = None,
+         notation: str = "current") -> Program:
+    """Load and compile a schedule: a built-in name, a .pp file, a PyTorch .csv, or an IR .json."""
+    path = resolve(str(path_or_name))
+    shown = str(path_or_name) if Path(str(path_or_name)).is_file() else str(path)
+    return load_text(read_text(path), shown, fmt or detect_format(str(path)), params, notation)
+
+
+def check(program: Program, *, semantics: str | Semantics = "rendezvous") -> Report:
+    """Every check on a program; `Report.ok`, `Report.to_dict()` (the CLI's JSON)."""
+    sem = semantics if isinstance(semantics, Semantics) else Semantics.parse(semantics)
+    return _check(program, semantics=sem)
+
+
+def to_torch_csv(program: Program, level: str = "comms") -> str:
+    """The program as PyTorch's CSV text (`compute` = compute_only, `comms` = compute_comms)."""
+    from .interop.torch_csv import to_torch_csv as rows
+    return rows(program, level).dumps()
+
+
+def from_torch_csv(path: str, *, notation: str = "current") -> Program:
+    """Read a PyTorch schedule CSV (either form) into a Program."""
+    return load(path, fmt="torch-csv", notation=notation)

@@ -1,0 +1,262 @@
+"""The `schedc` command line: argument parsing and wiring only.
+
+`main(argv, stdout, stderr) -> int` so tests drive it with in-memory streams. Exit codes: 0 every
+check holds, 1 a check fails, 2 bad input or usage, 4 an internal error (a bug in schedc).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import TextIO
+
+from .errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, SchedcError
+
+EXIT_INTERNAL = 4
+_PARAM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as SchedcError instead of exiting."""
+
+    def __init__(self, *args, stdout: TextIO | None = None, **kwargs):
+        self._out = stdout
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        raise SchedcError("usage", f"{message} (see `{self.prog} --help`)")
+
+    def exit(self, status=0, message=None):
+        if message:
+            self._print_message(message)
+        raise _Exit(status)
+
+    def _print_message(self, message, file=None):
+        if message:
+            (self._out or sys.stdout).write(message)
+
+
+class _Exit(Exception):
+    def __init__(self, status):
+        self.status = status
+
+
+def _parser(stdout: TextIO) -> _Parser:
+    p = _Parser(prog="schedc", stdout=stdout,
+                description="Compile and verify pipeline-parallel training schedules.")
+    p.add_argument("--version", action="version", version=f"schedc {_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def common(q, many=False):
+        q.add_argument("inputs" if many else "input", nargs="+" if many else None, metavar="FILE|NAME",
+                       help="a .pp schedule, a PyTorch .csv, a schedc .json, or a built-in name")
+        q.add_argument("--param", action="append", default=[], metavar="K=V",
+                       help="set a schedule parameter (repeatable), e.g. --param P=4")
+        q.add_argument("--format", choices=["pp", "torch-csv", "ir-json"],
+                       help="input format (default: by file extension)")
+        q.add_argument("--notation", choices=["current", "legacy"], default="current",
+                       help="PyTorch CSV notation: current (B = full backward) or legacy (B = backward-input, "
+                            "BW = full backward)")
+
+    q = sub.add_parser("list", help="built-in schedules and their parameters", stdout=stdout)
+    q.add_argument("--json", action="store_true", help="one JSON object per schedule")
+
+    q = sub.add_parser("compile", help="parse, compile and check; write <name>.json and <name>.csv",
+                       stdout=stdout)
+    common(q)
+    q.add_argument("-o", "--output", default="build", metavar="DIR", help="output folder (default: build)")
+    q.add_argument("--force", action="store_true", help="write outputs even if checks fail")
+    q.add_argument("--semantics", default="rendezvous", help="rendezvous (default), eager, or bounded:K")
+
+    q = sub.add_parser("check", help="check schedules; one report (or JSON line) per input", stdout=stdout)
+    common(q, many=True)
+    q.add_argument("--json", action="store_true", help="print one JSON object per input, one per line")
+    q.add_argument("--semantics", default="rendezvous", help="rendezvous (default), eager, or bounded:K")
+
+    q = sub.add_parser("export", help="write a schedule in another format", stdout=stdout)
+    common(q)
+    q.add_argument("--to", required=True, choices=["torch-csv", "ir-json"], help="output format")
+    q.add_argument("--level", choices=["compute", "comms"], default="comms",
+                   help="torch-csv: compute_only or compute_comms (default)")
+    q.add_argument("-o", "--output", metavar="FILE", help="output file (default: standard output)")
+    return p
+
+
+def _version() -> str:
+    from . import __version__
+    return __version__
+
+
+def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    try:
+        args = _parser(stdout).parse_args(argv if argv is not None else sys.argv[1:])
+        if args.command is None:
+            _parser(stdout).print_help()
+            return EXIT_INPUT
+        return {"list": _list, "compile": _compile, "check": _check, "export": _export}[args.command](
+            args, stdout, stderr)
+    except _Exit as e:
+        return e.status if isinstance(e.status, int) else EXIT_INPUT
+    except SchedcError as e:
+        stderr.write(e.render() + "\n")
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        stderr.write("schedc: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as e:  # a bug in schedc: say so briefly, no traceback unless asked
+        if os.environ.get("SCHEDC_DEBUG"):
+            raise
+        stderr.write(f"schedc: internal error: {type(e).__name__}: {e}\n"
+                     "  this is a bug in schedc; rerun with SCHEDC_DEBUG=1 for a traceback and report it\n")
+        return EXIT_INTERNAL
+
+
+def entry() -> None:
+    sys.exit(main(sys.argv[1:], sys.stdout, sys.stderr))
+
+
+def _params(pairs: list[str]) -> dict[str, int]:
+    out = {}
+    for text in pairs:
+        m = _PARAM.fullmatch(text.strip())
+        if not m:
+            raise SchedcError("usage", f"--param {text!r}: expected NAME=INTEGER, e.g. --param P=4",
+                              where="--param")
+        out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def _load(name: str, args, params=None):
+    from .api import detect_format, load
+    fmt = args.format or detect_format(name)
+    return load(name, params if fmt == "pp" else None, fmt=fmt, notation=args.notation)
+
+
+# ---- commands ----
+def _list(args, stdout, stderr) -> int:
+    from .parse import parse
+    from .resources import builtin_schedules
+    from .span import span_text
+    rows = []
+    for name, path in builtin_schedules().items():
+        text = path.read_text(encoding="utf-8")
+        tree = parse(text, str(path))
+        params = {p.name: (span_text(p.default.span) if p.default is not None else None) for p in tree.params}
+        about = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.startswith("#")), "")
+        rows.append({"name": name, "params": params, "about": about, "file": str(path)})
+    if args.json:
+        for row in rows:
+            stdout.write(json.dumps(row) + "\n")
+        return EXIT_OK
+    width = max((len(r["name"]) for r in rows), default=4)
+    for row in rows:
+        params = " ".join(f"{k}={v}" if v is not None else k for k, v in row["params"].items())
+        stdout.write(f"{row['name']:<{width}}  {params:<18} {row['about']}\n")
+    return EXIT_OK
+
+
+def _compile(args, stdout, stderr) -> int:
+    from .api import check
+    from .interop.ir_json import dumps_ir
+    from .interop.torch_csv import to_torch_csv
+    program = _load(args.input, args, _params(args.param))
+    report = check(program, semantics=args.semantics)
+    stdout.write(report.summary() + "\n")
+    if not report.ok:
+        stderr.write(report.render() + "\n")
+        if not args.force:
+            stderr.write("schedc: checks failed; nothing written (use --force to write anyway)\n")
+            return EXIT_FAIL
+    stem = _safe_stem(program.name)
+    outputs = {f"{stem}.json": dumps_ir(program)}
+    if program.level == "comms" or report.ok:
+        outputs[f"{stem}.csv"] = to_torch_csv(program, "comms").dumps()
+    written = _write_all(Path(args.output), outputs)
+    stdout.write("  wrote " + ", ".join(str(p) for p in written) + "\n")
+    return EXIT_OK if report.ok else EXIT_FAIL
+
+
+def _check(args, stdout, stderr) -> int:
+    from .api import check
+    from .verify.execute import Semantics
+    params = _params(args.param)
+    semantics = Semantics.parse(args.semantics)
+    worst = EXIT_OK
+    for name in args.inputs:
+        try:
+            program = _load(name, args, params)
+        except SchedcError as e:
+            worst = EXIT_INPUT
+            stderr.write(e.render() + "\n")
+            if args.json:
+                stdout.write(json.dumps({"file": name, "ok": False, "input_error": True,
+                                         "errors": [d.to_dict() for d in e.diagnostics]}) + "\n")
+            continue
+        report = check(program, semantics=semantics)
+        if not report.ok and worst == EXIT_OK:
+            worst = EXIT_FAIL
+        if args.json:
+            stdout.write(json.dumps(report.to_dict()) + "\n")
+        else:
+            stdout.write(report.summary() + "\n")
+            if not report.ok:
+                stdout.write(report.render() + "\n")
+    return worst
+
+
+def _export(args, stdout, stderr) -> int:
+    program = _load(args.input, args, _params(args.param))
+    if args.to == "ir-json":
+        from .interop.ir_json import dumps_ir
+        text = dumps_ir(program)
+    else:
+        from .api import check
+        from .interop.torch_csv import to_torch_csv
+        if args.level == "comms" and program.level == "compute":
+            report = check(program)
+            if not report.ok:  # communication can only be inserted into a sound compute order
+                stderr.write(report.render() + "\n")
+                stderr.write("schedc: the schedule fails its checks; nothing exported\n")
+                return EXIT_FAIL
+        text = to_torch_csv(program, args.level).dumps()
+    if args.output:
+        written = _write_all(Path(args.output).parent, {Path(args.output).name: text})
+        stderr.write(f"wrote {written[0]}\n")
+    else:
+        stdout.write(text)
+    return EXIT_OK
+
+
+def _safe_stem(name: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", name).strip(".") or "schedule"
+    return stem[:100]
+
+
+def _write_all(folder: Path, files: dict[str, str]) -> list[Path]:
+    """Write every file or none: each goes to a temporary file first, then all are renamed."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SchedcError("io", f"cannot create the output folder: {exc.strerror}", where=str(folder)) from None
+    temps: list[tuple[str, Path]] = []
+    try:
+        for name, text in files.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+            temps.append((tmp, folder / name))
+        for tmp, final in temps:
+            os.replace(tmp, final)
+    except OSError as exc:
+        for tmp, _ in temps:
+            Path(tmp).unlink(missing_ok=True)
+        raise SchedcError("io", f"cannot write the outputs: {exc.strerror}", where=str(folder)) from None
+    return [final for _, final in temps]

@@ -1,0 +1,133 @@
+"""PyTorch pipelining CSV, read and written exactly (`_load_csv` / `_dump_csv`).
+
+One row per rank, one action per cell in compact notation, an empty cell an idle step. Both the
+`compute_only` and `compute_comms` forms; UNSHARD/RESHARD/REDUCE_GRAD and OVERLAP_F_B compounds
+are kept. Notation: today's (`B` full backward, `I` backward-input) by default; `legacy` reads
+older PyTorch, where `B` meant backward-input and `BW` the full backward.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+
+from ..errors import SchedcError
+from ..ir import ActionSyntaxError, Compound, CompoundKind, Program, Step, format_step, parse_step
+from ..span import Source, Span
+
+NOTATIONS = ("current", "legacy")
+
+
+@dataclass(frozen=True)
+class TorchCsv:
+    """The cells of a PyTorch schedule CSV: a row per rank; `None` is an empty (idle) cell."""
+
+    rows: tuple[tuple[Step | None, ...], ...]
+    name: str = "<csv>"
+
+    def dumps(self) -> str:
+        """The file text exactly as torch's `_dump_csv` writes it (csv module, CRLF rows)."""
+        buf = io.StringIO(newline="")
+        writer = csv.writer(buf)
+        for row in self.rows:
+            writer.writerow(["" if cell is None else format_step(cell) for cell in row])
+        return buf.getvalue()
+
+    def to_program(self, name: str | None = None) -> Program:
+        """Drop idle cells; infer stages, microbatches and placement from the actions."""
+        ranks = tuple(tuple(c for c in row if c is not None) for row in self.rows)
+        stages = [a.stage for row in ranks for st in row for a in st.parts]
+        mbs = [a.microbatch for row in ranks for st in row for a in st.parts if a.microbatch is not None]
+        num_stages = max(stages, default=-1) + 1
+        placement = [s % max(len(ranks), 1) for s in range(num_stages)]
+        seen = set()
+        for r, row in enumerate(ranks):
+            for st in row:
+                for a in st.parts:  # every action runs on the rank of its stage
+                    if a.stage not in seen:
+                        seen.add(a.stage)
+                        placement[a.stage] = r
+        return Program(
+            name=name or _stem(self.name),
+            num_ranks=len(ranks),
+            num_stages=max(num_stages, 1),
+            num_microbatches=max(max(mbs, default=-1) + 1, 1),
+            placement=tuple(placement) or (0,),
+            ranks=ranks,
+            source=self.name,
+        )
+
+
+def _stem(name: str) -> str:
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    return base[:-4] if base.lower().endswith(".csv") else base
+
+
+def read_torch_csv(text: str, name: str = "<csv>", *, notation: str = "current") -> TorchCsv:
+    """Parse a PyTorch schedule CSV; a bad cell is an error at file:line:col (rank, step)."""
+    source = Source(name, text)
+    rows = []
+    errors = []
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        raise SchedcError("csv", "the CSV file is empty: expected one row of actions per rank",
+                          Span.point(source, 1, 1))
+    for rank, line in enumerate(lines):
+        row = []
+        for step, (column, cell) in enumerate(_cells(line)):
+            text_cell = cell.strip()
+            if not text_cell:
+                row.append(None)
+                continue
+            span = Span(source, rank + 1, column, rank + 1, column + len(cell), rank, step)
+            try:
+                row.append(parse_step(text_cell, span, notation=notation))
+            except ActionSyntaxError as exc:
+                errors.append(SchedcError("csv", f"rank {rank}, step {step}: {exc}", span).diagnostics[0])
+        rows.append(tuple(row))
+    if errors:
+        legacy = [d for d in errors if "--notation legacy" in d.message]
+        if legacy:  # one message for the notation, not one per cell
+            first = legacy[0]
+            more = (f"{len(legacy) - 1} more cell(s) spell BW too",) if len(legacy) > 1 else ()
+            errors = [first.__class__(first.code, first.message, first.span, more)] + \
+                [d for d in errors if d not in legacy]
+        raise SchedcError.many(errors[:20])
+    return TorchCsv(tuple(rows), name)
+
+
+def _cells(line: str):
+    """(1-based column, text) of each cell; quoted cells are read with the csv module."""
+    if '"' in line:
+        return [(1, c) for c in next(csv.reader([line]))]
+    out, col = [], 1
+    for cell in line.split(","):
+        out.append((col, cell))
+        col += len(cell) + 1
+    return out
+
+
+def to_torch_csv(program: Program, level: str = "comms") -> TorchCsv:
+    """The rows torch would load: `compute` keeps compute actions only, `comms` lowers first.
+
+    Groups are flattened (torch's CSV has no groups); compounds like OVERLAP_F_B are kept.
+    """
+    if level not in ("compute", "comms"):
+        raise SchedcError("usage", f"unknown level {level!r}; expected compute or comms", where="--level")
+    if level == "comms":
+        from ..passes import lower
+        program = lower(program)
+    rows = []
+    for steps in program.ranks:
+        row: list[Step] = []
+        for st in steps:
+            if isinstance(st, Compound) and st.kind is CompoundKind.GROUP:
+                row.extend(st.parts)
+            else:
+                row.append(st)
+        if level == "compute":
+            row = [st for st in row if all(a.op.is_compute for a in st.parts)]
+        rows.append(tuple(row))
+    return TorchCsv(tuple(rows), program.name)
