@@ -152,6 +152,7 @@ class _Compiler:
                     raise SchedcError("duplicate-decl", "'place' is declared twice", item.span)
                 placement = item
             elif isinstance(item, ast.Annotation):
+                _check_setting_names(item)
                 annotations.append(item)
             else:
                 bodies.append(item)
@@ -338,11 +339,6 @@ class _Compiler:
                 if type(value) not in (int, float) or value < 0:
                     raise SchedcError("type", f"'{s.name}' must be a non-negative number", s.value.span)
                 value = float(value)
-                allowed = _allowed_keys(item.what, item.scope)
-                if s.name not in allowed:
-                    raise SchedcError("unknown-setting", f"'{s.name}' is not a {item.what} setting"
-                                      f"{' for a ' + item.scope if item.scope else ''}; expected one of "
-                                      f"{', '.join(sorted(allowed))}", s.span)
                 if item.what == "cost":
                     if s.name in extras:
                         extras[s.name] = value
@@ -610,6 +606,15 @@ def _zigzag(stage: int, num_ranks: int) -> int:
     """V-shape placement: down the ranks, back up, down again (`s < R ? s : 2R-1-s` for S = 2R)."""
     chunk, offset = divmod(stage, num_ranks)
     return offset if chunk % 2 == 0 else num_ranks - 1 - offset
+
+
+def _check_setting_names(item: ast.Annotation) -> None:
+    allowed = _allowed_keys(item.what, item.scope)
+    for s in item.settings:
+        if s.name not in allowed:
+            raise SchedcError("unknown-setting", f"'{s.name}' is not a {item.what} setting"
+                              f"{' for a ' + item.scope if item.scope else ''}; expected one of "
+                              f"{', '.join(sorted(allowed))}", s.span)
 
 
 def _allowed_keys(what: str, scope: str | None) -> set[str]:

@@ -72,9 +72,13 @@ def _syntax_error(exc: UnexpectedInput, source: Source) -> SchedcError:
         lines = source.text.splitlines() or [""]
         line, column = len(lines), len(lines[-1]) + 1
         msg = f"unexpected end of file; expected {_expected(exc.expected)}"
+        notes = []
         if "RBRACE" in exc.expected:
             msg = "unexpected end of file: a '{' is not closed (expected '}')"
-        return SchedcError("syntax", msg, Span.point(source, line, column))
+            opened = _unclosed_brace(source)
+            if opened is not None:
+                notes.append(f"the '{{' opened at {opened} has no '}}'")
+        return SchedcError("syntax", msg, Span.point(source, line, column), notes)
     if isinstance(exc, UnexpectedToken):
         tok = exc.token
         msg = f"unexpected {_token_text(tok)}; expected {_expected(exc.expected)}"
@@ -89,6 +93,25 @@ def _syntax_error(exc: UnexpectedInput, source: Source) -> SchedcError:
         return SchedcError("syntax", f"unexpected end of file; expected {_expected(exc.expected)}",
                            Span.point(source, len(lines), len(lines[-1]) + 1))
     return SchedcError("syntax", str(exc).splitlines()[0], Span.point(source, line, column))
+
+
+def _unclosed_brace(source: Source) -> Span | None:
+    """The innermost '{' left open at the end of the text (comments and strings skipped)."""
+    stack = []
+    for number, line in enumerate(source.text.splitlines(), 1):
+        in_string = False
+        for col, ch in enumerate(line, 1):
+            if in_string:
+                in_string = ch != '"'
+            elif ch == '"':
+                in_string = True
+            elif ch == "#":
+                break
+            elif ch == "{":
+                stack.append((number, col))
+            elif ch == "}" and stack:
+                stack.pop()
+    return Span.point(source, *stack[-1]) if stack else None
 
 
 def _token_text(tok: Token) -> str:
