@@ -13,7 +13,7 @@ _LAZY = {
     "check": ("schedc.api", "check"),
     "to_torch_csv": ("schedc.api", "to_torch_csv"),
     "from_torch_csv": ("schedc.api", "from_torch_csv"),
-    "Report": ("schedc.check", "Report"),
+    "Report": ("schedc.report", "Report"),
     "Program": ("schedc.ir", "Program"),
     "Action": ("schedc.ir", "Action"),
     "Compound": ("schedc.ir", "Compound"),

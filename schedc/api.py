@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from .check import Report, check as _check
+from .report import Report, run_checks
 from .errors import SchedcError
 from .ir import Program
 from .resources import builtin_schedules
@@ -78,7 +78,7 @@ def load(path_or_name: str, params: Mapping[str, int] | None = None, *, fmt: str
 def check(program: Program, *, semantics: str | Semantics = "rendezvous") -> Report:
     """Every check on a program; `Report.ok`, `Report.to_dict()` (the CLI's JSON)."""
     sem = semantics if isinstance(semantics, Semantics) else Semantics.parse(semantics)
-    return _check(program, semantics=sem)
+    return run_checks(program, semantics=sem)
 
 
 def to_torch_csv(program: Program, level: str = "comms") -> str:

@@ -1,4 +1,4 @@
-"""Run every check on a Program and collect the findings in one `Report`.
+"""Run every check on a Program and collect the findings in one `Report` (`run_checks`).
 
 Structure first (schedc/lint.py); when the structure is sound, payload matching and deadlock
 freedom under the chosen send semantics (schedc/verify/), and peak activations per rank.
@@ -88,7 +88,7 @@ def _number(x: float):
     return int(x) if float(x).is_integer() else x
 
 
-def check(program: Program, *, semantics: Semantics = RENDEZVOUS, file: str | None = None) -> Report:
+def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, file: str | None = None) -> Report:
     report = Report(program, file if file is not None else program.source, semantics)
     report.errors.extend(lint(program))
     report.peak_activation = peak_activation(program) if not report.errors else ()

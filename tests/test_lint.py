@@ -1,0 +1,81 @@
+"""Structural checks: each finding has the right code, rank, step and source line."""
+from __future__ import annotations
+
+from conftest import compile_text
+from schedc.lint import lint
+
+
+def findings(text):
+    return lint(compile_text(text))
+
+
+def codes(text):
+    return sorted({d.code for d in findings(text)})
+
+
+def test_a_sound_literal_schedule_has_no_findings():
+    assert findings("schedule ok {\n rank 0: 0F0 0F1 0B0 0B1\n rank 1: 1F0 1B0 1F1 1B1\n}") == []
+
+
+def test_duplicates_are_reported_not_merged():
+    ds = findings("schedule d {\n rank 0: 0F0 0F0 0B0\n rank 1: 1F0 1B0\n}")
+    dup = [d for d in ds if d.code == "duplicate"]
+    assert len(dup) == 1 and (dup[0].rank, dup[0].step) == (0, 1) and "first at rank 0, step 0" in dup[0].message
+    assert dup[0].span.line == 2 and dup[0].span.column == 14
+
+
+def test_missing_forward_and_backward():
+    ds = findings("schedule m { microbatches 2\n rank 0: 0F0 0B0 0F1\n rank 1: 1F0 1B0 1F1 1B1\n}")
+    assert [d.code for d in ds] == ["missing"]
+    assert "backward of stage 0, microbatch 1" in ds[0].message
+
+
+def test_mixed_and_unpaired_backward():
+    assert codes("schedule x {\n rank 0: 0F0 0B0 0W0\n rank 1: 1F0 1I0 1W0\n}") == ["mixed-backward"]
+    assert codes("schedule x {\n rank 0: 0F0 0B0\n rank 1: 1F0 1I0\n}") == ["missing"]
+
+
+def test_order_backward_before_forward_names_the_step():
+    ds = findings("schedule o {\n rank 0: 0F0 0B0\n rank 1: 1B0 1F0\n}")
+    assert [(d.code, d.rank, d.step) for d in ds] == [("order", 1, 0)]
+    assert "F(1,0) comes later, at step 1" in ds[0].message
+
+
+def test_w_before_i():
+    ds = findings("schedule o {\n rank 0: 0F0 0W0 0I0\n}")
+    assert [(d.code, d.rank, d.step) for d in ds] == [("order", 0, 1)]
+
+
+def test_indices_out_of_range_and_wrong_rank():
+    assert codes("schedule o(P = 2) { stages 2\n microbatches 1\n rank 0: 0F0 0B0 0F5 \n rank 1: 1F0 1B0 }") == ["bad-index"]
+    ds = findings("schedule o(P = 2) { stages 2\n microbatches 1\n place loop\n rank 0: 0F0 0B0 1F0 1B0\n rank 1: }")
+    assert {d.code for d in ds} == {"wrong-rank"} and "stage 1 is placed on rank 1" in ds[0].message
+
+
+def test_legacy_notation_is_recognised():
+    ds = findings("schedule l {\n rank 0: 0F0 0B0 0W0\n rank 1: 1F0 1B0 1W0\n}")
+    assert [d.code for d in ds] == ["legacy-notation"] and "--notation legacy" in ds[0].notes[0]
+
+
+def test_explicit_communication_needs_its_receive_and_send():
+    ds = findings("schedule c {\n rank 0: 0F0 0SEND_F0 0B0\n rank 1: 1F0 1B0\n}")
+    assert {d.code for d in ds} == {"missing-recv", "missing-send"}
+    recv = next(d for d in ds if d.code == "missing-recv" and d.rank == 1)
+    assert (recv.rank, recv.step) == (1, 0) and "RECV_F(1,0)" in recv.message
+
+
+def test_receive_after_its_consumer_is_an_order_error():
+    ds = findings("schedule c {\n rank 0: 0F0 0SEND_F0 0RECV_B0 0B0\n rank 1: 1F0 1RECV_F0 1B0 1SEND_B0\n}")
+    assert [(d.code, d.rank, d.step) for d in ds] == [("order", 1, 0)]
+
+
+def test_send_to_the_same_rank_is_refused():
+    ds = findings("schedule c(P = 1) { stages 2\n microbatches 1\n rank 0: 0F0 0SEND_F0 1F0 1B0 0B0\n}")
+    assert [d.code for d in ds] == ["bad-comm"]
+
+
+def test_findings_are_capped_per_code():
+    many = " ".join(f"0F{m}" for m in range(60))
+    ds = findings(f"schedule c {{ microbatches 60\n rank 0: {many}\n}}")
+    missing = [d for d in ds if d.code == "missing"]
+    assert len(missing) == 21 and "40 more" in missing[-1].message
