@@ -50,7 +50,7 @@ def read_text(path: Path) -> str:
 
 
 def load_text(text: str, name: str, fmt: str = "pp", params: Mapping[str, int] | None = None,
-              notation: str = "current") -> Program:
+              notation: str = "current", strict_params: bool = True) -> Program:
     if fmt not in FORMATS:
         raise SchedcError("usage", f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}",
                           where="--format")
@@ -64,15 +64,15 @@ def load_text(text: str, name: str, fmt: str = "pp", params: Mapping[str, int] |
         return read_ir_json(text, name)
     from .compiler import compile_schedule
     from .parse import parse
-    return compile_schedule(parse(text, name), params)
+    return compile_schedule(parse(text, name), params, strict=strict_params)
 
 
 def load(path_or_name: str, params: Mapping[str, int] | None = None, *, fmt: str | None = None,
-         notation: str = "current") -> Program:
+         notation: str = "current", strict_params: bool = True) -> Program:
     """Load and compile a schedule: a built-in name, a .pp file, a PyTorch .csv, or an IR .json."""
     path = resolve(str(path_or_name))
     shown = str(path_or_name) if Path(str(path_or_name)).is_file() else str(path)
-    return load_text(read_text(path), shown, fmt or detect_format(str(path)), params, notation)
+    return load_text(read_text(path), shown, fmt or detect_format(str(path)), params, notation, strict_params)
 
 
 def check(program: Program, *, semantics: str | Semantics = "rendezvous") -> Report:

@@ -134,10 +134,10 @@ def _params(pairs: list[str]) -> dict[str, int]:
     return out
 
 
-def _load(name: str, args, params=None):
+def _load(name: str, args, params=None, strict=True):
     from .api import detect_format, load
     fmt = args.format or detect_format(name)
-    return load(name, params if fmt == "pp" else None, fmt=fmt, notation=args.notation)
+    return load(name, params if fmt == "pp" else None, fmt=fmt, notation=args.notation, strict_params=strict)
 
 
 # ---- commands ----
@@ -192,7 +192,8 @@ def _check(args, stdout, stderr) -> int:
     worst = EXIT_OK
     for name in args.inputs:
         try:
-            program = _load(name, args, params)
+            # one --param list for several schedules: each takes the parameters it declares
+            program = _load(name, args, params, strict=len(args.inputs) == 1)
         except SchedcError as e:
             worst = EXIT_INPUT
             stderr.write(e.render() + "\n")

@@ -32,9 +32,18 @@ RANK_COST_KEYS = {"speed"}
 MEMORY_KEYS = {"act", "weight"}
 
 
-def compile_schedule(tree: ast.Schedule, params: Mapping[str, int] | None = None) -> Program:
-    """Evaluate a schedule's AST with the given parameter values into a Program."""
-    return _Compiler(tree).run(dict(params or {}))
+def compile_schedule(tree: ast.Schedule, params: Mapping[str, int] | None = None, *,
+                     strict: bool = True) -> Program:
+    """Evaluate a schedule's AST with the given parameter values into a Program.
+
+    With `strict=False`, values for parameters the schedule does not declare are ignored
+    (used when one `--param` list is given to several schedules).
+    """
+    overrides = dict(params or {})
+    if not strict:
+        declared = {p.name for p in tree.params}
+        overrides = {k: v for k, v in overrides.items() if k in declared}
+    return _Compiler(tree).run(overrides)
 
 
 @dataclass

@@ -5,29 +5,22 @@ checkout they are the top-level `grammar/` and `schedules/` folders beside this 
 """
 from __future__ import annotations
 
-import importlib.resources
 from pathlib import Path
 
-_REPO = Path(__file__).resolve().parent.parent
+_PACKAGE = Path(__file__).resolve().parent
 
 
-def _data_dir(package: str, folder: str) -> Path:
-    try:
-        found = importlib.resources.files(package)
-        path = Path(str(found))
-        if path.is_dir():
-            return path
-    except (ModuleNotFoundError, TypeError):
-        pass
-    return _REPO / folder
+def _data_dir(folder: str) -> Path:
+    installed = _PACKAGE / folder  # inside an installed wheel: schedc/grammar, schedc/schedules
+    return installed if installed.is_dir() else _PACKAGE.parent / folder
 
 
 def grammar_path() -> Path:
-    return _data_dir("schedc.grammar", "grammar") / "schedc.lark"
+    return _data_dir("grammar") / "schedc.lark"
 
 
 def schedules_dir() -> Path:
-    return _data_dir("schedc.schedules", "schedules")
+    return _data_dir("schedules")
 
 
 def builtin_schedules() -> dict[str, Path]:

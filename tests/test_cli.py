@@ -1,0 +1,142 @@
+"""The CLI as a user runs it: commands, outputs on disk, JSON, exit codes, errors."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import schedc
+from schedc.interop.torch_csv import read_torch_csv
+
+BAD_ORDER = "schedule bad {\n  rank 0: 0F0 0B0\n  rank 1: 1B0 1F0\n}\n"
+
+
+def test_list_names_every_builtin(run_cli):
+    code, out, _ = run_cli("list")
+    assert code == 0
+    names = [line.split()[0] for line in out.splitlines()]
+    assert names == ["1f1b", "gpipe", "interleaved_1f1b", "looped_bfs"]
+    code, out, _ = run_cli("list", "--json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert rows[2]["params"] == {"P": "4", "V": "2", "M": "8"}
+
+
+def test_compile_writes_ir_and_csv(run_cli, tmp_path):
+    code, out, err = run_cli("compile", "1f1b", "--param", "P=4", "--param", "M=8", "-o", str(tmp_path / "build"))
+    assert code == 0, err
+    assert "4 ranks, 4 stages, 8 microbatches" in out and "peak activation per rank: [4, 3, 2, 1]" in out
+    ir = json.loads((tmp_path / "build" / "1f1b.json").read_text())
+    assert ir["format"] == "schedc-ir" and ir["ranks"] == 4 and len(ir["actions"]) == 4
+    assert ir["params"] == {"P": 4, "M": 8}
+    csv_text = (tmp_path / "build" / "1f1b.csv").read_bytes().decode()
+    prog = read_torch_csv(csv_text).to_program()
+    assert prog.level == "comms" and schedc.check(prog).ok
+    # the IR file loads back to the same program
+    again = schedc.load(str(tmp_path / "build" / "1f1b.json"))
+    assert again.ranks == schedc.load("1f1b", {"P": 4, "M": 8}).ranks
+
+
+def test_compile_of_a_file_path(run_cli, tmp_path):
+    root = Path(schedc.__file__).resolve().parent.parent
+    code, out, err = run_cli("compile", str(root / "schedules" / "interleaved_1f1b.pp"), "--param", "P=4",
+                             "--param", "V=2", "--param", "M=8", "-o", str(tmp_path))
+    assert code == 0, err
+    assert (tmp_path / "interleaved_1f1b.json").exists() and (tmp_path / "interleaved_1f1b.csv").exists()
+
+
+def test_compile_refuses_a_failing_schedule_and_writes_nothing(run_cli, tmp_path):
+    src = tmp_path / "bad.pp"
+    src.write_text(BAD_ORDER)
+    out_dir = tmp_path / "out"
+    code, out, err = run_cli("compile", str(src), "-o", str(out_dir))
+    assert code == 1
+    assert "error[order]" in err and "nothing written" in err
+    assert not out_dir.exists() or list(out_dir.iterdir()) == []
+    code, _, _ = run_cli("compile", str(src), "-o", str(out_dir), "--force")
+    assert code == 1 and (out_dir / "bad.json").exists()
+    assert not [p for p in out_dir.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_check_json_lines_in_order(run_cli, tmp_path):
+    bad = tmp_path / "bad.pp"
+    bad.write_text(BAD_ORDER)
+    csv_path = tmp_path / "one.csv"
+    csv_path.write_text(schedc.to_torch_csv(schedc.load("gpipe", {"P": 2, "M": 2}), "compute"))
+    code, out, _ = run_cli("check", "1f1b", str(bad), str(csv_path), "--json", "--param", "P=2", "--param", "M=3")
+    assert code == 1
+    reports = [json.loads(line) for line in out.splitlines()]
+    assert [r["ok"] for r in reports] == [True, False, True]
+    first = reports[0]
+    for key in ("file", "schedule", "params", "ranks", "stages", "microbatches", "ok", "errors", "deadlock",
+                "peak_activation"):
+        assert key in first
+    assert first["params"] == {"P": 2, "M": 3} and first["peak_activation"] == [2, 1]
+    err = reports[1]["errors"][0]
+    assert (err["code"], err["line"], err["column"], err["rank"], err["step"]) == ("order", 3, 11, 1, 0)
+    assert reports[2]["schedule"] == "one" and reports[2]["level"] == "compute"
+
+
+def test_check_text_for_a_deadlock(run_cli, tmp_path):
+    src = tmp_path / "dl.pp"
+    src.write_text("schedule dl {\n rank 0: 0F0 0F1 0SEND_F0 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n"
+                   " rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1\n}\n")
+    code, out, _ = run_cli("check", str(src))
+    assert code == 1
+    assert "error[deadlock]" in out and "[0SEND_F1]" in out
+    code, out, _ = run_cli("check", str(src), "--semantics", "eager")
+    assert code == 0
+
+
+def test_bad_input_exits_2_with_a_located_message(run_cli, tmp_path):
+    src = tmp_path / "syntax.pp"
+    src.write_text("schedule s {\n  stages 2 3\n}\n")
+    code, out, err = run_cli("check", str(src))
+    assert code == 2
+    assert err.startswith(f"{src}:2:12: error[syntax]:")
+    assert "Traceback" not in err
+    code, _, err = run_cli("check", "no_such_schedule")
+    assert code == 2 and "no such file or built-in schedule" in err
+    code, _, err = run_cli("compile", "1f1b", "--param", "P=four")
+    assert code == 2 and "expected NAME=INTEGER" in err
+    code, _, err = run_cli("compile", "1f1b", "--param", "Q=4")
+    assert code == 2 and "has no parameter 'Q'" in err
+    code, _, err = run_cli("frobnicate")
+    assert code == 2 and "error[usage]" in err
+    code, _, err = run_cli("check", "1f1b", "--semantics", "nope")
+    assert code == 2
+
+
+def test_bad_csv_cell_is_located(run_cli, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("0F0,0B0\n1F0,1Q0\n")
+    code, out, err = run_cli("check", str(bad), "--json")
+    assert code == 2
+    row = json.loads(out)
+    e = row["errors"][0]
+    assert (e["line"], e["column"], e["rank"], e["step"]) == (2, 5, 1, 1)
+    assert f"{bad}:2:5: error[csv]: rank 1, step 1:" in err
+
+
+def test_export_levels(run_cli, tmp_path):
+    out_file = tmp_path / "out.csv"
+    code, _, err = run_cli("export", "interleaved_1f1b", "--param", "P=4", "--param", "V=2", "--param", "M=8",
+                           "--to", "torch-csv", "--level", "comms", "-o", str(out_file))
+    assert code == 0, err
+    prog = read_torch_csv(out_file.read_bytes().decode()).to_program()
+    assert prog.num_ranks == 4 and prog.level == "comms" and schedc.check(prog).ok
+    code, out, _ = run_cli("export", "gpipe", "--param", "P=2", "--param", "M=2", "--to", "torch-csv",
+                           "--level", "compute")
+    assert code == 0 and out == "0F0,0F1,0B0,0B1\r\n1F0,1F1,1B0,1B1\r\n"
+
+
+def test_export_of_a_failing_schedule_refuses_comms(run_cli, tmp_path):
+    src = tmp_path / "bad.pp"
+    src.write_text(BAD_ORDER)
+    code, out, err = run_cli("export", str(src), "--to", "torch-csv")
+    assert code == 1 and out == "" and "nothing exported" in err
+
+
+def test_version_and_help(run_cli):
+    code, out, _ = run_cli("--version")
+    assert code == 0 and out.strip() == f"schedc {schedc.__version__}"
+    code, out, _ = run_cli("check", "--help")
+    assert code == 0 and "--semantics" in out
