@@ -111,3 +111,19 @@ def test_i_frees_activation_minus_weight():
     assert peak_activation(p) == (6.0,)
     q = compile_text("schedule z { memory act = 3, weight = 1\n rank 0: 0F0 0I0 0F1 0W0 0I1 0W1\n}")
     assert peak_activation(q) == (4.0,)
+
+
+def test_a_group_posts_its_members_together():
+    # the exchange that deadlocks when each rank sends first is fine when send and receive are one group
+    grouped = compile_text("""schedule g {
+      rank 0: 0F0 0F1 0SEND_F0 (0SEND_F1;0RECV_B0)GROUP 0B0 0RECV_B1 0B1
+      rank 1: 1RECV_F0 1F0 1B0 (1SEND_B0;1RECV_F1)GROUP 1F1 1B1 1SEND_B1
+    }""")
+    assert schedc.check(grouped).ok
+    assert not schedc.check(compile_text(CROSS)).ok
+
+
+def test_bounded_buffer_semantics():
+    p = compile_text(CROSS)
+    assert not execute(p, Semantics.parse("rendezvous")).finished
+    assert execute(p, Semantics.parse("bounded:1")).finished
