@@ -31,6 +31,7 @@ class Findings:
             self.dropped[code] += 1
             return
         span = action.span if action is not None else None
+        step = display_step(action, step)
         self.items.append(Diagnostic(code, f"rank {rank}, step {step}: {message}", span,
                                      tuple(notes), rank=rank, step=step))
 
@@ -40,6 +41,13 @@ class Findings:
     def result(self) -> list[Diagnostic]:
         extra = [Diagnostic(code, f"... and {n} more '{code}' finding(s)") for code, n in self.dropped.items()]
         return self.items + extra
+
+
+def display_step(action: Action | None, step: int) -> int:
+    """The step a user sees: a CSV cell's column (idle cells count, as in torch), else the index."""
+    if action is not None and action.span is not None and action.span.step is not None:
+        return action.span.step
+    return step
 
 
 def lint(program: Program) -> list[Diagnostic]:
@@ -92,7 +100,8 @@ def _counts(p: Program, out: Findings) -> None:
     for (op, s, m), where in seen.items():
         for rank, step, a in where[1:]:
             r0, s0, a0 = where[0]
-            out.add("duplicate", f"{describe(a)} appears again (first at rank {r0}, step {s0}{_where(a0)})",
+            out.add("duplicate", f"{describe(a)} appears again (first at rank {r0}, step "
+                    f"{display_step(a0, s0)}{_where(a0)})",
                     rank, step, a)
     legacy = [(s, m) for (op, s, m) in seen if op is Op.B and (Op.W, s, m) in seen and (Op.I, s, m) not in seen]
     if legacy and not any(op is Op.I for (op, _, _) in seen):
@@ -135,7 +144,7 @@ def _order(p: Program, out: Findings) -> None:
         for step, st in enumerate(steps):
             for a in st.parts:
                 if a.op.is_compute:
-                    later.setdefault((a.op, a.stage, a.microbatch), step)
+                    later.setdefault((a.op, a.stage, a.microbatch), display_step(a, step))
         for step, st in enumerate(steps):
             for a in st.parts:
                 if a.op in (Op.B, Op.I):
@@ -166,7 +175,7 @@ def _communication(p: Program, out: Findings) -> None:
             for a in st.parts:
                 v = delivers(a) or produces(a)
                 if v is not None:
-                    arriving.setdefault(v, step)
+                    arriving.setdefault(v, display_step(a, step))
         owed: dict = {}
         for step, st in enumerate(steps):
             for a in st.parts:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from .deps import payload
 from .errors import Diagnostic
 from .ir import Program, describe, format_step
-from .lint import lint
+from .lint import display_step, lint
 from .verify.deadlock import Deadlock, find_deadlock, render_grid
 from .verify.execute import RENDEZVOUS, Semantics, channels
 from .verify.memory import peak_activation
@@ -99,18 +99,20 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, file: str
         if payload(send.action) != payload(recv.action):
             report.mismatches.append(Mismatch(send.rank, send.step, send.action, recv.rank, recv.step, recv.action))
     for m in report.mismatches[:20]:
+        step, send_step = display_step(m.recv, m.recv_step), display_step(m.send, m.send_step)
         report.errors.append(Diagnostic(
-            "mismatch", f"rank {m.recv_rank}, step {m.recv_step}: {describe(m.recv)} is paired with "
-            f"{describe(m.send)} from rank {m.send_rank} (step {m.send_step}): messages pair in order on "
+            "mismatch", f"rank {m.recv_rank}, step {step}: {describe(m.recv)} is paired with "
+            f"{describe(m.send)} from rank {m.send_rank} (step {send_step}): messages pair in order on "
             f"{m.send_rank}->{m.recv_rank}, so this receive gets the wrong tensor", m.recv.span,
-            rank=m.recv_rank, step=m.recv_step))
+            rank=m.recv_rank, step=step))
     for ep in chans.unmatched():
         kind = "send" if ep.action.op.name.startswith("SEND") else "receive"
         other = "receive" if kind == "send" else "send"
+        step = display_step(ep.action, ep.step)
         report.errors.append(Diagnostic(
-            "unmatched", f"rank {ep.rank}, step {ep.step}: {describe(ep.action)} is {kind} number "
+            "unmatched", f"rank {ep.rank}, step {step}: {describe(ep.action)} is {kind} number "
             f"{ep.index + 1} on {ep.channel[0]}->{ep.channel[1]}, but that channel has no {other} "
-            f"number {ep.index + 1}", ep.action.span, rank=ep.rank, step=ep.step))
+            f"number {ep.index + 1}", ep.action.span, rank=ep.rank, step=step))
     dl = find_deadlock(program, semantics, chans)
     if dl is not None:
         report.deadlock = dl
@@ -118,5 +120,5 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, file: str
         report.errors.append(Diagnostic(
             "deadlock", f"deadlock under {semantics} sends: {dl.cause}",
             first.action.span if first else None, rank=first.rank if first else None,
-            step=first.step if first else None))
+            step=display_step(first.action, first.step) if first else None))
     return report

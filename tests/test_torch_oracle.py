@@ -226,10 +226,19 @@ _TORCH_ERROR = re.compile(r"Rank (\d+), step (\d+): Running Full Backward for st
                           r"without first running Forward")
 
 
+@pytest.mark.parametrize("idle", [False, True], ids=["as-torch-returns-it", "with-warmup-idle-steps"])
 @pytest.mark.parametrize("P", RANKS)
-def test_torch_1f1b_ir_is_rejected_by_schedc_check(tmp_path, P):
+def test_torch_1f1b_ir_is_rejected_by_schedc_check(tmp_path, P, idle):
+    """torch's 1F1B IR as a CSV fails `schedc check` with an "order" error at torch's rank and step.
+
+    `_get_pipeline_order` pads rank r with r idle steps and then drops every None (its
+    `_add_reduce_grad` skips them); the second variant keeps that padding as empty cells, so the step
+    torch's validator names counts idle cells, as a CSV's columns do.
+    """
     M = 2 * P
     order = S.Schedule1F1B(MockStage(0, P, P, 0), M).pipeline_order
+    if idle:
+        order = {r: [None] * r + list(order[r]) for r in order}
     # torch's own validator is the oracle for where the schedule first goes wrong
     try:
         S._validate_schedule(order, P, P, M)
@@ -252,16 +261,18 @@ def test_torch_1f1b_ir_is_rejected_by_schedc_check(tmp_path, P):
     assert main(["check", "--json", str(path)], out, err) == 1, err.getvalue()
     report = json.loads(out.getvalue())
     assert report["ok"] is False
-    hits = [d for d in report["errors"] if d["code"] == "order" and d.get("rank") == rank and d.get("step") == step]
-    assert hits, f"no 'order' error at rank {rank}, step {step}: {report['errors']}"
-    message = hits[0]["message"]
-    assert f"rank {rank}, step {step}" in message
-    assert re.search(rf"B\({stage},{mb}\).*before its forward", message), message
+    orders = [d for d in report["errors"] if d["code"] == "order" and d.get("rank") == rank]
+    assert orders, f"no 'order' error on rank {rank}: {[d['message'] for d in report['errors']]}"
+    diag = orders[0]
+    assert re.search(rf"B\({stage},{mb}\).*before its forward", diag["message"]), diag["message"]
     # it points at the cell in the file: line rank + 1, column of the cell
     line = text.splitlines()[rank]
     cell_column = sum(len(c) + 1 for c in line.split(",")[:step]) + 1
-    assert (hits[0].get("line"), hits[0].get("column")) == (rank + 1, cell_column)
+    assert (diag.get("line"), diag.get("column")) == (rank + 1, cell_column), diag
+    # and names the step torch's validator names (the cell index, idle cells counted)
+    assert diag.get("step") == step and f"rank {rank}, step {step}:" in diag["message"], \
+        f"torch says rank {rank}, step {step}; schedc says: {diag['message']!r} (step={diag.get('step')})"
 
     out, err = io.StringIO(), io.StringIO()
     assert main(["check", str(path)], out, err) == 1
-    assert f"{path}:{rank + 1}:{cell_column}: error[order]: rank {rank}, step {step}" in out.getvalue()
+    assert f"{path}:{rank + 1}:{cell_column}: error[order]: rank {rank}, step {step}:" in out.getvalue()

@@ -68,10 +68,8 @@ def read_torch_csv(text: str, name: str = "<csv>", *, notation: str = "current")
     source = Source(name, text)
     rows = []
     errors = []
-    lines = text.splitlines()
-    while lines and not lines[-1].strip():
-        lines.pop()
-    if not lines:
+    lines = text.splitlines()  # like torch's csv.reader: a blank line is a rank with no actions
+    if not text.strip():
         raise SchedcError("csv", "the CSV file is empty: expected one row of actions per rank",
                           Span.point(source, 1, 1))
     for rank, line in enumerate(lines):
@@ -99,13 +97,25 @@ def read_torch_csv(text: str, name: str = "<csv>", *, notation: str = "current")
 
 
 def _cells(line: str):
-    """(1-based column, text) of each cell; quoted cells are read with the csv module."""
-    if '"' in line:
-        return [(1, c) for c in next(csv.reader([line]))]
-    out, col = [], 1
-    for cell in line.split(","):
+    """(1-based column, text) of each cell, as the csv module splits the line; none for a blank line."""
+    if not line:
+        return []
+    texts = next(csv.reader([line]))
+    if '"' not in line:
+        starts = [0]
+        for i, ch in enumerate(line):
+            if ch == ",":
+                starts.append(i + 1)
+        return [(start + 1, cell) for start, cell in zip(starts, texts)]
+    out, col, i = [], 1, 0
+    for cell in texts:  # quoted cells: find where each one begins in the raw line
         out.append((col, cell))
-        col += len(cell) + 1
+        in_quotes = False
+        while i < len(line) and (in_quotes or line[i] != ","):
+            in_quotes ^= line[i] == '"'
+            i += 1
+        i += 1
+        col = i + 1
     return out
 
 
