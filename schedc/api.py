@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from .report import Report, run_checks
+from .report import ENGINES, Report, run_checks
 from .errors import SchedcError
 from .ir import Program
 from .resources import builtin_schedules
@@ -75,10 +75,20 @@ def load(path_or_name: str, params: Mapping[str, int] | None = None, *, fmt: str
     return load_text(read_text(path), shown, fmt or detect_format(str(path)), params, notation, strict_params)
 
 
-def check(program: Program, *, semantics: str | Semantics = "rendezvous") -> Report:
-    """Every check on a program; `Report.ok`, `Report.to_dict()` (the CLI's JSON)."""
+def check(program: Program, *, semantics: str | Semantics = "rendezvous", engine: str = "native",
+          memory_limit: float | Mapping[int, float] | None = None, timeout: float = 30.0) -> Report:
+    """Every check on a program; `Report.ok` (None when a solver gave up), `Report.to_dict()`.
+
+    `engine="z3"` re-proves deadlock freedom with the solver (a witness timing when safe);
+    `memory_limit` is one limit for every rank or a {rank: limit} mapping.
+    """
     sem = semantics if isinstance(semantics, Semantics) else Semantics.parse(semantics)
-    return run_checks(program, semantics=sem)
+    if engine not in ENGINES:
+        raise SchedcError("usage", f"unknown engine {engine!r}; expected native or z3", where="--engine")
+    if isinstance(memory_limit, (int, float)):
+        memory_limit = {r: float(memory_limit) for r in range(program.num_ranks)}
+    return run_checks(program, semantics=sem, engine=engine, timeout_s=timeout,
+                      memory_limit=dict(memory_limit) if memory_limit else None)
 
 
 def to_torch_csv(program: Program, level: str = "comms") -> str:

@@ -14,10 +14,12 @@ import tempfile
 from pathlib import Path
 from typing import TextIO
 
-from .errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, SchedcError
+from .errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
 
 EXIT_INTERNAL = 4
 _PARAM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)")
+_SWEEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)\.\.(-?\d+)")
+MAX_SWEEP = 100_000
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,6 +64,14 @@ def _parser(stdout: TextIO) -> _Parser:
                        help="PyTorch CSV notation: current (B = full backward) or legacy (B = backward-input, "
                             "BW = full backward)")
 
+    def checking(q):
+        q.add_argument("--semantics", default="rendezvous", help="rendezvous (default), eager, or bounded:K")
+        q.add_argument("--engine", choices=["native", "z3"], default="native",
+                       help="deadlock check: the native executor (default) or the Z3 solver")
+        q.add_argument("--timeout", type=float, default=30.0, metavar="S", help="solver timeout in seconds")
+        q.add_argument("--memory-limit", metavar="N|R=N,...",
+                       help="memory limit per rank: one number, or rank=limit pairs, e.g. 0=4,1=3")
+
     q = sub.add_parser("list", help="built-in schedules and their parameters", stdout=stdout)
     q.add_argument("--json", action="store_true", help="one JSON object per schedule")
 
@@ -70,12 +80,14 @@ def _parser(stdout: TextIO) -> _Parser:
     common(q)
     q.add_argument("-o", "--output", default="build", metavar="DIR", help="output folder (default: build)")
     q.add_argument("--force", action="store_true", help="write outputs even if checks fail")
-    q.add_argument("--semantics", default="rendezvous", help="rendezvous (default), eager, or bounded:K")
+    checking(q)
 
     q = sub.add_parser("check", help="check schedules; one report (or JSON line) per input", stdout=stdout)
     common(q, many=True)
     q.add_argument("--json", action="store_true", help="print one JSON object per input, one per line")
-    q.add_argument("--semantics", default="rendezvous", help="rendezvous (default), eager, or bounded:K")
+    q.add_argument("--sweep", action="append", default=[], metavar="K=A..B",
+                   help="check every value of a parameter in A..B (inclusive; repeatable)")
+    checking(q)
 
     q = sub.add_parser("export", help="write a schedule in another format", stdout=stdout)
     common(q)
@@ -163,32 +175,64 @@ def _list(args, stdout, stderr) -> int:
     return EXIT_OK
 
 
-def _compile(args, stdout, stderr) -> int:
+def _memory_limit(text: str | None):
+    if text is None:
+        return None
+    try:
+        if "=" not in text:
+            return float(text)
+        out = {}
+        for part in text.split(","):
+            rank, value = part.split("=")
+            out[int(rank)] = float(value)
+        return out
+    except ValueError:
+        raise SchedcError("usage", f"--memory-limit {text!r}: expected a number or rank=limit pairs, "
+                          "e.g. 8 or 0=4,1=3", where="--memory-limit") from None
+
+
+def _run_checks(program, args):
     from .api import check
+    return check(program, semantics=args.semantics, engine=args.engine, timeout=args.timeout,
+                 memory_limit=_memory_limit(args.memory_limit))
+
+
+def _exit_of(report) -> int:
+    return {True: EXIT_OK, None: EXIT_UNKNOWN}.get(report.ok, EXIT_FAIL)
+
+
+def _worse(a: int, b: int) -> int:
+    rank = {EXIT_OK: 0, EXIT_UNKNOWN: 1, EXIT_FAIL: 2, EXIT_INPUT: 3}
+    return a if rank[a] >= rank[b] else b
+
+
+def _compile(args, stdout, stderr) -> int:
     from .interop.ir_json import dumps_ir
     from .interop.torch_csv import to_torch_csv
     program = _load(args.input, args, _params(args.param))
-    report = check(program, semantics=args.semantics)
+    report = _run_checks(program, args)
     stdout.write(report.summary() + "\n")
-    if not report.ok:
+    if report.ok is not True:
         stderr.write(report.render() + "\n")
         if not args.force:
-            stderr.write("schedc: checks failed; nothing written (use --force to write anyway)\n")
-            return EXIT_FAIL
+            stderr.write("schedc: checks did not pass; nothing written (use --force to write anyway)\n")
+            return _exit_of(report)
     stem = _safe_stem(program.name)
     outputs = {f"{stem}.json": dumps_ir(program)}
-    if program.level == "comms" or report.ok:
+    if program.level == "comms" or report.ok is not False:
         outputs[f"{stem}.csv"] = to_torch_csv(program, "comms").dumps()
     written = _write_all(Path(args.output), outputs)
     stdout.write("  wrote " + ", ".join(str(p) for p in written) + "\n")
-    return EXIT_OK if report.ok else EXIT_FAIL
+    return _exit_of(report)
 
 
 def _check(args, stdout, stderr) -> int:
-    from .api import check
     from .verify.execute import Semantics
     params = _params(args.param)
-    semantics = Semantics.parse(args.semantics)
+    Semantics.parse(args.semantics)  # a bad value is a usage error before any work
+    _memory_limit(args.memory_limit)
+    if args.sweep:
+        return _sweep(args, params, stdout, stderr)
     worst = EXIT_OK
     for name in args.inputs:
         try:
@@ -201,16 +245,79 @@ def _check(args, stdout, stderr) -> int:
                 stdout.write(json.dumps({"file": name, "ok": False, "input_error": True,
                                          "errors": [d.to_dict() for d in e.diagnostics]}) + "\n")
             continue
-        report = check(program, semantics=semantics)
-        if not report.ok and worst == EXIT_OK:
-            worst = EXIT_FAIL
+        report = _run_checks(program, args)
+        worst = _worse(worst, _exit_of(report))
         if args.json:
             stdout.write(json.dumps(report.to_dict()) + "\n")
         else:
             stdout.write(report.summary() + "\n")
-            if not report.ok:
+            if report.ok is not True:
                 stdout.write(report.render() + "\n")
     return worst
+
+
+def _sweep(args, params, stdout, stderr) -> int:
+    """Check every combination of the swept parameter ranges; a table, then the first failure."""
+    import itertools
+    if len(args.inputs) != 1:
+        raise SchedcError("usage", "--sweep checks one schedule at a time", where="--sweep")
+    ranges = {}
+    for text in args.sweep:
+        m = _SWEEP.fullmatch(text.strip())
+        if not m or int(m.group(2)) > int(m.group(3)):
+            raise SchedcError("usage", f"--sweep {text!r}: expected NAME=LOW..HIGH, e.g. --sweep M=1..64",
+                              where="--sweep")
+        ranges[m.group(1)] = range(int(m.group(2)), int(m.group(3)) + 1)
+    total = 1
+    for r in ranges.values():
+        total *= len(r)
+    if total > MAX_SWEEP:
+        raise SchedcError("usage", f"the sweep has {total:,} instances; the limit is {MAX_SWEEP:,}", where="--sweep")
+    names = list(ranges)
+    results: dict[tuple, str] = {}
+    first_failure = None
+    worst = EXIT_OK
+    for n, values in enumerate(itertools.product(*ranges.values()), 1):
+        instance = {**params, **dict(zip(names, values))}
+        if total >= 500 and not args.json and n % max(1, total // 10) == 0:  # progress on long sweeps
+            stderr.write(f"  checked {n}/{total}\n")
+        try:
+            program = _load(args.inputs[0], args, instance)
+        except SchedcError as e:
+            if e.code != "require":
+                raise
+            results[values] = "-"
+            if args.json:
+                stdout.write(json.dumps({"params": instance, "excluded": e.diagnostics[0].message}) + "\n")
+            continue
+        report = _run_checks(program, args)
+        code = _exit_of(report)
+        worst = _worse(worst, code)
+        results[values] = {EXIT_OK: ".", EXIT_UNKNOWN: "?"}.get(code, "X")
+        if code == EXIT_FAIL and first_failure is None:
+            first_failure = report
+        if args.json:
+            stdout.write(json.dumps(report.to_dict()) + "\n")
+    if not args.json:
+        stdout.write(_sweep_table(names, ranges, results) + "\n")
+        held = sum(v == "." for v in results.values())
+        stdout.write(f"{held} of {len(results)} instances hold ('.' holds, 'X' fails, '?' unknown, "
+                     "'-' excluded by require)\n")
+        if first_failure is not None:
+            stdout.write(f"first failure, at {dict(first_failure.program.params)}:\n")
+            stdout.write(first_failure.summary() + "\n" + first_failure.render() + "\n")
+    return worst
+
+
+def _sweep_table(names, ranges, results) -> str:
+    if len(names) == 2:
+        rows, cols = ranges[names[0]], ranges[names[1]]
+        width = max(len(str(c)) for c in cols)
+        head = f"{names[0]}\\{names[1]:<3} " + " ".join(f"{c:>{width}}" for c in cols)
+        lines = [head] + [f"{r:<6} " + " ".join(f"{results[(r, c)]:>{width}}" for c in cols) for r in rows]
+        return "\n".join(lines)
+    return "\n".join(" ".join(f"{n}={v}" for n, v in zip(names, values)) + f"  {mark}"
+                     for values, mark in results.items())
 
 
 def _export(args, stdout, stderr) -> int:

@@ -29,7 +29,7 @@ FUNCTIONS = {"min": min, "max": max, "abs": abs}
 COST_KEYS = {"F", "B", "I", "W"}
 GLOBAL_COST_KEYS = COST_KEYS | {"latency", "bandwidth"}
 RANK_COST_KEYS = {"speed"}
-MEMORY_KEYS = {"act", "weight"}
+MEMORY_KEYS = {"act", "weight", "out"}
 
 
 def compile_schedule(tree: ast.Schedule, params: Mapping[str, int] | None = None, *,
@@ -639,4 +639,4 @@ def _stage_cost(given: dict[str, float]) -> StageCost:
 
 def _stage_memory(given: dict[str, float]) -> StageMemory:
     act = given.get("act", 1.0)
-    return StageMemory(act=act, weight=given.get("weight", act))
+    return StageMemory(act=act, weight=given.get("weight", act), out=given.get("out", 0.0))

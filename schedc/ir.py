@@ -108,10 +108,13 @@ class StageCost:
 
 @dataclass(frozen=True)
 class StageMemory:
-    """Activation size `act` (allocated by F) and the part `weight` that W frees (default all)."""
+    """Activation size `act` (allocated by F), the part `weight` that W frees (default all), and
+    `out`, the size of the stage's output: the activation it sends on and the gradient it gets back
+    (default 0: boundary tensors are small next to a stage's activations)."""
 
     act: float = 1.0
     weight: float = 1.0
+    out: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -290,5 +290,6 @@ for _name, _op in {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": 
 
 
 def _unquote(tok: Token) -> str:
-    import json
-    return json.loads(str(tok))
+    """A string literal's text: `\\"` is a quote, `\\\\` a backslash, anything else as written."""
+    import re
+    return re.sub(r'\\(["\\])', r"\1", str(tok)[1:-1])

@@ -1,8 +1,9 @@
 """Run every check on a Program and collect the findings in one `Report` (`run_checks`).
 
-Structure first (schedc/lint.py); when the structure is sound, payload matching and deadlock
-freedom under the chosen send semantics (schedc/verify/), and peak activations per rank.
-`Report.to_dict()` is the JSON of `schedc check --json` (documented in the README).
+Structure first (schedc/lint.py); when the structure is sound, payload matching, deadlock freedom
+under the chosen send semantics (the native executor, or Z3 with `engine="z3"`), and memory per
+rank against its limit (schedc/verify/). `Report.to_dict()` is the JSON of `schedc check --json`
+(documented in the README); `ok` is True, False, or None when a solver could not decide.
 """
 from __future__ import annotations
 
@@ -10,11 +11,17 @@ from dataclasses import dataclass, field
 
 from .deps import payload
 from .errors import Diagnostic
-from .ir import Program, describe, format_step
+from .ir import Action, Program, describe, format_step
 from .lint import display_step, lint
-from .verify.deadlock import Deadlock, find_deadlock, render_grid
+from .verify.deadlock import Deadlock, deadlock_from_core, find_deadlock, render_grid
 from .verify.execute import RENDEZVOUS, Semantics, channels
-from .verify.memory import peak_activation
+from .verify.memory import Peak, peak_activation, peak_memory
+
+ENGINES = ("native", "z3")
+
+
+def _line(a: Action | None):
+    return None if a is None or a.span is None else a.span.line
 
 
 @dataclass(frozen=True)
@@ -23,15 +30,14 @@ class Mismatch:
 
     send_rank: int
     send_step: int
-    send: object
+    send: Action
     recv_rank: int
     recv_step: int
-    recv: object
+    recv: Action
 
     def to_dict(self) -> dict:
-        line = lambda a: None if a.span is None else a.span.line  # noqa: E731
         return {"send_rank": self.send_rank, "send": format_step(self.send), "recv_rank": self.recv_rank,
-                "recv": format_step(self.recv), "send_line": line(self.send), "recv_line": line(self.recv)}
+                "recv": format_step(self.recv), "send_line": _line(self.send), "recv_line": _line(self.recv)}
 
 
 @dataclass
@@ -39,18 +45,26 @@ class Report:
     program: Program
     file: str | None
     semantics: Semantics = RENDEZVOUS
+    engine: str = "native"
     errors: list[Diagnostic] = field(default_factory=list)
     mismatches: list[Mismatch] = field(default_factory=list)
     deadlock: Deadlock | None = None
+    unknown: str | None = None  # why a solver could not decide
+    witness: tuple[tuple[int, ...], ...] | None = None  # a timing that meets every constraint (z3)
     peak_activation: tuple[float, ...] = ()
+    peak_memory: tuple[Peak, ...] = ()
+    memory_limit: tuple[float | None, ...] = ()
+    memory_violations: list[Peak] = field(default_factory=list)
 
     @property
-    def ok(self) -> bool:
-        return not self.errors
+    def ok(self) -> bool | None:
+        if self.errors:
+            return False
+        return None if self.unknown is not None else True
 
     def to_dict(self) -> dict:
         p = self.program
-        return {
+        out = {
             "file": self.file,
             "schedule": p.name,
             "params": dict(p.params),
@@ -60,20 +74,30 @@ class Report:
             "level": p.level,
             "actions": p.num_actions,
             "semantics": str(self.semantics),
+            "engine": self.engine,
             "ok": self.ok,
             "errors": [d.to_dict() for d in self.errors],
             "mismatches": [m.to_dict() for m in self.mismatches],
             "deadlock": None if self.deadlock is None else self.deadlock.to_dict(),
+            "unknown": self.unknown,
             "peak_activation": [_number(x) for x in self.peak_activation],
+            "peak_memory": [_number(pk.memory) for pk in self.peak_memory],
+            "memory_limit": [None if x is None else _number(x) for x in self.memory_limit],
+            "memory_violations": [_peak_dict(pk, self.memory_limit[pk.rank]) for pk in self.memory_violations],
         }
+        if self.witness is not None:
+            out["witness"] = [list(row) for row in self.witness]
+        return out
 
     def summary(self) -> str:
         p = self.program
-        verdict = "ok" if self.ok else f"FAILED ({len(self.errors)} error(s))"
+        verdict = {True: "ok", None: f"UNKNOWN ({self.unknown})"}.get(self.ok, f"FAILED ({len(self.errors)} error(s))")
         text = (f"{p.name}: {p.num_ranks} ranks, {p.num_stages} stages, {p.num_microbatches} microbatches, "
                 f"{p.num_actions} actions ({p.level} level); {verdict}")
         if self.peak_activation:
             text += "\n  peak activation per rank: [" + ", ".join(str(_number(x)) for x in self.peak_activation) + "]"
+        if self.peak_memory and any(pk.memory != a for pk, a in zip(self.peak_memory, self.peak_activation)):
+            text += "\n  peak memory per rank: [" + ", ".join(str(_number(pk.memory)) for pk in self.peak_memory) + "]"
         return text
 
     def render(self) -> str:
@@ -88,13 +112,40 @@ def _number(x: float):
     return int(x) if float(x).is_integer() else x
 
 
-def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, file: str | None = None) -> Report:
-    report = Report(program, file if file is not None else program.source, semantics)
+def _peak_dict(pk: Peak, limit) -> dict:
+    return {"rank": pk.rank, "step": pk.step, "action": None if pk.action is None else format_step(pk.action),
+            "line": _line(pk.action), "memory": _number(pk.memory), "limit": limit, "live": list(pk.live)}
+
+
+def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str = "native",
+               timeout_s: float = 30.0, memory_limit: dict[int, float] | None = None,
+               file: str | None = None) -> Report:
+    report = Report(program, file if file is not None else program.source, semantics, engine)
     report.errors.extend(lint(program))
-    report.peak_activation = peak_activation(program) if not report.errors else ()
     if report.errors:
         return report
+    report.peak_activation = peak_activation(program)
     chans = channels(program)
+    _match(report, chans)
+    if engine == "z3":
+        _deadlock_z3(report, chans, timeout_s)
+    else:
+        report.deadlock = find_deadlock(program, semantics, chans)
+    if report.deadlock is not None:
+        dl = report.deadlock
+        first = dl.cycle[0] if dl.cycle else None
+        report.errors.append(Diagnostic(
+            "deadlock", f"deadlock under {semantics} sends: {dl.cause}",
+            first.action.span if first else None, rank=first.rank if first else None,
+            step=display_step(first.action, first.step) if first else None))
+        return report
+    if report.mismatches:
+        return report
+    _memory(report, chans, memory_limit)
+    return report
+
+
+def _match(report: Report, chans) -> None:
     for send, recv in chans.pairs():
         if payload(send.action) != payload(recv.action):
             report.mismatches.append(Mismatch(send.rank, send.step, send.action, recv.rank, recv.step, recv.action))
@@ -113,12 +164,32 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, file: str
             "unmatched", f"rank {ep.rank}, step {step}: {describe(ep.action)} is {kind} number "
             f"{ep.index + 1} on {ep.channel[0]}->{ep.channel[1]}, but that channel has no {other} "
             f"number {ep.index + 1}", ep.action.span, rank=ep.rank, step=step))
-    dl = find_deadlock(program, semantics, chans)
-    if dl is not None:
-        report.deadlock = dl
-        first = dl.cycle[0] if dl.cycle else None
-        report.errors.append(Diagnostic(
-            "deadlock", f"deadlock under {semantics} sends: {dl.cause}",
-            first.action.span if first else None, rank=first.rank if first else None,
-            step=display_step(first.action, first.step) if first else None))
-    return report
+
+
+def _deadlock_z3(report: Report, chans, timeout_s: float) -> None:
+    from .verify.solver import Counterexample, Proved, prove_deadlock_free
+    result = prove_deadlock_free(report.program, report.semantics, chans, timeout_s=timeout_s)
+    if isinstance(result, Proved):
+        report.witness = result.timing
+    elif isinstance(result, Counterexample):
+        report.deadlock = deadlock_from_core(report.program, report.semantics, chans, result)
+    else:
+        report.unknown = result.reason
+
+
+def _memory(report: Report, chans, limits: dict[int, float] | None) -> None:
+    p = report.program
+    report.peak_memory = peak_memory(p, report.semantics, chans)
+    given = dict(p.annotations.memory_limit)
+    given.update(limits or {})
+    report.memory_limit = tuple(given.get(r) for r in range(p.num_ranks))
+    for pk in report.peak_memory:
+        limit = report.memory_limit[pk.rank]
+        if limit is not None and pk.memory > limit + 1e-9:
+            report.memory_violations.append(pk)
+            where = f" at {describe(pk.action)}" if pk.action is not None else ""
+            report.errors.append(Diagnostic(
+                "memory", f"rank {pk.rank}, step {display_step(pk.action, pk.step)}: memory reaches "
+                f"{_number(pk.memory)}{where}, over the limit of {_number(limit)}",
+                pk.action.span if pk.action is not None else None, ("live: " + "; ".join(pk.live),),
+                rank=pk.rank, step=display_step(pk.action, pk.step)))

@@ -46,21 +46,46 @@ def dumps_ir(program: Program) -> str:
 
 
 def read_ir_json(text: str, name: str = "<ir>") -> Program:
+    """Rebuild a Program; anything that is not a well-formed schedc IR file is a SchedcError."""
     source = Source(name, text)
     try:
-        data = json.loads(text)
-        if data.get("format") != FORMAT:
-            raise ValueError(f"not a schedc IR file (format is {data.get('format')!r})")
-        ranks = tuple(tuple(parse_step(t) for t in row) for row in data["actions"])
-        ann = data.get("annotations", {})
-        notes = Annotations(
-            tuple(StageCost(**c) for c in ann.get("stage_costs", [])),
-            tuple(StageMemory(**m) for m in ann.get("stage_memory", [])),
-            tuple(ann.get("rank_speed", [])),
-            tuple(sorted((int(r), v) for r, v in ann.get("memory_limit", {}).items())),
-            ann.get("latency", 0.0), ann.get("bandwidth", 0.0))
-        return Program(data["schedule"], data["ranks"], data["stages"], data["microbatches"],
-                       tuple(data["placement"]), ranks, tuple(data.get("params", {}).items()), notes,
-                       data.get("source"))
-    except (ValueError, KeyError, TypeError, ActionSyntaxError) as exc:
+        return _program(json.loads(text))
+    except (ValueError, KeyError, TypeError, AttributeError, ActionSyntaxError, RecursionError) as exc:
         raise SchedcError("ir-json", f"cannot read schedc IR JSON: {exc}", Span.point(source, 1, 1)) from None
+
+
+def _need(value, kind, what: str):
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ValueError(f"'{what}' must be {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def _program(data) -> Program:
+    _need(data, dict, "the document")
+    if data.get("format") != FORMAT:
+        raise ValueError(f"not a schedc IR file (format is {data.get('format')!r})")
+    ranks = _need(data["ranks"], int, "ranks")
+    stages = _need(data["stages"], int, "stages")
+    mbs = _need(data["microbatches"], int, "microbatches")
+    placement = tuple(_need(x, int, "placement") for x in _need(data["placement"], list, "placement"))
+    rows = _need(data["actions"], list, "actions")
+    if ranks < 1 or stages < 1 or mbs < 1:
+        raise ValueError("ranks, stages and microbatches must be positive")
+    if len(rows) != ranks or len(placement) != stages or any(not 0 <= r < ranks for r in placement):
+        raise ValueError("'actions' needs one list per rank and 'placement' one rank per stage")
+    steps = tuple(tuple(parse_step(_need(t, str, "an action")) for t in _need(row, list, "actions")) for row in rows)
+    ann = _need(data.get("annotations") or {}, dict, "annotations")
+    notes = Annotations(
+        tuple(StageCost(**{k: float(_need(v, (int, float), k)) for k, v in _need(c, dict, "a stage cost").items()})
+              for c in _need(ann.get("stage_costs", []), list, "stage_costs")),
+        tuple(StageMemory(**{k: float(_need(v, (int, float), k)) for k, v in _need(m, dict, "a stage memory").items()})
+              for m in _need(ann.get("stage_memory", []), list, "stage_memory")),
+        tuple(float(_need(x, (int, float), "rank_speed")) for x in _need(ann.get("rank_speed", []), list, "rank_speed")),
+        tuple(sorted((int(r), float(_need(v, (int, float), "memory_limit")))
+                     for r, v in _need(ann.get("memory_limit", {}), dict, "memory_limit").items())),
+        float(_need(ann.get("latency", 0.0), (int, float), "latency")),
+        float(_need(ann.get("bandwidth", 0.0), (int, float), "bandwidth")))
+    params = _need(data.get("params") or {}, dict, "params")
+    return Program(str(_need(data["schedule"], str, "schedule")), ranks, stages, mbs, placement, steps,
+                   tuple((str(k), _need(v, int, "a parameter")) for k, v in params.items()), notes,
+                   data.get("source") if isinstance(data.get("source"), str) else None)

@@ -164,3 +164,29 @@ def render_grid(program: Program, deadlock: Deadlock, width: int = 6) -> str:
     for r, row in enumerate(cells):
         lines.append(f"rank {r:<3}" + " ".join(f"{c:<{w}}" for c, w in zip(row, widths)).rstrip())
     return "\n".join(lines)
+
+
+_WHY = {"data": "value", "recv-posted": "recv-not-posted", "send-posted": "send-not-posted",
+        "buffer": "buffer-full"}
+
+
+def deadlock_from_core(program: Program, semantics: Semantics, chans: Channels, result) -> Deadlock:
+    """A Deadlock told from a solver's unsat core (schedc/verify/solver.py's Counterexample)."""
+    def first(step):
+        return program.ranks[step[0]][step[1]].parts[0]
+
+    waits = []
+    for e in result.core:
+        if e.why == "order":
+            continue
+        target = e.before if e.why == "data" else (e.before[0], e.before[1] + 1)
+        waits.append(Wait(e.after[0], e.after[1], first(e.after), _WHY[e.why], target[0], target[1], first(target)))
+    for imp in result.impossible:
+        waits.append(Wait(imp.step[0], imp.step[1], first(imp.step), "value"))
+    cycle = tuple(waits)
+    min_buffer = None
+    if program.level == "comms" and semantics.kind != "eager" and any(
+            w.reason in ("recv-not-posted", "buffer-full") for w in cycle):
+        min_buffer = _smallest_buffer(program, chans, semantics)
+    stuck = {w.rank: w.step for w in cycle}
+    return Deadlock(semantics, cycle, stuck, _cause(cycle, min_buffer, None), min_buffer)
