@@ -38,6 +38,10 @@ class Op(str, enum.Enum):
     RESHARD = "RESHARD"
     REDUCE_GRAD = "REDUCE_GRAD"
 
+    # Enum's own __hash__ is a Python-level call; hashing as the str value is C-fast and agrees
+    # with equality (Op.F == "F"). Every dict and set keyed by ops or actions depends on this.
+    __hash__ = str.__hash__
+
     @property
     def is_compute(self) -> bool:
         return self in COMPUTE

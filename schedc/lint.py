@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .deps import delivers, message, needs, payload, peer_stage, produces, value_name
+from .deps import consumer_stage, delivers, message, needs, payload, peer_stage, produces, value_name
 from .errors import Diagnostic
-from .ir import Action, Op, Program, describe
+from .ir import COMPUTE, SENDS, Action, Op, Program, describe
 
 MAX_PER_CODE = 20
 
@@ -93,48 +93,56 @@ def _indices(p: Program, out: Findings) -> None:
 
 
 def _counts(p: Program, out: Findings) -> None:
-    seen: dict[tuple[Op, int, int], list[tuple[int, int, Action]]] = defaultdict(list)
-    for rank, step, a in p.actions():
-        if a.op.is_compute:
-            seen[(a.op, a.stage, a.microbatch)].append((rank, step, a))
-    for (op, s, m), where in seen.items():
-        for rank, step, a in where[1:]:
-            r0, s0, a0 = where[0]
-            out.add("duplicate", f"{describe(a)} appears again (first at rank {r0}, step "
-                    f"{display_step(a0, s0)}{_where(a0)})",
-                    rank, step, a)
-    legacy = [(s, m) for (op, s, m) in seen if op is Op.B and (Op.W, s, m) in seen and (Op.I, s, m) not in seen]
-    if legacy and not any(op is Op.I for (op, _, _) in seen):
-        s, m = legacy[0]
-        rank, step, a = seen[(Op.B, s, m)][0]
-        out.add("legacy-notation", f"B({s},{m}) and W({s},{m}) both appear ({len(legacy)} such pairs) and no I "
-                "does: this reads as PyTorch's older notation, where B meant backward-input (today's I)",
+    first: dict[tuple[Op, int, int], tuple[int, int, Action]] = {}
+    compute = COMPUTE
+    for rank, steps in enumerate(p.ranks):
+        for step, st in enumerate(steps):
+            for a in st.parts:
+                if a.op in compute:
+                    key = (a.op, a.stage, a.microbatch)
+                    if key in first:
+                        r0, s0, a0 = first[key]
+                        out.add("duplicate", f"{describe(a)} appears again (first at rank {r0}, step "
+                                f"{display_step(a0, s0)}{_where(a0)})", rank, step, a)
+                    else:
+                        first[key] = (rank, step, a)
+    has = {op: set() for op in (Op.F, Op.B, Op.I, Op.W)}
+    for op, s, m in first:
+        has[op].add((s, m))
+    F, B, I, W = has[Op.F], has[Op.B], has[Op.I], has[Op.W]
+    legacy_pairs = (B & W) - I
+    if legacy_pairs and not I:
+        s, m = min(legacy_pairs)
+        rank, step, a = first[(Op.B, s, m)]
+        out.add("legacy-notation", f"B({s},{m}) and W({s},{m}) both appear ({len(legacy_pairs)} such pairs) and "
+                "no I does: this reads as PyTorch's older notation, where B meant backward-input (today's I)",
                 rank, step, a, notes=["read the file with --notation legacy (B -> I, BW -> B) if it came "
                                       "from an older PyTorch"])
-        legacy_pairs = set(legacy)
     else:
         legacy_pairs = set()
-    for s in range(p.num_stages):
+    total = p.num_stages * p.num_microbatches
+    suspects = (B & (I | W)) | (I ^ W)
+    if len(F) < total or len(B | I | W) < total:  # something is missing: look at every pair
+        suspects |= {(s, m) for s in range(p.num_stages) for m in range(p.num_microbatches)
+                     if (s, m) not in F or ((s, m) not in B and (s, m) not in I and (s, m) not in W)}
+    for s, m in sorted(suspects - legacy_pairs):
+        found = next((first[(op, s, m)] for op in (Op.F, Op.B, Op.I, Op.W) if (op, s, m) in first), None)
         home = p.placement[s]
-        for m in range(p.num_microbatches):
-            has = {op: bool(seen.get((op, s, m))) for op in (Op.F, Op.B, Op.I, Op.W)}
-            first = next((seen[(op, s, m)][0] for op in (Op.F, Op.B, Op.I, Op.W) if has[op]), None)
-            rank, step, a = first if first else (home, len(p.ranks[home]), None)
-            if not has[Op.F]:
-                out.add("missing", f"F({s},{m}) is missing: every stage runs one forward per microbatch",
-                        rank, step, a)
-            if (s, m) in legacy_pairs:
-                pass
-            elif has[Op.B] and (has[Op.I] or has[Op.W]):
-                out.add("mixed-backward", f"stage {s}, microbatch {m} has both B and I/W; use one B or "
-                        "one I and one W", rank, step, a)
-            elif not has[Op.B] and not has[Op.I] and not has[Op.W]:
-                out.add("missing", f"the backward of stage {s}, microbatch {m} is missing (no B({s},{m}), "
-                        f"and no I({s},{m}) + W({s},{m}))", rank, step, a)
-            elif has[Op.I] != has[Op.W]:
-                there, missing = ("I", "W") if has[Op.I] else ("W", "I")
-                out.add("missing", f"{missing}({s},{m}) is missing: {there}({s},{m}) needs its partner",
-                        rank, step, a)
+        rank, step, a = found if found else (home, len(p.ranks[home]), None)
+        sm = (s, m)
+        if sm not in F:
+            out.add("missing", f"F({s},{m}) is missing: every stage runs one forward per microbatch",
+                    rank, step, a)
+        if sm in B and (sm in I or sm in W):
+            out.add("mixed-backward", f"stage {s}, microbatch {m} has both B and I/W; use one B or "
+                    "one I and one W", rank, step, a)
+        elif sm not in B and sm not in I and sm not in W:
+            out.add("missing", f"the backward of stage {s}, microbatch {m} is missing (no B({s},{m}), "
+                    f"and no I({s},{m}) + W({s},{m}))", rank, step, a)
+        elif (sm in I) != (sm in W):
+            there, missing = ("I", "W") if sm in I else ("W", "I")
+            out.add("missing", f"{missing}({s},{m}) is missing: {there}({s},{m}) needs its partner",
+                    rank, step, a)
 
 
 def _order(p: Program, out: Findings) -> None:
@@ -166,51 +174,53 @@ def _order(p: Program, out: Findings) -> None:
 
 def _communication(p: Program, out: Findings) -> None:
     """With explicit communication, every remote value must be received before it is used."""
+    S, placement = p.num_stages, p.placement
+    sends = SENDS
     for rank, steps in enumerate(p.ranks):
-        available: set = set()
         arriving: dict = {}
-        sends: dict = defaultdict(int)
-        recvs: dict = defaultdict(int)
         for step, st in enumerate(steps):
             for a in st.parts:
                 v = delivers(a) or produces(a)
-                if v is not None:
-                    arriving.setdefault(v, display_step(a, step))
+                if v is not None and v not in arriving:
+                    arriving[v] = display_step(a, step)
+        available: set = set()
+        seen_comm: set = set()
         owed: dict = {}
         for step, st in enumerate(steps):
-            for a in st.parts:
-                for v in needs(a, p.num_stages):
-                    if v in available:
-                        continue
-                    at = arriving.get(v)
-                    if a.op.is_comm:
-                        out.add("order", f"{describe(a)} sends {value_name(v)} before it is computed"
-                                + (f" (step {at})" if at is not None else ""), rank, step, a)
-                    elif at is not None:
-                        out.add("order", f"{describe(a)} needs {value_name(v)}, which arrives only "
-                                f"later on this rank (step {at})", rank, step, a)
-                    else:
-                        src = v[1]
-                        recv = "RECV_F" if v[0] == "act" else "RECV_B"
-                        out.add("missing-recv", f"{describe(a)} needs {value_name(v)} from rank "
-                                f"{p.placement[src]}, but rank {rank} never receives it (no "
-                                f"{recv}({a.stage},{a.microbatch}))", rank, step, a)
+            parts = st.parts
+            for a in parts:
+                for v in needs(a, S):
+                    if v not in available:
+                        _unavailable(p, out, rank, step, a, v, arriving.get(v))
                 if a.op.is_comm:
                     key = (a.op, a.stage, a.microbatch)
-                    counter = sends if a.op in (Op.SEND_F, Op.SEND_B) else recvs
-                    counter[key] += 1
-                    if counter[key] == 2:
+                    if key in seen_comm:
                         out.add("duplicate", f"{describe(a)} appears twice on rank {rank}", rank, step, a)
-                    if counter is sends:
+                    seen_comm.add(key)
+                    if a.op in sends:
                         owed.pop(payload(a), None)
-            for a in st.parts:
+            for a in parts:
                 v = delivers(a) or produces(a)
                 if v is not None:
                     available.add(v)
-                if a.op.is_compute and message(a, p.placement, p.num_stages) is not None:
-                    owed[produces(a)] = (step, a)
+                    dest = consumer_stage(a, S) if a.op.is_compute else None
+                    if dest is not None and placement[dest] != rank:
+                        owed[v] = (step, a)
         for v, (step, a) in owed.items():
-            send = message(a, p.placement, p.num_stages)[0]
+            send = message(a, placement, S)[0]
             out.add("missing-send", f"{describe(a)} computes {value_name(v)} for rank "
-                    f"{p.placement[peer_stage(send)]}, but rank {rank} never sends it afterwards (no "
+                    f"{placement[peer_stage(send)]}, but rank {rank} never sends it afterwards (no "
                     f"{describe(send)})", rank, step, a)
+
+
+def _unavailable(p: Program, out: Findings, rank: int, step: int, a: Action, v, at) -> None:
+    if a.op.is_comm:
+        out.add("order", f"{describe(a)} sends {value_name(v)} before it is computed"
+                + (f" (step {at})" if at is not None else ""), rank, step, a)
+    elif at is not None:
+        out.add("order", f"{describe(a)} needs {value_name(v)}, which arrives only later on this rank "
+                f"(step {at})", rank, step, a)
+    else:
+        recv = "RECV_F" if v[0] == "act" else "RECV_B"
+        out.add("missing-recv", f"{describe(a)} needs {value_name(v)} from rank {p.placement[v[1]]}, but "
+                f"rank {rank} never receives it (no {recv}({a.stage},{a.microbatch}))", rank, step, a)

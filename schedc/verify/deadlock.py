@@ -109,8 +109,8 @@ def _smallest_buffer(program: Program, chans: Channels, semantics: Semantics) ->
 
 def _what(w: Wait) -> str:
     if w.on_action is None:
-        if w.reason == "value":
-            return f"rank {w.rank} waits at {describe(w.action)} for an input that no action produces"
+        if w.reason in ("value", "never"):
+            return f"rank {w.rank} waits at {describe(w.action)} for something that never comes"
         other = "a receive" if w.reason != "send-not-posted" else "a send"
         return f"rank {w.rank} waits at {describe(w.action)} for {other} on rank {w.on_rank} that never comes"
     verb = {"recv-not-posted": "to post", "send-not-posted": "to post", "buffer-full": "to drain the channel at",
@@ -182,7 +182,7 @@ def deadlock_from_core(program: Program, semantics: Semantics, chans: Channels, 
         target = e.before if e.why == "data" else (e.before[0], e.before[1] + 1)
         waits.append(Wait(e.after[0], e.after[1], first(e.after), _WHY[e.why], target[0], target[1], first(target)))
     for imp in result.impossible:
-        waits.append(Wait(imp.step[0], imp.step[1], first(imp.step), "value"))
+        waits.append(Wait(imp.step[0], imp.step[1], first(imp.step), "never"))
     cycle = tuple(waits)
     min_buffer = None
     if program.level == "comms" and semantics.kind != "eager" and any(

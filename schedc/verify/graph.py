@@ -1,19 +1,21 @@
 """The happens-before constraints of a program under a send semantics (DESIGN.md).
 
-One event per step, its completion. `Edge(after, before, why)` says step `after` completes
-strictly later than step `before` completes: program order, data across ranks (compute level),
-and, for each matched message, "a send completes only after its receive is posted" (rendezvous,
-or bounded:K for the k-th send and the (k-K)-th receive) and "a receive completes only after its
-send is posted". Posting a step means finishing the one before it. The program finishes iff these
-constraints can all hold (the edges have no cycle); `Impossible` marks a wait that nothing meets.
+One event per step, its completion. A step completes after the step before it on its rank and
+after every prerequisite: data made on another rank (compute level), and, for each matched
+message, "a send completes only after its receive is posted" (rendezvous; bounded:K pairs the
+k-th send with the (k-K)-th receive) and "a receive completes only after its send is posted".
+Posting a step means finishing the one before it. The program finishes iff the constraints can all
+hold (the graph has no cycle); `never` marks waits that nothing can meet. The executor, the Z3
+engine and the memory check all read these constraints, so the rule is written once.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 from ..deps import needs, produces
-from ..ir import SENDS, Program
-from .execute import Channels, Semantics
+from ..ir import Program
+from .channels import Channels, Semantics
 
 Step = tuple[int, int]  # (rank, index)
 
@@ -31,49 +33,68 @@ class Impossible:
     why: str
 
 
-def constraints(program: Program, semantics: Semantics, chans: Channels) -> tuple[list[Edge], list[Impossible]]:
-    edges: list[Edge] = []
-    never: list[Impossible] = []
-    for r, steps in enumerate(program.ranks):
-        edges.extend(Edge((r, i), (r, i - 1), "order") for i in range(1, len(steps)))
+@dataclass(frozen=True)
+class Constraints:
+    """`prereq[r][i]`: (rank, step, why, part) that must complete before step i of rank r."""
+
+    prereq: list[list[list[tuple[int, int, str, int]]]]
+    never: dict[Step, tuple[str, int]]
+
+    def edges(self) -> Iterator[Edge]:
+        for r, steps in enumerate(self.prereq):
+            for i, pre in enumerate(steps):
+                if i:
+                    yield Edge((r, i), (r, i - 1), "order")
+                for q, j, why, _ in pre:
+                    yield Edge((r, i), (q, j), why)
+
+    def impossible(self) -> list[Impossible]:
+        return [Impossible(step, why) for step, (why, _) in self.never.items()]
+
+
+def constraints(program: Program, semantics: Semantics, chans: Channels) -> Constraints:
+    prereq = [[[] for _ in steps] for steps in program.ranks]
+    never: dict[Step, tuple[str, int]] = {}
     if program.level == "compute":
         producer = {}
-        for r, i, a in program.actions():
-            v = produces(a)
-            if v is not None:
-                producer.setdefault(v, (r, i))
-        for r, i, a in program.actions():
-            for v in needs(a, program.num_stages):
-                src = producer.get(v)
-                if src is None:
-                    never.append(Impossible((r, i), f"needs {v}, which no action produces"))
-                elif src[0] != r:
-                    edges.append(Edge((r, i), src, "data"))
+        for r, steps in enumerate(program.ranks):
+            for i, st in enumerate(steps):
+                for a in st.parts:
+                    v = produces(a)
+                    if v is not None and v not in producer:
+                        producer[v] = (r, i)
+        S = program.num_stages
+        for r, steps in enumerate(program.ranks):
+            for i, st in enumerate(steps):
+                for k, a in enumerate(st.parts):
+                    for v in needs(a, S):
+                        src = producer.get(v)
+                        if src is None:
+                            never.setdefault((r, i), (f"needs {v}, which no action produces", k))
+                        elif src[0] != r:
+                            prereq[r][i].append((src[0], src[1], "data", k))
     buffer = semantics.buffer if semantics.kind == "bounded" else 0
+    eager = semantics.kind == "eager"
     for ch, sends in chans.sends.items():
-        recvs = chans.recvs.get(ch, [])
+        recvs = chans.recvs.get(ch, ())
+        n = len(recvs)
         for k, send in enumerate(sends):
-            if k < len(recvs):
+            if k < n and send.step > 0:
                 recv = recvs[k]
-                if send.step > 0:
-                    edges.append(Edge((recv.rank, recv.step), (send.rank, send.step - 1), "send-posted"))
-            if semantics.kind == "eager" or k - buffer < 0:
+                prereq[recv.rank][recv.step].append((send.rank, send.step - 1, "send-posted", recv.part))
+            if eager or k < buffer:
                 continue
-            if k - buffer >= len(recvs):
-                never.append(Impossible((send.rank, send.step), "waits for a receive that is never posted"))
+            if k - buffer >= n:
+                never.setdefault((send.rank, send.step), ("waits for a receive that is never posted", send.part))
                 continue
             partner = recvs[k - buffer]
             if partner.step > 0:
-                why = "recv-posted" if buffer == 0 else "buffer"
-                edges.append(Edge((send.rank, send.step), (partner.rank, partner.step - 1), why))
+                prereq[send.rank][send.step].append(
+                    (partner.rank, partner.step - 1, "recv-posted" if buffer == 0 else "buffer", send.part))
         for recv in recvs[len(sends):]:
-            never.append(Impossible((recv.rank, recv.step), "waits for a send that is never posted"))
+            never.setdefault((recv.rank, recv.step), ("waits for a send that is never posted", recv.part))
     for ch, recvs in chans.recvs.items():
         if ch not in chans.sends:
-            never.extend(Impossible((e.rank, e.step), "waits for a send that is never posted") for e in recvs)
-    return edges, never
-
-
-def is_send(program: Program, step: Step) -> bool:
-    r, i = step
-    return any(a.op in SENDS for a in program.ranks[r][i].parts)
+            for e in recvs:
+                never.setdefault((e.rank, e.step), ("waits for a send that is never posted", e.part))
+    return Constraints(prereq, never)

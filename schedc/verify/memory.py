@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
-from ..deps import delivers, needs
 from ..ir import Action, Op, Program, describe
-from .execute import Channels, Semantics
+from .channels import Channels, Semantics
 from .graph import constraints
 
 
@@ -30,17 +29,77 @@ def message_size(program: Program, a: Action) -> float:
     return program.annotations.memory_of(source).out
 
 
+class _Sizes:
+    """Per-stage sizes, looked up once: act, weight and out."""
+
+    def __init__(self, program: Program):
+        mems = [program.annotations.memory_of(s) for s in range(program.num_stages)]
+        self.act = [m.act for m in mems]
+        self.weight = [m.weight for m in mems]
+        self.out = [m.out for m in mems]
+
+
+def _walk(program: Program, sizes: _Sizes, rank: int, sends_at: dict | None, stop: int | None = None):
+    """Walk one rank's order: (peak activation, peak memory, step of the memory peak), or, with
+    `stop`, the live items at that step."""
+    act, weight, out = sizes.act, sizes.weight, sizes.out
+    F, B, I, W, RF, RB = Op.F, Op.B, Op.I, Op.W, Op.RECV_F, Op.RECV_B
+    live_act = peak_act = 0.0
+    live_buf = 0.0
+    peak_mem, peak_step = 0.0, 0
+    acts: dict = {}
+    bufs: dict = {}
+    for x, st in enumerate(program.ranks[rank]):
+        frees = []
+        for a in st.parts:
+            op, s = a.op, a.stage
+            if op is F:
+                live_act += act[s]
+                acts[(s, a.microbatch)] = act[s]
+                frees.append(("act", s - 1, a.microbatch))
+            elif op is RF:
+                size = out[s - 1]
+                bufs[("act", s - 1, a.microbatch)] = (size, a)
+                live_buf += size
+            elif op is RB:
+                size = out[s]
+                bufs[("grad", s + 1, a.microbatch)] = (size, a)
+                live_buf += size
+            elif op is B or op is I:
+                frees.append(("grad", s + 1, a.microbatch))
+        pending = sends_at.get(x, ()) if sends_at else ()
+        extra = sum(out[a.stage] if a.op is Op.SEND_F else out[a.stage - 1] for a in pending) if pending else 0.0
+        if stop == x:
+            live = [f"activation of F({s},{m}): {_num(v)}" for (s, m), v in acts.items() if v > 0]
+            live += [f"receive buffer of {describe(a)}: {_num(v)}" for v, a in bufs.values() if v > 0]
+            live += [f"unmatched {describe(a)}: {_num(message_size(program, a))}" for a in pending
+                     if message_size(program, a) > 0]
+            return tuple(live)
+        peak_act = max(peak_act, live_act)
+        total = live_act + live_buf + extra
+        if total > peak_mem:
+            peak_mem, peak_step = total, x
+        for key in frees:
+            held = bufs.pop(key, None)
+            if held is not None:
+                live_buf -= held[0]
+        for a in st.parts:
+            op, s = a.op, a.stage
+            if op is B or op is I or op is W:
+                d = act[s] if op is B else (act[s] - weight[s] if op is I else weight[s])
+                live_act -= d
+                key = (s, a.microbatch)
+                left = acts.get(key, 0.0) - d
+                if left <= 1e-12:
+                    acts.pop(key, None)
+                else:
+                    acts[key] = left
+    return peak_act, peak_mem, peak_step
+
+
 def peak_activation(program: Program) -> tuple[float, ...]:
-    peaks = []
-    for steps in program.ranks:
-        live = peak = 0.0
-        for step in steps:
-            deltas = [activation_delta(program, a.op, a.stage) for a in step.parts]
-            live += sum(d for d in deltas if d > 0)
-            peak = max(peak, live)
-            live += sum(d for d in deltas if d < 0)
-        peaks.append(peak)
-    return tuple(peaks)
+    sizes = _Sizes(program)
+    return tuple(_walk(program, sizes, r, None)[0] for r in range(program.num_ranks))
 
 
 @dataclass(frozen=True)
@@ -57,36 +116,18 @@ class Peak:
 def peak_memory(program: Program, semantics: Semantics, chans: Channels) -> tuple[Peak, ...]:
     """Worst-case memory per rank over every run the semantics allows (the program must not deadlock)."""
     unmatched = _unmatched_sends(program, semantics, chans)
+    by_rank: dict[int, dict] = defaultdict(dict)
+    for (r, x), sends in unmatched.items():
+        by_rank[r][x] = sends
+    sizes = _Sizes(program)
     peaks = []
     for r, steps in enumerate(program.ranks):
-        acts: dict[tuple[int, int], float] = {}
-        bufs: dict = {}
-        best = Peak(r, 0.0, 0, None, ())
-        for x, step in enumerate(steps):
-            for a in step.parts:
-                if a.op.is_comm and a.op.name.startswith("RECV"):
-                    bufs[delivers(a)] = (message_size(program, a), a)
-                elif activation_delta(program, a.op, a.stage) > 0:
-                    acts[(a.stage, a.microbatch)] = acts.get((a.stage, a.microbatch), 0.0) + \
-                        activation_delta(program, a.op, a.stage)
-            sends = unmatched.get((r, x), ())
-            total = sum(acts.values()) + sum(v for v, _ in bufs.values()) + sum(message_size(program, s) for s in sends)
-            if total > best.memory:
-                live = [f"activation of F({s},{m}): {_num(v)}" for (s, m), v in acts.items() if v > 0]
-                live += [f"receive buffer of {describe(a)}: {_num(v)}" for v, a in bufs.values() if v > 0]
-                live += [f"unmatched {describe(s)}: {_num(message_size(program, s))}" for s in sends
-                         if message_size(program, s) > 0]
-                best = Peak(r, total, x, step.parts[0], tuple(live))
-            for a in step.parts:
-                for v in needs(a, program.num_stages):
-                    bufs.pop(v, None)
-                d = activation_delta(program, a.op, a.stage)
-                if d < 0:
-                    key = (a.stage, a.microbatch)
-                    acts[key] = acts.get(key, 0.0) + d
-                    if acts[key] <= 1e-12:
-                        del acts[key]
-        peaks.append(best)
+        _, memory, step = _walk(program, sizes, r, by_rank.get(r))
+        if not steps or memory <= 0:
+            peaks.append(Peak(r, 0.0, 0, None, ()))
+            continue
+        live = _walk(program, sizes, r, by_rank.get(r), stop=step)
+        peaks.append(Peak(r, memory, step, steps[step].parts[0], live))
     return tuple(peaks)
 
 
@@ -98,7 +139,7 @@ def _unmatched_sends(program: Program, semantics: Semantics, chans: Channels) ->
     """(rank, step) -> sends posted up to that step whose receive may not be posted yet."""
     if semantics.kind == "rendezvous" or not chans.sends:
         return {}
-    edges, _ = constraints(program, semantics, chans)
+    edges = list(constraints(program, semantics, chans).edges())
     receivers = sorted({ch[1] for ch in chans.sends})
     reach = _reach(program, edges, receivers)
     out: dict = defaultdict(list)

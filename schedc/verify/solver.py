@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import Program
-from .execute import Channels, Semantics, channels
+from .channels import Channels, Semantics, channels
 from .graph import Edge, Impossible, constraints
 
 SEED = 0
@@ -45,9 +45,10 @@ Result = Proved | Counterexample | Unknown
 def prove_deadlock_free(program: Program, semantics: Semantics, chans: Channels | None = None, *,
                         timeout_s: float = DEFAULT_TIMEOUT_S) -> Result:
     chans = chans or channels(program)
-    edges, never = constraints(program, semantics, chans)
-    if never:
-        return Counterexample((), tuple(never))
+    cons = constraints(program, semantics, chans)
+    if cons.never:
+        return Counterexample((), tuple(cons.impossible()))
+    edges = [e for e in cons.edges() if e.why != "order"]
     steps = sum(len(s) for s in program.ranks)
     if steps > MAX_STEPS:
         return Unknown(f"{steps:,} steps is beyond the solver limit of {MAX_STEPS:,}; use --engine native")
@@ -62,6 +63,7 @@ def prove_deadlock_free(program: Program, semantics: Semantics, chans: Channels 
     for row in t:
         if row:
             solver.add(row[0] >= 1)
+        solver.add(*[b >= a + 1 for a, b in zip(row, row[1:])])  # program order, untracked
     tracks = []
     for k, e in enumerate(edges):
         lit = z3.Bool(f"e{k}", ctx)

@@ -1,0 +1,94 @@
+"""Send semantics and channels: every send and receive, in posting order per ordered rank pair.
+
+The k-th send on a channel meets its k-th receive (FIFO, as NCCL and gloo pair point-to-point
+messages). `Semantics` is `rendezvous` (a send completes with its receive), `eager` (sends never
+block) or `bounded` with K messages of buffer per channel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ..errors import SchedcError
+from ..ir import Action, Op, Program
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """`rendezvous` (buffer 0), `eager` (unbounded), or `bounded` with `buffer` messages per channel."""
+
+    kind: str = "rendezvous"
+    buffer: int = 0
+
+    @staticmethod
+    def parse(text: str) -> "Semantics":
+        if text == "rendezvous":
+            return Semantics("rendezvous", 0)
+        if text == "eager":
+            return Semantics("eager", 0)
+        if text.startswith("bounded:") and text[8:].isdigit():
+            k = int(text[8:])
+            return Semantics("bounded", k) if k > 0 else Semantics("rendezvous", 0)
+        raise SchedcError("usage", f"unknown semantics {text!r}; expected rendezvous, eager or "
+                          "bounded:K (K a positive integer)", where="--semantics")
+
+    def __str__(self) -> str:
+        return f"bounded:{self.buffer}" if self.kind == "bounded" else self.kind
+
+
+RENDEZVOUS = Semantics()
+
+
+class Endpoint(NamedTuple):
+    """One send or receive: where it sits, and its position on its channel."""
+
+    rank: int
+    step: int
+    part: int  # index inside its step (groups hold several)
+    action: Action
+    channel: tuple[int, int]  # (sending rank, receiving rank)
+    index: int  # k: the k-th send (or receive) on the channel
+
+
+@dataclass(frozen=True)
+class Channels:
+    sends: dict[tuple[int, int], list[Endpoint]]
+    recvs: dict[tuple[int, int], list[Endpoint]]
+
+    def pairs(self):
+        """Matched (send, receive) pairs, FIFO per channel."""
+        for ch, sends in self.sends.items():
+            yield from zip(sends, self.recvs.get(ch, []))
+
+    def unmatched(self) -> list[Endpoint]:
+        out = []
+        for ch in set(self.sends) | set(self.recvs):
+            s, r = self.sends.get(ch, []), self.recvs.get(ch, [])
+            out.extend(s[len(r):] if len(s) > len(r) else r[len(s):])
+        return sorted(out, key=lambda e: (e.rank, e.step))
+
+
+_PEER = {Op.SEND_F: 1, Op.RECV_F: -1, Op.SEND_B: -1, Op.RECV_B: 1}
+_IS_SEND = {Op.SEND_F: True, Op.SEND_B: True, Op.RECV_F: False, Op.RECV_B: False}
+
+
+def channels(program: Program) -> Channels:
+    sends: dict = {}
+    recvs: dict = {}
+    placement = program.placement
+    peer_of, is_send = _PEER, _IS_SEND
+    for rank, steps in enumerate(program.ranks):
+        for step, st in enumerate(steps):
+            for i, a in enumerate(st.parts):
+                sending = is_send.get(a.op)
+                if sending is None:
+                    continue
+                peer = placement[a.stage + peer_of[a.op]]
+                if sending:
+                    ch = (rank, peer)
+                    table = sends.setdefault(ch, [])
+                else:
+                    ch = (peer, rank)
+                    table = recvs.setdefault(ch, [])
+                table.append(Endpoint(rank, step, i, a, ch, len(table)))
+    return Channels(sends, recvs)
