@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -180,21 +181,32 @@ def _memory_limit(text: str | None):
         return None
     try:
         if "=" not in text:
-            return float(text)
-        out = {}
-        for part in text.split(","):
-            rank, value = part.split("=")
-            out[int(rank)] = float(value)
+            out = float(text)
+            values = [out]
+        else:
+            out = {}
+            for part in text.split(","):
+                rank, value = part.split("=")
+                out[int(rank)] = float(value)
+            values = list(out.values())
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            raise ValueError
         return out
     except ValueError:
-        raise SchedcError("usage", f"--memory-limit {text!r}: expected a number or rank=limit pairs, "
-                          "e.g. 8 or 0=4,1=3", where="--memory-limit") from None
+        raise SchedcError("usage", f"--memory-limit {text!r}: expected a non-negative number or rank=limit "
+                          "pairs, e.g. 8 or 0=4,1=3", where="--memory-limit") from None
 
 
 def _run_checks(program, args):
     from .api import check
-    return check(program, semantics=args.semantics, engine=args.engine, timeout=args.timeout,
-                 memory_limit=_memory_limit(args.memory_limit))
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= 86_400):
+        raise SchedcError("usage", f"--timeout {args.timeout}: expected seconds in (0, 86400]", where="--timeout")
+    limit = _memory_limit(args.memory_limit)
+    if isinstance(limit, dict) and any(not 0 <= r < program.num_ranks for r in limit):
+        bad = next(r for r in limit if not 0 <= r < program.num_ranks)
+        raise SchedcError("usage", f"--memory-limit names rank {bad}, but {program.name} has ranks "
+                          f"0..{program.num_ranks - 1}", where="--memory-limit")
+    return check(program, semantics=args.semantics, engine=args.engine, timeout=args.timeout, memory_limit=limit)
 
 
 def _exit_of(report) -> int:
@@ -298,6 +310,9 @@ def _sweep(args, params, stdout, stderr) -> int:
             first_failure = report
         if args.json:
             stdout.write(json.dumps(report.to_dict()) + "\n")
+    if all(v == "-" for v in results.values()):
+        raise SchedcError("usage", "every instance of the sweep is excluded by the schedule's require; "
+                          "nothing was checked", where="--sweep")
     if not args.json:
         stdout.write(_sweep_table(names, ranges, results) + "\n")
         held = sum(v == "." for v in results.values())
@@ -334,7 +349,15 @@ def _export(args, stdout, stderr) -> int:
                 stderr.write(report.render() + "\n")
                 stderr.write("schedc: the schedule fails its checks; nothing exported\n")
                 return EXIT_FAIL
-        text = to_torch_csv(program, args.level).dumps()
+        table = to_torch_csv(program, args.level)
+        if args.level == "comms":
+            flat = check(table.to_program(program.name))
+            if flat.ok is False:  # groups do not survive the CSV: what torch would run must check too
+                stderr.write(flat.render() + "\n")
+                stderr.write("schedc: as a PyTorch CSV (which has no groups) the schedule fails its checks; "
+                             "nothing exported\n")
+                return EXIT_FAIL
+        text = table.dumps()
     if args.output:
         written = _write_all(Path(args.output).parent, {Path(args.output).name: text})
         stderr.write(f"wrote {written[0]}\n")

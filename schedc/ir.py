@@ -191,6 +191,9 @@ _ACTION_RE = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDU
 _COMPOUND_RE = re.compile(r"\((.*)\)([A-Z_]+)")
 
 
+MAX_INDEX_DIGITS = 9
+
+
 class ActionSyntaxError(ValueError):
     """A compact action text that does not parse; the caller attaches the location."""
 
@@ -224,6 +227,8 @@ def parse_step(text: str, span: Span | None = None, *, notation: str = "current"
         raise ActionSyntaxError(
             f"invalid action {text!r}; expected [stage][kind][microbatch], e.g. 2F0, 1SEND_F3, 0UNSHARD")
     stage_text, kind, mb_text = match.groups()
+    if len(stage_text) > MAX_INDEX_DIGITS or len(mb_text) > MAX_INDEX_DIGITS:
+        raise ActionSyntaxError(f"{text[:30]!r}: a stage or microbatch index beyond 10^{MAX_INDEX_DIGITS} is too large")
     if notation == "legacy":
         kind = {"B": "I", "BW": "B"}.get(kind, kind)
     elif kind == "BW":

@@ -14,6 +14,7 @@ from .errors import Diagnostic
 from .ir import COMPUTE, SENDS, Action, Op, Program, describe
 
 MAX_PER_CODE = 20
+MAX_PAIRS = 10_000_000  # (stage, microbatch) pairs a program can have and still fit the action limit
 
 
 class Findings:
@@ -53,6 +54,12 @@ def display_step(action: Action | None, step: int) -> int:
 def lint(program: Program) -> list[Diagnostic]:
     """All structural findings of a program (empty when it is well formed)."""
     out = Findings()
+    pairs = program.num_stages * program.num_microbatches
+    if pairs > MAX_PAIRS:
+        out.add("too-large", f"{program.num_stages:,} stages x {program.num_microbatches:,} microbatches is "
+                f"{pairs:,} (stage, microbatch) pairs, more than {MAX_PAIRS:,}; the schedule cannot be complete "
+                f"with {program.num_actions:,} actions", 0, 0, None)
+        return out.result()
     _indices(program, out)
     if out.codes():
         return out.result()  # the checks below assume valid indices

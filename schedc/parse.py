@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from . import syntax as ast
 from .errors import SchedcError
@@ -16,6 +16,7 @@ from .resources import grammar_path
 from .span import Source, Span
 
 MAX_SOURCE_BYTES = 10_000_000
+MAX_DIGITS = 18  # integers beyond ~10^18 are refused where they are written
 
 
 @lru_cache(maxsize=1)
@@ -34,7 +35,12 @@ def parse(text: str, name: str = "<input>") -> ast.Schedule:
         tree = parser().parse(text)
     except UnexpectedInput as exc:
         raise _syntax_error(exc, source) from None
-    return _ToAst(source).transform(tree)
+    try:
+        return _ToAst(source).transform(tree)
+    except VisitError as exc:  # a SchedcError raised while building a node (e.g. a huge number)
+        if isinstance(exc.orig_exc, SchedcError):
+            raise exc.orig_exc from None
+        raise
 
 
 # ---- syntax errors ----
@@ -69,7 +75,7 @@ def _expected(names) -> str:
 def _syntax_error(exc: UnexpectedInput, source: Source) -> SchedcError:
     line, column = max(exc.line, 1), max(exc.column, 1)
     if isinstance(exc, UnexpectedToken) and exc.token.type == "$END":
-        lines = source.text.splitlines() or [""]
+        lines = source.lines() or [""]
         line, column = len(lines), len(lines[-1]) + 1
         msg = f"unexpected end of file; expected {_expected(exc.expected)}"
         notes = []
@@ -89,7 +95,7 @@ def _syntax_error(exc: UnexpectedInput, source: Source) -> SchedcError:
         hint = f"; expected {_expected(allowed)}" if allowed else ""
         return SchedcError("syntax", f"unexpected character {char!r}{hint}", Span.point(source, line, column))
     if isinstance(exc, UnexpectedEOF):
-        lines = source.text.splitlines() or [""]
+        lines = source.lines() or [""]
         return SchedcError("syntax", f"unexpected end of file; expected {_expected(exc.expected)}",
                            Span.point(source, len(lines), len(lines[-1]) + 1))
     return SchedcError("syntax", str(exc).splitlines()[0], Span.point(source, line, column))
@@ -98,7 +104,7 @@ def _syntax_error(exc: UnexpectedInput, source: Source) -> SchedcError:
 def _unclosed_brace(source: Source) -> Span | None:
     """The innermost '{' left open at the end of the text (comments and strings skipped)."""
     stack = []
-    for number, line in enumerate(source.text.splitlines(), 1):
+    for number, line in enumerate(source.lines(), 1):
         in_string = False
         for col, ch in enumerate(line, 1):
             if in_string:
@@ -206,13 +212,19 @@ class _ToAst(Transformer):
         var, body = children
         return ast.RankBody(str(var), None, body, self._span(meta))
 
+    def _int(self, tok: Token) -> int:
+        if len(tok) > MAX_DIGITS:
+            raise SchedcError("too-large", f"the number {str(tok)[:12]}... has {len(tok)} digits; the limit is "
+                              f"{MAX_DIGITS}", self._tok(tok))
+        return int(tok)
+
     def rank_specific(self, meta, children):
         index, body = children
-        return ast.RankBody(None, int(index), body, self._span(meta))
+        return ast.RankBody(None, self._int(index), body, self._span(meta))
 
     def rank_literal(self, meta, children):
         index, *actions = children
-        return ast.RankLiteral(int(index), tuple(actions), self._span(meta))
+        return ast.RankLiteral(self._int(index), tuple(actions), self._span(meta))
 
     def literal_action(self, meta, children):
         tok = children[0]
@@ -259,9 +271,11 @@ class _ToAst(Transformer):
         return ast.Call(str(name), args, self._span(meta), self._tok(name))
 
     def int_lit(self, meta, children):
-        return ast.Num(int(children[0]), self._span(meta))
+        return ast.Num(self._int(children[0]), self._span(meta))
 
     def float_lit(self, meta, children):
+        if len(children[0]) > MAX_DIGITS:
+            self._int(children[0])
         return ast.Num(float(children[0]), self._span(meta))
 
     def var(self, meta, children):

@@ -15,8 +15,12 @@ class Source:
     name: str
     text: str = field(repr=False)
 
+    def lines(self) -> list[str]:
+        """Lines as the parser counts them: split at "\\n" only, a trailing "\\r" dropped."""
+        return [ln[:-1] if ln.endswith("\r") else ln for ln in self.text.split("\n")]
+
     def line_text(self, line: int) -> str:
-        lines = self.text.splitlines()
+        lines = self.lines()
         return lines[line - 1] if 1 <= line <= len(lines) else ""
 
 
@@ -47,7 +51,7 @@ class Span:
 def caret_lines(span: Span) -> list[str]:
     """The quoted source line and a caret row under the span (single-line part)."""
     text = span.source.line_text(span.line)
-    if not text and span.line > len(span.source.text.splitlines()):
+    if not text and span.line > len(span.source.lines()):
         return []
     end = span.end_column if span.end_line == span.line else len(text) + 1
     width = max(1, min(end - span.column, 60))
@@ -64,7 +68,7 @@ def caret_lines(span: Span) -> list[str]:
 
 def span_text(span: Span) -> str:
     """The source text a span covers (its first line if it spans several)."""
-    lines = span.source.text.splitlines()
+    lines = span.source.lines()
     if not 1 <= span.line <= len(lines):
         return ""
     line = lines[span.line - 1]

@@ -6,7 +6,9 @@ readable and diffable; `read_ir_json` rebuilds the same Program.
 from __future__ import annotations
 
 import json
+import math
 
+from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
 from ..ir import ActionSyntaxError, Annotations, Program, StageCost, StageMemory, format_step, parse_step
 from ..span import Source, Span
@@ -57,6 +59,8 @@ def read_ir_json(text: str, name: str = "<ir>") -> Program:
 def _need(value, kind, what: str):
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         raise ValueError(f"'{what}' must be {getattr(kind, '__name__', kind)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"'{what}' must be a finite number")
     return value
 
 
@@ -69,8 +73,9 @@ def _program(data) -> Program:
     mbs = _need(data["microbatches"], int, "microbatches")
     placement = tuple(_need(x, int, "placement") for x in _need(data["placement"], list, "placement"))
     rows = _need(data["actions"], list, "actions")
-    if ranks < 1 or stages < 1 or mbs < 1:
-        raise ValueError("ranks, stages and microbatches must be positive")
+    if not (1 <= ranks <= MAX_RANKS and 1 <= stages <= MAX_STAGES and 1 <= mbs <= MAX_MICROBATCHES):
+        raise ValueError(f"ranks, stages and microbatches must be in 1..{MAX_RANKS:,}, 1..{MAX_STAGES:,} "
+                         f"and 1..{MAX_MICROBATCHES:,}")
     if len(rows) != ranks or len(placement) != stages or any(not 0 <= r < ranks for r in placement):
         raise ValueError("'actions' needs one list per rank and 'placement' one rank per stage")
     steps = tuple(tuple(parse_step(_need(t, str, "an action")) for t in _need(row, list, "actions")) for row in rows)

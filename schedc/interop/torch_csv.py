@@ -11,6 +11,7 @@ import csv
 import io
 from dataclasses import dataclass
 
+from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
 from ..ir import ActionSyntaxError, Compound, CompoundKind, Program, Step, format_step, parse_step
 from ..span import Source, Span
@@ -36,6 +37,15 @@ class TorchCsv:
     def to_program(self, name: str | None = None) -> Program:
         """Drop idle cells; infer stages, microbatches and placement from the actions."""
         ranks = tuple(tuple(c for c in row if c is not None) for row in self.rows)
+        if len(ranks) > MAX_RANKS:
+            raise SchedcError("too-large", f"the CSV has {len(ranks):,} rows (ranks); the limit is {MAX_RANKS:,}",
+                              where=self.name)
+        for row in ranks:
+            for st in row:
+                for a in st.parts:
+                    if a.stage >= MAX_STAGES or (a.microbatch or 0) >= MAX_MICROBATCHES:
+                        raise SchedcError("too-large", f"{format_step(st)}: stage and microbatch indices must be "
+                                          f"below {MAX_STAGES:,} and {MAX_MICROBATCHES:,}", a.span)
         stages = [a.stage for row in ranks for st in row for a in st.parts]
         mbs = [a.microbatch for row in ranks for st in row for a in st.parts if a.microbatch is not None]
         num_stages = max(stages, default=-1) + 1
@@ -68,11 +78,17 @@ def read_torch_csv(text: str, name: str = "<csv>", *, notation: str = "current")
     source = Source(name, text)
     rows = []
     errors = []
-    lines = text.splitlines()  # like torch's csv.reader: a blank line is a rank with no actions
+    lines = source.lines()  # a blank line is a rank with no actions, as torch's csv.reader reads it
+    if lines and lines[-1] == "":
+        lines.pop()
     if not text.strip():
         raise SchedcError("csv", "the CSV file is empty: expected one row of actions per rank",
                           Span.point(source, 1, 1))
     for rank, line in enumerate(lines):
+        if "\r" in line:
+            col = line.index("\r") + 1
+            raise SchedcError("csv", "a carriage return inside a row: rows must end with \\n or \\r\\n",
+                              Span(source, rank + 1, col, rank + 1, col + 1, rank, None))
         row = []
         for step, (column, cell) in enumerate(_cells(line)):
             text_cell = cell.strip()

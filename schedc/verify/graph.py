@@ -71,7 +71,7 @@ def constraints(program: Program, semantics: Semantics, chans: Channels) -> Cons
                         src = producer.get(v)
                         if src is None:
                             never.setdefault((r, i), (f"needs {v}, which no action produces", k))
-                        elif src[0] != r:
+                        elif src[0] != r or src[1] >= i:  # earlier on the same rank: program order has it
                             prereq[r][i].append((src[0], src[1], "data", k))
     buffer = semantics.buffer if semantics.kind == "bounded" else 0
     eager = semantics.kind == "eager"

@@ -1,0 +1,617 @@
+"""Fuzzing schedc's inputs: nothing a user can write may escape as anything but a SchedcError.
+
+(a) source texts generated from grammar/schedc.lark itself (hypothesis.extra.lark.from_lark);
+(b) mutated built-in .pp files, mutated PyTorch CSV texts and mutated IR JSON;
+(c) the CLI on such files: exit code 0/1/2 only (never 4, an internal error), no traceback, and
+    the code agrees with what the API says about the same file.
+A SchedcError must render each diagnostic as `file:line:col: error[CODE]: message` (for a CSV or
+a .pp, which always have a position) with the quoted source line and a caret.
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.lark import from_lark, get_terminal_names
+
+import schedc
+from schedc.api import load_text
+from schedc.cli import main
+from schedc.errors import SchedcError
+from schedc.interop.ir_json import dumps_ir, read_ir_json
+from schedc.interop.torch_csv import read_torch_csv, to_torch_csv
+from schedc.ir import Compound, CompoundKind
+from schedc.parse import parse, parser
+from schedc.passes import lower
+from schedc.resources import builtin_schedules
+
+FUZZ = settings(max_examples=60, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                       HealthCheck.data_too_large])
+FEW = settings(FUZZ, max_examples=30)
+
+BUILTINS = {name: path.read_text(encoding="utf-8") for name, path in builtin_schedules().items()}
+EXT = {"pp": ".pp", "torch-csv": ".csv", "ir-json": ".json"}
+
+# A checked program is cheap only while it is small: lint walks every (stage, microbatch) and
+# lowering steps the ranks in lockstep. Bigger programs (a mutation can turn M = 8 into M = 8888)
+# are still loaded, but not checked; the hang on huge indices is its own test below.
+MAX_CELLS = 100_000
+MAX_LOWER = 4_000
+
+
+def small(p) -> bool:
+    return p.num_stages * p.num_microbatches <= MAX_CELLS and p.num_actions <= MAX_CELLS
+
+
+# ---------------------------------------------------------------------------------------------
+# What every outcome must look like
+# ---------------------------------------------------------------------------------------------
+HEAD = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): error\[(?P<code>[a-z][a-z0-9-]*)\]: \S")
+
+
+def assert_located(err: SchedcError, text: str, name: str, *, exact_quote: bool = False) -> None:
+    """Every diagnostic of a bad .pp/.csv names the file, line and column and quotes the line."""
+    assert isinstance(err, SchedcError)
+    assert err.diagnostics, "a SchedcError without diagnostics"
+    rendered = err.render()
+    assert "Traceback" not in rendered
+    assert str(err) == rendered
+    for d in err.diagnostics:
+        assert d.span is not None, f"no location for: {d.render()}"
+        lines = d.render().split("\n")
+        m = HEAD.match(lines[0])
+        assert m, f"not file:line:col: error[CODE]: ...\n{lines[0]!r}"
+        assert m["file"] == name
+        line, col = int(m["line"]), int(m["col"])
+        assert 1 <= line <= max(text.count("\n"), len(text.splitlines())) + 1, (line, text)
+        assert col >= 1
+        json.dumps(d.to_dict())
+        if exact_quote and line <= text.count("\n") + 1:
+            source_line = text.split("\n")[line - 1]
+            source_line = source_line[:-1] if source_line.endswith("\r") else source_line
+            if len(source_line) <= 100 and len(lines) >= 3:
+                gutter = f"{line:>4} | "
+                assert lines[1] == gutter + source_line, (lines, source_line)
+                assert "^" in lines[2]
+
+
+def assert_well_formed(p) -> None:
+    """A loaded Program is internally consistent, whatever file it came from (or check crashes)."""
+    ints = (p.num_ranks, p.num_stages, p.num_microbatches, *p.placement)
+    assert all(type(x) is int for x in ints), f"non-integer shape: {ints!r}"
+    assert p.num_ranks >= 1 and p.num_stages >= 1 and p.num_microbatches >= 1, ints
+    assert len(p.ranks) == p.num_ranks, (p.num_ranks, len(p.ranks))
+    assert len(p.placement) == p.num_stages, (p.num_stages, p.placement)
+    assert all(0 <= r < p.num_ranks for r in p.placement), p.placement
+    assert all(isinstance(x, (int, str)) for kv in p.params for x in kv), p.params
+
+
+def exercise(p) -> None:
+    """A program that loaded: every check and export runs without raising, and agrees."""
+    if not small(p):
+        event("program too big to check")
+        return
+    report = schedc.check(p)
+    report.render()
+    report.summary()
+    json.dumps(report.to_dict())
+    assert report.ok == (not report.errors)
+    for d in report.errors:
+        d.render()
+    again = read_ir_json(dumps_ir(p), "again.json")
+    assert again == p
+    if report.deadlock is None:  # buffering sends can only help a deadlock-free schedule
+        for sem in ("bounded:2", "eager"):
+            assert schedc.check(p, semantics=sem).deadlock is None, sem
+    if schedc.check(p, semantics="eager").deadlock is not None:
+        assert report.deadlock is not None
+    if report.ok:
+        event("checks ok")
+        if p.num_actions <= MAX_LOWER and p.num_ranks <= 64:
+            low = lower(p)
+            low_report = schedc.check(low)
+            assert low_report.ok, low_report.render()
+            csv_text = to_torch_csv(p, "comms").dumps()
+            back = read_torch_csv(csv_text, "back.csv")
+            assert back.dumps() == csv_text
+            assert back.to_program().ranks == tuple(tuple(_flatten_groups(r)) for r in low.ranks)
+    else:
+        event("checks fail")
+
+
+def _flatten_groups(steps):
+    for step in steps:  # torch's CSV has no groups: their members stand in a row
+        if isinstance(step, Compound) and step.kind is CompoundKind.GROUP:
+            yield from step.parts
+        else:
+            yield step
+
+
+def outcome(text: str, name: str, fmt: str = "pp", *, exact_quote: bool = False):
+    """Load and check `text`; only SchedcError may come out, and it must be located."""
+    try:
+        p = load_text(text, name, fmt)
+    except SchedcError as err:
+        event(f"{fmt}: input error {err.code}")
+        assert_located(err, text, name, exact_quote=exact_quote)
+        return None
+    event(f"{fmt}: loaded")
+    assert_well_formed(p)
+    exercise(p)
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) texts from the grammar
+# ---------------------------------------------------------------------------------------------
+GRAMMAR = parser()
+KEYWORDS = {t.pattern.value for t in GRAMMAR.terminals if t.pattern.type == "str" and t.pattern.value.isalpha()}
+# tokens need a separator (`schedule` `1f1b`, `rank` `r`): every terminal is followed by one blank,
+# and lark's %ignore'd WS / COMMENT are drawn between symbols (a comment ends its line)
+_SEPARATED = {t.name: st.just(t.pattern.value + " ") for t in GRAMMAR.terminals if t.pattern.type == "str"}
+
+
+def _sep(strategy):
+    return strategy.map(lambda s: s + " ")
+
+
+def _raw(name):
+    pattern = GRAMMAR.get_terminal(name).pattern.to_regexp()
+    return st.from_regex(pattern, fullmatch=True)
+
+
+NAMES = ["r", "m", "i", "k", "v", "x", "P", "M", "V", "warm", "F", "B", "I", "W", "SEND_F", "RECV_F",
+         "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD", "group", "overlap", "min", "max", "abs",
+         "act", "weight", "limit", "speed", "latency", "bandwidth", "Q"]
+OPS = ["F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD"]
+compact = st.builds(lambda s, op, m: f"{s}{op}{'' if op in ('UNSHARD', 'RESHARD', 'REDUCE_GRAD') else m}",
+                    st.integers(0, 4), st.sampled_from(OPS), st.integers(0, 5))
+compound = st.builds(lambda parts, kind: "(" + ";".join(parts) + ")" + kind,
+                     st.lists(compact, min_size=1, max_size=3),
+                     st.sampled_from(["OVERLAP_F_B", "GROUP", "OVERLAP_F_B", "GROUP", "FOO"]))
+
+PLAIN = {
+    **_SEPARATED,
+    "NAME": _sep(st.sampled_from(NAMES)),
+    "SCHED_NAME": _sep(st.sampled_from(["s", "1f1b", "my-sched", "x_2"])),
+    "INT": _sep(st.one_of(st.integers(0, 9).map(str), st.sampled_from(["12", "64", "4611686018427387904"]))),
+    "DECIMAL": _sep(st.sampled_from(["0.5", "1.0", "2.25", "10.0"])),
+    "STRING": _sep(st.sampled_from(['"M must be at least P"', '""', '"x \\"quoted\\" y"', '"\\u00e9t\\u00e9"'])),
+    "COMPACT": _sep(st.one_of(compact, _raw("COMPACT"))),
+    "COMPOUND_TEXT": _sep(st.one_of(compound, _raw("COMPOUND_TEXT"))),
+    "WS": st.sampled_from([" ", "\n", "\t", "\r\n", "  \n  "]),
+    "COMMENT": st.sampled_from(["# note\n", "#\n", "# { not code }\n"]),
+}
+# every terminal at its full regular expression (strings with any escapes, any names, any ints)
+RAW = {
+    **_SEPARATED,
+    **{name: _sep(_raw(name)) for name in ("NAME", "SCHED_NAME", "INT", "DECIMAL", "STRING", "COMPACT",
+                                            "COMPOUND_TEXT")},
+    "WS": _raw("WS"),
+    "COMMENT": _raw("COMMENT").map(lambda s: s + "\n"),
+}
+ASCII = st.characters(min_codepoint=1, max_codepoint=126)
+
+
+def lark_from(start: str, explicit: dict):
+    """from_lark for one rule of our grammar, with the explicit terminals that rule uses."""
+    terminals, rules, ignore = GRAMMAR.grammar.compile([start], ())
+    used = get_terminal_names(terminals, rules, ignore)
+    return from_lark(GRAMMAR, start=start, explicit={k: v for k, v in explicit.items() if k in used})
+
+
+SCAFFOLD = """schedule g(P = {P}, M = {M}, V = {V}) {{
+  stages V * P
+  place loop
+  rank r {body}
+}}
+"""
+
+
+@settings(FUZZ, max_examples=40)
+@given(from_lark(GRAMMAR, explicit=PLAIN))
+def test_grammar_texts_parse_and_load_or_fail_cleanly(text):
+    # the generator follows the grammar, so the parser must accept every text...
+    try:
+        parse(text, "gen.pp")
+    except SchedcError as err:
+        raise AssertionError(f"a text the grammar derives does not parse:\n{err.render()}") from None
+    # ...and compiling or checking it fails only with a located SchedcError
+    outcome(text, "gen.pp", exact_quote=True)
+
+
+@settings(FUZZ, max_examples=45)
+@given(lark_from("block", PLAIN), st.integers(1, 3), st.integers(1, 3), st.integers(1, 2))
+def test_generated_rank_bodies_compile_and_check_or_fail_cleanly(body, P, M, V):
+    """A rank body from the grammar inside a fixed header, so that most texts get to compile."""
+    text = SCAFFOLD.format(P=P, M=M, V=V, body=body)
+    p = outcome(text, "body.pp", exact_quote=True)
+    if p is not None:
+        assert (p.num_ranks, p.num_stages) == (P, V * P)
+        assert p.placement == tuple(s % P for s in range(V * P))
+
+
+@settings(FUZZ, max_examples=20)
+@given(from_lark(GRAMMAR, explicit=RAW, alphabet=ASCII))
+def test_grammar_texts_with_any_literals_fail_cleanly(text):
+    outcome(text, "raw.pp")
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) mutated inputs
+# ---------------------------------------------------------------------------------------------
+TOKEN = re.compile(r"[A-Za-z_0-9]+|\.\.|//|[<>=!]=|->|\S")
+VOCAB = sorted({m.group() for text in BUILTINS.values() for m in TOKEN.finditer(text)}
+               | KEYWORDS | {"0", "-1", "999999", "4611686018427387904", "1.5", "overlap", "group", "SEND_F",
+                            "\"", "#", "{", "}", "(", ")", ";", "rank", "0:", "0F0", "(0F0;0B0)OVERLAP_F_B"})
+CHARS = st.one_of(st.sampled_from(list("{}()[],;:=+-*/%<>!?.#\"\\ \n\t\r0123456789FBIWrmPMV_")),
+                  st.characters(codec="utf-8"))
+
+
+@st.composite
+def mutated(draw, texts: list[str], tokens=TOKEN, vocab=VOCAB, max_edits: int = 4) -> str:
+    text = draw(st.sampled_from(texts))
+    for _ in range(draw(st.integers(1, max_edits))):
+        spans = [m.span() for m in tokens.finditer(text)]
+        kind = draw(st.sampled_from(["del_char", "ins_char", "rep_char", "del_range", "del_token",
+                                     "dup_token", "swap_tokens", "rep_token", "ins_token"]))
+        if not text:
+            text = draw(CHARS)
+            continue
+        i = draw(st.integers(0, len(text) - 1))
+        if kind == "del_char":
+            text = text[:i] + text[i + 1:]
+        elif kind == "ins_char":
+            text = text[:i] + draw(CHARS) + text[i:]
+        elif kind == "rep_char":
+            text = text[:i] + draw(CHARS) + text[i + 1:]
+        elif kind == "del_range":
+            j = draw(st.integers(i, min(len(text), i + 40)))
+            text = text[:i] + text[j:]
+        elif spans:
+            a, b = spans[draw(st.integers(0, len(spans) - 1))]
+            if kind == "del_token":
+                text = text[:a] + text[b:]
+            elif kind == "dup_token":
+                text = text[:b] + " " + text[a:b] + text[b:]
+            elif kind == "rep_token":
+                text = text[:a] + draw(st.sampled_from(vocab)) + text[b:]
+            elif kind == "ins_token":
+                text = text[:a] + draw(st.sampled_from(vocab)) + " " + text[a:]
+            else:
+                c, d = spans[draw(st.integers(0, len(spans) - 1))]
+                if (a, b) > (c, d):
+                    (a, b), (c, d) = (c, d), (a, b)
+                if b <= c:
+                    text = text[:a] + text[c:d] + text[b:c] + text[a:b] + text[d:]
+    return text
+
+
+@settings(FUZZ, max_examples=150)
+@given(mutated(list(BUILTINS.values())))
+def test_mutated_builtin_sources_fail_cleanly(text):
+    outcome(text, "mutated.pp")
+
+
+def _csv_bases() -> list[str]:
+    out = []
+    for name, params in [("1f1b", {"P": 2, "M": 3}), ("gpipe", {"P": 3, "M": 2}),
+                         ("interleaved_1f1b", {"P": 2, "V": 2, "M": 2}), ("looped_bfs", {"P": 2, "V": 2, "M": 2})]:
+        p = load_text(BUILTINS[name], f"{name}.pp", params=params)
+        out.append(to_torch_csv(p, "compute").dumps())
+        out.append(to_torch_csv(p, "comms").dumps())
+    out.append("0F0,,0B0\r\n,1F0,1B0\r\n")  # idle cells
+    out.append('"(0F0;1B1)OVERLAP_F_B",0UNSHARD,0F1,0B0,0B1,0RESHARD\r\n')
+    return out
+
+
+CSV_BASES = _csv_bases()
+CELL = re.compile(r"[^,\r\n]+|,|\r?\n")
+CSV_VOCAB = sorted({m.group() for t in CSV_BASES for m in CELL.finditer(t)}
+                   | {"", '"', ",", "\n", "0BW0", "0F", "F0", "-1F0", "0X0", "(0F0;)GROUP", "((0F0))GROUP",
+                      "0F0 ", " 1B0", "00F00", "0UNSHARD0", "(0SEND_F0;1RECV_F0)GROUP", "9F9"})
+
+
+def _csv_read_back(text: str):
+    csv = read_torch_csv(text, "m.csv")
+    again = read_torch_csv(csv.dumps(), "again.csv")
+    assert again.rows == csv.rows  # what we write reads back as the same cells
+    assert again.dumps() == csv.dumps()
+    return csv
+
+
+@settings(FUZZ, max_examples=150)
+@given(mutated(CSV_BASES, tokens=CELL, vocab=CSV_VOCAB))
+def test_mutated_csv_texts_fail_cleanly(text):
+    try:
+        csv = _csv_read_back(text)
+    except SchedcError as err:
+        assert_located(err, text, "m.csv")
+        return
+    try:
+        p = csv.to_program()
+    except SchedcError as err:
+        assert_located(err, text, "m.csv")
+        return
+    p2 = outcome(text, "m.csv", "torch-csv")  # the API path agrees, and checks the program
+    assert p2 is not None and p2.ranks == p.ranks
+
+
+def _ir_bases() -> list[str]:
+    out = []
+    for name, params in [("1f1b", {"P": 2, "M": 2}), ("interleaved_1f1b", {"P": 2, "V": 2, "M": 2})]:
+        p = load_text(BUILTINS[name], f"{name}.pp", params=params)
+        out.append(dumps_ir(p))
+        out.append(dumps_ir(lower(p)))
+    return out
+
+
+IR_BASES = _ir_bases()
+JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2, 3), st.sampled_from([1.5, 10**30, "x", "0F0", ""]),
+                        st.lists(st.integers(-1, 3), max_size=3), st.just({}), st.just([["0F0"]]))
+
+
+@st.composite
+def mutated_ir(draw) -> str:
+    data = json.loads(draw(st.sampled_from(IR_BASES)))
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(sorted(data) if isinstance(data, dict) else ["<all>"]))
+        how = draw(st.sampled_from(["set", "delete", "list-item", "drop-item"]))
+        if not isinstance(data, dict) or key == "<all>":
+            data = draw(JSON_VALUES)
+        elif how == "set":
+            data[key] = draw(JSON_VALUES)
+        elif how == "delete":
+            del data[key]
+        elif isinstance(data[key], list) and data[key]:
+            i = draw(st.integers(0, len(data[key]) - 1))
+            if how == "drop-item":
+                del data[key][i]
+            else:
+                data[key][i] = draw(JSON_VALUES)
+    return json.dumps(data)
+
+
+@FEW
+@given(st.one_of(mutated_ir(), mutated(IR_BASES, max_edits=2)))
+def test_mutated_ir_json_fails_cleanly(text):
+    outcome(text, "m.json", "ir-json")
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs found by hand (while writing these tests) that must be clean errors, not crashes or hangs
+# ---------------------------------------------------------------------------------------------
+IR_OK = {"format": "schedc-ir", "schedule": "a", "ranks": 1, "stages": 1, "microbatches": 1, "placement": [0],
+         "actions": [["0F0", "0B0"]]}
+BIG = "9" * 5000
+KNOWN = {
+    "pp-string-bad-escape": ("pp", 'schedule a(P = 1, M = 1) {\n  require P >= 1 else "bad \\q escape"\n'
+                                   '  rank r { F(0, 0) B(0, 0) }\n}\n'),
+    "pp-string-tab": ("pp", 'schedule a(P = 1, M = 1) {\n  require P >= 1 else "a\tb"\n  rank r { F(0, 0) B(0, 0) }\n}\n'),
+    "pp-int-5000-digits": ("pp", f"schedule a(P = {BIG}) {{\n  rank r {{ }}\n}}\n"),
+    "pp-literal-5000-digits": ("pp", f"schedule a {{\n  rank 0: {BIG}F0\n}}\n"),
+    "pp-rank-5000-digits": ("pp", f"schedule a {{\n  rank {BIG}: 0F0\n}}\n"),
+    "csv-cell-5000-digits": ("torch-csv", f"{BIG}F0\n"),
+    "ir-list": ("ir-json", "[]"),
+    "ir-string": ("ir-json", '"schedc-ir"'),
+    "ir-short-placement": ("ir-json", json.dumps({**IR_OK, "stages": 2, "actions": [["0F0", "1F0"]]})),
+    "ir-ranks-vs-rows": ("ir-json", json.dumps({**IR_OK, "ranks": 3})),
+    "ir-params-list": ("ir-json", json.dumps({**IR_OK, "params": []})),
+    "ir-action-int": ("ir-json", json.dumps({**IR_OK, "actions": [[1]]})),
+    "ir-annotations-list": ("ir-json", json.dumps({**IR_OK, "annotations": []})),
+    "ir-microbatches-str": ("ir-json", json.dumps({**IR_OK, "microbatches": "1"})),
+}
+
+
+@pytest.mark.parametrize("fmt,text", list(KNOWN.values()), ids=list(KNOWN))
+def test_known_bad_inputs_fail_cleanly(fmt, text):
+    name = "known" + EXT[fmt]
+    try:
+        p = load_text(text, name, fmt)
+    except SchedcError as err:
+        assert_located(err, text, name)
+        return
+    report = schedc.check(p)  # accepted: then checking must not crash either
+    report.render()
+    json.dumps(report.to_dict())
+
+
+@pytest.mark.parametrize("text", [
+    "schedule a(P = 1) {\r  rank r { F(0, 0) B(0, 0) } } oops\n",
+    "schedule a(P = 1) {\x0c\n  rank r { F(0, 0) B(0, 0) } } oops\n",
+    "# caf\u00e9 \u2028 note\nschedule a(P = 1) {\n  rank r { F(0, 0) B(0, 0) } } oops\n",
+], ids=["lone-CR-in-whitespace", "form-feed-in-whitespace", "U+2028-in-a-comment"])
+def test_error_quotes_the_line_it_points_at(text):
+    """The caret line quotes the line the error's line number names (lines end at \\n, as lark counts)."""
+    with pytest.raises(SchedcError) as info:
+        load_text(text, "ws.pp")
+    assert_located(info.value, text, "ws.pp", exact_quote=True)
+
+
+HUGE = {  # small files that declare (or imply) a huge number of (stage, microbatch) cells
+    "csv": ("torch-csv", "0F" + "1" + "0" * 30 + "\n"),  # one cell naming microbatch 10**30
+    "pp": ("pp", "schedule a {\n  stages 1000\n  microbatches 1000000\n  ranks 1\n  rank 0: 0F0 0B0\n}\n"),
+    "json": ("ir-json", json.dumps({**IR_OK, "microbatches": 10**30})),
+}
+
+
+def test_huge_declared_sizes_do_not_hang(tmp_path):
+    """Each is rejected (too large) or checked (actions missing) in seconds, not by looping over every
+    (stage, microbatch) pair. The three run at once, under a memory cap, killed after 5 s."""
+    procs = {}
+    for key, (fmt, text) in HUGE.items():
+        src = tmp_path / ("big" + EXT[fmt])
+        src.write_text(text, encoding="utf-8", newline="")
+        script = textwrap.dedent(f"""
+            import resource, sys
+            resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+            from schedc.cli import main
+            sys.exit(main(["check", {str(src)!r}]))
+        """)
+        procs[key] = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 5
+    slow, results = [], {}
+    for key, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            results[key] = (proc.returncode, err)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            slow.append(key)
+    assert not slow, f"`schedc check` ran for more than 5 s on the {', '.join(slow)} input(s): " + \
+        "; ".join(repr(HUGE[k][1][:70]) for k in slow)
+    for key, (code, err) in results.items():
+        assert code in (1, 2), (key, code, err)
+        assert "Traceback" not in err
+
+
+CLI_EDGES = [
+    (["check", "gpipe", "--engine", "z3", "--timeout", "inf"], (0, 2)),
+    (["check", "gpipe", "--engine", "z3", "--timeout", "nan"], (2,)),
+    (["check", "gpipe", "--memory-limit", "nan"], (2,)),  # a NaN limit would pass every schedule
+    (["check", "gpipe", "--param", "P=2", "--memory-limit", "0=nan"], (2,)),
+]
+
+
+@pytest.mark.parametrize("argv,codes", CLI_EDGES, ids=[" ".join(a[2:]) for a, _ in CLI_EDGES])
+def test_cli_option_edge_cases(argv, codes):
+    code, out, err = _cli(*argv)
+    assert code in codes, (code, err)
+    assert "Traceback" not in err and "internal error" not in err, err
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) the CLI on mutated files
+# ---------------------------------------------------------------------------------------------
+def _cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _expected_check_code(text: str, name: str, fmt: str) -> int | None:
+    try:
+        p = load_text(text, name, fmt)
+    except SchedcError:
+        return 2
+    if not small(p):
+        return None
+    return 0 if schedc.check(p).ok else 1
+
+
+@FEW
+@given(st.one_of(
+    mutated(list(BUILTINS.values())).map(lambda t: ("pp", t)),
+    mutated(CSV_BASES, tokens=CELL, vocab=CSV_VOCAB).map(lambda t: ("torch-csv", t)),
+    st.sampled_from(list(BUILTINS.values())).map(lambda t: ("pp", t)),
+))
+def test_cli_on_mutated_files_exits_cleanly(case):
+    fmt, text = case
+    expected = _expected_check_code(text, "x" + EXT[fmt], fmt)
+    if expected is None:
+        event("too big for the CLI test")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / ("input" + EXT[fmt])
+        path.write_text(text, encoding="utf-8", newline="")
+        runs = [
+            ("check", str(path)),
+            ("check", "--json", str(path)),
+            ("check", "--semantics", "eager", str(path)),
+            ("export", "--to", "ir-json", str(path)),
+            ("export", "--to", "torch-csv", "--level", "compute", str(path)),
+            ("compile", str(path), "-o", str(Path(tmp) / "build")),
+        ]
+        for argv in runs:
+            code, out, err = _cli(*argv)
+            assert code in (0, 1, 2), (argv, code, err)
+            assert "Traceback" not in err and "internal error" not in err, (argv, err)
+            if argv[0] == "check":
+                if "--semantics" not in argv:
+                    assert code == expected, (argv, code, expected, err, out)
+                if "--json" in argv:
+                    rows = [json.loads(line) for line in out.splitlines()]
+                    assert len(rows) == 1 and rows[0]["ok"] == (code == 0)
+            if argv[0] == "compile":
+                built = Path(tmp) / "build"
+                if code == 0:
+                    assert any(built.glob("*.json"))
+                elif code == 1:
+                    assert not built.exists() or not any(built.iterdir()), "a failing compile wrote files"
+        if expected == 0:
+            code, out, err = _cli("export", "--to", "torch-csv", str(path))
+            assert code == 0, err
+            assert schedc.check(read_torch_csv(out).to_program()).ok
+
+
+@FEW
+@given(st.one_of(mutated_ir(), mutated(IR_BASES, max_edits=2)))
+def test_cli_on_mutated_ir_json_exits_cleanly(text):
+    try:
+        p = load_text(text, "x.json", "ir-json")
+        if all(type(x) is int for x in (p.num_stages, p.num_microbatches)) and not small(p):
+            event("too big for the CLI test")
+            return
+    except Exception:  # noqa: BLE001 - the CLI must cope with it all the same
+        pass
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "input.json"
+        path.write_text(text, encoding="utf-8")
+        for argv in [("check", str(path)), ("check", "--json", str(path)),
+                     ("export", "--to", "torch-csv", str(path))]:
+            code, out, err = _cli(*argv)
+            assert code in (0, 1, 2), (argv, code, err)
+            assert "Traceback" not in err and "internal error" not in err, (argv, err)
+
+
+OPTIONS = {
+    "--semantics": ["rendezvous", "eager", "bounded:1", "bounded:0", "bounded:-1", "bounded:x", "bounded:", "lazy", ""],
+    "--memory-limit": ["3", "0", "-1", "0.5", "nan", "inf", "0=1,1=2", "99=1", "x", "1=", "=1", "0=1,0=2", ""],
+    "--param": ["P=2", "M=3", "V=2", "P=0", "M=-1", "X=1", "P=1.5", "P=", "=3", "P=2=3", "M=99999999999999999999"],
+    "--timeout": ["5", "0", "-1", "0.001", "nan", "inf", "x"],
+    "--engine": ["native", "z3", "cvc5"],
+    "--sweep": ["P=1..2", "M=2..1", "M=0..1", "X=1..2", "P=a..b", "P=1..2..3", "M=1..3"],
+    "--format": ["pp", "torch-csv", "ir-json"],
+    "--notation": ["current", "legacy", "x"],
+}
+COMMANDS = {"check": ["--json"], "compile": ["--force"], "export": ["--to=torch-csv", "--to=ir-json", "--level=compute"]}
+
+
+@FEW
+@given(st.sampled_from(sorted(COMMANDS)), st.sampled_from(["gpipe", "1f1b", "interleaved_1f1b", "no-such", "."]),
+       st.lists(st.sampled_from(sorted(OPTIONS)).flatmap(lambda k: st.tuples(st.just(k), st.sampled_from(OPTIONS[k]))),
+                max_size=4),
+       st.data())
+def test_cli_options_fail_cleanly(command, target, options, data):
+    """Odd option values are usage errors (2), never internal errors (4) or tracebacks."""
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [command, target, "--param", "P=2", "--param", "M=2"]
+        for key, value in options:
+            if command != "check" and key == "--sweep":
+                continue
+            if command == "export" and key in ("--semantics", "--memory-limit", "--timeout", "--engine"):
+                continue
+            argv += [key, value]
+        argv += data.draw(st.lists(st.sampled_from(COMMANDS[command]), max_size=1, unique=True), label="flags")
+        if command == "export" and not any(a.startswith("--to") for a in argv):
+            argv.append("--to=ir-json")
+        if command == "compile":
+            argv += ["-o", str(Path(tmp) / "out")]
+        code, out, err = _cli(*argv)
+        assert code in (0, 1, 2, 3), (argv, code, err)
+        assert "Traceback" not in err and "internal error" not in err, (argv, err)
+        if code == 3:  # "the solver gave up" only comes from the solver
+            assert "z3" in argv, argv
