@@ -11,7 +11,7 @@ from schedc.ir import Action
 from schedc.passes import lower
 
 KNOWN = Path(__file__).parent / "known"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "pytorch-artifacts"
+ARTIFACTS = Path(__file__).parent / "data" / "pytorch-artifacts"
 
 
 def receives_before_consumers(program):

@@ -6,7 +6,7 @@
     dry-run simulator runs it to the end.
 (b) torch's own schedules, dumped by torch's `_dump_csv` in both formats, read back byte for byte
     (`read_torch_csv(text).dumps() == text`), give torch's order, and check clean.
-(c) The reference artifacts from PyTorch's test suite in /work/shared/reference/pytorch-artifacts/,
+(c) The reference artifacts from PyTorch's test suite (copied into tests/data/pytorch-artifacts/),
     including the older notation (`B` = backward-input, `BW` = full backward).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from schedc.interop.torch_csv import read_torch_csv  # noqa: E402
 from schedc.ir import Compound, CompoundKind, format_step  # noqa: E402
 from schedc.passes import lower  # noqa: E402
 
-ARTIFACTS = Path("/work/shared/reference/pytorch-artifacts")
+ARTIFACTS = Path(__file__).parent / "data" / "pytorch-artifacts"  # copied from shared/reference
 FORMAT = {"compute": "compute_only", "comms": "compute_comms"}
 
 
@@ -250,10 +250,9 @@ DUALPIPEV = ARTIFACTS / "dualpipev_4rank_10mb.csv"
 ZB_COMPUTE = ARTIFACTS / "zb1p_2rank_2stagep_compute.csv"
 ZB_COMMS = ARTIFACTS / "zb1p_2rank_2stagep_comms.csv"
 
-needs_artifacts = pytest.mark.skipif(not ARTIFACTS.is_dir(), reason="reference artifacts not present")
 
 
-@needs_artifacts
+
 def test_dualpipev_artifact_checks_clean_and_is_torchs_dualpipev():
     program = schedc.from_torch_csv(str(DUALPIPEV))
     report = schedc.check(program)
@@ -267,7 +266,7 @@ def test_dualpipev_artifact_checks_clean_and_is_torchs_dualpipev():
     assert code == 0, out + err
 
 
-@needs_artifacts
+
 def test_zb_compute_artifact_is_flagged_as_legacy_notation():
     report = schedc.check(schedc.from_torch_csv(str(ZB_COMPUTE)))
     assert not report.ok
@@ -279,7 +278,7 @@ def test_zb_compute_artifact_is_flagged_as_legacy_notation():
     assert any(d["code"] == "legacy-notation" for d in json.loads(out)["errors"])
 
 
-@needs_artifacts
+
 def test_zb_compute_artifact_in_legacy_notation_checks_clean_and_is_torchs_zb1p():
     program = schedc.from_torch_csv(str(ZB_COMPUTE), notation="legacy")
     report = schedc.check(program)
@@ -292,7 +291,7 @@ def test_zb_compute_artifact_in_legacy_notation_checks_clean_and_is_torchs_zb1p(
     assert code == 0, out + err
 
 
-@needs_artifacts
+
 def test_zb_comms_artifact_needs_legacy_notation():
     text = ZB_COMMS.read_text()
     # where the first BW cell is, found from the file itself (line, 1-based column)
@@ -310,7 +309,7 @@ def test_zb_comms_artifact_needs_legacy_notation():
     assert "Traceback" not in err
 
 
-@needs_artifacts
+
 def test_zb_comms_artifact_in_legacy_notation_checks_clean():
     program = schedc.from_torch_csv(str(ZB_COMMS), notation="legacy")
     assert program.level == "comms"
