@@ -75,6 +75,15 @@ class _Scope:
 
     names: dict[str, Span | None] = field(default_factory=dict)
     parent: "_Scope | None" = None
+    functions: dict[str, tuple[tuple[str, ...], Eval, Span]] = field(default_factory=dict)
+
+    def function(self, name: str):
+        scope = self
+        while scope is not None:
+            if name in scope.functions:
+                return scope.functions[name]
+            scope = scope.parent
+        return None
 
     def lookup(self, name: str) -> bool:
         scope = self
@@ -100,7 +109,7 @@ class _Scope:
         return out
 
     def define(self, name: str, span: Span) -> None:
-        if self.lookup(name):
+        if self.lookup(name) or self.function(name) is not None:
             where = self.defined_at(name)
             note = [f"first defined at {where}"] if where is not None else []
             raise SchedcError("redefined", f"'{name}' is already defined; pick another name",
@@ -111,10 +120,52 @@ class _Scope:
         return _Scope({}, self)
 
 
+STATE = "\x00rank-state"  # env key of the per-rank counters; no source name can collide
+
+
+class _RankState:
+    """What `next` needs on one rank: actions emitted per (stage, kind), and the I's still waiting
+    for their W, oldest first (`W(next)` takes the oldest)."""
+
+    def __init__(self):
+        self.count: dict[tuple[int, str], int] = {}
+        self.pending: dict[tuple[int, int], None] = {}
+
+    def note(self, a: Action) -> None:
+        count, key = self.count, a.stage
+        if a.op is Op.F:
+            count[(key, "F")] = count.get((key, "F"), 0) + 1
+        elif a.op is Op.I:
+            count[(key, "BI")] = count.get((key, "BI"), 0) + 1
+            self.pending[(key, a.microbatch)] = None
+        elif a.op is Op.B:
+            count[(key, "BI")] = count.get((key, "BI"), 0) + 1
+            count[(key, "W")] = count.get((key, "W"), 0) + 1
+        elif a.op is Op.W:
+            count[(key, "W")] = count.get((key, "W"), 0) + 1
+            self.pending.pop((key, a.microbatch), None)
+
+    def next_microbatch(self, op: Op, stage: int) -> int:
+        kind = "F" if op is Op.F else ("W" if op is Op.W else "BI")
+        return self.count.get((stage, kind), 0)
+
+
+def _uses_next(node) -> bool:
+    """Does the schedule say `next` anywhere (so emitted actions must be counted)?"""
+    if isinstance(node, ast.Var):
+        return node.name == "next"
+    if isinstance(node, (tuple, list)):
+        return any(_uses_next(n) for n in node)
+    if hasattr(node, "__dataclass_fields__"):
+        return any(_uses_next(getattr(node, f)) for f in node.__dataclass_fields__ if f != "span")
+    return False
+
+
 class _Compiler:
     def __init__(self, tree: ast.Schedule):
         self.tree = tree
         self.budget = _Budget()
+        self.counting = _uses_next(tree.items)
 
     # ---- the whole schedule ----
     def run(self, overrides: dict[str, int]) -> Program:
@@ -268,10 +319,13 @@ class _Compiler:
             if isinstance(body, ast.RankLiteral):
                 steps = [self.literal(a) for a in body.actions]
             elif body is not None:
-                compiled[rank](dict(env), steps)
+                local = dict(env)
+                local[STATE] = _RankState()
+                compiled[rank](local, steps)
             elif generic_run is not None:
                 local = dict(env)
                 local[generic.var] = rank
+                local[STATE] = _RankState()
                 generic_run(local, steps)
             else:
                 raise SchedcError("missing-rank", f"rank {rank} has no body: add `rank {rank} {{ ... }}` "
@@ -384,6 +438,8 @@ class _Compiler:
         return self.do(s.call, scope)
 
     def let(self, s: ast.Let, scope: _Scope) -> Run:
+        if s.params is not None:
+            return self.function(s, scope)
         value = self.expr(s.value, scope)
         scope.define(s.name, s.span)
         name = s.name
@@ -391,6 +447,17 @@ class _Compiler:
         def run(env, out):
             env[name] = value(env)
         return run
+
+    def function(self, s: ast.Let, scope: _Scope) -> Run:
+        """`let f(a, b) = E`: a pure function; its parameters may shadow outer names inside E."""
+        if len(set(s.params)) != len(s.params):
+            raise SchedcError("redefined", f"function '{s.name}' names a parameter twice", s.span)
+        inner = _Scope({p: s.span for p in s.params}, scope)
+        body = self.expr(s.value, inner)
+        if scope.lookup(s.name) or scope.function(s.name) is not None or s.name in FUNCTIONS:
+            raise SchedcError("redefined", f"'{s.name}' is already defined; pick another name", s.span)
+        scope.functions[s.name] = (s.params, body, s.span)
+        return lambda env, out: None
 
     def for_(self, s: ast.For, scope: _Scope) -> Run:
         start, stop = self.expr(s.start, scope), self.expr(s.stop, scope)
@@ -443,12 +510,19 @@ class _Compiler:
                 if kind is CompoundKind.OVERLAP_F_B and not op.is_compute:
                     raise SchedcError("bad-action", f"overlap(...) pairs compute actions; {arg.name} "
                                       "is not one", arg.span)
+                if _is_next_w(arg, scope):
+                    raise SchedcError("bad-action", f"W(next) cannot be part of {call.name}(...): it may "
+                                      "emit nothing", arg.span)
                 parts.append(self.action(arg, scope))
-            budget, span = self.budget, call.span
+            budget, span, counting = self.budget, call.span, self.counting
 
             def run(env, out):
                 budget.add_action(span)
-                out.append(Compound(kind, tuple(p(env) for p in parts), span))
+                step = Compound(kind, tuple(p(env) for p in parts), span)
+                out.append(step)
+                if counting:
+                    for a in step.parts:
+                        env[STATE].note(a)
             return run
         if call.name not in ACTION_OPS:
             kinds = " ".join(ACTION_OPS) + " group overlap"
@@ -459,22 +533,46 @@ class _Compiler:
                       f"actions are: {kinds}"
             raise SchedcError("unknown-action", msg, call.name_span)
         make = self.action(call, scope)
-        budget, span = self.budget, call.span
+        budget, span, counting = self.budget, call.span, self.counting
 
         def run(env, out):
+            a = make(env)
+            if a is None:  # W(next) with no I waiting
+                return
             budget.add_action(span)
-            out.append(make(env))
+            out.append(a)
+            if counting:
+                env[STATE].note(a)
         return run
 
-    def action(self, call: ast.Call, scope: _Scope) -> Callable[[Env], Action]:
+    def action(self, call: ast.Call, scope: _Scope) -> Callable[[Env], Action | None]:
         op = ACTION_OPS[call.name]
+        span = call.span
+        if _is_next_w(call, scope):
+            def oldest(env):
+                pending = env[STATE].pending
+                if not pending:
+                    return None
+                stage, mb = next(iter(pending))
+                return Action(Op.W, stage, mb, span)
+            return oldest
         want = 2 if op.has_microbatch else 1
         if len(call.args) != want:
             form = f"{op.value}(stage, microbatch)" if want == 2 else f"{op.value}(stage)"
             raise SchedcError("arity", f"{op.value} takes {want} argument(s): {form}", call.span)
-        args = [self.expr(a, scope) for a in call.args]
+        auto = want == 2 and _is_next(call.args[1], scope)
+        if auto and op.is_comm:
+            raise SchedcError("bad-action", f"{op.value}(stage, next): `next` numbers compute actions only",
+                              call.args[1].span)
+        args = [self.expr(a, scope) for a in (call.args[:1] if auto else call.args)]
         spans = [a.span for a in call.args]
-        span = call.span
+        if auto:
+            (fs,) = args
+
+            def make(env):
+                stage = _nonneg(fs(env), spans[0], "stage")
+                return Action(op, stage, env[STATE].next_microbatch(op, stage), span)
+            return make
         if want == 2:
             fs, fm = args
 
@@ -513,6 +611,8 @@ def _compile_expr(e, scope: _Scope) -> Eval:
         if e.op == "not":
             return lambda env: not _truth(x(env), span)
         return lambda env: -_num(x(env), span)
+    if isinstance(e, ast.Call) and scope.function(e.name) is not None:
+        return _user_call(e, scope)
     if isinstance(e, ast.Call):
         if e.name not in FUNCTIONS:
             if e.name in ACTION_OPS or e.name in ("group", "overlap"):
@@ -530,6 +630,40 @@ def _compile_expr(e, scope: _Scope) -> Eval:
     if isinstance(e, ast.BinOp):
         return _binop(e, scope)
     raise AssertionError(f"unknown expression node {e!r}")
+
+
+def _is_next(arg, scope: _Scope) -> bool:
+    """`next` in a microbatch position: the next microbatch of that kind and stage on this rank."""
+    return isinstance(arg, ast.Var) and arg.name == "next" and not scope.lookup("next")
+
+
+def _is_next_w(call, scope: _Scope) -> bool:
+    """`W(next)`: the weight gradient of the oldest I on this rank that has no W yet."""
+    return isinstance(call, ast.Call) and call.name == "W" and len(call.args) == 1 and _is_next(call.args[0], scope)
+
+
+def _user_call(e: ast.Call, scope: _Scope) -> Eval:
+    params, body, span = scope.function(e.name)
+    if len(e.args) != len(params):
+        raise SchedcError("arity", f"{e.name} takes {len(params)} argument(s) ({', '.join(params)}), "
+                          f"got {len(e.args)}", e.span, [f"defined at {span}"])
+    args = [_compile_expr(a, scope) for a in e.args]
+    missing = object()
+
+    def call(env):
+        values = [f(env) for f in args]
+        saved = [env.get(p, missing) for p in params]
+        for p, v in zip(params, values):
+            env[p] = v
+        try:
+            return body(env)
+        finally:
+            for p, old in zip(params, saved):
+                if old is missing:
+                    del env[p]
+                else:
+                    env[p] = old
+    return call
 
 
 def _binop(e: ast.BinOp, scope: _Scope) -> Eval:

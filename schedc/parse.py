@@ -238,8 +238,11 @@ class _ToAst(Transformer):
         return None
 
     def let_stmt(self, meta, children):
-        name, value = children
-        return ast.Let(str(name), value, self._span(meta))
+        name, params, value = children
+        return ast.Let(str(name), value, self._span(meta), params)
+
+    def fn_params(self, meta, children):
+        return tuple(str(c) for c in children)
 
     def for_stmt(self, meta, children):
         var, (start, stop, step, rev), body = children

@@ -60,9 +60,12 @@ Expr = Num | Var | Call | BinOp | UnaryOp | Ternary
 # ---- statements ----
 @dataclass(frozen=True)
 class Let:
+    """`let x = E`, or a function `let f(a, b) = E` (pure, not recursive)."""
+
     name: str
     value: Expr
     span: Span
+    params: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
