@@ -195,6 +195,7 @@ class _Compiler:
             env[p.name] = value
 
         decls: dict[str, tuple[int, Span]] = {}
+        order: ast.Order | None = None
         placement: ast.Placement | None = None
         annotations: list[ast.Annotation] = []
         bodies: list[ast.RankBody | ast.RankLiteral] = []
@@ -214,6 +215,10 @@ class _Compiler:
             elif isinstance(item, ast.Annotation):
                 _check_setting_names(item)
                 annotations.append(item)
+            elif isinstance(item, ast.Order):
+                if order is not None:
+                    raise SchedcError("duplicate-decl", "'order' is declared twice", item.span)
+                order = item
             else:
                 bodies.append(item)
 
@@ -225,7 +230,7 @@ class _Compiler:
                             lambda a: a.microbatch, param="M", env=env)
         stage_to_rank = self.placement(placement, num_stages, num_ranks, scope, env, rank_lists)
         notes = self.annotations(annotations, num_stages, num_ranks, scope, env)
-        return Program(
+        program = Program(
             name=tree.name,
             num_ranks=num_ranks,
             num_stages=num_stages,
@@ -236,6 +241,26 @@ class _Compiler:
             annotations=notes,
             source=tree.span.file,
         )
+        return self.reorder(program, order, scope, env) if order is not None else program
+
+    def reorder(self, program: Program, order: ast.Order, scope: _Scope, env: Env) -> Program:
+        from .order import KINDS, greedy_order
+        prefer, cap = (Op.I, Op.F, Op.W, Op.B), None
+        for opt in order.options:
+            if opt.name == "prefer" and opt.names:
+                unknown = [n for n in opt.names if n not in KINDS]
+                if unknown or len(set(opt.names)) != len(opt.names):
+                    raise SchedcError("order", f"prefer lists compute kinds F, B, I, W once each; got "
+                                      f"{', '.join(opt.names)}", opt.span)
+                prefer = tuple(KINDS[n] for n in opt.names)
+            elif opt.name == "memory" and opt.value is not None:
+                cap = self.expr(opt.value, scope)(env)
+                if type(cap) not in (int, float) or cap < 0:
+                    raise SchedcError("type", "memory must be a non-negative number", opt.value.span)
+            else:
+                raise SchedcError("order", f"order greedy takes prefer = [kinds] and memory = limit; "
+                                  f"'{opt.name}' is not an option", opt.span)
+        return greedy_order(program, prefer, cap, order.span)
 
     def require(self, item: ast.Require, scope: _Scope, env: Env) -> None:
         for c in item.constraints:

@@ -187,6 +187,17 @@ class _ToAst(Transformer):
         return ast.Placement("table", None, None, tuple(c for c in children if c is not None),
                              self._span(meta))
 
+    def order_decl(self, meta, children):
+        return ast.Order(tuple(children), self._span(meta))
+
+    def order_value(self, meta, children):
+        name, value = children
+        return ast.OrderOption(str(name), value, (), self._span(meta))
+
+    def order_list(self, meta, children):
+        name, *names = children
+        return ast.OrderOption(str(name), None, tuple(str(n) for n in names), self._span(meta))
+
     def stage_scope(self, meta, children):
         return ("stage", children[0])
 

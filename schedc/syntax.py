@@ -177,7 +177,24 @@ class RankLiteral:
     span: Span
 
 
-Item = Require | Decl | Placement | Annotation | Let | RankBody | RankLiteral
+@dataclass(frozen=True)
+class OrderOption:
+    name: str
+    value: Expr | None  # `memory = E`
+    names: tuple[str, ...]  # `prefer = [I, F, W]`
+    span: Span
+
+
+@dataclass(frozen=True)
+class Order:
+    """`order greedy(prefer = [I, F, W], memory = E)`: reorder every rank's actions by time-stepped
+    list scheduling: the ready action of the most preferred kind, under the memory cap."""
+
+    options: tuple[OrderOption, ...]
+    span: Span
+
+
+Item = Require | Decl | Placement | Annotation | Let | Order | RankBody | RankLiteral
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,106 @@
+"""Declarative ordering: greedy list scheduling by stated priorities under a memory cap.
+
+`order greedy(prefer = [I, F, W], memory = 2 * P - 1)` takes the actions each rank body lists and
+orders them the way zero-bubble schedules are built: time runs under the schedule's cost
+annotations (unit times by default, communication free); whenever a rank is free it starts the
+ready action of the most preferred kind (ties: the one listed first), an F only if the rank's live
+activations stay within the cap. Actions of one kind and stage keep their listed order. The rule
+of what is ready is schedc/deps.py's; the result is an ordinary per-rank order.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from .deps import needs, produces
+from .errors import SchedcError
+from .ir import Action, Op, Program
+from .span import Span
+
+KINDS = {"F": Op.F, "B": Op.B, "I": Op.I, "W": Op.W}
+
+
+def greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, span: Span) -> Program:
+    S = program.num_stages
+    ann = program.annotations
+    rank_of_kind = {op: i for i, op in enumerate(prefer)}
+    queues: list[dict[tuple[Op, int], deque]] = []
+    for r, steps in enumerate(program.ranks):
+        table: dict[tuple[Op, int], deque] = {}
+        for index, st in enumerate(steps):
+            if not isinstance(st, Action) or not st.op.is_compute:
+                raise SchedcError("bad-action", f"order greedy orders single compute actions; rank {r} lists "
+                                  f"{st}", st.span or span)
+            if st.op not in rank_of_kind:
+                raise SchedcError("bad-action", f"order greedy: {st.op.value} is not in prefer", st.span or span)
+            table.setdefault((st.op, st.stage), deque()).append((index, st))
+        queues.append(table)
+    done_at: dict = {}  # value -> time it exists
+    live = [0.0] * program.num_ranks
+    out: list[list[Action]] = [[] for _ in program.ranks]
+    left = [len(s) for s in program.ranks]
+    events = [(0.0, r) for r in range(program.num_ranks) if left[r]]  # (time a rank is free, rank)
+    heapq.heapify(events)
+    finishes: list[float] = []  # pending completion times, to wake waiting ranks
+    waiting: list[int] = []
+    while events:
+        t, r = heapq.heappop(events)
+        choice = _pick(queues[r], t, done_at, rank_of_kind, live[r], cap, ann, S)
+        if choice is None:
+            later = [f for f in finishes if f > t]
+            if not later:
+                waiting.append(r)
+                continue
+            heapq.heappush(events, (min(later), r))
+            continue
+        key, (_, a) = choice
+        queues[r][key].popleft()
+        if not queues[r][key]:
+            del queues[r][key]
+        cost = _cost(ann, a, r)
+        end = t + cost
+        v = produces(a)
+        if v is not None:
+            done_at[v] = end
+        live[r] += _delta(ann, a)
+        out[r].append(a)
+        left[r] -= 1
+        finishes.append(end)
+        if left[r]:
+            heapq.heappush(events, (end, r))
+        for w in waiting:  # something new will exist at `end`
+            heapq.heappush(events, (end, w))
+        waiting.clear()
+    stuck = [r for r in range(program.num_ranks) if left[r]]
+    if stuck:
+        r = stuck[0]
+        head = sorted((q[0] for q in queues[r].values()), key=lambda x: x[0])[0][1]
+        why = f" under memory <= {cap:g}" if cap is not None else ""
+        raise SchedcError("order", f"order greedy cannot go on{why}: rank {r} has {left[r]} action(s) left, "
+                          f"first {head}, and none can start", span)
+    return program.with_ranks(out)
+
+
+def _pick(table, t, done_at, rank_of_kind, live, cap, ann, S):
+    best = None
+    for key, q in table.items():
+        index, a = q[0]
+        if any(done_at.get(v, float("inf")) > t for v in needs(a, S)):
+            continue
+        if a.op is Op.F and cap is not None and live + _delta(ann, a) > cap + 1e-9:
+            continue
+        rank = (rank_of_kind[a.op], index)
+        if best is None or rank < best[0]:
+            best = (rank, key, q[0])
+    return None if best is None else (best[1], best[2])
+
+
+def _delta(ann, a: Action) -> float:
+    mem = ann.memory_of(a.stage)
+    return {Op.F: mem.act, Op.B: -mem.act, Op.I: -(mem.act - mem.weight), Op.W: -mem.weight}[a.op]
+
+
+def _cost(ann, a: Action, rank: int) -> float:
+    c = ann.cost_of(a.stage)
+    speed = ann.rank_speed[rank] if rank < len(ann.rank_speed) else 1.0
+    return {Op.F: c.F, Op.B: c.B, Op.I: c.I, Op.W: c.W}[a.op] / (speed or 1.0)
