@@ -79,3 +79,16 @@ def test_greedy_order_refuses_an_impossible_cap(tmp_path, run_cli):
                    " rank r { for m in 0 .. M { F(r, m); I(r, m); W(r, m) } } }\n")
     code, _, err = run_cli("check", str(src))
     assert code == 2 and "error[order]" in err and "memory <= 0" in err
+
+
+@pytest.mark.parametrize("P", [2, 4, 8])
+@pytest.mark.parametrize("factor", [2, 4, 8])
+def test_zbv_has_no_gaps_at_equal_costs(P, factor):
+    # DESIGN.md: ZB-V has zero bubble when t_F = t_I = t_W: each rank works without a gap from its
+    # first action to its last; the only idle time is the causal start offset of P - 1 forwards
+    M = factor * P
+    timeline = simulate(schedc.load("zbv", {"P": P, "M": M}))
+    for r in range(P):
+        assert timeline.end[r][-1] - timeline.start[r][0] == pytest.approx(timeline.busy[r]), r
+        assert timeline.busy[r] == pytest.approx(6 * M)
+    assert timeline.makespan == pytest.approx(6 * M + (P - 1))
