@@ -54,10 +54,13 @@ def payload(a: Action) -> Value | None:
     return delivers(a)
 
 
+_PEER_OFFSET = {Op.SEND_F: 1, Op.RECV_F: -1, Op.SEND_B: -1, Op.RECV_B: 1}
+
+
 def peer_stage(a: Action) -> int | None:
     """The stage on the other end of a send or receive."""
-    return {Op.SEND_F: a.stage + 1, Op.RECV_F: a.stage - 1,
-            Op.SEND_B: a.stage - 1, Op.RECV_B: a.stage + 1}.get(a.op)
+    offset = _PEER_OFFSET.get(a.op)
+    return None if offset is None else a.stage + offset
 
 
 def consumer_stage(a: Action, num_stages: int) -> int | None:

@@ -75,8 +75,8 @@ def _where(action: Action) -> str:
 
 
 def _indices(p: Program, out: Findings) -> None:
-    S, M = p.num_stages, p.num_microbatches
-    for rank, step, a in p.actions():
+    S, M, placement = p.num_stages, p.num_microbatches, p.placement
+    for rank, step, a in _bad_candidates(p):
         if not 0 <= a.stage < S:
             out.add("bad-index", f"{describe(a)}: stage {a.stage} is out of range 0..{S - 1}", rank, step, a)
             continue
@@ -84,7 +84,7 @@ def _indices(p: Program, out: Findings) -> None:
             out.add("bad-index", f"{describe(a)}: microbatch {a.microbatch} is out of range 0..{M - 1}",
                     rank, step, a)
             continue
-        home = p.placement[a.stage]
+        home = placement[a.stage]
         if home != rank:
             out.add("wrong-rank", f"{describe(a)} runs on rank {rank}, but stage {a.stage} is placed "
                     f"on rank {home}", rank, step, a)
@@ -94,9 +94,20 @@ def _indices(p: Program, out: Findings) -> None:
             if not 0 <= peer < S:
                 out.add("bad-comm", f"{describe(a)}: stage {a.stage} has no stage {peer} to talk to",
                         rank, step, a)
-            elif p.placement[peer] == rank:
+            elif placement[peer] == rank:
                 out.add("bad-comm", f"{describe(a)}: stages {a.stage} and {peer} are both on rank "
                         f"{rank}; a rank does not message itself", rank, step, a)
+
+
+def _bad_candidates(p: Program):
+    """The actions that might fail an index or placement check (a fast scan; most programs: none)."""
+    S, M, placement = p.num_stages, p.num_microbatches, p.placement
+    for rank, steps in enumerate(p.ranks):
+        for step, st in enumerate(steps):
+            for a in st.parts:
+                s, m = a.stage, a.microbatch
+                if not (0 <= s < S and (m is None or 0 <= m < M) and placement[s] == rank) or a.op.is_comm:
+                    yield rank, step, a
 
 
 def _counts(p: Program, out: Findings) -> None:
