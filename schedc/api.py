@@ -42,7 +42,7 @@ def resolve(path_or_name: str) -> Path:
 
 def read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_bytes().decode("utf-8")  # exactly as written: no newline translation
     except UnicodeDecodeError:
         raise SchedcError("io", "the file is not UTF-8 text", where=str(path)) from None
     except OSError as exc:

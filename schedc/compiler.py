@@ -619,6 +619,8 @@ class _Compiler:
 def _compile_expr(e, scope: _Scope) -> Eval:
     if isinstance(e, ast.Num):
         v = e.value
+        if abs(v) > MAX_INT:
+            raise SchedcError("too-large", f"the number {str(v)[:12]}... is beyond ±2^62", e.span)
         return lambda env: v
     if isinstance(e, ast.Var):
         if not scope.lookup(e.name):

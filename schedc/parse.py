@@ -16,7 +16,7 @@ from .resources import grammar_path
 from .span import Source, Span
 
 MAX_SOURCE_BYTES = 10_000_000
-MAX_DIGITS = 18  # integers beyond ~10^18 are refused where they are written
+MAX_DIGITS = 4000  # longer integer literals cannot even be converted (Python's digit limit)
 
 
 @lru_cache(maxsize=1)

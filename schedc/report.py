@@ -15,6 +15,7 @@ from .ir import Action, Program, describe, format_step
 from .lint import display_step, lint
 from .verify.deadlock import Deadlock, deadlock_from_core, find_deadlock, render_grid
 from .verify.execute import RENDEZVOUS, Semantics, channels
+from .verify.fast import quick_check
 from .verify.memory import Peak, peak_activation, peak_memory
 
 ENGINES = ("native", "z3")
@@ -119,8 +120,15 @@ def _peak_dict(pk: Peak, limit) -> dict:
 
 def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str = "native",
                timeout_s: float = 30.0, memory_limit: dict[int, float] | None = None,
-               file: str | None = None) -> Report:
+               file: str | None = None, fast: bool = True) -> Report:
     report = Report(program, file if file is not None else program.source, semantics, engine)
+    if fast and engine == "native":  # the array fast path; what it cannot clear gets the detailed checks
+        clear = quick_check(program, semantics, memory_limit)
+        if clear is not None:
+            report.peak_activation = clear.peak_activation
+            report.peak_memory = clear.peak_memory
+            report.memory_limit = _limits(program, memory_limit)
+            return report
     report.errors.extend(lint(program))
     if report.errors:
         return report
@@ -177,12 +185,16 @@ def _deadlock_z3(report: Report, chans, timeout_s: float) -> None:
         report.unknown = result.reason
 
 
+def _limits(program: Program, limits: dict[int, float] | None) -> tuple[float | None, ...]:
+    given = dict(program.annotations.memory_limit)
+    given.update(limits or {})
+    return tuple(given.get(r) for r in range(program.num_ranks))
+
+
 def _memory(report: Report, chans, limits: dict[int, float] | None) -> None:
     p = report.program
     report.peak_memory = peak_memory(p, report.semantics, chans)
-    given = dict(p.annotations.memory_limit)
-    given.update(limits or {})
-    report.memory_limit = tuple(given.get(r) for r in range(p.num_ranks))
+    report.memory_limit = _limits(p, limits)
     for pk in report.peak_memory:
         limit = report.memory_limit[pk.rank]
         if limit is not None and pk.memory > limit + 1e-9:

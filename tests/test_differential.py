@@ -154,3 +154,27 @@ def test_every_lowered_builtin_finishes_in_the_plain_run():
         for sem in SEMANTICS:
             pc = plain_run(program, sem)
             assert all(pc[r] == len(s) for r, s in enumerate(program.ranks)), (program.name, sem)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutants(), st.sampled_from(["rendezvous", "eager"]))
+def test_fast_path_never_clears_what_the_detailed_checks_reject(program, semantics):
+    from schedc.report import run_checks
+    from schedc.verify.channels import Semantics
+    from schedc.verify.fast import quick_check
+    sem = Semantics.parse(semantics)
+    detailed = run_checks(program, semantics=sem, fast=False)
+    clear = quick_check(program, sem, None)
+    if clear is not None:
+        assert detailed.ok is True, detailed.render()
+        assert clear.peak_activation == detailed.peak_activation
+        assert [p.memory for p in clear.peak_memory] == [p.memory for p in detailed.peak_memory]
+
+
+def test_fast_path_clears_every_lowered_builtin():
+    from schedc.verify.channels import RENDEZVOUS
+    from schedc.verify.fast import quick_check
+    for program in LOWERED + [schedc.load(n, p) for n, p in BUILTINS]:
+        clear = quick_check(program, RENDEZVOUS, None)
+        assert clear is not None, program.name
+        assert clear.peak_activation == schedc.report.run_checks(program, fast=False).peak_activation

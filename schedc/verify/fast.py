@@ -1,0 +1,267 @@
+"""The fast path of `schedc check`: decide with array arithmetic that every check passes.
+
+The same rules as schedc/lint.py, schedc/verify/channels.py, graph.py and memory.py, asked as
+whole-array questions (numpy): indices and placement, one F and one B or I+W per (stage,
+microbatch) in order, a receive before every remote use and a send after every remote producer,
+FIFO payload matching, then the run itself over the happens-before prerequisites, and peak
+activations. It answers only "all clear" (with the numbers) or "look closer": anything unusual
+(a finding, groups, bounded buffers, message sizes, memory limits) goes to the detailed checks,
+which explain. Property tests hold the two paths to the same verdicts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir import Compound, Op, Program
+from .channels import Semantics
+from .memory import Peak
+
+_OPS = list(Op)
+_CODE = {op: i for i, op in enumerate(_OPS)}
+F, B, I, W = (_CODE[o] for o in (Op.F, Op.B, Op.I, Op.W))
+SF, RF, SB, RB = (_CODE[o] for o in (Op.SEND_F, Op.RECV_F, Op.SEND_B, Op.RECV_B))
+MAX_CELLS = 4_000_000  # stage x microbatch tables above this go to the detailed checks
+
+
+@dataclass(frozen=True)
+class Clear:
+    """Every check passes; the numbers the report needs."""
+
+    peak_activation: tuple[float, ...]
+    peak_memory: tuple[Peak, ...]
+
+
+def quick_check(program: Program, semantics: Semantics, limits: dict[int, float] | None) -> Clear | None:
+    """`Clear` when every default check surely holds, else None (run the detailed checks)."""
+    if semantics.kind == "bounded":
+        return None
+    S, M, R = program.num_stages, program.num_microbatches, program.num_ranks
+    if S * M > MAX_CELLS:
+        return None
+    mems = [program.annotations.memory_of(s) for s in range(S)]
+    if any(m.out for m in mems):
+        return None  # receive buffers and sent messages count: the detailed memory walk
+    arrays = _arrays(program)
+    if arrays is None:
+        return None
+    op, stage, mb, rank, step, gid, lengths = arrays
+    placement = np.asarray(program.placement, dtype=np.int64)
+    # indices in range, actions on their stage's rank
+    has_mb = mb >= 0
+    if (stage < 0).any() or (stage >= S).any() or (has_mb & (mb >= M)).any():
+        return None
+    if (placement[stage] != rank).any():
+        return None
+    is_comm = (op == SF) | (op == RF) | (op == SB) | (op == RB)
+    compute = (op == F) | (op == B) | (op == I) | (op == W)
+    if is_comm.any():
+        offset = np.where((op == SF) | (op == RB), 1, -1)
+        peer = stage + offset
+        if ((is_comm & ((peer < 0) | (peer >= S))).any()
+                or (is_comm & (placement[np.clip(peer, 0, S - 1)] == rank)).any()):
+            return None
+    # one F, and one B or one I and one W, per (stage, microbatch); positions for the order checks
+    kind = np.select([op == F, op == B, op == I, op == W], [0, 1, 2, 3], -1)
+    ck = ((kind * S + stage) * M + mb)[compute]
+    counts = np.bincount(ck, minlength=4 * S * M).reshape(4, S, M)
+    if (counts > 1).any() or not (counts[0] == 1).all():
+        return None
+    full = (counts[1] == 1) & (counts[2] == 0) & (counts[3] == 0)
+    split = (counts[1] == 0) & (counts[2] == 1) & (counts[3] == 1)
+    if not (full | split).all():
+        return None
+    pos = np.full(4 * S * M, -1, dtype=np.int64)
+    pos[ck] = step[compute]
+    pos = pos.reshape(4, S, M)
+    posF, posB, posI, posW = pos
+    back = np.where(full, posB, posI)  # the step that makes the input gradient
+    if (back <= posF).any() or (split & (posW <= posI)).any():
+        return None
+    cross_f = placement[:-1] != placement[1:]  # boundary s -> s+1 crosses ranks
+    if is_comm.any():
+        if not _communication(op, stage, mb, rank, step, gid, is_comm, posF, back, cross_f, S, M, R):
+            return None
+        prereq = _message_waits(op, stage, mb, rank, step, gid, is_comm, semantics, R)
+        if prereq is None:
+            return None
+    else:
+        prereq = _data_waits(posF, back, cross_f, placement, lengths, S, M)
+        if prereq is None:
+            return None
+    if not _runs(prereq, lengths):
+        return None
+    peaks, peak_steps = _peaks(program, op, stage, rank, step, mems, compute, R)
+    if limits and any(peaks[r] > limits[r] + 1e-9 for r in limits if r < R):
+        return None
+    for r, limit in program.annotations.memory_limit:
+        if peaks[r] > limit + 1e-9:
+            return None
+    peak_memory = tuple(
+        Peak(r, peaks[r], int(peak_steps[r]), program.ranks[r][int(peak_steps[r])].parts[0] if peaks[r] > 0 else None, ())
+        if peaks[r] > 0 else Peak(r, 0.0, 0, None, ()) for r in range(R))
+    return Clear(tuple(peaks), peak_memory)
+
+
+def _arrays(program: Program):
+    """Flat per-action arrays (op, stage, microbatch or -1, rank, step, global step id)."""
+    code = _CODE
+    ops, stages, mbs, ranks, steps = [], [], [], [], []
+    lengths = []
+    for r, row in enumerate(program.ranks):
+        lengths.append(len(row))
+        if any(type(st) is Compound for st in row):
+            return None  # groups and overlapped pairs: the detailed checks
+        ops.extend([code[a.op] for a in row])
+        stages.extend([a.stage for a in row])
+        mbs.extend([-1 if a.microbatch is None else a.microbatch for a in row])
+        ranks.append(np.full(len(row), r, dtype=np.int64))
+        steps.append(np.arange(len(row), dtype=np.int64))
+    if not ops:
+        return None
+    rank = np.concatenate(ranks)
+    step = np.concatenate(steps)
+    base = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    gid = base[rank] + step
+    return (np.asarray(ops, dtype=np.int64), np.asarray(stages, dtype=np.int64), np.asarray(mbs, dtype=np.int64),
+            rank, step, gid, lengths)
+
+
+def _communication(op, stage, mb, rank, step, gid, is_comm, posF, back, cross_f, S, M, R) -> bool:
+    """Exactly the messages the compute needs, each received before use and sent after made."""
+    ckind = np.select([op == SF, op == RF, op == SB, op == RB], [0, 1, 2, 3], -1)
+    key = ((ckind * S + stage) * M + mb)[is_comm]
+    counts = np.bincount(key, minlength=4 * S * M).reshape(4, S, M)
+    if (counts > 1).any():
+        return False
+    pos = np.full(4 * S * M, -1, dtype=np.int64)
+    pos[key] = step[is_comm]
+    pos = pos.reshape(4, S, M)
+    need = np.zeros((S, M), dtype=bool)
+    need[:-1] = cross_f[:, None]  # stage s sends F to s+1 / s+1 sends B back to s
+    # SEND_F(s) after F(s); RECV_F(s+1) before F(s+1); SEND_B(s+1) after its backward; RECV_B(s) before its
+    want = {0: need, 1: np.roll(need, 1, axis=0), 2: np.roll(need, 1, axis=0), 3: need}
+    for k, mask in want.items():
+        if not (counts[k] == mask).all():
+            return False
+    sf, rf, sb, rb = pos
+    ok = (np.where(need, sf > posF, True).all()
+          and np.where(want[1], rf < posF, True).all()
+          and np.where(want[2], sb > back, True).all()
+          and np.where(want[3], rb < back, True).all())
+    return bool(ok)
+
+
+def _message_waits(op, stage, mb, rank, step, gid, is_comm, semantics, R):
+    """Prerequisites from FIFO-matched messages; None if a pair's payloads differ."""
+    s_idx = np.nonzero(is_comm & ((op == SF) | (op == SB)))[0]
+    r_idx = np.nonzero(is_comm & ((op == RF) | (op == RB)))[0]
+    if len(s_idx) != len(r_idx):
+        return None
+    # payload key (is gradient, stage it comes from, microbatch); a receive names the receiving stage
+    width, depth = int(stage.max()) + 2, int(max(mb.max(), 0)) + 1
+    s_key = ((op[s_idx] == SB) * width + stage[s_idx]) * depth + mb[s_idx]
+    r_origin = stage[r_idx] + np.where(op[r_idx] == RF, -1, 1)
+    r_key = ((op[r_idx] == RB) * width + r_origin) * depth + mb[r_idx]
+    # each send's payload partner (unique, by the count checks) gives the channel's other end
+    s_order, r_order = np.argsort(s_key, kind="stable"), np.argsort(r_key, kind="stable")
+    if not (s_key[s_order] == r_key[r_order]).all():
+        return None
+    dest = np.empty(len(s_idx), dtype=np.int64)
+    dest[s_order] = rank[r_idx][r_order]
+    src = np.empty(len(r_idx), dtype=np.int64)
+    src[r_order] = rank[s_idx][s_order]
+    # FIFO: the k-th send on (a, b) meets the k-th receive on (a, b)
+    s_chan, r_chan = rank[s_idx] * R + dest, src * R + rank[r_idx]
+    s_fifo, r_fifo = np.lexsort((step[s_idx], s_chan)), np.lexsort((step[r_idx], r_chan))
+    if not (s_chan[s_fifo] == r_chan[r_fifo]).all() or not (s_key[s_fifo] == r_key[r_fifo]).all():
+        return None  # crossed payloads: the detailed checks report the mismatch
+    sends, recvs = s_idx[s_fifo], r_idx[r_fifo]
+    # a receive completes only after its send is posted (the send's previous step completed) ...
+    has = step[sends] > 0
+    waits = [(gid[recvs][has], rank[sends][has], step[sends][has] - 1)]
+    if semantics.kind == "rendezvous":  # ... and a send only after its receive is posted
+        has = step[recvs] > 0
+        waits.append((gid[sends][has], rank[recvs][has], step[recvs][has] - 1))
+    return waits
+
+
+def _data_waits(posF, back, cross_f, placement, lengths, S, M):
+    """Compute level: a step waits for the producer of a value made on another rank."""
+    base = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    waits = []
+    if S > 1:
+        # F(s+1, m) needs F(s, m); the backward of s needs the backward of s+1
+        for consumer, producer, cons_stage, prod_stage in (
+                (posF[1:], posF[:-1], np.arange(1, S), np.arange(S - 1)),
+                (back[:-1], back[1:], np.arange(S - 1), np.arange(1, S))):
+            c_rank = placement[cons_stage][:, None].repeat(M, axis=1)
+            p_rank = placement[prod_stage][:, None].repeat(M, axis=1)
+            same = c_rank == p_rank
+            if (same & (producer >= consumer)).any():
+                return None  # waits for a later step of its own rank: the detailed checks explain
+            cross = ~same
+            waits.append(((base[c_rank] + consumer)[cross], p_rank[cross], producer[cross]))
+    return waits
+
+
+def _runs(waits, lengths) -> bool:
+    """The executor over flat prerequisite arrays: does every rank reach the end of its list?"""
+    total = int(sum(lengths))
+    if waits:
+        who = np.concatenate([w[0] for w in waits])
+        q = np.concatenate([w[1] for w in waits])
+        j = np.concatenate([w[2] for w in waits])
+        order = np.argsort(who, kind="stable")
+        who, q, j = who[order], q[order], j[order]
+        starts = np.searchsorted(who, np.arange(total + 1)).tolist()
+        tq, tj = q.tolist(), j.tolist()
+    else:
+        starts, tq, tj = [0] * (total + 1), [], []
+    R = len(lengths)
+    base = [0] * R
+    for r in range(1, R):
+        base[r] = base[r - 1] + lengths[r - 1]
+    pc = [0] * R
+    watchers: list[list[int]] = [[] for _ in range(R)]
+    work = list(range(R))
+    while work:
+        r = work.pop()
+        i, end, b0 = pc[r], lengths[r], base[r]
+        while i < end:
+            a, z = starts[b0 + i], starts[b0 + i + 1]
+            while a < z:
+                if pc[tq[a]] <= tj[a]:
+                    watchers[tq[a]].append(r)
+                    break
+                a += 1
+            else:
+                i += 1
+                continue
+            break
+        if i != pc[r]:
+            pc[r] = i
+            if watchers[r]:
+                work.extend(watchers[r])
+                watchers[r] = []
+    return pc == list(lengths)
+
+
+def _peaks(program, op, stage, rank, step, mems, compute, R):
+    """Peak activations per rank along each rank's order, and the step where each peak is reached."""
+    act = np.asarray([m.act for m in mems], dtype=np.float64)
+    weight = np.asarray([m.weight for m in mems], dtype=np.float64)
+    delta = np.select([op == F, op == B, op == I, op == W],
+                      [act[stage], -act[stage], -(act[stage] - weight[stage]), -weight[stage]], 0.0)
+    peaks, where = [0.0] * R, [0] * R
+    starts = np.searchsorted(rank, np.arange(R + 1))
+    for r in range(R):
+        d = delta[starts[r]:starts[r + 1]]
+        if not len(d):
+            continue
+        run = np.cumsum(d)
+        k = int(np.argmax(run))
+        if run[k] > 0:
+            peaks[r], where[r] = float(run[k]), int(step[starts[r] + k])
+    return peaks, where
