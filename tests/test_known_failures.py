@@ -72,10 +72,11 @@ def test_late_receives_on_a_v_shape_cross_payloads_under_eager():
 
 
 @pytest.mark.parametrize("name, extra", [("1f1b", {}), ("gpipe", {}), ("interleaved_1f1b", {"V": 2}),
-                                         ("looped_bfs", {"V": 2})])
+                                         ("looped_bfs", {"V": 2}), ("zb_h1", {}), ("zb_h2", {}),
+                                         ("interleaved_zero_bubble", {"V": 2}), ("zbv", {}), ("dualpipev", {})])
 def test_builtins_hold_with_fewer_microbatches_than_stages(name, extra, run_cli):
     # pytorch/torchtitan#775: a schedule fine at M = 8 can hang at M = P - 1; ours must not
-    argv = ["check", name, "--sweep", "P=2..6", "--sweep", "M=1..7", *sum((["--param", f"{k}={v}"]
+    argv = ["check", name, "--sweep", "P=2..6", "--sweep", "M=1..13", *sum((["--param", f"{k}={v}"]
                                                                             for k, v in extra.items()), [])]
     code, out, _ = run_cli(*argv)
     assert code == 0, out
@@ -85,7 +86,9 @@ def test_builtins_hold_with_fewer_microbatches_than_stages(name, extra, run_cli)
 def test_lowered_builtins_hold_under_rendezvous_for_small_m():
     for P in (2, 3, 4):
         for M in (1, P - 1, P):
-            for name, extra in (("1f1b", {}), ("interleaved_1f1b", {"V": 2}), ("looped_bfs", {"V": 2})):
+            for name, extra in (("1f1b", {}), ("interleaved_1f1b", {"V": 2}), ("looped_bfs", {"V": 2}),
+                                ("zb_h1", {}), ("zb_h2", {}), ("interleaved_zero_bubble", {"V": 2}), ("zbv", {}),
+                                ("dualpipev", {})):
                 if M < 1:
                     continue
                 try:
