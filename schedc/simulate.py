@@ -8,13 +8,16 @@ SchedcError("deadlock").
 """
 from __future__ import annotations
 
+import gc
+from array import array
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, NamedTuple
 
 from .deps import delivers, message, needs, peer_stage, produces, value_name
 from .errors import SchedcError
-from .ir import SENDS, Action, Compound, CompoundKind, Op, Program, Step, describe
+from .ir import COMM, COMPUTE, SENDS, Action, Compound, CompoundKind, Op, Program, Step, describe
 from .verify.memory import activation_delta, message_size
 
 # How a run is timed (the rule every handler below follows):
@@ -37,30 +40,63 @@ from .verify.memory import activation_delta, message_size
 #
 # Deadlock is the rendezvous semantics of schedc/verify/execute.py: a rank cannot go past a send or
 # receive (or group) before its partners are posted, so a program is simulated exactly when `schedc
-# check` finds it deadlock-free under rendezvous. With overlap on that order constrains which runs
+# check` finds it deadlock-free under rendezvous. With overlap on, that order decides which runs
 # exist, not when steps start: times follow the asynchronous rule above.
 #
 # Nothing else is shared, so every time is the maximum of the times it waits for. The simulator
 # therefore handles events (a step can start, a message is matched) in dependency order, not time
 # order: each rank runs until it waits for something not yet known, and is resumed when it is.
 # Every step, message and wake-up is handled once, so a run takes time linear in the program.
+# What an action needs and makes is asked of schedc/deps.py once per (op, stage) and reused for
+# every microbatch (DESIGN.md's dependencies never cross microbatches; checked when a plan is made).
 
 
 class Message(NamedTuple):
     """One value that crossed ranks: from step `src_step` of `src_rank` to `dst_step` of `dst_rank`.
 
-    At the compute level the steps are the producer and the consumer; at the comms level, the send
-    and the receive. `departure` is when it left (after the rendezvous and any queue on its
-    channel), `arrival` when it was present on the receiving rank.
+    At the compute level the steps are the producer and the consumer (`dst_step` is -1 if nothing
+    consumed it); at the comms level, the send and the receive. `departure` is when it left (after
+    the rendezvous and any queue on its channel), `arrival` when it was present on the receiver.
     """
 
     src_rank: int
     src_step: int
     dst_rank: int
     dst_step: int
-    value: tuple
+    value: tuple  # deps.py's value: ("act" | "grad", stage, microbatch)
     departure: float
     arrival: float
+
+
+class Messages(Sequence):
+    """The messages of a run, in the order they were matched: a read-only sequence of `Message`,
+    stored flat (seven numbers each) so a large run leaves no objects behind for the collector."""
+
+    WIDTH = 7
+
+    def __init__(self, flat: bytes, stride: int):
+        self._flat = memoryview(flat).cast("d")
+        self._stride = stride  # value key = microbatch * stride + 2 * stage + (0 act | 1 grad)
+
+    def __len__(self) -> int:
+        return len(self._flat) // self.WIDTH
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("message index out of range")
+        f = self._flat
+        j = i * self.WIDTH
+        m, rest = divmod(int(f[j + 4]), self._stride)
+        return Message(int(f[j]), int(f[j + 1]), int(f[j + 2]), int(f[j + 3]),
+                       (("act", "grad")[rest % 2], rest // 2, m), f[j + 5], f[j + 6])
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} messages>"
 
 
 @dataclass(frozen=True)
@@ -75,24 +111,23 @@ class Link:
 class Timeline:
     """A simulated run, frozen. Times are per rank and step (a compound step has one start and end).
 
-    `start[r][x]`/`end[r][x]`: when step x of rank r began and released the rank; `busy[r]`: its
+    `start[r][x]`/`end[r][x]`: when step x of rank r began and when it released the rank (a send or
+    receive under overlap releases it at once; see `messages` for when data moved); `busy[r]`: its
     compute time; `memory_during[r][x]` / `memory_after[r][x]`: live activations while step x runs
     (after its allocations) and once it has finished (after its frees).
     """
 
     program: Program
+    level: str
     overlap: bool
     start: tuple[tuple[float, ...], ...]
     end: tuple[tuple[float, ...], ...]
     busy: tuple[float, ...]
     makespan: float
-    messages: tuple[Message, ...]
+    messages: Messages = field(repr=False)
     memory_during: tuple[tuple[float, ...], ...] = field(repr=False)
     memory_after: tuple[tuple[float, ...], ...] = field(repr=False)
-
-    @property
-    def level(self) -> str:
-        return self.program.level
+    mismatches: int = 0  # matched send/receive pairs whose payloads differ (see `schedc check`)
 
     @property
     def bubble_ratio(self) -> float:
@@ -123,20 +158,24 @@ class Timeline:
                 yield r, x, a, s, e
 
     def memory(self, rank: int) -> tuple[tuple[float, float], ...]:
-        """Live activations of a rank over time: (time, live) at each change, starting from (0, 0)."""
+        """Live activations of a rank over time: (time, live) at each change, from (0, 0)."""
         out = [(0.0, 0.0)]
         for s, e, hi, lo in zip(self.start[rank], self.end[rank], self.memory_during[rank],
                                 self.memory_after[rank]):
             for t, v in ((s, hi), (e, lo)):
                 if v != out[-1][1]:
-                    out.append((t, v))
+                    if t == out[-1][0]:
+                        out[-1] = (t, v)
+                    else:
+                        out.append((t, v))
         return tuple(out)
 
     def to_dict(self) -> dict:
         """The metrics as JSON-ready values (the core of `schedc sim --json`)."""
         return {"level": self.level, "overlap": self.overlap, "makespan": self.makespan,
                 "bubble_ratio": self.bubble_ratio, "busy": list(self.busy), "idle": list(self.idle),
-                "peak_memory": list(self.peak_memory), "messages": len(self.messages)}
+                "peak_memory": list(self.peak_memory), "messages": len(self.messages),
+                "mismatches": self.mismatches}
 
 
 def simulate(program: Program, *, overlap: bool = True,
@@ -144,338 +183,442 @@ def simulate(program: Program, *, overlap: bool = True,
     """Time a program under its cost annotations. `links` overrides latency and bandwidth for some
     channels, keyed by (sending rank, receiving rank). Raises SchedcError("deadlock") if some rank
     cannot reach the end of its list."""
-    return _Simulator(program, overlap, links or {}).run()
+    sim = _Simulator(program, overlap, links or {})
+    collecting = gc.isenabled()
+    gc.disable()  # the run makes many small acyclic objects; the collector would rescan the program
+    try:
+        return sim.run()
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def program_level(program: Program) -> str:
+    """`Program.level`, returning at the first send or receive."""
+    for steps in program.ranks:
+        for st in steps:
+            for a in (st.parts if st.__class__ is Compound else (st,)):
+                if a.op in COMM:
+                    return "comms"
+    return "compute"
+
+
+class _Rank:
+    """One rank's state while it runs."""
+
+    __slots__ = ("r", "steps", "pc", "free", "speed", "have", "waiting", "start", "end", "hi", "lo",
+                 "live", "busy", "posted", "open", "arrival", "inbox")
+
+    def __init__(self, r: int, steps, speed: float):
+        n = len(steps)
+        self.r, self.steps, self.speed = r, steps, speed
+        self.pc, self.free = 0, 0.0
+        self.have: dict[int, float] = {}  # value key -> when the value is present on this rank
+        self.waiting = None  # the value key this rank waits for, if any
+        self.start, self.end = [0.0] * n, [0.0] * n
+        self.hi, self.lo = [0.0] * n, [0.0] * n
+        self.live = self.busy = 0.0
+        self.posted, self.open, self.arrival = -1, 0, 0.0  # the comm step being posted
+        self.inbox: dict[int, int] = {}  # compute level: value key -> index of its message
+
+
+_KIND = {"act": 0, "grad": 1}
 
 
 class _Simulator:
-    """The interpreter: one handler per kind of step, each returning when the rank is free again
-    (or None when the step must wait; the rank is resumed when what it waits for is known)."""
+    """The interpreter: one handler per kind of step, each returning when the rank is free again,
+    or None when the step must wait (the rank is resumed when what it waits for is known)."""
 
     def __init__(self, program: Program, overlap: bool, links: Mapping[tuple[int, int], Link]):
         self.program = program
         self.overlap = overlap
-        self.explicit = program.level == "comms"
+        self.level = program_level(program)
+        self.explicit = self.level == "comms"
         ann = program.annotations
         R, S = program.num_ranks, program.num_stages
         self.R, self.S = R, S
-        self.speed = [ann.rank_speed[r] if r < len(ann.rank_speed) else 1.0 for r in range(R)]
-        for r, sp in enumerate(self.speed):
-            if not sp > 0:
-                raise SchedcError("costs", f"rank {r} has speed {sp}; a rank's speed must be positive")
-        self.default_link = (ann.latency, ann.bandwidth)
+        self.K = 2 * S  # value key: microbatch * K + 2 * stage + (0 act | 1 grad)
+        if len(program.ranks) != R:
+            raise SchedcError("bad-index", f"the program has {len(program.ranks)} rank lists for {R} ranks")
+        self.ranks = []
+        for r in range(R):
+            speed = ann.rank_speed[r] if r < len(ann.rank_speed) else 1.0
+            if not speed > 0:
+                raise SchedcError("costs", f"rank {r} has speed {speed}; a rank's speed must be positive")
+            self.ranks.append(_Rank(r, program.ranks[r], float(speed)))
+        self.default_link = (float(ann.latency), float(ann.bandwidth))
+        self.latency = float(ann.latency)
         self.links = {}
         for (a, b), link in links.items():
             if not (0 <= a < R and 0 <= b < R):
                 raise SchedcError("costs", f"channel {a}->{b} names a rank outside 0..{R - 1}")
-            self.links[a * R + b] = (link.latency, link.bandwidth)
-        n = [len(steps) for steps in program.ranks]
-        self.start = [[0.0] * k for k in n]
-        self.end = [[0.0] * k for k in n]
-        self.hi = [[0.0] * k for k in n]
-        self.lo = [[0.0] * k for k in n]
-        self.live = [0.0] * R
-        self.busy = [0.0] * R
-        self.pc = [0] * R
-        self.free = [0.0] * R
-        self.have: list[dict] = [{} for _ in range(R)]  # value -> when it is present on the rank
-        self.waiting: list = [None] * R  # the value a rank waits for, if any
+            self.links[a * R + b] = (float(link.latency), float(link.bandwidth))
+        # one latency everywhere and infinite bandwidth: a message leaves as soon as it may
+        self.plain = not self.links and not ann.bandwidth
         self.work: list[int] = []
         self.current = -1  # the rank being advanced
         self.chan_free: dict[int, float] = {}  # channel -> when its last message has left
-        self.msgs: list = []
-        self.inbox: list[dict] = [{} for _ in range(R)]  # compute level: value -> message index
-        # comms level: the step being posted on each rank, its unmatched members, their last arrival
-        self.posted = [-1] * R
-        self.open = [0] * R
-        self.arr = [0.0] * R
+        self.msgs = array("d")  # seven numbers per message, as in Messages
+        self.mismatches = 0
         self.pend_send: dict[int, deque] = {}
         self.pend_recv: dict[int, deque] = {}
-        # per (op, stage) facts, filled on first use
-        self._dur = {op: [None] * S for op in (Op.F, Op.B, Op.I, Op.W)}
-        self._delta = {op: [None] * S for op in (Op.F, Op.B, Op.I, Op.W)}
-        self._route: dict = {}
+        self.plans: dict[Op, dict[int, tuple]] = {op: {} for op in Op}
         self.handlers = {
             Op.F: self.compute, Op.B: self.compute, Op.I: self.compute, Op.W: self.compute,
-            Op.SEND_F: self.comm, Op.SEND_B: self.comm, Op.RECV_F: self.comm, Op.RECV_B: self.comm,
+            Op.SEND_F: self.send, Op.SEND_B: self.send, Op.RECV_F: self.recv, Op.RECV_B: self.recv,
             Op.UNSHARD: self.stage_op, Op.RESHARD: self.stage_op, Op.REDUCE_GRAD: self.stage_op,
-            CompoundKind.OVERLAP_F_B: self.overlap_f_b, CompoundKind.GROUP: self.comm,
+            CompoundKind.OVERLAP_F_B: self.overlap_f_b, CompoundKind.GROUP: self.group,
         }
 
     # ---- the driver ----
     def run(self) -> Timeline:
-        R = self.R
-        self.work = list(range(R - 1, -1, -1))
-        while self.work:
-            self.advance(self.work.pop())
-        lists = self.program.ranks
-        if any(self.pc[r] < len(lists[r]) for r in range(R)):
+        work = self.work
+        work.extend(range(self.R - 1, -1, -1))
+        while work:
+            self.advance(self.ranks[work.pop()])
+        if any(rk.pc < len(rk.steps) for rk in self.ranks):
             raise self.deadlock()
-        msgs = tuple(Message(*m) for m in self.msgs) if not self.explicit else tuple(self.msgs)
-        makespan = max(self.free + [m.arrival for m in msgs] + [0.0])
-        return Timeline(self.program, self.overlap, tuple(map(tuple, self.start)), tuple(map(tuple, self.end)),
-                        tuple(self.busy), makespan, msgs, tuple(map(tuple, self.hi)), tuple(map(tuple, self.lo)))
+        msgs = Messages(self.msgs.tobytes(), self.K)
+        arrivals = memoryview(self.msgs)[6::7]
+        makespan = max([rk.free for rk in self.ranks] + [max(arrivals, default=0.0)])
+        col = lambda name: tuple(tuple(getattr(rk, name)) for rk in self.ranks)  # noqa: E731
+        return Timeline(self.program, self.level, self.overlap, col("start"), col("end"),
+                        tuple(rk.busy for rk in self.ranks), makespan, msgs, col("hi"), col("lo"),
+                        self.mismatches)
 
-    def advance(self, r: int) -> None:
-        """Run rank r from where it stopped until it ends or waits."""
-        steps = self.program.ranks[r]
+    def advance(self, rk: _Rank) -> None:
+        """Run a rank from where it stopped until it ends or waits."""
+        if rk.posted >= 0:  # parked at a send or receive; its match resumes it
+            return
+        steps = rk.steps
         n = len(steps)
-        x, t = self.pc[r], self.free[r]
+        x, t = rk.pc, rk.free
         handlers = self.handlers
-        self.current = r
+        self.current = rk.r
+        rk.waiting = None
         while x < n:
             st = steps[x]
-            t2 = handlers[st.kind if st.__class__ is Compound else st.op](r, x, st, t)
+            t2 = handlers[st.kind if st.__class__ is Compound else st.op](rk, x, st, t)
             if t2 is None:
                 break
             t = t2
             x += 1
-        self.pc[r], self.free[r] = x, t
+        rk.pc, rk.free = x, t
 
     # ---- handlers ----
-    def compute(self, r: int, x: int, a: Action, t: float):
+    def compute(self, rk: _Rank, x: int, a: Action, t: float):
         """F, B, I, W: wait for the inputs, run for the stage's time divided by the rank's speed."""
-        have = self.have[r]
-        wanted = needs(a, self.S)
-        for v in wanted:
-            tv = have.get(v)
+        plan = self.plans[a.op].get(a.stage) or self.plan(a)
+        dur, wants, makes, delta, route = plan
+        base = a.microbatch * self.K
+        have = rk.have
+        for k in wants:
+            tv = have.get(base + k)
             if tv is None:
-                self.waiting[r] = v
+                rk.waiting = base + k
                 return None
             if tv > t:
                 t = tv
-        op, s = a.op, a.stage
-        d = self._dur[op][s] if 0 <= s < self.S else None
-        if d is None:
-            d = self._fill(op, s)
-        d /= self.speed[r]
+        d = dur / rk.speed
         end = t + d
-        self.start[r][x] = t
-        self.end[r][x] = end
-        self.busy[r] += d
-        delta = self._delta[op][s]
-        live = self.live[r]
+        rk.start[x] = t
+        rk.end[x] = end
+        rk.busy += d
+        live = rk.live
         if delta > 0:
             live += delta
-            self.hi[r][x] = self.lo[r][x] = live
+            rk.hi[x] = rk.lo[x] = live
         else:
-            self.hi[r][x] = live
+            rk.hi[x] = live
             live += delta
-            self.lo[r][x] = live
-        self.live[r] = live
-        inbox = self.inbox[r]
-        if inbox:
-            for v in wanted:
-                i = inbox.pop(v, None)
-                if i is not None:
-                    self.msgs[i][3] = x
-        v = produces(a)
-        if v is None:
+            rk.lo[x] = live
+        rk.live = live
+        if rk.inbox:
+            self.consumed(rk, x, base, wants)
+        if makes is None:
             return end
-        have[v] = end
-        if self.explicit:
+        have[base + makes] = end
+        if route is None:
             return end
-        return self.transfer(r, x, a, v, end)
+        return self.transfer(rk, x, a, base + makes, route, end)
 
-    def overlap_f_b(self, r: int, x: int, st: Compound, t: float):
+    def overlap_f_b(self, rk: _Rank, x: int, st: Compound, t: float):
         """OVERLAP_F_B: its parts run as one action, for the sum of their times."""
-        have = self.have[r]
-        d = 0.0
-        up = down = 0.0
+        plans = []
         for a in st.parts:
-            if a.op not in self._dur:
-                raise SchedcError("bad-action", f"rank {r}, step {x}: OVERLAP_F_B holds {describe(a)}; "
+            if a.op not in COMPUTE:
+                raise SchedcError("bad-action", f"rank {rk.r}, step {x}: OVERLAP_F_B holds {describe(a)}; "
                                   "it pairs compute actions only", a.span)
-            for v in needs(a, self.S):
-                tv = have.get(v)
+            plan = self.plans[a.op].get(a.stage) or self.plan(a)
+            base = a.microbatch * self.K
+            for k in plan[1]:
+                tv = rk.have.get(base + k)
                 if tv is None:
-                    self.waiting[r] = v
+                    rk.waiting = base + k
                     return None
                 t = max(t, tv)
-            dur = self._dur[a.op][a.stage] if 0 <= a.stage < self.S else None
-            d += self._fill(a.op, a.stage) if dur is None else dur
-            delta = self._delta[a.op][a.stage]
-            up, down = (up + delta, down) if delta > 0 else (up, down + delta)
-        d /= self.speed[r]
+            plans.append((a, base, plan))
+        d = sum(plan[0] for _, _, plan in plans) / rk.speed
         end = t + d
-        self.start[r][x], self.end[r][x] = t, end
-        self.busy[r] += d
-        self.hi[r][x] = self.live[r] + up
-        self.live[r] += up + down
-        self.lo[r][x] = self.live[r]
+        rk.start[x], rk.end[x] = t, end
+        rk.busy += d
+        deltas = [plan[3] for _, _, plan in plans]
+        rk.hi[x] = rk.live + sum(v for v in deltas if v > 0)
+        rk.live += sum(deltas)
+        rk.lo[x] = rk.live
         free = end
-        inbox = self.inbox[r]
-        for a in st.parts:
-            if inbox:
-                for v in needs(a, self.S):
-                    i = inbox.pop(v, None)
-                    if i is not None:
-                        self.msgs[i][3] = x
-            v = produces(a)
-            if v is not None:
-                have[v] = end
-                if not self.explicit:
-                    free = max(free, self.transfer(r, x, a, v, end))
+        for a, base, (_, wants, makes, _, route) in plans:
+            if rk.inbox:
+                self.consumed(rk, x, base, wants)
+            if makes is not None:
+                rk.have[base + makes] = end
+                if route is not None:
+                    free = max(free, self.transfer(rk, x, a, base + makes, route, end))
         return free
 
-    def stage_op(self, r: int, x: int, a: Action, t: float):
+    def stage_op(self, rk: _Rank, x: int, a: Action, t: float):
         """UNSHARD, RESHARD, REDUCE_GRAD: no cost in this model."""
-        self.start[r][x] = self.end[r][x] = t
-        self.hi[r][x] = self.lo[r][x] = self.live[r]
+        rk.start[x] = rk.end[x] = t
+        rk.hi[x] = rk.lo[x] = rk.live
         return t
 
-    def comm(self, r: int, x: int, st: Step, t: float):
-        """SEND_*, RECV_* or a GROUP of them: post every member; go on once all are matched, at the
-        posting time (overlap) or when the last message has arrived (no overlap)."""
-        if self.posted[r] != x:
-            parts = st.parts
-            for a in parts:
-                if not a.op.is_comm:
-                    raise SchedcError("bad-action", f"rank {r}, step {x}: a GROUP holds {describe(a)}; "
-                                      "it groups communication only", a.span)
-                if a.op in SENDS:
-                    for v in needs(a, self.S):
-                        tv = self.have[r].get(v)
-                        if tv is None:
-                            self.waiting[r] = v
-                            return None
-                        t = max(t, tv)
-            self.waiting[r] = None
-            self.posted[r] = x
-            self.open[r] = len(parts)
-            self.arr[r] = t
-            self.start[r][x] = t
-            for a in parts:
-                self.post(r, x, a, t)
-        if self.open[r]:
+    def send(self, rk: _Rank, x: int, a: Action, t: float):
+        """SEND_F, SEND_B: post; go on once the matching receive is posted."""
+        plan = self.plans[a.op].get(a.stage) or self.plan(a)
+        key = a.microbatch * self.K + plan[3]
+        tv = rk.have.get(key)
+        if tv is None:  # its value is not on this rank (yet)
+            rk.waiting = key
             return None
-        self.posted[r] = -1
-        free = self.start[r][x] if self.overlap else self.arr[r]
-        self.end[r][x] = free
-        self.hi[r][x] = self.lo[r][x] = self.live[r]
+        if tv > t:
+            t = tv
+        rk.start[x] = t
+        rk.hi[x] = rk.lo[x] = rk.live
+        ch = rk.r * self.R + plan[1]
+        other = self.pend_recv.get(ch)
+        if not other:
+            self.pend_send.setdefault(ch, deque()).append((rk, x, key - plan[3], plan, t))
+            rk.posted, rk.open, rk.arrival = x, 1, t
+            return None
+        q, y, qbase, qplan, tq = other.popleft()
+        arrival = self.match(ch, rk, x, t, key, q, y, qbase, qplan, tq, q)
+        rk.end[x] = free = t if self.overlap else arrival
+        return free
+
+    def recv(self, rk: _Rank, x: int, a: Action, t: float):
+        """RECV_F, RECV_B: post; go on once the matching send is posted."""
+        plan = self.plans[a.op].get(a.stage) or self.plan(a)
+        base = a.microbatch * self.K
+        rk.start[x] = t
+        rk.hi[x] = rk.lo[x] = rk.live
+        ch = plan[1] * self.R + rk.r
+        other = self.pend_send.get(ch)
+        if not other:
+            self.pend_recv.setdefault(ch, deque()).append((rk, x, base, plan, t))
+            rk.posted, rk.open, rk.arrival = x, 1, t
+            return None
+        p, y, pbase, pplan, tp = other.popleft()
+        arrival = self.match(ch, p, y, tp, pbase + pplan[3], rk, x, base, plan, t, p)
+        rk.end[x] = free = t if self.overlap else arrival
+        return free
+
+    def group(self, rk: _Rank, x: int, st: Compound, t: float):
+        """GROUP: post every member at once; go on once all are matched, at the posting time
+        (overlap) or when the last of its messages has arrived (no overlap)."""
+        members = []
+        for a in st.parts:
+            if a.op not in COMM:
+                raise SchedcError("bad-action", f"rank {rk.r}, step {x}: a GROUP holds {describe(a)}; "
+                                  "it groups communication only", a.span)
+            plan = self.plans[a.op].get(a.stage) or self.plan(a)
+            base = a.microbatch * self.K
+            if plan[0]:
+                tv = rk.have.get(base + plan[3])
+                if tv is None:
+                    rk.waiting = base + plan[3]
+                    return None
+                t = max(t, tv)
+            members.append((base, plan))
+        rk.waiting = None
+        rk.start[x] = t
+        rk.hi[x] = rk.lo[x] = rk.live
+        rk.posted, rk.open, rk.arrival = x, len(members), t
+        r = rk.r
+        for base, plan in members:
+            if plan[0]:
+                ch = r * self.R + plan[1]
+                other = self.pend_recv.get(ch)
+                if other:
+                    q, y, qbase, qplan, tq = other.popleft()
+                    self.mine(rk, self.match(ch, rk, x, t, base + plan[3], q, y, qbase, qplan, tq, q))
+                else:
+                    self.pend_send.setdefault(ch, deque()).append((rk, x, base, plan, t))
+            else:
+                ch = plan[1] * self.R + r
+                other = self.pend_send.get(ch)
+                if other:
+                    p, y, pbase, pplan, tp = other.popleft()
+                    self.mine(rk, self.match(ch, p, y, tp, pbase + pplan[3], rk, x, base, plan, t, p))
+                else:
+                    self.pend_recv.setdefault(ch, deque()).append((rk, x, base, plan, t))
+        if rk.open:
+            return None
+        rk.posted = -1
+        rk.end[x] = free = t if self.overlap else rk.arrival
         return free
 
     # ---- communication ----
-    def post(self, r: int, x: int, a: Action, t: float) -> None:
-        """Post one send or receive on its channel; match it with the oldest unmatched partner."""
-        peer = self._route.get((a.op, a.stage))
-        if peer is None:
-            peer = self._route[(a.op, a.stage)] = self._peer(a)
-        if a.op in SENDS:
-            ch = r * self.R + peer
-            other = self.pend_recv.get(ch)
-            if other:
-                q, y, b, tq = other.popleft()
-                self.match(ch, r, x, a, t, q, y, b, tq)
-            else:
-                self.pend_send.setdefault(ch, deque()).append((r, x, a, t))
+    @staticmethod
+    def mine(rk: _Rank, arrival: float) -> None:
+        """One member of the running rank's group is matched."""
+        rk.open -= 1
+        if arrival > rk.arrival:
+            rk.arrival = arrival
+
+    def match(self, ch: int, p: _Rank, x: int, tp: float, sent: int, q: _Rank, y: int, qbase: int,
+              qplan: tuple, tq: float, rk: _Rank) -> float:
+        """The send at step x of rank p meets the receive at step y of rank q (FIFO on channel ch):
+        the message leaves once both are posted, and arrives on q. The rank that was `parked` at
+        its step goes on when all that step's members are matched (`rk`, the one that was
+        waiting: p or q). Returns the arrival."""
+        size, key = qplan[2], qplan[3]
+        if sent != qbase + key:  # the receive expects another value: silent wrong data
+            self.mismatches += 1
+        departure = tp if tp > tq else tq
+        if self.plain:
+            arrival = departure + self.latency
         else:
-            ch = peer * self.R + r
-            other = self.pend_send.get(ch)
-            if other:
-                p, y, b, tp = other.popleft()
-                self.match(ch, p, y, b, tp, r, x, a, t)
-            else:
-                self.pend_recv.setdefault(ch, deque()).append((r, x, a, t))
+            departure, arrival = self.travel(ch, size, departure)
+        q.have[qbase + key] = arrival
+        self.msgs.extend((p.r, x, q.r, y, qbase + key, departure, arrival))
+        if rk.r == self.current:  # a rank that messages itself inside one group
+            self.mine(rk, arrival)
+            return arrival
+        rk.open -= 1
+        if arrival > rk.arrival:
+            rk.arrival = arrival
+        if not rk.open:
+            step = rk.posted
+            rk.posted = -1
+            rk.end[step] = rk.free = rk.start[step] if self.overlap else rk.arrival
+            rk.pc = step + 1
+            self.work.append(rk.r)
+        return arrival
 
-    def match(self, ch: int, p: int, x: int, send: Action, tp: float, q: int, y: int, recv: Action,
-              tq: float) -> None:
-        """A send of rank p meets a receive of rank q: the message leaves now, arrives later."""
-        when = tp if tp > tq else tq
-        key = (send.op, send.stage, "size")
-        size = self._route.get(key)
-        if size is None:
-            size = self._route[key] = message_size(self.program, send)
-        departure, arrival = self.travel(ch, size, when)
-        v = delivers(recv)
-        self.have[q][v] = arrival
-        self.msgs.append(Message(p, x, q, y, v, departure, arrival))
-        for k in (p, q):
-            self.open[k] -= 1
-            if arrival > self.arr[k]:
-                self.arr[k] = arrival
-        # the other rank is parked at its step; resume it once all of that step's members matched
-        for k in (p, q):
-            if k != self.current and not self.open[k]:
-                self.work.append(k)
-
-    def transfer(self, r: int, x: int, a: Action, v, end: float) -> float:
-        """Compute level: carry a produced value to the rank that consumes it, if that is another
-        rank. Returns when rank r is free again (at `end`, or at the arrival without overlap)."""
-        route = self._route.get((a.op, a.stage))
-        if route is None:
-            route = self._route[(a.op, a.stage)] = self._message_route(a)
-        if route is False:
-            return end
+    def transfer(self, rk: _Rank, x: int, a: Action, key: int, route: tuple, end: float) -> float:
+        """Compute level: carry a produced value to the rank that consumes it. Returns when rank rk
+        is free again (at `end`, or when the value has arrived, without overlap)."""
         dest, size = route
-        departure, arrival = self.travel(r * self.R + dest, size, end)
-        self.have[dest][v] = arrival
-        self.inbox[dest][v] = len(self.msgs)
-        self.msgs.append([r, x, dest, -1, v, departure, arrival])
-        if self.waiting[dest] == v:
-            self.waiting[dest] = None
+        if self.plain:
+            departure, arrival = end, end + self.latency
+        else:
+            departure, arrival = self.travel(rk.r * self.R + dest, size, end)
+        target = self.ranks[dest]
+        target.have[key] = arrival
+        target.inbox[key] = len(self.msgs) // 7
+        self.msgs.extend((rk.r, x, dest, -1, key, departure, arrival))
+        if target.waiting == key:
+            target.waiting = None
             self.work.append(dest)
         return end if self.overlap else arrival
 
+    def consumed(self, rk: _Rank, x: int, base: int, wants: tuple) -> None:
+        """Compute level: note which step consumed each message (for traces)."""
+        for k in wants:
+            i = rk.inbox.pop(base + k, None)
+            if i is not None:
+                self.msgs[i * 7 + 3] = x
+
     def travel(self, ch: int, size: float, when: float) -> tuple[float, float]:
-        """(departure, arrival) of a message of `size` ready at `when` on channel `ch`."""
+        """(departure, arrival) of a message of `size`, ready to leave at `when`, on channel ch."""
         lat, bw = self.links.get(ch, self.default_link)
         if size and bw:
-            busy_until = self.chan_free.get(ch, 0.0)
-            departure = when if when > busy_until else busy_until
+            queue = self.chan_free.get(ch, 0.0)
+            departure = when if when > queue else queue
             done = departure + size / bw
             self.chan_free[ch] = done
             return departure, done + lat
         return when, when + lat
 
-    # ---- per (op, stage) facts ----
-    def _fill(self, op: Op, s: int) -> float:
+    # ---- plans: what deps.py says about one (op, stage), for every microbatch ----
+    def plan(self, a: Action) -> tuple:
+        """Compute: (time, needed keys, made key | None, activation delta, route | None), route =
+        (destination rank, message size). Send: (True, peer rank, 0, key of the value sent);
+        receive: (False, peer rank, message size, key of the value delivered). Keys are for
+        microbatch 0; add microbatch * K."""
+        op, s, S = a.op, a.stage, self.S
+        if not 0 <= s < S:
+            raise SchedcError("bad-index", f"{describe(a)}: stage {s} is not in 0..{S - 1}", a.span)
+        if a.microbatch is None:
+            raise SchedcError("bad-action", f"{describe(a)} cannot be simulated here", a.span)
+        probe = [Action(op, s, m) for m in (0, 1)]  # the plan must not depend on the microbatch
+        if op in COMPUTE:
+            got = [(tuple(self.key(v, a) for v in needs(b, S)),
+                    None if produces(b) is None else self.key(produces(b), a)) for b in probe]
+            wants, makes = got[0]
+            if got[1] != (tuple(k + self.K for k in wants), None if makes is None else makes + self.K):
+                raise AssertionError(f"deps.py: {describe(a)} depends on another microbatch")
+            d = float(getattr(self.program.annotations.cost_of(s), op.value))
+            if not d >= 0:
+                raise SchedcError("costs", f"stage {s} has {op.value} time {d}; times must be non-negative")
+            route = None
+            if not self.explicit and makes is not None:
+                route = self.route(a)
+            plan = (d, wants, makes, activation_delta(self.program, op, s), route)
+        else:
+            peer = peer_stage(a)
+            if not 0 <= peer < S:
+                raise SchedcError("bad-index", f"{describe(a)}: its peer stage {peer} is not in 0..{S - 1}", a.span)
+            carried = [needs(b, S)[0] if op in SENDS else delivers(b) for b in probe]
+            key = self.key(carried[0], a)
+            if self.key(carried[1], a) != key + self.K:
+                raise AssertionError(f"deps.py: {describe(a)} carries another microbatch's value")
+            if op in SENDS:
+                plan = (True, self.program.placement[peer], 0.0, key)
+            else:
+                plan = (False, self.program.placement[peer], float(message_size(self.program, a)), key)
+        self.plans[op][s] = plan
+        return plan
+
+    def key(self, v, a: Action) -> int:
+        kind, s, m = v
         if not 0 <= s < self.S:
-            raise SchedcError("bad-index", f"{op.value}({s}, ...): stage {s} is not in 0..{self.S - 1}")
-        d = float(getattr(self.program.annotations.cost_of(s), op.value))
-        if d < 0:
-            raise SchedcError("costs", f"stage {s} has {op.value} time {d}; times must be non-negative")
-        self._dur[op][s] = d
-        self._delta[op][s] = activation_delta(self.program, op, s)
-        return d
+            raise SchedcError("bad-index", f"{describe(a)} needs stage {s}, which is not in 0..{self.S - 1}", a.span)
+        return m * self.K + 2 * s + _KIND[kind]
 
-    def _peer(self, a: Action) -> int:
-        s = peer_stage(a)
-        for stage in (a.stage, s):
-            if not 0 <= stage < self.S:
-                raise SchedcError("bad-index", f"{describe(a)}: stage {stage} is not in 0..{self.S - 1}", a.span)
-        return self.program.placement[s]
-
-    def _message_route(self, a: Action):
-        """(destination rank, size) of the message that carries a's output, or False (deps.message)."""
+    def route(self, a: Action):
+        """(destination rank, size) of the message that carries a's output (deps.message)."""
         pair = message(a, self.program.placement, self.S)
         if pair is None:
-            return False
+            return None
         send, recv = pair
         if delivers(recv) != produces(a):  # the rule in deps.py moves a value unchanged
-            raise AssertionError(f"{describe(a)}: the message does not deliver its output")
-        return self.program.placement[recv.stage], message_size(self.program, send)
+            raise AssertionError(f"deps.py: the message of {describe(a)} does not deliver its output")
+        return self.program.placement[recv.stage], float(message_size(self.program, send))
 
     # ---- deadlock ----
     def deadlock(self) -> SchedcError:
-        lists = self.program.ranks
-        stuck = [r for r in range(self.R) if self.pc[r] < len(lists[r])]
-        pending = {}
+        stuck = [rk for rk in self.ranks if rk.pc < len(rk.steps)]
+        pending: dict = {}
         for table in (self.pend_send, self.pend_recv):
             for q in table.values():
-                for (r, x, a, _) in q:
-                    pending.setdefault((r, x), []).append(a)
+                for (rk, x, base, plan, _) in q:
+                    pending.setdefault((rk.r, x), []).append(plan)
         notes = []
         first = None
-        for r in stuck[:8]:
-            x = self.pc[r]
-            st = lists[r][x]
+        for rk in stuck[:8]:
+            x = rk.pc
+            st = rk.steps[x]
             first = first or st.parts[0]
-            v = self.waiting[r]
-            if v is not None:
-                why = f"it needs {value_name(v)}, which never reaches rank {r}"
+            if rk.waiting is not None:
+                m, rest = divmod(rk.waiting, self.K)
+                v = (("act", "grad")[rest % 2], rest // 2, m)
+                why = f"it needs {value_name(v)}, which never reaches rank {rk.r}"
             else:
-                why = "; ".join(_unmatched(a, self.program) for a in pending.get((r, x), [])) or "waiting"
-            notes.append(f"rank {r} stops at step {x}, {_show(st)}: {why}")
+                waits = [f"rank {plan[1]} never posts the matching {'receive' if plan[0] else 'send'}"
+                         for plan in pending.get((rk.r, x), [])]
+                why = "; ".join(waits) or "it waits"
+            notes.append(f"rank {rk.r} stops at step {x}, {_show(st)}: {why}")
         if len(stuck) > 8:
             notes.append(f"... and {len(stuck) - 8} more ranks")
         notes.append("`schedc check` shows the wait-for cycle")
@@ -487,10 +630,3 @@ def _show(st: Step) -> str:
     if isinstance(st, Compound):
         return f"{st.kind.value}(" + ", ".join(describe(a) for a in st.parts) + ")"
     return describe(st)
-
-
-def _unmatched(a: Action, program: Program) -> str:
-    peer = program.placement[peer_stage(a)]
-    if a.op in SENDS:
-        return f"{describe(a)} waits for rank {peer} to post the matching receive"
-    return f"{describe(a)} waits for rank {peer} to post the matching send"
