@@ -1,0 +1,322 @@
+"""Cost settings from the command line, a TOML cost file or a measured profile, put on a program.
+
+`--cost F=1,I=1,W=1,B=2` sets every stage; a TOML file sets defaults, stages, ranks and channels; a
+profile JSON (what the runtime measures) sets per-stage times and message costs. `Costs.apply`
+returns a new Program whose annotations carry them (they override the schedule's own `cost` and
+`memory` lines); per-channel links and the overlap setting go to the simulator.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .errors import SchedcError
+from .ir import Program, StageCost, StageMemory
+from .simulate import Link
+from .span import Source, Span
+
+TIME_KEYS = ("F", "B", "I", "W")
+MEMORY_KEYS = ("act", "weight", "out")
+LINK_KEYS = ("latency", "bandwidth")
+STAGE_KEYS = TIME_KEYS + MEMORY_KEYS
+TOP_KEYS = STAGE_KEYS + LINK_KEYS
+PROFILE_FORMAT = "schedc-profile"
+_CHANNEL = re.compile(r"\s*(\d+)\s*->\s*(\d+)\s*")
+
+Pairs = tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Settings that override a program's annotations; every field is optional (empty = keep)."""
+
+    source: str = "--cost"
+    every: Pairs = ()  # F, B, I, W, act, weight, out for every stage
+    stages: tuple[tuple[int, Pairs], ...] = ()
+    speeds: tuple[tuple[int, float], ...] = ()  # rank -> speed
+    latency: float | None = None
+    bandwidth: float | None = None  # 0 = infinite
+    channels: tuple[tuple[tuple[int, int], Pairs], ...] = ()  # (src, dst) -> latency/bandwidth
+    overlap: bool | None = None
+
+    def then(self, other: "Costs") -> "Costs":
+        """These settings with `other` applied on top (a cost file, then --cost)."""
+        stages = dict(self.stages)
+        for s, pairs in other.stages:
+            stages[s] = tuple({**dict(stages.get(s, ())), **dict(pairs)}.items())
+        channels = dict(self.channels)
+        for ch, pairs in other.channels:
+            channels[ch] = tuple({**dict(channels.get(ch, ())), **dict(pairs)}.items())
+        return Costs(f"{self.source}, {other.source}", tuple({**dict(self.every), **dict(other.every)}.items()),
+                     tuple(sorted(stages.items())), tuple(sorted({**dict(self.speeds), **dict(other.speeds)}.items())),
+                     other.latency if other.latency is not None else self.latency,
+                     other.bandwidth if other.bandwidth is not None else self.bandwidth,
+                     tuple(sorted(channels.items())), other.overlap if other.overlap is not None else self.overlap)
+
+    def apply(self, program: Program) -> Program:
+        """A new Program whose annotations carry these settings. For each stage the settings of
+        `[stage.N]` win over the top-level ones, which win over the schedule's. When I or W is set
+        and B is not, B becomes I + W; when act is set and weight is not, weight becomes act."""
+        S, R = program.num_stages, program.num_ranks
+        per_stage = dict(self.stages)
+        for s in per_stage:
+            if not 0 <= s < S:
+                raise SchedcError("costs", f"stage {s} is not a stage of {program.name} (0..{S - 1})",
+                                  where=self.source)
+        for r, _ in self.speeds:
+            if not 0 <= r < R:
+                raise SchedcError("costs", f"rank {r} is not a rank of {program.name} (0..{R - 1})",
+                                  where=self.source)
+        for (a, b), _ in self.channels:
+            if not (0 <= a < R and 0 <= b < R):
+                raise SchedcError("costs", f"channel {a}->{b} names a rank outside 0..{R - 1}", where=self.source)
+        ann = program.annotations
+        times, memory = [], []
+        for s in range(S):
+            given = {**dict(self.every), **dict(per_stage.get(s, ()))}
+            times.append(_stage_cost(ann.cost_of(s), given))
+            memory.append(_stage_memory(ann.memory_of(s), given))
+        speed = [ann.rank_speed[r] if r < len(ann.rank_speed) else 1.0 for r in range(R)]
+        for r, v in self.speeds:
+            speed[r] = v
+        return replace(program, annotations=replace(
+            ann, stage_costs=tuple(times), stage_memory=tuple(memory), rank_speed=tuple(speed),
+            latency=ann.latency if self.latency is None else self.latency,
+            bandwidth=ann.bandwidth if self.bandwidth is None else self.bandwidth))
+
+    def links(self, program: Program) -> dict[tuple[int, int], Link]:
+        """Per-channel links for the simulator (unset fields from the program's latency/bandwidth)."""
+        ann = program.annotations
+        return {ch: Link(dict(pairs).get("latency", ann.latency), dict(pairs).get("bandwidth", ann.bandwidth))
+                for ch, pairs in self.channels}
+
+
+def _stage_cost(base: StageCost, given: dict) -> StageCost:
+    F = given.get("F", base.F)
+    I, W = given.get("I", base.I), given.get("W", base.W)  # noqa: E741
+    B = given.get("B", I + W if ("I" in given or "W" in given) else base.B)
+    return StageCost(F=F, B=B, I=I, W=W)
+
+
+def _stage_memory(base: StageMemory, given: dict) -> StageMemory:
+    act = given.get("act", base.act)
+    weight = given.get("weight", act if "act" in given else base.weight)
+    return StageMemory(act=act, weight=weight, out=given.get("out", base.out))
+
+
+# ---- --cost K=V,... ----
+def parse_cost_option(text: str) -> Costs:
+    """`F=1,I=1,W=1,B=2` (also act, weight, out, latency, bandwidth): the same for every stage."""
+    every, links = {}, {}
+    for part in (p for p in text.split(",") if p.strip()):
+        key, eq, value = (x.strip() for x in part.partition("="))
+        try:
+            if not eq or key not in TOP_KEYS:
+                raise ValueError
+            number = float(value)
+        except ValueError:
+            raise SchedcError("usage", f"--cost {text!r}: expected KEY=NUMBER pairs separated by commas, "
+                              f"KEY one of {', '.join(TOP_KEYS)} (e.g. --cost F=1,B=2)", where="--cost") from None
+        (links if key in LINK_KEYS else every)[key] = _number(number, key, key, "--cost", None)
+    return Costs("--cost", tuple(every.items()), latency=links.get("latency"), bandwidth=links.get("bandwidth"))
+
+
+# ---- files ----
+def load_costs(path: str) -> Costs:
+    """A TOML cost file, or a measured profile if the name ends in .json."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SchedcError("costs", "the cost file is not UTF-8 text", where=path) from None
+    except OSError as exc:
+        raise SchedcError("io", f"cannot read the cost file: {exc.strerror}", where=path) from None
+    return profile_costs(text, path) if path.lower().endswith(".json") else toml_costs(text, path)
+
+
+def toml_costs(text: str, name: str = "costs.toml") -> Costs:
+    """Parse a TOML cost file (format in the README, "Simulating a schedule")."""
+    source = Source(name, text)
+    data = _read_toml(text, source)
+    where = _Where(source)
+    for key in data:
+        if key not in TOP_KEYS + ("overlap", "stage", "rank", "channel"):
+            raise where.error(f"unknown key '{key}'; expected {', '.join(TOP_KEYS)}, overlap, or the tables "
+                              "[stage.N], [rank.N], [channel.\"A->B\"]", (), key)
+    every = {k: where.number(data[k], k, (), k) for k in STAGE_KEYS if k in data}
+    stages = tuple(sorted((where.index(s, "stage"), where.settings(t, ("stage", s), STAGE_KEYS))
+                          for s, t in where.table(data, "stage").items()))
+    speeds = []
+    for r, t in where.table(data, "rank").items():
+        settings = dict(where.settings(t, ("rank", r), ("speed",)))
+        if "speed" in settings:
+            if not settings["speed"] > 0 or math.isinf(settings["speed"]):
+                raise where.error(f"rank {r}: speed must be a positive number", ("rank", r), "speed")
+            speeds.append((where.index(r, "rank"), settings["speed"]))
+    channels = []
+    for ch, t in where.table(data, "channel").items():
+        m = _CHANNEL.fullmatch(ch)
+        if not m:
+            raise where.error(f"channel {ch!r}: expected \"A->B\" (sending rank -> receiving rank), "
+                              "e.g. [channel.\"0->1\"]", ("channel", ch), None)
+        channels.append(((int(m.group(1)), int(m.group(2))), where.settings(t, ("channel", ch), LINK_KEYS)))
+    overlap = data.get("overlap")
+    if overlap is not None and not isinstance(overlap, bool):
+        raise where.error("overlap must be true or false", (), "overlap")
+    return Costs(name, tuple(every.items()), stages, tuple(sorted(speeds)),
+                 where.number(data["latency"], "latency", (), "latency") if "latency" in data else None,
+                 where.number(data["bandwidth"], "bandwidth", (), "bandwidth") if "bandwidth" in data else None,
+                 tuple(sorted(channels)), overlap)
+
+
+def profile_costs(text: str, name: str = "profile.json") -> Costs:
+    """Parse a measured profile (format in the README, "Simulating a schedule")."""
+    source = Source(name, text)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchedcError("costs", f"not valid JSON: {exc.msg}", Span.point(source, exc.lineno, exc.colno)) from None
+    where = _Where(source, json_paths=True)
+    if not isinstance(data, dict):
+        raise SchedcError("costs", "a profile is a JSON object with \"stages\" (and optionally \"ranks\", "
+                          "\"messages\")", where=name)
+    for key in data:
+        if key not in ("format", "version", "unit", "meta", "stages", "ranks", "messages", "overlap"):
+            raise where.error(f"unknown key '{key}'; expected format, version, unit, meta, stages, ranks, "
+                              "messages, overlap", (), key)
+    if data.get("format", PROFILE_FORMAT) != PROFILE_FORMAT:
+        raise where.error(f"{data['format']!r} is not a schedc profile (expected \"{PROFILE_FORMAT}\")", (), "format")
+    if data.get("version", 1) != 1:
+        raise where.error(f"version {data['version']!r} is not supported (this schedc reads version 1)", (), "version")
+    if "stages" not in data:
+        raise SchedcError("costs", "a profile needs \"stages\": {\"0\": {\"F\": ..., \"B\": ...}, ...}", where=name)
+    stages = tuple(sorted((where.index(s, "stages"), where.settings(t, ("stages", s), STAGE_KEYS))
+                          for s, t in where.table(data, "stages").items()))
+    speeds = []
+    for r, t in where.table(data, "ranks").items():
+        settings = dict(where.settings(t, ("ranks", r), ("speed",)))
+        if "speed" in settings:
+            if not settings["speed"] > 0 or math.isinf(settings["speed"]):
+                raise where.error(f"rank {r}: speed must be a positive number", ("ranks", r), "speed")
+            speeds.append((where.index(r, "ranks"), settings["speed"]))
+    messages = where.table(data, "messages")
+    for key in messages:
+        if key not in LINK_KEYS + ("channels",):
+            raise where.error(f"unknown key '{key}'; expected latency, bandwidth, channels", ("messages",), key)
+    channels = []
+    for ch, t in where.table(messages, "channels", ("messages",)).items():
+        m = _CHANNEL.fullmatch(ch)
+        if not m:
+            raise where.error(f"channel {ch!r}: expected \"A->B\" (sending rank -> receiving rank)",
+                              ("messages", "channels", ch), None)
+        channels.append(((int(m.group(1)), int(m.group(2))),
+                         where.settings(t, ("messages", "channels", ch), LINK_KEYS)))
+    overlap = data.get("overlap")
+    if overlap is not None and not isinstance(overlap, bool):
+        raise where.error("overlap must be true or false", (), "overlap")
+    link = {k: where.number(messages[k], k, ("messages",), k) for k in LINK_KEYS if k in messages}
+    return Costs(name, (), stages, tuple(sorted(speeds)), link.get("latency"), link.get("bandwidth"),
+                 tuple(sorted(channels)), overlap)
+
+
+def _read_toml(text: str, source: Source) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise SchedcError("costs", "reading TOML cost files needs Python 3.11 or the tomli package "
+                              "(pip install tomli)", where=source.name) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        msg = str(exc)
+        m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
+        if m is None:
+            raise SchedcError("costs", f"not valid TOML: {msg}", where=source.name) from None
+        span = Span.point(source, int(m.group(1)), int(m.group(2)))
+        raise SchedcError("costs", f"not valid TOML: {msg[:m.start()].strip()}", span) from None
+
+
+def _number(value, key: str, what: str, file: str, span) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+        raise SchedcError("costs", f"{what} must be a non-negative number, not {value!r}", span, where=file)
+    if math.isinf(value):
+        if key != "bandwidth":
+            raise SchedcError("costs", f"{what} must be finite", span, where=file)
+        return 0.0  # infinite bandwidth
+    return float(value)
+
+
+class _Where:
+    """Validates the parsed document and points errors at the file, line and column of the key
+    (TOML: found by scanning the text for the table header and the key; JSON: the key's path)."""
+
+    def __init__(self, source: Source, json_paths: bool = False):
+        self.source = source
+        self.json_paths = json_paths
+
+    def error(self, message: str, table: tuple, key: str | None) -> SchedcError:
+        if self.json_paths:
+            path = ".".join(str(p) for p in (*table, *([key] if key else [])))
+            if key and message.startswith(f"{key} "):
+                message = message[len(key) + 1:]
+            return SchedcError("costs", f"{path}: {message}" if path else message, where=self.source.name)
+        span = _locate(self.source, table, key)
+        if span is None:
+            return SchedcError("costs", message, where=self.source.name)
+        return SchedcError("costs", message, span)
+
+    def table(self, data: dict, key: str, parent: tuple = ()) -> dict:
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            raise self.error(f"'{key}' must be a table", parent, key)
+        return value
+
+    def index(self, text: str, what: str) -> int:
+        if not str(text).isdigit():
+            raise self.error(f"{what} '{text}': expected a number, e.g. [{what}.0]", (what, text), None)
+        return int(text)
+
+    def number(self, value, key: str, table: tuple, at: str) -> float:
+        try:
+            return _number(value, key, key, self.source.name, None)
+        except SchedcError as exc:
+            raise self.error(exc.diagnostics[0].message, table, at) from None
+
+    def settings(self, table, path: tuple, allowed: tuple) -> tuple[tuple[str, float], ...]:
+        if not isinstance(table, dict):
+            raise self.error(f"[{'.'.join(map(str, path))}] must be a table of settings", path[:-1], str(path[-1]))
+        out = []
+        for key, value in table.items():
+            if key not in allowed:
+                raise self.error(f"unknown setting '{key}'; expected one of {', '.join(allowed)}", path, key)
+            out.append((key, self.number(value, key, path, key)))
+        return tuple(out)
+
+
+_HEADER = re.compile(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
+
+
+def _locate(source: Source, table: tuple, key: str | None) -> Span | None:
+    """The span of `key` inside TOML table `table` (or of the table's header when key is None)."""
+    want = tuple(str(p) for p in table)
+    current: tuple = ()
+    for number, line in enumerate(source.text.splitlines(), 1):
+        header = _HEADER.match(line)
+        if header:
+            current = tuple(p.strip().strip('"').strip("'") for p in re.split(r"\.(?=(?:[^\"]*\"[^\"]*\")*[^\"]*$)",
+                                                                              header.group(1)))
+            if key is None and current == want:
+                return Span.point(source, number, line.index("[") + 1, len(line.strip()))
+            continue
+        if key is not None and current == want:
+            m = re.match(r"\s*([\"']?)" + re.escape(key) + r"\1\s*=", line)
+            if m:
+                col = len(line) - len(line.lstrip()) + 1
+                return Span.point(source, number, col, len(key))
+    return None
