@@ -1,0 +1,172 @@
+"""Render a communication-level Program as a self-describing Python program for schedc.runtime.
+
+The text is a fixed template; the only parts that vary are literals made by `_literal` from
+validated values (checked again with `ast.literal_eval`) and comments made from integers and the
+closed set of op names. The rendered program imports only `schedc.runtime` (which brings torch).
+"""
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass
+
+from ..errors import SchedcError
+from ..ir import Compound as IrCompound, Program
+from ..runtime.table import (COMM_OPS, PEER_STAGE, Compound, Instr, Table, TableError, load_table, parts)
+
+HEADER = '''\
+#!/usr/bin/env python3
+"""A pipeline-parallel training program, lowered by schedc from a verified schedule.
+
+PROGRAM describes the schedule (its name, parameters, sizes, and the placement: stage -> rank).
+RANKS holds, for each rank, the steps it runs in order, with every message explicit. A step is data:
+
+    (op, stage, microbatch)          F forward, B full backward (I then W),
+                                     I backward for inputs, W backward for weights
+    (op, stage, microbatch, peer)    SEND_F / RECV_F / SEND_B / RECV_B; peer is the rank on the
+                                     other end; a receive is named by the stage that receives
+    (op, stage)                      UNSHARD / RESHARD / REDUCE_GRAD (no-ops in this runtime)
+    ("GROUP", (step, ...))           sends and receives posted together
+    ("OVERLAP_F_B", (step, ...))     a forward and a backward run as one action
+
+Sends and receives are posted where they stand and waited for where their value is used; the k-th
+send between two ranks meets the k-th receive. Run it on every rank, for example
+
+    torchrun --nproc-per-node=RANKS this_file.py --model pkg.module:build_stages
+
+(RANKS = PROGRAM["ranks"]), or `schedc run`; or import it and call main(argv).
+`python this_file.py --help` lists the options. It needs only torch and schedc.runtime.
+"""
+from schedc.runtime.entry import main as _run
+
+'''
+
+FOOTER = '''
+
+def main(argv=None):
+    """Run this rank's steps (RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the launcher)."""
+    return _run(PROGRAM, RANKS, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+'''
+
+
+@dataclass(frozen=True)
+class LoweredProgram:
+    """The lowered program: `source` (Python text), `table` (what it runs), and `metadata`."""
+
+    name: str  # the schedule's name, free text (never part of the code)
+    source: str
+    table: Table
+    metadata: dict
+
+    def torchrun_command(self, path: str, model: str, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+        """The torchrun command line that runs this program from `path` on one node."""
+        return ["torchrun", f"--nproc-per-node={self.table.num_ranks}", str(path), "--model", model, *extra]
+
+
+def table_of(program: Program, verified: str | None = None) -> Table:
+    """The runtime table of a communication-level program (peers resolved from the placement)."""
+    placement = program.placement
+
+    def instr(a) -> Instr:
+        op = a.op.value
+        peer = placement[a.stage + PEER_STAGE[op]] if op in COMM_OPS else None
+        return Instr(op, a.stage, a.microbatch, peer)
+
+    ranks = tuple(tuple(Compound(st.kind.value, tuple(instr(p) for p in st.parts)) if isinstance(st, IrCompound)
+                        else instr(st) for st in steps) for steps in program.ranks)
+    table = Table(program.name, dict(program.params), program.num_ranks, program.num_stages,
+                  program.num_microbatches, tuple(placement), ranks, verified)
+    try:  # the table must read back exactly as the runtime will read it
+        again = load_table(*table.to_data())
+    except TableError as exc:
+        raise SchedcError("bad-comm", f"the lowered program is not runnable: {exc}") from None
+    return again
+
+
+def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredProgram:
+    """Insert communication (if the program has none) and render the runnable program.
+
+    `verified` records the send semantics the schedule was checked under (None: not checked).
+    """
+    from ..passes import lower
+    table = table_of(lower(program), verified)
+    source = render_program(table)
+    sends = sum(a.is_send for steps in table.ranks for st in steps for a in parts(st))
+    metadata = {
+        "schedule": table.schedule,
+        "params": dict(table.params),
+        "ranks": table.num_ranks,
+        "stages": table.num_stages,
+        "microbatches": table.num_microbatches,
+        "placement": list(table.placement),
+        "steps": [len(steps) for steps in table.ranks],
+        "messages": sends,
+        "verified": verified,
+    }
+    return LoweredProgram(table.schedule, source, table, metadata)
+
+
+def render_program(table: Table) -> str:
+    meta, ranks = table.to_data()
+    lines = [HEADER, "PROGRAM = " + _literal(meta, indent=0) + "\n", "\n", "RANKS = [\n"]
+    for r, steps in enumerate(ranks):
+        stages = ", ".join(str(s) for s in table.stages_of(r)) or "none"
+        lines.append(f"    # rank {int(r)}: stages {stages}; {len(steps)} steps\n    [\n")
+        for x, (data, st) in enumerate(zip(steps, table.ranks[r])):
+            text = _literal(data)
+            lines.append(f"        {text},{' ' * max(1, 40 - len(text))}# {int(x):>4}  {_comment(st)}\n")
+        lines.append("    ],\n")
+    lines.append("]\n")
+    source = "".join(lines) + FOOTER
+    _check_source(source, meta, ranks)
+    return source
+
+
+def _comment(step) -> str:
+    """`0SEND_F3 -> rank 1`: built from ints and the closed set of op names only."""
+    def one(a: Instr) -> str:
+        text = f"{int(a.stage)}{a.op}{'' if a.microbatch is None else int(a.microbatch)}"
+        if a.peer is not None:
+            text += (" -> rank " if a.is_send else " <- rank ") + str(int(a.peer))
+        return text
+    if isinstance(step, Compound):
+        return step.kind + ": " + "; ".join(one(p) for p in step.parts)
+    return one(step)
+
+
+def _literal(value, indent: int | None = None) -> str:
+    """A Python literal for plain data (str, int, bool, None, finite float, tuple, list, dict)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return repr(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("non-finite float")
+        return repr(value)
+    if isinstance(value, tuple):
+        inner = ", ".join(_literal(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = [f"{_literal(k)}: {_literal(v)}" for k, v in value.items()]
+        if indent is None:
+            return "{" + ", ".join(items) + "}"
+        pad = " " * (indent + 4)
+        return "{\n" + "".join(f"{pad}{item},\n" for item in items) + " " * indent + "}"
+    raise TypeError(f"cannot embed a {type(value).__name__} in a program")
+
+
+def _check_source(source: str, meta: dict, ranks: list) -> None:
+    """Belt and braces: the text parses, its only statements are the template's, and its literals
+    evaluate to exactly the table."""
+    tree = ast.parse(source)
+    shapes = [type(node).__name__ for node in tree.body]
+    if shapes != ["Expr", "ImportFrom", "Assign", "Assign", "FunctionDef", "If"]:
+        raise RuntimeError(f"internal error: the generated program has statements {shapes}")
+    program_node, ranks_node = tree.body[2].value, tree.body[3].value
+    if ast.literal_eval(program_node) != meta or ast.literal_eval(ranks_node) != ranks:
+        raise RuntimeError("internal error: the generated program's literals differ from its table")

@@ -1,0 +1,221 @@
+"""`main(PROGRAM, RANKS, argv)`: what a generated program runs on each rank.
+
+Reads the rank from the launcher's environment (torchrun or `schedc run`), imports the user's model
+(`--model pkg.mod:build_stages`), joins the process group, trains `--steps` steps through the
+interpreter, prints step time and loss per step (on the rank of the last stage), and with
+`--profile` writes measured per-stage times and message sizes (`profile.py`). Exit codes: 0 done,
+1 an action failed, 2 bad usage or model, 124 the watchdog stopped the run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .interpreter import PipelineInterpreter, StepFailure
+from .profile import build_profile, write_profile
+from .table import Table, TableError, load_table
+from .watchdog import EXIT_TIMEOUT, Watchdog
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class UsageError(Exception):
+    """Bad arguments, environment or model: reported in one line, exit code 2."""
+
+
+@dataclass(frozen=True)
+class Model:
+    """The user's model: `build_stages(stage_ids, num_stages) -> [nn.Module]`, `loss_fn(output,
+    target)`, `make_batch(step, batch_size) -> (inputs, targets)`, optional `make_optimizer(params)`."""
+
+    build_stages: Callable
+    loss_fn: Callable
+    make_batch: Callable
+    make_optimizer: Callable | None = None
+
+
+def load_model(spec: str) -> Model:
+    """`pkg.mod:fn` -> the model; the companions are looked up in the same module. The current
+    folder is importable, as with `python -m`."""
+    module_name, _, fn_name = spec.partition(":")
+    if not module_name or not fn_name:
+        raise UsageError(f"--model {spec!r}: expected pkg.module:function, e.g. examples.mlp:build_stages")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"--model {spec!r}: cannot import {module_name}: {exc}") from None
+    build = getattr(module, fn_name, None)
+    if not callable(build):
+        raise UsageError(f"--model {spec!r}: {module_name} has no function {fn_name}")
+    missing = [n for n in ("loss_fn", "make_batch") if not callable(getattr(module, n, None))]
+    if missing:
+        raise UsageError(f"--model {spec!r}: {module_name} must also define {' and '.join(missing)} "
+                         "(loss_fn(output, target); make_batch(step, batch_size) -> (inputs, targets))")
+    return Model(build, module.loss_fn, module.make_batch, getattr(module, "make_optimizer", None))
+
+
+def build_modules(model: Model, stage_ids, num_stages: int, dtype=None, device=None) -> dict[int, torch.nn.Module]:
+    built = model.build_stages(list(stage_ids), num_stages)
+    built = [built[s] for s in stage_ids] if isinstance(built, dict) else list(built)
+    if len(built) != len(stage_ids):
+        raise UsageError(f"build_stages({list(stage_ids)}, {num_stages}) returned {len(built)} modules")
+    out = {}
+    for s, m in zip(stage_ids, built):
+        if not isinstance(m, torch.nn.Module):
+            raise UsageError(f"build_stages returned a {type(m).__name__} for stage {s}, not an nn.Module")
+        out[s] = m.to(device=device, dtype=dtype) if (dtype is not None or device is not None) else m
+    return out
+
+
+def split(batch, M: int, dtype=None, device=None) -> list:
+    """A whole-batch tensor as M equal microbatches along dim 0 (floats cast to `dtype`)."""
+    if not isinstance(batch, torch.Tensor):
+        raise UsageError(f"make_batch must return tensors, got {type(batch).__name__}")
+    if batch.shape[0] % M:
+        raise UsageError(f"a batch of {batch.shape[0]} does not split into {M} equal microbatches")
+    if dtype is not None and batch.is_floating_point():
+        batch = batch.to(dtype)
+    if device is not None:
+        batch = batch.to(device)
+    return list(batch.split(batch.shape[0] // M))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Run one rank of a schedc-lowered pipeline program.")
+    p.add_argument("--model", required=True, metavar="PKG.MOD:FN", help="build_stages(stage_ids, num_stages)")
+    p.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
+    p.add_argument("--batch-size", type=int, default=None, help="samples per step (default 8 x microbatches)")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="cast the model and float inputs")
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate, unless the model defines make_optimizer")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                   help="watchdog: stop the run when a send or receive waits longer (default 300 s)")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
+    p.add_argument("--profile", metavar="OUT.json", help="write per-stage F/I/W/B times and message sizes")
+    p.add_argument("--quiet", action="store_true", help="no per-step lines")
+    return p
+
+
+def main(program: dict, ranks, argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        table = load_table(program, ranks)
+    except TableError as exc:
+        print(f"schedc runtime: the program's table is malformed: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return _main(table, args)
+    except UsageError as exc:
+        print(f"schedc runtime: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _env_int(name: str, default: int | None = None) -> int:
+    text = os.environ.get(name)
+    if text is None:
+        if default is None:
+            raise UsageError(f"{name} is not set: launch with torchrun or `schedc run`")
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"{name}={text!r} is not an integer") from None
+
+
+def _main(table: Table, args) -> int:
+    import torch.distributed as dist
+    if args.steps < 1 or not args.timeout > 0:
+        raise UsageError("--steps must be at least 1 and --timeout positive")
+    world = _env_int("WORLD_SIZE", 1)
+    rank = _env_int("RANK", 0)
+    if world != table.num_ranks:
+        raise UsageError(f"the schedule has {table.num_ranks} ranks but WORLD_SIZE is {world} "
+                         f"(use --nproc-per-node={table.num_ranks})")
+    if "OMP_NUM_THREADS" in os.environ:
+        torch.set_num_threads(max(1, _env_int("OMP_NUM_THREADS")))
+    device = None
+    if args.backend == "nccl":
+        device = torch.device("cuda", _env_int("LOCAL_RANK", 0))
+        torch.cuda.set_device(device)
+    model = load_model(args.model)
+    dtype = DTYPES.get(args.dtype) if args.dtype else None
+    stage_ids = table.stages_of(rank)
+    modules = build_modules(model, stage_ids, table.num_stages, dtype, device)
+    params = [p for m in modules.values() for p in m.parameters() if p.requires_grad]
+    optimizer = (model.make_optimizer(params) if model.make_optimizer is not None
+                 else torch.optim.SGD(params, lr=args.lr)) if params else None
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+    # The group's own timeout is a backstop behind the watchdog, which reports first.
+    dist.init_process_group(args.backend, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=args.timeout + 30))
+    watchdog = Watchdog(args.timeout)
+    interp = PipelineInterpreter(table, rank, modules, model.loss_fn, device=device, watchdog=watchdog)
+    last = table.placement[-1] == rank
+    batch_size = args.batch_size or 8 * table.num_microbatches
+    times = []
+    try:
+        for step in range(args.steps):
+            inputs, targets = model.make_batch(step, batch_size)
+            xs = split(inputs, table.num_microbatches, dtype, device) if 0 in stage_ids else None
+            ys = split(targets, table.num_microbatches, dtype, device) if last else None
+            t0 = time.perf_counter()
+            losses = interp.step(xs, ys)
+            if optimizer is not None:  # the optimizer-step hook: gradients of the whole batch are ready
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            dt = time.perf_counter() - t0
+            times.append(dt)
+            if last and not args.quiet:
+                loss = torch.stack(losses).mean().item()
+                print(f"step {step + 1}/{args.steps}  {dt * 1e3:8.2f} ms  loss {loss:.6f}", flush=True)
+        if args.profile:
+            skip = 1 if args.steps > 1 else 0  # the first step learns shapes and warms up
+            mine = interp_profile(interp, skip)
+            gathered = [None] * world if rank == 0 else None
+            dist.gather_object(mine, gathered, dst=0)
+            if rank == 0:
+                write_profile(args.profile, build_profile(gathered))
+        if last and not args.quiet:
+            steady = times[1:] or times
+            print(f"median step time {statistics.median(steady) * 1e3:.2f} ms over {len(steady)} step(s) "
+                  f"({table.schedule!r}, {table.num_ranks} ranks, {table.num_microbatches} microbatches)", flush=True)
+        dist.barrier()
+    except StepFailure as exc:
+        sys.stdout.flush()
+        sys.stderr.write(f"schedc runtime: {exc}\n")
+        sys.stderr.flush()
+        os._exit(EXIT_FAILED)  # peers see the connection close; do not wait in teardown
+    except Exception as exc:  # a failure outside the actions (data, optimizer, profile)
+        sys.stdout.flush()
+        sys.stderr.write(f"schedc runtime: rank {rank} failed: {type(exc).__name__}: {exc}\n")
+        sys.stderr.flush()
+        os._exit(EXIT_FAILED)
+    dist.destroy_process_group()
+    return 0
+
+
+def interp_profile(interp: PipelineInterpreter, skip_steps: int) -> dict:
+    """This rank's measurements: per (op, stage) the mean seconds per action after `skip_steps`
+    training steps (each step runs every action of a stage M times), and message bytes per stage."""
+    M = interp.M
+    times = {}
+    for (op, stage), values in interp.times.items():
+        kept = values[skip_steps * M:] or values
+        times.setdefault(str(stage), {})[op] = sum(kept) / len(kept)
+    return {"times": times, "messages": {str(s): b for s, b in interp.message_bytes.items()}}
+
+
+__all__ = ["EXIT_FAILED", "EXIT_TIMEOUT", "EXIT_USAGE", "Model", "build_modules", "load_model", "main", "split"]

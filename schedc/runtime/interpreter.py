@@ -1,0 +1,295 @@
+"""Run one rank's action table for a training step: one handler per action kind (torch.fx style).
+
+`PipelineInterpreter.step(inputs, targets)` walks the rank's steps in order. Point-to-point messages
+are posted where the table puts them (`isend`/`irecv` on the process group, one work handle per
+operation) and waited for where a consumer needs the value; every send is waited for before the step
+ends. Receive buffers are allocated from shapes learned in the first step (the first message of each
+stage boundary and direction is preceded by a small shape header). `B` is one backward; `I` computes
+input gradients only and `W` the weight gradients later (`backward.py`); gradients accumulate over
+microbatches, each microbatch's loss scaled by 1/M.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import torch
+
+from .backward import backward_input as split_backward_input, backward_weight as split_backward_weight
+from .table import Compound, Instr, Table, parts, partners, value_name
+from .watchdog import Watchdog
+
+# Shape header: [dtype code, ndim, dim0, ..., dim7], int64, sent before the first message of each
+# (direction, stage) in a run, so the receiver can allocate its buffer.
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+           torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)
+_DTYPE_CODE = {d: i for i, d in enumerate(_DTYPES)}
+_MAX_DIMS = 8
+_HEADER = 2 + _MAX_DIMS
+
+
+class ScheduleError(RuntimeError):
+    """The table asks for something the run cannot do (only possible without verification)."""
+
+
+class StepFailure(RuntimeError):
+    """An action failed: the rank, the program step, the action, the training step, and why."""
+
+    def __init__(self, rank: int, index: int, step, train_step: int, cause: BaseException, context: str):
+        self.rank, self.index, self.step, self.train_step, self.cause = rank, index, step, train_step, cause
+        super().__init__(
+            f"rank {rank} failed at program step {index} ({step}) in training step {train_step}: "
+            f"{type(cause).__name__}: {cause}\n  rank {rank}'s program: {context}")
+
+
+class PipelineInterpreter:
+    """Executes `table.ranks[rank]` over `modules` (stage index -> nn.Module) on this rank.
+
+    `loss_fn(output, target)` is applied on the last stage; `group` is the process group (default:
+    the world); `watchdog` stops the run when a wait exceeds its timeout.
+    """
+
+    def __init__(self, table: Table, rank: int, modules: dict[int, torch.nn.Module], loss_fn: Callable,
+                 *, group=None, device: torch.device | str | None = None, watchdog: Watchdog | None = None):
+        import torch.distributed as dist
+        self.table, self.rank = table, rank
+        self.steps = table.ranks[rank]
+        self.S, self.M = table.num_stages, table.num_microbatches
+        missing = [s for s in table.stages_of(rank) if s not in modules]
+        if missing:
+            raise ValueError(f"rank {rank} holds stages {list(table.stages_of(rank))} but has no module for {missing}")
+        self.modules = modules
+        self.params = {s: [p for p in modules[s].parameters() if p.requires_grad] for s in modules}
+        self.loss_fn = loss_fn
+        self.pg = group if group is not None else dist.distributed_c10d._get_default_group()
+        # group ranks of the table's global ranks (identity for the world group)
+        self._peer = (lambda r: r) if group is None else (lambda r: dist.get_group_rank(group, r))
+        self.device = torch.device(device) if device is not None else None
+        self.watchdog = watchdog or Watchdog(None)
+        self.partners = {(x, i): p for (r, x, i), p in partners(table).items() if r == rank}
+        self._shapes: dict[tuple[str, int], tuple[torch.Size, torch.dtype]] = {}  # learned, kept across steps
+        self._headed: set[tuple[str, int]] = set()  # (kind, stage) whose header this rank has sent
+        self.handlers = {"F": self.forward, "B": self.backward, "I": self.backward_input, "W": self.backward_weight,
+                         "SEND_F": self.send, "SEND_B": self.send, "RECV_F": self.recv, "RECV_B": self.recv,
+                         "UNSHARD": self.nothing, "RESHARD": self.nothing, "REDUCE_GRAD": self.nothing}
+        # measured per (op, stage): compute seconds per action; bytes of each stage's output message
+        self.times: dict[tuple[str, int], list[float]] = {}
+        self.message_bytes: dict[int, int] = {}
+        self.train_step = 0
+
+    # ---- the step ----
+    def step(self, inputs: Sequence[torch.Tensor] | None = None, targets: Sequence | None = None) -> list[torch.Tensor]:
+        """Run the rank's program once: forward and backward of every microbatch of its stages.
+
+        `inputs` (M microbatches) is needed on the rank of stage 0, `targets` on the rank of the last
+        stage. Gradients accumulate into the parameters' `.grad`; returns the last stage's losses
+        (detached, one per microbatch in the order they ran) or [] elsewhere.
+        """
+        self.train_step += 1
+        self._inputs, self._targets = inputs, targets
+        self._values: dict = {}  # value -> tensor present on this rank
+        self._arriving: dict = {}  # value -> (work, buffer, step index, instr) posted, not yet waited
+        self._sends: list = []  # (work, tensor, step index, instr)
+        self._leaf: dict = {}  # (s, m) -> the stage input that gradients flow back to
+        self._out: dict = {}  # (s, m) -> stage output (or scaled-by-nothing loss) awaiting backward
+        self._pending_w: dict = {}  # (s, m) -> what I left for W (schedc/runtime/backward.py)
+        self._losses: list = []
+        handlers = self.handlers
+        index = 0
+        try:
+            for index, st in enumerate(self.steps):
+                self._index = index
+                if isinstance(st, Compound):
+                    if st.kind == "GROUP":  # posted together: sends first, so no member waits on another
+                        for a in sorted(st.parts, key=lambda a: not a.is_send):
+                            handlers[a.op](a)
+                    else:
+                        for a in st.parts:
+                            handlers[a.op](a)
+                else:
+                    handlers[st.op](st)
+            index = len(self.steps)
+            self._finish()
+        except Exception as exc:
+            raise StepFailure(self.rank, index, self.steps[index] if index < len(self.steps) else "end of step",
+                              self.train_step, exc, self.context(index)) from exc
+        return self._losses
+
+    def _finish(self) -> None:
+        """Wait for every send; anything left over means the table is not a complete schedule."""
+        self._index = len(self.steps)
+        for work, _tensor, x, a in self._sends:
+            self._wait(work, x, a, "send")
+        self._sends.clear()
+        left = [f"{a} (step {x}) received {value_name(v)} but no action used it"
+                for v, (_, _, x, a) in self._arriving.items()]
+        left += [f"F({s},{m}) ran but its backward did not" for (s, m) in self._out]
+        left += [f"I({s},{m}) ran but W({s},{m}) did not" for (s, m) in self._pending_w]
+        if left:
+            raise ScheduleError("; ".join(left[:5]) + (f"; and {len(left) - 5} more" if len(left) > 5 else ""))
+        self._values.clear()
+
+    # ---- handlers, one per action kind ----
+    def nothing(self, a: Instr) -> None:
+        """UNSHARD, RESHARD, REDUCE_GRAD: no FSDP here, and gradients are already scaled by 1/M."""
+
+    def forward(self, a: Instr) -> None:
+        s, m = a.stage, a.microbatch
+        if s == 0:
+            if self._inputs is None:
+                raise ScheduleError(f"{a} needs the inputs, but rank {self.rank} was given none")
+            x = self._inputs[m]
+        else:
+            x = self._take(("act", s - 1, m), a).detach().requires_grad_()
+            self._leaf[(s, m)] = x
+        t0 = time.perf_counter()
+        y = self.modules[s](x)
+        if s == self.S - 1:
+            if self._targets is None:
+                raise ScheduleError(f"{a} computes the loss, but rank {self.rank} was given no targets")
+            y = self.loss_fn(y, self._targets[m])
+            self._losses.append(y.detach())
+        else:
+            if not isinstance(y, torch.Tensor):
+                raise ScheduleError(f"stage {s} returned {type(y).__name__}; a stage must return one tensor")
+            self._values[("act", s, m)] = y
+            self.message_bytes[s] = y.numel() * y.element_size()
+        self._record("F", s, t0)
+        self._out[(s, m)] = y
+
+    def _output_grad(self, a: Instr):
+        s, m = a.stage, a.microbatch
+        out = self._out.pop((s, m), None)
+        if out is None:
+            raise ScheduleError(f"{a} before F({s},{m})")
+        if s == self.S - 1:  # the loss of one microbatch: d(mean over M microbatches)/d(loss_m) = 1/M
+            return out, torch.full_like(out, 1.0 / self.M)
+        return out, self._take(("grad", s + 1, m), a)
+
+    def backward(self, a: Instr) -> None:
+        s, m = a.stage, a.microbatch
+        out, grad = self._output_grad(a)
+        t0 = time.perf_counter()
+        leaf = self._leaf.pop((s, m), None)
+        torch.autograd.backward(out, grad)
+        if leaf is not None:
+            self._values[("grad", s, m)] = leaf.grad
+        self._record("B", s, t0)
+
+    def backward_input(self, a: Instr) -> None:
+        s, m = a.stage, a.microbatch
+        out, grad = self._output_grad(a)
+        t0 = time.perf_counter()
+        g, work = split_backward_input(out, grad, self._leaf.pop((s, m), None), self.params[s])
+        if g is not None:
+            self._values[("grad", s, m)] = g
+        self._pending_w[(s, m)] = work
+        self._record("I", s, t0)
+
+    def backward_weight(self, a: Instr) -> None:
+        s, m = a.stage, a.microbatch
+        work = self._pending_w.pop((s, m), None)
+        if work is None:
+            raise ScheduleError(f"{a} before I({s},{m})")
+        t0 = time.perf_counter()
+        split_backward_weight(work)
+        self._record("W", s, t0)
+
+    def send(self, a: Instr) -> None:
+        value = a.value()
+        t = self._values.pop(value, None)
+        if t is None:
+            raise ScheduleError(f"{a} sends {value_name(value)}, which is not on rank {self.rank} yet")
+        t = t.detach()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        peer = self._peer(a.peer)
+        key = (value[0], value[1])
+        if key not in self._headed:
+            self._headed.add(key)
+            header = _header(t)
+            self._sends.append((self.pg.send([header], peer, 0), header, self._index, a))
+        self._sends.append((self.pg.send([t], peer, 0), t, self._index, a))
+
+    def recv(self, a: Instr) -> None:
+        value = a.value()
+        key = (value[0], value[1])
+        peer = self._peer(a.peer)
+        known = self._shapes.get(key)
+        if known is None:
+            header = torch.empty(_HEADER, dtype=torch.int64)
+            self._wait(self.pg.recv([header], peer, 0), self._index, a, "header")
+            known = self._shapes[key] = _read_header(header)
+        shape, dtype = known
+        buf = torch.empty(shape, dtype=dtype, device=self.device)
+        self._arriving[value] = (self.pg.recv([buf], peer, 0), buf, self._index, a)
+
+    # ---- helpers ----
+    def _take(self, value, consumer: Instr) -> torch.Tensor:
+        t = self._values.pop(value, None)
+        if t is not None:
+            return t
+        posted = self._arriving.pop(value, None)
+        if posted is None:
+            raise ScheduleError(f"{consumer} needs {value_name(value)}, which was neither made on rank "
+                                f"{self.rank} nor received before it")
+        work, buf, x, recv = posted
+        self._wait(work, x, recv, "recv", consumer)
+        return buf
+
+    def _wait(self, work, index: int, a: Instr, why: str, consumer: Instr | None = None) -> None:
+        dog = self.watchdog
+        if dog.timeout is None:
+            work.wait()
+            return
+        dog.begin(self, index, a, why, consumer)
+        try:
+            work.wait()
+        finally:
+            dog.end()
+
+    def _record(self, op: str, stage: int, t0: float) -> None:
+        dt = time.perf_counter() - t0
+        times = self.times.get((op, stage))
+        if times is None:
+            self.times[(op, stage)] = [dt]
+        else:
+            times.append(dt)
+
+    def context(self, index: int, width: int = 5) -> str:
+        """The rank's steps around `index`, compact, with that step in brackets."""
+        lo, hi = max(0, index - width), min(len(self.steps), index + width + 1)
+        cells = [f"[{st.compact}]" if x == index else st.compact for x, st in enumerate(self.steps[lo:hi], lo)]
+        if index >= len(self.steps):
+            cells.append("[end]")
+        return ("... " if lo else "") + " ".join(cells) + (" ..." if hi < len(self.steps) else "")
+
+    def waits_for(self, index: int, a: Instr, why: str, consumer: Instr | None) -> str:
+        """What a wait is for, in words, with the partner on the other rank where the table has one."""
+        partner = self.partners.get((index, next(i for i, p in enumerate(parts(self.steps[index])) if p == a)))
+        other = (f"rank {partner.rank}'s {partner.instr} (its step {partner.step})" if partner is not None
+                 else f"a matching {'receive' if a.is_send else 'send'} on rank {a.peer}, which has none")
+        if why == "send":
+            return (f"waits for its {a} (posted at step {index}), carrying {value_name(a.value())}, "
+                    f"to be received by {other}")
+        if why == "header":
+            return (f"waits at {a} for the shape of {value_name(a.value())} from rank {a.peer}, "
+                    f"sent by {other}")
+        return (f"{consumer} waits for {a} (posted at step {index}): {value_name(a.value())} from rank "
+                f"{a.peer}, sent by {other}")
+
+
+def _header(t: torch.Tensor) -> torch.Tensor:
+    if t.dim() > _MAX_DIMS or t.dtype not in _DTYPE_CODE:
+        raise ScheduleError(f"cannot send a {t.dim()}-dimensional {t.dtype} tensor between stages "
+                            f"(at most {_MAX_DIMS} dimensions, dtypes {', '.join(str(d) for d in _DTYPES)})")
+    head = [_DTYPE_CODE[t.dtype], t.dim(), *t.shape] + [0] * (_MAX_DIMS - t.dim())
+    return torch.tensor(head, dtype=torch.int64)
+
+
+def _read_header(h: torch.Tensor) -> tuple[torch.Size, torch.dtype]:
+    code, ndim, *dims = h.tolist()
+    if not (0 <= code < len(_DTYPES) and 0 <= ndim <= _MAX_DIMS):
+        raise ScheduleError(f"received a malformed shape header {h.tolist()}: the messages on this channel "
+                            "are not in the order the table says (is the schedule verified?)")
+    return torch.Size(dims[:ndim]), _DTYPES[code]

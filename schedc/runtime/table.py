@@ -1,0 +1,256 @@
+"""The action table a lowered program carries, validated: one list of steps per rank.
+
+Pure Python (no torch), so the code generator, the launcher and the runtime share one reading of
+the table. A step is `(op, stage, microbatch)` for compute, `(op, stage, microbatch, peer)` for a
+send or receive (`peer` is the rank on the other end), `(op, stage)` for UNSHARD / RESHARD /
+REDUCE_GRAD, or `(kind, (step, ...))` for a GROUP or OVERLAP_F_B compound.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+FORMAT = "schedc-program"
+VERSION = 1
+
+COMPUTE_OPS = ("F", "B", "I", "W")
+SEND_OPS = ("SEND_F", "SEND_B")
+RECV_OPS = ("RECV_F", "RECV_B")
+COMM_OPS = SEND_OPS + RECV_OPS
+STAGE_OPS = ("UNSHARD", "RESHARD", "REDUCE_GRAD")
+COMPOUNDS = ("GROUP", "OVERLAP_F_B")
+# The stage on the other end of a send or receive (DESIGN.md's convention: a receive is named by
+# the stage that receives; SEND_F(s) meets RECV_F(s+1), SEND_B(s) meets RECV_B(s-1)).
+PEER_STAGE = {"SEND_F": 1, "RECV_F": -1, "SEND_B": -1, "RECV_B": 1}
+
+
+class TableError(ValueError):
+    """The table of a lowered program is malformed (a hand-edited or damaged file)."""
+
+
+class Instr(NamedTuple):
+    """One action: `op` on `stage` (and `microbatch`); `peer` is the other rank of a send/receive."""
+
+    op: str
+    stage: int
+    microbatch: int | None = None
+    peer: int | None = None
+
+    @property
+    def is_send(self) -> bool:
+        return self.op in SEND_OPS
+
+    @property
+    def is_recv(self) -> bool:
+        return self.op in RECV_OPS
+
+    def value(self) -> tuple[str, int, int] | None:
+        """What the action makes (compute) or carries (send / receive), as schedc/deps.py names it:
+        `("act", s, m)` the output of F(s,m), `("grad", s, m)` the input gradient of I/B(s,m)."""
+        op, s, m = self.op, self.stage, self.microbatch
+        if op == "F" or op == "SEND_F":
+            return ("act", s, m)
+        if op in ("B", "I", "SEND_B"):
+            return ("grad", s, m)
+        if op == "RECV_F":
+            return ("act", s - 1, m)
+        if op == "RECV_B":
+            return ("grad", s + 1, m)
+        return None
+
+    def __str__(self) -> str:
+        """`F(1,3)`, `SEND_F(0,2)`, `UNSHARD(1)`: the way the language writes it."""
+        if self.microbatch is None:
+            return f"{self.op}({self.stage})"
+        return f"{self.op}({self.stage},{self.microbatch})"
+
+    @property
+    def compact(self) -> str:
+        """PyTorch's compact notation: `1F3`, `0SEND_F2`, `1UNSHARD`."""
+        return f"{self.stage}{self.op}{'' if self.microbatch is None else self.microbatch}"
+
+
+class Compound(NamedTuple):
+    kind: str  # GROUP (communication posted together) or OVERLAP_F_B (run as one action)
+    parts: tuple[Instr, ...]
+
+    def __str__(self) -> str:
+        return f"{self.kind.lower()}({', '.join(str(p) for p in self.parts)})"
+
+    @property
+    def compact(self) -> str:
+        return "(" + ";".join(p.compact for p in self.parts) + ")" + self.kind
+
+
+Step = Instr | Compound
+
+
+def parts(step: Step) -> tuple[Instr, ...]:
+    return step.parts if isinstance(step, Compound) else (step,)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A validated lowered program: its metadata and one tuple of steps per rank."""
+
+    schedule: str
+    params: dict
+    num_ranks: int
+    num_stages: int
+    num_microbatches: int
+    placement: tuple[int, ...]
+    ranks: tuple[tuple[Step, ...], ...]
+    verified: str | None = None
+
+    def stages_of(self, rank: int) -> tuple[int, ...]:
+        return tuple(s for s, r in enumerate(self.placement) if r == rank)
+
+    def to_data(self) -> tuple[dict, list]:
+        """`(PROGRAM, RANKS)`: the plain literals a generated program embeds (see `load_table`)."""
+        meta = {"format": FORMAT, "version": VERSION, "schedule": self.schedule, "params": dict(self.params),
+                "ranks": self.num_ranks, "stages": self.num_stages, "microbatches": self.num_microbatches,
+                "placement": list(self.placement), "verified": self.verified}
+        return meta, [[_step_data(st) for st in steps] for steps in self.ranks]
+
+
+def _step_data(step: Step) -> tuple:
+    if isinstance(step, Compound):
+        return (step.kind, tuple(_step_data(p) for p in step.parts))
+    if step.op in COMM_OPS:
+        return (step.op, step.stage, step.microbatch, step.peer)
+    if step.op in STAGE_OPS:
+        return (step.op, step.stage)
+    return (step.op, step.stage, step.microbatch)
+
+
+def _int(value, what: str, low: int, high: int) -> int:
+    if type(value) is not int or not low <= value < high:
+        raise TableError(f"{what}: expected an integer in {low}..{high - 1}, got {value!r}")
+    return value
+
+
+def load_table(program: dict, ranks) -> Table:
+    """Validate the literals of a lowered program (`PROGRAM`, `RANKS`) and build a `Table`.
+
+    Every op is from the closed set above, every index in range, every action on the rank its stage
+    is placed on, and every peer the rank of the stage on the other end.
+    """
+    if not isinstance(program, dict) or program.get("format") != FORMAT:
+        raise TableError(f"not a schedc program table (expected format {FORMAT!r})")
+    if program.get("version") != VERSION:
+        raise TableError(f"program table version {program.get('version')!r}; this runtime reads {VERSION}")
+    R = _int(program.get("ranks"), "ranks", 1, 1 << 20)
+    S = _int(program.get("stages"), "stages", 1, 1 << 24)
+    M = _int(program.get("microbatches"), "microbatches", 1, 1 << 24)
+    placement = program.get("placement")
+    if not isinstance(placement, (list, tuple)) or len(placement) != S:
+        raise TableError(f"placement: expected a list of {S} ranks")
+    placement = tuple(_int(r, f"placement of stage {s}", 0, R) for s, r in enumerate(placement))
+    if not isinstance(ranks, (list, tuple)) or len(ranks) != R:
+        raise TableError(f"expected one list of steps per rank ({R})")
+    out = []
+    for r, steps in enumerate(ranks):
+        if not isinstance(steps, (list, tuple)):
+            raise TableError(f"rank {r}: expected a list of steps")
+        out.append(tuple(_step(st, r, x, S, M, placement) for x, st in enumerate(steps)))
+    schedule = program.get("schedule")
+    params = program.get("params") or {}
+    verified = program.get("verified")
+    if not isinstance(schedule, str) or not (verified is None or isinstance(verified, str)):
+        raise TableError("schedule and verified must be strings")
+    if not isinstance(params, dict) or not all(isinstance(k, str) and type(v) is int for k, v in params.items()):
+        raise TableError("params must map names to integers")
+    return Table(schedule, dict(params), R, S, M, placement, tuple(out), verified)
+
+
+def _step(data, rank: int, index: int, S: int, M: int, placement) -> Step:
+    where = f"rank {rank}, step {index}"
+    if not isinstance(data, (list, tuple)) or not data or not isinstance(data[0], str):
+        raise TableError(f"{where}: expected a tuple starting with an op name, got {data!r}")
+    head = data[0]
+    if head in COMPOUNDS:
+        if len(data) != 2 or not isinstance(data[1], (list, tuple)) or not data[1]:
+            raise TableError(f"{where}: {head} expects a non-empty tuple of steps")
+        members = tuple(_instr(p, rank, where, S, M, placement) for p in data[1])
+        wanted = COMM_OPS if head == "GROUP" else COMPUTE_OPS
+        if any(p.op not in wanted for p in members):
+            raise TableError(f"{where}: a {head} holds only {', '.join(wanted)}")
+        return Compound(head, members)
+    return _instr(data, rank, where, S, M, placement)
+
+
+def _instr(data, rank: int, where: str, S: int, M: int, placement) -> Instr:
+    if not isinstance(data, (list, tuple)) or not data or not isinstance(data[0], str):
+        raise TableError(f"{where}: expected a tuple starting with an op name, got {data!r}")
+    op = data[0]
+    if op in COMPUTE_OPS:
+        size = 3
+    elif op in COMM_OPS:
+        size = 4
+    elif op in STAGE_OPS:
+        size = 2
+    else:
+        raise TableError(f"{where}: unknown op {op!r}")
+    if len(data) != size:
+        raise TableError(f"{where}: {op} expects {size} fields, got {len(data)}")
+    stage = _int(data[1], f"{where}: stage", 0, S)
+    if placement[stage] != rank:
+        raise TableError(f"{where}: {op} of stage {stage} on rank {rank}, but stage {stage} is on rank "
+                         f"{placement[stage]}")
+    mb = _int(data[2], f"{where}: microbatch", 0, M) if size >= 3 else None
+    peer = None
+    if size == 4:
+        other = stage + PEER_STAGE[op]
+        if not 0 <= other < S:
+            raise TableError(f"{where}: {op}({stage},{mb}) has no stage {other} on the other end")
+        peer = _int(data[3], f"{where}: peer", 0, 1 << 20)
+        if peer != placement[other]:
+            raise TableError(f"{where}: {op}({stage},{mb}) talks to stage {other} on rank "
+                             f"{placement[other]}, not rank {peer}")
+        if peer == rank:
+            raise TableError(f"{where}: {op}({stage},{mb}) would talk to its own rank")
+    return Instr(op, stage, mb, peer)
+
+
+class Partner(NamedTuple):
+    rank: int
+    step: int
+    instr: Instr
+
+
+def partners(table: Table) -> dict[tuple[int, int, int], Partner]:
+    """(rank, step, part) of each send or receive -> its partner: the k-th send on a channel (an
+    ordered rank pair) meets the k-th receive, as gloo and NCCL pair point-to-point messages."""
+    sends: dict = {}
+    recvs: dict = {}
+    for r, steps in enumerate(table.ranks):
+        for x, st in enumerate(steps):
+            for i, a in enumerate(parts(st)):
+                if a.is_send:
+                    sends.setdefault((r, a.peer), []).append((r, x, i, a))
+                elif a.is_recv:
+                    recvs.setdefault((a.peer, r), []).append((r, x, i, a))
+    out = {}
+    for ch, ss in sends.items():
+        for (sr, sx, si, sa), (rr, rx, ri, ra) in zip(ss, recvs.get(ch, [])):
+            out[(sr, sx, si)] = Partner(rr, rx, ra)
+            out[(rr, rx, ri)] = Partner(sr, sx, sa)
+    return out
+
+
+def value_name(value: tuple[str, int, int]) -> str:
+    kind, s, m = value
+    return f"the activation of F({s},{m})" if kind == "act" else f"the input gradient of I/B({s},{m})"
+
+
+def to_program(table: Table):
+    """The table as a schedc IR Program, to verify what will run (imports schedc's core, not torch)."""
+    from ..ir import Action, Compound as IrCompound, CompoundKind, Op, Program
+
+    def ir(a: Instr):
+        return Action(Op(a.op), a.stage, a.microbatch)
+
+    ranks = tuple(tuple(IrCompound(CompoundKind(st.kind), tuple(ir(p) for p in st.parts))
+                        if isinstance(st, Compound) else ir(st) for st in steps) for steps in table.ranks)
+    return Program(table.schedule, table.num_ranks, table.num_stages, table.num_microbatches,
+                   table.placement, ranks, tuple(sorted(table.params.items())))

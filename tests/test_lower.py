@@ -1,0 +1,163 @@
+"""Lowering to a torch.distributed program: the text is a fixed template plus checked literals.
+
+Every built-in lowers to a program that parses, imports only schedc.runtime, holds exactly the
+communication-level table (which verifies), and does nothing on import; names from CSV stems and
+IR JSON (free text) cannot inject code; `schedc compile` writes the program; the core never
+imports torch; the runtime's table reader rejects malformed tables.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import schedc
+from schedc.lower import lower_to_torch
+from schedc.passes import lower
+from schedc.resources import builtin_schedules
+from schedc.runtime.table import TableError, load_table, parts, partners, to_program
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTILE = [
+    'x"); import os; #',
+    "x'''\nimport os\nos.system('echo pwned')\n'''",
+    'x"""\nraise SystemExit(3)\n"""',
+    "a\\\nimport os",
+    "\u2028import os\u2029\x00\x0c\r",
+    "}\n]\nimport os\n#",
+    "{__import__('os').system('true')}",
+]
+
+
+def _import(path: Path):
+    spec = importlib.util.spec_from_file_location("lowered_program", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _only_template(source: str) -> None:
+    tree = ast.parse(source)
+    imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert [(n.module, [a.name for a in n.names]) for n in imports] == [("schedc.runtime.entry", ["main"])]
+    calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    assert calls == {"_run", "main", "SystemExit"}, calls
+
+
+@pytest.mark.parametrize("name", sorted(builtin_schedules()))
+def test_every_builtin_lowers_to_a_program_holding_its_communication_table(name, tmp_path):
+    program = schedc.load(name, {"P": 4, "M": 8, "V": 2}, strict_params=False)
+    lowered = lower_to_torch(program, verified="rendezvous")
+    _only_template(lowered.source)
+    path = tmp_path / "prog.py"
+    path.write_text(lowered.source)
+    module = _import(path)  # importing runs nothing
+    table = load_table(module.PROGRAM, module.RANKS)
+    assert table == lowered.table
+    assert callable(module.main)
+    again = to_program(table)
+    assert again.ranks == lower(program).ranks and again.placement == program.placement
+    assert schedc.check(again).ok
+    assert module.PROGRAM["verified"] == "rendezvous" and module.PROGRAM["schedule"] == name
+    assert lowered.metadata["ranks"] == 4 and lowered.metadata["steps"] == [len(r) for r in table.ranks]
+    # every send has its receive, and the peers are the ranks of the stages on the other end
+    pairs = partners(table)
+    comms = [(r, x, i) for r, steps in enumerate(table.ranks) for x, st in enumerate(steps)
+             for i, a in enumerate(parts(st)) if a.op.startswith(("SEND", "RECV"))]
+    assert set(pairs) == set(comms)
+    assert lowered.torchrun_command("p.py", "m:f")[:2] == ["torchrun", "--nproc-per-node=4"]
+
+
+def test_the_program_reads_as_a_table_with_a_comment_per_step():
+    source = lower_to_torch(schedc.load("1f1b", {"P": 2, "M": 2})).source
+    assert "('SEND_F', 0, 0, 1),                     #    1  0SEND_F0 -> rank 1\n" in source
+    assert "('RECV_F', 1, 0, 0),                     #    0  1RECV_F0 <- rank 0\n" in source
+    assert "    # rank 1: stages 1; 8 steps\n" in source
+    assert "'verified': None," in source
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_hostile_names_from_csv_stems_and_ir_json_stay_data(hostile, tmp_path):
+    base = schedc.load("1f1b", {"P": 2, "M": 2})
+    # IR JSON: the schedule name and parameter names are free text
+    data = json.loads(__import__("schedc.interop.ir_json", fromlist=["dumps_ir"]).dumps_ir(base))
+    data["schedule"] = hostile
+    data["params"] = {hostile: 1}
+    ir = tmp_path / "prog.json"
+    ir.write_text(json.dumps(data))
+    from_ir = schedc.load(str(ir))
+    assert from_ir.name == hostile
+    for program in (from_ir, _csv_with_stem(base, hostile, tmp_path)):
+        lowered = lower_to_torch(program)
+        _only_template(lowered.source)
+        path = tmp_path / "prog.py"
+        path.write_text(lowered.source)
+        module = _import(path)
+        assert module.PROGRAM["schedule"] == program.name
+        assert load_table(module.PROGRAM, module.RANKS) == lowered.table
+
+
+def _csv_with_stem(program, hostile: str, tmp_path: Path):
+    stem = hostile.replace("/", "_").replace("\x00", "_")
+    try:
+        path = tmp_path / f"{stem}.csv"
+        path.write_text(schedc.to_torch_csv(program, "comms"), newline="")
+    except (OSError, ValueError):  # a name the file system refuses: use the text form directly
+        from schedc.api import load_text
+        return load_text(schedc.to_torch_csv(program, "comms"), f"{hostile}.csv", "torch-csv")
+    return schedc.from_torch_csv(str(path))
+
+
+def test_the_core_lowering_and_the_cli_do_not_import_torch(tmp_path):
+    probe = ("import sys, schedc, schedc.lower, schedc.runtime, schedc.runtime.launch\n"
+             "from schedc.cli import main\n"
+             f"assert main(['compile', '1f1b', '-o', {str(tmp_path)!r}]) == 0\n"
+             "print('torch' in sys.modules)\n")
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "False"
+
+
+def _data():
+    program = schedc.load("1f1b", {"P": 2, "M": 2})
+    return lower_to_torch(program).table.to_data()
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda m, r: m.update(format="other"), "not a schedc program table"),
+    (lambda m, r: m.update(version=9), "version"),
+    (lambda m, r: r[0].__setitem__(0, ("X", 0, 0)), "unknown op 'X'"),
+    (lambda m, r: r[0].__setitem__(0, ("F", 1, 0)), "stage 1 is on rank 1"),
+    (lambda m, r: r[0].__setitem__(0, ("F", 0, 5)), "microbatch"),
+    (lambda m, r: r[0].__setitem__(0, ("F", 0, True)), "microbatch"),
+    (lambda m, r: r[0].__setitem__(1, ("SEND_F", 0, 0, 0)), "not rank 0"),
+    (lambda m, r: r[0].__setitem__(1, ("SEND_B", 0, 0, 1)), "no stage -1"),
+    (lambda m, r: r[0].__setitem__(1, ("GROUP", (("F", 0, 0),))), "a GROUP holds only"),
+    (lambda m, r: m.update(params={"P": "2"}), "params"),
+    (lambda m, r: r.pop(), "one list of steps per rank"),
+])
+def test_the_table_reader_rejects_malformed_tables(damage, message):
+    meta, ranks = _data()
+    damage(meta, ranks)
+    with pytest.raises(TableError, match=message):
+        load_table(meta, ranks)
+
+
+def test_a_program_refuses_a_world_of_the_wrong_size(tmp_path):
+    path = tmp_path / "prog.py"
+    path.write_text(lower_to_torch(schedc.load("1f1b", {"P": 2, "M": 2})).source)
+    env = {"PATH": "/usr/bin:/bin", "WORLD_SIZE": "3", "RANK": "0", "OMP_NUM_THREADS": "1"}
+    import os
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    res = subprocess.run([sys.executable, str(path), "--model", "examples.mlp:build_stages"], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    assert "the schedule has 2 ranks but WORLD_SIZE is 3 (use --nproc-per-node=2)" in res.stderr
+    res = subprocess.run([sys.executable, str(path), "--help"], env=env, cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and "--model" in res.stdout

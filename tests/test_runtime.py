@@ -1,0 +1,273 @@
+"""The runtime on gloo, many schedules per spawn: gradients equal the unsplit model's, torch runs our
+CSV to the same gradients, a broken schedule is stopped by the watchdog, and `schedc run` trains.
+
+Spawning ranks is slow on two cores, so one launch of 2 ranks and one of 4 ranks each run every
+built-in schedule that loads with P = 2 or 4 (V = 2 where declared), on an MLP and a transformer in
+float64, two training steps each. This file is also the worker: `python tests/test_runtime.py
+--worker CASES.json OUTDIR` is what each rank runs.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOL = 1e-10
+WORKER_DEADLINE = 240.0
+
+
+# ---- the worker (runs in each rank) ----
+def _models():
+    import functools
+
+    from examples import mlp, transformer
+    return {
+        "mlp": (lambda ids, S: mlp.build_stages(ids, S, width=16, depth=max(4, 2 * S)), mlp.loss_fn,
+                functools.partial(mlp.make_batch, width=16)),
+        "transformer": (lambda ids, S: transformer.build_stages(ids, S, layers=S), transformer.loss_fn,
+                        transformer.make_batch),
+    }
+
+
+def _reference(build, loss_fn, S, x, y):
+    """Loss and per-stage parameter gradients of the unsplit model on the whole batch."""
+    modules = [m.double() for m in build(list(range(S)), S)]
+    out = x
+    for m in modules:
+        out = m(out)
+    loss = loss_fn(out, y)
+    loss.backward()
+    return loss.item(), [[p.grad for p in m.parameters()] for m in modules]
+
+
+def _batch(make_batch, step, size):
+    import torch
+    x, y = make_batch(step, size)
+    cast = lambda t: t.double() if t.is_floating_point() else t  # noqa: E731
+    return cast(x), cast(y)
+
+
+def _run_schedc(case, rank):
+    import torch
+
+    from schedc.runtime.entry import split
+    from schedc.runtime.interpreter import PipelineInterpreter
+    from schedc.runtime.table import load_table
+    from schedc.runtime.watchdog import Watchdog
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"case_{abs(hash(case['program']))}", case["program"])
+    program = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(program)
+    table = load_table(program.PROGRAM, program.RANKS)
+    build, loss_fn, make_batch = _models()[case["model"]]
+    S, M = table.num_stages, table.num_microbatches
+    mine = table.stages_of(rank)
+    modules = {s: m.double() for s, m in zip(mine, build(list(mine), S))}
+    interp = PipelineInterpreter(table, rank, modules, loss_fn, watchdog=Watchdog(30.0))
+    worst, loss_err = 0.0, 0.0
+    for step in range(2):  # the second step runs with the shapes learned in the first
+        x, y = _batch(make_batch, step, 2 * M)
+        losses = interp.step(split(x, M) if 0 in mine else None, split(y, M) if S - 1 in mine else None)
+        ref_loss, ref_grads = _reference(build, loss_fn, S, x, y)
+        for s in mine:
+            for p, g in zip(modules[s].parameters(), ref_grads[s]):
+                if p.grad is None:
+                    return {"error": f"stage {s}: a parameter got no gradient"}
+                worst = max(worst, (p.grad - g).abs().max().item())
+            modules[s].zero_grad(set_to_none=True)
+        if S - 1 in mine:
+            loss_err = max(loss_err, abs(torch.stack(losses).mean().item() - ref_loss))
+    return {"grad_err": worst, "loss_err": loss_err}
+
+
+def _run_torch(case, rank):
+    """Our compute_comms CSV through torch's _PipelineScheduleRuntime with real PipelineStages."""
+    import torch
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+    S, M = case["stages"], case["microbatches"]
+    mine = [s for s, r in enumerate(case["placement"]) if r == rank]
+    build, loss_fn, make_batch = _models()[case["model"]]
+    modules = {s: m.double() for s, m in zip(mine, build(mine, S))}
+    stages = [PipelineStage(modules[s], s, S, torch.device("cpu")) for s in mine]
+    schedule = _PipelineScheduleRuntime(stages, M, loss_fn=loss_fn, scale_grads=False)
+    schedule._load_csv(case["csv"], format="compute_comms")
+    x, y = _batch(make_batch, 0, 2 * M)
+    losses: list = []
+    schedule.step(*((x,) if 0 in mine else ()), target=y if S - 1 in mine else None, losses=losses)
+    ref_loss, ref_grads = _reference(build, loss_fn, S, x, y)
+    worst = 0.0
+    for s in mine:
+        for p, g in zip(modules[s].parameters(), ref_grads[s]):
+            worst = max(worst, (p.grad / M - g).abs().max().item())  # torch sums microbatch losses
+    loss_err = abs(torch.stack(losses).mean().item() - ref_loss) if S - 1 in mine else 0.0
+    return {"grad_err": worst, "loss_err": loss_err}
+
+
+def _worker(cases_path: str, out_dir: str) -> int:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    sys.path.insert(0, str(ROOT))
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    results = {}
+    for case in json.loads(Path(cases_path).read_text()):
+        t0 = time.perf_counter()
+        try:
+            result = (_run_torch if case["kind"] == "torch" else _run_schedc)(case, rank)
+        except Exception as exc:  # the peers would hang on this rank: report and stop the spawn
+            sys.stderr.write(f"rank {rank}: case {case['id']} failed: {type(exc).__name__}: {exc}\n")
+            sys.stderr.flush()
+            os._exit(1)
+        result["seconds"] = time.perf_counter() - t0
+        results[case["id"]] = result
+        dist.barrier()
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+# ---- the tests (parent side) ----
+def _builtin_cases(R: int, Ms, tmp: Path) -> list[dict]:
+    import schedc
+    from schedc.errors import SchedcError
+    from schedc.lower import lower_to_torch
+    from schedc.resources import builtin_schedules
+    cases = []
+    for name in builtin_schedules():
+        for M in Ms:
+            try:
+                program = schedc.load(name, {"P": R, "M": M, "V": 2}, strict_params=False)
+            except SchedcError as exc:
+                if exc.code in ("require", "missing-param"):
+                    continue
+                raise
+            if program.num_ranks != R:
+                continue
+            report = schedc.check(program)
+            assert report.ok, report.render()
+            path = tmp / f"{name}_P{R}_M{M}_program.py"
+            path.write_text(lower_to_torch(program, verified="rendezvous").source)
+            for model in ("mlp", "transformer"):
+                cases.append({"id": f"{name} P={R} M={M} S={program.num_stages} {model}", "kind": "schedc",
+                              "program": str(path), "model": model})
+    return cases
+
+
+def _spawn(cases: list[dict], R: int, tmp: Path) -> dict:
+    from schedc.runtime.launch import launch
+    (tmp / "cases.json").write_text(json.dumps(cases))
+    out, err = io.StringIO(), io.StringIO()
+    done = launch([sys.executable, str(Path(__file__).resolve()), "--worker", str(tmp / "cases.json"), str(tmp)],
+                  R, stdout=out, stderr=err, grace=5, deadline=WORKER_DEADLINE, cwd=str(ROOT))
+    assert done.ok, f"ranks exited {done.returncodes}\n{out.getvalue()}\n{err.getvalue()}"
+    merged: dict = {}
+    for r in range(R):
+        for case, result in json.loads((tmp / f"rank{r}.json").read_text()).items():
+            entry = merged.setdefault(case, {"grad_err": 0.0, "loss_err": 0.0, "seconds": 0.0})
+            if "error" in result:
+                entry["error"] = f"rank {r}: {result['error']}"
+                continue
+            for key in ("grad_err", "loss_err", "seconds"):
+                entry[key] = max(entry[key], result[key])
+    return merged
+
+
+def _assert_equal(results: dict, expected: list[dict]) -> None:
+    assert set(results) == {c["id"] for c in expected}
+    bad = {case: r for case, r in results.items()
+           if "error" in r or not (r["grad_err"] <= TOL and r["loss_err"] <= TOL)}
+    assert not bad, json.dumps(bad, indent=1)
+
+
+def _torch_csv_cases(R: int, tmp: Path) -> list[dict]:
+    import schedc
+    cases = []
+    for name in ("1f1b", "interleaved_1f1b", "zb_h1"):
+        try:
+            program = schedc.load(name, {"P": R, "M": 4, "V": 2}, strict_params=False)
+        except Exception:
+            continue
+        path = tmp / f"{name}_comms.csv"
+        path.write_text(schedc.to_torch_csv(program, "comms"), newline="")
+        cases.append({"id": f"torch runs our {name} CSV (P={R}, M=4)", "kind": "torch", "csv": str(path),
+                      "stages": program.num_stages, "microbatches": 4, "placement": list(program.placement),
+                      "model": "mlp"})
+    return cases
+
+
+def test_every_builtin_on_2_ranks_matches_unsplit_training_and_torch_runs_our_csv(tmp_path):
+    cases = _builtin_cases(2, (2, 3, 4), tmp_path) + _torch_csv_cases(2, tmp_path)
+    assert len({c["program"] for c in cases if c["kind"] == "schedc"}) >= 4 * 3  # gpipe, 1f1b, interleaved, looped
+    assert any(c["kind"] == "torch" for c in cases)
+    _assert_equal(_spawn(cases, 2, tmp_path), cases)
+
+
+def test_every_builtin_on_4_ranks_matches_unsplit_training(tmp_path):
+    cases = _builtin_cases(4, (4, 8), tmp_path)
+    assert {"gpipe", "1f1b", "interleaved_1f1b", "looped_bfs"} <= {Path(c["program"]).name.split("_P")[0] for c in cases}
+    _assert_equal(_spawn(cases, 4, tmp_path), cases)
+
+
+def _tied():
+    """Shapes of graph the split backward must handle: a weight used twice, a parameter added to the
+    output, one that gets no gradient, and a frozen one."""
+    import torch
+    from torch import nn
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(6, 6)
+            self.shift = nn.Parameter(torch.randn(6))
+            self.unused = nn.Parameter(torch.randn(3))
+            self.frozen = nn.Parameter(torch.randn(6), requires_grad=False)
+
+        def forward(self, x):
+            return self.lin(torch.tanh(self.lin(x))) * self.frozen + self.shift
+
+    return Tied()
+
+
+@pytest.mark.parametrize("make", ["tied", "mlp", "transformer"])
+def test_split_backward_equals_one_backward(make):
+    import torch
+
+    from examples import mlp, transformer
+    from schedc.runtime.backward import backward_input, backward_weight
+    torch.manual_seed(0)
+    build = {"tied": _tied, "mlp": lambda: mlp.build_stages([1], 3, width=8)[0],
+             "transformer": lambda: transformer.build_stages([1], 3)[0]}[make]
+    x = torch.randn(4, 8) if make == "mlp" else torch.randn(4, 6) if make == "tied" else torch.randn(2, 16, 32)
+    split, whole = build().double(), build().double()
+    whole.load_state_dict(split.state_dict())
+    leaf, leaf2 = x.double().requires_grad_(), x.double().requires_grad_()
+    out = split(leaf)
+    g = torch.randn_like(out)
+    params = [p for p in split.parameters() if p.requires_grad]
+    gi, work = backward_input(out, g, leaf, params)
+    assert all(p.grad is None for p in params)  # I leaves the weights alone
+    backward_weight(work)
+    whole(leaf2).backward(g)
+    assert torch.allclose(gi, leaf2.grad, rtol=0, atol=1e-12)
+    for p, q in zip(split.parameters(), whole.parameters()):
+        assert (p.grad is None) == (q.grad is None)
+        if p.grad is not None:
+            assert torch.allclose(p.grad, q.grad, rtol=0, atol=1e-12)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        sys.exit(_worker(sys.argv[2], sys.argv[3]))
+    sys.exit("usage: test_runtime.py --worker CASES.json OUTDIR")
