@@ -96,6 +96,26 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--level", choices=["compute", "comms"], default="comms",
                    help="torch-csv: compute_only or compute_comms (default)")
     q.add_argument("-o", "--output", metavar="FILE", help="output file (default: standard output)")
+    q = sub.add_parser("run", help="verify, lower and run a schedule on local ranks (or print the torchrun line)",
+                       stdout=stdout)
+    common(q)
+    q.add_argument("--model", required=True, metavar="PKG.MOD:FN",
+                   help="the model: build_stages(stage_ids, num_stages) in an importable module that also "
+                        "defines loss_fn and make_batch, e.g. examples.mlp:build_stages")
+    q.add_argument("--nproc", type=int, metavar="R", help="local ranks to start (default: the schedule's ranks)")
+    q.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend")
+    q.add_argument("--steps", type=int, default=5, metavar="K", help="training steps (default 5)")
+    q.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                   help="watchdog: a send or receive waiting longer stops the run (default 300)")
+    q.add_argument("--profile", metavar="OUT.json", help="write measured per-stage F/I/W/B times and message sizes")
+    q.add_argument("--no-verify", action="store_true", help="run without checking the schedule first")
+    q.add_argument("--semantics", default="rendezvous", help="send semantics to verify under (default rendezvous)")
+    q.add_argument("--batch-size", type=int, metavar="N", help="samples per step (default 8 x microbatches)")
+    q.add_argument("--dtype", choices=["bfloat16", "float16", "float32", "float64"], help="model and input dtype")
+    q.add_argument("--lr", type=float, metavar="LR", help="SGD learning rate unless the model defines make_optimizer")
+    q.add_argument("--print-torchrun", action="store_true",
+                   help="write DIR/<name>_program.py and print the torchrun command instead of running")
+    q.add_argument("-o", "--output", default="build", metavar="DIR", help="with --print-torchrun: output folder")
     return p
 
 
@@ -112,6 +132,8 @@ def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Te
         if args.command is None:
             _parser(stdout).print_help()
             return EXIT_INPUT
+        if args.command == "run":
+            return _run(args, stdout, stderr)
         return {"list": _list, "compile": _compile, "check": _check, "export": _export}[args.command](
             args, stdout, stderr)
     except _Exit as e:
@@ -233,9 +255,78 @@ def _compile(args, stdout, stderr) -> int:
     outputs = {f"{stem}.json": dumps_ir(program)}
     if program.level == "comms" or report.ok is not False:
         outputs[f"{stem}.csv"] = to_torch_csv(program, "comms").dumps()
+        source = _lowered_source(program, report, stderr)
+        if source is not None:
+            outputs[f"{stem}_program.py"] = source
     written = _write_all(Path(args.output), outputs)
     stdout.write("  wrote " + ", ".join(str(p) for p in written) + "\n")
     return _exit_of(report)
+
+
+def _lowered_source(program, report, stderr) -> str | None:
+    """The runnable torch.distributed program (`<name>_program.py`); None, with a note, if a schedule
+    written with --force cannot be lowered."""
+    from .lower import lower_to_torch
+    try:
+        return lower_to_torch(program, verified=str(report.semantics) if report.ok else None).source
+    except SchedcError as e:
+        if report.ok:
+            raise
+        stderr.write(f"schedc: no runnable program: {e.diagnostics[0].message}\n")
+        return None
+
+
+_RANK_EXITS = {1: "failed", 2: "could not start (bad usage or model)", 124: "was stopped by the watchdog"}
+
+
+def _run(args, stdout, stderr) -> int:
+    """Verify (unless --no-verify), lower, and run on local ranks, or print the torchrun line."""
+    import shlex
+    from .lower import lower_to_torch
+    from .verify.execute import Semantics
+    if args.steps < 1:
+        raise SchedcError("usage", f"--steps {args.steps}: expected at least 1", where="--steps")
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= 86_400):
+        raise SchedcError("usage", f"--timeout {args.timeout}: expected seconds in (0, 86400]", where="--timeout")
+    semantics = Semantics.parse(args.semantics)
+    program = _load(args.input, args, _params(args.param))
+    nproc = program.num_ranks if args.nproc is None else args.nproc
+    if nproc != program.num_ranks:
+        raise SchedcError("usage", f"--nproc {nproc}: {program.name} runs on {program.num_ranks} ranks",
+                          where="--nproc")
+    verified = None
+    if not args.no_verify:
+        checks = argparse.Namespace(semantics=str(semantics), engine="native", timeout=30.0, memory_limit=None)
+        report = _run_checks(program, checks)
+        stdout.write(report.summary() + "\n")
+        if report.ok is not True:
+            stderr.write(report.render() + "\n")
+            stderr.write("schedc: checks did not pass; not running (--no-verify runs it anyway)\n")
+            return _exit_of(report)
+        verified = str(semantics)
+    lowered = lower_to_torch(program, verified=verified)
+    rank_args = ["--model", args.model, "--steps", str(args.steps), "--timeout", str(args.timeout),
+                 "--backend", args.backend]
+    for flag, value in (("--batch-size", args.batch_size), ("--dtype", args.dtype), ("--lr", args.lr),
+                        ("--profile", os.path.abspath(args.profile) if args.profile else None)):
+        if value is not None:
+            rank_args += [flag, str(value)]
+    name = f"{_safe_stem(program.name)}_program.py"
+    if args.print_torchrun:
+        (path,) = _write_all(Path(args.output), {name: lowered.source})
+        stdout.write(shlex.join(lowered.torchrun_command(str(path), args.model, rank_args[2:])) + "\n")
+        return EXIT_OK
+    from .runtime.launch import launch
+    with tempfile.TemporaryDirectory(prefix="schedc-run-") as folder:
+        (path,) = _write_all(Path(folder), {name: lowered.source})
+        done = launch([sys.executable, str(path), *rank_args], nproc, stdout=stdout, stderr=stderr,
+                      grace=min(args.timeout, 30.0) + 5.0)
+    if done.ok:
+        return EXIT_OK
+    how = [f"rank {r} " + (_RANK_EXITS.get(code, f"exited with {code}") if code >= 0 else
+                           f"was stopped (signal {-code})") for r, code in enumerate(done.returncodes) if code != 0]
+    stderr.write("schedc: the run failed: " + "; ".join(how) + " (every rank exited)\n")
+    return EXIT_FAIL
 
 
 def _check(args, stdout, stderr) -> int:

@@ -113,6 +113,22 @@ def _csv_with_stem(program, hostile: str, tmp_path: Path):
     return schedc.from_torch_csv(str(path))
 
 
+def test_compile_writes_the_program_with_a_safe_file_name(tmp_path, run_cli):
+    csv = tmp_path / 'x"); import os; #.csv'
+    csv.write_text(schedc.to_torch_csv(schedc.load("1f1b", {"P": 2, "M": 2}), "comms"), newline="")
+    out = tmp_path / "out"
+    code, stdout, _ = run_cli("compile", str(csv), "-o", str(out))
+    assert code == 0, stdout
+    (program,) = out.glob("*_program.py")
+    assert program.name == "x____import_os____program.py"
+    assert all(ch.isalnum() or ch in "_.-" for ch in program.name)
+    module = _import(program)
+    assert module.PROGRAM["schedule"] == 'x"); import os; #'
+    assert module.PROGRAM["verified"] == "rendezvous"
+    code, stdout, _ = run_cli("compile", "gpipe", "--param", "P=2", "--param", "M=3", "-o", str(out))
+    assert code == 0 and (out / "gpipe_program.py").is_file() and (out / "gpipe.csv").is_file()
+
+
 def test_the_core_lowering_and_the_cli_do_not_import_torch(tmp_path):
     probe = ("import sys, schedc, schedc.lower, schedc.runtime, schedc.runtime.launch\n"
              "from schedc.cli import main\n"

@@ -267,6 +267,50 @@ def test_split_backward_equals_one_backward(make):
             assert torch.allclose(p.grad, q.grad, rtol=0, atol=1e-12)
 
 
+BROKEN = """\
+# 1F1B on two ranks with rank 0's gradient receive moved before the send of the activation it
+# depends on: rank 0 waits for the gradient of microbatch 0, which rank 1 can only make from the
+# activation rank 0 has not sent yet.
+schedule broken {
+  rank 0: 0F0 0RECV_B0 0B0 0SEND_F0
+  rank 1: 1RECV_F0 1F0 1B0 1SEND_B0
+}
+"""
+
+
+def test_a_deadlocking_schedule_run_without_verification_is_stopped_by_the_watchdog(tmp_path, run_cli):
+    path = tmp_path / "broken.pp"
+    path.write_text(BROKEN)
+    code, out, err = run_cli("check", str(path))
+    assert code == 1 and "deadlock" in out
+    t0 = time.monotonic()
+    code, out, err = run_cli("run", str(path), "--model", "examples.mlp:build_stages", "--nproc", "2",
+                             "--steps", "1", "--timeout", "3", "--no-verify", "--batch-size", "4")
+    elapsed = time.monotonic() - t0
+    assert code == 1, (out, err)
+    assert "schedc watchdog: rank 0" in err and "schedc watchdog: rank 1" in err, err
+    assert "RECV_B(0,0)" in err and "RECV_F(1,0)" in err, err
+    assert "training step 1" in err and "rank 1's SEND_B(1,0)" in err, err
+    assert "exited" in err
+    assert elapsed < 3 + 40, elapsed  # the timeout, plus starting two ranks on a busy machine
+
+
+def test_schedc_run_trains_and_writes_the_profile(tmp_path, run_cli):
+    profile = tmp_path / "profile.json"
+    code, out, err = run_cli("run", "1f1b", "--param", "P=2", "--param", "M=4", "--model",
+                             "examples.mlp:build_stages", "--nproc", "2", "--steps", "3", "--timeout", "60",
+                             "--profile", str(profile))
+    assert code == 0, (out, err)
+    lines = [ln for ln in out.splitlines() if ln.startswith("step ")]
+    assert [ln.split()[1] for ln in lines] == ["1/3", "2/3", "3/3"] and all(" ms " in ln and "loss" in ln for ln in lines)
+    assert "median step time" in out
+    data = json.loads(profile.read_text())
+    assert set(data) == {"stages", "messages"}
+    assert set(data["stages"]) == {"0", "1"} and all(set(v) == {"F", "I", "W", "B"} for v in data["stages"].values())
+    assert all(v > 0 for st in data["stages"].values() for v in st.values())
+    assert data["messages"] == {"0": 8 * 512 * 4}  # a microbatch (batch 8 x M, M = 4) of 512 float32
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--worker":
         sys.exit(_worker(sys.argv[2], sys.argv[3]))
