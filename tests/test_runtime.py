@@ -267,6 +267,32 @@ def test_split_backward_equals_one_backward(make):
             assert torch.allclose(p.grad, q.grad, rtol=0, atol=1e-12)
 
 
+def test_the_watchdog_report_names_the_rank_the_action_and_its_partner():
+    import torch
+
+    import schedc
+    from schedc.lower import lower_to_torch
+    from schedc.runtime.interpreter import PipelineInterpreter
+    from schedc.runtime.table import Instr
+    from schedc.runtime.watchdog import Watchdog
+    table = lower_to_torch(schedc.load("1f1b", {"P": 2, "M": 4})).table
+    rank1 = PipelineInterpreter(table, 1, {1: torch.nn.Identity()}, None, group=object())
+    rank1.train_step = 2
+    x = next(x for x, st in enumerate(table.ranks[1]) if st == Instr("RECV_F", 1, 3, 0))
+    report = Watchdog(5.0).report((0.0, rank1, x + 3, x, table.ranks[1][x], "recv", Instr("F", 1, 3)))
+    lines = report.splitlines()
+    assert lines[0].startswith("schedc watchdog: rank 1 waited ") and "(timeout 5 s) and stops the run" in lines[0]
+    assert lines[1] == f"  rank 1, training step 2, at program step {x + 3} (F(1,3)):"
+    assert lines[2] == (f"    F(1,3) waits for RECV_F(1,3) (posted at step {x}): the activation of F(0,3) from rank 0, "
+                        "sent by rank 0's SEND_F(0,3) (its step 11)")
+    assert lines[3].endswith("1F2 1RECV_F3 1B2 1SEND_B2 [1F3] 1B3 1SEND_B3")
+    rank0 = PipelineInterpreter(table, 0, {0: torch.nn.Identity()}, None, group=object())
+    y = next(y for y, st in enumerate(table.ranks[0]) if st == Instr("SEND_F", 0, 3, 1))
+    assert rank0.waits_for(y, table.ranks[0][y], "send", None) == (
+        f"waits for its SEND_F(0,3) (posted at step {y}), carrying the activation of F(0,3), to be received "
+        f"by rank 1's RECV_F(1,3) (its step {x})")
+
+
 BROKEN = """\
 # 1F1B on two ranks with rank 0's gradient receive moved before the send of the activation it
 # depends on: rank 0 waits for the gradient of microbatch 0, which rank 1 can only make from the

@@ -242,7 +242,7 @@ class PipelineInterpreter:
         if dog.timeout is None:
             work.wait()
             return
-        dog.begin(self, index, a, why, consumer)
+        dog.begin(self, self._index, index, a, why, consumer)
         try:
             work.wait()
         finally:

@@ -23,12 +23,13 @@ class Watchdog:
         self.timeout = timeout
         self._stream = stream
         self._exit = exit
-        self._current = None  # (since, interpreter, step index, instr, why, consumer)
+        self._current = None  # (since, interpreter, current step, step of the send/recv, instr, why, consumer)
         self._thread = None
         self.fired = None  # the report, once it has fired (for in-process tests with a custom exit)
 
-    def begin(self, interp, index, action, why, consumer=None) -> None:
-        self._current = (time.monotonic(), interp, index, action, why, consumer)
+    def begin(self, interp, at: int, index: int, action, why: str, consumer=None) -> None:
+        """The rank, at program step `at`, waits for the send or receive `action` posted at step `index`."""
+        self._current = (time.monotonic(), interp, at, index, action, why, consumer)
         if self._thread is None:
             self._thread = threading.Thread(target=self._watch, name="schedc-watchdog", daemon=True)
             self._thread.start()
@@ -51,13 +52,13 @@ class Watchdog:
                 return
 
     def report(self, cur) -> str:
-        since, interp, index, action, why, consumer = cur
+        since, interp, at, index, action, why, consumer = cur
         waited = time.monotonic() - since
-        where = (f"program step {index} ({interp.steps[index]})" if index < len(interp.steps)
+        where = (f"program step {at} ({interp.steps[at]})" if at < len(interp.steps)
                  else "the end of its program (waiting for its sends)")
         return "\n".join([
             f"schedc watchdog: rank {interp.rank} waited {waited:.1f} s (timeout {self.timeout:g} s) and stops the run",
             f"  rank {interp.rank}, training step {interp.train_step}, at {where}:",
             f"    {interp.waits_for(index, action, why, consumer)}",
-            f"  rank {interp.rank}'s program: {interp.context(index)}",
+            f"  rank {interp.rank}'s program: {interp.context(at)}",
         ])
