@@ -129,6 +129,18 @@ def test_compile_writes_the_program_with_a_safe_file_name(tmp_path, run_cli):
     assert code == 0 and (out / "gpipe_program.py").is_file() and (out / "gpipe.csv").is_file()
 
 
+def test_compile_force_writes_an_unverified_program_for_a_failing_schedule(tmp_path, run_cli):
+    broken = tmp_path / "broken.pp"
+    broken.write_text("schedule broken {\n  rank 0: 0F0 0RECV_B0 0B0 0SEND_F0\n"
+                      "  rank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n}\n")
+    code, _, err = run_cli("compile", str(broken), "-o", str(tmp_path / "a"))
+    assert code == 1 and not (tmp_path / "a").exists()
+    code, _, err = run_cli("compile", str(broken), "-o", str(tmp_path / "b"), "--force")
+    assert code == 1
+    module = _import(tmp_path / "b" / "broken_program.py")
+    assert module.PROGRAM["verified"] is None
+
+
 def test_the_core_lowering_and_the_cli_do_not_import_torch(tmp_path):
     probe = ("import sys, schedc, schedc.lower, schedc.runtime, schedc.runtime.launch\n"
              "from schedc.cli import main\n"
