@@ -337,6 +337,18 @@ def test_schedc_run_trains_and_writes_the_profile(tmp_path, run_cli):
     assert data["messages"] == {"0": 8 * 512 * 4}  # a microbatch (batch 8 x M, M = 4) of 512 float32
 
 
+def test_the_compiled_program_runs_under_torchrun(tmp_path, run_cli):
+    import subprocess
+    code, _, _ = run_cli("compile", "gpipe", "--param", "P=2", "--param", "M=2", "-o", str(tmp_path))
+    assert code == 0
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                          str(tmp_path / "gpipe_program.py"), "--model", "examples.mlp:build_stages", "--steps", "1",
+                          "--timeout", "60"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "step 1/1" in res.stdout and "loss" in res.stdout
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--worker":
         sys.exit(_worker(sys.argv[2], sys.argv[3]))

@@ -207,7 +207,7 @@ class PipelineInterpreter:
         key = (value[0], value[1])
         if key not in self._headed:
             self._headed.add(key)
-            header = _header(t)
+            header = _header(t).to(t.device)  # NCCL sends device tensors only
             self._sends.append((self.pg.send([header], peer, 0), header, self._index, a))
         self._sends.append((self.pg.send([t], peer, 0), t, self._index, a))
 
@@ -217,7 +217,7 @@ class PipelineInterpreter:
         peer = self._peer(a.peer)
         known = self._shapes.get(key)
         if known is None:
-            header = torch.empty(_HEADER, dtype=torch.int64)
+            header = torch.empty(_HEADER, dtype=torch.int64, device=self.device)
             self._wait(self.pg.recv([header], peer, 0), self._index, a, "header")
             known = self._shapes[key] = _read_header(header)
         shape, dtype = known
