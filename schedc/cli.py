@@ -96,6 +96,17 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--level", choices=["compute", "comms"], default="comms",
                    help="torch-csv: compute_only or compute_comms (default)")
     q.add_argument("-o", "--output", metavar="FILE", help="output file (default: standard output)")
+
+    q = sub.add_parser("sim", help="simulate a schedule in time: makespan, bubble, busy time, memory",
+                       stdout=stdout)
+    common(q)
+    q.add_argument("--cost", action="append", default=[], metavar="K=V,...",
+                   help="costs for every stage, e.g. F=1,I=1,W=1,B=2 (also act, weight, out, latency, "
+                        "bandwidth); applied after --costs")
+    q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")
+    q.add_argument("--no-overlap", action="store_true", help="communication holds the ranks it involves")
+    q.add_argument("--json", action="store_true", help="print one JSON object")
+    q.add_argument("--trace", metavar="FILE", help="write a Chrome trace / Perfetto JSON of the timeline")
     q = sub.add_parser("run", help="verify, lower and run a schedule on local ranks (or print the torchrun line)",
                        stdout=stdout)
     common(q)
@@ -134,7 +145,7 @@ def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Te
             return EXIT_INPUT
         if args.command == "run":
             return _run(args, stdout, stderr)
-        return {"list": _list, "compile": _compile, "check": _check, "export": _export}[args.command](
+        return {"list": _list, "compile": _compile, "check": _check, "export": _export, "sim": _sim}[args.command](
             args, stdout, stderr)
     except _Exit as e:
         return e.status if isinstance(e.status, int) else EXIT_INPUT
@@ -455,6 +466,81 @@ def _export(args, stdout, stderr) -> int:
     else:
         stdout.write(text)
     return EXIT_OK
+
+
+def _sim(args, stdout, stderr) -> int:
+    """Simulate one schedule under its costs (overridden by --costs, then --cost)."""
+    from .costs import Costs, load_costs, parse_cost_option
+    from .interop.chrome_trace import dumps_trace
+    from .lint import lint
+    from .simulate import simulate
+    costs = load_costs(args.costs) if args.costs else Costs("the schedule")
+    for text in args.cost:
+        costs = costs.then(parse_cost_option(text))
+    program = _load(args.input, args, _params(args.param))
+    program = costs.apply(program)
+    overlap = False if args.no_overlap else costs.overlap is not False
+
+    def fail(diagnostics) -> int:
+        stderr.write("\n".join(d.render() for d in diagnostics) + "\n")
+        if args.json:
+            stdout.write(json.dumps({"file": args.input, "ok": False,
+                                     "errors": [d.to_dict() for d in diagnostics]}) + "\n")
+        return EXIT_FAIL
+
+    found = lint(program)
+    if found:  # times of a schedule that is not sound mean nothing
+        return fail(found)
+    try:
+        timeline = simulate(program, overlap=overlap, links=costs.links(program))
+    except SchedcError as e:
+        if e.code != "deadlock":
+            raise
+        return fail(e.diagnostics)
+    written = None
+    if args.trace:
+        written = _write_all(Path(args.trace).parent, {Path(args.trace).name: dumps_trace(timeline)})[0]
+    if args.json:
+        stdout.write(json.dumps(_sim_dict(args.input, timeline, costs, written)) + "\n")
+    else:
+        stdout.write(_sim_text(timeline, written) + "\n")
+    if timeline.mismatches:
+        stderr.write(f"schedc: {timeline.mismatches} message(s) reach a receive that expects another value "
+                     "(silent wrong data); `schedc check` names them\n")
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+def _sim_dict(file, timeline, costs, trace) -> dict:
+    p = timeline.program
+    ann = p.annotations
+    stage_costs = [ann.cost_of(s) for s in range(p.num_stages)]
+    return {"file": file, "schedule": p.name, "params": dict(p.params), "ranks": p.num_ranks,
+            "stages": p.num_stages, "microbatches": p.num_microbatches, "actions": p.num_actions,
+            "ok": timeline.mismatches == 0, **timeline.to_dict(),
+            "costs": {**{k: [getattr(c, k) for c in stage_costs] for k in ("F", "B", "I", "W")},
+                      "speed": [ann.rank_speed[r] if r < len(ann.rank_speed) else 1.0 for r in range(p.num_ranks)],
+                      "latency": ann.latency, "bandwidth": ann.bandwidth,
+                      "channels": {f"{a}->{b}": {"latency": link.latency, "bandwidth": link.bandwidth}
+                                   for (a, b), link in costs.links(p).items()}},
+            "trace": str(trace) if trace else None}
+
+
+def _sim_text(timeline, trace) -> str:
+    def num(x: float) -> str:
+        return f"{x:.6g}"
+    p = timeline.program
+    params = ", ".join(f"{k}={v}" for k, v in p.params)
+    lines = [f"{p.name}{f' ({params})' if params else ''}: {p.num_ranks} ranks, {p.num_stages} stages, "
+             f"{p.num_microbatches} microbatches, {p.num_actions} actions, {timeline.level} level, "
+             f"overlap {'on' if timeline.overlap else 'off'}",
+             f"  makespan {num(timeline.makespan)}, bubble ratio {timeline.bubble_ratio:.4f}",
+             "  rank        busy        idle  peak memory"]
+    for r, (busy, idle, peak) in enumerate(zip(timeline.busy, timeline.idle, timeline.peak_memory)):
+        lines.append(f"  {r:>4}  {num(busy):>10}  {num(idle):>10}  {num(peak):>11}")
+    if trace:
+        lines.append(f"  wrote {trace}")
+    return "\n".join(lines)
 
 
 def _safe_stem(name: str) -> str:
