@@ -1,0 +1,541 @@
+"""The simulator, cost files, Chrome traces and `schedc sim`: closed forms, hand-computed cases,
+the two levels of one schedule, deadlock, and the trace's structure.
+
+Every expected number below comes from a formula or a hand derivation written next to it.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from dataclasses import replace
+
+import pytest
+
+import schedc
+from conftest import compile_text
+from schedc.costs import Costs, load_costs, parse_cost_option, profile_costs, toml_costs
+from schedc.interop.chrome_trace import chrome_trace
+from schedc.ir import StageCost
+from schedc.lint import lint
+from schedc.passes import lower
+from schedc.simulate import Link, simulate
+from schedc.verify.execute import RENDEZVOUS, execute
+from schedc.verify.memory import peak_activation
+
+
+def load(name, costs="", **params):
+    program = schedc.load(name, params)
+    return parse_cost_option(costs).apply(program) if costs else program
+
+
+def loadable(name, **params):
+    try:
+        return schedc.load(name, params)
+    except schedc.SchedcError as e:
+        assert e.code == "require"  # the schedule's own constraint, e.g. interleaved's M multiple
+        return None
+
+
+# ---- closed forms (DESIGN.md, "Cost model and metrics") ----
+# GPipe and 1F1B: makespan (m + p - 1)(t_F + t_B), so bubble (p - 1)/(m + p - 1). Exact when every
+# stage has the same t_F and t_B, every rank the same speed, and communication is free. The paper
+# states it for t_B = 2 t_F, but the ratio does not matter: each rank does m (t_F + t_B) of work,
+# and the last backward of rank 0 waits for p - 1 forwards and p - 1 backwards of the ramp.
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("t_b", [2.0, 1.0, 3.0])
+def test_gpipe_and_1f1b_bubble_closed_form(name, t_b):
+    for p, m in itertools.product(range(1, 9), range(1, 17)):
+        tl = simulate(load(name, f"F=1,B={t_b}", P=p, M=m))
+        assert tl.makespan == (m + p - 1) * (1 + t_b), (p, m)
+        assert tl.busy == (m * (1 + t_b),) * p
+        assert tl.bubble_ratio == pytest.approx((p - 1) / (m + p - 1), abs=1e-12)
+
+
+# Interleaved 1F1B (Megatron): v chunks per rank, each chunk t_f, t_b. Ideal time per rank v m (t_f
+# + t_b); the bubble adds (p - 1)(t_f + t_b), so relative to ideal it is (p - 1)/(v m). Exact under
+# the same assumptions as above and m >= p: torch's order then keeps every rank busy between the
+# ramps. (Its M must also be a multiple of max(1, M // P); the schedule's `require` enforces it.)
+def test_interleaved_bubble_relative_to_ideal():
+    checked = 0
+    for p, v in itertools.product(range(1, 7), range(1, 5)):
+        for m in range(p, 3 * p + 1):
+            program = loadable("interleaved_1f1b", P=p, V=v, M=m)
+            if program is None:
+                continue
+            tl = simulate(parse_cost_option("F=1,B=2").apply(program))
+            ideal = v * m * 3.0
+            assert tl.makespan == ideal + (p - 1) * 3.0, (p, v, m)
+            assert (tl.makespan - ideal) / ideal == pytest.approx((p - 1) / (v * m), abs=1e-12)
+            checked += 1
+    assert checked > 100
+
+
+# With m < p (and v > 1) torch's interleaved order is not that schedule: a round has only m
+# microbatches, and chunk c + 1 of microbatch 0 on rank 0 needs chunk c of it from rank p - 1, which
+# is p steps away. Rank 0 runs m steps of chunk c, then waits p - m steps, at each of the v - 1 chunk
+# boundaries, going down (forwards) and again coming back (backwards). So the makespan is
+# (v m + (p - 1) + (v - 1)(p - m))(t_f + t_b), and (p - 1)/(v m) does not hold. Checked here too.
+def test_interleaved_with_fewer_microbatches_than_ranks():
+    checked = 0
+    for p, v, m in itertools.product(range(2, 8), range(2, 5), range(1, 8)):
+        if m >= p:
+            continue
+        program = loadable("interleaved_1f1b", P=p, V=v, M=m)
+        tl = simulate(parse_cost_option("F=1,B=3").apply(program))
+        assert tl.makespan == (v * m + (p - 1) + (v - 1) * (p - m)) * 4.0, (p, v, m)
+        assert (tl.makespan - v * m * 4.0) / (v * m * 4.0) > (p - 1) / (v * m)
+        checked += 1
+    assert checked > 50
+
+
+def test_1f1b_peak_activations():
+    for p, m in itertools.product(range(1, 9), range(1, 13)):
+        program = load("1f1b", P=p, M=m)
+        tl = simulate(program)
+        assert tl.peak_memory == tuple(float(min(p - r, m)) for r in range(p)), (p, m)
+        assert tl.peak_memory == peak_activation(program)  # the verifier's order-based count agrees
+        for r in range(p):  # and memory over time starts and ends empty, peaking at the peak
+            points = tl.memory(r)
+            assert points[-1][1] == 0 and max(v for _, v in points) == tl.peak_memory[r]
+            assert all(a[0] <= b[0] for a, b in zip(points, points[1:]))
+
+
+def test_gpipe_keeps_every_microbatch_alive():
+    tl = simulate(load("gpipe", P=3, M=5))
+    assert tl.peak_memory == (5.0, 5.0, 5.0)
+
+
+# ---- per-stage costs, speeds, I/W, latency, bandwidth, overlap: by hand ----
+TWO = """schedule two {{
+  cost F = 1, B = 2
+  {extra}
+  rank 0: 0F0 0F1 0B0 0B1
+  rank 1: 1F0 1B0 1F1 1B1
+}}"""
+
+
+def test_per_stage_costs_by_hand():
+    # stage 1's forward takes 3. rank 0: F(0,0) 0-1, F(0,1) 1-2, B(0,0) waits for B(1,0).
+    # rank 1: F(1,0) 1-4, B(1,0) 4-6, F(1,1) 6-9, B(1,1) 9-11. rank 0: B(0,0) 6-8, B(0,1) 11-13.
+    tl = simulate(compile_text(TWO.format(extra="cost stage 1: F = 3")))
+    assert tl.start == ((0, 1, 6, 11), (1, 4, 6, 9))
+    assert tl.end == ((1, 2, 8, 13), (4, 6, 9, 11))
+    assert tl.makespan == 13 and tl.busy == (6, 10)
+    assert tl.bubble_ratio == pytest.approx(1 - 16 / 26)
+
+
+def test_rank_speed_divides_times():
+    # rank 1 at half speed: its F takes 2, its B 4. F(0,0) 0-1, F(1,0) 1-3, B(1,0) 3-7, F(1,1) 7-9,
+    # B(1,1) 9-13; rank 0: F(0,1) 1-2, B(0,0) 7-9, B(0,1) 13-15.
+    tl = simulate(compile_text(TWO.format(extra="cost rank 1: speed = 0.5")))
+    assert tl.end == ((1, 2, 9, 15), (3, 7, 9, 13))
+    assert tl.makespan == 15 and tl.busy == (6, 12)
+
+
+def test_split_backward_takes_w_off_the_critical_path():
+    # I(1,0) sends the gradient on; W(1,0) runs while rank 0 does I(0,0).
+    # rank 1: F 1-2, I 2-3, W 3-4; rank 0: F 0-1, I 3-4, W 4-5. With a fused B it would be 1+1+2+2.
+    split = compile_text("schedule s {\n rank 0: 0F0 0I0 0W0\n rank 1: 1F0 1I0 1W0\n}")
+    fused = compile_text("schedule f {\n rank 0: 0F0 0B0\n rank 1: 1F0 1B0\n}")
+    assert simulate(split).makespan == 5
+    assert simulate(fused).makespan == 6
+
+
+def test_overlap_pair_runs_as_one_action():
+    # rank 0 runs F(0,1) and B(0,0) as one action of 1 + 2; it starts when B(0,0)'s gradient is there.
+    # rank 0: F(0,0) 0-1, then OVERLAP waits for B(1,0): rank 1 F(1,0) 1-2, B(1,0) 2-4, so 4-7.
+    # rank 1: F(1,1) needs F(0,1) (ends 7): 7-8, B(1,1) 8-10; rank 0: B(0,1) 10-12.
+    p = compile_text("schedule o {\n rank 0: 0F0 (0F1;0B0)OVERLAP_F_B 0B1\n rank 1: 1F0 1B0 1F1 1B1\n}")
+    tl = simulate(p)
+    assert tl.start[0] == (0, 4, 10) and tl.end[0] == (1, 7, 12)
+    assert tl.busy == (6, 6) and tl.peak_memory[0] == 2
+
+
+# GPipe with latency L: stage s runs F(s, j) from s (t_F + L) + j t_F (rank 0 streams its forwards
+# and every later stage gets them L after), so the last forward ends at (p-1)(t_F + L) + m t_F; the
+# backwards climb back the same way. Makespan (m + p - 1)(t_F + t_B) + 2 (p - 1) L: latency adds to
+# the critical path once per hop, not per microbatch (communication overlaps compute).
+# Without overlap each rank holds until its output has arrived, so every forward and backward
+# that sends costs t + L: makespan (m + p - 1)(t_F + t_B) + 2 (p + m - 2) L (p >= 2).
+def test_latency_adds_to_the_critical_path_once_per_hop():
+    L = 0.25
+    for p, m in itertools.product(range(2, 7), range(1, 9)):
+        costs = f"F=1,B=2,latency={L}"
+        assert simulate(load("gpipe", costs, P=p, M=m)).makespan == pytest.approx((m + p - 1) * 3 + 2 * (p - 1) * L)
+        off = simulate(load("gpipe", costs, P=p, M=m), overlap=False).makespan
+        assert off == pytest.approx((m + p - 1) * 3 + 2 * (p + m - 2) * L)
+
+
+def test_latency_of_one_channel():
+    # GPipe P=2 M=1 (F, F, B, B = 1+1+2+2) with latency 0.5 on 0->1 only: the activation is late by
+    # 0.5, the gradient (1->0) is not.
+    program = load("gpipe", "F=1,B=2", P=2, M=1)
+    assert simulate(program).makespan == 6
+    assert simulate(program, links={(0, 1): Link(latency=0.5)}).makespan == 6.5
+    assert simulate(program, links={(1, 0): Link(latency=0.25)}).makespan == 6.25
+
+
+def test_bandwidth_and_one_message_at_a_time_per_channel():
+    # stage 0's output (activation 0->1 and gradient 1->0) is 4 units; bandwidth 2: 2 per message.
+    # 0->1: F(0,0) ends 1, arrives 3; F(0,1) ends 2 but the channel is busy until 3: arrives 5.
+    # rank 1: F(1,0) 3-4, F(1,1) 5-6, B(1,0) 6-8, B(1,1) 8-10; 1->0: arrive 10 and 12.
+    # rank 0: B(0,0) 10-12, B(0,1) 12-14.
+    program = compile_text("""schedule bw {
+  cost F = 1, B = 2, bandwidth = 2
+  memory stage 0: out = 4
+  rank 0: 0F0 0F1 0B0 0B1
+  rank 1: 1F0 1F1 1B0 1B1
+}""")
+    tl = simulate(program)
+    assert tl.start == ((0, 1, 10, 12), (3, 5, 6, 8))
+    assert [(m.departure, m.arrival) for m in tl.messages] == [(1, 3), (3, 5), (8, 10), (10, 12)]
+    assert tl.makespan == 14
+
+
+# GPipe P=2 M=2 written with explicit communication, latency L, receives posted late (just before
+# their use) or early (all at the start). A message leaves once both ends are posted.
+# late, overlap on: F(1,0) 1+L..2+L, RECV_F(1,1) posted 2+L so the activation arrives 2+2L;
+#   F(1,1) ..3+2L, B(1,0) ..5+2L (arrives 5+3L), B(1,1) ..7+2L; B(0,0) 5+3L..7+3L, RECV_B(0,1) posted
+#   7+3L, arrives 7+4L, B(0,1) ..9+4L. Makespan 9 + 4L: posting late costs a latency per message.
+# late, overlap off: each send and receive holds both ranks until the arrival; the same 9 + 4L.
+# early, overlap on: as the compute level, 9 + 2L (the latency formula above).
+# early, overlap off: rank 1 is held by RECV_F(1,0) until 1+L and by RECV_F(1,1) until 2+2L (rank 0
+#   sends it after F(0,1), 1+L..2+L); F, F, B until 6+2L, SEND_B holds until 6+3L, B(1,1) ..8+3L,
+#   SEND_B until 8+4L; rank 0 waits in RECV_B(0,1) until 8+4L, then B, B: makespan 12 + 4L.
+LATE = """schedule late {
+  cost F = 1, B = 2, latency = 0.5
+  rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1
+  rank 1: 1RECV_F0 1F0 1RECV_F1 1F1 1B0 1SEND_B0 1B1 1SEND_B1
+}"""
+EARLY = """schedule early {
+  cost F = 1, B = 2, latency = 0.5
+  rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0RECV_B1 0B0 0B1
+  rank 1: 1RECV_F0 1RECV_F1 1F0 1F1 1B0 1SEND_B0 1B1 1SEND_B1
+}"""
+
+
+def test_overlap_on_and_off_at_the_comms_level():
+    L = 0.5
+    late, early = compile_text(LATE), compile_text(EARLY)
+    assert simulate(late).makespan == 9 + 4 * L
+    assert simulate(late, overlap=False).makespan == 9 + 4 * L
+    assert simulate(late, overlap=False).end[1] == (1 + L, 2 + L, 2 + 2 * L, 3 + 2 * L, 5 + 2 * L, 5 + 3 * L,
+                                                      7 + 3 * L, 7 + 4 * L)
+    assert simulate(early).makespan == 9 + 2 * L == simulate(load("gpipe", "F=1,B=2,latency=0.5", P=2, M=2)).makespan
+    off = simulate(early, overlap=False)
+    assert off.makespan == 12 + 4 * L and off.busy == (6, 6)
+    assert [(m.departure, m.arrival) for m in simulate(early).messages][:2] == [(1, 1 + L), (2, 2 + L)]
+
+
+def test_comms_and_compute_levels_agree_at_zero_latency():
+    rng = random.Random(4)
+    cases = 0
+    for name in ("gpipe", "1f1b", "interleaved_1f1b", "looped_bfs"):
+        for p, m in itertools.product(range(1, 6), range(1, 9)):
+            program = loadable(name, P=p, M=m, **({"V": 2} if name in ("interleaved_1f1b", "looped_bfs") else {}))
+            if program is None:
+                continue
+            costs = tuple(StageCost(F=rng.randint(1, 4), B=rng.randint(1, 8)) for _ in range(program.num_stages))
+            speed = tuple(rng.choice([0.5, 1.0, 2.0]) for _ in range(p))
+            program = replace(program, annotations=replace(program.annotations, stage_costs=costs, rank_speed=speed))
+            compute, comms = simulate(program), simulate(lower(program))
+            assert compute.level == "compute" and comms.level == ("comms" if p > 1 else "compute")
+            assert comms.makespan == compute.makespan, (name, p, m)
+            assert comms.busy == compute.busy and comms.peak_memory == compute.peak_memory
+            assert len(comms.messages) == len(compute.messages)
+            # the compute steps start at the same times on both levels
+            for r in range(p):
+                starts = [t for rr, _, st, t, _ in comms.steps() if rr == r and not st.parts[0].op.is_comm]
+                assert starts == [t for rr, _, _, t, _ in compute.steps() if rr == r]
+            cases += 1
+    assert cases > 100
+
+
+def test_blocking_communication_is_never_faster():
+    for p, m in itertools.product(range(2, 5), range(1, 6)):
+        lowered = lower(load("1f1b", "F=1,B=2,latency=0.1", P=p, M=m))
+        assert simulate(lowered, overlap=False).makespan >= simulate(lowered).makespan
+
+
+# ---- deadlock: the same verdict as the rendezvous executor ----
+def test_a_deadlocking_program_raises():
+    program = schedc.load("tests/known/pytorch_172668.pp")
+    with pytest.raises(schedc.SchedcError) as info:
+        simulate(program)
+    assert info.value.code == "deadlock"
+    assert "rank 0 stops at step 3, SEND_F(0,1)" in info.value.render()
+    assert schedc.check(program).deadlock is not None
+
+
+def test_a_compute_level_cycle_raises():
+    program = compile_text("schedule bad {\n  rank 0: 0F0 0B0\n  rank 1: 1B0 1F0\n}")
+    with pytest.raises(schedc.SchedcError) as info:
+        simulate(program)
+    assert info.value.code == "deadlock"
+    assert "rank 1 stops at step 0, B(1,0): it needs the activation of F(1,0)" in info.value.render()
+
+
+def test_deadlock_verdict_matches_the_executor_on_mutated_programs():
+    rng = random.Random(11)
+    seen = {True: 0, False: 0}
+    for trial in range(600):
+        p, m = rng.randint(2, 3), rng.randint(1, 3)
+        program = lower(load(rng.choice(["gpipe", "1f1b"]), P=p, M=m))
+        ranks = [list(steps) for steps in program.ranks]
+        for _ in range(rng.randint(1, 3)):  # swap adjacent steps
+            r = rng.randrange(p)
+            if len(ranks[r]) > 1:
+                i = rng.randrange(len(ranks[r]) - 1)
+                ranks[r][i], ranks[r][i + 1] = ranks[r][i + 1], ranks[r][i]
+        mutated = program.with_ranks(ranks)
+        if lint(mutated):  # e.g. a send before its value exists: structure, not deadlock
+            continue
+        finishes = execute(mutated, RENDEZVOUS).finished
+        try:
+            simulate(mutated)
+            simulated = True
+        except schedc.SchedcError as e:
+            assert e.code == "deadlock"
+            simulated = False
+        assert simulated == finishes, [[str(s) for s in steps] for steps in ranks]
+        seen[finishes] += 1
+    assert seen[True] > 20 and seen[False] > 20
+
+
+def test_mismatched_payloads_are_counted():
+    tl = simulate(schedc.load("tests/known/tagless_order.pp"))
+    assert tl.mismatches == 2  # both activations cross over: each receive gets the other one
+    assert simulate(lower(load("1f1b", P=3, M=4))).mismatches == 0
+
+
+# ---- costs from the command line and from files ----
+def test_cost_option_overrides_the_schedule():
+    base = compile_text(TWO.format(extra="cost stage 1: F = 3"))
+    program = parse_cost_option("F=1,I=2,W=1").apply(base)
+    assert all(c == StageCost(F=1, B=3, I=2, W=1) for c in program.annotations.stage_costs)  # B = I + W
+    assert simulate(program).makespan == (2 + 2 - 1) * (1 + 3)
+    assert base.annotations.stage_costs[1].F == 3  # a new program; the old one is unchanged
+    with pytest.raises(schedc.SchedcError) as info:
+        parse_cost_option("F=fast")
+    assert info.value.code == "usage"
+    with pytest.raises(schedc.SchedcError):
+        parse_cost_option("X=1")
+    with pytest.raises(schedc.SchedcError):
+        parse_cost_option("F=-1")
+
+
+COSTS_TOML = """\
+# every stage
+F = 1.0
+B = 2.0
+latency = 0.5
+overlap = false
+
+[stage.1]
+F = 3      # the slow stage
+
+[rank.0]
+speed = 2.0
+
+[channel."1->0"]
+latency = 0.0
+"""
+
+
+def test_toml_cost_file(tmp_path):
+    path = tmp_path / "costs.toml"
+    path.write_text(COSTS_TOML)
+    costs = load_costs(str(path))
+    assert costs.overlap is False
+    program = costs.apply(load("gpipe", P=2, M=1))
+    ann = program.annotations
+    assert ann.stage_costs[0].F == 1 and ann.stage_costs[1].F == 3 and ann.rank_speed == (2.0, 1.0)
+    assert ann.latency == 0.5 and costs.links(program) == {(1, 0): Link(0.0, 0.0)}
+    # by hand, overlap off: F(0,0) 0-0.5 (speed 2), held until 1.0 (latency 0.5 to rank 1);
+    # F(1,0) 1-4, B(1,0) 4-6, gradient back at once (channel 1->0 has latency 0); B(0,0) 6-7.
+    tl = simulate(program, overlap=costs.overlap, links=costs.links(program))
+    assert tl.end == ((0.5, 7.0), (4.0, 6.0)) and tl.makespan == 7
+
+
+@pytest.mark.parametrize("text, where, message", [
+    ("F = 1\nB = = 2\n", "costs.toml:2:5", "not valid TOML"),
+    ("F = 1\n[stage.0]\nFx = 2\n", "costs.toml:3:1", "unknown setting 'Fx'"),
+    ("F = 1\n[rank.1]\nspeed = 0\n", "costs.toml:3:1", "speed must be a positive number"),
+    ("F = -2\n", "costs.toml:1:1", "F must be a non-negative number"),
+    ("G = 1\n", "costs.toml:1:1", "unknown key 'G'"),
+    ('[channel."0-1"]\nlatency = 1\n', "costs.toml:1:1", "expected \"A->B\""),
+    ("overlap = 1\n", "costs.toml:1:1", "overlap must be true or false"),
+])
+def test_bad_toml_points_at_the_line(text, where, message):
+    with pytest.raises(schedc.SchedcError) as info:
+        toml_costs(text, "costs.toml")
+    rendered = info.value.render()
+    assert info.value.code == "costs" and rendered.startswith(where) and message in rendered
+
+
+def test_cost_file_indices_must_exist():
+    with pytest.raises(schedc.SchedcError) as info:
+        toml_costs("[stage.7]\nF = 2\n", "c.toml").apply(load("1f1b", P=2, M=2))
+    assert "stage 7 is not a stage of 1f1b (0..1)" in info.value.render()
+
+
+PROFILE = {
+    "format": "schedc-profile", "version": 1, "unit": "s", "meta": {"device": "test"},
+    "stages": {"0": {"F": 0.5, "I": 0.25, "W": 0.5, "out": 2}, "1": {"F": 1.0, "B": 1.5}},
+    "ranks": {"1": {"speed": 0.5}},
+    "messages": {"latency": 0.125, "bandwidth": 4, "channels": {"1->0": {"latency": 0}}},
+}
+
+
+def test_measured_profile(tmp_path):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(PROFILE))
+    costs = load_costs(str(path))
+    program = costs.apply(load("gpipe", P=2, M=1))
+    ann = program.annotations
+    assert ann.stage_costs[0] == StageCost(F=0.5, B=0.75, I=0.25, W=0.5)  # B = I + W when not measured
+    assert ann.stage_costs[1] == StageCost(F=1.0, B=1.5, I=1.0, W=1.0)
+    assert ann.rank_speed == (1.0, 0.5) and ann.latency == 0.125 and ann.bandwidth == 4
+    # by hand: both messages carry stage 0's output, 2 units: 2 / 4 = 0.5 on the wire, plus latency
+    # 0.125 on 0->1 and 0 on 1->0. F(0,0) 0-0.5, arrives 1.125; rank 1 at half speed: F(1,0)
+    # 1.125-3.125, B(1,0) 3.125-6.125; the gradient arrives 6.625; B(0,0) 6.625-7.375.
+    tl = simulate(program, links=costs.links(program))
+    assert tl.makespan == 7.375 and tl.start == ((0, 6.625), (1.125, 3.125))
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"stages": {"0": {"F": "fast"}}}, "stages.0.F: must be a non-negative number"),
+    ({"stages": {"x": {"F": 1}}}, "expected a number"),
+    ({"format": "other", "stages": {}}, "format: 'other' is not a schedc profile"),
+    ({"stages": {}, "extra": 1}, "unknown key 'extra'"),
+    ({"ranks": {}}, "a profile needs \"stages\""),
+    ({"stages": {}, "messages": {"latncy": 1}}, "messages.latncy: unknown key"),
+])
+def test_bad_profiles(doc, message):
+    with pytest.raises(schedc.SchedcError) as info:
+        profile_costs(json.dumps(doc), "p.json")
+    assert info.value.code == "costs" and message in info.value.render()
+    with pytest.raises(schedc.SchedcError) as info:
+        profile_costs("{\n  \"stages\": [\n}", "p.json")
+    assert info.value.render().startswith("p.json:3:1")
+
+
+def test_costs_compose():
+    both = toml_costs("F = 2\n[stage.0]\nB = 5\n", "c.toml").then(parse_cost_option("F=1"))
+    program = both.apply(load("1f1b", P=2, M=1))
+    assert [c.F for c in program.annotations.stage_costs] == [1, 1]
+    assert [c.B for c in program.annotations.stage_costs] == [5, 2]
+    assert Costs().apply(program).annotations == program.annotations
+
+
+# ---- Chrome trace ----
+def check_trace(tl):
+    """Structural checks every viewer relies on; returns the X events by (rank, step)."""
+    doc = json.loads(json.dumps(chrome_trace(tl)))
+    events = doc["traceEvents"]
+    assert {e["ph"] for e in events} <= {"M", "X", "s", "f", "b", "e", "C"}
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names == {r: f"rank {r}" for r in range(tl.program.num_ranks)}
+    assert {e["pid"] for e in events} == {0}
+    slices = {}
+    for e in events:
+        if e["ph"] == "X":
+            assert e["dur"] >= 0 and e["ts"] >= 0
+            slices[(e["tid"], e["args"]["step"])] = e
+    assert len(slices) == sum(len(steps) for steps in tl.program.ranks)
+    for (r, x), e in slices.items():  # slices on one track never overlap
+        nxt = slices.get((r, x + 1))
+        assert nxt is None or e["ts"] + e["dur"] <= nxt["ts"] + 1e-6
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert len(starts) == len(ends) == len(tl.messages) == sum(e["ph"] == "s" for e in events)
+    pairs = []
+    for i, m in enumerate(tl.messages):
+        s, f = starts[i], ends[i]
+        assert (s["name"], s["cat"]) == (f["name"], f["cat"]) and f["bp"] == "e"
+        src, dst = slices[(m.src_rank, m.src_step)], slices[(m.dst_rank, m.dst_step)]
+        assert s["tid"] == m.src_rank and src["ts"] <= s["ts"] <= src["ts"] + src["dur"]
+        assert f["tid"] == m.dst_rank and dst["ts"] <= f["ts"] <= dst["ts"] + dst["dur"]
+        pairs.append((src["name"], dst["name"]))
+    return pairs
+
+
+def test_trace_pairs_each_send_with_its_receive():
+    tl = simulate(lower(load("1f1b", "F=1,B=2,latency=0.25", P=3, M=4)))
+    pairs = check_trace(tl)
+    assert len(pairs) == 2 * 2 * 4  # 2 boundaries x (activation + gradient) x 4 microbatches
+    for send, recv in pairs:  # SEND_F(s,m) meets RECV_F(s+1,m); SEND_B(s,m) meets RECV_B(s-1,m)
+        kind, s, m = send[:6], *map(int, send[7:-1].split(","))
+        assert recv == (f"RECV_F({s + 1},{m})" if kind == "SEND_F" else f"RECV_B({s - 1},{m})")
+    transfers = [e for e in chrome_trace(tl)["traceEvents"] if e.get("cat") == "transfer"]
+    assert len(transfers) == 2 * len(pairs)  # latency 0.25: every message is in flight a while
+
+
+def test_trace_at_the_compute_level_goes_from_producer_to_consumer():
+    tl = simulate(load("interleaved_1f1b", P=2, V=2, M=4))
+    pairs = check_trace(tl)
+    for src, dst in pairs:
+        op, s, m = src[0], *map(int, src[2:-1].split(","))
+        assert dst == (f"F({s + 1},{m})" if op == "F" else f"B({s - 1},{m})")
+    assert len(pairs) == 2 * 3 * 4  # every one of the 3 stage boundaries crosses ranks (place loop)
+
+
+def test_trace_of_compounds_and_memory_counters():
+    p = compile_text("schedule o {\n rank 0: 0F0 (0F1;0B0)OVERLAP_F_B 0B1\n rank 1: 1F0 1B0 1F1 1B1\n}")
+    tl = simulate(p)
+    check_trace(tl)
+    events = chrome_trace(tl)["traceEvents"]
+    pair = next(e for e in events if e["ph"] == "X" and e["args"]["kind"] == "OVERLAP_F_B")
+    assert pair["name"] == "OVERLAP_F_B(F(0,1), B(0,0))" and pair["args"]["parts"] == ["F(0,1)", "B(0,0)"]
+    counters = [e["args"]["live"] for e in events if e["ph"] == "C" and e["name"] == "activations rank 0"]
+    assert max(counters) == tl.peak_memory[0] == 2 and counters[-1] == 0
+
+
+# ---- the command line ----
+def test_sim_prints_the_metrics(run_cli):
+    code, out, err = run_cli("sim", "1f1b", "--param", "P=4", "--param", "M=8", "--cost", "F=1,B=2")
+    assert code == 0, err
+    assert "makespan 33, bubble ratio 0.2727" in out  # (8 + 4 - 1) * 3, 3 / 11
+    rows = [line.split() for line in out.splitlines()[3:7]]
+    assert rows == [[str(r), "24", "9", str(4 - r)] for r in range(4)]
+
+
+def test_sim_json_and_trace(run_cli, tmp_path):
+    trace = tmp_path / "out" / "t.json"
+    code, out, err = run_cli("sim", "gpipe", "--param", "P=3", "--param", "M=2", "--json",
+                             "--cost", "F=1,B=2,latency=0.5", "--no-overlap", "--trace", str(trace))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["ok"] is True and doc["level"] == "compute" and doc["overlap"] is False
+    assert doc["makespan"] == (2 + 3 - 1) * 3 + 2 * (3 + 2 - 2) * 0.5  # the formula above, overlap off
+    assert doc["bubble_ratio"] == pytest.approx(1 - 3 * 6 / (3 * doc["makespan"]))
+    assert doc["busy"] == [6, 6, 6] and doc["peak_memory"] == [2, 2, 2] and doc["messages"] == 8
+    assert doc["costs"]["F"] == [1, 1, 1] and doc["costs"]["latency"] == 0.5
+    assert doc["trace"] == str(trace)
+    assert json.loads(trace.read_text())["otherData"]["makespan"] == doc["makespan"]
+
+
+def test_sim_costs_file_and_errors(run_cli, tmp_path):
+    good = tmp_path / "c.toml"
+    good.write_text("F = 1\nB = 2\n[stage.1]\nF = 3\n")
+    code, out, err = run_cli("sim", str(tmp_path / "two.pp"), "--costs", str(good))
+    assert code == 2 and "no such file" in err
+    (tmp_path / "two.pp").write_text(TWO.format(extra=""))
+    code, out, err = run_cli("sim", str(tmp_path / "two.pp"), "--costs", str(good), "--json")
+    assert code == 0 and json.loads(out)["makespan"] == 13  # test_per_stage_costs_by_hand
+    bad = tmp_path / "bad.toml"
+    bad.write_text("F = 1\n[stage.0]\nspeed = 2\n")
+    code, out, err = run_cli("sim", "1f1b", "--costs", str(bad))
+    assert code == 2 and err.startswith(f"{bad}:3:1: error[costs]: unknown setting 'speed'")
+    code, out, err = run_cli("sim", "1f1b", "--cost", "F=")
+    assert code == 2 and "error[usage]" in err
+
+
+def test_sim_refuses_what_cannot_run(run_cli):
+    code, out, err = run_cli("sim", "tests/known/pytorch_172668.pp", "--json")
+    assert code == 1 and "error[deadlock]" in err
+    doc = json.loads(out)
+    assert doc["ok"] is False and doc["errors"][0]["code"] == "deadlock"
+    code, out, err = run_cli("sim", "tests/known/tagless_order.pp")
+    assert code == 1 and "2 message(s) reach a receive that expects another value" in err
