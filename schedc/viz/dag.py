@@ -1,0 +1,138 @@
+"""The dependency graph of a program through graphviz: one node per step, ranks as clusters.
+
+Edges are the happens-before constraints the verifier uses (schedc/verify/graph.py): program order
+(grey), data (black), and "a send completes only after its receive is posted" and back (blue,
+dashed). The wait-for cycle of a deadlock is drawn in red over it, its blocked steps outlined; crossed
+pairs and memory violations are outlined too. Without graphviz's `dot` the .dot source is returned
+with a note on how to install it.
+"""
+from __future__ import annotations
+
+from ..errors import SchedcError
+from ..ir import format_step
+from . import palette
+from .scene import chunk_of, kind_of, what_of
+
+MAX_DAG_STEPS = 2_000  # past this a dependency graph is unreadable (and dot slow): draw the timeline instead
+
+INSTALL = ("install graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; "
+           "conda: conda install graphviz)")
+
+_EDGE = {
+    "order": {"color": "#9A9A9A", "weight": "20", "arrowsize": "0.5"},
+    "data": {"color": "#000000", "weight": "1", "arrowsize": "0.6"},
+    "recv-posted": {"color": palette.OKABE_ITO["blue"], "style": "dashed", "weight": "0", "arrowsize": "0.6"},
+    "send-posted": {"color": palette.OKABE_ITO["blue"], "style": "dashed", "weight": "0", "arrowsize": "0.6"},
+    "buffer": {"color": palette.OKABE_ITO["sky_blue"], "style": "dashed", "weight": "0", "arrowsize": "0.6"},
+}
+
+
+def _node(r: int, x: int) -> str:
+    return f"r{r}s{x}"
+
+
+def dependency_graph(program, report=None):
+    """A graphviz.Digraph of the program's steps and constraints, the findings of `report` marked."""
+    import graphviz
+    if report is None:
+        from ..api import check
+        report = check(program)
+    steps = sum(len(s) for s in program.ranks)
+    if steps > MAX_DAG_STEPS:
+        raise SchedcError("too-large", f"{program.name} has {steps:,} steps; a dependency graph is drawn for at most "
+                          f"{MAX_DAG_STEPS:,} (fewer ranks or microbatches, or draw the timeline without --dag)",
+                          where="--dag")
+    marks = _marks(program, report)
+    g = graphviz.Digraph(name=program.name, graph_attr={
+        "rankdir": "LR", "newrank": "true", "nodesep": "0.15", "ranksep": "0.25", "fontname": "Helvetica",
+        "label": _title(program, report), "labelloc": "t", "fontsize": "14"},
+        node_attr={"shape": "box", "style": "filled,rounded", "fontname": "Helvetica", "fontsize": "10",
+                   "height": "0.3", "margin": "0.05,0.02"},
+        edge_attr={"fontname": "Helvetica", "fontsize": "9"})
+    chunks = chunk_of(program)
+    V = max(chunks, default=0) + 1
+    for r, rank_steps in enumerate(program.ranks):
+        with g.subgraph(name=f"cluster_{r}", graph_attr={"label": f"rank {r}", "color": "#BBBBBB",
+                                                         "style": "rounded"}) as c:
+            for x, st in enumerate(rank_steps):
+                first = st.parts[0]
+                chunk = chunks[first.stage] if 0 <= first.stage < len(chunks) else 0
+                fill = palette.fill(kind_of(st), chunk, V)
+                attrs = {"label": format_step(st), "fillcolor": fill, "fontcolor": palette.text_colour(fill),
+                         "tooltip": f"{what_of(st)}: rank {r}, step {x}"}
+                mark = marks.get((r, x))
+                if mark:
+                    attrs.update({"color": palette.ALARM_DARK, "penwidth": "3", "tooltip": attrs["tooltip"] + "; " + mark})
+                else:
+                    attrs["color"] = "#FFFFFF"
+                c.node(_node(r, x), **attrs)
+    for before, after, why in _edges(program, report):
+        g.edge(_node(*before), _node(*after), **_EDGE.get(why, _EDGE["data"]))
+    if report.deadlock is not None:
+        for n, w in enumerate(report.deadlock.cycle, 1):
+            if w.on_rank is None or w.on_step is None:
+                continue
+            g.edge(_node(w.rank, w.step), _node(w.on_rank, w.on_step), color=palette.ALARM, penwidth="2.5",
+                   fontcolor=palette.ALARM_DARK, label=f"({n}) waits for", constraint="false")
+    for m in report.mismatches[:20]:
+        g.edge(_node(m.send_rank, m.send_step), _node(m.recv_rank, m.recv_step), color=palette.ALARM,
+               style="dashed", penwidth="2", fontcolor=palette.ALARM_DARK, label="crossed", constraint="false")
+    return g
+
+
+def _title(program, report) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in program.params)
+    head = program.name + (f" ({params})" if params else "")
+    if report.deadlock is not None:
+        return f"{head}: deadlock under {report.semantics} sends (the cycle in red)"
+    if report.ok is False:
+        return f"{head}: checks fail ({', '.join(sorted({d.code for d in report.errors}))})"
+    return f"{head}: dependencies (grey: program order, black: data, blue dashed: send/receive posting)"
+
+
+def _marks(program, report) -> dict[tuple[int, int], str]:
+    marks: dict[tuple[int, int], str] = {}
+    if report.deadlock is not None:
+        for r, x in report.deadlock.stuck.items():
+            marks[(r, x)] = "stuck here"
+        for w in report.deadlock.cycle:
+            marks[(w.rank, w.step)] = f"blocked: {w.reason}"
+    for m in report.mismatches[:20]:
+        marks[(m.send_rank, m.send_step)] = "crossed pair (send)"
+        marks[(m.recv_rank, m.recv_step)] = "crossed pair (receive)"
+    for pk in report.memory_violations:
+        marks[(pk.rank, pk.step)] = f"memory {pk.memory:g} over the limit"
+    return {k: v for k, v in marks.items() if 0 <= k[0] < len(program.ranks) and 0 <= k[1] < len(program.ranks[k[0]])}
+
+
+def _edges(program, report):
+    """(before, after, why) of every constraint; program order only when the structure is broken."""
+    from ..verify.channels import channels
+    from ..verify.graph import constraints
+    try:
+        cons = constraints(program, report.semantics, channels(program))
+        edges = [(e.before, e.after, e.why) for e in cons.edges()]
+    except (IndexError, KeyError, ValueError):  # indices out of range: the structure check has said so
+        edges = [((r, x - 1), (r, x), "order") for r, s in enumerate(program.ranks) for x in range(1, len(s))]
+    seen = set()
+    for before, after, why in edges:
+        if (before, after) in seen or not (0 <= before[1] < len(program.ranks[before[0]])):
+            continue
+        seen.add((before, after))
+        yield before, after, why
+
+
+def render_dag(program, report, suffix: str):
+    """The graph as `suffix` (.svg, .png or .dot); the .dot source with a note when `dot` is missing."""
+    import graphviz
+
+    from . import Rendered
+    g = dependency_graph(program, report)
+    if suffix == ".dot":
+        return Rendered(g.source, ".dot")
+    try:
+        data = g.pipe(format=suffix[1:], quiet=True)
+    except graphviz.ExecutableNotFound:
+        return Rendered(g.source, ".dot", f"graphviz's `dot` program was not found, so the graph is written as "
+                        f"its .dot source; {INSTALL}, then run: dot -T{suffix[1:]} {{written}} -o {{requested}}")
+    return Rendered(data.decode("utf-8") if suffix == ".svg" else data, suffix)

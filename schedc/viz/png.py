@@ -1,0 +1,59 @@
+"""A timeline SVG as a PNG (through `rsvg-convert` when present, else headless Chromium), written atomically."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import SchedcError
+from .browser import find_chromium, run_page
+
+
+def svg_size(svg: str) -> tuple[int, int]:
+    m = re.search(r'<svg[^>]*\swidth="([\d.]+)"[^>]*\sheight="([\d.]+)"', svg)
+    if not m:
+        raise ValueError("not a schedc SVG: no width and height")
+    return int(float(m.group(1)) + 0.999), int(float(m.group(2)) + 0.999)
+
+
+def svg_to_png(svg: str) -> bytes:
+    rsvg = shutil.which("rsvg-convert")
+    if rsvg:
+        done = subprocess.run([rsvg, "--format=png", "--background-color=white"], input=svg.encode("utf-8"),
+                              capture_output=True, timeout=120, check=False)
+        if done.returncode == 0 and done.stdout.startswith(b"\x89PNG"):
+            return done.stdout
+    if find_chromium() is None:
+        raise SchedcError("usage", "PNG output needs rsvg-convert (Debian/Ubuntu: apt-get install librsvg2-bin) "
+                          "or headless Chromium (apt-get install chromium); or write -o OUT.svg instead",
+                          where="-o")
+    width, height = svg_size(svg)
+    with tempfile.TemporaryDirectory(prefix="schedc-png-") as folder:
+        page, shot = Path(folder) / "timeline.svg", Path(folder) / "timeline.png"
+        page.write_text(svg, encoding="utf-8")
+        run = run_page(page.as_uri(), screenshot=shot, size=(width, height))
+        if not shot.is_file():
+            raise SchedcError("io", "headless Chromium did not write the screenshot: "
+                              + (run.stderr.strip().splitlines() or ["no output"])[-1])
+        return shot.read_bytes()
+
+
+def write_bytes(path: Path, data: bytes) -> Path:
+    """Write a binary picture atomically (a temporary file in the same folder, then renamed)."""
+    import os
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise SchedcError("io", f"cannot write the picture: {exc.strerror}", where=str(path)) from None
+    return path

@@ -1,0 +1,574 @@
+"""What a picture shows, before any drawing: blocks per rank, arrows, memory, marks and the title.
+
+`build_scene(program, report)` decides how to draw a schedule. One the simulator can time is drawn
+in time (`mode="time"`, every step from its start to its end); past MAX_BLOCKS steps or MAX_ROWS
+ranks it is aggregated into AGGREGATE_BINS time bins per row (`mode="aggregate"`). One that cannot
+finish is drawn in program order, one cell per step (`mode="step"`), with the blocked steps and the
+wait-for cycle marked. Crossed pairs and memory violations are marked in either mode. The SVG and
+HTML writers (svg.py, html.py) only lay out what the Scene says.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import SchedcError
+from ..ir import Action, Compound, CompoundKind, Op, Program, Step, describe, format_step
+
+MAX_BLOCKS = 10_000  # more steps than this are aggregated (an SVG of ~250 bytes per block stays < 3 MB)
+MAX_ROWS = 128  # more ranks than this are aggregated into groups of ranks
+AGGREGATE_BINS = 600  # time bins per row in the aggregated picture
+MAX_ARROWS = 5_000  # message arrows drawn (--arrows); the rest are counted in a note
+STEP_WINDOW = 160  # columns of a program-order picture; a longer one shows the window around the failure
+STEP_ROWS = 64  # rows of a program-order picture; more show the ranks on the cycle and around it
+MAX_MARKED = 20  # crossed pairs and memory violations marked (as `schedc check` reports them)
+
+# the checks whose findings leave the structure sound (anything else is a structural error)
+_RUN_CODES = frozenset({"mismatch", "unmatched", "deadlock", "memory"})
+
+_WAIT_LABEL = {"recv-not-posted": "waits for its receive", "send-not-posted": "waits for its send",
+               "buffer-full": "channel full", "value": "waits for the value", "never": "never comes"}
+_COMM_LABEL = {Op.SEND_F: "→F", Op.RECV_F: "←F", Op.SEND_B: "→B", Op.RECV_B: "←B"}
+_STAGE_LABEL = {Op.UNSHARD: "U", Op.RESHARD: "R", Op.REDUCE_GRAD: "RG"}
+
+
+@dataclass
+class Block:
+    """One step of one rank: where it sits on the x axis (time, or step index) and how it looks."""
+
+    rank: int
+    step: int
+    kind: str  # F B I W OVERLAP COMM STAGE
+    x0: float
+    x1: float
+    label: str  # drawn inside the block when it fits (the microbatch)
+    chunk: int  # the stage's position among the rank's stages (0: its first chunk)
+    text: str  # compact form, 2F0
+    what: str  # as the language writes it, F(2,0)
+    stage: int
+    microbatch: int | None
+    where: str | None  # file name and line of the action (no folders: pictures do not depend on paths)
+    line: int | None
+    mark: str = ""  # "" | cycle | blocked | not-run | crossed | live | error
+    note: str = ""  # why it is marked
+
+
+@dataclass(frozen=True)
+class Arrow:
+    """From (rank, x) to (rank, x); `kind` is msg (a message), wait (the wait-for cycle) or cross."""
+
+    src_rank: int
+    src_x: float
+    dst_rank: int
+    dst_x: float
+    kind: str
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Moment:
+    """A memory violation: a vertical line on a rank's row at x, with its label."""
+
+    rank: int
+    x: float
+    label: str
+
+
+@dataclass
+class Aggregate:
+    """A run too large for blocks: per row (a rank, or a group of ranks) and time bin, the kind that
+    took most of the time and the fraction of the bin the row was busy."""
+
+    bins: int
+    bin_width: float
+    cells: list[tuple[int, int, int, str, float]]  # (row, first bin, last bin + 1, kind, busy level)
+    memory: list[list[float]]  # per row, per bin: the highest live memory of its ranks
+    group: int  # ranks per row
+
+
+@dataclass
+class RankSummary:
+    rank: int
+    steps: int
+    actions: int
+    busy: float | None
+    idle: float | None
+    peak_simulated: float | None
+    peak_checked: float | None
+    limit: float | None
+
+
+@dataclass
+class Scene:
+    mode: str  # time | step | aggregate
+    name: str
+    params: tuple[tuple[str, int], ...]
+    num_ranks: int
+    num_stages: int
+    num_microbatches: int
+    chunks: int  # the most stages any rank holds
+    title: str
+    metrics: str
+    verdict: str
+    ok: bool | None
+    rows: list[int]  # ranks drawn, top to bottom (aggregate: the first rank of each group)
+    row_labels: list[str]
+    extent: tuple[float, float]  # x range: time, or step index
+    x_label: str  # "time" or "step"
+    blocks: list[Block] = field(default_factory=list)
+    arrows: list[Arrow] = field(default_factory=list)
+    moments: list[Moment] = field(default_factory=list)
+    memory: dict[int, tuple[tuple[float, float], ...]] = field(default_factory=dict)  # rank -> (x, live)
+    memory_max: float = 0.0
+    limits: dict[int, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    summary: list[RankSummary] = field(default_factory=list)
+    aggregate: Aggregate | None = None
+    sources: dict[str, str] = field(default_factory=dict)  # "file:line" -> the source line
+    makespan: float | None = None
+    bubble: float | None = None
+    peak: float | None = None
+    errors: list[str] = field(default_factory=list)  # the check's findings, rendered
+    grid: str = ""  # the check's rank-by-step grid of a deadlock
+
+    @property
+    def kinds(self) -> list[str]:
+        order = ["F", "B", "I", "W", "OVERLAP", "COMM", "STAGE"]
+        present = {b.kind for b in self.blocks}
+        if self.aggregate is not None:
+            present |= {c[3] for c in self.aggregate.cells}
+        return [k for k in order if k in present]
+
+
+def build_scene(program: Program, report=None, *, timeline=None, arrows: bool = False, overlap: bool = True,
+                links=None) -> Scene:
+    """The Scene of a program: its report (checked here if not given) and its simulated timeline
+    (simulated here if not given; None when the run cannot finish)."""
+    if report is None:
+        from ..api import check
+        report = check(program)
+    structural = [d for d in report.errors if d.code not in _RUN_CODES]
+    # crossed pairs are about the order messages pair in, so they are drawn in program order too
+    untimed = ("structure" if structural else "deadlock" if report.deadlock is not None else
+               "mismatch" if report.mismatches else None)
+    if timeline is None and untimed is None:
+        timeline = _simulate(program, overlap, links)
+        if timeline is None:
+            untimed = "deadlock"
+    elif untimed is not None:
+        timeline = None
+    scene = _frame(program, report, timeline, untimed)
+    if timeline is None:
+        _program_order(scene, program, report, structural)
+    elif program.num_actions and (sum(len(s) for s in program.ranks) > MAX_BLOCKS or program.num_ranks > MAX_ROWS):
+        _aggregated(scene, program, timeline)
+    else:
+        _timed(scene, program, timeline, arrows)
+    _mark_findings(scene, program, report, timeline)
+    scene.summary = _summary(program, report, timeline)
+    return scene
+
+
+def _simulate(program: Program, overlap: bool, links):
+    from ..simulate import simulate
+    try:
+        return simulate(program, overlap=overlap, links=links)
+    except SchedcError as e:
+        if e.code in ("deadlock", "bad-index", "bad-action"):
+            return None
+        raise
+
+
+# ---- the frame: title, metrics, verdict ----
+_UNTIMED = {
+    "deadlock": "not timed: the run cannot finish, so it is drawn in program order (one cell per step)",
+    "mismatch": "drawn in program order (one cell per step): on each channel the k-th send meets the k-th receive",
+    "structure": "not timed: the structure is broken, so it is drawn in program order (one cell per step)",
+}
+
+
+def _frame(program: Program, report, timeline, untimed: str | None) -> Scene:
+    params = ", ".join(f"{k}={v}" for k, v in program.params)
+    title = program.name + (f" ({params})" if params else "")
+    sizes = (f"{program.num_ranks} ranks, {program.num_stages} stages, {program.num_microbatches} microbatches, "
+             f"{program.num_actions} actions")
+    if timeline is not None:
+        peaks = timeline.peak_memory
+        peak = max(peaks, default=0.0)
+        who = peaks.index(peak) if peaks else 0
+        metrics = (f"makespan {_num(timeline.makespan)} · bubble {timeline.bubble_ratio:.1%} · "
+                   f"peak memory {_num(peak)} (rank {who}) · {sizes}")
+        mode, x_label, extent = "time", "time", (0.0, max(timeline.makespan, 1e-9))
+        makespan, bubble = timeline.makespan, timeline.bubble_ratio
+    else:
+        peak = max(report.peak_activation, default=None)
+        metrics = (_UNTIMED[untimed or "deadlock"] + (f" · peak activation {_num(peak)}" if peak is not None else "") + f" · {sizes}")
+        mode, x_label, extent = "step", "step", (0.0, 1.0)
+        makespan = bubble = None
+    verdict, ok = _verdict(report)
+    ranks_held = [0] * program.num_ranks
+    for r in program.placement:
+        if 0 <= r < program.num_ranks:
+            ranks_held[r] += 1
+    scene = Scene(mode, program.name, program.params, program.num_ranks, program.num_stages,
+                  program.num_microbatches, max(ranks_held, default=1), title, metrics, verdict, ok,
+                  list(range(program.num_ranks)), [f"rank {r}" for r in range(program.num_ranks)],
+                  extent, x_label, makespan=makespan, bubble=bubble, peak=peak)
+    scene.errors = [d.render() for d in report.errors]
+    if report.deadlock is not None:
+        from ..verify.deadlock import render_grid
+        scene.grid = render_grid(program, report.deadlock)
+    scene.limits = {r: limit for r, limit in enumerate(report.memory_limit) if limit is not None}
+    if not scene.limits:
+        scene.limits = dict(program.annotations.memory_limit)
+    return scene
+
+
+def _verdict(report) -> tuple[str, bool | None]:
+    sem = str(report.semantics)
+    if report.ok is True:
+        return f"checks hold under {sem} sends", True
+    if report.ok is None:
+        return f"checks could not decide: {report.unknown}", None
+    if report.deadlock is not None:
+        return f"DEADLOCK under {sem} sends: {report.deadlock.cause}", False
+    codes = []
+    for d in report.errors:
+        if d.code not in codes:
+            codes.append(d.code)
+    counts = ", ".join(f"{sum(d.code == c for d in report.errors)} {c}" for c in codes)
+    return f"FAILED under {sem} sends: {counts}", False
+
+
+# ---- blocks ----
+def chunk_of(program: Program) -> list[int]:
+    """stage -> its position among the stages of its rank."""
+    seen: dict[int, int] = {}
+    out = []
+    for s in range(program.num_stages):
+        r = program.placement[s] if s < len(program.placement) else -1
+        out.append(seen.get(r, 0))
+        seen[r] = seen.get(r, 0) + 1
+    return out
+
+
+def kind_of(step: Step) -> str:
+    if isinstance(step, Compound):
+        return "OVERLAP" if step.kind is CompoundKind.OVERLAP_F_B else "COMM"
+    if step.op.is_compute:
+        return step.op.value
+    return "COMM" if step.op.is_comm else "STAGE"
+
+
+def _label(step: Step, mode: str) -> str:
+    if isinstance(step, Compound):
+        if step.kind is CompoundKind.OVERLAP_F_B:
+            return "|".join("" if a.microbatch is None else str(a.microbatch) for a in step.parts)
+        return "grp" if mode == "step" else ""
+    if step.op.is_compute:
+        return str(step.microbatch)
+    if mode != "step":
+        return ""
+    if step.op.is_comm:
+        return f"{_COMM_LABEL[step.op]}{step.microbatch}"
+    return _STAGE_LABEL.get(step.op, "")
+
+
+def what_of(step: Step) -> str:
+    if isinstance(step, Compound):
+        return f"{step.kind.value}(" + ", ".join(describe(a) for a in step.parts) + ")"
+    return describe(step)
+
+
+def _where(a: Action) -> tuple[str | None, int | None]:
+    if a.span is None:
+        return None, None
+    return f"{Path(a.span.file).name}:{a.span.line}", a.span.line
+
+
+def _block(scene: Scene, chunks: list[int], r: int, x: int, st: Step, x0: float, x1: float) -> Block:
+    first = st.parts[0]
+    where, line = _where(first)
+    if where is not None and where not in scene.sources:
+        text = first.span.source.line_text(first.span.line).strip()
+        scene.sources[where] = text if len(text) <= 160 else text[:157] + "..."
+    chunk = chunks[first.stage] if 0 <= first.stage < len(chunks) else 0
+    return Block(r, x, kind_of(st), x0, x1, _label(st, scene.mode), chunk, format_step(st), what_of(st), first.stage,
+                 first.microbatch, where, line)
+
+
+def _timed(scene: Scene, program: Program, timeline, arrows: bool) -> None:
+    chunks = chunk_of(program)
+    for r, x, st, start, end in timeline.steps():
+        scene.blocks.append(_block(scene, chunks, r, x, st, start, end))
+    scene.memory = {r: timeline.memory(r) for r in range(program.num_ranks)}
+    scene.memory_max = max([v for pts in scene.memory.values() for _, v in pts] + list(scene.limits.values()) + [0.0])
+    if arrows:
+        _message_arrows(scene, timeline)
+
+
+def _message_arrows(scene: Scene, timeline) -> None:
+    """A message from its departure on the sender to the consumer's start (compute level) or its arrival."""
+    messages = timeline.messages
+    compute = timeline.level == "compute"
+    for i, m in enumerate(messages):
+        if i >= MAX_ARROWS:
+            scene.notes.append(f"{len(messages) - MAX_ARROWS:,} more messages are not drawn "
+                               f"(at most {MAX_ARROWS:,} arrows)")
+            break
+        end = m.arrival
+        if compute and m.dst_step >= 0:
+            end = max(end, timeline.start[m.dst_rank][m.dst_step])
+        kind, s, mb = m.value
+        what = f"activation of F({s},{mb})" if kind == "act" else f"gradient of stage {s}, microbatch {mb}"
+        scene.arrows.append(Arrow(m.src_rank, m.departure, m.dst_rank, end, "msg", what))
+
+
+def _program_order(scene: Scene, program: Program, report, structural) -> None:
+    """One cell per step; the steps where ranks stop, the wait-for cycle, and what never ran."""
+    from ..verify.memory import activation_delta
+    deadlock = report.deadlock
+    if deadlock is None and not structural:
+        # the checks passed under buffered sends, but the simulator times rendezvous sends
+        from ..verify.deadlock import find_deadlock
+        from ..verify.execute import RENDEZVOUS
+        deadlock = find_deadlock(program, RENDEZVOUS)
+        if deadlock is not None:
+            scene.notes.append(f"times are simulated with rendezvous sends, under which this program stops: "
+                               f"{deadlock.cause}; it finishes under {report.semantics}")
+    stuck = dict(deadlock.stuck) if deadlock is not None else {}
+    cycle = tuple(deadlock.cycle) if deadlock is not None else ()
+    longest = max((len(s) for s in program.ranks), default=0)
+    lo, hi = 0, longest
+    if longest > STEP_WINDOW:
+        focus = sorted(set(stuck.values()) | {w.step for w in cycle} | {w.on_step for w in cycle if w.on_step is not None})
+        centre = focus[0] if focus else 0
+        lo = max(0, min(centre - STEP_WINDOW // 2, longest - STEP_WINDOW))
+        hi = lo + STEP_WINDOW
+        scene.notes.append(f"showing steps {lo}..{hi - 1} of {longest}, around where the ranks stop")
+    rows = list(range(program.num_ranks))
+    if len(rows) > STEP_ROWS:
+        keep = sorted({w.rank for w in cycle} | {w.on_rank for w in cycle if w.on_rank is not None} | set(stuck))
+        keep = (keep or rows)[:STEP_ROWS]
+        rows = keep
+        scene.notes.append(f"showing {len(rows)} of {program.num_ranks} ranks: those on the wait-for cycle "
+                           "and the stuck ones")
+    scene.rows, scene.row_labels = rows, [f"rank {r}" for r in rows]
+    scene.extent = (float(lo), float(max(hi, lo + 1)))
+    chunks = chunk_of(program)
+    for r in rows:
+        steps = program.ranks[r]
+        live, series = 0.0, [(float(lo), 0.0)]
+        for x, st in enumerate(steps):
+            deltas = [activation_delta(program, a.op, a.stage) if 0 <= a.stage < program.num_stages else 0.0
+                      for a in st.parts]
+            during = live + sum(d for d in deltas if d > 0)
+            live += sum(deltas)
+            if not lo <= x < hi:
+                continue
+            b = _block(scene, chunks, r, x, st, float(x), float(x + 1))
+            if r in stuck and x > stuck[r]:
+                b.mark, b.note = "not-run", "never runs: the rank is stuck at an earlier step"
+            elif stuck.get(r) == x:
+                b.mark, b.note = "blocked", "the rank is stuck here"
+            scene.blocks.append(b)
+            series += [(float(x), during), (float(x + 1), live)]
+        scene.memory[r] = tuple(series)
+    scene.memory_max = max([v for pts in scene.memory.values() for _, v in pts] + list(scene.limits.values()) + [0.0])
+    by_pos = {(b.rank, b.step): b for b in scene.blocks}
+    if deadlock is not None:
+        scene.notes.append(f"deadlock: {deadlock.cause}")
+    for n, w in enumerate(cycle, 1):
+        b = by_pos.get((w.rank, w.step))
+        label = _WAIT_LABEL.get(w.reason, w.reason)
+        target = ""
+        if w.on_rank is not None:
+            target = f" on rank {w.on_rank}" + (f", step {w.on_step}" if w.on_step is not None else "") + (
+                f" ({describe(w.on_action)})" if w.on_action is not None else "")
+        where = f" [{_where(w.action)[0]}]" if w.action.span is not None else ""
+        text = f"rank {w.rank}, step {w.step}: {describe(w.action)} {label}{target}{where}"
+        if b is not None:
+            b.mark, b.note = "cycle", f"blocked ({n}): {text}"
+        drawn = w.on_rank is not None and w.on_step is not None and w.rank in rows and w.on_rank in rows
+        if drawn:
+            scene.arrows.append(Arrow(w.rank, w.step + 0.5, w.on_rank, w.on_step + 0.5, "wait", str(n)))
+        scene.notes.append(f"({n}) {text}")
+    for d in structural[:MAX_MARKED]:
+        if d.rank is None or d.step is None or d.rank not in rows:
+            continue
+        b = by_pos.get((d.rank, _index(program, d.rank, d.step)))
+        if b is not None and not b.mark:
+            b.mark, b.note = "error", f"{d.code}: {d.message}"
+    if structural:
+        scene.notes.append(f"the structure is broken ({len(structural)} finding(s)), so the run is not timed")
+
+
+def _index(program: Program, rank: int, shown: int) -> int:
+    """The program index of the step a finding names (a CSV cell's column, or the index itself)."""
+    steps = program.ranks[rank] if 0 <= rank < len(program.ranks) else ()
+    if any(st.parts[0].span is not None and st.parts[0].span.step is not None for st in steps):
+        for x, st in enumerate(steps):
+            if st.parts[0].span is not None and st.parts[0].span.step == shown:
+                return x
+    return shown
+
+
+def _aggregated(scene: Scene, program: Program, timeline) -> None:
+    import numpy as np
+    R = program.num_ranks
+    group = max(1, math.ceil(R / MAX_ROWS))
+    rows = list(range(0, R, group))
+    scene.mode = "aggregate"
+    scene.rows = rows
+    scene.row_labels = [f"rank {r}" if group == 1 else f"ranks {r}-{min(R, r + group) - 1}" for r in rows]
+    bins = AGGREGATE_BINS
+    span = max(timeline.makespan, 1e-9)
+    width = span / bins
+    edges = np.linspace(0.0, span, bins + 1)
+    kinds = ["F", "B", "I", "W", "OVERLAP", "COMM", "STAGE"]
+    busy = np.zeros((len(rows), len(kinds), bins))
+    memory = np.zeros((len(rows), bins))
+    for r in range(R):
+        row = r // group
+        steps = program.ranks[r]
+        if not steps:
+            continue
+        starts = np.asarray(timeline.start[r], dtype=float)
+        ends = np.asarray(timeline.end[r], dtype=float)
+        code = np.array([kinds.index(kind_of(st)) for st in steps])
+        for k in range(len(kinds)):
+            mask = code == k
+            if not mask.any():
+                continue
+            busy[row, k] += np.diff(_cumulative(starts[mask], ends[mask], edges))
+        during = np.asarray(timeline.memory_during[r], dtype=float)
+        after = np.asarray(timeline.memory_after[r], dtype=float)
+        idx = np.clip((starts / width).astype(int), 0, bins - 1)
+        held = np.zeros(bins)  # what is live as each bin begins: after the last step that started before it
+        last = np.searchsorted(starts, edges[:-1], side="left") - 1
+        held[last >= 0] = after[last[last >= 0]]
+        np.maximum.at(held, idx, during)
+        np.maximum(memory[row], held, out=memory[row])
+    per_row = np.array([min(R, r + group) - r for r in rows], dtype=float)[:, None]
+    total = busy.sum(axis=1) / (per_row * width)
+    dominant = busy.argmax(axis=1)
+    cells = []
+    for i in range(len(rows)):
+        level = np.round(np.clip(total[i], 0, 1) * 10) / 10
+        b = 0
+        while b < bins:
+            e = b + 1
+            while e < bins and dominant[i, e] == dominant[i, b] and level[e] == level[b]:
+                e += 1
+            if level[b] > 0:
+                cells.append((i, b, e, kinds[int(dominant[i, b])], float(level[b])))
+            b = e
+    scene.aggregate = Aggregate(bins, width, cells, [list(map(float, m)) for m in memory], group)
+    scene.memory_max = float(max(memory.max(initial=0.0), max(scene.limits.values(), default=0.0)))
+    steps = sum(len(s) for s in program.ranks)
+    scene.notes.append(f"aggregated: {steps:,} steps on {R:,} ranks is more than {MAX_BLOCKS:,} steps or "
+                       f"{MAX_ROWS} ranks; each row is {'a rank' if group == 1 else f'{group} ranks'}, each cell "
+                       f"1/{bins} of the run, coloured by the kind that took most of it and shaded by how busy "
+                       "the row was")
+
+
+def _cumulative(starts, ends, edges):
+    """Busy time up to each edge, for non-overlapping intervals in order."""
+    import numpy as np
+    d = ends - starts
+    done = np.concatenate([[0.0], np.cumsum(d)])
+    i = np.searchsorted(ends, edges, side="right")  # intervals that ended by the edge
+    partial = np.zeros_like(edges)
+    inside = i < len(starts)
+    j = i[inside]
+    partial[inside] = np.clip(edges[inside] - starts[j], 0.0, d[j])
+    return done[i] + partial
+
+
+# ---- findings marked in either mode ----
+def _mark_findings(scene: Scene, program: Program, report, timeline) -> None:
+    if scene.mode == "aggregate":
+        for m in report.mismatches[:MAX_MARKED]:
+            scene.notes.append(f"crossed: rank {m.recv_rank} step {m.recv_step} {describe(m.recv)} receives "
+                               f"{describe(m.send)} from rank {m.send_rank} step {m.send_step}")
+        for pk in report.memory_violations[:MAX_MARKED]:
+            scene.notes.append(_violation_note(pk, report))
+        return
+    by_pos = {(b.rank, b.step): b for b in scene.blocks}
+
+    def centre(rank: int, step: int) -> float | None:
+        b = by_pos.get((rank, step))
+        return None if b is None else (b.x0 + b.x1) / 2
+
+    numbered = sum(a.kind == "wait" for a in scene.arrows)
+    for n, m in enumerate(report.mismatches[:MAX_MARKED], numbered + 1):
+        note = (f"({n}) crossed pair: {describe(m.recv)} on rank {m.recv_rank}, step {m.recv_step} receives "
+                f"{describe(m.send)} sent by rank {m.send_rank}, step {m.send_step} (on {m.send_rank}->{m.recv_rank} "
+                "the k-th send meets the k-th receive)")
+        for rank, step in ((m.send_rank, m.send_step), (m.recv_rank, m.recv_step)):
+            b = by_pos.get((rank, step))
+            if b is not None and b.mark in ("", "live"):
+                b.mark, b.note = "crossed", note
+        a, c = centre(m.send_rank, m.send_step), centre(m.recv_rank, m.recv_step)
+        if a is not None and c is not None:
+            scene.arrows.append(Arrow(m.send_rank, a, m.recv_rank, c, "cross", str(n)))
+        scene.notes.append(note)
+    for pk in report.memory_violations[:MAX_MARKED]:
+        step = by_pos.get((pk.rank, pk.step))
+        if step is None:
+            continue
+        limit = report.memory_limit[pk.rank] if pk.rank < len(report.memory_limit) else None
+        scene.moments.append(Moment(pk.rank, step.x0, f"{_num(pk.memory)} > limit {_num(limit)}"))
+        forwards = {(a.stage, a.microbatch): b for b in scene.blocks if b.rank == pk.rank
+                    for a in program.ranks[b.rank][b.step].parts if a.op is Op.F}
+        for key in _live_activations(program, pk.rank, pk.step):
+            b = forwards.get(key)
+            if b is not None and b.mark == "":
+                b.mark, b.note = "live", f"live when rank {pk.rank} goes over its memory limit"
+        scene.notes.append(_violation_note(pk, report))
+
+
+def _violation_note(pk, report) -> str:
+    limit = report.memory_limit[pk.rank] if pk.rank < len(report.memory_limit) else None
+    at = f" ({describe(pk.action)})" if pk.action is not None else ""
+    return (f"memory: rank {pk.rank} at step {pk.step}{at} holds {_num(pk.memory)}, over its limit of "
+            f"{_num(limit)}; live: " + "; ".join(pk.live))
+
+
+def _live_activations(program: Program, rank: int, step: int) -> list[tuple[int, int]]:
+    """The forwards whose activations are held while step `step` of the rank runs (before its frees)."""
+    from ..verify.memory import activation_delta
+    held: dict[tuple[int, int], float] = {}
+    for x, st in enumerate(program.ranks[rank][: step + 1]):
+        for a in st.parts:
+            if a.microbatch is None or not a.op.is_compute or not 0 <= a.stage < program.num_stages:
+                continue
+            d = activation_delta(program, a.op, a.stage)
+            key = (a.stage, a.microbatch)
+            if d > 0 or x < step:
+                held[key] = held.get(key, 0.0) + d
+    return sorted(k for k, v in held.items() if v > 1e-12)
+
+
+def _summary(program: Program, report, timeline) -> list[RankSummary]:
+    out = []
+    peaks = timeline.peak_memory if timeline is not None else None  # a property: compute it once
+    idle = timeline.idle if timeline is not None else None
+    for r, steps in enumerate(program.ranks):
+        checked = report.peak_memory[r].memory if r < len(report.peak_memory) else (
+            report.peak_activation[r] if r < len(report.peak_activation) else None)
+        limit = report.memory_limit[r] if r < len(report.memory_limit) else None
+        out.append(RankSummary(
+            r, len(steps), sum(len(st.parts) for st in steps),
+            timeline.busy[r] if timeline is not None else None,
+            idle[r] if idle is not None else None,
+            peaks[r] if peaks is not None else None, checked, limit))
+    return out
+
+
+def _num(x) -> str:
+    if x is None:
+        return "none"
+    x = float(x)
+    return str(int(x)) if x.is_integer() else f"{x:.4g}"

@@ -1,0 +1,388 @@
+"""Pictures: the timeline's SVG structure (blocks per rank, placement, colours per kind), golden
+structures, counterexamples drawn, aggregation, the HTML report in headless Chromium, the
+dependency graph through graphviz, the CLI, and that the gallery in viz/ is current.
+
+Golden files (tests/golden/viz/*.json) hold the structure of an SVG, not its pixels. Regenerate them
+with `SCHEDC_UPDATE_GOLDEN=1 python -m pytest tests/test_viz.py -k golden`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from conftest import compile_text
+
+import schedc
+from schedc.simulate import simulate
+from schedc.viz import build_scene, palette, render, timeline_html, timeline_svg
+from schedc.viz import scene as scene_module
+from schedc.viz.browser import find_chromium, run_page
+from schedc.viz.dag import INSTALL, MAX_DAG_STEPS, dependency_graph
+from schedc.viz.svg import LEFT, MAX_WIDTH, RIGHT
+
+HERE = Path(__file__).parent
+KNOWN = HERE / "known"
+GOLDEN = HERE / "golden" / "viz"
+ROOT = HERE.parent
+NS = {"s": "http://www.w3.org/2000/svg"}
+UPDATE = bool(os.environ.get("SCHEDC_UPDATE_GOLDEN"))
+SETTING = {"P": 4, "M": 8, "V": 2}
+
+
+def builtin(name, **params):
+    """A built-in schedule at SETTING (V only where it declares V), `params` overriding."""
+    from schedc.parse import parse as parse_schedule
+    from schedc.resources import builtin_schedules
+    path = builtin_schedules()[name]
+    declared = {p.name for p in parse_schedule(path.read_text(encoding="utf-8"), str(path)).params}
+    return schedc.load(name, {k: v for k, v in {**SETTING, **params}.items() if k in declared})
+
+
+def parse(svg: str) -> ET.Element:
+    return ET.fromstring(svg)
+
+
+def blocks(root: ET.Element) -> list[ET.Element]:
+    return [e for e in root.iter(f"{{{NS['s']}}}rect") if e.get("class", "").startswith("blk")]
+
+
+def by_class(root: ET.Element, tag: str, cls: str) -> list[ET.Element]:
+    return [e for e in root.iter(f"{{{NS['s']}}}{tag}") if cls in e.get("class", "").split()]
+
+
+def structure(svg: str) -> dict:
+    """What the golden files keep: per rank, each block's kind, stage, microbatch, place and colour."""
+    root = parse(svg)
+    ranks: dict[str, list] = {}
+    for b in blocks(root):
+        ranks.setdefault(b.get("data-rank"), []).append(
+            [b.get("data-kind"), int(b.get("data-stage")), b.get("data-mb"), b.get("x"), b.get("width"), b.get("y"),
+             b.get("fill"), " ".join(b.get("class").split()[2:])])
+    cells = [[c.get("data-row"), c.get("data-kind"), c.get("x"), c.get("width"), c.get("fill-opacity")]
+             for c in by_class(root, "rect", "cell")]
+    arrows = [[e.get("class")] for tag in ("line", "path") for e in root.iter(f"{{{NS['s']}}}{tag}")
+              if "arrow" in e.get("class", "")]
+    return {"mode": root.get("data-mode"), "width": root.get("width"), "height": root.get("height"),
+            "ranks": ranks, "cells": len(cells), "first_cells": cells[:20], "arrows": arrows,
+            "moments": [[m.get("data-rank"), m.get("x1")] for m in by_class(root, "line", "moment")],
+            "notes": [t.text for t in by_class(root, "text", "note")],
+            "header": [t.text for t in root.iter(f"{{{NS['s']}}}text")
+                       if t.get("class") in ("title", "metrics", "verdict")]}
+
+
+# ---- blocks: one per step, placed by the simulator's times, coloured by kind ----
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved_1f1b", "looped_bfs", "zb_h1", "zb_h2",
+                                  "interleaved_zero_bubble", "zbv", "dualpipev"])
+def test_one_block_per_step_placed_by_time_and_coloured_by_kind(name):
+    program = builtin(name)
+    timeline = simulate(program)
+    root = parse(timeline_svg(program))
+    px, top, pitch = float(root.get("data-px")), float(root.get("data-top")), float(root.get("data-pitch"))
+    drawn = blocks(root)
+    assert len(drawn) == sum(len(s) for s in program.ranks)
+    chunks = scene_module.chunk_of(program)
+    V = max(chunks) + 1
+    for b in drawn:
+        r, x = int(b.get("data-rank")), int(b.get("data-step"))
+        step = program.ranks[r][x]
+        kind = scene_module.kind_of(step)
+        assert b.get("data-kind") == kind
+        assert b.get("fill") == palette.fill(kind, chunks[step.parts[0].stage], V)
+        assert float(b.get("x")) == pytest.approx(LEFT + timeline.start[r][x] * px, abs=0.06)
+        width = (timeline.end[r][x] - timeline.start[r][x]) * px
+        assert float(b.get("width")) == pytest.approx(max(width, 1.0), abs=0.06)
+        assert float(b.get("y")) == pytest.approx(top + r * pitch, abs=0.06)
+        if step.parts[0].microbatch is not None and kind in "FBIW":
+            assert int(b.get("data-mb")) == step.parts[0].microbatch
+
+
+def test_kinds_have_distinct_okabe_ito_colours_and_later_chunks_are_lighter():
+    kinds = ["F", "B", "I", "W", "OVERLAP"]
+    colours = [palette.KIND_COLOUR[k] for k in kinds]
+    assert len(set(colours)) == len(colours)
+    assert set(colours) <= set(palette.OKABE_ITO.values())
+    for k in kinds:
+        light = palette.fill(k, 1, 2)
+        assert light != palette.fill(k, 0, 2) and sum(palette._rgb(light)) > sum(palette._rgb(palette.fill(k)))
+    root = parse(timeline_svg(builtin("zbv")))
+    second = [b for b in blocks(root) if b.get("data-chunk") == "1"]
+    assert second and all(b.get("stroke") == palette.KIND_COLOUR[b.get("data-kind")] for b in second)
+
+
+def test_idle_time_memory_strips_and_title():
+    program = builtin("1f1b")
+    timeline = simulate(program)
+    root = parse(timeline_svg(program))
+    rows = by_class(root, "rect", "row")
+    assert len(rows) == 4 and all(r.get("fill") == "url(#idle)" for r in rows)  # idle shows through
+    assert len(by_class(root, "path", "mem")) == 4
+    peaks = [t.text for t in by_class(root, "text", "peak")]
+    assert peaks == ["peak 4", "peak 3", "peak 2", "peak 1"]
+    metrics = by_class(root, "text", "metrics")[0].text
+    assert f"makespan {timeline.makespan:g}" in metrics and f"bubble {timeline.bubble_ratio:.1%}" in metrics
+    assert "peak memory 4 (rank 0)" in metrics
+
+
+def test_hover_text_names_kind_stage_microbatch_times_and_source():
+    root = parse(timeline_svg(builtin("1f1b")))
+    first = blocks(root)[0]
+    title = first.find("s:title", NS).text
+    assert "F(0,0)" in title and "stage 0" in title and "microbatch 0" in title
+    assert "t 0 to 1" in title and "1f1b.pp:" in title
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zbv", "interleaved_1f1b"])
+def test_legible_at_eight_ranks_and_32_microbatches(name):
+    program = builtin(name, P=8, M=32)
+    svg = timeline_svg(program)
+    root = parse(svg)
+    assert root.get("data-mode") == "time"
+    assert float(root.get("width")) <= LEFT + MAX_WIDTH + RIGHT
+    labels = by_class(root, "text", "lbl")
+    compute = [b for b in blocks(root) if b.get("data-kind") in ("F", "B", "I", "W")]
+    assert len(labels) >= len(compute)  # every compute block shows its microbatch number
+    assert min(float(b.get("width")) for b in compute) >= 2 * 6.2 + 3  # two digits at full size
+    assert {t.get("font-size") for t in labels} == {"10.5"}
+    assert len(svg) < 1_000_000
+
+
+def test_very_large_runs_are_aggregated_not_drawn_block_by_block():
+    program = schedc.load("1f1b", {"P": 64, "M": 256})  # 32,768 steps
+    svg = timeline_svg(program)
+    root = parse(svg)
+    assert root.get("data-mode") == "aggregate" and not blocks(root)
+    cells = by_class(root, "rect", "cell")
+    assert cells and {c.get("data-kind") for c in cells} == {"F", "B"}
+    assert len(svg) < 6_000_000
+    assert any("aggregated" in (t.text or "") for t in by_class(root, "text", "note"))
+
+
+def test_aggregation_threshold(monkeypatch):
+    program = builtin("1f1b")  # 64 steps
+    monkeypatch.setattr(scene_module, "MAX_BLOCKS", 64)
+    assert build_scene(program).mode == "time"
+    monkeypatch.setattr(scene_module, "MAX_BLOCKS", 63)
+    scene = build_scene(program)
+    assert scene.mode == "aggregate"
+    # the aggregate keeps the busy time: per row, the cells' busy levels times their widths
+    agg = scene.aggregate
+    for row in range(4):
+        busy = sum((e - b) * agg.bin_width * level for r, b, e, _, level in agg.cells if r == row)
+        assert busy == pytest.approx(simulate(program).busy[row], rel=0.1)
+
+
+def test_many_ranks_are_grouped_into_rows():
+    program = schedc.load("gpipe", {"P": 300, "M": 2})
+    scene = build_scene(program)
+    assert scene.mode == "aggregate" and scene.aggregate.group == 3 and len(scene.rows) == 100
+    assert scene.row_labels[0] == "ranks 0-2"
+
+
+def test_message_arrows():
+    program = builtin("1f1b")
+    root = parse(timeline_svg(program, arrows=True))
+    assert len(by_class(root, "line", "msg")) == len(simulate(program).messages) == 48
+    assert not by_class(parse(timeline_svg(program)), "line", "msg")
+
+
+# ---- counterexamples ----
+def test_a_deadlock_is_drawn_in_program_order_with_its_cycle():
+    program = schedc.load(str(KNOWN / "pytorch_172668.pp"))
+    report = schedc.check(program)
+    root = parse(timeline_svg(program, report))
+    assert root.get("data-mode") == "step"
+    drawn = {(int(b.get("data-rank")), int(b.get("data-step"))): b for b in blocks(root)}
+    assert len(drawn) == 16
+    for w in report.deadlock.cycle:
+        assert "cycle" in drawn[(w.rank, w.step)].get("class").split()
+    assert {k for k, b in drawn.items() if "not-run" in b.get("class")} == {(r, x) for r in (0, 1) for x in range(4, 8)}
+    assert float(drawn[(0, 3)].get("x")) == LEFT + 3 * float(root.get("data-px"))  # one cell per step
+    waits = by_class(root, "path", "wait")
+    assert len(waits) == len(report.deadlock.cycle) == 2
+    notes = [t.text for t in by_class(root, "text", "note")]
+    assert any("both send before they receive" in n for n in notes)
+    assert any(n.startswith("(1) rank 0, step 3: SEND_F(0,1) waits for its receive on rank 1") for n in notes)
+    verdict = by_class(root, "text", "verdict")[0].text
+    assert verdict.startswith("DEADLOCK under rendezvous sends")
+
+
+def test_a_compute_level_deadlock_is_drawn_too():
+    program = compile_text("""schedule crossed {
+      rank 0: 0F0 0B0 0F1 0B1
+      rank 1: 1F1 1B1 1F0 1B0
+    }""")
+    report = schedc.check(program)
+    assert report.deadlock is not None
+    root = parse(timeline_svg(program, report))
+    assert root.get("data-mode") == "step"
+    assert by_class(root, "rect", "cycle") and by_class(root, "path", "wait")
+
+
+def test_buffered_semantics_that_the_simulator_cannot_time_still_show_the_rendezvous_cycle():
+    program = schedc.load(str(KNOWN / "pytorch_172668.pp"))
+    report = schedc.check(program, semantics="eager")
+    assert report.ok
+    scene = build_scene(program, report)
+    assert scene.mode == "step" and any(b.mark == "cycle" for b in scene.blocks)
+    assert any("finishes under eager" in n for n in scene.notes)
+
+
+def test_a_crossed_pair_is_marked_with_its_arrow():
+    program = schedc.load(str(KNOWN / "tagless_order.pp"))
+    report = schedc.check(program)
+    root = parse(timeline_svg(program, report))
+    crossed = {(int(b.get("data-rank")), int(b.get("data-step"))) for b in by_class(root, "rect", "crossed")}
+    assert crossed == {(m.send_rank, m.send_step) for m in report.mismatches} | {
+        (m.recv_rank, m.recv_step) for m in report.mismatches}
+    assert len(by_class(root, "path", "cross")) == 2
+
+
+def test_a_memory_violation_shows_the_moment_and_the_live_set():
+    program = builtin("1f1b")
+    report = schedc.check(program, memory_limit=3)
+    root = parse(timeline_svg(program, report))
+    assert root.get("data-mode") == "time"
+    moments = by_class(root, "line", "moment")
+    assert [m.get("data-rank") for m in moments] == ["0"]
+    live = {(b.get("data-kind"), b.get("data-mb")) for b in by_class(root, "rect", "live")}
+    assert live == {("F", str(m)) for m in range(4)}
+    assert len(by_class(root, "line", "limit")) == 4
+    notes = " ".join(t.text for t in by_class(root, "text", "note"))
+    assert "over its limit of 3" in notes and "activation of F(0,3)" in notes
+
+
+def test_structural_errors_are_marked_in_program_order():
+    program = compile_text("""schedule broken {
+      rank 0: 0F0 0F0 0B0
+      rank 1: 1F0 1B0
+    }""")
+    report = schedc.check(program)
+    assert not report.ok and report.errors[0].code == "duplicate"
+    scene = build_scene(program, report)
+    assert scene.mode == "step" and any(b.mark == "error" for b in scene.blocks)
+
+
+# ---- golden structures ----
+GOLDEN_CASES = {
+    "1f1b": lambda: (builtin("1f1b"), None, {}),
+    "interleaved_1f1b": lambda: (builtin("interleaved_1f1b"), None, {}),
+    "zbv": lambda: (builtin("zbv"), None, {}),
+    "dualpipev": lambda: (builtin("dualpipev"), None, {}),
+    "1f1b_arrows": lambda: (builtin("1f1b", P=2, M=3), None, {"arrows": True}),
+    "deadlock_pytorch_172668": lambda: (schedc.load(str(KNOWN / "pytorch_172668.pp")), None, {}),
+    "mismatch_tagless_order": lambda: (schedc.load(str(KNOWN / "tagless_order.pp")), None, {}),
+    "memory_limit_1f1b": lambda: (builtin("1f1b"), {"memory_limit": 3}, {}),
+    "aggregate_1f1b_64x256": lambda: (schedc.load("1f1b", {"P": 64, "M": 256}), None, {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_golden_svg_structure(case):
+    program, check_options, options = GOLDEN_CASES[case]()
+    report = schedc.check(program, **check_options) if check_options else None
+    got = structure(timeline_svg(program, report, **options))
+    path = GOLDEN / f"{case}.json"
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    assert path.is_file(), f"no golden file {path}; run SCHEDC_UPDATE_GOLDEN=1 python -m pytest tests/test_viz.py -k golden"
+    want = json.loads(path.read_text(encoding="utf-8"))
+    assert got == want, (f"the SVG structure of {case} changed; if that is intended, regenerate with "
+                         "SCHEDC_UPDATE_GOLDEN=1 python -m pytest tests/test_viz.py -k golden")
+
+
+# ---- the HTML report ----
+def test_html_is_self_contained_with_summary_and_checks():
+    program = builtin("zbv")
+    page = timeline_html(program)
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    outside = [u for u in __import__("re").findall(r"https?://[^\s\"'<>]+", page) if u != "http://www.w3.org/2000/svg"]
+    assert outside == []
+    assert "<script src" not in page and "<link" not in page
+    assert "<h2>Summary</h2>" in page and "<h2>Checks</h2>" in page and "checks hold under rendezvous" in page
+    assert page.count('class="blk ') == 192 and "<title>F(" not in page  # hover comes from the page's script
+
+
+def _chromium_or_skip():
+    binary = find_chromium()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("headless Chromium is missing; .ci/run installs Debian's chromium")
+        pytest.skip("headless Chromium is not installed (apt-get install chromium)")
+    return binary
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.mark.parametrize("source", ["zbv", "deadlock"])
+def test_html_renders_in_headless_chromium_without_console_errors(source, tmp_path):
+    _chromium_or_skip()
+    if source == "zbv":
+        program = schedc.load("zbv", {"P": 4, "M": 8})
+        expect_blocks = 192
+    else:
+        program = schedc.load(str(KNOWN / "pytorch_172668.pp"))
+        expect_blocks = 16
+    page = tmp_path / "report.html"
+    page.write_text(timeline_html(program), encoding="utf-8")
+    shot = tmp_path / "shot.png"
+    run = run_page(page.as_uri(), screenshot=shot, size=(1400, 900))
+    assert run.console == [], run.console
+    width, height = _png_size(shot.read_bytes())
+    assert (width, height) == (1400, 900) and shot.stat().st_size > 20_000  # a blank page is a few kB
+    dom = run_page(page.as_uri() + "#selftest", dump_dom=True)
+    assert dom.console == [], dom.console
+    assert 'data-schedc="rendered"' in dom.stdout
+    assert f'data-blocks="{expect_blocks}"' in dom.stdout
+    hover = __import__("re").search(r'data-selftest="([^"]*)"', dom.stdout).group(1)
+    assert "kind forward F, rank 0, step 0" in hover and "stage 0, microbatch 0" in hover
+    assert ("start 0, end 1" in hover) == (source == "zbv")
+    assert "source " in hover and ".pp:" in hover
+
+
+def test_the_console_check_catches_a_script_error(tmp_path):
+    _chromium_or_skip()
+    page = tmp_path / "bad.html"
+    page.write_text(timeline_html(builtin("1f1b", P=2, M=2)).replace("(function () {", "(function () { nope();", 1),
+                    encoding="utf-8")
+    run = run_page(page.as_uri(), dump_dom=True)
+    assert any("nope is not defined" in line for line in run.console)
+    assert 'data-schedc="rendered"' not in run.stdout
+
+
+def test_png_output(tmp_path):
+    if find_chromium() is None and shutil.which("rsvg-convert") is None:
+        _chromium_or_skip()
+    program = builtin("1f1b")
+    data = render(program, schedc.check(program), ".png").data
+    svg_width = float(parse(timeline_svg(program)).get("width"))
+    assert _png_size(data)[0] == int(svg_width + 0.999)
+
+
+# ---- the dependency graph ----
+def test_dependency_graph_clusters_ranks_and_draws_the_cycle_in_red():
+    program = schedc.load(str(KNOWN / "pytorch_172668.pp"))
+    report = schedc.check(program)
+    source = dependency_graph(program, report).source
+    assert "subgraph cluster_0" in source and "subgraph cluster_1" in source
+    assert source.count("r0s") >= 8 and source.count("r1s") >= 8
+    red = [ln for ln in source.splitlines() if "waits for" in ln]
+    assert len(red) == 2 and all(palette.ALARM in ln for ln in red)
+    blocked = [ln for ln in source.splitlines() if "penwidth=3" in ln]
+    assert len(blocked) == 2 and all(palette.ALARM_DARK in ln for ln in blocked)  # the blocked steps outlined
+
+
+def test_dependency_graph_edges_are_the_verifiers_constraints():
+    program = schedc.load("1f1b", {"P": 2, "M": 2})
+    source = dependency_graph(program).source
+    # 8 steps: 6 program-order edges and 4 cross-rank data edges (2 activations, 2 gradients)
+    edges = [ln for ln in source.splitlines() if "->" in ln]
+    assert len(edges) == 10
