@@ -88,6 +88,8 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--json", action="store_true", help="print one JSON object per input, one per line")
     q.add_argument("--sweep", action="append", default=[], metavar="K=A..B",
                    help="check every value of a parameter in A..B (inclusive; repeatable)")
+    q.add_argument("--viz", metavar="OUT.svg|OUT.html|OUT.png",
+                   help="also draw the schedule; a failing one with its counterexample (one input)")
     checking(q)
 
     q = sub.add_parser("export", help="write a schedule in another format", stdout=stdout)
@@ -127,6 +129,18 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--print-torchrun", action="store_true",
                    help="write DIR/<name>_program.py and print the torchrun command instead of running")
     q.add_argument("-o", "--output", default="build", metavar="DIR", help="with --print-torchrun: output folder")
+
+    q = sub.add_parser("viz", help="draw a schedule: timeline SVG/HTML/PNG, or its dependency graph (--dag)",
+                       stdout=stdout)
+    common(q)
+    q.add_argument("-o", "--output", required=True, metavar="OUT.svg|OUT.html|OUT.png",
+                   help="the picture; the suffix picks the format (--dag: .svg, .png or .dot)")
+    q.add_argument("--dag", action="store_true", help="draw the dependency graph through graphviz instead")
+    q.add_argument("--arrows", action="store_true", help="draw every message as an arrow from sender to receiver")
+    q.add_argument("--cost", action="append", default=[], metavar="K=V,...",
+                   help="costs for every stage, e.g. F=1,I=1,W=1,B=2; applied after --costs")
+    q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")
+    checking(q)
     return p
 
 
@@ -145,6 +159,8 @@ def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Te
             return EXIT_INPUT
         if args.command == "run":
             return _run(args, stdout, stderr)
+        if args.command == "viz":
+            return _viz(args, stdout, stderr)
         return {"list": _list, "compile": _compile, "check": _check, "export": _export, "sim": _sim}[args.command](
             args, stdout, stderr)
     except _Exit as e:
@@ -269,6 +285,7 @@ def _compile(args, stdout, stderr) -> int:
         source = _lowered_source(program, report, stderr)
         if source is not None:
             outputs[f"{stem}_program.py"] = source
+    outputs[f"{stem}.svg"] = _picture(program, report, ".svg").data  # a failing one (--force) shows why
     written = _write_all(Path(args.output), outputs)
     stdout.write("  wrote " + ", ".join(str(p) for p in written) + "\n")
     return _exit_of(report)
@@ -345,6 +362,10 @@ def _check(args, stdout, stderr) -> int:
     params = _params(args.param)
     Semantics.parse(args.semantics)  # a bad value is a usage error before any work
     _memory_limit(args.memory_limit)
+    if args.viz and (args.sweep or len(args.inputs) != 1):
+        raise SchedcError("usage", "--viz draws one schedule: give one input and no --sweep", where="--viz")
+    if args.viz:
+        _picture_suffix(Path(args.viz), dag=False)
     if args.sweep:
         return _sweep(args, params, stdout, stderr)
     worst = EXIT_OK
@@ -367,6 +388,8 @@ def _check(args, stdout, stderr) -> int:
             stdout.write(report.summary() + "\n")
             if report.ok is not True:
                 stdout.write(report.render() + "\n")
+        if args.viz:
+            _write_picture(program, report, Path(args.viz), stderr)
     return worst
 
 
@@ -541,6 +564,51 @@ def _sim_text(timeline, trace) -> str:
     if trace:
         lines.append(f"  wrote {trace}")
     return "\n".join(lines)
+
+
+def _viz(args, stdout, stderr) -> int:
+    """Draw one schedule (checked first, so a failing one shows its counterexample). Exit 0 once the
+    picture is written, whatever the checks found."""
+    _picture_suffix(Path(args.output), args.dag)
+    program = _load(args.input, args, _params(args.param))
+    overlap, links = True, None
+    if args.costs or args.cost:
+        from .costs import Costs, load_costs, parse_cost_option
+        costs = load_costs(args.costs) if args.costs else Costs("the schedule")
+        for text in args.cost:
+            costs = costs.then(parse_cost_option(text))
+        program = costs.apply(program)
+        overlap, links = costs.overlap is not False, costs.links(program)
+    report = _run_checks(program, args)
+    stdout.write(report.summary() + "\n")
+    _write_picture(program, report, Path(args.output), stderr, dag=args.dag, arrows=args.arrows,
+                   overlap=overlap, links=links)
+    return EXIT_OK
+
+
+def _picture_suffix(out: Path, dag: bool) -> None:
+    from .viz import check_suffix
+    check_suffix(out.suffix, dag)
+
+
+def _picture(program, report, suffix: str, **options):
+    from .viz import render
+    return render(program, report, suffix, **options)
+
+
+def _write_picture(program, report, out: Path, stderr, **options) -> Path:
+    """Draw to `out` (its suffix picks the format), atomically; a note if it had to be another format."""
+    from .viz.png import write_bytes
+    picture = _picture(program, report, out.suffix, **options)
+    target = out.with_suffix(picture.suffix) if picture.suffix != out.suffix.lower() else out
+    if isinstance(picture.data, bytes):
+        written = write_bytes(target, picture.data)
+    else:
+        (written,) = _write_all(target.parent, {target.name: picture.data})
+    if picture.note:
+        stderr.write(f"schedc: {picture.note_for(written, out)}\n")
+    stderr.write(f"wrote {written}\n")
+    return written
 
 
 def _safe_stem(name: str) -> str:

@@ -386,3 +386,78 @@ def test_dependency_graph_edges_are_the_verifiers_constraints():
     # 8 steps: 6 program-order edges and 4 cross-rank data edges (2 activations, 2 gradients)
     edges = [ln for ln in source.splitlines() if "->" in ln]
     assert len(edges) == 10
+
+
+# ---- the command line ----
+def test_dag_svg_through_dot(tmp_path, run_cli):
+    if shutil.which("dot") is None:
+        if os.environ.get("CI"):
+            pytest.fail("graphviz's dot is missing; .ci/run installs Debian's graphviz")
+        pytest.skip("graphviz is not installed")
+    out = tmp_path / "dag.svg"
+    code, _, _ = run_cli("viz", str(KNOWN / "pytorch_172668.pp"), "--dag", "-o", str(out))
+    assert code == 0 and out.is_file()
+    root = parse(out.read_text(encoding="utf-8"))
+    assert root.tag.endswith("svg") and "cluster_0" in out.read_text(encoding="utf-8")
+
+
+def test_dag_without_dot_writes_the_source_and_says_how_to_install(tmp_path, run_cli, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    out = tmp_path / "dag.svg"
+    code, _, err = run_cli("viz", "1f1b", "--param", "P=2", "--param", "M=2", "--dag", "-o", str(out))
+    assert code == 0 and not out.exists()
+    dot = tmp_path / "dag.dot"
+    assert dot.is_file() and dot.read_text(encoding="utf-8").startswith("digraph")
+    assert INSTALL in err and "apt-get install graphviz" in err
+    assert f"dot -Tsvg {dot} -o {out}" in err
+
+
+def test_dag_refuses_huge_programs(run_cli, tmp_path):
+    code, _, err = run_cli("viz", "1f1b", "--param", "P=32", "--param", "M=64", "--dag", "-o", str(tmp_path / "x.svg"))
+    assert code == 2 and "too-large" in err and f"{MAX_DAG_STEPS:,}" in err
+
+
+def test_viz_writes_svg_html_and_png(run_cli, tmp_path):
+    for suffix in (".svg", ".html"):
+        out = tmp_path / f"zbv{suffix}"
+        code, stdout, err = run_cli("viz", "zbv", "--param", "P=4", "--param", "M=8", "-o", str(out))
+        assert code == 0 and out.is_file() and f"wrote {out}" in err and "zbv: 4 ranks" in stdout
+    assert "makespan 51" in (tmp_path / "zbv.svg").read_text(encoding="utf-8")
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_viz_costs_change_the_times(run_cli, tmp_path):
+    out = tmp_path / "a.svg"
+    assert run_cli("viz", "1f1b", "--cost", "F=1,B=3", "-o", str(out))[0] == 0
+    assert "makespan 44" in out.read_text(encoding="utf-8")  # (M + P - 1)(t_F + t_B) = 11 * 4
+
+
+def test_viz_rejects_an_unknown_suffix_before_any_work(run_cli, tmp_path):
+    code, _, err = run_cli("viz", "1f1b", "-o", str(tmp_path / "a.txt"))
+    assert code == 2 and "OUT.svg, OUT.html, OUT.png" in err and not list(tmp_path.iterdir())
+    code, _, err = run_cli("viz", "1f1b", "--dag", "-o", str(tmp_path / "a.html"))
+    assert code == 2 and "OUT.svg, OUT.png, OUT.dot" in err
+
+
+def test_check_viz_draws_the_counterexample(run_cli, tmp_path):
+    out = tmp_path / "dl.svg"
+    code, stdout, err = run_cli("check", str(KNOWN / "pytorch_172668.pp"), "--viz", str(out))
+    assert code == 1 and "deadlock" in stdout and out.is_file()
+    assert parse(out.read_text(encoding="utf-8")).get("data-mode") == "step"
+    code, _, err = run_cli("check", "1f1b", "gpipe", "--viz", str(out))
+    assert code == 2 and "--viz draws one schedule" in err
+
+
+def test_compile_writes_the_timeline_svg(run_cli, tmp_path):
+    code, stdout, _ = run_cli("compile", "1f1b", "-o", str(tmp_path))
+    assert code == 0
+    svg = tmp_path / "1f1b.svg"
+    assert svg.is_file() and f"{svg}" in stdout
+    assert len(blocks(parse(svg.read_text(encoding="utf-8")))) == 64
+
+
+def test_compile_force_writes_the_counterexample(run_cli, tmp_path):
+    code, _, _ = run_cli("compile", str(KNOWN / "pytorch_172668.pp"), "--force", "-o", str(tmp_path))
+    assert code == 1
+    root = parse((tmp_path / "pytorch_172668.svg").read_text(encoding="utf-8"))
+    assert root.get("data-mode") == "step" and by_class(root, "path", "wait")
