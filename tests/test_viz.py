@@ -461,3 +461,21 @@ def test_compile_force_writes_the_counterexample(run_cli, tmp_path):
     assert code == 1
     root = parse((tmp_path / "pytorch_172668.svg").read_text(encoding="utf-8"))
     assert root.get("data-mode") == "step" and by_class(root, "path", "wait")
+
+
+# ---- the gallery ----
+def test_the_gallery_in_viz_is_current():
+    from schedc.viz.gallery import COMMAND, build, stale
+    files = build()
+    names = {f"{n}.svg" for n in schedc.api.builtin_schedules()}
+    assert names <= set(files) and "README.md" in files
+    for name in names:
+        assert "![" in files["README.md"] and f"({name})" in files["README.md"]
+    diff = stale(ROOT / "viz", files)
+    assert diff == [], f"the gallery in viz/ is stale ({'; '.join(diff)}); regenerate it with `{COMMAND}`"
+
+
+def test_gallery_has_no_machine_paths():
+    from schedc.viz.gallery import build
+    for name, text in build().items():
+        assert str(ROOT) not in text, name
