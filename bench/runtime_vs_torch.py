@@ -1,0 +1,230 @@
+"""schedc's runtime against torch.distributed.pipelining: same model, same schedules, same run.
+
+    python bench/runtime_vs_torch.py [--steps 20] [--warmup 2] [--schedules gpipe,1f1b,...]
+
+8 x (Linear(512, 512) + GELU), batch 64, M = 8 microbatches, 4 gloo ranks, OMP_NUM_THREADS=1, float32.
+Each schedule runs on both runtimes in the same process group: torch's schedule class
+(ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, ScheduleLoopedBFS,
+ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, ScheduleDualPipeV) and schedc's lowering of
+the matching built-in (whose compute order equals torch's, tested). A step is timed from a barrier
+to the slowest rank's end (forward and backward of all microbatches, no optimizer); the two
+runtimes alternate step by step, so both see the same machine load. Prints the median step time of
+each, their ratio schedc / torch (target <= 0.9) and the median of the per-step ratios ("paired"),
+the simulator's makespan under the per-stage times schedc's runtime measured in the same run, and
+that measured compute divided by the cores the ranks share (when 4 ranks share 2 cores the step is
+bound by it, which the simulator, one device per rank, does not model).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WIDTH, DEPTH, BATCH, M, R = 512, 8, 64, 8, 4
+
+# built-in name -> (torch class, V, placement style)
+SCHEDULES = {
+    "gpipe": ("ScheduleGPipe", 1),
+    "1f1b": ("Schedule1F1B", 1),
+    "interleaved_1f1b": ("ScheduleInterleaved1F1B", 2),
+    "looped_bfs": ("ScheduleLoopedBFS", 2),
+    "interleaved_zero_bubble": ("ScheduleInterleavedZeroBubble", 2),
+    "zbv": ("ScheduleZBVZeroBubble", 2),
+    "dualpipev": ("ScheduleDualPipeV", 2),
+}
+
+
+def _stages(stage_ids, S):
+    import torch
+    from torch import nn
+    per = DEPTH // S
+    out = []
+    for s in stage_ids:
+        layers = []
+        for i in range(s * per, (s + 1) * per):
+            torch.manual_seed(i)
+            layers += [nn.Linear(WIDTH, WIDTH), nn.GELU()]
+        out.append(nn.Sequential(*layers))
+    return out
+
+
+def _loss(out, target):
+    import torch
+    return torch.nn.functional.mse_loss(out, target)
+
+
+def _timed(fns, steps, warmup):
+    """For each of `fns`, the slowest rank's time from a barrier to the end of one call, over
+    `warmup + steps` rounds that call every fn once in turn (so all see the same machine load);
+    the warm-up rounds are dropped."""
+    import torch
+    import torch.distributed as dist
+    times = [[] for _ in fns]
+    for i in range(warmup + steps):
+        for fn, out in zip(fns, times):
+            dist.barrier()
+            t0 = time.perf_counter()
+            fn()
+            dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+            dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+            if i >= warmup:
+                out.append(dt.item())
+    return times
+
+
+def _worker(spec_path: str, out_path: str) -> int:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining import schedules as torch_schedules
+
+    from schedc.runtime.entry import split
+    from schedc.runtime.interpreter import PipelineInterpreter
+    from schedc.runtime.table import load_table
+    from schedc.runtime.watchdog import Watchdog
+    torch.set_num_threads(1)
+    spec = json.loads(Path(spec_path).read_text())
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(BATCH, WIDTH, generator=gen)
+    y = torch.randn(BATCH, WIDTH, generator=gen)
+    results = {}
+    for case in spec["cases"]:
+        meta, ranks = case["program"], case["ranks"]
+        table = load_table(meta, ranks)
+        S = table.num_stages
+        mine = list(table.stages_of(rank))
+        ours_mods = dict(zip(mine, _stages(mine, S)))
+        interp = PipelineInterpreter(table, rank, ours_mods, _loss, watchdog=Watchdog(60.0))
+        first, last = 0 in mine, S - 1 in mine
+
+        def ours():
+            interp.step(split(x, M) if first else None, split(y, M) if last else None)
+            for m in ours_mods.values():
+                m.zero_grad(set_to_none=True)
+
+        torch_mods = _stages(mine, S)
+        stages = [PipelineStage(m, s, S, torch.device("cpu")) for s, m in zip(mine, torch_mods)]
+        cls = getattr(torch_schedules, case["torch"])
+        sched = cls(stages[0] if len(stages) == 1 and case["torch"] in ("ScheduleGPipe", "Schedule1F1B") else stages,
+                    n_microbatches=M, loss_fn=_loss)
+
+        def theirs():
+            args = (x,) if first else ()
+            sched.step(*args, target=y if last else None)
+            for m in torch_mods:
+                m.zero_grad(set_to_none=True)
+
+        t_theirs, t_ours = _timed([theirs, ours], spec["steps"], spec["warmup"])
+        from schedc.runtime.entry import interp_profile
+        skip = spec["warmup"] + 1  # steps of ours before the timed ones: the first learns shapes
+        prof = interp_profile(interp, 0)
+        # per-action means over the timed steps only
+        times = {}
+        for (op, s), values in interp.times.items():
+            kept = values[skip * M:] or values
+            times.setdefault(str(s), {})[op] = statistics.median(kept)
+        prof["times"] = times
+        gathered = [None] * world
+        dist.all_gather_object(gathered, prof)
+        results[case["name"]] = {"ours": t_ours, "torch": t_theirs, "profile": gathered}
+        dist.barrier()
+    if rank == 0:
+        Path(out_path).write_text(json.dumps(results))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def _simulated(program, profile_parts) -> float | None:
+    """The simulator's makespan of `program` under the measured per-stage times (zero latency)."""
+    from dataclasses import replace
+
+    from schedc.ir import StageCost
+    from schedc.runtime.profile import build_profile
+    from schedc.simulate import simulate
+    prof = build_profile(profile_parts)
+    costs = tuple(StageCost(**prof["stages"][str(s)]) for s in range(program.num_stages))
+    timed = replace(program, annotations=replace(program.annotations, stage_costs=costs))
+    return simulate(timed).makespan
+
+
+def _cpu_bound(program, profile_parts) -> float:
+    """Measured compute of one step over every rank, divided by the cores the ranks share: a lower
+    bound on the step time when R ranks run on fewer cores (the simulator gives each rank a device)."""
+    from schedc.runtime.profile import build_profile
+    prof = build_profile(profile_parts)["stages"]
+    total = 0.0
+    for rank_steps in program.ranks:
+        for st in rank_steps:
+            for a in st.parts:
+                total += prof[str(a.stage)][a.op.value]
+    return total / min(program.num_ranks, os.cpu_count() or 1)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--schedules", default=",".join(SCHEDULES))
+    args = p.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    import schedc
+    from schedc.lower import lower_to_torch
+    from schedc.runtime.launch import launch
+    names = [n for n in args.schedules.split(",") if n]
+    cases, programs = [], {}
+    for name in names:
+        cls, V = SCHEDULES[name]
+        params = {"P": R, "M": M, "V": V} if V > 1 else {"P": R, "M": M}
+        program = schedc.load(name, params, strict_params=False)
+        report = schedc.check(program)
+        if not report.ok:
+            print(f"{name}: does not check; skipped\n{report.render()}")
+            continue
+        lowered = lower_to_torch(program, verified="rendezvous")
+        meta, ranks = lowered.table.to_data()
+        cases.append({"name": name, "torch": cls, "program": meta, "ranks": ranks})
+        programs[name] = program
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, out = Path(tmp, "spec.json"), Path(tmp, "out.json")
+        spec.write_text(json.dumps({"cases": cases, "steps": args.steps, "warmup": args.warmup}))
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]))
+        done = launch([sys.executable, __file__, "--worker", str(spec), str(out)], R, env=env, grace=10)
+        if not done.ok:
+            print(f"benchmark ranks failed: {done.returncodes}")
+            return 1
+        results = json.loads(out.read_text())
+    print(f"{DEPTH} x Linear({WIDTH},{WIDTH})+GELU, batch {BATCH}, M={M}, {R} gloo ranks, "
+          f"OMP_NUM_THREADS=1; median of {args.steps} steps after {args.warmup} warm-up, the two runtimes "
+          "alternating step by step")
+    cores = min(R, os.cpu_count() or 1)
+    print(f"{'schedule':<24} {'torch ms':>9} {'schedc ms':>10} {'ratio':>7} {'paired':>7} {'sim ms':>8} "
+          f"{'sim/meas':>9} {'compute/' + str(cores) + ' cores':>16}")
+    ratios = []
+    for name, r in results.items():
+        theirs, ours = statistics.median(r["torch"]), statistics.median(r["ours"])
+        sim = _simulated(programs[name], r["profile"])
+        ratios.append(ours / theirs)
+        paired = statistics.median(o / t for o, t in zip(r["ours"], r["torch"]))
+        bound = _cpu_bound(programs[name], r["profile"])
+        print(f"{name:<24} {theirs * 1e3:9.2f} {ours * 1e3:10.2f} {ours / theirs:7.3f} {paired:7.3f} "
+              f"{sim * 1e3:8.2f} {sim / ours:9.3f} {bound * 1e3:13.2f} ms")
+    print(f"geometric mean ratio schedc/torch: {statistics.geometric_mean(ratios):.3f} (target <= 0.9)")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        sys.exit(_worker(sys.argv[2], sys.argv[3]))
+    sys.exit(main())
