@@ -354,7 +354,8 @@ def _run(args, stdout, stderr) -> int:
     how = [f"rank {r} " + (_RANK_EXITS.get(code, f"exited with {code}") if code >= 0 else
                            f"was stopped (signal {-code})") for r, code in enumerate(done.returncodes) if code != 0]
     stderr.write("schedc: the run failed: " + "; ".join(how) + " (every rank exited)\n")
-    return EXIT_FAIL
+    # every failing rank rejected its arguments or model: bad input, not a failed run
+    return EXIT_INPUT if all(code in (0, 2) for code in done.returncodes) else EXIT_FAIL
 
 
 def _check(args, stdout, stderr) -> int:

@@ -319,6 +319,25 @@ def test_a_deadlocking_schedule_run_without_verification_is_stopped_by_the_watch
     assert "training step 1" in err and "rank 1's SEND_B(1,0)" in err, err
     assert "exited" in err
     assert elapsed < 3 + 40, elapsed  # the timeout, plus starting two ranks on a busy machine
+    assert not _processes_running("broken_program.py")  # no orphans
+
+
+def _processes_running(needle: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle.encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_model_that_cannot_be_imported_is_bad_input(run_cli):
+    code, out, err = run_cli("run", "1f1b", "--param", "P=2", "--param", "M=2", "--model", "no_such_pkg.mod:fn",
+                             "--steps", "1", "--timeout", "30")
+    assert code == 2, (out, err)
+    assert "cannot import no_such_pkg.mod" in err and "rank 0 could not start" in err
 
 
 def test_schedc_run_trains_and_writes_the_profile(tmp_path, run_cli):
