@@ -108,9 +108,9 @@ def _worker(spec_path: str, out_path: str) -> int:
         interp = PipelineInterpreter(table, rank, ours_mods, _loss, watchdog=Watchdog(60.0))
         first, last = 0 in mine, S - 1 in mine
 
-        def ours():
+        def ours(interp=interp, mods=ours_mods, first=first, last=last):
             interp.step(split(x, M) if first else None, split(y, M) if last else None)
-            for m in ours_mods.values():
+            for m in mods.values():
                 m.zero_grad(set_to_none=True)
 
         torch_mods = _stages(mine, S)
@@ -119,10 +119,9 @@ def _worker(spec_path: str, out_path: str) -> int:
         sched = cls(stages[0] if len(stages) == 1 and case["torch"] in ("ScheduleGPipe", "Schedule1F1B") else stages,
                     n_microbatches=M, loss_fn=_loss)
 
-        def theirs():
-            args = (x,) if first else ()
-            sched.step(*args, target=y if last else None)
-            for m in torch_mods:
+        def theirs(sched=sched, mods=torch_mods, first=first, last=last):
+            sched.step(*((x,) if first else ()), target=y if last else None)
+            for m in mods:
                 m.zero_grad(set_to_none=True)
 
         t_theirs, t_ours = _timed([theirs, ours], spec["steps"], spec["warmup"])
