@@ -1,0 +1,320 @@
+"""Independent oracles the property, differential and metamorphic tests judge schedc by.
+
+Written from DESIGN.md alone; they share no code with schedc/lint.py, schedc/verify/ or
+schedc/simulate.py. `oracle_problems` says why a compute-level program is invalid (its happens-before
+graph of program order and data edges has a cycle, or counts and placement are wrong);
+`comms_oracle_problems` does the same for a program with explicit communication (FIFO pairing,
+payloads, a rendezvous pair as one node); `plain_run` polls every rank in turn and completes its
+current step when the semantics allows, computing channel positions itself.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict, deque
+
+import schedc
+from schedc.report import run_checks
+from schedc.verify.channels import Semantics
+
+from schedc.ir import Op, Program, format_step
+
+COMPUTE = (Op.F, Op.B, Op.I, Op.W)
+
+
+def oracle_problems(p: Program) -> list[str]:
+    """Why a compute-level program is invalid (empty list: valid). DESIGN.md, in a few lines."""
+    S, M = p.num_stages, p.num_microbatches
+    problems = []
+    where: dict[tuple[Op, int, int], list[tuple[int, int]]] = defaultdict(list)
+    for r, steps in enumerate(p.ranks):
+        for i, step in enumerate(steps):
+            for a in step.parts:
+                if a.op not in COMPUTE:
+                    problems.append(f"not compute: {format_step(a)}")
+                    continue
+                if not (0 <= a.stage < S and 0 <= a.microbatch < M):
+                    problems.append(f"index: {format_step(a)}")
+                    continue
+                if p.placement[a.stage] != r:
+                    problems.append(f"wrong rank: {format_step(a)} on {r}")
+                where[(a.op, a.stage, a.microbatch)].append((r, i))
+    if problems:
+        return problems
+    for s in range(S):
+        for m in range(M):
+            n = {op: len(where[(op, s, m)]) for op in COMPUTE}
+            if n[Op.F] != 1 or not ((n[Op.B], n[Op.I], n[Op.W]) in ((1, 0, 0), (0, 1, 1))):
+                problems.append(f"counts of ({s},{m}): {n}")
+    if problems:
+        return problems
+    # happens-before graph over steps: program order + data edges; valid iff acyclic
+    def producer(op, s, m):
+        (loc,) = where[(op, s, m)]
+        return loc
+
+    edges: dict[tuple[int, int], set] = defaultdict(set)
+    indeg: Counter = Counter()
+    all_nodes = [(r, i) for r, steps in enumerate(p.ranks) for i in range(len(steps))]
+    for r, steps in enumerate(p.ranks):
+        for i in range(len(steps) - 1):
+            edges[(r, i)].add((r, i + 1))
+    for r, steps in enumerate(p.ranks):
+        for i, step in enumerate(steps):
+            for a in step.parts:
+                s, m = a.stage, a.microbatch
+                if a.op is Op.F:
+                    need = [(Op.F, s - 1, m)] if s > 0 else []
+                elif a.op in (Op.B, Op.I):
+                    need = [(Op.F, s, m)]
+                    if s < S - 1:
+                        need.append((Op.I if where[(Op.I, s + 1, m)] else Op.B, s + 1, m))
+                else:
+                    need = [(Op.I, s, m)]
+                for d in need:
+                    edges[producer(*d)].add((r, i))  # a self-edge is a cycle: the step needs itself
+    for u, vs in edges.items():
+        for v in vs:
+            indeg[v] += 1
+    queue = deque(n for n in all_nodes if indeg[n] == 0)
+    seen = 0
+    while queue:
+        u = queue.popleft()
+        seen += 1
+        for v in edges.get(u, ()):
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                queue.append(v)
+    if seen != len(all_nodes):
+        problems.append("cycle: no order of the steps respects program order and data")
+    return problems
+
+
+def compute_only(steps) -> list:
+    return [st_ for st_ in steps if all(a.op in COMPUTE for a in st_.parts)]
+
+
+def comms_oracle_problems(p: Program, semantics: str = "rendezvous") -> list[str]:
+    """Why a comms-level program is unsound, by DESIGN.md's happens-before graph (independent of
+    schedc): values are local (computed or received earlier on the rank); messages pair FIFO per
+    ordered rank pair with equal payloads; program order + pairs (a rendezvous pair one node, an
+    eager pair an edge send -> receive) must be acyclic."""
+    S = p.num_stages
+    problems = oracle_problems(p.with_ranks([compute_only(x) for x in p.ranks]))
+    problems = [x for x in problems if not x.startswith("cycle")]  # the full graph decides order
+    sends, recvs = defaultdict(list), defaultdict(list)
+    for r, steps in enumerate(p.ranks):
+        have = set()
+        for i, step in enumerate(steps):
+            made = []
+            for a in step.parts:
+                s, m = a.stage, a.microbatch
+                if not (0 <= s < S and (m is None or 0 <= m < p.num_microbatches)):
+                    problems.append(f"index: {format_step(a)}")
+                    continue
+                if p.placement[s] != r:
+                    problems.append(f"wrong rank: {format_step(a)} on {r}")
+                    continue
+                need, value = [], None
+                if a.op is Op.F:
+                    need, value = ([("act", s - 1, m)] if s > 0 else []), ("act", s, m)
+                elif a.op in (Op.B, Op.I):
+                    need = [("act", s, m)] + ([("grad", s + 1, m)] if s < S - 1 else [])
+                    value = ("grad", s, m)
+                elif a.op is Op.W:
+                    need = [("grad", s, m)]
+                elif a.op in (Op.SEND_F, Op.SEND_B):
+                    kind, peer = ("act", s + 1) if a.op is Op.SEND_F else ("grad", s - 1)
+                    if not 0 <= peer < S or p.placement[peer] == r:
+                        problems.append(f"bad peer: {format_step(a)}")
+                        continue
+                    need = [(kind, s, m)]
+                    sends[(r, p.placement[peer])].append(((kind, s, m), (r, i)))
+                elif a.op in (Op.RECV_F, Op.RECV_B):
+                    kind, peer = ("act", s - 1) if a.op is Op.RECV_F else ("grad", s + 1)
+                    if not 0 <= peer < S or p.placement[peer] == r:
+                        problems.append(f"bad peer: {format_step(a)}")
+                        continue
+                    value = (kind, peer, m)
+                    recvs[(p.placement[peer], r)].append(((kind, peer, m), (r, i)))
+                else:
+                    problems.append(f"unexpected op: {format_step(a)}")
+                for v in need:
+                    if v not in have:
+                        problems.append(f"{format_step(a)} on rank {r} lacks {v}")
+                if value is not None:
+                    made.append(value)
+            have.update(made)
+    pairs = []
+    for ch in set(sends) | set(recvs):
+        a, b = sends.get(ch, []), recvs.get(ch, [])
+        if len(a) != len(b):
+            problems.append(f"channel {ch}: {len(a)} sends, {len(b)} receives")
+        for (va, at_a), (vb, at_b) in zip(a, b):
+            if va != vb:
+                problems.append(f"channel {ch}: {va} meets {vb}")
+            pairs.append((at_a, at_b))
+    if problems:
+        return problems
+    # happens-before graph over steps; a rendezvous pair is one node
+    parent = {}
+
+    def find(x):
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    edges = set()
+    for r, steps in enumerate(p.ranks):
+        for i in range(len(steps)):
+            find((r, i))
+    if semantics == "rendezvous":
+        for x, y in pairs:
+            parent[find(x)] = find(y)
+    else:
+        edges.update(pairs)
+    for r, steps in enumerate(p.ranks):
+        edges.update(((r, i), (r, i + 1)) for i in range(len(steps) - 1))
+    graph, indeg = defaultdict(set), Counter()
+    for x, y in edges:
+        x, y = find(x), find(y)
+        if y not in graph[x]:
+            graph[x].add(y)
+            indeg[y] += 1
+    nodes = {find(x) for x in list(parent)}
+    queue = deque(n for n in nodes if indeg[n] == 0)
+    seen = 0
+    while queue:
+        u = queue.popleft()
+        seen += 1
+        for v in graph[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                queue.append(v)
+    return [] if seen == len(nodes) else [f"cycle in the happens-before graph under {semantics}"]
+
+
+def _peer_rank(program, a):
+    delta = {Op.SEND_F: 1, Op.RECV_F: -1, Op.SEND_B: -1, Op.RECV_B: 1}[a.op]
+    return program.placement[a.stage + delta]
+
+
+def plain_run(program, semantics: str):
+    """Returns the final program counters; finished iff each equals its rank's length."""
+    buffer = {"rendezvous": 0, "eager": None}.get(semantics)
+    if buffer is None and semantics != "eager":
+        buffer = int(semantics.split(":")[1])
+    R, S = program.num_ranks, program.num_stages
+    # position of the k-th send / receive on each (src, dst) channel, counted here from scratch
+    send_pos, recv_pos, index = {}, {}, {}
+    for r, steps in enumerate(program.ranks):
+        for i, st_ in enumerate(steps):
+            for a in st_.parts:
+                if a.op in (Op.SEND_F, Op.SEND_B):
+                    ch = (r, _peer_rank(program, a))
+                    index[(r, i, a)] = len(send_pos.setdefault(ch, []))
+                    send_pos[ch].append(i)
+                elif a.op in (Op.RECV_F, Op.RECV_B):
+                    ch = (_peer_rank(program, a), r)
+                    index[(r, i, a)] = len(recv_pos.setdefault(ch, []))
+                    recv_pos[ch].append(i)
+    pc = [0] * R
+    have = [set() for _ in range(R)]
+    made = set()
+    explicit = program.level == "comms"
+
+    def inputs(a):
+        s, m = a.stage, a.microbatch
+        if a.op is Op.F:
+            return [("F", s - 1, m)] if s > 0 else []
+        if a.op in (Op.B, Op.I):
+            return [("F", s, m)] + ([("G", s + 1, m)] if s < S - 1 else [])
+        if a.op is Op.W:
+            return [("G", s, m)]
+        if a.op is Op.SEND_F:
+            return [("F", s, m)]
+        if a.op is Op.SEND_B:
+            return [("G", s, m)]
+        return []
+
+    def can(r, i):
+        for a in program.ranks[r][i].parts:
+            pool = have[r] if explicit else made
+            if any(v not in pool and v not in have[r] for v in inputs(a)):
+                return False
+            if a.op in (Op.SEND_F, Op.SEND_B):
+                ch = (r, _peer_rank(program, a))
+                k = index[(r, i, a)] - (buffer or 0)
+                if semantics != "eager" and k >= 0:
+                    posts = recv_pos.get(ch, [])
+                    if k >= len(posts) or pc[ch[1]] < posts[k]:
+                        return False
+            if a.op in (Op.RECV_F, Op.RECV_B):
+                ch = (_peer_rank(program, a), r)
+                posts = send_pos.get(ch, [])
+                k = index[(r, i, a)]
+                if k >= len(posts) or pc[ch[0]] < posts[k]:
+                    return False
+        return True
+
+    progress = True
+    while progress:
+        progress = False
+        for r in range(R):
+            if pc[r] < len(program.ranks[r]) and can(r, pc[r]):
+                for a in program.ranks[r][pc[r]].parts:
+                    if a.op is Op.F:
+                        v = ("F", a.stage, a.microbatch)
+                    elif a.op in (Op.B, Op.I):
+                        v = ("G", a.stage, a.microbatch)
+                    elif a.op is Op.RECV_F:
+                        v = ("F", a.stage - 1, a.microbatch)
+                    elif a.op is Op.RECV_B:
+                        v = ("G", a.stage + 1, a.microbatch)
+                    else:
+                        continue
+                    have[r].add(v)
+                    made.add(v)
+                pc[r] += 1
+                progress = True
+    return pc
+
+
+def same_rank_inversion(program: Program) -> bool:
+    """A comms-level program in which some step needs a value that a later step of its own rank
+    computes (F(s+1,m) before F(s,m) with both stages on one rank, say). Such a program can never
+    finish. schedc.verify.fast's comms-level path does not look for it and clears the program (see
+    test_differential.py::test_fast_path_rejects_a_same_rank_inversion_at_the_comms_level); the
+    tests that compare `schedc.check` with the oracles ask the detailed checks for these programs
+    until that is fixed."""
+    if program.level != "comms":
+        return False
+    S = program.num_stages
+    for steps in program.ranks:
+        made = {}
+        for i, step in enumerate(steps):
+            for a in step.parts:
+                if a.op is Op.F:
+                    made.setdefault(("act", a.stage, a.microbatch), i)
+                elif a.op in (Op.B, Op.I):
+                    made.setdefault(("grad", a.stage, a.microbatch), i)
+        for i, step in enumerate(steps):
+            for a in step.parts:
+                s, m = a.stage, a.microbatch
+                if a.op is Op.F and s > 0:
+                    need = [("act", s - 1, m)]
+                elif a.op in (Op.B, Op.I):
+                    need = [("act", s, m)] + ([("grad", s + 1, m)] if s < S - 1 else [])
+                else:
+                    continue
+                if any(made.get(v, -1) >= i for v in need):
+                    return True
+    return False
+
+
+def check(program: Program, semantics: str = "rendezvous"):
+    """`schedc.check`, except for the one class of programs its fast path is known to clear wrongly
+    (`same_rank_inversion`): those get the detailed checks, which the oracles judge."""
+    if same_rank_inversion(program):
+        return run_checks(program, semantics=Semantics.parse(semantics), fast=False)
+    return schedc.check(program, semantics=semantics)
