@@ -1,6 +1,7 @@
 """Fuzzing schedc's inputs: nothing a user can write may escape as anything but a SchedcError.
 
-(a) source texts generated from grammar/schedc.lark itself (hypothesis.extra.lark.from_lark);
+(a) source texts generated from grammar/schedc.lark itself (schedc.strategies.sources, built on
+    hypothesis.extra.lark.from_lark);
 (b) mutated built-in .pp files, mutated PyTorch CSV texts and mutated IR JSON;
 (c) the CLI on such files: exit code 0/1/2 only (never 4, an internal error), no traceback, and
     the code agrees with what the API says about the same file.
@@ -22,7 +23,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from hypothesis.extra.lark import from_lark, get_terminal_names
 
 import schedc
 from schedc.api import load_text
@@ -34,6 +34,7 @@ from schedc.ir import Compound, CompoundKind
 from schedc.parse import parse, parser
 from schedc.passes import lower
 from schedc.resources import builtin_schedules
+from schedc.strategies import sources
 
 FUZZ = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
@@ -157,60 +158,6 @@ def outcome(text: str, name: str, fmt: str = "pp", *, exact_quote: bool = False)
 # ---------------------------------------------------------------------------------------------
 GRAMMAR = parser()
 KEYWORDS = {t.pattern.value for t in GRAMMAR.terminals if t.pattern.type == "str" and t.pattern.value.isalpha()}
-# tokens need a separator (`schedule` `1f1b`, `rank` `r`): every terminal is followed by one blank,
-# and lark's %ignore'd WS / COMMENT are drawn between symbols (a comment ends its line)
-_SEPARATED = {t.name: st.just(t.pattern.value + " ") for t in GRAMMAR.terminals if t.pattern.type == "str"}
-
-
-def _sep(strategy):
-    return strategy.map(lambda s: s + " ")
-
-
-def _raw(name):
-    pattern = GRAMMAR.get_terminal(name).pattern.to_regexp()
-    return st.from_regex(pattern, fullmatch=True)
-
-
-NAMES = ["r", "m", "i", "k", "v", "x", "P", "M", "V", "warm", "F", "B", "I", "W", "SEND_F", "RECV_F",
-         "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD", "group", "overlap", "min", "max", "abs",
-         "act", "weight", "limit", "speed", "latency", "bandwidth", "Q"]
-OPS = ["F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD"]
-compact = st.builds(lambda s, op, m: f"{s}{op}{'' if op in ('UNSHARD', 'RESHARD', 'REDUCE_GRAD') else m}",
-                    st.integers(0, 4), st.sampled_from(OPS), st.integers(0, 5))
-compound = st.builds(lambda parts, kind: "(" + ";".join(parts) + ")" + kind,
-                     st.lists(compact, min_size=1, max_size=3),
-                     st.sampled_from(["OVERLAP_F_B", "GROUP", "OVERLAP_F_B", "GROUP", "FOO"]))
-
-PLAIN = {
-    **_SEPARATED,
-    "NAME": _sep(st.sampled_from(NAMES)),
-    "SCHED_NAME": _sep(st.sampled_from(["s", "1f1b", "my-sched", "x_2"])),
-    "INT": _sep(st.one_of(st.integers(0, 9).map(str), st.sampled_from(["12", "64", "4611686018427387904"]))),
-    "DECIMAL": _sep(st.sampled_from(["0.5", "1.0", "2.25", "10.0"])),
-    "STRING": _sep(st.sampled_from(['"M must be at least P"', '""', '"x \\"quoted\\" y"', '"\\u00e9t\\u00e9"'])),
-    "COMPACT": _sep(st.one_of(compact, _raw("COMPACT"))),
-    "COMPOUND_TEXT": _sep(st.one_of(compound, _raw("COMPOUND_TEXT"))),
-    "WS": st.sampled_from([" ", "\n", "\t", "\r\n", "  \n  "]),
-    "COMMENT": st.sampled_from(["# note\n", "#\n", "# { not code }\n"]),
-}
-# every terminal at its full regular expression (strings with any escapes, any names, any ints)
-RAW = {
-    **_SEPARATED,
-    **{name: _sep(_raw(name)) for name in ("NAME", "SCHED_NAME", "INT", "DECIMAL", "STRING", "COMPACT",
-                                            "COMPOUND_TEXT")},
-    "WS": _raw("WS"),
-    "COMMENT": _raw("COMMENT").map(lambda s: s + "\n"),
-}
-ASCII = st.characters(min_codepoint=1, max_codepoint=126)
-
-
-def lark_from(start: str, explicit: dict):
-    """from_lark for one rule of our grammar, with the explicit terminals that rule uses."""
-    terminals, rules, ignore = GRAMMAR.grammar.compile([start], ())
-    used = get_terminal_names(terminals, rules, ignore)
-    return from_lark(GRAMMAR, start=start, explicit={k: v for k, v in explicit.items() if k in used})
-
-
 SCAFFOLD = """schedule g(P = {P}, M = {M}, V = {V}) {{
   stages V * P
   place loop
@@ -220,7 +167,7 @@ SCAFFOLD = """schedule g(P = {P}, M = {M}, V = {V}) {{
 
 
 @settings(FUZZ, max_examples=40)
-@given(from_lark(GRAMMAR, explicit=PLAIN))
+@given(sources())
 def test_grammar_texts_parse_and_load_or_fail_cleanly(text):
     # the generator follows the grammar, so the parser must accept every text...
     try:
@@ -232,7 +179,7 @@ def test_grammar_texts_parse_and_load_or_fail_cleanly(text):
 
 
 @settings(FUZZ, max_examples=45)
-@given(lark_from("block", PLAIN), st.integers(1, 3), st.integers(1, 3), st.integers(1, 2))
+@given(sources(start="block"), st.integers(1, 3), st.integers(1, 3), st.integers(1, 2))
 def test_generated_rank_bodies_compile_and_check_or_fail_cleanly(body, P, M, V):
     """A rank body from the grammar inside a fixed header, so that most texts get to compile."""
     text = SCAFFOLD.format(P=P, M=M, V=V, body=body)
@@ -243,7 +190,7 @@ def test_generated_rank_bodies_compile_and_check_or_fail_cleanly(body, P, M, V):
 
 
 @settings(FUZZ, max_examples=20)
-@given(from_lark(GRAMMAR, explicit=RAW, alphabet=ASCII))
+@given(sources(literals="any"))
 def test_grammar_texts_with_any_literals_fail_cleanly(text):
     outcome(text, "raw.pp")
 
@@ -615,3 +562,4 @@ def test_cli_options_fail_cleanly(command, target, options, data):
         assert "Traceback" not in err and "internal error" not in err, (argv, err)
         if code == 3:  # "the solver gave up" only comes from the solver
             assert "z3" in argv, argv
+

@@ -1,18 +1,17 @@
 """Property-based tests of schedc's core: valid-by-construction programs and their mutations.
 
-A test-local Hypothesis strategy builds random *valid* compute-level programs: R ranks, V chunks
-per rank, S = R*V stages placed `s % R`, M microbatches, each stage with a fused or a split
+`schedc.strategies.programs` builds random *valid* compute-level programs: R ranks, V chunks per
+rank placed `s % R` or 2R stages in a V, M microbatches, each stage with a fused or a split
 backward; every rank's list comes from one random topological order of the dependency DAG of
 DESIGN.md ("Data dependencies"), so the program is valid by construction (no filtering). Such
 programs must check ok, survive every text/CSV/JSON round trip, and lower to a comms-level program
-that checks ok. Mutations of them are judged against an oracle written here, independently of
-schedc's own checker. Every built-in schedule is compiled at several (P, M, V).
+that checks ok. Mutations of them are judged against the independent oracles of tests/oracles.py,
+not schedc's own checker. Every built-in schedule is compiled at several (P, M, V).
 """
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict, deque
-from dataclasses import replace
+from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,159 +23,25 @@ from schedc.compiler import compile_schedule
 from schedc.errors import SchedcError
 from schedc.interop.ir_json import dumps_ir, read_ir_json
 from schedc.interop.torch_csv import read_torch_csv, to_torch_csv
-from schedc.ir import Action, Compound, CompoundKind, Op, Program, StageMemory, format_step, parse_step
+from schedc.ir import Action, Op, Program, format_step, parse_step
 from schedc.parse import parse
 from schedc.passes import lower
 from schedc.resources import builtin_schedules
+from schedc.strategies import programs
 from schedc.verify.execute import Semantics, execute
 
+from oracles import compute_only, comms_oracle_problems, oracle_problems
+
 FAST = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-COMPUTE = (Op.F, Op.B, Op.I, Op.W)
 
 
-# ---------------------------------------------------------------------------------------------
-# The strategy: valid compute-level programs, by construction.
-# ---------------------------------------------------------------------------------------------
-def _deps(op: Op, s: int, m: int, S: int, split: tuple[bool, ...]) -> list[tuple[Op, int, int]]:
-    """DESIGN.md's data dependencies, written out here (not taken from schedc.deps)."""
-    if op is Op.F:
-        return [(Op.F, s - 1, m)] if s > 0 else []
-    if op in (Op.B, Op.I):
-        out = [(Op.F, s, m)]
-        if s < S - 1:
-            out.append((Op.I if split[s + 1] else Op.B, s + 1, m))
-        return out
-    assert op is Op.W
-    return [(Op.I, s, m)]
-
-
-@st.composite
-def valid_programs(draw, max_ranks: int = 4, max_chunks: int = 2, max_mb: int = 6,
-                   overlap: bool = True) -> Program:
-    R = draw(st.integers(1, max_ranks), label="ranks")
-    V = draw(st.integers(1, max_chunks), label="chunks")
-    M = draw(st.integers(1, max_mb), label="microbatches")
-    S = R * V
-    placement = tuple(s % R for s in range(S))
-    split = tuple(draw(st.lists(st.booleans(), min_size=S, max_size=S), label="split backward"))
-    use_overlap = overlap and draw(st.booleans(), label="overlap pairs")
-
-    nodes = []
-    for s in range(S):
-        for m in range(M):
-            nodes.append((Op.F, s, m))
-            nodes.extend([(Op.I, s, m), (Op.W, s, m)] if split[s] else [(Op.B, s, m)])
-    waiting = {n: set(_deps(*n, S, split)) for n in nodes}
-    users = defaultdict(list)
-    for n, ds in waiting.items():
-        for d in ds:
-            users[d].append(n)
-    ready = sorted(n for n, ds in waiting.items() if not ds)
-    ranks: list[list] = [[] for _ in range(R)]
-
-    def finish(n):
-        for u in users[n]:
-            waiting[u].discard(n)
-            if not waiting[u]:
-                ready.append(u)
-        ready.sort()
-
-    while ready:
-        n = ready.pop(draw(st.integers(0, len(ready) - 1)))
-        op, s, m = n
-        partner = None
-        if use_overlap and op is Op.F:
-            # an F and a B that are ready together on the same rank may run as one OVERLAP_F_B
-            candidates = [x for x in ready if x[0] is Op.B and placement[x[1]] == placement[s]]
-            if candidates and draw(st.integers(0, 3)) == 0:
-                partner = candidates[draw(st.integers(0, len(candidates) - 1))]
-                ready.remove(partner)
-        if partner is None:
-            ranks[placement[s]].append(Action(op, s, m))
-            finish(n)
-        else:
-            ranks[placement[s]].append(Compound(CompoundKind.OVERLAP_F_B,
-                                                (Action(op, s, m), Action(*partner))))
-            finish(n)
-            finish(partner)
-    assert all(not ds for ds in waiting.values())
-    return Program(name="prop", num_ranks=R, num_stages=S, num_microbatches=M, placement=placement,
-                   ranks=tuple(tuple(r) for r in ranks))
-
-
-# ---------------------------------------------------------------------------------------------
-# An oracle for compute-level programs, independent of schedc.lint / schedc.verify.
-# ---------------------------------------------------------------------------------------------
-def oracle_problems(p: Program) -> list[str]:
-    """Why a compute-level program is invalid (empty list: valid). DESIGN.md, in a few lines."""
-    S, M = p.num_stages, p.num_microbatches
-    problems = []
-    where: dict[tuple[Op, int, int], list[tuple[int, int]]] = defaultdict(list)
-    for r, steps in enumerate(p.ranks):
-        for i, step in enumerate(steps):
-            for a in step.parts:
-                if a.op not in COMPUTE:
-                    problems.append(f"not compute: {format_step(a)}")
-                    continue
-                if not (0 <= a.stage < S and 0 <= a.microbatch < M):
-                    problems.append(f"index: {format_step(a)}")
-                    continue
-                if p.placement[a.stage] != r:
-                    problems.append(f"wrong rank: {format_step(a)} on {r}")
-                where[(a.op, a.stage, a.microbatch)].append((r, i))
-    if problems:
-        return problems
-    for s in range(S):
-        for m in range(M):
-            n = {op: len(where[(op, s, m)]) for op in COMPUTE}
-            if n[Op.F] != 1 or not ((n[Op.B], n[Op.I], n[Op.W]) in ((1, 0, 0), (0, 1, 1))):
-                problems.append(f"counts of ({s},{m}): {n}")
-    if problems:
-        return problems
-    # happens-before graph over steps: program order + data edges; valid iff acyclic
-    def producer(op, s, m):
-        (loc,) = where[(op, s, m)]
-        return loc
-
-    edges: dict[tuple[int, int], set] = defaultdict(set)
-    indeg: Counter = Counter()
-    all_nodes = [(r, i) for r, steps in enumerate(p.ranks) for i in range(len(steps))]
-    for r, steps in enumerate(p.ranks):
-        for i in range(len(steps) - 1):
-            edges[(r, i)].add((r, i + 1))
-    for r, steps in enumerate(p.ranks):
-        for i, step in enumerate(steps):
-            for a in step.parts:
-                s, m = a.stage, a.microbatch
-                if a.op is Op.F:
-                    need = [(Op.F, s - 1, m)] if s > 0 else []
-                elif a.op in (Op.B, Op.I):
-                    need = [(Op.F, s, m)]
-                    if s < S - 1:
-                        need.append((Op.I if where[(Op.I, s + 1, m)] else Op.B, s + 1, m))
-                else:
-                    need = [(Op.I, s, m)]
-                for d in need:
-                    edges[producer(*d)].add((r, i))  # a self-edge is a cycle: the step needs itself
-    for u, vs in edges.items():
-        for v in vs:
-            indeg[v] += 1
-    queue = deque(n for n in all_nodes if indeg[n] == 0)
-    seen = 0
-    while queue:
-        u = queue.popleft()
-        seen += 1
-        for v in edges.get(u, ()):
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                queue.append(v)
-    if seen != len(all_nodes):
-        problems.append("cycle: no order of the steps respects program order and data")
-    return problems
-
-
-def compute_only(steps) -> list:
-    return [st_ for st_ in steps if all(a.op in COMPUTE for a in st_.parts)]
+PROGRAMS = programs(overlap=True, placements=("loop", "vshape"))
+SMALL = programs(max_ranks=3, max_microbatches=4, overlap=True, placements=("loop", "vshape"))
+# Mutated comms-level programs keep to `place loop`, where no two adjacent stages share a rank: the
+# fast path of `schedc check` misses a same-rank inversion at the comms level (see
+# tests/oracles.py, same_rank_inversion); test_differential.py covers the other placements.
+LOOP = programs(overlap=True, placements=("loop",))
+SMALL_LOOP = programs(max_ranks=3, max_microbatches=4, overlap=True, placements=("loop",))
 
 
 def codes(report) -> list[str]:
@@ -187,7 +52,7 @@ def codes(report) -> list[str]:
 # Valid programs
 # ---------------------------------------------------------------------------------------------
 @FAST
-@given(valid_programs())
+@given(PROGRAMS)
 def test_valid_programs_check_ok(p):
     assert oracle_problems(p) == []  # the strategy and the oracle agree
     report = schedc.check(p)
@@ -198,7 +63,7 @@ def test_valid_programs_check_ok(p):
 
 
 @FAST
-@given(valid_programs())
+@given(PROGRAMS)
 def test_compact_text_round_trips(p):
     rebuilt = []
     for steps in p.ranks:
@@ -214,7 +79,7 @@ def test_compact_text_round_trips(p):
 
 
 @FAST
-@given(valid_programs())
+@given(PROGRAMS)
 def test_torch_csv_compute_round_trips(p):
     text = to_torch_csv(p, "compute").dumps()
     csv = read_torch_csv(text, "prop.csv")
@@ -229,7 +94,7 @@ def test_torch_csv_compute_round_trips(p):
 
 
 @FAST
-@given(valid_programs())
+@given(PROGRAMS)
 def test_torch_csv_comms_round_trips(p):
     lowered = lower(p)
     text = to_torch_csv(p, "comms").dumps()
@@ -242,7 +107,7 @@ def test_torch_csv_comms_round_trips(p):
 
 
 @FAST
-@given(valid_programs())
+@given(PROGRAMS)
 def test_ir_json_round_trips(p):
     text = dumps_ir(p)
     back = read_ir_json(text, "prop.json")
@@ -253,7 +118,7 @@ def test_ir_json_round_trips(p):
 
 
 @FAST
-@given(valid_programs())
+@given(PROGRAMS)
 def test_lowering_checks_ok_and_keeps_compute_order(p):
     lowered = lower(p)
     if p.num_ranks > 1:  # stages 0 and 1 sit on ranks 0 and 1: something crosses
@@ -278,7 +143,7 @@ def test_lowering_checks_ok_and_keeps_compute_order(p):
 
 
 @FAST
-@given(valid_programs())
+@given(PROGRAMS)
 def test_execute_finishes(p):
     lowered = lower(p)
     for sem in ("rendezvous", "eager", "bounded:1", "bounded:3"):
@@ -292,7 +157,7 @@ def test_execute_finishes(p):
 
 
 @FAST
-@given(valid_programs(max_ranks=3, max_mb=4))
+@given(SMALL)
 def test_literal_form_compiles_to_same_program(p):
     """A program pasted in the literal form (`rank 0: 0F0 ...`) compiles back to itself."""
     lines = [f"schedule pasted {{", f"  stages {p.num_stages}", f"  microbatches {p.num_microbatches}",
@@ -315,7 +180,7 @@ def _ranks_list(p):
 
 
 @FAST
-@given(valid_programs(), st.data())
+@given(PROGRAMS, st.data())
 def test_swapping_adjacent_steps_is_judged_like_the_oracle(p, data):
     candidates = [r for r, steps in enumerate(p.ranks) if len(steps) >= 2]
     r = data.draw(st.sampled_from(candidates), label="rank")
@@ -341,7 +206,7 @@ def test_swapping_adjacent_steps_is_judged_like_the_oracle(p, data):
 
 
 @FAST
-@given(valid_programs(), st.data())
+@given(PROGRAMS, st.data())
 def test_dropping_a_step_is_never_ok(p, data):
     r = data.draw(st.sampled_from([r for r, steps in enumerate(p.ranks) if steps]), label="rank")
     i = data.draw(st.integers(0, len(p.ranks[r]) - 1), label="index")
@@ -357,7 +222,7 @@ def test_dropping_a_step_is_never_ok(p, data):
 
 
 @FAST
-@given(valid_programs(), st.data())
+@given(PROGRAMS, st.data())
 def test_duplicating_a_step_is_never_ok(p, data):
     r = data.draw(st.sampled_from([r for r, steps in enumerate(p.ranks) if steps]), label="rank")
     i = data.draw(st.integers(0, len(p.ranks[r]) - 1), label="index")
@@ -374,7 +239,7 @@ def test_duplicating_a_step_is_never_ok(p, data):
 
 
 @FAST
-@given(valid_programs(), st.data())
+@given(PROGRAMS, st.data())
 def test_moving_a_step_to_another_rank_is_never_ok(p, data):
     r = data.draw(st.sampled_from([r for r, steps in enumerate(p.ranks) if steps]), label="rank")
     others = [x for x in range(p.num_ranks) if x != r]
@@ -395,7 +260,7 @@ def test_moving_a_step_to_another_rank_is_never_ok(p, data):
 
 
 @FAST
-@given(valid_programs(), st.data())
+@given(PROGRAMS, st.data())
 def test_reordering_a_rank_is_judged_like_the_oracle(p, data):
     """Any permutation of one rank's list: ok exactly when the oracle finds an order."""
     r = data.draw(st.sampled_from(range(p.num_ranks)), label="rank")
@@ -410,107 +275,8 @@ def test_reordering_a_rank_is_judged_like_the_oracle(p, data):
         assert report.deadlock is not None or "order" in codes(report), report.render()
 
 
-def comms_oracle_problems(p: Program, semantics: str = "rendezvous") -> list[str]:
-    """Why a comms-level program is unsound, by DESIGN.md's happens-before graph (independent of
-    schedc): values are local (computed or received earlier on the rank); messages pair FIFO per
-    ordered rank pair with equal payloads; program order + pairs (a rendezvous pair one node, an
-    eager pair an edge send -> receive) must be acyclic."""
-    S = p.num_stages
-    problems = oracle_problems(p.with_ranks([compute_only(x) for x in p.ranks]))
-    problems = [x for x in problems if not x.startswith("cycle")]  # the full graph decides order
-    sends, recvs = defaultdict(list), defaultdict(list)
-    for r, steps in enumerate(p.ranks):
-        have = set()
-        for i, step in enumerate(steps):
-            made = []
-            for a in step.parts:
-                s, m = a.stage, a.microbatch
-                if p.placement[s] != r:
-                    problems.append(f"wrong rank: {format_step(a)} on {r}")
-                    continue
-                need, value = [], None
-                if a.op is Op.F:
-                    need, value = ([("act", s - 1, m)] if s > 0 else []), ("act", s, m)
-                elif a.op in (Op.B, Op.I):
-                    need = [("act", s, m)] + ([("grad", s + 1, m)] if s < S - 1 else [])
-                    value = ("grad", s, m)
-                elif a.op is Op.W:
-                    need = [("grad", s, m)]
-                elif a.op in (Op.SEND_F, Op.SEND_B):
-                    kind, peer = ("act", s + 1) if a.op is Op.SEND_F else ("grad", s - 1)
-                    if not 0 <= peer < S or p.placement[peer] == r:
-                        problems.append(f"bad peer: {format_step(a)}")
-                        continue
-                    need = [(kind, s, m)]
-                    sends[(r, p.placement[peer])].append(((kind, s, m), (r, i)))
-                elif a.op in (Op.RECV_F, Op.RECV_B):
-                    kind, peer = ("act", s - 1) if a.op is Op.RECV_F else ("grad", s + 1)
-                    if not 0 <= peer < S or p.placement[peer] == r:
-                        problems.append(f"bad peer: {format_step(a)}")
-                        continue
-                    value = (kind, peer, m)
-                    recvs[(p.placement[peer], r)].append(((kind, peer, m), (r, i)))
-                else:
-                    problems.append(f"unexpected op: {format_step(a)}")
-                for v in need:
-                    if v not in have:
-                        problems.append(f"{format_step(a)} on rank {r} lacks {v}")
-                if value is not None:
-                    made.append(value)
-            have.update(made)
-    pairs = []
-    for ch in set(sends) | set(recvs):
-        a, b = sends.get(ch, []), recvs.get(ch, [])
-        if len(a) != len(b):
-            problems.append(f"channel {ch}: {len(a)} sends, {len(b)} receives")
-        for (va, at_a), (vb, at_b) in zip(a, b):
-            if va != vb:
-                problems.append(f"channel {ch}: {va} meets {vb}")
-            pairs.append((at_a, at_b))
-    if problems:
-        return problems
-    # happens-before graph over steps; a rendezvous pair is one node
-    parent = {}
-
-    def find(x):
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    edges = set()
-    for r, steps in enumerate(p.ranks):
-        for i in range(len(steps)):
-            find((r, i))
-    if semantics == "rendezvous":
-        for x, y in pairs:
-            parent[find(x)] = find(y)
-    else:
-        edges.update(pairs)
-    for r, steps in enumerate(p.ranks):
-        edges.update(((r, i), (r, i + 1)) for i in range(len(steps) - 1))
-    graph, indeg = defaultdict(set), Counter()
-    for x, y in edges:
-        x, y = find(x), find(y)
-        if y not in graph[x]:
-            graph[x].add(y)
-            indeg[y] += 1
-    nodes = {find(x) for x in list(parent)}
-    queue = deque(n for n in nodes if indeg[n] == 0)
-    seen = 0
-    while queue:
-        u = queue.popleft()
-        seen += 1
-        for v in graph[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                queue.append(v)
-    return [] if seen == len(nodes) else [f"cycle in the happens-before graph under {semantics}"]
-
-
 @FAST
-@given(valid_programs())
+@given(PROGRAMS)
 def test_lowered_programs_satisfy_the_comms_oracle(p):
     low = lower(p)
     assert comms_oracle_problems(low, "rendezvous") == []
@@ -518,7 +284,7 @@ def test_lowered_programs_satisfy_the_comms_oracle(p):
 
 
 @FAST
-@given(valid_programs(), st.data())
+@given(LOOP, st.data())
 def test_mutated_lowered_programs_are_judged_like_the_oracle(p, data):
     """Move/drop/duplicate a step of a comms-level program: check never raises; it says ok exactly
     when the happens-before oracle does (both under rendezvous and eager sends)."""
@@ -568,7 +334,7 @@ Z3 = settings(FAST, max_examples=25)
 
 
 @Z3
-@given(valid_programs(max_ranks=3, max_mb=4), st.booleans(), st.sampled_from(["rendezvous", "eager", "bounded:1"]),
+@given(SMALL_LOOP, st.booleans(), st.sampled_from(["rendezvous", "eager", "bounded:1"]),
        st.data())
 def test_z3_engine_agrees_with_the_native_executor(p, lowered, sem, data):
     q = _mutate(lower(p) if lowered else p, data)
@@ -597,18 +363,8 @@ def test_engines_see_a_forward_before_its_input_on_the_same_rank(engine):
     assert report.deadlock is not None or "order" in codes(report)
 
 
-@st.composite
-def with_memory(draw, p: Program) -> Program:
-    sizes = []
-    for _ in range(p.num_stages):
-        act = draw(st.integers(1, 3))
-        sizes.append(StageMemory(act=float(act), weight=float(draw(st.integers(0, act))),
-                                 out=float(draw(st.integers(0, 2)))))
-    return replace(p, annotations=replace(p.annotations, stage_memory=tuple(sizes)))
-
-
 @FAST
-@given(valid_programs(max_ranks=3, max_mb=4).flatmap(with_memory))
+@given(programs(max_ranks=3, max_microbatches=4, overlap=True, placements=("loop", "vshape"), memory=True))
 def test_memory_grows_with_buffering_and_limits_bite_at_the_peak(p):
     low = lower(p)
     peaks = {}
