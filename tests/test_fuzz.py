@@ -563,3 +563,44 @@ def test_cli_options_fail_cleanly(command, target, options, data):
         if code == 3:  # "the solver gave up" only comes from the solver
             assert "z3" in argv, argv
 
+
+# ---------------------------------------------------------------------------------------------
+# bench/fuzz.py: the long-running fuzzer, run small here
+# ---------------------------------------------------------------------------------------------
+def _bench_fuzz():
+    import importlib.util
+    path = Path(__file__).resolve().parent.parent / "bench" / "fuzz.py"
+    spec = importlib.util.spec_from_file_location("schedc_bench_fuzz", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_fuzz_runs_clean_and_reports(tmp_path, capsys):
+    fuzz = _bench_fuzz()
+    code = fuzz.main(["--examples", "300", "--seeds", "8", "--json", "--crashes", str(tmp_path)])
+    out = capsys.readouterr().out
+    report = json.loads(out.strip().splitlines()[-1])
+    assert code == 0 and report["crashes"] == 0, out
+    assert report["inputs"] == 300 and sum(report["per_target"].values()) == 300
+    assert set(report["per_target"]) == {"parse", "pp", "csv", "cli"}
+    assert report["inputs_per_second"] > 0
+    assert out.startswith("schedc fuzz (random): 300 inputs in ")
+
+
+def test_bench_fuzz_counts_what_is_not_a_located_schedc_error(tmp_path, monkeypatch):
+    fuzz = _bench_fuzz()
+    fz = fuzz.Fuzzer({"pp": ["schedule a {}"], "csv": ["0F0\r\n"]}, tmp_path, 0)
+    fz.one("parse", "schedule a {")  # a syntax error with its location: fine
+    assert fz.crash_count == 0
+
+    def boom(text):
+        raise KeyError("stage")
+    monkeypatch.setattr(fuzz, "run_parse", boom)
+    fz.one("parse", "schedule a {")
+    unlocated = SchedcError("csv", "no location")
+    monkeypatch.setattr(fuzz, "run_pp", lambda text: fuzz._located(unlocated, "fuzz.pp"))
+    fz.one("pp", "x")
+    assert fz.crash_count == 2 and len(fz.crashes) == 2
+    assert any("KeyError" in sig for sig in fz.crashes)
+    assert len(list(tmp_path.glob("*.input"))) == 2 and len(list(tmp_path.glob("*.txt"))) == 2
