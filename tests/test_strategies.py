@@ -4,7 +4,8 @@ The docstring examples run; every option is validated when a strategy is made; g
 are valid by the independent oracles of tests/oracles.py and honour their options; they shrink to
 the fewest ranks and microbatches; every mutation is rejected by schedc and by the oracles; the
 assertions fail with schedc's report; and a ten-line test file finds a deliberately broken pass and
-shrinks it to a two-rank, one-microbatch counterexample.
+shrinks it to a two-rank, one-microbatch counterexample. examples/test_my_schedule.py (the README's
+example) runs here too.
 """
 from __future__ import annotations
 
@@ -351,6 +352,17 @@ def test_a_ten_line_test_finds_a_broken_pass_and_shrinks_it(tmp_path):
     assert "  rank 0: 0RECV_B0 0F0 0SEND_F0 0B0\n  rank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n" in report
     assert "error[deadlock]" in report
     assert "step    0" in report and "rank 0  [0RECV_B0]" in report  # the grid, blocked steps marked
+
+
+def test_the_readme_example_file_runs_and_is_the_one_in_the_readme():
+    path = ROOT / "examples" / "test_my_schedule.py"
+    text = path.read_text(encoding="utf-8")
+    assert text.strip() in (ROOT / "README.md").read_text(encoding="utf-8")
+    example = _import(path, "test_my_schedule")
+    tests = [getattr(example, n) for n in dir(example) if n.startswith("test_")]
+    assert len(tests) >= 3
+    for test in tests:
+        test()
 
 
 def _tiny_stages(stage_ids, num_stages):
