@@ -129,7 +129,7 @@ COUNTED = {"n": 0, "finishes": 0, "stuck": 0}
 def test_fast_path_rejects_a_same_rank_inversion_at_the_comms_level():
     """Found by test_verifier_simulator_and_plain_executor_agree and shrunk by Hypothesis: stages 0
     and 1 on rank 0, F(1,0) listed before F(0,0) whose output it needs. The detailed checks say
-    `order`; the fast path (schedc/verify/fast.py, comms level) checks only messages and clears it."""
+    `order`; the fast path (schedc/verify/fast.py) once cleared it at the comms level."""
     A = Action
     program = Program("inversion", 2, 3, 1, (0, 0, 1), (
         (A(Op.F, 1, 0), A(Op.F, 0, 0), A(Op.SEND_F, 1, 0), A(Op.RECV_B, 1, 0), A(Op.B, 1, 0), A(Op.B, 0, 0)),
@@ -138,9 +138,7 @@ def test_fast_path_rejects_a_same_rank_inversion_at_the_comms_level():
     assert run_checks(program, fast=False).ok is False
     pc = plain_run(program, "rendezvous")
     assert pc != [len(s) for s in program.ranks]
-    if schedc.check(program).ok:
-        pytest.xfail("schedc/verify/fast.py clears a comms-level program whose F(1,0) needs F(0,0), "
-                     "listed later on the same rank")
+    assert schedc.check(program).ok is False
 
 
 @budget(1000)

@@ -80,6 +80,9 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
     if (back <= posF).any() or (split & (posW <= posI)).any():
         return None
     cross_f = placement[:-1] != placement[1:]  # boundary s -> s+1 crosses ranks
+    local = ~cross_f[:, None]  # adjacent stages on one rank: the producer must come first there
+    if S > 1 and ((local & (posF[:-1] >= posF[1:])).any() or (local & (back[1:] >= back[:-1])).any()):
+        return None  # a step before its own rank's producer: the detailed checks explain
     if is_comm.any():
         if not _communication(op, stage, mb, rank, step, gid, is_comm, posF, back, cross_f, S, M, R):
             return None
