@@ -51,17 +51,44 @@ def execute(program: Program, semantics: Semantics = RENDEZVOUS, chans: Channels
     limit = [len(s) for s in program.ranks]
     for (r, i) in never:  # a rank cannot pass a step whose wait nothing meets
         limit[r] = min(limit[r], i)
+    starts, tq, tj = [0], [], []
+    for steps in prereq:
+        for pre in steps:
+            for q, j, _, _ in pre:
+                tq.append(q)
+                tj.append(j)
+            starts.append(len(tq))
+    pc = run_ranks(lengths, limit, starts, tq, tj)
+    finished = pc == lengths
+    waits = {r: tuple(_waits(program, cons, r, pc)) for r in range(R) if pc[r] < lengths[r]}
+    return Outcome(finished, semantics, tuple(pc), waits)
+
+
+def run_ranks(lengths: list[int], limit: list[int], starts: list[int], tq: list[int], tj: list[int]) -> list[int]:
+    """The run itself: advance each rank while its next step's prerequisites have completed.
+
+    Steps are numbered rank by rank; step g's prerequisites are (tq[k], tj[k]) for k in
+    starts[g]..starts[g+1]: "rank tq[k] has completed its step tj[k]". A rank stops at `limit`.
+    A blocked rank waits on the rank it needs and is woken when that one moves. Returns where
+    each rank stopped.
+    """
+    R = len(lengths)
+    base = [0] * R
+    for r in range(1, R):
+        base[r] = base[r - 1] + lengths[r - 1]
     pc = [0] * R
     watchers: list[list[int]] = [[] for _ in range(R)]
     work = list(range(R))
     while work:
         r = work.pop()
-        i, end, pre = pc[r], limit[r], prereq[r]
+        i, end, b0 = pc[r], limit[r], base[r]
         while i < end:
-            for q, j, _, _ in pre[i]:
-                if pc[q] <= j:
-                    watchers[q].append(r)
+            a, z = starts[b0 + i], starts[b0 + i + 1]
+            while a < z:
+                if pc[tq[a]] <= tj[a]:
+                    watchers[tq[a]].append(r)
                     break
+                a += 1
             else:
                 i += 1
                 continue
@@ -71,9 +98,7 @@ def execute(program: Program, semantics: Semantics = RENDEZVOUS, chans: Channels
             if watchers[r]:
                 work.extend(watchers[r])
                 watchers[r] = []
-    finished = pc == lengths
-    waits = {r: tuple(_waits(program, cons, r, pc)) for r in range(R) if pc[r] < lengths[r]}
-    return Outcome(finished, semantics, tuple(pc), waits)
+    return pc
 
 
 def _waits(program: Program, cons: Constraints, r: int, pc: list[int]):

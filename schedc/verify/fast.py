@@ -16,6 +16,7 @@ import numpy as np
 
 from ..ir import Compound, Op, Program
 from .channels import Semantics
+from .execute import run_ranks
 from .memory import Peak
 
 _OPS = list(Op)
@@ -210,7 +211,7 @@ def _data_waits(posF, back, cross_f, placement, lengths, S, M):
 
 
 def _runs(waits, lengths) -> bool:
-    """The executor over flat prerequisite arrays: does every rank reach the end of its list?"""
+    """Flat prerequisite arrays for execute's `run_ranks`: does every rank reach the end of its list?"""
     total = int(sum(lengths))
     if waits:
         who = np.concatenate([w[0] for w in waits])
@@ -222,33 +223,7 @@ def _runs(waits, lengths) -> bool:
         tq, tj = q.tolist(), j.tolist()
     else:
         starts, tq, tj = [0] * (total + 1), [], []
-    R = len(lengths)
-    base = [0] * R
-    for r in range(1, R):
-        base[r] = base[r - 1] + lengths[r - 1]
-    pc = [0] * R
-    watchers: list[list[int]] = [[] for _ in range(R)]
-    work = list(range(R))
-    while work:
-        r = work.pop()
-        i, end, b0 = pc[r], lengths[r], base[r]
-        while i < end:
-            a, z = starts[b0 + i], starts[b0 + i + 1]
-            while a < z:
-                if pc[tq[a]] <= tj[a]:
-                    watchers[tq[a]].append(r)
-                    break
-                a += 1
-            else:
-                i += 1
-                continue
-            break
-        if i != pc[r]:
-            pc[r] = i
-            if watchers[r]:
-                work.extend(watchers[r])
-                watchers[r] = []
-    return pc == list(lengths)
+    return run_ranks(list(lengths), list(lengths), starts, tq, tj) == list(lengths)
 
 
 def _peaks(program, op, stage, rank, step, mems, compute, R):
