@@ -31,25 +31,8 @@ ARTIFACTS = Path(__file__).parent / "data" / "pytorch-artifacts"  # copied from 
 FORMAT = {"compute": "compute_only", "comms": "compute_comms"}
 
 
-# ---- duck-typed stages (what torch's schedule constructors touch) ----
-class MockStage:
-    def __init__(self, stage_index: int, num_stages: int, group_size: int, group_rank: int):
-        self.stage_index = stage_index
-        self.num_stages = num_stages
-        self.group_size = group_size
-        self.group_rank = group_rank
-        self.is_first = stage_index == 0
-        self.is_last = stage_index == num_stages - 1
-        self.submod = None  # not an nn.Module: the torch.compile compatibility check skips it
-        self.stage_index_to_group_rank: dict[int, int] = {}
-
-
-def looped_stages(P: int, V: int, rank: int = 0) -> list[MockStage]:
-    return [MockStage(v * P + rank, V * P, P, rank) for v in range(V)]
-
-
-def vshape_stages(P: int, rank: int = 0) -> list[MockStage]:
-    return [MockStage(rank, 2 * P, P, rank), MockStage(2 * P - 1 - rank, 2 * P, P, rank)]
+# duck-typed stages: the ones the oracle tests use
+from test_torch_oracle import MockStage, looped_stages, vshape_stages  # noqa: E402,F401
 
 
 # ---- helpers ----

@@ -61,6 +61,11 @@ def looped_stages(P: int, V: int, rank: int = 0) -> list[MockStage]:
     return [MockStage(v * P + rank, V * P, P, rank) for v in range(V)]
 
 
+def vshape_stages(P: int, rank: int = 0) -> list[MockStage]:
+    """The two stages `rank` holds under V-shape placement (r and 2P-1-r)."""
+    return [MockStage(rank, 2 * P, P, rank), MockStage(2 * P - 1 - rank, 2 * P, P, rank)]
+
+
 class RecordingStage(MockStage):
     """A single stage that records the compute a single-stage schedule's `_step_microbatches` runs.
 

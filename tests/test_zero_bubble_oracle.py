@@ -13,11 +13,8 @@ from torch.distributed.pipelining import schedules as S  # noqa: E402
 
 import schedc  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
-from test_torch_oracle import MockStage, assert_same_order, looped_stages, our_order, torch_compute_order  # noqa: E402
-
-
-def v_stages(P: int, rank: int = 0) -> list[MockStage]:
-    return [MockStage(rank, 2 * P, P, rank), MockStage(2 * P - 1 - rank, 2 * P, P, rank)]
+from test_torch_oracle import assert_same_order, looped_stages, our_order, torch_compute_order  # noqa: E402
+from test_torch_oracle import vshape_stages as v_stages  # noqa: E402
 
 
 def _compare(name, make, params, P, stages):
