@@ -56,7 +56,7 @@ def find_deadlock(program: Program, semantics: Semantics, chans: Channels | None
             w.reason in ("recv-not-posted", "buffer-full") for w in cycle):
         min_buffer = _smallest_buffer(program, chans, semantics)
     stuck = {r: outcome.pcs[r] for r in outcome.waits}
-    return Deadlock(semantics, cycle, stuck, _cause(cycle, min_buffer, outcome), min_buffer)
+    return Deadlock(semantics, cycle, stuck, _cause(cycle, min_buffer), min_buffer)
 
 
 def shortest_cycle(outcome: Outcome) -> tuple[Wait, ...]:
@@ -118,7 +118,7 @@ def _what(w: Wait) -> str:
     return f"rank {w.rank} waits at {describe(w.action)} for rank {w.on_rank} {verb} {describe(w.on_action)}"
 
 
-def _cause(cycle: tuple[Wait, ...], min_buffer: int | None, outcome: Outcome) -> str:
+def _cause(cycle: tuple[Wait, ...], min_buffer: int | None) -> str:
     if not cycle:
         return "the run stops before every rank reaches the end of its list"
     ranks = [w.rank for w in cycle]
@@ -189,4 +189,4 @@ def deadlock_from_core(program: Program, semantics: Semantics, chans: Channels, 
             w.reason in ("recv-not-posted", "buffer-full") for w in cycle):
         min_buffer = _smallest_buffer(program, chans, semantics)
     stuck = {w.rank: w.step for w in cycle}
-    return Deadlock(semantics, cycle, stuck, _cause(cycle, min_buffer, None), min_buffer)
+    return Deadlock(semantics, cycle, stuck, _cause(cycle, min_buffer), min_buffer)
