@@ -109,6 +109,21 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--no-overlap", action="store_true", help="communication holds the ranks it involves")
     q.add_argument("--json", action="store_true", help="print one JSON object")
     q.add_argument("--trace", metavar="FILE", help="write a Chrome trace / Perfetto JSON of the timeline")
+    q = sub.add_parser("compare", help="rank schedules for one setting by makespan, with bubble and peak memory",
+                       stdout=stdout)
+    q.add_argument("inputs", nargs="*", metavar="FILE|NAME",
+                   help=".pp schedules or built-in names (default: every built-in schedule)")
+    q.add_argument("--param", action="append", default=[], metavar="K=V",
+                   help="the setting, e.g. --param P=4 --param M=8 --param V=2; each schedule takes the "
+                        "parameters it declares")
+    q.add_argument("--cost", action="append", default=[], metavar="K=V,...",
+                   help="costs of one stage of a one-stage-per-rank split, e.g. F=1,I=1,W=1; applied after --costs")
+    q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")
+    q.add_argument("--memory-limit", type=float, metavar="N",
+                   help="mark (and rank last) schedules whose peak memory on some rank exceeds N")
+    q.add_argument("--no-overlap", action="store_true", help="communication holds the ranks it involves")
+    q.add_argument("--json", action="store_true", help="print one JSON object per schedule, best first")
+
     q = sub.add_parser("run", help="verify, lower and run a schedule on local ranks (or print the torchrun line)",
                        stdout=stdout)
     common(q)
@@ -161,7 +176,8 @@ def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Te
             return _run(args, stdout, stderr)
         if args.command == "viz":
             return _viz(args, stdout, stderr)
-        return {"list": _list, "compile": _compile, "check": _check, "export": _export, "sim": _sim}[args.command](
+        return {"list": _list, "compile": _compile, "check": _check, "export": _export, "sim": _sim,
+                "compare": _compare}[args.command](
             args, stdout, stderr)
     except _Exit as e:
         return e.status if isinstance(e.status, int) else EXIT_INPUT
@@ -531,6 +547,35 @@ def _sim(args, stdout, stderr) -> int:
     if timeline.mismatches:
         stderr.write(f"schedc: {timeline.mismatches} message(s) reach a receive that expects another value "
                      "(silent wrong data); `schedc check` names them\n")
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+def _compare(args, stdout, stderr) -> int:
+    """Rank schedules (default: every built-in) for one setting; exit 1 if none fits the memory limit."""
+    from .compare import compare, render
+    from .costs import Costs, load_costs, parse_cost_option
+    from .resources import builtin_schedules
+    names = args.inputs or list(builtin_schedules())
+    if args.memory_limit is not None and not (math.isfinite(args.memory_limit) and args.memory_limit >= 0):
+        raise SchedcError("usage", f"--memory-limit {args.memory_limit}: expected a non-negative number",
+                          where="--memory-limit")
+    costs = None
+    if args.costs or args.cost:
+        costs = load_costs(args.costs) if args.costs else Costs("the schedule")
+        for text in args.cost:
+            costs = costs.then(parse_cost_option(text))
+    overlap = not args.no_overlap and (costs is None or costs.overlap is not False)
+    rows = compare(names, _params(args.param), costs=costs, memory_limit=args.memory_limit, overlap=overlap)
+    if args.json:
+        for row in rows:
+            stdout.write(json.dumps(row.to_dict()) + "\n")
+    else:
+        stdout.write(render(rows) + "\n")
+    fitting = [r for r in rows if r.skipped is None and not r.over_limit]
+    if not fitting:
+        stderr.write("schedc: no schedule runs in this setting" +
+                     (f" within memory {args.memory_limit:g}" if args.memory_limit is not None else "") + "\n")
         return EXIT_FAIL
     return EXIT_OK
 

@@ -44,3 +44,39 @@ def test_a_setting_a_schedule_refuses_is_listed_with_the_reason():
     by = rows_by_name(4, 4)
     assert by["dualpipev"].skipped and "M >= 2P" in by["dualpipev"].skipped
     assert by["dualpipev"].makespan is None and "skipped" in render(list(by.values()))
+
+
+def test_cli_table_is_sorted_and_marks_the_limit(run_cli):
+    code, out, err = run_cli("compare", "--param", "P=4", "--param", "M=8", "--param", "V=2", "--memory-limit", "5")
+    assert code == 0, err
+    lines = out.splitlines()[1:]
+    names = [ln.split()[0] for ln in lines]
+    assert set(names) == set(NAMES)
+    fitting = [ln for ln in lines if "over the memory limit" not in ln]
+    spans = [float(ln.split()[ln.split().index(next(t for t in ln.split() if t.startswith("M="))) + 1])
+             for ln in fitting]
+    assert spans == sorted(spans) and len(fitting) < len(lines)
+    assert "gpipe" in [ln.split()[0] for ln in lines if "over the memory limit" in ln]
+    assert names.index("1f1b") < names.index("gpipe")
+
+
+def test_cli_json_matches_the_module(run_cli):
+    import json
+    code, out, _ = run_cli("compare", "1f1b", "zb_h1", "gpipe", "--param", "P=4", "--param", "M=8",
+                           "--cost", "F=1,I=1,W=0.5", "--json")
+    assert code == 0
+    got = [json.loads(line) for line in out.splitlines()]
+    from schedc.costs import parse_cost_option
+    want = compare(["1f1b", "zb_h1", "gpipe"], {"P": 4, "M": 8}, costs=parse_cost_option("F=1,I=1,W=0.5"))
+    assert [g["schedule"] for g in got] == [w.name for w in want]
+    assert [g["makespan"] for g in got] == pytest.approx([w.makespan for w in want])
+    assert got[0]["schedule"] == "zb_h1"  # a cheap W is exactly what ZB-H1 exploits
+
+
+def test_cli_nothing_fits_exits_1_and_bad_name_exits_2(run_cli):
+    code, out, err = run_cli("compare", "gpipe", "--param", "P=4", "--param", "M=8", "--memory-limit", "2")
+    assert code == 1 and "no schedule" in err and "over the memory limit" in out
+    code, _, err = run_cli("compare", "no_such_schedule", "--param", "P=2")
+    assert code == 2 and "no such file or built-in" in err and "Traceback" not in err
+    code, _, err = run_cli("compare", "--memory-limit", "-1")
+    assert code == 2 and "--memory-limit" in err
