@@ -173,7 +173,8 @@ def toml_costs(text: str, name: str = "costs.toml") -> Costs:
 
 
 def profile_costs(text: str, name: str = "profile.json") -> Costs:
-    """Parse a measured profile (format in the README, "Simulating a schedule")."""
+    """Parse a measured profile (format in the README, "Simulating a schedule"), including exactly
+    what `schedc run --profile` writes (`runtime/profile.py`): `messages[s]` is stage s's output bytes."""
     source = Source(name, text)
     try:
         data = json.loads(text)
@@ -193,8 +194,8 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:
         raise where.error(f"version {data['version']!r} is not supported (this schedc reads version 1)", (), "version")
     if "stages" not in data:
         raise SchedcError("costs", "a profile needs \"stages\": {\"0\": {\"F\": ..., \"B\": ...}, ...}", where=name)
-    stages = tuple(sorted((where.index(s, "stages"), where.settings(t, ("stages", s), STAGE_KEYS))
-                          for s, t in where.table(data, "stages").items()))
+    stages = dict((where.index(s, "stages"), where.settings(t, ("stages", s), STAGE_KEYS))
+                  for s, t in where.table(data, "stages").items())
     speeds = []
     for r, t in where.table(data, "ranks").items():
         settings = dict(where.settings(t, ("ranks", r), ("speed",)))
@@ -203,9 +204,21 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:
                 raise where.error(f"rank {r}: speed must be a positive number", ("ranks", r), "speed")
             speeds.append((where.index(r, "ranks"), settings["speed"]))
     messages = where.table(data, "messages")
-    for key in messages:
-        if key not in LINK_KEYS + ("channels",):
-            raise where.error(f"unknown key '{key}'; expected latency, bandwidth, channels", ("messages",), key)
+    for key, value in messages.items():
+        if key.isdigit():  # what the runtime writes: the bytes of stage `key`'s output
+            stage = int(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise where.error(f"expected the bytes of stage {stage}'s output (a number, as schedc run "
+                                  f"--profile writes), not {value!r}", ("messages",), key)
+            size = where.number(value, key, ("messages",), key)
+            if "out" in dict(stages.get(stage, ())) and dict(stages[stage])["out"] != size:
+                raise where.error(f"stage {stage}'s output size is given twice, here and in stages.{stage}.out",
+                                  ("messages",), key)
+            stages[stage] = tuple({**dict(stages.get(stage, ())), "out": size}.items())
+        elif key not in LINK_KEYS + ("channels",):
+            raise where.error(f"unknown key '{key}'; expected a stage number (the bytes of that stage's "
+                              "output, as schedc run --profile writes), latency, bandwidth or channels",
+                              ("messages",), key)
     channels = []
     for ch, t in where.table(messages, "channels", ("messages",)).items():
         m = _CHANNEL.fullmatch(ch)
@@ -218,7 +231,8 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:
     if overlap is not None and not isinstance(overlap, bool):
         raise where.error("overlap must be true or false", (), "overlap")
     link = {k: where.number(messages[k], k, ("messages",), k) for k in LINK_KEYS if k in messages}
-    return Costs(name, (), stages, tuple(sorted(speeds)), link.get("latency"), link.get("bandwidth"),
+    return Costs(name, (), tuple(sorted(stages.items())), tuple(sorted(speeds)), link.get("latency"),
+                 link.get("bandwidth"),
                  tuple(sorted(channels)), overlap)
 
 

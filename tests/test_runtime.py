@@ -350,6 +350,24 @@ def test_schedc_run_trains_and_writes_the_profile(tmp_path, run_cli):
     assert set(data["stages"]) == {"0", "1"} and all(set(v) == {"F", "I", "W", "B"} for v in data["stages"].values())
     assert all(v > 0 for st in data["stages"].values() for v in st.values())
     assert data["messages"] == {"0": 8 * 512 * 4}  # a microbatch (batch 8 x M, M = 4) of 512 float32
+    # the simulator and the pictures read it as it is: the makespan is the one of the measured times
+    from dataclasses import replace
+
+    import schedc
+    from schedc.ir import StageCost
+    from schedc.simulate import simulate
+    program = schedc.load("1f1b", {"P": 2, "M": 4})
+    measured = tuple(StageCost(**data["stages"][str(s)]) for s in range(2))
+    expected = simulate(replace(program, annotations=replace(program.annotations, stage_costs=measured))).makespan
+    assert expected != simulate(program).makespan
+    code, out, err = run_cli("sim", "1f1b", "--param", "P=2", "--param", "M=4", "--costs", str(profile), "--json")
+    assert code == 0, err
+    assert json.loads(out)["makespan"] == pytest.approx(expected, rel=1e-12)
+    svg = tmp_path / "measured.svg"
+    code, out, err = run_cli("viz", "1f1b", "--param", "P=2", "--param", "M=4", "--costs", str(profile),
+                             "-o", str(svg))
+    assert code == 0, err
+    assert f"makespan {expected:.4g} " in svg.read_text()
 
 
 def test_the_compiled_program_runs_under_torchrun(tmp_path, run_cli):

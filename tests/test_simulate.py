@@ -421,6 +421,62 @@ def test_bad_profiles(doc, message):
     assert info.value.render().startswith("p.json:3:1")
 
 
+# What each rank of `schedc run --profile` measures (entry.interp_profile): 1F1B, P=2, M=2, stage 0
+# on rank 0, stage 1 on rank 1, both running B; rank 0 sends 1024 bytes of activation per microbatch.
+MEASURED = [{"times": {"0": {"F": 0.5, "B": 1.5}}, "messages": {"0": 1024}},
+            {"times": {"1": {"F": 0.25, "B": 1.0}}, "messages": {}}]
+
+
+def test_the_runtimes_profile_drives_sim_and_viz(tmp_path, run_cli):
+    from schedc.runtime.profile import build_profile, write_profile
+    path = tmp_path / "profile.json"
+    write_profile(str(path), build_profile(MEASURED))  # what the runtime does after the last step
+    assert json.loads(path.read_text())["messages"] == {"0": 1024}
+    args = ("1f1b", "--param", "P=2", "--param", "M=2", "--costs", str(path))
+    code, out, err = run_cli("sim", *args, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["costs"]["F"] == [0.5, 0.25] and doc["costs"]["B"] == [1.5, 1.0]
+    assert doc["costs"]["I"] == [0.75, 0.5]  # I = W = B / 2 when only B was measured
+    # by hand: F(0,0) 0-0.5, F(0,1) 0.5-1; F(1,0) 0.5-0.75, B(1,0) 0.75-1.75, F(1,1) 1.75-2,
+    # B(1,1) 2-3; B(0,0) 1.75-3.25, B(0,1) 3.25-4.75 (unit costs: 9)
+    assert doc["makespan"] == 4.75
+    # the message sizes: at 4096 bytes per second each message takes 0.25 s on the wire, which
+    # delays F(1,0) to 0.75-1, B(1,0) 1-2 (arrives 2.25), F(1,1) 2-2.25, B(1,1) 2.25-3.25 (arrives
+    # 3.5); B(0,0) 2.25-3.75, B(0,1) 3.75-5.25
+    code, out, err = run_cli("sim", *args, "--json", "--cost", "bandwidth=4096")
+    assert code == 0 and json.loads(out)["makespan"] == 5.25, err
+    svg = tmp_path / "t.svg"
+    code, out, err = run_cli("viz", *args, "-o", str(svg))
+    assert code == 0, err
+    assert "makespan 4.75 " in svg.read_text()
+    code, out, err = run_cli("viz", *args, "--cost", "bandwidth=4096", "-o", str(svg))
+    assert code == 0 and "makespan 5.25 " in svg.read_text(), err
+
+
+@pytest.mark.parametrize("messages, message", [
+    ({"0": {"bytes": 3}}, "messages.0: expected the bytes of stage 0's output"),
+    ({"0": -1}, "messages.0: must be a non-negative number"),
+    ({"0": True}, "messages.0: expected the bytes of stage 0's output"),
+    ({"one": 4}, "messages.one: unknown key 'one'; expected a stage number"),
+])
+def test_bad_message_sizes_in_a_profile(messages, message):
+    with pytest.raises(schedc.SchedcError) as info:
+        profile_costs(json.dumps({"stages": {"0": {"F": 1}}, "messages": messages}), "p.json")
+    assert info.value.code == "costs" and message in info.value.render()
+    with pytest.raises(schedc.SchedcError) as info:  # a stage the schedule does not have
+        profile_costs(json.dumps({"stages": {}, "messages": {"5": 4}}), "p.json").apply(load("1f1b", P=2, M=2))
+    assert "stage 5 is not a stage of 1f1b (0..1)" in info.value.render()
+
+
+def test_a_profile_gives_an_output_size_once():
+    doc = {"stages": {"0": {"F": 1, "out": 8}}, "messages": {"0": 8}}
+    assert dict(dict(profile_costs(json.dumps(doc)).stages)[0])["out"] == 8
+    doc["messages"]["0"] = 16
+    with pytest.raises(schedc.SchedcError, match="output size is given twice"):
+        profile_costs(json.dumps(doc))
+
+
 def test_costs_compose():
     both = toml_costs("F = 2\n[stage.0]\nB = 5\n", "c.toml").then(parse_cost_option("F=1"))
     program = both.apply(load("1f1b", P=2, M=1))
