@@ -146,7 +146,11 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("-o", "--output", default="build", metavar="DIR", help="with --print-torchrun: output folder")
 
     q = sub.add_parser("viz", help="draw a schedule: timeline SVG/HTML/PNG, or its dependency graph (--dag)",
-                       stdout=stdout)
+                       stdout=stdout, description=(
+                           "Draw a schedule. It is checked first and the check summary is printed; a failing "
+                           "schedule is drawn with its counterexample. Exits 0 once the picture is written, "
+                           "whatever the checks found (the picture is the product); use schedc check, or "
+                           "schedc check --viz OUT, for an exit code that fails with the schedule."))
     common(q)
     q.add_argument("-o", "--output", required=True, metavar="OUT.svg|OUT.html|OUT.png",
                    help="the picture; the suffix picks the format (--dag: .svg, .png or .dot)")
@@ -627,6 +631,12 @@ def _viz(args, stdout, stderr) -> int:
         overlap, links = costs.overlap is not False, costs.links(program)
     report = _run_checks(program, args)
     stdout.write(report.summary() + "\n")
+    if report.ok is not True:  # visible, though viz still exits 0
+        for d in report.errors:
+            stdout.write(f"  error[{d.code}]: {d.message}\n")
+        verdict = "fails its checks" if report.ok is False else "could not be decided"
+        stdout.write(f"  the schedule {verdict}; the picture shows why (schedc viz exits 0 all the same: "
+                     "schedc check gives the exit code)\n")
     _write_picture(program, report, Path(args.output), stderr, dag=args.dag, arrows=args.arrows,
                    overlap=overlap, links=links)
     return EXIT_OK

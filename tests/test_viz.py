@@ -426,6 +426,48 @@ def test_viz_writes_svg_html_and_png(run_cli, tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def test_viz_writes_a_real_png(run_cli, tmp_path):
+    from schedc.viz.png import can_convert
+    if not can_convert():
+        if os.environ.get("CI"):
+            pytest.fail("no PNG converter: .ci/run installs Debian's chromium")
+        pytest.skip("neither rsvg-convert nor headless Chromium is installed")
+    png, svg = tmp_path / "x.png", tmp_path / "x.svg"
+    code, _, err = run_cli("viz", "1f1b", "-o", str(png))
+    assert code == 0 and f"wrote {png}" in err and "schedc:" not in err, err
+    assert run_cli("viz", "1f1b", "-o", str(svg))[0] == 0
+    root = parse(svg.read_text(encoding="utf-8"))
+    data = png.read_bytes()
+    assert _png_size(data) == (int(float(root.get("width")) + 0.999), int(float(root.get("height")) + 0.999))
+    assert len(data) > 10_000  # 64 coloured blocks with labels, not an empty canvas
+
+
+def test_png_without_a_converter_writes_the_svg_and_says_how_to_install(run_cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))  # neither rsvg-convert nor chromium
+    monkeypatch.delenv("SCHEDC_CHROMIUM", raising=False)
+    png = tmp_path / "x.png"
+    code, _, err = run_cli("viz", "1f1b", "--param", "P=2", "--param", "M=2", "-o", str(png))
+    svg = tmp_path / "x.svg"
+    assert code == 0 and not png.exists() and svg.is_file()
+    assert len(blocks(parse(svg.read_text(encoding="utf-8")))) == 8
+    assert "no PNG converter was found" in err and "apt-get install librsvg2-bin" in err
+    assert f"rsvg-convert --format=png {svg} -o {png}" in err and f"wrote {svg}" in err
+
+
+def test_viz_exits_0_for_a_failing_schedule_and_says_it_fails(run_cli, tmp_path):
+    out = tmp_path / "dl.svg"
+    code, stdout, err = run_cli("viz", str(KNOWN / "pytorch_172668.pp"), "-o", str(out))
+    assert code == 0 and out.is_file(), err
+    assert "FAILED (1 error(s))" in stdout.splitlines()[0]
+    assert "error[deadlock]: deadlock under rendezvous sends" in stdout
+    assert "fails its checks" in stdout and "schedc check gives the exit code" in stdout
+    assert run_cli("check", str(KNOWN / "pytorch_172668.pp"))[0] == 1  # check keeps its exit code
+    code, stdout, _ = run_cli("viz", "1f1b", "-o", str(out))
+    assert code == 0 and stdout.splitlines()[0].endswith("; ok") and "fails" not in stdout
+    code, stdout, _ = run_cli("viz", "--help")
+    assert code == 0 and "Exits 0 once the picture is written" in " ".join(stdout.split())
+
+
 def test_viz_costs_change_the_times(run_cli, tmp_path):
     out = tmp_path / "a.svg"
     assert run_cli("viz", "1f1b", "--cost", "F=1,B=3", "-o", str(out))[0] == 0

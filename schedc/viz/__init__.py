@@ -27,7 +27,7 @@ def render(program, report, suffix: str, *, dag: bool = False, arrows: bool = Fa
            links=None):
     """What to write for an output file ending in `suffix`: (data, note). `data` is str or bytes; a
     dependency graph without graphviz's `dot` comes back as its .dot source, with a note saying so
-    (`Rendered.suffix` is then ".dot")."""
+    (`Rendered.suffix` is then ".dot"), and a PNG timeline without a converter as its SVG (".svg")."""
     suffix = check_suffix(suffix, dag)
     if dag:
         from .dag import render_dag
@@ -36,8 +36,11 @@ def render(program, report, suffix: str, *, dag: bool = False, arrows: bool = Fa
         return Rendered(timeline_svg(program, report, arrows=arrows, overlap=overlap, links=links), suffix)
     if suffix == ".html":
         return Rendered(timeline_html(program, report, arrows=arrows, overlap=overlap, links=links), suffix)
-    from .png import svg_to_png
-    return Rendered(svg_to_png(timeline_svg(program, report, arrows=arrows, overlap=overlap, links=links)), suffix)
+    from .png import can_convert, fallback_note, svg_to_png
+    svg = timeline_svg(program, report, arrows=arrows, overlap=overlap, links=links)
+    if not can_convert():
+        return Rendered(svg, ".svg", fallback_note())
+    return Rendered(svg_to_png(svg), suffix)
 
 
 def check_suffix(suffix: str, dag: bool = False) -> str:

@@ -18,6 +18,22 @@ def svg_size(svg: str) -> tuple[int, int]:
     return int(float(m.group(1)) + 0.999), int(float(m.group(2)) + 0.999)
 
 
+INSTALL = ("install rsvg-convert (Debian/Ubuntu: apt-get install librsvg2-bin; macOS: brew install librsvg) "
+           "or headless Chromium (Debian/Ubuntu: apt-get install chromium)")
+
+
+def can_convert() -> bool:
+    """Whether a PNG can be made here: `rsvg-convert` or headless Chromium is on the PATH."""
+    return shutil.which("rsvg-convert") is not None or find_chromium() is not None
+
+
+def fallback_note() -> str:
+    """What the CLI says when it writes the SVG because no converter is installed ({written},
+    {requested} filled in by `Rendered.note_for`)."""
+    return (f"no PNG converter was found, so the timeline is written as SVG; {INSTALL}, "
+            "then run: rsvg-convert --format=png {written} -o {requested}")
+
+
 def svg_to_png(svg: str) -> bytes:
     rsvg = shutil.which("rsvg-convert")
     if rsvg:
@@ -26,8 +42,7 @@ def svg_to_png(svg: str) -> bytes:
         if done.returncode == 0 and done.stdout.startswith(b"\x89PNG"):
             return done.stdout
     if find_chromium() is None:
-        raise SchedcError("usage", "PNG output needs rsvg-convert (Debian/Ubuntu: apt-get install librsvg2-bin) "
-                          "or headless Chromium (apt-get install chromium); or write -o OUT.svg instead",
+        raise SchedcError("usage", f"PNG output needs a converter: {INSTALL}; or write -o OUT.svg instead",
                           where="-o")
     width, height = svg_size(svg)
     with tempfile.TemporaryDirectory(prefix="schedc-png-") as folder:
