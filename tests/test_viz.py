@@ -1,6 +1,7 @@
 """Pictures: the timeline's SVG structure (blocks per rank, placement, colours per kind), golden
 structures, counterexamples drawn, aggregation, the HTML report in headless Chromium, the
-dependency graph through graphviz, the CLI, and that the gallery in viz/ is current.
+dependency graph through graphviz, the CLI, and that the gallery in viz/ is current (its dependency
+graphs by their .dot source, since dot's SVG differs between graphviz versions).
 
 Golden files (tests/golden/viz/*.json) hold the structure of an SVG, not its pixels. Regenerate them
 with `SCHEDC_UPDATE_GOLDEN=1 python -m pytest tests/test_viz.py -k golden`.
@@ -515,6 +516,34 @@ def test_the_gallery_in_viz_is_current():
         assert "![" in files["README.md"] and f"({name})" in files["README.md"]
     diff = stale(ROOT / "viz", files)
     assert diff == [], f"the gallery in viz/ is stale ({'; '.join(diff)}); regenerate it with `{COMMAND}`"
+
+
+def test_the_gallery_shows_dependency_graphs_compared_by_their_dot_source(tmp_path):
+    from schedc.viz.gallery import build, drawn_from, stale
+    files = build()
+    dots = sorted(n for n in files if n.endswith(".dot"))
+    assert dots == ["dag_1f1b.dot", "dag_known_pytorch_172668.dot"]
+    assert all(files[n].startswith("digraph") for n in dots)
+    assert "(1) waits for" in files["dag_known_pytorch_172668.dot"]  # the deadlock's cycle, drawn red
+    assert "waits for" not in files["dag_1f1b.dot"]
+    for n in dots:
+        svg = n[:-4] + ".svg"
+        assert f"]({svg})" in files["README.md"] and f"]({n})" in files["README.md"]
+        text = (ROOT / "viz" / svg).read_text(encoding="utf-8")
+        assert parse(text).tag.endswith("svg") and drawn_from(text)[0] == n
+    # the SVG's own text (graphviz's layout) is not compared; the source it was drawn from is
+    gallery = tmp_path / "viz"
+    shutil.copytree(ROOT / "viz", gallery)
+    assert stale(gallery, files) == []
+    svg = gallery / "dag_1f1b.svg"
+    svg.write_text(svg.read_text(encoding="utf-8").replace('<g id="graph0"', '<g id="graph0" data-x="1"'),
+                   encoding="utf-8")
+    assert stale(gallery, files) == []  # another graphviz: other bytes, same source
+    changed = dict(files, **{"dag_1f1b.dot": files["dag_1f1b.dot"].replace("rankdir=LR", "rankdir=TB")})
+    assert stale(gallery, changed) == ["dag_1f1b.dot: out of date", "dag_1f1b.svg: not drawn from the current dag_1f1b.dot"]
+    svg.unlink()
+    (gallery / "dag_old.dot").write_text("digraph {}", encoding="utf-8")
+    assert stale(gallery, files) == ["dag_1f1b.svg: missing", "dag_old.dot: not part of the gallery any more"]
 
 
 def test_gallery_has_no_machine_paths():

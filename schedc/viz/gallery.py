@@ -1,12 +1,18 @@
 """The gallery in viz/: every built-in schedule drawn at P=4, M=8 (V=2 where it has V), three
-counterexamples (a deadlock, a crossed pair, a memory violation), and a README.md that shows them.
+counterexamples (a deadlock, a crossed pair, a memory violation), two dependency graphs, and a
+README.md that shows them.
 
 Regenerate from a clone of the repository with `python -m schedc.viz.gallery`; `--check` only says
-which files are stale (exit 1), which is what the test that keeps the gallery current does.
+which files are stale (exit 1), which is what the test that keeps the gallery current does. The
+dependency graphs are laid out by graphviz's `dot`, whose SVG differs between graphviz versions and
+fonts, so their `.dot` source is what is compared; each graph's SVG records the hash of the source it
+was drawn from, and is redrawn only when that source changes.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,15 +78,78 @@ def entries(root: Path = ROOT) -> list[Entry]:
     return out
 
 
+@dataclass(frozen=True)
+class Graph:
+    stem: str  # dag_<name>: the .dot source and the .svg drawn from it in viz/
+    title: str
+    source: str
+    about: str
+    dot: str  # the graphviz source: byte-stable, unlike dot's output
+
+
+def graphs(root: Path = ROOT) -> list[Graph]:
+    """The dependency graphs of the gallery: a small 1F1B, and the deadlock of pytorch#172668."""
+    import schedc
+
+    from .dag import dependency_graph
+    out = []
+    for stem, path, params, about in [
+        ("dag_1f1b", None, {"P": 2, "M": 2}, "Every step a node, the ranks as clusters, the edges the verifier's "
+         "happens-before constraints (grey: program order, black: data); no cycle, so it cannot deadlock."),
+        ("dag_known_pytorch_172668", root / "tests" / "known" / "pytorch_172668.pp", {}, None),
+    ]:
+        program = schedc.load(str(path) if path else "1f1b", params or None)
+        report = schedc.check(program)
+        source = f"`schedc viz tests/known/{path.name} --dag`" if path else "`schedc viz 1f1b --param P=2 --param M=2 --dag`"
+        out.append(Graph(stem, _title(program), source, about or _about(path),
+                         dependency_graph(program, report).source))
+    return out
+
+
+def _title(program) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in program.params)
+    return program.name + (f" ({params})" if params else "")
+
+
+def _digest(dot: str) -> str:
+    return hashlib.sha256(dot.encode("utf-8")).hexdigest()[:16]
+
+
+_DRAWN_FROM = re.compile(r"<!-- schedc gallery: drawn by graphviz's dot from (\S+) \(sha256 ([0-9a-f]+)\)")
+
+
+def drawn_from(svg_text: str) -> tuple[str, str] | None:
+    """(the .dot file, its hash) a gallery graph's SVG was drawn from, or None."""
+    m = _DRAWN_FROM.search(svg_text)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def draw(graph: Graph) -> str:
+    """The graph's SVG through `dot`, marked with the hash of the source it was drawn from."""
+    import graphviz
+
+    from .dag import INSTALL
+    try:
+        svg = graphviz.Source(graph.dot).pipe(format="svg", quiet=True).decode("utf-8")
+    except graphviz.ExecutableNotFound:
+        raise SystemExit(f"drawing {graph.stem}.svg needs graphviz's `dot` program: {INSTALL}") from None
+    mark = (f"<!-- schedc gallery: drawn by graphviz's dot from {graph.stem}.dot (sha256 {_digest(graph.dot)}); "
+            f"regenerate with {COMMAND} -->\n")
+    at = svg.find("<svg")
+    return svg[:at] + mark + svg[at:] if at >= 0 else mark + svg
+
+
 def build(root: Path = ROOT) -> dict[str, str]:
-    """Every file of the gallery: name -> text."""
+    """Every compared file of the gallery: name -> text (the graphs' .dot sources, not their SVGs)."""
     items = entries(root)
+    dags = graphs(root)
     files = {e.file: e.svg for e in items}
-    files["README.md"] = _readme(items)
+    files.update({f"{g.stem}.dot": g.dot for g in dags})
+    files["README.md"] = _readme(items, dags)
     return files
 
 
-def _readme(items: list[Entry]) -> str:
+def _readme(items: list[Entry], dags: list[Graph]) -> str:
     def num(x):
         return "" if x is None else (str(int(x)) if float(x).is_integer() else f"{x:.4g}")
 
@@ -115,11 +184,30 @@ def _readme(items: list[Entry]) -> str:
     for e in failing:
         lines += [f"## {e.title}", "", f"{e.about} ({e.source})", "", f"_{e.scene.verdict}_", "",
                   f"![{e.title}]({e.file})", ""]
+    lines += ["# Dependency graphs", "",
+              "What `schedc viz --dag` draws: one node per step, the ranks as clusters, and the happens-before",
+              "constraints the verifier uses as edges (grey: program order, black: data, blue dashed: a send or",
+              "receive waiting for its partner to be posted); a deadlock's wait-for cycle is red, its blocked",
+              "steps outlined. Laid out by graphviz's `dot`; the `.dot` source of each is next to it.", ""]
+    for g in dags:
+        lines += [f"## {g.title}", "", f"{g.about} ({g.source}; source [{g.stem}.dot]({g.stem}.dot))", "",
+                  f"![{g.title}, dependency graph]({g.stem}.svg)", ""]
     return "\n".join(lines)
 
 
+def _drawn(files: dict[str, str]) -> dict[str, str]:
+    """The SVG of every graph in `files` -> the .dot source it must be drawn from."""
+    return {name[:-4] + ".svg": name for name in files if name.endswith(".dot")}
+
+
+def _current_drawing(folder: Path, svg: str, dot_name: str, dot: str) -> bool:
+    path = folder / svg
+    return path.is_file() and drawn_from(path.read_text(encoding="utf-8")) == (dot_name, _digest(dot))
+
+
 def stale(folder: Path, files: dict[str, str]) -> list[str]:
-    """What differs between `folder` and the gallery: missing, changed, or left over."""
+    """What differs between `folder` and the gallery: missing, changed, or left over; a graph's SVG
+    is current when it was drawn from the current .dot source (its text depends on graphviz)."""
     out = []
     for name, text in files.items():
         path = folder / name
@@ -127,19 +215,29 @@ def stale(folder: Path, files: dict[str, str]) -> list[str]:
             out.append(f"{name}: missing")
         elif path.read_text(encoding="utf-8") != text:
             out.append(f"{name}: out of date")
+    drawn = _drawn(files)
+    for svg, dot_name in drawn.items():
+        if not (folder / svg).is_file():
+            out.append(f"{svg}: missing")
+        elif not _current_drawing(folder, svg, dot_name, files[dot_name]):
+            out.append(f"{svg}: not drawn from the current {dot_name}")
     if folder.is_dir():
-        for path in sorted(folder.glob("*.svg")):
-            if path.name not in files:
+        for path in sorted([*folder.glob("*.svg"), *folder.glob("*.dot")]):
+            if path.name not in files and path.name not in drawn:
                 out.append(f"{path.name}: not part of the gallery any more")
     return out
 
 
-def write(folder: Path, files: dict[str, str]) -> None:
+def write(folder: Path, files: dict[str, str], dags: list[Graph] = ()) -> None:
+    """Write the gallery; a graph's SVG is redrawn (through `dot`) only when its source changed."""
     folder.mkdir(parents=True, exist_ok=True)
-    for path in folder.glob("*.svg"):
-        if path.name not in files:
+    drawn = _drawn(files)
+    svgs = {f"{g.stem}.svg": draw(g) for g in dags
+            if not _current_drawing(folder, f"{g.stem}.svg", f"{g.stem}.dot", g.dot)}
+    for path in [*folder.glob("*.svg"), *folder.glob("*.dot")]:
+        if path.name not in files and path.name not in drawn:
             path.unlink()
-    for name, text in files.items():
+    for name, text in {**files, **svgs}.items():
         tmp = folder / f".{name}.tmp"
         tmp.write_text(text, encoding="utf-8", newline="\n")
         tmp.replace(folder / name)
@@ -158,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         if diff:
             print(f"the gallery is stale; run `{COMMAND}`", file=sys.stderr)
         return 1 if diff else 0
-    write(args.out, files)
+    write(args.out, files, graphs())
     print(f"wrote {len(files)} files to {args.out}")
     return 0
 
