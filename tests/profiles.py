@@ -10,8 +10,10 @@ import os
 from hypothesis import HealthCheck, settings
 
 PROFILES = {"ci": 1, "nightly": 20}
-PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-FACTOR = PROFILES.get(PROFILE, 1)  # another profile name (Hypothesis's own) keeps the CI budget
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci") or "ci"
+if PROFILE not in PROFILES:  # a typo must not quietly run the CI budget
+    raise RuntimeError(f"HYPOTHESIS_PROFILE={PROFILE!r}: expected one of {', '.join(PROFILES)}")
+FACTOR = PROFILES[PROFILE]
 
 
 def budget(examples: int) -> settings:

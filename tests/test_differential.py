@@ -6,8 +6,9 @@ every random variant of a lowered built-in schedule (moved communication, swappe
 or duplicated actions) that passes the structural checks, both engines' deadlock verdicts equal
 the plain run's, and each action on a reported cycle is a step where the plain run really stays
 blocked. On 1,000 generated schedules and variants (tests/profiles.py; HYPOTHESIS_PROFILE=nightly
-for 20 times as many) the verifier, the simulator and the plain run give one verdict; and a real
-gloo run of a deadlocking sample is stopped by the watchdog.
+for 20 times as many) the verifier, the simulator and the plain run give one verdict; and on real gloo
+ranks a reordered sample the verifier clears runs to the unsplit model's gradients, while a
+deadlocking one is stopped by the watchdog.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from schedc.simulate import simulate
 from schedc.strategies import lowered_programs, mutations, programs, reorderings
 
 from oracles import check, plain_run, same_rank_inversion
-from profiles import budget
+from profiles import FACTOR, budget
 
 BUILTINS = [("1f1b", {"P": 3, "M": 4}), ("gpipe", {"P": 2, "M": 3}), ("interleaved_1f1b", {"P": 2, "V": 2, "M": 4}),
             ("looped_bfs", {"P": 2, "V": 2, "M": 2}), ("1f1b", {"P": 4, "M": 2})]
@@ -123,7 +124,7 @@ def _simulated(program) -> bool:
 # Lint findings that mean "some step waits for ever": a value needed before it is made on the
 # rank (order), or a remote value that never comes (missing-recv); the run cannot reach the end.
 STUCK = {"order", "missing-recv"}
-COUNTED = {"n": 0, "finishes": 0, "stuck": 0}
+COUNTED = {"n": 0, "finishes": 0, "stuck": 0, "deadlocks": 0}
 
 
 def test_fast_path_rejects_a_same_rank_inversion_at_the_comms_level():
@@ -141,9 +142,18 @@ def test_fast_path_rejects_a_same_rank_inversion_at_the_comms_level():
     assert schedc.check(program).ok is False
 
 
+def test_verifier_simulator_and_plain_executor_agree():
+    """CI: at least 1,000 generated schedules and variants (nightly: 20,000), and a fair share of
+    each outcome: runs that finish, that cannot start a step, and that deadlock."""
+    COUNTED.update(n=0, finishes=0, stuck=0, deadlocks=0)
+    _three_verdicts_agree()
+    assert COUNTED["n"] >= 1000 * FACTOR, COUNTED
+    assert min(COUNTED["finishes"], COUNTED["stuck"], COUNTED["deadlocks"]) >= COUNTED["n"] // 20, COUNTED
+
+
 @budget(1000)
 @given(_cases(), st.sampled_from(SEMANTICS))
-def test_verifier_simulator_and_plain_executor_agree(program, semantics):
+def _three_verdicts_agree(program, semantics):
     COUNTED["n"] += 1
     report = check(program, semantics)
     codes = {e.code for e in report.errors}
@@ -159,6 +169,7 @@ def test_verifier_simulator_and_plain_executor_agree(program, semantics):
         return
     # structurally sound: deadlock is the question, and all three answer it
     assert (report.deadlock is None) == finished, (semantics, report.render())
+    COUNTED["deadlocks"] += not finished
     if semantics == "rendezvous":  # the simulator's semantics
         assert _simulated(program) == finished, report.render()
     if finished and not codes - {"mismatch", "unmatched"}:
@@ -189,6 +200,21 @@ def make_batch(step, batch_size):
     import torch
     gen = torch.Generator().manual_seed(step)
     return torch.randn(batch_size, 4, generator=gen), torch.randn(batch_size, 4, generator=gen)
+
+
+def test_a_real_gloo_run_completes_a_reordered_schedule_the_verifier_clears():
+    """The other half of the sample: a generated two-rank schedule with communication moved, which
+    the verifier and the plain run both clear, runs on gloo to the unsplit model's gradients."""
+    pytest.importorskip("torch")
+    from hypothesis import find
+    from schedc.testing import assert_same_gradients
+    quick = settings(database=None, max_examples=2000)
+    base = find(lowered_programs(min_ranks=2, max_ranks=2, min_microbatches=2, max_microbatches=2),
+                lambda p: True, settings=quick)
+    moved = find(reorderings(base), lambda m: m.program.ranks != base.ranks and ("SEND" in m.label or "RECV" in m.label)
+                 and check(m.program, "rendezvous").ok is True, settings=quick).program
+    assert plain_run(moved, "rendezvous") == [len(s) for s in moved.ranks]
+    assert_same_gradients(moved, build_stages, timeout=30.0)
 
 
 def test_a_real_gloo_run_agrees_with_the_verdict(tmp_path):
