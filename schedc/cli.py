@@ -160,6 +160,11 @@ def _parser(stdout: TextIO) -> _Parser:
                    help="costs for every stage, e.g. F=1,I=1,W=1,B=2; applied after --costs")
     q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")
     checking(q)
+
+    q = sub.add_parser("synth", help="find the fastest schedule for P, M, costs and a memory cap (Z3)",
+                       stdout=stdout)
+    from .synth.command import add_arguments as synth_arguments
+    synth_arguments(q)
     return p
 
 
@@ -180,6 +185,9 @@ def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Te
             return _run(args, stdout, stderr)
         if args.command == "viz":
             return _viz(args, stdout, stderr)
+        if args.command == "synth":
+            from .synth.command import run as synth
+            return synth(args, stdout, stderr, _write_all)
         return {"list": _list, "compile": _compile, "check": _check, "export": _export, "sim": _sim,
                 "compare": _compare}[args.command](
             args, stdout, stderr)

@@ -1,0 +1,171 @@
+"""`schedc synth`: read the options, run the search, print the result and write the `.pp` file.
+
+Exit codes as the rest of the CLI: 0 a schedule was found (optimal or not, as it says), 1 no
+schedule fits the memory limit (with the reason), 2 bad input, 3 no schedule within the time limit.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
+
+_PARAM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)")
+QUIET_S = 1.0  # progress lines start once a search has run this long
+
+
+def add_arguments(q) -> None:
+    q.add_argument("--param", action="append", default=[], metavar="K=V",
+                   help="P (ranks) and M (microbatches), e.g. --param P=4 --param M=8")
+    q.add_argument("--cost", action="append", default=[], metavar="K=V,...",
+                   help="costs for every stage, e.g. F=1,I=1,W=1 (also act, weight, latency); after --costs")
+    q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")
+    q.add_argument("--memory-limit", metavar="N|R=N,...", help="activation memory cap per rank")
+    q.add_argument("--placement", choices=["loop", "vshape"], default="loop",
+                   help="loop: stage r on rank r (default); vshape: 2P stages, down the ranks and back")
+    q.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="seconds to search (default 60)")
+    q.add_argument("-o", "--output", metavar="OUT.pp", help="write the schedule here")
+    q.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args, stdout, stderr, write_all) -> int:
+    """`write_all(folder, {name: text})` writes atomically (the CLI's)."""
+    from ..costs import Costs, load_costs, parse_cost_option
+    from .emit import to_pp
+    from .problem import build_problem
+    from .search import Infeasible, synthesize
+    if not (math.isfinite(args.time_limit) and 0 < args.time_limit <= 86_400):
+        raise SchedcError("usage", f"--time-limit {args.time_limit}: expected seconds in (0, 86400]",
+                          where="--time-limit")
+    params = _params(args.param)
+    costs = load_costs(args.costs) if args.costs else Costs("the defaults")
+    for text in args.cost:
+        costs = costs.then(parse_cost_option(text))
+    problem = build_problem(params["P"], params["M"], placement=args.placement, costs=costs,
+                            memory_limit=_memory_limit(args.memory_limit))
+    began = time.monotonic()
+
+    def progress(text: str) -> None:
+        if time.monotonic() - began >= QUIET_S:
+            stderr.write(f"schedc synth: {text}\n")
+            stderr.flush()
+
+    outcome = synthesize(problem, time_limit_s=args.time_limit, progress=progress)
+    if isinstance(outcome, Infeasible):
+        stderr.write(f"error[infeasible]: no schedule: {outcome.reason}\n")
+        if args.json:
+            stdout.write(json.dumps({**_head(problem), "status": "infeasible", "ok": False,
+                                     "reason": outcome.reason}) + "\n")
+        return EXIT_FAIL
+    command = "schedc synth " + shlex.join(_shown_argv(args))
+    text = to_pp(outcome, command)
+    written = None
+    if args.output:
+        out = Path(args.output)
+        written = write_all(out.parent, {out.name: text})[0]
+    if args.json:
+        stdout.write(json.dumps(_json(outcome, written)) + "\n")
+    else:
+        stdout.write(_text(outcome, written) + "\n")
+    return EXIT_OK
+
+
+def _head(problem) -> dict:
+    ann = problem.program.annotations
+    return {"schedule": problem.program.name, "params": {"P": problem.P, "M": problem.M},
+            "placement": problem.placement, "ranks": problem.P, "stages": problem.S, "microbatches": problem.M,
+            "costs": {k: [getattr(ann.cost_of(s), k) for s in range(problem.S)] for k in ("F", "I", "W")}
+            | {"act": [ann.memory_of(s).act for s in range(problem.S)],
+               "weight": [ann.memory_of(s).weight for s in range(problem.S)],
+               "speed": [ann.rank_speed[r] if r < len(ann.rank_speed) else 1.0 for r in range(problem.P)],
+               "latency": {f"{a}->{b}": problem.seconds(v) for (a, b), v in sorted(problem.latency.items()) if v}},
+            "memory_limit": list(problem.cap_given)}
+
+
+def _json(outcome, written) -> dict:
+    p, best = outcome.problem, outcome.best
+    return {**_head(p), "status": "optimal" if outcome.optimal else "feasible", "ok": True,
+            "optimal": outcome.optimal, "makespan": best.makespan, "lower_bound": outcome.lower_bound,
+            "gap": outcome.gap, "stopped": outcome.stopped, "solve_time": round(outcome.elapsed, 3),
+            "start": {"origin": outcome.start.origin, "makespan": outcome.start.makespan},
+            "found_by": best.origin,
+            "queries": [{"makespan_at_most": p.seconds(q.T), "answer": q.answer, "seconds": round(q.seconds, 3)}
+                        for q in outcome.queries],
+            "peak_memory": [float(x * p.memory_unit) for x in best.peaks],
+            "order": [[str(a) for a in row] for row in best.program(p).ranks],
+            "output": str(written) if written else None}
+
+
+def _text(outcome, written) -> str:
+    from .emit import describe_costs, number
+    p, best = outcome.problem, outcome.best
+    caps = {c for c in p.cap_given}
+    cap = ("none" if caps == {None} else f"{number(caps.pop())} per rank" if len(caps) == 1 else
+           "[" + ", ".join("none" if c is None else number(c) for c in p.cap_given) + "]")
+    verdict = ("optimal" if outcome.optimal else
+               f"not proven optimal ({'interrupted' if outcome.stopped == 'interrupted' else 'stopped at the time limit' if outcome.stopped == 'time-limit' else 'the solver gave up'})")
+    lines = [f"{p.program.name}: P={p.P}, M={p.M}, placement {p.placement}, {p.S} stages; memory limit {cap}",
+             *(f"  costs {line}" for line in describe_costs(p)),
+             f"  makespan {number(best.makespan)}, lower bound {number(outcome.lower_bound)}, gap "
+             f"{outcome.gap:.1%}: {verdict}",
+             f"  start: {outcome.start.origin} (makespan {number(outcome.start.makespan)}); found by "
+             f"{best.origin}; {len(outcome.queries)} solver quer{'y' if len(outcome.queries) == 1 else 'ies'} "
+             f"in {outcome.elapsed:.1f} s",
+             "  peak activations per rank: [" + ", ".join(number(x * float(p.memory_unit)) for x in best.peaks) + "]"]
+    lines += [f"  rank {r}: " + " ".join(str(a) for a in row) for r, row in enumerate(best.program(p).ranks)]
+    if written:
+        lines.append(f"  wrote {written}")
+    return "\n".join(lines)
+
+
+def _params(pairs) -> dict[str, int]:
+    out = {}
+    for text in pairs:
+        m = _PARAM.fullmatch(text.strip())
+        if not m:
+            raise SchedcError("usage", f"--param {text!r}: expected NAME=INTEGER, e.g. --param P=4", where="--param")
+        if m.group(1) not in ("P", "M"):
+            raise SchedcError("unknown-param", f"--param {m.group(1)}: synth takes P (ranks) and M "
+                              "(microbatches)", where="--param")
+        out[m.group(1)] = int(m.group(2))
+    missing = [k for k in ("P", "M") if k not in out]
+    if missing:
+        raise SchedcError("missing-param", "synth needs " + " and ".join(f"--param {k}=..." for k in missing),
+                          where="--param")
+    return out
+
+
+def _memory_limit(text):
+    if text is None:
+        return None
+    try:
+        if "=" not in text:
+            value = float(text)
+            values, out = [value], value
+        else:
+            out = {}
+            for part in text.split(","):
+                rank, value = part.split("=")
+                out[int(rank)] = float(value)
+            values = list(out.values())
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            raise ValueError
+        return out
+    except ValueError:
+        raise SchedcError("usage", f"--memory-limit {text!r}: expected a non-negative number or rank=limit pairs, "
+                          "e.g. 8 or 0=4,1=3", where="--memory-limit") from None
+
+
+def _shown_argv(args) -> list[str]:
+    out = [x for p in args.param for x in ("--param", p)] + (["--costs", args.costs] if args.costs else [])
+    out += [x for c in args.cost for x in ("--cost", c)]
+    for flag, value in (("--memory-limit", args.memory_limit),
+                        ("--placement", None if args.placement == "loop" else args.placement)):
+        if value:
+            out += [flag, value]
+    return out

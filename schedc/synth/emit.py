@@ -1,0 +1,95 @@
+"""The synthesised schedule as a `.pp` file: a comment header saying how it was found, then the
+literal per-rank lists (`rank 0: 0F0 0F1 0I0 ...`) with the placement, costs, sizes and memory
+limit it was found for, so `schedc check` and `schedc sim` judge it under the same settings.
+"""
+from __future__ import annotations
+
+from .problem import Problem
+from .search import Outcome
+
+
+def number(x: float) -> str:
+    """A number as the language reads it (integers, or decimals without an exponent)."""
+    if float(x).is_integer():
+        return str(int(x))
+    text = f"{x:.12f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
+
+
+def describe_costs(problem: Problem) -> list[str]:
+    """Times per stage (grouped when equal), rank speeds and latencies, in the user's units."""
+    ann = problem.program.annotations
+    groups: list[tuple[tuple, list[int]]] = []
+    for s in range(problem.S):
+        c, m = ann.cost_of(s), ann.memory_of(s)
+        key = (c.F, c.I, c.W, m.act, m.weight)
+        if groups and groups[-1][0] == key:
+            groups[-1][1].append(s)
+        else:
+            groups.append((key, [s]))
+    lines = []
+    for (F, I, W, act, weight), stages in groups:
+        which = f"stage {stages[0]}" if len(stages) == 1 else f"stages {stages[0]}-{stages[-1]}"
+        lines.append(f"{which}: F={number(F)} I={number(I)} W={number(W)} act={number(act)} weight={number(weight)}")
+    speeds = [(r, v) for r, v in enumerate(ann.rank_speed) if v != 1.0]
+    if speeds:
+        lines.append("rank speed: " + ", ".join(f"{r}={number(v)}" for r, v in speeds))
+    lats = sorted({problem.seconds(v) for v in problem.latency.values()})
+    lines.append("latency: " + ("0" if not lats or lats == [0.0] else
+                                ", ".join(f"{a}->{b}={number(problem.seconds(v))}"
+                                          for (a, b), v in sorted(problem.latency.items()) if v)
+                                if len(lats) > 1 else number(lats[0])))
+    return lines
+
+
+def to_pp(outcome: Outcome, command: str | None = None) -> str:
+    p = outcome.problem
+    ann = p.program.annotations
+    best = outcome.best
+    caps = ", ".join("none" if c is None else number(c) for c in p.cap_given)
+    status = ("optimal (proved: no schedule is shorter)" if outcome.optimal else
+              f"not proven optimal ({_why(outcome)}); gap {outcome.gap:.1%}")
+    head = [f"# Synthesised by `schedc synth`{f': {command}' if command else ''}",
+            f"# P={p.P}, M={p.M}, placement {p.placement}, {p.S} stages; memory limit per rank: {caps}",
+            *(f"# costs {line}" for line in describe_costs(p)),
+            f"# makespan {number(best.makespan)}, lower bound {number(outcome.lower_bound)}: {status}",
+            f"# start: {outcome.start.origin} (makespan {number(outcome.start.makespan)}); "
+            f"{len(outcome.queries)} solver quer{'y' if len(outcome.queries) == 1 else 'ies'}, "
+            f"{outcome.elapsed:.1f} s",
+            "# peak activations per rank: " + ", ".join(number(x * float(p.memory_unit)) for x in best.peaks)]
+    body = [f"schedule {p.program.name} {{", f"  stages {p.S}", f"  place {p.placement}"]
+    settings = [_stage_settings(ann, s) for s in range(p.S)]
+    common = max(settings, key=settings.count)  # written once; the stages that differ get their own line
+    body += [f"  cost {common[0]}", f"  memory {common[1]}"]
+    for s, (cost, memory) in enumerate(settings):
+        if cost != common[0]:
+            body.append(f"  cost stage {s}: {cost}")
+        if memory != common[1]:
+            body.append(f"  memory stage {s}: {memory}")
+    for r, v in enumerate(ann.rank_speed):
+        if v != 1.0:
+            body.append(f"  cost rank {r}: speed = {number(v)}")
+    lats = {v for v in p.latency.values()}
+    if len(lats) == 1 and lats != {0}:
+        body.append(f"  cost latency = {number(p.seconds(lats.pop()))}")
+    elif len(lats) > 1:
+        head.append("# per-channel latencies are not part of the language: simulate with the same --costs file")
+    if len(set(p.cap_given)) == 1 and p.cap_given[0] is not None:
+        body.append(f"  memory limit = {number(p.cap_given[0])}")
+    else:
+        body += [f"  memory rank {r}: limit = {number(c)}" for r, c in enumerate(p.cap_given) if c is not None]
+    for r, row in enumerate(best.program(p).ranks):
+        body.append(f"  rank {r}: " + " ".join(str(a) for a in row))
+    body.append("}")
+    return "\n".join(head + body) + "\n"
+
+
+def _stage_settings(ann, s: int) -> tuple[str, str]:
+    c, m = ann.cost_of(s), ann.memory_of(s)
+    return (f"F = {number(c.F)}, I = {number(c.I)}, W = {number(c.W)}",
+            f"act = {number(m.act)}, weight = {number(m.weight)}" + (f", out = {number(m.out)}" if m.out else ""))
+
+
+def _why(outcome: Outcome) -> str:
+    return {"time-limit": "stopped at the time limit", "interrupted": "interrupted"}.get(
+        outcome.stopped or "", f"the solver gave up: {outcome.stopped}")

@@ -1,0 +1,169 @@
+"""The search: bisection on the makespan between a lower bound and the best schedule found.
+
+Start from the best quick schedule (schedc/synth/start.py); ask the solver whether makespan <= T
+for T halfway between what is proved impossible and what is found, shrinking one side each time.
+Every schedule the solver finds is re-timed by the simulator. A time limit or Ctrl-C stops the
+search with the best found so far, its proven bound and the gap, never called optimal unless proved.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .bounds import lower_bound
+from .graph import build_graph
+from .problem import Problem
+from .schedule import Candidate, evaluate
+from .solver import Sat, Unsat, decide
+from .start import candidates
+
+DEFAULT_TIME_LIMIT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Query:
+    T: int  # time units
+    answer: str  # sat, unsat or unknown
+    seconds: float
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The best schedule found; `bound` (time units) is proved: no schedule is shorter."""
+
+    problem: Problem
+    best: Candidate
+    start: Candidate
+    bound: int
+    elapsed: float
+    stopped: str | None = None  # None (finished), "time-limit", "interrupted", or the solver's reason
+    queries: tuple[Query, ...] = field(default=())
+
+    @property
+    def optimal(self) -> bool:
+        return self.best.units <= self.bound
+
+    @property
+    def lower_bound(self) -> float:
+        return self.problem.seconds(self.bound)
+
+    @property
+    def gap(self) -> float:
+        """Relative gap (makespan - bound) / makespan; 0 when optimal."""
+        return 0.0 if self.optimal else (self.best.units - self.bound) / self.best.units
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    """No schedule fits the caps; `reason` says why."""
+
+    problem: Problem
+    reason: str
+
+
+def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+               progress: Callable[[str], None] | None = None) -> Outcome | Infeasible:
+    began = time.monotonic()
+    deadline = began + time_limit_s
+    why = _too_small(problem)
+    if why:
+        return Infeasible(problem, why)
+    graph = build_graph(problem)
+    proven = lower_bound(problem, graph)
+    start = best = candidates(problem)[0]
+    if best.units < proven:
+        raise AssertionError(f"synth: the lower bound {proven} exceeds a schedule of {best.units}")
+    say = progress or (lambda text: None)
+    say(f"start: {start.origin}, makespan {_t(problem, best.units)}; lower bound {_t(problem, proven)}")
+    queries: list[Query] = []
+    stopped = None
+    low = proven  # below `low` is proved impossible or (after an unknown) not worth asking again
+    with _Interrupts() as interrupts:
+        while low < best.units and not interrupts.fired:
+            left = deadline - time.monotonic()
+            if left <= 0.05:
+                stopped = "time-limit"
+                break
+            T = (low + best.units - 1) // 2 if best.units - low > 1 else low
+            # a query in the middle gets half the time left, so a hard one leaves time for the rest
+            budget = left if T + 1 >= best.units else max(left / 2, min(left, 1.0))
+            t0 = time.monotonic()
+            answer = decide(problem, graph, T, timeout_s=budget, hint=best.starts, on_context=interrupts.watch)
+            spent = time.monotonic() - t0
+            if isinstance(answer, Sat):
+                found = evaluate(problem, answer.orders, "the solver")
+                if not found.fits or found.units > T:
+                    raise AssertionError(f"synth: the solver's schedule re-times to {found.units} > {T} "
+                                         f"or breaks a cap ({found.peaks} vs {problem.cap})")
+                best = found
+                queries.append(Query(T, "sat", spent))
+            elif isinstance(answer, Unsat):
+                proven = max(proven, T + 1)
+                low = max(low, T + 1)
+                queries.append(Query(T, "unsat", spent, answer.why))
+            else:
+                queries.append(Query(T, "unknown", spent, answer.reason))
+                if interrupts.fired:
+                    break
+                low = T + 1  # not proved; try the upper part with the time left
+                if time.monotonic() >= deadline - 0.05:
+                    stopped = "time-limit"
+            say(f"makespan <= {_t(problem, T)}? {queries[-1].answer} ({spent:.1f} s); best "
+                f"{_t(problem, best.units)}, bound {_t(problem, proven)}")
+        if interrupts.fired:
+            stopped = "interrupted"
+        elif stopped is None and proven < best.units:
+            stopped = "time-limit" if time.monotonic() >= deadline - 0.05 else "solver-unknown"
+    return Outcome(problem, best, start, proven, time.monotonic() - began, stopped, tuple(queries))
+
+
+def _too_small(problem: Problem) -> str | None:
+    for r in range(problem.P):
+        cap = problem.cap[r]
+        need = sum(problem.act[s] for s in problem.stages_of(r))
+        if cap is not None and cap < need:
+            stages = problem.stages_of(r)
+            what = (f"stage {stages[0]}'s activation ({float(problem.act[stages[0]] * problem.memory_unit):g})"
+                    if len(stages) == 1 else
+                    f"the activations of stages {' and '.join(map(str, stages))} at once "
+                    f"({float(need * problem.memory_unit):g}), since a microbatch's forwards on a rank all run "
+                    "before its first backward there")
+            return (f"memory limit {problem.cap_given[r]:g} on rank {r} is below what any schedule needs: every "
+                    f"microbatch holds {what}")
+    return None
+
+
+def _t(problem: Problem, units: int) -> str:
+    return f"{problem.seconds(units):g}"
+
+
+class _Interrupts:
+    """Ctrl-C during the search interrupts the running query and stops the search (main thread
+    only; elsewhere Ctrl-C behaves as usual)."""
+
+    def __init__(self):
+        self.fired = False
+        self.ctx = None
+        self.previous = None
+
+    def watch(self, ctx) -> None:
+        self.ctx = ctx
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def _handler(self, signum, frame):
+        self.fired = True
+        if self.ctx is not None:
+            self.ctx.interrupt()
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        return False

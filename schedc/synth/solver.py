@@ -1,0 +1,162 @@
+"""All of synthesis's Z3 use: "is there a schedule with makespan <= T?" as one decision query.
+
+Each job gets an integer start within [head, T - duration - tail]; the graph's precedences are
+difference constraints; two jobs of a rank that no precedence orders get one disjunction ("x
+ends before y starts, or y before x"), dropped to a single difference constraint when T leaves only
+one way. Memory caps that are not precedences are pseudo-Boolean sums over those ordering atoms.
+A fresh context per query, a fixed seed and a timeout; giving up is `Unknown`, never an answer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..verify.solver import SEED, Unknown
+from .graph import Graph
+from .problem import Problem
+
+MAX_PAIRS = 400_000  # disjunctions per query; beyond this the search keeps its greedy start
+
+
+@dataclass(frozen=True)
+class Sat:
+    """A schedule of makespan <= T exists: `orders[r]` is rank r's jobs by start time."""
+
+    orders: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class Unsat:
+    """No schedule (in increasing microbatch order, which loses nothing) has makespan <= T."""
+
+    why: str = "the solver proved it"
+
+
+Answer = Sat | Unsat | Unknown
+
+
+def count_pairs(problem: Problem, graph: Graph) -> int:
+    return sum(1 for _ in _free_pairs(problem, graph))
+
+
+def decide(problem: Problem, graph: Graph, T: int, *, timeout_s: float, hint=None, on_context=None) -> Answer:
+    """Decide makespan <= T. `hint`: start per job to try first; `on_context(ctx)` gets the query's
+    context before it runs (so a Ctrl-C handler can interrupt it)."""
+    jobs = problem.jobs
+    lo = graph.head
+    hi = [T - j.dur - graph.tail[u] for u, j in enumerate(jobs)]
+    bad = next((u for u in range(len(jobs)) if lo[u] > hi[u]), None)
+    if bad is not None:
+        j = jobs[bad]
+        return Unsat(f"{j.kind}({j.stage},{j.mb}) cannot start before {lo[bad]} and end {graph.tail[bad]} "
+                     f"before the end")
+    pairs = []  # (x, y, x-before-y possible, y-before-x possible)
+    for x, y in _free_pairs(problem, graph):
+        xy, yx = lo[x] + jobs[x].dur <= hi[y], lo[y] + jobs[y].dur <= hi[x]
+        if not (xy or yx):
+            return Unsat(f"{_name(jobs[x])} and {_name(jobs[y])} do not both fit on rank {jobs[x].rank}")
+        pairs.append((x, y, xy, yx))
+        if len(pairs) > MAX_PAIRS:
+            return Unknown(f"more than {MAX_PAIRS:,} pairs of actions to order; too large for the solver")
+    import z3
+
+    ctx = z3.Context()
+    counting = not graph.memory_edges
+    solver = z3.Solver(ctx=ctx) if counting else z3.SolverFor("QF_IDL", ctx=ctx)
+    solver.set("timeout", max(1, int(timeout_s * 1000)))
+    solver.set("random_seed", SEED)
+    start = [z3.Int(f"s{u}", ctx) for u in range(len(jobs))]
+    for u in range(len(jobs)):
+        solver.add(start[u] >= lo[u], start[u] <= hi[u])
+        for v, lag in graph.succ[u]:
+            solver.add(start[v] - start[u] >= lag)
+    before = {}  # (x, y) -> the atom "x ends before y starts", or True/False
+    for x, y, xy, yx in pairs:
+        a = start[y] - start[x] >= jobs[x].dur
+        b = start[x] - start[y] >= jobs[y].dur
+        if xy and yx:
+            solver.add(z3.Or(a, b))
+            before[(x, y)], before[(y, x)] = a, z3.Not(a)
+        else:
+            solver.add(a if xy else b)
+            before[(x, y)], before[(y, x)] = xy, yx
+    if counting:
+        for c in _memory_sums(problem, graph, before, ctx):
+            solver.add(c)
+    if hint is not None:  # a phase to try first; not every z3 back end takes one
+        try:
+            for u, v in enumerate(hint):
+                solver.set_initial_value(start[u], min(max(v, lo[u]), hi[u]))
+        except z3.Z3Exception:
+            pass
+    if on_context is not None:
+        on_context(ctx)
+    verdict = solver.check()
+    if verdict == z3.sat:
+        model = solver.model()
+        at = [model.eval(v, model_completion=True).as_long() for v in start]
+        rows = [[] for _ in range(problem.P)]
+        for u in sorted(range(len(jobs)), key=lambda u: at[u]):
+            rows[jobs[u].rank].append(u)
+        return Sat(tuple(tuple(r) for r in rows))
+    if verdict == z3.unsat:
+        return Unsat()
+    return Unknown(f"the solver gave up: {solver.reason_unknown()}")
+
+
+def _free_pairs(problem: Problem, graph: Graph):
+    """Pairs of jobs on one rank that no precedence orders."""
+    for r in range(problem.P):
+        mine = [u for u, j in enumerate(problem.jobs) if j.rank == r]
+        for i, x in enumerate(mine):
+            for y in mine[i + 1:]:
+                if not (graph.ordered(x, y) or graph.ordered(y, x)):
+                    yield x, y
+
+
+def _memory_sums(problem: Problem, graph: Graph, before, ctx):
+    """Per F job x on a capped rank: the activations live when x starts stay within the cap.
+    Live = sum over microbatches m and stages s of the rank of act * [F(s,m) started] - (act - w) *
+    [I(s,m) done] - w * [W(s,m) done]; written with positive weights as
+    sum act*[F started] + (act-w)*[I not done] + w*[W not done] <= cap + sum act."""
+    import z3
+
+    def lit(y, x):
+        if y == x:
+            return True
+        if graph.ordered(y, x):
+            return True
+        if graph.ordered(x, y):
+            return False
+        return before[(y, x)]
+
+    for r in range(problem.P):
+        cap = problem.cap[r]
+        if cap is None:
+            continue
+        stages = problem.stages_of(r)
+        for s0 in stages:
+            for m0 in range(problem.M):
+                x = problem.job("F", s0, m0)
+                terms, bound = [], cap
+                for s in stages:
+                    a, w = problem.act[s], problem.weight[s]
+                    for m in range(problem.M):
+                        bound += a
+                        for kind, weight, negate in (("F", a, False), ("I", a - w, True), ("W", w, True)):
+                            if weight == 0:
+                                continue
+                            v = lit(problem.job(kind, s, m), x)
+                            if negate:
+                                v = (not v) if isinstance(v, bool) else z3.Not(v)
+                            if v is True:
+                                bound -= weight
+                            elif v is not False:
+                                terms.append((v, weight))
+                if bound < 0:
+                    yield z3.BoolVal(False, ctx)
+                elif terms and sum(wt for _, wt in terms) > bound:
+                    yield z3.PbLe(terms, bound)
+
+
+def _name(j) -> str:
+    return f"{j.kind}({j.stage},{j.mb})"
