@@ -8,6 +8,7 @@ A fresh context per query, a fixed seed and a timeout; giving up is `Unknown`, n
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from ..verify.solver import SEED, Unknown
@@ -64,6 +65,7 @@ def decide(problem: Problem, graph: Graph, T: int, *, timeout_s: float, hint=Non
     solver = z3.Solver(ctx=ctx) if counting else z3.SolverFor("QF_IDL", ctx=ctx)
     solver.set("timeout", max(1, int(timeout_s * 1000)))
     solver.set("random_seed", SEED)
+    solver.set("ctrl_c", False)  # Ctrl-C goes to the search (schedc/synth/search.py), which interrupts ctx
     start = [z3.Int(f"s{u}", ctx) for u in range(len(jobs))]
     for u in range(len(jobs)):
         solver.add(start[u] >= lo[u], start[u] <= hi[u])
@@ -90,10 +92,10 @@ def decide(problem: Problem, graph: Graph, T: int, *, timeout_s: float, hint=Non
             pass
     if on_context is not None:
         on_context(ctx)
-    verdict = solver.check()
+    verdict, at, error = _check(solver, start, ctx)
+    if error is not None:  # ctx.interrupt() from a Ctrl-C
+        return Unknown(f"the solver was interrupted ({error})")
     if verdict == z3.sat:
-        model = solver.model()
-        at = [model.eval(v, model_completion=True).as_long() for v in start]
         rows = [[] for _ in range(problem.P)]
         for u in sorted(range(len(jobs)), key=lambda u: at[u]):
             rows[jobs[u].rank].append(u)
@@ -101,6 +103,34 @@ def decide(problem: Problem, graph: Graph, T: int, *, timeout_s: float, hint=Non
     if verdict == z3.unsat:
         return Unsat()
     return Unknown(f"the solver gave up: {solver.reason_unknown()}")
+
+
+def _check(solver, start, ctx):
+    """Run the query in a worker thread (z3 releases the GIL) so that Ctrl-C reaches Python's
+    handler in the main thread at once, which interrupts the context; returns (verdict, starts,
+    error)."""
+    import z3
+    out: list = [None, None, None]
+
+    def work():
+        try:
+            out[0] = solver.check()
+            if out[0] == z3.sat:
+                model = solver.model()
+                out[1] = [model.eval(v, model_completion=True).as_long() for v in start]
+        except z3.Z3Exception as exc:
+            out[2] = exc
+
+    worker = threading.Thread(target=work, name="schedc-synth-z3", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except BaseException:
+        ctx.interrupt()
+        worker.join()
+        raise
+    return tuple(out)
 
 
 def _free_pairs(problem: Problem, graph: Graph):
