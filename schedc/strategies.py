@@ -17,10 +17,11 @@ from hypothesis.errors import InvalidArgument
 
 from .ir import COMPUTE, Action, Annotations, Compound, CompoundKind, Op, Program, StageCost, StageMemory, format_step
 
-__all__ = ["MUTATION_KINDS", "PLACEMENTS", "Mutant", "lowered_programs", "mutations", "programs",
+__all__ = ["MAX_PAIRS", "MUTATION_KINDS", "PLACEMENTS", "Mutant", "lowered_programs", "mutations", "programs",
            "reorderings", "sources"]
 
 PLACEMENTS = ("loop", "vshape", "table")
+MAX_PAIRS = 2_048  # stage-microbatch pairs of the largest program one Hypothesis example can hold
 MUTATION_KINDS = ("drop", "duplicate", "wrong-rank", "bad-index", "before-input", "swap-messages")
 _KINDS = {"F": Op.F, "B": Op.B, "I": Op.I, "W": Op.W}
 _ORDER = {Op.F: 0, Op.I: 1, Op.B: 2, Op.W: 3}  # ties among ready actions: forward first
@@ -70,6 +71,8 @@ def _backward_forms(kinds, split_backward) -> tuple[bool, ...]:
     """Which backward forms the options allow: (False,) fused B only, (True,) I + W only, or both."""
     if isinstance(kinds, Op):
         kinds = (kinds,)
+    if isinstance(kinds, str):
+        raise InvalidArgument(f"kinds={kinds!r} must be a collection of names, e.g. kinds=('F', 'B')")
     if not isinstance(kinds, Iterable):
         raise InvalidArgument(f"kinds={kinds!r} must be a collection of 'F', 'B', 'I', 'W'")
     names = set()
@@ -93,6 +96,19 @@ def _backward_forms(kinds, split_backward) -> tuple[bool, ...]:
     if split_backward is not None:
         return (split_backward,)
     return tuple(form for form, ok in ((False, fused), (True, split)) if ok)
+
+
+def _fits(r_lo, r_hi, m_lo, m_hi, v_lo, v_hi, shapes) -> None:
+    """Refuse options under which no program fits in one Hypothesis example (MAX_PAIRS)."""
+    for what, value in (("ranks", r_hi), ("microbatches", m_hi), ("chunks", v_hi)):
+        if value > MAX_PAIRS:
+            raise InvalidArgument(f"max_{what}={value}: a program with more than {MAX_PAIRS:,} {what} does not fit "
+                                  f"in one Hypothesis example (at most {MAX_PAIRS:,} stage-microbatch pairs)")
+    smallest = min(2 * r_lo if shape == "vshape" else r_lo * v_lo for shape in shapes) * m_lo
+    if smallest > MAX_PAIRS:
+        raise InvalidArgument(f"the smallest program these options allow has {smallest:,} stage-microbatch pairs, "
+                              f"more than fit in one Hypothesis example ({MAX_PAIRS:,}); lower min_ranks, "
+                              "min_chunks or min_microbatches")
 
 
 def _program(name: str, value) -> Program:
@@ -120,7 +136,9 @@ def programs(*, min_ranks: int = 1, max_ranks: int = 4, min_microbatches: int = 
     list is one order of DESIGN.md's dependency graph, so the program is sound and deadlock-free
     under every send semantics. `overlap=True` lets an F and a B that are ready together on a rank
     run as one `OVERLAP_F_B`; `costs=True` and `memory=True` draw per-stage times (F, I, W in 1..3,
-    B = I + W) and sizes (`act` 1..3, `weight` 0..act, `out` 0..2).
+    B = I + W) and sizes (`act` 1..3, `weight` 0..act, `out` 0..2). One example holds at most
+    `MAX_PAIRS` (2,048) stage-microbatch pairs: options whose smallest program is larger, or a
+    maximum above that, are refused; larger draws inside the bounds are discarded by Hypothesis.
 
     >>> import schedc
     >>> from hypothesis import given, settings
@@ -146,6 +164,7 @@ def programs(*, min_ranks: int = 1, max_ranks: int = 4, min_microbatches: int = 
     m_lo, m_hi = _bounds("microbatches", min_microbatches, max_microbatches)
     v_lo, v_hi = _bounds("chunks", min_chunks, max_chunks)
     shapes = _choices("placements", placements, PLACEMENTS)
+    _fits(r_lo, r_hi, m_lo, m_hi, v_lo, v_hi, shapes)
     forms = _backward_forms(kinds, split_backward)
     overlap, costs, memory = _flag("overlap", overlap), _flag("costs", costs), _flag("memory", memory)
     if not isinstance(name, str):

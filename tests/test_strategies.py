@@ -72,6 +72,11 @@ BAD_OPTIONS = [
     (dict(overlap=True, split_backward=True), "overlap=True pairs an F with a fused B"),
     (dict(costs=None), "costs=None must be True or False"),
     (dict(name=3), "name=3 must be a string"),
+    (dict(kinds="FB"), "kinds='FB' must be a collection of names, e.g. kinds=('F', 'B')"),
+    (dict(max_ranks=10**9), "max_ranks=1000000000: a program with more than 2,048 ranks does not fit"),
+    (dict(max_microbatches=4096), "max_microbatches=4096: a program with more than 2,048 microbatches"),
+    (dict(min_ranks=32, max_ranks=32, min_microbatches=64, max_microbatches=64, placements=("vshape",)),
+     "the smallest program these options allow has 4,096 stage-microbatch pairs, more than fit"),
 ]
 
 
@@ -185,6 +190,22 @@ def test_generated_programs_can_be_large_and_still_quick():
     t0 = time.perf_counter()
     big()
     assert time.perf_counter() - t0 < 20
+
+
+def test_the_largest_program_the_options_allow_is_drawn():
+    """MAX_PAIRS is what one example holds: 2,048 stage-microbatch pairs with split backwards
+    (6,144 actions) on a table placement, the costliest options, still draw; one more is refused."""
+    from schedc.strategies import MAX_PAIRS
+
+    @settings(max_examples=2, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(programs(min_ranks=16, max_ranks=16, min_microbatches=64, max_microbatches=64, min_chunks=2,
+                    max_chunks=2, placements=("table",), split_backward=True))
+    def largest(p):
+        assert p.num_stages * p.num_microbatches == MAX_PAIRS and p.num_actions == 3 * MAX_PAIRS
+    largest()
+    M = MAX_PAIRS // 2 + 1  # vshape: 2 stages per rank
+    with pytest.raises(InvalidArgument, match=f"has {2 * M:,} stage-microbatch pairs"):
+        programs(min_ranks=1, max_ranks=1, min_microbatches=M, max_microbatches=M, placements=("vshape",))
 
 
 # ---------------------------------------------------------------------------------------------
