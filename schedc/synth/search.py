@@ -81,16 +81,21 @@ def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     say(f"start: {start.origin}, makespan {_t(problem, best.units)}; lower bound {_t(problem, proven)}")
     queries: list[Query] = []
     stopped = None
-    low = proven  # below `low` is proved impossible or (after an unknown) not worth asking again
+    low = proven  # below `low` is proved impossible or (after an unknown) left for later
+    patient = False  # a second pass over what was unknown, each query with all the time left
     with _Interrupts() as interrupts:
-        while low < best.units and not interrupts.fired:
+        while not interrupts.fired:
+            if low >= best.units:
+                if proven >= best.units or patient:
+                    break
+                low, patient = proven, True
             left = deadline - time.monotonic()
             if left <= 0.05:
                 stopped = "time-limit"
                 break
             T = (low + best.units - 1) // 2 if best.units - low > 1 else low
             # a query in the middle gets half the time left, so a hard one leaves time for the rest
-            budget = left if T + 1 >= best.units else max(left / 2, min(left, 1.0))
+            budget = left if patient or T + 1 >= best.units else max(left / 2, min(left, 1.0))
             t0 = time.monotonic()
             answer = decide(problem, graph, T, timeout_s=budget, hint=best.starts, on_context=interrupts.watch)
             spent = time.monotonic() - t0
@@ -107,13 +112,11 @@ def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
                 queries.append(Query(T, "unsat", spent, answer.why))
             else:
                 queries.append(Query(T, "unknown", spent, answer.reason))
-                if interrupts.fired:
-                    break
                 low = T + 1  # not proved; try the upper part with the time left
-                if time.monotonic() >= deadline - 0.05:
-                    stopped = "time-limit"
             say(f"makespan <= {_t(problem, T)}? {queries[-1].answer} ({spent:.1f} s); best "
                 f"{_t(problem, best.units)}, bound {_t(problem, proven)}")
+            if queries[-1].answer == "unknown" and patient:
+                break
         if interrupts.fired:
             stopped = "interrupted"
         elif stopped is None and proven < best.units:
