@@ -1,7 +1,8 @@
 """`schedc synth`: read the options, run the search, print the result and write the `.pp` file.
 
 Exit codes as the rest of the CLI: 0 a schedule was found (optimal or not, as it says), 1 no
-schedule fits the memory limit (with the reason), 2 bad input, 3 no schedule within the time limit.
+schedule fits the memory limit (with the reason), 2 bad input. (3, no schedule within the time
+limit, does not arise: the start always gives one, and the search only improves on it.)
 """
 from __future__ import annotations
 
@@ -83,8 +84,16 @@ def _head(problem) -> dict:
             | {"act": [ann.memory_of(s).act for s in range(problem.S)],
                "weight": [ann.memory_of(s).weight for s in range(problem.S)],
                "speed": [ann.rank_speed[r] if r < len(ann.rank_speed) else 1.0 for r in range(problem.P)],
-               "latency": {f"{a}->{b}": problem.seconds(v) for (a, b), v in sorted(problem.latency.items()) if v}},
+               "latency": _latency(problem)},
             "memory_limit": list(problem.cap_given)}
+
+
+def _latency(problem):
+    """One number when every channel has the same latency, else {"A->B": latency}."""
+    values = set(problem.latency.values())
+    if len(values) <= 1:
+        return problem.seconds(values.pop()) if values else 0.0
+    return {f"{a}->{b}": problem.seconds(v) for (a, b), v in sorted(problem.latency.items())}
 
 
 def _json(outcome, written) -> dict:
