@@ -183,3 +183,11 @@ def test_bad_input_is_refused_with_a_message(run_cli, args, needle):
     code, stdout, stderr = run_cli("synth", *args)
     assert code == 2
     assert needle in stderr and "error[" in stderr and "Traceback" not in stderr
+
+
+def test_synthesis_does_not_import_torch():
+    import subprocess
+    import sys
+    code = ("import sys\nfrom schedc.synth.problem import build_problem\nfrom schedc.synth.search import synthesize\n"
+            "assert synthesize(build_problem(2, 3, memory_limit=2)).optimal\nassert 'torch' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
