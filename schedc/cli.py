@@ -124,6 +124,9 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--no-overlap", action="store_true", help="communication holds the ranks it involves")
     q.add_argument("--json", action="store_true", help="print one JSON object per schedule, best first")
 
+    from .prove.command import add_parser as add_prove
+    add_prove(sub, stdout)
+
     q = sub.add_parser("run", help="verify, lower and run a schedule on local ranks (or print the torchrun line)",
                        stdout=stdout)
     common(q)
@@ -189,7 +192,7 @@ def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Te
             from .synth.command import run as synth
             return synth(args, stdout, stderr, _write_all)
         return {"list": _list, "compile": _compile, "check": _check, "export": _export, "sim": _sim,
-                "compare": _compare}[args.command](
+                "compare": _compare, "prove": _prove}[args.command](
             args, stdout, stderr)
     except _Exit as e:
         return e.status if isinstance(e.status, int) else EXIT_INPUT
@@ -561,6 +564,11 @@ def _sim(args, stdout, stderr) -> int:
                      "(silent wrong data); `schedc check` names them\n")
         return EXIT_FAIL
     return EXIT_OK
+
+
+def _prove(args, stdout, stderr) -> int:
+    from .prove.command import run
+    return run(args, stdout, stderr)
 
 
 def _compare(args, stdout, stderr) -> int:

@@ -1,0 +1,115 @@
+"""`schedc prove`: arguments in, the proof (or refutation, or unknown) out, as text or JSON.
+
+Exit codes: 0 proved, 1 refuted, 3 unknown, 2 bad input. `--json` prints `Proof.to_dict()`, whose
+`certificate` re-checks with `--certificate FILE` (no search: Z3 checks the given functions).
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from ..errors import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN, SchedcError
+
+
+def add_parser(sub, stdout):
+    q = sub.add_parser("prove", help="prove a parametric schedule sound for every size: proved, refuted or unknown",
+                       stdout=stdout)
+    q.add_argument("input", metavar="FILE|NAME", help="a .pp schedule or a built-in name")
+    q.add_argument("--assume", action="append", default=[], metavar="COND",
+                   help="an assumption on the parameters, e.g. 'P >= 2' (repeatable; the schedule's own "
+                        "`require`s are assumed too)")
+    q.add_argument("--memory", metavar="EXPR",
+                   help="the live-activation bound to prove, in the parameters and the rank variable, e.g. "
+                        "'min(P - r, M)' (default: the simplest closed form that fits small settings)")
+    q.add_argument("--certificate", metavar="FILE",
+                   help="re-check a saved certificate (the JSON of `--json`, or its `certificate`) instead of "
+                        "searching for one")
+    q.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S seconds (default 300)")
+    q.add_argument("--json", action="store_true", help="print one JSON object")
+    q.add_argument("-q", "--quiet", action="store_true", help="no progress lines on standard error")
+
+
+def run(args, stdout, stderr) -> int:
+    from .prover import prove
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= 86_400):
+        raise SchedcError("usage", f"--timeout {args.timeout}: expected seconds in (0, 86400]", where="--timeout")
+    certificate = _read_certificate(args.certificate) if args.certificate else None
+    log = (lambda line: None) if args.quiet or args.json else (lambda line: (stderr.write(line + "\n"), stderr.flush()))
+    proof = prove(args.input, assumptions=tuple(args.assume), memory=args.memory, timeout=args.timeout,
+                  certificate=certificate, log=log)
+    if args.json:
+        stdout.write(json.dumps(proof.to_dict()) + "\n")
+    else:
+        stdout.write(render(proof) + "\n")
+    return {"proved": EXIT_OK, "refuted": EXIT_FAIL}.get(proof.verdict, EXIT_UNKNOWN)
+
+
+def _read_certificate(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise SchedcError("io", f"cannot read the certificate: {exc.strerror}", where=path) from None
+    except json.JSONDecodeError as exc:
+        raise SchedcError("certificate", f"not JSON: {exc.msg} at line {exc.lineno}", where=path) from None
+    cert = data.get("certificate", data) if isinstance(data, dict) else None
+    if not isinstance(cert, dict) or not isinstance(cert.get("timing"), dict):
+        raise SchedcError("certificate", "expected a certificate: an object with `timing` (and `memory`), as "
+                          "`schedc prove --json` writes", where=path)
+    return cert
+
+
+def render(proof) -> str:
+    assumed = ", ".join(proof.assumptions) or "no assumptions"
+    if proof.verdict == "refuted":
+        cex = proof.counterexample
+        setting = ", ".join(f"{k}={v}" for k, v in cex["params"].items())
+        lines = [f"{proof.schedule}: refuted at {setting} (smallest failing setting; {cex['property']})"]
+        if cex.get("summary"):
+            lines.append("  " + cex["summary"])
+        if cex.get("report"):
+            lines += ["  " + ln for ln in cex["report"].splitlines()]
+        return "\n".join(lines)
+    head = {"proved": f"{proof.schedule}: proved for every setting with {assumed} (and the schedule's requires)",
+            "unknown": f"{proof.schedule}: unknown: {proof.reason}"}[proof.verdict]
+    lines = [head]
+    for part in proof.parts:
+        lines.append(f"  {part.name:<14} {part.status:<8} {part.detail}")
+    cert = proof.certificate
+    if proof.verdict == "proved" and cert:
+        lines.append("  certificate (`--json` writes it; `--certificate FILE` re-checks it):")
+        lines.append("    timing, per action: increases along every rank's order and every dependency")
+        for k, st in cert["statements"].items():
+            lines.append(f"      line {st['line']:<4} {st['action']:<28} t = {affine(cert['timing'].get(k, {}))}")
+        if cert["memory"]["index"]:
+            lines.append(f"    memory: F number k on a rank comes after free number k - ({cert['memory']['bound']})")
+            for k, st in cert["statements"].items():
+                if k in cert["memory"]["index"]:
+                    lines.append(f"      line {st['line']:<4} {st['action']:<28} number = "
+                                 f"{affine(cert['memory']['index'][k])}")
+    if proof.bounded:
+        b = proof.bounded
+        largest = ", ".join(f"{k} <= {v}" for k, v in b["largest"].items())
+        label = "also checked concretely" if proof.verdict == "proved" else "bounded check, not a proof"
+        lines.append(f"  {label}: {b['settings']} settings ({largest}), all clean")
+    lines.append(f"  {proof.seconds:.1f} s")
+    return "\n".join(lines)
+
+
+def affine(coeffs: dict) -> str:
+    """`{"1": -2, "P": 1, "m": 2}` as `P + 2*m - 2`."""
+    parts = []
+    const = coeffs.get("1", 0)
+    for name, c in coeffs.items():
+        if name == "1" or not c:
+            continue
+        term = name if abs(c) == 1 else f"{abs(c)}*{name}"
+        parts.append((" - " if c < 0 else " + ") + term if parts else ("-" if c < 0 else "") + term)
+    if const or not parts:
+        parts.append((" - " if const < 0 else " + ") + str(abs(const)) if parts else str(const))
+    return "".join(parts)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use `schedc prove`")

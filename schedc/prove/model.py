@@ -1,0 +1,185 @@
+"""A parametric schedule as statements over loop domains: the form a proof for every P and M needs.
+
+`model(tree)` turns a `rank r { ... }` body into `Stmt`s, one per action call site: the frames
+around it (lets, loops, guards, outermost first), its path (for the order of a rank's list) and
+its stage and microbatch expressions, all still source expressions. The fragment is what a proof can
+reason about: one body for all ranks, F/B/I/W actions with explicit microbatches, no `order` and no
+`next`; anything else raises `Unsupported` with the reason and its place.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import syntax as ast
+from ..span import Span
+
+KINDS = ("F", "B", "I", "W")
+
+
+class Unsupported(Exception):
+    """The schedule uses something the symbolic proof does not cover."""
+
+    def __init__(self, reason: str, span: Span | None = None):
+        super().__init__(reason)
+        self.reason, self.span = reason, span
+
+
+@dataclass(frozen=True)
+class LetFrame:
+    name: str
+    value: ast.Expr
+
+
+@dataclass(frozen=True)
+class LoopFrame:
+    loop: int  # which loop (an id unique in the schedule)
+    var: str
+    start: ast.Expr
+    stop: ast.Expr
+    step: ast.Expr | None
+    reversed: bool
+
+
+@dataclass(frozen=True)
+class GuardFrame:
+    cond: ast.Expr
+    holds: bool  # the branch needs cond true (or false, for the branches after it)
+
+
+Frame = LetFrame | LoopFrame | GuardFrame
+
+
+@dataclass(frozen=True)
+class Stmt:
+    """One action call site, `kind(stage, microbatch)`, with everything around it."""
+
+    index: int
+    kind: str
+    stage: ast.Expr
+    microbatch: ast.Expr
+    frames: tuple[Frame, ...]
+    path: tuple[tuple[str, int], ...]  # ("s", static position) and ("l", loop id), outermost first
+    span: Span
+
+    @property
+    def loops(self) -> tuple[LoopFrame, ...]:
+        return tuple(f for f in self.frames if isinstance(f, LoopFrame))
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    params: tuple[str, ...]
+    requires: tuple[ast.Expr, ...]
+    globals: tuple[LetFrame, ...]  # schedule-level lets, in order
+    functions: dict  # name -> (params, body): `let f(x) = ...`, inlined wherever called
+    ranks: ast.Expr
+    stages: ast.Expr
+    microbatches: ast.Expr
+    placement: str  # loop | vshape | expr
+    place_var: str | None
+    place_expr: ast.Expr | None
+    rank_var: str
+    stmts: tuple[Stmt, ...]
+
+
+def model(tree: ast.Schedule) -> Model:
+    params = tuple(p.name for p in tree.params)
+    requires, lets, decls, functions = [], [], {}, {}
+    placement, body = None, None
+    for item in tree.items:
+        if isinstance(item, ast.Require):
+            requires.extend(c.cond for c in item.constraints)
+        elif isinstance(item, ast.Let):
+            if item.params is not None:
+                functions[item.name] = (item.params, item.value)
+            else:
+                lets.append(LetFrame(item.name, item.value))
+        elif isinstance(item, ast.Decl):
+            decls[item.what] = item.value
+        elif isinstance(item, ast.Placement):
+            placement = item
+        elif isinstance(item, ast.Order):
+            raise Unsupported("its order is computed by `order greedy(...)`, an algorithm; a proof for every "
+                              "size needs the order written as loops", item.span)
+        elif isinstance(item, ast.Annotation):
+            continue
+        elif isinstance(item, ast.RankBody) and item.var is not None:
+            if body is not None:
+                raise Unsupported("more than one generic rank body", item.span)
+            body = item
+        else:
+            raise Unsupported("a body for one rank (`rank N ...`); the proof covers one `rank r { ... }` for "
+                              "all ranks", item.span)
+    if body is None:
+        raise Unsupported("no `rank r { ... }` body", tree.span)
+
+    def decl(what, param):
+        if what in decls:
+            return decls[what]
+        if param in params:
+            return ast.Var(param, tree.span)
+        raise Unsupported(f"`{what}` is not declared and there is no parameter {param}", tree.span)
+
+    if placement is None or placement.kind not in ("loop", "vshape", "expr"):
+        raise Unsupported("the placement must be `place loop`, `place vshape` or `place s -> expr`",
+                          placement.span if placement is not None else tree.span)
+    builder = _Builder(functions)
+    builder.block(body.body, (), ())
+    return Model(tree.name, params, tuple(requires), tuple(lets), functions, decl("ranks", "P"),
+                 decl("stages", "P"), decl("microbatches", "M"), placement.kind, placement.var,
+                 placement.expr, body.var, tuple(builder.stmts))
+
+
+class _Builder:
+    def __init__(self, functions):
+        self.functions = functions
+        self.stmts: list[Stmt] = []
+        self.loops = 0
+
+    def block(self, stmts, frames, path):
+        frames = list(frames)
+        for k, s in enumerate(stmts):
+            here = path + (("s", k),)
+            if isinstance(s, ast.Let):
+                if s.params is not None:  # inlined where called; names resolve the same there
+                    self.functions[s.name] = (s.params, s.value)
+                else:
+                    frames.append(LetFrame(s.name, s.value))
+            elif isinstance(s, ast.For):
+                self.loops += 1
+                loop = LoopFrame(self.loops, s.var, s.start, s.stop, s.step, s.reversed)
+                self.block(s.body, tuple(frames) + (loop,), here + (("l", loop.loop),))
+            elif isinstance(s, ast.If):
+                before: list[GuardFrame] = []
+                for b, (cond, stmts_b) in enumerate(s.branches):
+                    self.block(stmts_b, tuple(frames) + tuple(before) + (GuardFrame(cond, True),),
+                               here + (("s", b),))
+                    before.append(GuardFrame(cond, False))
+                self.block(s.orelse, tuple(frames) + tuple(before), here + (("s", len(s.branches)),))
+            else:
+                self.action(s.call, tuple(frames), here)
+
+    def action(self, call: ast.Call, frames, path):
+        if call.name in ("group", "overlap"):
+            raise Unsupported(f"{call.name}(...): compounds are outside the proof's fragment", call.span)
+        if call.name not in KINDS:
+            raise Unsupported(f"{call.name}: the proof covers compute actions F, B, I, W (communication is "
+                              "inserted by schedc)", call.span)
+        if len(call.args) != 2 or any(isinstance(a, ast.Var) and a.name == "next" for a in call.args):
+            raise Unsupported(f"{call.name} with `next` numbering: the microbatch must be an expression",
+                              call.span)
+        self.stmts.append(Stmt(len(self.stmts), call.name, call.args[0], call.args[1], frames, path, call.span))
+
+
+def shared_loops(a: Stmt, b: Stmt) -> tuple[tuple[int, ...], bool | None]:
+    """The loops both statements sit in (outermost first), and the static order where their paths
+    part: True if a comes first, False if b does, None if they are the same statement."""
+    common = []
+    for x, y in zip(a.path, b.path):
+        if x == y:
+            if x[0] == "l":
+                common.append(x[1])
+            continue
+        return tuple(common), x[1] < y[1]
+    return tuple(common), None if len(a.path) == len(b.path) else len(a.path) < len(b.path)

@@ -1,0 +1,343 @@
+"""`prove`: a schedule sound for every size under the assumptions: proved, refuted, or unknown.
+
+First every small setting is checked concretely (smallest first), so an M-dependent bug is refuted
+with its smallest counterexample. Then, for schedules in the proof's fragment (schedc/prove/model.py),
+well-formedness is discharged exactly and deadlock freedom and the memory bound by certificates
+(schedc/prove/search.py) that Z3 checks for every setting. What cannot be proved is `unknown`, with
+the reason and the bounded range that was checked instead, labelled as such.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import syntax as ast
+from ..errors import SchedcError
+from . import smt
+from .model import Model, Unsupported, model
+from .sample import Stop, agrees_with_compiler, base_env, evaluate, feature_names
+from .search import cegis_timing, fit_index, infer_bound, peaks, settings
+
+BOUNDED_MAX = 8         # each parameter of the concrete sweep runs over 0..BOUNDED_MAX
+BOUNDED_SETTINGS = 250  # at most this many settings, smallest first
+SAMPLES = 25            # settings the certificates are fitted to
+
+
+@dataclass(frozen=True)
+class Part:
+    """One property: proved, refuted or unknown, and how."""
+
+    name: str
+    status: str
+    detail: str
+
+
+@dataclass
+class Proof:
+    schedule: str
+    assumptions: tuple[str, ...]
+    verdict: str = "unknown"
+    parts: list[Part] = field(default_factory=list)
+    certificate: dict | None = None
+    memory_bound: str | None = None
+    counterexample: dict | None = None
+    bounded: dict | None = None
+    reason: str | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"schedule": self.schedule, "assumptions": list(self.assumptions), "verdict": self.verdict,
+                "parts": [vars(p) for p in self.parts], "memory_bound": self.memory_bound,
+                "certificate": self.certificate, "counterexample": self.counterexample,
+                "bounded": self.bounded, "reason": self.reason, "seconds": round(self.seconds, 3)}
+
+
+def parse_condition(text: str, what: str) -> ast.Expr:
+    """An expression from the command line (`P >= 2`, `min(P - r, M)`), in the language's syntax."""
+    from ..parse import parse
+    try:
+        tree = parse(f"schedule x() {{ require {text} }}", what)
+        (req,) = [i for i in tree.items if isinstance(i, ast.Require)]
+        (c,) = req.constraints
+        return c.cond
+    except (SchedcError, ValueError):
+        raise SchedcError("usage", f"{what} {text!r}: expected an expression such as 'P >= 2' or "
+                          "'min(P - r, M)'", where=what) from None
+
+
+def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None = None,
+          timeout: float = 300.0, certificate: dict | None = None, log=lambda line: None) -> Proof:
+    from ..api import read_text, resolve
+    from ..parse import parse
+    start = time.monotonic()
+    deadline = start + timeout
+    path = resolve(source)
+    tree = parse(read_text(path), str(path))
+    assumed = tuple(parse_condition(t, "--assume") for t in assumptions)
+    bound = parse_condition(memory, "--memory") if memory is not None else None
+    proof = Proof(tree.name, tuple(assumptions))
+    try:
+        m = model(tree)
+        unsupported = None
+    except Unsupported as exc:
+        m, unsupported = _domain_only(tree), exc
+    for name in _names_in(assumed):
+        if name not in m.params:
+            raise SchedcError("usage", f"--assume names '{name}', which is not a parameter of {tree.name} "
+                              f"(its parameters: {', '.join(m.params)})", where="--assume")
+
+    log(f"{tree.name}: checking small settings concretely")
+    failure = _bounded(proof, path, m, assumed, bound, deadline)
+    if failure is not None:
+        proof.verdict, proof.counterexample = "refuted", failure
+        return _done(proof, start)
+    if unsupported is not None:
+        return _unknown(proof, start, f"outside the proof's fragment: {unsupported.reason}"
+                        + (f" (line {unsupported.span.line})" if unsupported.span else ""))
+    try:
+        _symbolic(proof, path, m, assumed, bound, deadline, certificate, log)
+    except Unsupported as exc:
+        return _unknown(proof, start, f"not linear: {exc.reason}" + (f" (line {exc.span.line})" if exc.span else ""))
+    if proof.verdict == "refuted":
+        return _done(proof, start)
+    statuses = {p.status for p in proof.parts}
+    proof.verdict = "proved" if statuses == {"proved"} else "unknown"
+    if proof.verdict == "unknown" and proof.reason is None:
+        proof.reason = next(p.detail for p in proof.parts if p.status != "proved")
+    return _done(proof, start)
+
+
+def _done(proof: Proof, start: float) -> Proof:
+    proof.seconds = time.monotonic() - start
+    return proof
+
+
+def _unknown(proof: Proof, start: float, reason: str) -> Proof:
+    proof.verdict, proof.reason = "unknown", reason
+    return _done(proof, start)
+
+
+def _domain_only(tree: ast.Schedule) -> Model:
+    """Enough of a model to enumerate settings of a schedule the proof cannot cover."""
+    params = tuple(p.name for p in tree.params)
+    requires = tuple(c.cond for i in tree.items if isinstance(i, ast.Require) for c in i.constraints)
+    from .model import LetFrame
+    lets = tuple(LetFrame(i.name, i.value) for i in tree.items if isinstance(i, ast.Let) and i.params is None)
+    funcs = {i.name: (i.params, i.value) for i in tree.items if isinstance(i, ast.Let) and i.params is not None}
+    one = ast.Num(1, tree.span)
+    return Model(tree.name, params, requires, lets, funcs, one, one, one, "loop", None, None, "r", ())
+
+
+def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, deadline):
+    """Check small settings concretely, smallest first; the first failure, or None."""
+    from ..api import check, load
+    from ..verify.memory import peak_activation
+    checked, largest = 0, {}
+    stop_at = time.monotonic() + max(1.0, min(30.0, (deadline - time.monotonic()) / 4))
+    for params in settings(m, assumed, BOUNDED_MAX, BOUNDED_SETTINGS):
+        if time.monotonic() > stop_at:
+            break
+        try:
+            program = load(str(path), params)
+        except SchedcError as exc:
+            if exc.code in ("require", "range"):
+                continue
+            return {"params": params, "property": "compiles",
+                    "report": "\n".join(d.render() for d in exc.diagnostics)}
+        checked += 1
+        for k, v in params.items():
+            largest[k] = max(largest.get(k, v), v)
+        report = check(program)
+        if report.ok is not True:
+            return {"params": params, "property": "checks", "summary": report.summary(), "report": report.render()}
+        if bound is not None:
+            env = base_env(m, params)
+            for r, peak in enumerate(peak_activation(program)):
+                limit = evaluate(bound, {**env, m.rank_var: r}, m.functions)
+                if peak > limit:
+                    return {"params": params, "property": "memory", "rank": r,
+                            "summary": f"rank {r} holds {peak:g} activations at its peak; the bound "
+                                       f"{_text(bound)} is {limit}", "report": ""}
+    proof.bounded = {"settings": checked, "largest": largest, "ok": True}
+    return None
+
+
+def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
+    from ..api import load
+    samples = settings(m, assumed, 6, SAMPLES)
+    for params in samples[:12]:  # the model must mean what the compiler means
+        try:
+            program = load(str(path), params)
+        except SchedcError:
+            continue
+        differs = agrees_with_compiler(m, params, program)
+        if differs:
+            raise Unsupported(f"the symbolic model disagrees with the compiler at {params}: {differs}")
+    names = {x.index: feature_names(m, x) for x in m.stmts}
+    log("  well-formedness")
+    proof.parts.append(_well_formed(proof, path, m, assumed, deadline))
+    if proof.verdict == "refuted":
+        return
+    log("  deadlock freedom: timing certificate")
+    if certificate is not None:
+        _matches(certificate, m)
+        timing = {int(k): v for k, v in certificate["timing"].items()}
+        why = _check_timing(m, assumed, timing, names, deadline)
+    else:
+        timing, why = cegis_timing(m, assumed, samples, deadline, log)
+    if timing is not None and why is None:
+        proof.parts.append(Part("deadlock-free", "proved", "under rendezvous sends: the timing certificate "
+                                "increases along every rank's order and every data dependency, so the "
+                                "happens-before graph has no cycle; schedc inserts each send with its receive "
+                                "in one global order, so the lowered program is deadlock-free and matched"))
+    else:
+        proof.parts.append(Part("deadlock-free", "unknown", why))
+    log("  memory")
+    mem_text = _text(bound) if bound is not None else (certificate or {}).get("memory", {}).get("bound")
+    if mem_text is None:
+        mem_text = infer_bound(m, samples)
+    index = None
+    if mem_text is None:
+        proof.parts.append(Part("memory", "unknown", "no closed form in P, M and the rank matches the sampled "
+                                "peaks; state one with --memory"))
+    else:
+        expr = bound if bound is not None else parse_condition(mem_text, "--memory")
+        if certificate is not None and certificate.get("memory", {}).get("index"):
+            index = {int(k): v for k, v in certificate["memory"]["index"].items()}
+        else:
+            f_index = fit_index(m, samples, ("F",), 30)
+            free_index = fit_index(m, samples, ("B", "W"), 30)
+            index = None if f_index is None or free_index is None else {
+                k: (f_index[k] if m.stmts[k].kind == "F" else free_index[k]) for k in f_index}
+        if index is None:
+            proof.parts.append(Part("memory", "unknown", f"the bound {mem_text} holds at every sampled setting, "
+                                    "but the F's and frees of a rank are not numbered by an affine function of "
+                                    "the loop variables, which this proof needs"))
+        else:
+            why = _check_memory(m, assumed, index, names, expr, deadline, path)
+            if isinstance(why, dict):
+                proof.verdict, proof.counterexample = "refuted", why
+                return
+            proof.memory_bound = mem_text if why is None else None
+            proof.parts.append(Part("memory", "proved" if why is None else "unknown",
+                                    f"at most {mem_text} live activations on rank {m.rank_var} (unit sizes)"
+                                    if why is None else why))
+    proof.certificate = {"schedule": m.name, "assumptions": list(proof.assumptions),
+                         "features": {str(k): list(v) for k, v in names.items()},
+                         "statements": {str(x.index): {"line": x.span.line, "action": _action_text(x)}
+                                        for x in m.stmts},
+                         "timing": {str(k): v for k, v in (timing or {}).items()},
+                         "memory": {"bound": mem_text, "index": {str(k): v for k, v in (index or {}).items()}}}
+
+
+def _matches(cert: dict, m: Model) -> None:
+    """A certificate names the statements it was made for; refuse one made for other statements."""
+    want = {str(x.index): {"line": x.span.line, "action": _action_text(x)} for x in m.stmts}
+    ok = cert.get("statements") == want and set(cert.get("timing", {})) == set(want) and all(
+        isinstance(f, dict) and all(isinstance(c, int) for c in f.values()) for f in cert["timing"].values())
+    index = (cert.get("memory") or {}).get("index") or {}
+    ok = ok and all(k in want and isinstance(f, dict) and all(isinstance(c, int) for c in f.values())
+                    for k, f in index.items())
+    feats = {str(x.index): set(feature_names(m, x)) for x in m.stmts}
+    ok = ok and all(set(f) <= feats[k] for part in (cert["timing"], index) for k, f in part.items())
+    if not ok:
+        raise SchedcError("certificate", f"the certificate does not fit {m.name} as it is now: it must list "
+                          "the same actions on the same lines, with integer coefficients (make a new one with "
+                          "`schedc prove --json`)", where="--certificate")
+
+
+def _well_formed(proof, path, m, assumed, deadline) -> Part:
+    for which, text in (("range", "every stage and microbatch index is in range"),
+                        ("placement", "every action runs on the rank that holds its stage"),
+                        ("unique", "no action repeats, no microbatch has both B and I/W"),
+                        ("exists", "every stage runs F and B (or I and W) of every microbatch")):
+        enc = smt.Encoding(m, assumed)
+        for x, y, formula, shown in smt.well_formed(enc, which):
+            verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown)
+            if isinstance(verdict, smt.GaveUp):
+                return Part("well-formed", "unknown", f"Z3 gave up on '{text}' ({verdict.reason})")
+            if isinstance(verdict, smt.Fails):
+                cex = _concrete(path, verdict.params, what=text)
+                if cex is not None:
+                    proof.verdict, proof.counterexample = "refuted", cex
+                    return Part("well-formed", "refuted", text)
+                return Part("well-formed", "unknown", f"'{text}' fails symbolically at {verdict.params}, "
+                            "which the concrete check does not confirm")
+    return Part("well-formed", "proved", "every stage runs F and B (or I then W) of every microbatch exactly "
+                "once, on the rank that holds it")
+
+
+def _check_timing(m, assumed, timing, names, deadline):
+    enc = smt.Encoding(m, assumed)
+    for what, formula, shown in smt.timing(enc, timing, names):
+        verdict = enc.run(formula, max(1.0, deadline - time.monotonic()), shown)
+        if isinstance(verdict, smt.GaveUp):
+            return f"Z3 gave up on a timing obligation ({verdict.reason})"
+        if isinstance(verdict, smt.Fails):
+            x, y, edge = what
+            return (f"the timing certificate fails at {verdict.params}: {_action_text(x)} (line {x.span.line}) "
+                    f"must come before {_action_text(y)} (line {y.span.line}) by {edge}")
+    return None
+
+
+def _check_memory(m, assumed, index, names, expr, deadline, path):
+    enc = smt.Encoding(m, assumed)
+    bound = (lambda r: enc.int(expr, {**enc.env, m.rank_var: r}))
+    for what, formula, shown in smt.memory(enc, index, names, bound):
+        verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown)
+        if isinstance(verdict, smt.GaveUp):
+            return f"Z3 gave up on the memory obligation '{what[0]}' ({verdict.reason})"
+        if isinstance(verdict, smt.Fails):
+            try:
+                env = base_env(m, verdict.params)
+                got = peaks(m, verdict.params)
+                for r, peak in enumerate(got):
+                    if peak > evaluate(expr, {**env, m.rank_var: r}, m.functions):
+                        return {"params": verdict.params, "property": "memory", "rank": r,
+                                "summary": f"rank {r} holds {peak} activations at its peak; the bound is "
+                                           f"{evaluate(expr, {**env, m.rank_var: r}, m.functions)}", "report": ""}
+            except Stop:
+                pass
+            return (f"the memory certificate ('{what[0]}') fails at {verdict.params}; the bound may still hold "
+                    "there, but this proof cannot show it")
+    return None
+
+
+def _concrete(path, params, what):
+    from ..api import check, load
+    try:
+        program = load(str(path), params)
+    except SchedcError as exc:
+        return {"params": params, "property": what, "report": "\n".join(d.render() for d in exc.diagnostics)}
+    report = check(program)
+    if report.ok is not True:
+        return {"params": params, "property": what, "summary": report.summary(), "report": report.render()}
+    return None
+
+
+def _names_in(exprs) -> set[str]:
+    out: set[str] = set()
+
+    def walk(e):
+        if isinstance(e, ast.Var):
+            out.add(e.name)
+        for child in vars(e).values():
+            if isinstance(child, (ast.Num, ast.Var, ast.Call, ast.BinOp, ast.UnaryOp, ast.Ternary)):
+                walk(child)
+            elif isinstance(child, tuple):
+                for c in child:
+                    if isinstance(c, (ast.Num, ast.Var, ast.Call, ast.BinOp, ast.UnaryOp, ast.Ternary)):
+                        walk(c)
+    for e in exprs:
+        walk(e)
+    return out
+
+
+def _text(e) -> str:
+    from ..span import span_text
+    return span_text(e.span)
+
+
+def _action_text(x) -> str:
+    return f"{x.kind}({_text(x.stage)}, {_text(x.microbatch)})"

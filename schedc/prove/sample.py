@@ -1,0 +1,141 @@
+"""Concrete instances of a model: every statement's instances at given parameters, in rank order.
+
+What the certificate search learns from (small sizes, by enumeration) and how the model is held to
+the compiler: `instances(model, params)` must list exactly the actions `compile_schedule` makes,
+rank by rank, in the same order (`agrees_with_compiler`). `features` are the values a certificate
+function may use: 1, the parameters, the rank, the lets in scope and the loop variables.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import syntax as ast
+from .model import GuardFrame, LetFrame, LoopFrame, Model, Stmt
+
+MAX_INSTANCES = 200_000
+
+
+class Stop(Exception):
+    """A size is out of the concrete evaluator's reach (division by zero, too many instances)."""
+
+
+@dataclass(frozen=True)
+class Instance:
+    stmt: Stmt
+    rank: int
+    stage: int
+    microbatch: int
+    key: tuple  # orders a rank's instances
+    features: tuple[int, ...]
+
+
+def evaluate(e: ast.Expr, env: dict, functions: dict):
+    if isinstance(e, ast.Num):
+        return e.value
+    if isinstance(e, ast.Var):
+        return env[e.name]
+    if isinstance(e, ast.Ternary):
+        return evaluate(e.then if evaluate(e.cond, env, functions) else e.orelse, env, functions)
+    if isinstance(e, ast.UnaryOp):
+        v = evaluate(e.operand, env, functions)
+        return (not v) if e.op == "not" else -v
+    if isinstance(e, ast.Call):
+        args = [evaluate(a, env, functions) for a in e.args]
+        if e.name in functions:
+            names, body = functions[e.name]
+            return evaluate(body, {**env, **dict(zip(names, args))}, functions)
+        return {"min": min, "max": max, "abs": abs}[e.name](*args)
+    a = evaluate(e.left, env, functions)
+    if e.op == "and":
+        return a and evaluate(e.right, env, functions)
+    if e.op == "or":
+        return a or evaluate(e.right, env, functions)
+    b = evaluate(e.right, env, functions)
+    if e.op in ("//", "%") and b == 0:
+        raise Stop("division by zero")
+    return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "//": lambda: a // b,
+            "%": lambda: a % b, "==": lambda: a == b, "!=": lambda: a != b, "<": lambda: a < b,
+            "<=": lambda: a <= b, ">": lambda: a > b, ">=": lambda: a >= b}[e.op]()
+
+
+def base_env(m: Model, params: dict[str, int]) -> dict:
+    env = dict(params)
+    for let in m.globals:
+        env[let.name] = evaluate(let.value, env, m.functions)
+    return env
+
+
+def feature_names(m: Model, stmt: Stmt) -> tuple[str, ...]:
+    names = ["1", *m.params, m.rank_var]
+    for f in stmt.frames:
+        if isinstance(f, (LetFrame, LoopFrame)):
+            name = f.name if isinstance(f, LetFrame) else f.var
+            while name in names:  # a shadowed name: the inner one gets a prime
+                name += "'"
+            names.append(name)
+    return tuple(names)
+
+
+def instances(m: Model, params: dict[str, int]) -> list[list[Instance]]:
+    """Every rank's instances in the order the rank runs them."""
+    env0 = base_env(m, params)
+    num_ranks = evaluate(m.ranks, env0, m.functions)
+    out = []
+    count = 0
+    for r in range(num_ranks):
+        found = []
+        for stmt in m.stmts:
+            for inst in _of(m, stmt, {**env0, m.rank_var: r}, r):
+                count += 1
+                if count > MAX_INSTANCES:
+                    raise Stop("too many instances")
+                found.append(inst)
+        found.sort(key=lambda i: i.key)
+        out.append(found)
+    return out
+
+
+def _of(m: Model, stmt: Stmt, env: dict, rank: int):
+    fn = m.functions
+    base = [1, *(env[p] for p in m.params), rank]
+
+    def walk(k, env, feats, iters):
+        if k == len(stmt.frames):
+            key, it = [], iter(iters)
+            for tok in stmt.path:
+                key.append(tok[1] if tok[0] == "s" else next(it))
+            yield Instance(stmt, rank, evaluate(stmt.stage, env, fn), evaluate(stmt.microbatch, env, fn),
+                           tuple(key), tuple(base + feats))
+            return
+        f = stmt.frames[k]
+        if isinstance(f, LetFrame):
+            v = evaluate(f.value, env, fn)
+            yield from walk(k + 1, {**env, f.name: v}, feats + [int(v)], iters)
+        elif isinstance(f, GuardFrame):
+            if bool(evaluate(f.cond, env, fn)) == f.holds:
+                yield from walk(k + 1, env, feats, iters)
+        else:
+            a, b = evaluate(f.start, env, fn), evaluate(f.stop, env, fn)
+            step = 1 if f.step is None else evaluate(f.step, env, fn)
+            if step == 0:
+                raise Stop("a loop step of 0")
+            rng = range(a, b, step)
+            if len(rng) > MAX_INSTANCES:
+                raise Stop("too many instances")
+            for v in rng:
+                yield from walk(k + 1, {**env, f.var: v}, feats + [v], iters + [-v if f.reversed else v])
+
+    yield from walk(0, env, [], [])
+
+
+def agrees_with_compiler(m: Model, params: dict[str, int], program) -> str | None:
+    """None if the model lists the compiled program's actions; else what differs."""
+    got = instances(m, params)
+    if len(got) != program.num_ranks:
+        return f"{len(got)} ranks, the compiler has {program.num_ranks}"
+    for r, (mine, steps) in enumerate(zip(got, program.ranks)):
+        theirs = [(a.op.value, a.stage, a.microbatch) for st in steps for a in st.parts]
+        ours = [(i.stmt.kind, i.stage, i.microbatch) for i in mine]
+        if ours != theirs:
+            return f"rank {r}: the model lists {ours[:6]}..., the compiler {theirs[:6]}..."
+    return None

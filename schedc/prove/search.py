@@ -1,0 +1,191 @@
+"""Find the certificates: fit them to small concrete instances, then check them for every size.
+
+Timing: one affine function per statement (of 1, the parameters, the rank, the lets in scope and
+the loop variables), fitted so that it increases along every sampled rank order and dependency,
+then checked by Z3 for all settings; a failure adds that setting to the samples (CEGIS). Memory:
+per statement, the number of F's (and of frees) earlier on the rank, fitted exactly; the bound is
+the user's, or the simplest `a*X + b*r + c` or `min(..., ...)` that equals every sampled peak.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+
+from ..deps import needs, produces
+from ..ir import Action, Op
+from . import smt
+from .model import Model
+from .sample import Stop, evaluate, feature_names, instances
+
+FIT_BOUNDS = (4, 8, 16)
+
+
+def settings(m: Model, assumptions, hi: int, limit: int):
+    """Parameter settings inside the domain, smallest first (by sum, then lexicographically)."""
+    out = []
+    for values in sorted(itertools.product(range(0, hi + 1), repeat=len(m.params)), key=lambda v: (sum(v), v)):
+        params = dict(zip(m.params, values))
+        if inside(m, assumptions, params):
+            out.append(params)
+            if len(out) >= limit:
+                break
+    return out
+
+
+def inside(m: Model, assumptions, params) -> bool:
+    from .sample import base_env
+    try:
+        env = base_env(m, params)
+        if not all(evaluate(e, env, m.functions) for e in m.requires + tuple(assumptions)):
+            return False
+        return all(evaluate(e, env, m.functions) >= 1 for e in (m.ranks, m.stages, m.microbatches))
+    except (Stop, ZeroDivisionError, KeyError, TypeError):
+        return False
+
+
+def _edges(m: Model, ranks):
+    """(a, b) pairs of sampled instances: consecutive on a rank, and producer -> consumer."""
+    made = {}
+    for insts in ranks:
+        for i in insts:
+            v = produces(Action(Op[i.stmt.kind], i.stage, i.microbatch))
+            if v is not None:
+                made[v] = i
+    S = 1 + max((i.stage for insts in ranks for i in insts), default=0)
+    for insts in ranks:
+        yield from zip(insts, insts[1:])
+        for b in insts:
+            for v in needs(Action(Op[b.stmt.kind], b.stage, b.microbatch), S):
+                if v in made:
+                    yield made[v], b
+
+
+def timing_rows(m: Model, samples) -> list:
+    """t(b) - t(a) >= 1 for every sampled edge a -> b, as rows for smt.fit."""
+    rows = []
+    for params in samples:
+        for a, b in _edges(m, instances(m, params)):
+            rows.append(([(b.stmt.index, b.features), (a.stmt.index, [-x for x in a.features])], ">=", 1))
+    return rows
+
+
+def fit_timing(m: Model, rows, timeout_s: float):
+    for bound in FIT_BOUNDS:
+        found = smt.fit(rows, bound, timeout_s)
+        if found is not None:
+            return _named(m, found)
+    return None
+
+
+def fit_index(m: Model, samples, kinds, timeout_s: float):
+    rows = []
+    for params in samples:
+        for insts in instances(m, params):
+            for k, i in enumerate(x for x in insts if x.stmt.kind in kinds):
+                rows.append(([(i.stmt.index, i.features)], "==", k))
+    for bound in (1, 2) + FIT_BOUNDS:  # the smallest coefficients read best
+        found = smt.fit(rows, bound, timeout_s)
+        if found is not None:
+            return _named(m, found)
+    return None
+
+
+def _named(m: Model, found) -> dict:
+    """{stmt index: {feature name: coefficient}} for every statement (zero where none)."""
+    out = {}
+    for x in m.stmts:
+        names = feature_names(m, x)
+        out[x.index] = {names[i]: c for i, c in sorted(found.get(x.index, {}).items())}
+    return out
+
+
+def peaks(m: Model, params) -> list[int]:
+    """Peak live activations per rank (unit sizes): F allocates, B or W frees."""
+    out = []
+    for insts in instances(m, params):
+        live = peak = 0
+        for i in insts:
+            live += 1 if i.stmt.kind == "F" else -1 if i.stmt.kind in ("B", "W") else 0
+            peak = max(peak, live)
+        out.append(peak)
+    return out
+
+
+def infer_bound(m: Model, samples) -> str | None:
+    """The simplest expression in the parameters and the rank equal to every sampled peak."""
+    points = []
+    for params in samples:
+        for r, peak in enumerate(peaks(m, params)):
+            points.append(({**params, m.rank_var: r}, peak))
+    lins = []
+    for p in (None, *m.params):
+        for a in ((0,) if p is None else (1, 2)):
+            for b in (0, -1, 1, -2):
+                for c in (0, 1, -1):
+                    lins.append(((p, a), b, c))
+
+    def value(lin, env):
+        (p, a), b, c = lin
+        return (a * env[p] if p else 0) + b * env[m.rank_var] + c
+
+    def text(lin):
+        (p, a), b, c = lin
+        parts = [f"{a} * {p}" if a > 1 else p] if p else []
+        if b:
+            parts.append(f"{'-' if b < 0 else '+'} {abs(b)} * {m.rank_var}" if abs(b) > 1
+                         else f"{'-' if b < 0 else '+'} {m.rank_var}")
+        if c or not parts:
+            parts.append(f"{'-' if c < 0 else '+'} {abs(c)}")
+        s = " ".join(parts)
+        return s[2:] if s.startswith("+ ") else ("-" + s[2:] if s.startswith("- ") else s)
+
+    def cost(lin):
+        (p, a), b, c = lin
+        return (p is not None) + (b != 0) + (c != 0)
+    # the bound is a min of linear upper bounds, each tight somewhere: the smallest such set
+    uppers = [lin for lin in sorted(lins, key=cost) if all(value(lin, env) >= peak for env, peak in points)]
+    for size in (1, 2, 3):
+        for combo in itertools.combinations(uppers[:60], size):
+            if all(min(value(x, env) for x in combo) == peak for env, peak in points):
+                combo = sorted(combo, key=lambda lin: m.params.index(lin[0][0]) if lin[0][0] else len(m.params))
+                return text(combo[0]) if size == 1 else f"min({', '.join(text(x) for x in combo)})"
+    return None
+
+
+def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: int = 30):
+    """A timing certificate that holds for every setting, or (None, reason). Each round fits the
+    rows, checks every obligation, and adds the edge of each counterexample as a row."""
+    rows = timing_rows(m, samples)
+    names = _names(m)
+    for round_ in range(rounds):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None, "out of time while searching for a timing certificate"
+        cert = fit_timing(m, rows, min(left, 120))
+        if cert is None:
+            return None, ("no affine timing (in the parameters, the rank, the lets and the loop variables, "
+                          "coefficients up to 16) orders the sampled instances")
+        enc = smt.Encoding(m, assumptions)
+        failed = []
+        for (x, y, _edge), formula, shown in smt.timing(enc, cert, names):
+            verdict = enc.run(formula, max(1.0, deadline - time.monotonic()), shown)
+            if isinstance(verdict, smt.GaveUp):
+                return None, f"Z3 gave up on a timing obligation ({verdict.reason})"
+            if isinstance(verdict, smt.Fails):
+                fa = [verdict.detail[f"a.f{i}"] for i in range(len(names[x.index]))]
+                fb = [verdict.detail[f"b.f{i}"] for i in range(len(names[y.index]))]
+                failed.append(([(y.index, fb), (x.index, [-v for v in fa])], ">=", 1))
+                if len(failed) == 1:
+                    log(f"  timing candidate {round_ + 1} fails at {_fmt(verdict.params)}; learning from it")
+        if not failed:
+            return cert, None
+        rows += failed
+    return None, f"the timing search did not converge in {rounds} rounds"
+
+
+def _names(m: Model) -> dict:
+    return {x.index: feature_names(m, x) for x in m.stmts}
+
+
+def _fmt(params: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())

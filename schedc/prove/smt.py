@@ -1,0 +1,405 @@
+"""All of the prover's Z3: a model's statements as linear integer formulas over the parameters.
+
+An obligation is a formula whose models are counterexamples (a setting of the parameters, ranks
+and loop variables where a certificate fails); `unsat` means it holds for every setting. Each query
+gets a fresh context, a fixed seed and a timeout; when Z3 gives up the answer is `Unknown`. Also
+here: fitting certificate coefficients to sampled instances (a small integer program). Only linear
+arithmetic is accepted: a product of two non-constants, or a division by one, is `Unsupported`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import z3
+
+from .. import syntax as ast
+from .model import GuardFrame, LetFrame, LoopFrame, Model, Stmt, Unsupported, shared_loops
+
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Holds:
+    pass
+
+
+@dataclass(frozen=True)
+class Fails:
+    """A setting where the obligation fails: parameter values and what went wrong there."""
+
+    params: dict
+    detail: dict
+
+
+@dataclass(frozen=True)
+class GaveUp:
+    reason: str
+
+
+class Encoding:
+    """Terms of one model in one fresh Z3 context: parameters, instances of statements."""
+
+    def __init__(self, m: Model, assumptions: tuple[ast.Expr, ...]):
+        self.m = m
+        self.ctx = z3.Context()
+        self.params = {p: z3.Int(p, self.ctx) for p in m.params}
+        self.env = dict(self.params)
+        for let in m.globals:
+            self.env[let.name] = self.term(let.value, self.env)
+        self.R = self.int(m.ranks, self.env)
+        self.S = self.int(m.stages, self.env)
+        self.Mb = self.int(m.microbatches, self.env)
+        self.domain = [self.bool(e, self.env) for e in m.requires + tuple(assumptions)]
+        self.domain += [self.R >= 1, self.S >= 1, self.Mb >= 1]
+        self._fresh = 0
+
+    # ---- expressions ----
+    def num(self, v):
+        return z3.IntVal(v, self.ctx)
+
+    def int(self, e, env):
+        t = self.term(e, env)
+        return z3.If(t, self.num(1), self.num(0)) if z3.is_bool(t) else t
+
+    def bool(self, e, env):
+        t = self.term(e, env)
+        if not z3.is_bool(t):
+            raise Unsupported("a condition that is a number, not a comparison", e.span)
+        return t
+
+    def term(self, e, env):
+        if isinstance(e, ast.Num):
+            if not isinstance(e.value, int):
+                raise Unsupported("a fractional number", e.span)
+            return self.num(e.value)
+        if isinstance(e, ast.Var):
+            if e.name not in env:
+                raise Unsupported(f"'{e.name}' is not known to the proof", e.span)
+            return env[e.name]
+        if isinstance(e, ast.Ternary):
+            c = self.bool(e.cond, env)
+            a, b = self.term(e.then, env), self.term(e.orelse, env)
+            if z3.is_bool(a) != z3.is_bool(b):
+                a, b = self._as_int(a), self._as_int(b)
+            return z3.If(c, a, b)
+        if isinstance(e, ast.UnaryOp):
+            return z3.Not(self.bool(e.operand, env)) if e.op == "not" else -self.int(e.operand, env)
+        if isinstance(e, ast.Call):
+            args = [self.int(a, env) for a in e.args]
+            if e.name in self.m.functions:
+                names, body = self.m.functions[e.name]
+                return self.term(body, {**env, **dict(zip(names, args))})
+            if e.name == "abs":
+                (a,) = args
+                return z3.If(a >= 0, a, -a)
+            out = args[0]
+            for a in args[1:]:
+                out = z3.If(a < out, a, out) if e.name == "min" else z3.If(a > out, a, out)
+            return out
+        if e.op in ("and", "or"):
+            a, b = self.bool(e.left, env), self.bool(e.right, env)
+            return z3.And(a, b) if e.op == "and" else z3.Or(a, b)
+        a, b = self.int(e.left, env), self.int(e.right, env)
+        if e.op in ("==", "!=", "<", "<=", ">", ">="):
+            return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[e.op]
+        if e.op == "+":
+            return a + b
+        if e.op == "-":
+            return a - b
+        if e.op == "*":
+            if not (self._const(a) or self._const(b)):
+                raise Unsupported(f"'{_text(e)}' multiplies two quantities that vary: not linear", e.span)
+            return a * b
+        k = self._const(b)
+        if k is None or k <= 0:
+            raise Unsupported(f"'{_text(e)}' divides by a quantity that varies (or is not positive): "
+                              "not linear", e.span)
+        return a / b if e.op == "//" else a % b
+
+    def _const(self, t):
+        s = z3.simplify(t)
+        return s.as_long() if z3.is_int_value(s) else None
+
+    def _as_int(self, t):
+        return z3.If(t, self.num(1), self.num(0)) if z3.is_bool(t) else t
+
+    # ---- instances ----
+    def instance(self, stmt: Stmt, tag: str) -> "Inst":
+        self._fresh += 1
+        name = f"{tag}{self._fresh}"
+        r = z3.Int(f"{name}_{self.m.rank_var}", self.ctx)
+        variables, cons = [r], [r >= 0, r < self.R]
+        env = {**self.env, self.m.rank_var: r}
+        feats = [self.num(1), *self.params.values(), r]
+        order = {}
+        for f in stmt.frames:
+            if isinstance(f, LetFrame):
+                t = self.term(f.value, env)
+                env[f.name] = t
+                feats.append(self._as_int(t))
+            elif isinstance(f, GuardFrame):
+                c = self.bool(f.cond, env)
+                cons.append(c if f.holds else z3.Not(c))
+            else:
+                v = z3.Int(f"{name}_{f.var}", self.ctx)
+                a, b = self.int(f.start, env), self.int(f.stop, env)
+                variables.append(v)
+                if f.step is None:
+                    cons += [v >= a, v < b]
+                else:
+                    k = self._const(self.int(f.step, env))
+                    if k is None or k == 0:
+                        raise Unsupported("a loop step that varies", f.step.span)
+                    j = z3.Int(f"{name}_{f.var}_j", self.ctx)
+                    variables.append(j)
+                    cons += [j >= 0, v == a + k * j, v < b if k > 0 else v > b]
+                env[f.var] = v
+                feats.append(v)
+                order[f.loop] = -v if f.reversed else v
+        stage, mb = self.int(stmt.stage, env), self.int(stmt.microbatch, env)
+        return Inst(stmt, r, tuple(variables), tuple(cons), stage, mb, tuple(feats), order)
+
+    def before(self, a: "Inst", b: "Inst"):
+        """a comes before b in their (common) rank's list."""
+        common, static = shared_loops(a.stmt, b.stmt)
+        true = z3.BoolVal(True, self.ctx)
+        cases, equal = [], [true]
+        for loop in common:
+            cases.append(z3.And(*equal, a.order[loop] < b.order[loop]))
+            equal.append(a.order[loop] == b.order[loop])
+        if static:
+            cases.append(z3.And(*equal))
+        return z3.Or(*cases) if cases else z3.BoolVal(False, self.ctx)
+
+    def owner(self, s):
+        m = self.m
+        if m.placement == "loop":
+            if self.proves(self.S == self.R):
+                return s
+            k = self._const(self.R)
+            if k is None:
+                raise Unsupported("`place loop` with more stages than ranks puts stage s on rank s % P, which "
+                                  "is not linear in P")
+            return s % self.R
+        if m.placement == "vshape":
+            if not self.proves(self.S == 2 * self.R):
+                raise Unsupported("`place vshape` needs the proof to know that stages = 2 x ranks")
+            return z3.If(s < self.R, s, 2 * self.R - 1 - s)
+        return self.int(m.place_expr, {**self.env, m.place_var: s})
+
+    def proves(self, claim) -> bool:
+        s = z3.Solver(ctx=self.ctx)
+        s.set(random_seed=SEED, timeout=5000)
+        s.add(*self.domain, z3.Not(claim))
+        return s.check() == z3.unsat
+
+    def linear(self, coeffs: dict, inst: "Inst", names):
+        """sum(coeff x feature) of a certificate function at an instance."""
+        return z3.Sum([self.num(int(coeffs.get(n, 0))) * f for n, f in zip(names, inst.feats)]) \
+            if coeffs else self.num(0)
+
+    def run(self, formula, timeout_s: float, show: dict | None = None):
+        s = z3.Solver(ctx=self.ctx)
+        s.set(random_seed=SEED, timeout=max(1, int(timeout_s * 1000)))
+        s.add(*self.domain, formula)
+        verdict = s.check()
+        if verdict == z3.unsat:
+            return Holds()
+        if verdict == z3.unknown:
+            return GaveUp(s.reason_unknown())
+        model = s.model()
+        params = {p: model.eval(v, model_completion=True).as_long() for p, v in self.params.items()}
+        detail = {k: model.eval(v, model_completion=True).as_long() for k, v in (show or {}).items()}
+        return Fails(params, detail)
+
+
+@dataclass(frozen=True)
+class Inst:
+    """A symbolic instance of a statement: its rank, variables, domain and terms."""
+
+    stmt: Stmt
+    rank: object
+    variables: tuple
+    domain: tuple
+    stage: object
+    microbatch: object
+    feats: tuple
+    order: dict
+
+    def where(self):
+        return z3.And(*self.domain)
+
+    def shown(self, prefix: str) -> dict:
+        return {f"{prefix}.rank": self.rank, f"{prefix}.stage": self.stage, f"{prefix}.microbatch": self.microbatch}
+
+
+def absent(inst: Inst, match):
+    """No instance of inst's statement satisfies `match(inst)` (inst's variables quantified)."""
+    return z3.ForAll(list(inst.variables), z3.Not(z3.And(inst.where(), match(inst))))
+
+
+def fit(rows, bound: int, timeout_s: float, integral: bool = True):
+    """Coefficients with |c| <= bound meeting every row; a row is ([(key, [values])], op, rhs) meaning
+    sum over (key, values) of coeff[key] . values  (op) rhs, op in '>=', '=='. None if none.
+    `integral=False` solves over the rationals (much faster) and scales the answer to integers, which
+    keeps every '>= 1' row (scaling by a positive integer), so use it for inequalities only."""
+    from fractions import Fraction
+    from math import lcm
+    ctx = z3.Context()
+    coeffs: dict = {}
+    s = z3.Solver(ctx=ctx)
+    s.set(random_seed=SEED, timeout=max(1, int(timeout_s * 1000)))
+    make = z3.Int if integral else z3.Real
+    val = (lambda x: z3.IntVal(int(x), ctx)) if integral else (lambda x: z3.RealVal(int(x), ctx))
+
+    def c(key, i):
+        if (key, i) not in coeffs:
+            v = coeffs[(key, i)] = make(f"c_{len(coeffs)}", ctx)
+            s.add(v >= -bound, v <= bound)
+        return coeffs[(key, i)]
+
+    seen = set()
+    for terms, op, rhs in rows:
+        sig = (tuple((k, tuple(xs)) for k, xs in terms), op, rhs)
+        if sig in seen:
+            continue
+        seen.add(sig)
+        total = z3.Sum([val(0)] + [c(k, i) * val(x) for k, xs in terms for i, x in enumerate(xs) if x])
+        s.add(total >= rhs if op == ">=" else total == rhs)
+    if s.check() != z3.sat:
+        return None
+    model = s.model()
+    raw = {}
+    for key_i, v in coeffs.items():
+        x = model.eval(v, model_completion=True)
+        raw[key_i] = Fraction(x.as_long()) if integral else Fraction(x.numerator_as_long(), x.denominator_as_long())
+    scale = lcm(1, *(f.denominator for f in raw.values()))
+    out: dict = {}
+    for (key, i), f in raw.items():
+        if f:
+            out.setdefault(key, {})[i] = int(f * scale)
+    return out
+
+
+def _text(e) -> str:
+    from ..span import span_text
+    try:
+        return span_text(e.span)
+    except Exception:
+        return "expression"
+
+
+# ---- obligations: each yields (what, formula, shown); a model of the formula is a counterexample ----
+def _pairs(enc: Encoding, kinds_a, kinds_b):
+    for x in enc.m.stmts:
+        if x.kind not in kinds_a:
+            continue
+        for y in enc.m.stmts:
+            if y.kind in kinds_b:
+                yield x, y
+
+
+def well_formed(enc: Encoding, which: str):
+    """`which` is one of: range, placement, unique, exists."""
+    m, S, Mb = enc.m, enc.S, enc.Mb
+    if which in ("range", "placement"):
+        for x in m.stmts:
+            a = enc.instance(x, "a")
+            if which == "range":
+                bad = z3.Not(z3.And(a.stage >= 0, a.stage < S, a.microbatch >= 0, a.microbatch < Mb))
+            else:
+                bad = z3.And(a.stage >= 0, a.stage < S, enc.owner(a.stage) != a.rank)
+            yield x, None, z3.And(a.where(), bad), a.shown("a")
+    elif which == "unique":  # no (stage, microbatch) twice among these kinds
+        for group in (("F",), ("B",), ("I",), ("W",), ("B", "I"), ("B", "W")):
+            for x, y in _pairs(enc, group, group):
+                if x.index > y.index or (len(group) == 2 and x.kind == y.kind):
+                    continue
+                a, b = enc.instance(x, "a"), enc.instance(y, "b")
+                same = z3.And(a.stage == b.stage, a.microbatch == b.microbatch)
+                if x is y:
+                    same = z3.And(same, z3.Or(*[u != v for u, v in zip(a.variables, b.variables)]))
+                yield x, y, z3.And(a.where(), b.where(), same), {**a.shown("a"), **b.shown("b")}
+    else:  # every (stage, microbatch) has its F, its B or I, and W exactly where there is I
+        s, mb = z3.Int("s", enc.ctx), z3.Int("m", enc.ctx)
+        inside = z3.And(s >= 0, s < S, mb >= 0, mb < Mb)
+        shown = {"stage": s, "microbatch": mb}
+
+        def none_of(kinds, stage, micro):
+            return z3.And(z3.BoolVal(True, enc.ctx), *[absent(enc.instance(x, "q"), lambda q: z3.And(
+                q.stage == stage, q.microbatch == micro)) for x in m.stmts if x.kind in kinds])
+        yield None, ("F",), z3.And(inside, none_of(("F",), s, mb)), shown
+        yield None, ("B", "I"), z3.And(inside, none_of(("B", "I"), s, mb)), shown
+        for kind, other in (("I", "W"), ("W", "I")):
+            for x in m.stmts:
+                if x.kind == kind:
+                    a = enc.instance(x, "a")
+                    yield x, (other,), z3.And(a.where(), none_of((other,), a.stage, a.microbatch)), a.shown("a")
+
+
+def _producers():
+    """consumer kind -> [(producer kinds, stage offset)], read off schedc/deps.py (the one rule)."""
+    from ..deps import needs, produces
+    from ..ir import Action, Op
+    out = {}
+    for k in ("F", "B", "I", "W"):
+        rows = []
+        for v in needs(Action(Op[k], 5, 7), 11):
+            kinds = tuple(p for p in ("F", "B", "I", "W") if produces(Action(Op[p], v[1], v[2])) == v)
+            rows.append((kinds, v[1] - 5))
+        out[k] = rows
+    return out
+
+
+def timing_edges(enc: Encoding):
+    """(x, y, a, b, edge): every pair of instances the timing must order, a before b."""
+    m = enc.m
+    for x in m.stmts:
+        for y in m.stmts:
+            a, b = enc.instance(x, "a"), enc.instance(y, "b")
+            yield x, y, a, b, "order", z3.And(a.rank == b.rank, enc.before(a, b))
+    for y in m.stmts:
+        for kinds, offset in _producers()[y.kind]:
+            for x in m.stmts:
+                if x.kind in kinds:
+                    a, b = enc.instance(x, "a"), enc.instance(y, "b")
+                    yield x, y, a, b, "data", z3.And(a.stage == b.stage + offset, a.microbatch == b.microbatch)
+
+
+def timing(enc: Encoding, cert: dict, names: dict):
+    """The timing certificate increases along every rank's order and every data dependency."""
+    for x, y, a, b, edge, rel in timing_edges(enc):
+        ta, tb = enc.linear(cert[x.index], a, names[x.index]), enc.linear(cert[y.index], b, names[y.index])
+        feats = {**{f"a.f{i}": f for i, f in enumerate(a.feats)}, **{f"b.f{i}": f for i, f in enumerate(b.feats)}}
+        yield (x, y, edge), z3.And(a.where(), b.where(), rel, ta >= tb), {**a.shown("a"), **b.shown("b"),
+                                                                           "t(a)": ta, "t(b)": tb, **feats}
+
+
+def memory(enc: Encoding, idx: dict, names: dict, bound):
+    """At most `bound` (a term in the rank) live activations, from the index certificate:
+    F's and frees numbered in rank order from 0, and the k-th F after the (k-bound)-th free."""
+    m = enc.m
+    allocs = [x for x in m.stmts if x.kind == "F"]
+    frees = [x for x in m.stmts if x.kind in ("B", "W")]
+
+    def ix(x, inst):
+        return enc.linear(idx[x.index], inst, names[x.index])
+    for group in (allocs, frees):
+        for x in group:
+            a = enc.instance(x, "a")
+            yield ("nonnegative", x), z3.And(a.where(), ix(x, a) < 0), a.shown("a")
+            for y in group:
+                b = enc.instance(y, "b")
+                yield ("increasing", x, y), z3.And(a.where(), b.where(), a.rank == b.rank, enc.before(a, b),
+                                                   ix(x, a) >= ix(y, b)), {**a.shown("a"), **b.shown("b")}
+    for x in frees:  # free numbers have no gaps
+        a = enc.instance(x, "a")
+        prev = [absent(enc.instance(y, "g"), lambda g, y=y: z3.And(g.rank == a.rank, ix(y, g) == ix(x, a) - 1))
+                for y in frees]
+        yield ("contiguous", x), z3.And(a.where(), ix(x, a) > 0, *prev), a.shown("a")
+    for x in allocs:  # the lag: F number k comes after free number k - bound
+        a = enc.instance(x, "a")
+        lag = bound(a.rank)
+        prev = [absent(enc.instance(y, "g"), lambda g, y=y: z3.And(
+            g.rank == a.rank, ix(y, g) == ix(x, a) - lag, enc.before(g, a))) for y in frees]
+        yield ("lag", x), z3.And(a.where(), ix(x, a) >= lag, *prev), a.shown("a")

@@ -1,0 +1,173 @@
+"""`schedc prove`: proofs for every size, refutations at the smallest size, and honest unknowns.
+
+The certificates Z3 accepts are also checked here without Z3: evaluated on concrete instances
+larger than any the search saw, the timing must order every edge and the peaks must stay within
+the bound. A stored certificate (ZB-V's, whose search takes minutes) is re-checked as a proof.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from schedc.parse import parse
+from schedc.prove import prove
+from schedc.prove.model import model
+from schedc.prove.sample import agrees_with_compiler, instances
+from schedc.prove.search import _edges, peaks
+from schedc.resources import builtin_schedules
+import schedc
+from schedc.errors import SchedcError
+
+DATA = Path(__file__).parent / "data" / "prove"
+AFFINE = ["gpipe", "1f1b", "zb_h1"]  # proved by search in a few seconds
+PROOFS: dict = {}
+
+
+def proof_of(name, **kw):
+    key = (name, tuple(sorted(kw.items())))
+    if key not in PROOFS:
+        PROOFS[key] = prove(name, **kw)
+    return PROOFS[key]
+
+
+def model_of(name):
+    path = builtin_schedules()[name]
+    return model(parse(path.read_text(), str(path)))
+
+
+def test_1f1b_is_proved_with_its_memory_bound_from_the_cli(run_cli):
+    code, out, err = run_cli("prove", "1f1b", "--assume", "P>=1", "--assume", "M>=1")
+    assert code == 0, out + err
+    assert out.startswith("1f1b: proved for every setting with P>=1, M>=1")
+    assert "at most min(P - r, M) live activations on rank r" in out
+    assert "timing, per action" in out and "t = " in out  # the certificate is printed
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", AFFINE)
+def test_affine_builtins_are_proved(name):
+    p = proof_of(name)
+    assert p.verdict == "proved", p.reason
+    assert [part.status for part in p.parts] == ["proved"] * 3
+    assert p.memory_bound == {"gpipe": "M", "1f1b": "min(P - r, M)", "zb_h1": "min(P, M)"}[name]
+
+
+@pytest.mark.parametrize("name", AFFINE)
+@settings(max_examples=15, deadline=None)
+@given(P=st.integers(1, 12), M=st.integers(1, 24))
+def test_certificates_hold_beyond_the_samples_without_z3(name, P, M):
+    """Evaluate the certificate by hand on instances larger than the fit saw."""
+    p = proof_of(name)
+    m = model_of(name)
+    timing = {int(k): v for k, v in p.certificate["timing"].items()}
+    names = {int(k): v for k, v in p.certificate["features"].items()}
+
+    def t(i):
+        return sum(timing[i.stmt.index].get(n, 0) * f for n, f in zip(names[i.stmt.index], i.features))
+    ranks = instances(m, {"P": P, "M": M})
+    for a, b in _edges(m, ranks):
+        assert t(a) < t(b), (a, b)
+    bound = {"gpipe": lambda r: M, "1f1b": lambda r: min(P - r, M), "zb_h1": lambda r: min(P, M)}[name]
+    got = peaks(m, {"P": P, "M": M})
+    assert all(peak <= bound(r) for r, peak in enumerate(got))
+    assert max(got) == max(bound(r) for r in range(P))  # and the bound is reached
+
+
+def test_an_m_dependent_deadlock_is_refuted_at_its_smallest_setting(run_cli):
+    code, out, _ = run_cli("prove", str(DATA / "late_warmup.pp"), "-q")
+    assert code == 1
+    assert out.startswith("late_warmup: refuted at P=3, M=2")
+    assert "error[deadlock]" in out and "a cycle" in out
+    # smallest: every setting with a smaller P + M checks clean, and P=3, M=2 does not
+    for P in range(1, 7):
+        for M in range(1, 7):
+            report = schedc.check(schedc.load(str(DATA / "late_warmup.pp"), {"P": P, "M": M}))
+            if P + M < 5 or M >= P:
+                assert report.ok is True, (P, M)
+    assert schedc.check(schedc.load(str(DATA / "late_warmup.pp"), {"P": 3, "M": 2})).ok is False
+    # and the proof holds where the bug cannot bite
+    p = prove(str(DATA / "late_warmup.pp"), assumptions=("M >= P",))
+    assert p.verdict == "proved", p.reason
+
+
+def test_a_wrong_memory_bound_is_refuted_and_a_loose_one_proved():
+    p = prove("1f1b", memory="P - r - 1")
+    assert p.verdict == "refuted" and p.counterexample["property"] == "memory"
+    assert p.counterexample["params"] == {"P": 1, "M": 1}
+    loose = prove("1f1b", memory="P")
+    assert loose.verdict == "proved" and loose.memory_bound == "P"
+
+
+def test_certificate_round_trip_and_tampering(tmp_path, run_cli):
+    code, out, _ = run_cli("prove", "1f1b", "--json")
+    assert code == 0
+    saved = json.loads(out)
+    path = tmp_path / "cert.json"
+    path.write_text(json.dumps(saved))
+    code, out, _ = run_cli("prove", "1f1b", "--certificate", str(path), "--json")
+    again = json.loads(out)
+    assert code == 0 and again["verdict"] == "proved"
+    assert again["certificate"]["timing"] == saved["certificate"]["timing"]  # checked, not searched anew
+    cert = saved["certificate"]
+    steady_b = next(k for k, s in cert["statements"].items() if s["line"] == 12 and s["action"].startswith("B"))
+    cert["timing"][steady_b] = {"m": 1}  # B of the steady state no longer after its forward
+    path.write_text(json.dumps(cert))
+    code, out, _ = run_cli("prove", "1f1b", "--certificate", str(path))
+    assert code == 3 and "unknown" in out and "timing certificate fails" in out
+
+
+def test_zbv_deadlock_freedom_from_its_stored_certificate():
+    cert = json.loads((DATA / "zbv.cert.json").read_text())
+    p = prove("zbv", certificate=cert)
+    parts = {part.name: part.status for part in p.parts}
+    assert parts["well-formed"] == "proved" and parts["deadlock-free"] == "proved"
+    # the memory bound fits every sample but its numbering is not affine: unknown, never "proved"
+    assert parts["memory"] == "unknown" and p.verdict == "unknown" and p.memory_bound is None
+
+
+@pytest.mark.parametrize("name, why", [
+    ("interleaved_1f1b", "not linear"), ("looped_bfs", "not linear"), ("zb_h2", "order greedy"),
+    ("dualpipev", "next"), ("interleaved_zero_bubble", "not linear")])
+def test_outside_the_fragment_is_unknown_with_a_bounded_check(name, why, run_cli):
+    code, out, _ = run_cli("prove", name, "-q", "--json")
+    got = json.loads(out)
+    assert code == 3 and got["verdict"] == "unknown" and why in got["reason"]
+    assert got["bounded"]["ok"] and got["bounded"]["settings"] > 0
+    code, out, _ = run_cli("prove", name, "-q")
+    assert "bounded check, not a proof" in out and "proved" not in out
+
+
+def test_the_model_lists_what_the_compiler_compiles():
+    for name in ["gpipe", "1f1b", "zb_h1", "zbv", "interleaved_1f1b", "looped_bfs"]:
+        m = model_of(name)
+        for P in range(1, 6):
+            for M in range(1, 9):
+                try:
+                    program = schedc.load(name, {"P": P, "M": M, "V": 2}, strict_params=False)
+                except SchedcError:
+                    continue
+                assert agrees_with_compiler(m, dict(program.params), program) is None, (name, P, M)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--assume", "P >="], "--assume 'P >=': expected an expression"),
+    (["--assume", "Q >= 1"], "not a parameter of 1f1b"),
+    (["--memory", "min(P,"], "--memory 'min(P,': expected an expression"),
+    (["--timeout", "0"], "--timeout"),
+])
+def test_bad_input_is_a_clear_usage_error(argv, message, run_cli):
+    code, _, err = run_cli("prove", "1f1b", *argv)
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_bad_certificate_file(tmp_path, run_cli):
+    bad = tmp_path / "c.json"
+    bad.write_text("{")
+    code, _, err = run_cli("prove", "1f1b", "--certificate", str(bad))
+    assert code == 2 and "not JSON" in err
+    bad.write_text("[1]")
+    code, _, err = run_cli("prove", "1f1b", "--certificate", str(bad))
+    assert code == 2 and "expected a certificate" in err
