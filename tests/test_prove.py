@@ -119,13 +119,21 @@ def test_certificate_round_trip_and_tampering(tmp_path, run_cli):
     assert code == 3 and "unknown" in out and "timing certificate fails" in out
 
 
-def test_zbv_deadlock_freedom_from_its_stored_certificate():
+def test_zbv_is_proved_from_its_stored_certificate():
+    """ZB-V's timing search takes minutes; its certificate is stored and re-checked for every size."""
     cert = json.loads((DATA / "zbv.cert.json").read_text())
     p = prove("zbv", certificate=cert)
-    parts = {part.name: part.status for part in p.parts}
-    assert parts["well-formed"] == "proved" and parts["deadlock-free"] == "proved"
-    # the memory bound fits every sample but its numbering is not affine: unknown, never "proved"
-    assert parts["memory"] == "unknown" and p.verdict == "unknown" and p.memory_bound is None
+    assert p.verdict == "proved", p.reason
+    assert p.memory_bound == "min(2 * P, 2 * M, M + r + 1)"
+    m = model_of("zbv")
+    for P, M in [(3, 17), (7, 5), (9, 30)]:  # beyond the samples, without Z3
+        assert peaks(m, {"P": P, "M": M}) == [min(2 * P, 2 * M, M + r + 1) for r in range(P)]
+
+
+def test_a_memory_bound_wrong_only_at_large_sizes_is_refuted_at_its_smallest():
+    p = prove("1f1b", memory="min(P - r, M, 20)")  # the bounded sweep stops at 8; Z3 finds 21
+    assert p.verdict == "refuted" and p.counterexample["params"] == {"P": 21, "M": 21}
+    assert "holds 21 activations" in p.counterexample["summary"]
 
 
 @pytest.mark.parametrize("name, why", [

@@ -17,7 +17,7 @@ from ..errors import SchedcError
 from . import smt
 from .model import Model, Unsupported, model
 from .sample import Stop, agrees_with_compiler, base_env, evaluate, feature_names
-from .search import cegis_timing, fit_index, infer_bound, peaks, settings
+from .search import cegis_timing, infer_bound, peaks, settings
 
 BOUNDED_MAX = 8         # each parameter of the concrete sweep runs over 0..BOUNDED_MAX
 BOUNDED_SETTINGS = 250  # at most this many settings, smallest first
@@ -197,38 +197,25 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
     mem_text = _text(bound) if bound is not None else (certificate or {}).get("memory", {}).get("bound")
     if mem_text is None:
         mem_text = infer_bound(m, samples)
-    index = None
     if mem_text is None:
         proof.parts.append(Part("memory", "unknown", "no closed form in P, M and the rank matches the sampled "
                                 "peaks; state one with --memory"))
     else:
         expr = bound if bound is not None else parse_condition(mem_text, "--memory")
-        if certificate is not None and certificate.get("memory", {}).get("index"):
-            index = {int(k): v for k, v in certificate["memory"]["index"].items()}
-        else:
-            f_index = fit_index(m, samples, ("F",), 30)
-            free_index = fit_index(m, samples, ("B", "W"), 30)
-            index = None if f_index is None or free_index is None else {
-                k: (f_index[k] if m.stmts[k].kind == "F" else free_index[k]) for k in f_index}
-        if index is None:
-            proof.parts.append(Part("memory", "unknown", f"the bound {mem_text} holds at every sampled setting, "
-                                    "but the F's and frees of a rank are not numbered by an affine function of "
-                                    "the loop variables, which this proof needs"))
-        else:
-            why = _check_memory(m, assumed, index, names, expr, deadline, path)
-            if isinstance(why, dict):
-                proof.verdict, proof.counterexample = "refuted", why
-                return
-            proof.memory_bound = mem_text if why is None else None
-            proof.parts.append(Part("memory", "proved" if why is None else "unknown",
-                                    f"at most {mem_text} live activations on rank {m.rank_var} (unit sizes)"
-                                    if why is None else why))
+        why = _check_memory(m, assumed, expr, deadline)
+        if isinstance(why, dict):
+            proof.verdict, proof.counterexample = "refuted", why
+            return
+        proof.memory_bound = mem_text if why is None else None
+        proof.parts.append(Part("memory", "proved" if why is None else "unknown",
+                                f"at most {mem_text} live activations on rank {m.rank_var} (unit sizes)"
+                                if why is None else why))
     proof.certificate = {"schedule": m.name, "assumptions": list(proof.assumptions),
                          "features": {str(k): list(v) for k, v in names.items()},
                          "statements": {str(x.index): {"line": x.span.line, "action": _action_text(x)}
                                         for x in m.stmts},
                          "timing": {str(k): v for k, v in (timing or {}).items()},
-                         "memory": {"bound": mem_text, "index": {str(k): v for k, v in (index or {}).items()}}}
+                         "memory": {"bound": mem_text}}
 
 
 def _matches(cert: dict, m: Model) -> None:
@@ -236,11 +223,8 @@ def _matches(cert: dict, m: Model) -> None:
     want = {str(x.index): {"line": x.span.line, "action": _action_text(x)} for x in m.stmts}
     ok = cert.get("statements") == want and set(cert.get("timing", {})) == set(want) and all(
         isinstance(f, dict) and all(isinstance(c, int) for c in f.values()) for f in cert["timing"].values())
-    index = (cert.get("memory") or {}).get("index") or {}
-    ok = ok and all(k in want and isinstance(f, dict) and all(isinstance(c, int) for c in f.values())
-                    for k, f in index.items())
     feats = {str(x.index): set(feature_names(m, x)) for x in m.stmts}
-    ok = ok and all(set(f) <= feats[k] for part in (cert["timing"], index) for k, f in part.items())
+    ok = ok and all(set(f) <= feats[k] for k, f in cert["timing"].items())
     if not ok:
         raise SchedcError("certificate", f"the certificate does not fit {m.name} as it is now: it must list "
                           "the same actions on the same lines, with integer coefficients (make a new one with "
@@ -281,27 +265,37 @@ def _check_timing(m, assumed, timing, names, deadline):
     return None
 
 
-def _check_memory(m, assumed, index, names, expr, deadline, path):
+def _check_memory(m, assumed, expr, deadline):
+    """None if the bound holds everywhere; the smallest counterexample (a dict, confirmed on the
+    concrete instance) if it fails somewhere; else why this proof cannot tell."""
     enc = smt.Encoding(m, assumed)
     bound = (lambda r: enc.int(expr, {**enc.env, m.rank_var: r}))
-    for what, formula, shown in smt.memory(enc, index, names, bound):
-        verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown)
+    worst, why = None, None
+    for what, formula, shown in smt.memory(enc, bound):
+        verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown,
+                          smallest=what[0] == "live activations")
         if isinstance(verdict, smt.GaveUp):
             return f"Z3 gave up on the memory obligation '{what[0]}' ({verdict.reason})"
         if isinstance(verdict, smt.Fails):
-            try:
-                env = base_env(m, verdict.params)
-                got = peaks(m, verdict.params)
-                for r, peak in enumerate(got):
-                    if peak > evaluate(expr, {**env, m.rank_var: r}, m.functions):
-                        return {"params": verdict.params, "property": "memory", "rank": r,
-                                "summary": f"rank {r} holds {peak} activations at its peak; the bound is "
-                                           f"{evaluate(expr, {**env, m.rank_var: r}, m.functions)}", "report": ""}
-            except Stop:
-                pass
-            return (f"the memory certificate ('{what[0]}') fails at {verdict.params}; the bound may still hold "
-                    "there, but this proof cannot show it")
-    return None
+            if what[0] != "live activations":
+                return (f"'{what[0]}' fails at {verdict.params} ({_action_text(what[1])}, line "
+                        f"{what[1].span.line}), which this proof needs")
+            size = (sum(verdict.params.values()), tuple(verdict.params.values()))
+            if worst is None or size < worst[0]:
+                worst = (size, verdict.params)
+    if worst is None:
+        return None
+    params = worst[1]
+    try:
+        env = base_env(m, params)
+        for r, peak in enumerate(peaks(m, params)):
+            limit = evaluate(expr, {**env, m.rank_var: r}, m.functions)
+            if peak > limit:
+                return {"params": params, "property": "memory", "rank": r, "report": "",
+                        "summary": f"rank {r} holds {peak} activations at its peak; the bound is {limit}"}
+    except Stop:
+        why = f"the bound fails symbolically at {params}, too large to confirm concretely"
+    return why or f"the bound fails symbolically at {params}, which the concrete count does not confirm"
 
 
 def _concrete(path, params, what):

@@ -3,8 +3,8 @@
 Timing: one affine function per statement (of 1, the parameters, the rank, the lets in scope and
 the loop variables), fitted so that it increases along every sampled rank order and dependency,
 then checked by Z3 for all settings; a failure adds that setting to the samples (CEGIS). Memory:
-per statement, the number of F's (and of frees) earlier on the rank, fitted exactly; the bound is
-the user's, or the simplest `a*X + b*r + c` or `min(..., ...)` that equals every sampled peak.
+the bound is the user's, or the simplest `a*X + b*r + c` or min of up to three such that equals
+every sampled peak (its proof needs no certificate: schedc/prove/smt.py `memory`).
 """
 from __future__ import annotations
 
@@ -71,19 +71,6 @@ def timing_rows(m: Model, samples) -> list:
 
 def fit_timing(m: Model, rows, timeout_s: float):
     for bound in FIT_BOUNDS:
-        found = smt.fit(rows, bound, timeout_s)
-        if found is not None:
-            return _named(m, found)
-    return None
-
-
-def fit_index(m: Model, samples, kinds, timeout_s: float):
-    rows = []
-    for params in samples:
-        for insts in instances(m, params):
-            for k, i in enumerate(x for x in insts if x.stmt.kind in kinds):
-                rows.append(([(i.stmt.index, i.features)], "==", k))
-    for bound in (1, 2) + FIT_BOUNDS:  # the smallest coefficients read best
         found = smt.fit(rows, bound, timeout_s)
         if found is not None:
             return _named(m, found)

@@ -187,6 +187,18 @@ class Encoding:
             return z3.If(s < self.R, s, 2 * self.R - 1 - s)
         return self.int(m.place_expr, {**self.env, m.place_var: s})
 
+    def local_stages(self, r):
+        """The stages rank r holds, as terms (a fixed number per rank)."""
+        m = self.m
+        if m.placement == "vshape" and self.proves(self.S == 2 * self.R):
+            return [r, 2 * self.R - 1 - r]
+        if m.placement == "loop":
+            for k in range(1, 9):
+                if self.proves(self.S == k * self.R):
+                    return [r + i * self.R for i in range(k)]
+        raise Unsupported("the memory proof needs a fixed number of stages per rank (`place loop` with "
+                          "stages = k x ranks, or `place vshape`)")
+
     def proves(self, claim) -> bool:
         s = z3.Solver(ctx=self.ctx)
         s.set(random_seed=SEED, timeout=5000)
@@ -198,7 +210,9 @@ class Encoding:
         return z3.Sum([self.num(int(coeffs.get(n, 0))) * f for n, f in zip(names, inst.feats)]) \
             if coeffs else self.num(0)
 
-    def run(self, formula, timeout_s: float, show: dict | None = None):
+    def run(self, formula, timeout_s: float, show: dict | None = None, smallest: bool = False):
+        """Holds, GaveUp, or Fails at a setting; with `smallest`, the setting with the least sum of
+        parameters (found by asking for smaller ones until there are none)."""
         s = z3.Solver(ctx=self.ctx)
         s.set(random_seed=SEED, timeout=max(1, int(timeout_s * 1000)))
         s.add(*self.domain, formula)
@@ -208,6 +222,16 @@ class Encoding:
         if verdict == z3.unknown:
             return GaveUp(s.reason_unknown())
         model = s.model()
+        size = z3.Sum([self.num(0)] + list(self.params.values()))
+        while smallest:
+            s.push()
+            s.add(size < model.eval(size, model_completion=True))
+            if s.check() != z3.sat:
+                s.pop()
+                break
+            model = s.model()
+            s.pop()
+            s.add(size <= model.eval(size, model_completion=True))
         params = {p: model.eval(v, model_completion=True).as_long() for p, v in self.params.items()}
         detail = {k: model.eval(v, model_completion=True).as_long() for k, v in (show or {}).items()}
         return Fails(params, detail)
@@ -375,31 +399,40 @@ def timing(enc: Encoding, cert: dict, names: dict):
                                                                            "t(a)": ta, "t(b)": tb, **feats}
 
 
-def memory(enc: Encoding, idx: dict, names: dict, bound):
-    """At most `bound` (a term in the rank) live activations, from the index certificate:
-    F's and frees numbered in rank order from 0, and the k-th F after the (k-bound)-th free."""
+def memory(enc: Encoding, bound):
+    """At most `bound(rank)` live activations (unit sizes: F allocates, B or W frees) on every rank.
+    No certificate needed: with F's and frees in microbatch order per stage (checked first) and
+    well-formedness (each F, B/W exists once), the F's of stage s at or before a moment are
+    microbatches 0..j-1, told by two existential facts, so the count right after each F is linear."""
     m = enc.m
     allocs = [x for x in m.stmts if x.kind == "F"]
     frees = [x for x in m.stmts if x.kind in ("B", "W")]
-
-    def ix(x, inst):
-        return enc.linear(idx[x.index], inst, names[x.index])
-    for group in (allocs, frees):
+    for label, group in (("forwards", allocs), ("frees", frees)):
         for x in group:
-            a = enc.instance(x, "a")
-            yield ("nonnegative", x), z3.And(a.where(), ix(x, a) < 0), a.shown("a")
             for y in group:
-                b = enc.instance(y, "b")
-                yield ("increasing", x, y), z3.And(a.where(), b.where(), a.rank == b.rank, enc.before(a, b),
-                                                   ix(x, a) >= ix(y, b)), {**a.shown("a"), **b.shown("b")}
-    for x in frees:  # free numbers have no gaps
+                a, b = enc.instance(x, "a"), enc.instance(y, "b")
+                yield (f"{label} in microbatch order", x, y), z3.And(
+                    a.where(), b.where(), a.rank == b.rank, a.stage == b.stage, a.microbatch < b.microbatch,
+                    enc.before(b, a)), {**a.shown("a"), **b.shown("b")}
+
+    def some(group, a, stage, micro, when, tag):
+        options = []
+        for y in group:
+            g = enc.instance(y, tag)
+            options.append(z3.And(g.where(), g.rank == a.rank, g.stage == stage, g.microbatch == micro, when(g)))
+        return z3.Or(*options) if options else z3.BoolVal(False, enc.ctx)
+    for x in allocs:
         a = enc.instance(x, "a")
-        prev = [absent(enc.instance(y, "g"), lambda g, y=y: z3.And(g.rank == a.rank, ix(y, g) == ix(x, a) - 1))
-                for y in frees]
-        yield ("contiguous", x), z3.And(a.where(), ix(x, a) > 0, *prev), a.shown("a")
-    for x in allocs:  # the lag: F number k comes after free number k - bound
-        a = enc.instance(x, "a")
-        lag = bound(a.rank)
-        prev = [absent(enc.instance(y, "g"), lambda g, y=y: z3.And(
-            g.rank == a.rank, ix(y, g) == ix(x, a) - lag, enc.before(g, a))) for y in frees]
-        yield ("lag", x), z3.And(a.where(), ix(x, a) >= lag, *prev), a.shown("a")
+        live, facts, shown = [], [], a.shown("a")
+        for i, s in enumerate(enc.local_stages(a.rank)):
+            j, k = z3.Int(f"j{i}", enc.ctx), z3.Int(f"k{i}", enc.ctx)
+            at_or_before = (lambda g: z3.Or(enc.before(g, a), z3.And(g.stage == a.stage,
+                                                                    g.microbatch == a.microbatch)))
+            facts += [j >= 0, j <= enc.Mb, k >= 0, k <= enc.Mb,
+                      z3.Or(j == 0, some(allocs, a, s, j - 1, at_or_before, "f")),
+                      z3.Or(j == enc.Mb, some(allocs, a, s, j, lambda g: enc.before(a, g), "f")),
+                      z3.Or(k == 0, some(frees, a, s, k - 1, lambda g: enc.before(g, a), "g")),
+                      z3.Or(k == enc.Mb, some(frees, a, s, k, lambda g: enc.before(a, g), "g"))]
+            live.append(j - k)
+            shown.update({f"stage {i}": s, f"forwards of stage {i}": j, f"frees of stage {i}": k})
+        yield ("live activations", x, None), z3.And(a.where(), *facts, z3.Sum(live) > bound(a.rank)), shown
