@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 from schedc.parse import parse
 from schedc.prove import prove
 from schedc.prove.model import model
-from schedc.prove.sample import agrees_with_compiler, instances
+from schedc.prove.sample import agrees_with_compiler, evaluate, instances
 from schedc.prove.search import _edges, peaks
 from schedc.resources import builtin_schedules
 import schedc
@@ -179,3 +179,55 @@ def test_bad_certificate_file(tmp_path, run_cli):
     bad.write_text("[1]")
     code, _, err = run_cli("prove", "1f1b", "--certificate", str(bad))
     assert code == 2 and "expected a certificate" in err
+
+
+TEMPLATE = """schedule variant(P = 4, M = 8) {{
+  require P >= 1, M >= 1
+  stages P
+  place loop
+  rank r {{
+    let warm = min(P - 1 - r + {d1}, M + {d2})
+    for m in 0 .. warm     {{ F(r, m) }}
+    for m in 0 .. M - warm {{ F(r, m + warm); {steady} }}
+    for m in M - warm .. M {{ {cool} }}
+  }}
+}}
+"""
+
+
+@settings(max_examples=12, deadline=None)
+@given(d1=st.integers(-1, 1), d2=st.integers(-1, 1),
+       steady=st.sampled_from(["B(r, m)", "I(r, m); W(r, m)", "B(r, m + 1 - 1)", "I(r, m)"]),
+       cool=st.sampled_from(["B(r, m)", "I(r, m); W(r, m)", "B(r, M - 1 - m + (M - warm))"]))
+def test_verdicts_agree_with_the_concrete_checks(tmp_path_factory, d1, d2, steady, cool):
+    """Soundness on variants of 1F1B (some broken): a proof is never contradicted by a concrete
+    check at sizes beyond the bounded sweep, and a refutation always fails concretely."""
+    path = tmp_path_factory.mktemp("v") / "variant.pp"
+    path.write_text(TEMPLATE.format(d1=d1, d2=d2, steady=steady, cool=cool))
+    p = prove(str(path), timeout=120)
+    if p.verdict == "refuted":
+        params = p.counterexample["params"]
+        try:
+            program = schedc.load(str(path), params)
+        except SchedcError:
+            return  # refuted because it does not even compile there
+        report = schedc.check(program)
+        if p.counterexample["property"] == "memory":
+            assert report.ok is True  # a memory claim only arises for a sound schedule
+        else:
+            assert report.ok is False
+    elif p.verdict == "proved":
+        m = model(parse(path.read_text(), str(path)))
+        for P, M in [(9, 3), (3, 11), (10, 10), (12, 5)]:
+            report = schedc.check(schedc.load(str(path), {"P": P, "M": M}))
+            assert report.ok is True, (P, M, report.render())
+            bound = parse_bound(p.memory_bound)
+            for r, peak in enumerate(peaks(m, {"P": P, "M": M})):
+                assert peak <= evaluate(bound, {"P": P, "M": M, "r": r}, {}), (P, M, r)
+    else:
+        assert p.reason
+
+
+def parse_bound(text):
+    from schedc.prove.prover import parse_condition
+    return parse_condition(text, "--memory")

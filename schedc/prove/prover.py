@@ -141,9 +141,9 @@ def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, deadline):
         try:
             program = load(str(path), params)
         except SchedcError as exc:
-            if exc.code in ("require", "range"):
+            if _outside(exc):
                 continue
-            return {"params": params, "property": "compiles",
+            return {"params": params, "property": "compile error",
                     "report": "\n".join(d.render() for d in exc.diagnostics)}
         checked += 1
         for k, v in params.items():
@@ -161,6 +161,11 @@ def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, deadline):
                                        f"{_text(bound)} is {limit}", "report": ""}
     proof.bounded = {"settings": checked, "largest": largest, "ok": True}
     return None
+
+
+def _outside(exc: SchedcError) -> bool:
+    """The setting is outside the schedule's domain (a `require`, or a size below 1), not a bug."""
+    return exc.code == "require" or (exc.code == "range" and exc.diagnostics[0].message.startswith("the number of"))
 
 
 def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
