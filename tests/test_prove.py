@@ -145,7 +145,19 @@ def test_outside_the_fragment_is_unknown_with_a_bounded_check(name, why, run_cli
     assert code == 3 and got["verdict"] == "unknown" and why in got["reason"]
     assert got["bounded"]["ok"] and got["bounded"]["settings"] > 0
     code, out, _ = run_cli("prove", name, "-q")
-    assert "bounded check, not a proof" in out and "proved" not in out
+    assert code == 3 and "bounded check, not a proof" in out
+    assert "proved for every" not in out
+
+
+def test_a_nonlinear_parameter_is_proved_case_by_case_and_labelled_so(run_cli):
+    code, out, _ = run_cli("prove", "looped_bfs", "-q", "--json")
+    got = json.loads(out)
+    assert code == 3 and got["verdict"] == "unknown"  # not for every V
+    (case,) = [p for p in got["parts"] if p["name"] == "each V in 1..4"]
+    assert case["status"] == "proved" and "not for every V" in case["detail"]
+    assert "V = 3: memory 3 * M" in case["detail"]
+    pinned = prove("looped_bfs", assumptions=("V == 2",))  # one value pinned: a proof for every P, M
+    assert pinned.verdict == "proved" and pinned.memory_bound == "2 * M"
 
 
 def test_the_model_lists_what_the_compiler_compiles():

@@ -183,3 +183,72 @@ def shared_loops(a: Stmt, b: Stmt) -> tuple[tuple[int, ...], bool | None]:
             continue
         return tuple(common), x[1] < y[1]
     return tuple(common), None if len(a.path) == len(b.path) else len(a.path) < len(b.path)
+
+
+def pins(assumptions) -> dict[str, int]:
+    """Parameters the assumptions fix to one value (`V == 2`), which the proof substitutes."""
+    out = {}
+    for e in assumptions:
+        if isinstance(e, ast.BinOp) and e.op == "==":
+            for a, b in ((e.left, e.right), (e.right, e.left)):
+                if isinstance(a, ast.Var) and isinstance(b, ast.Num) and isinstance(b.value, int):
+                    out[a.name] = b.value
+    return out
+
+
+MAX_UNROLL = 16
+
+
+def unroll(m: Model, consts: dict[str, int]) -> Model:
+    """Loops whose bounds are known (from pinned parameters and literals) with at most MAX_UNROLL
+    iterations become one statement per iteration, the loop variable a constant: `v * P` in
+    `for v in 0 .. V` is linear once V is pinned. Guards that are then decided are applied."""
+    from .sample import Stop, evaluate
+
+    def known(e, env):
+        try:
+            return evaluate(e, env, m.functions)
+        except (KeyError, Stop, TypeError, ZeroDivisionError):
+            return None
+    env0 = dict(consts)
+    for let in m.globals:
+        v = known(let.value, env0)
+        if v is None:
+            env0.pop(let.name, None)
+        else:
+            env0[let.name] = v
+    out: list[Stmt] = []
+    for stmt in m.stmts:
+        variants = [((), dict(env0), {})]  # (frames, known values, loop id -> static position)
+        for f in stmt.frames:
+            nxt = []
+            for frames, env, where in variants:
+                env = {k: v for k, v in env.items() if k != m.rank_var}
+                if isinstance(f, LetFrame):
+                    v = known(f.value, env)
+                    env2 = {k: x for k, x in env.items() if k != f.name}
+                    if v is not None:
+                        env2[f.name] = v
+                    nxt.append((frames + (f,), env2, where))
+                elif isinstance(f, GuardFrame):
+                    v = known(f.cond, env)
+                    if v is None:
+                        nxt.append((frames + (f,), env, where))
+                    elif bool(v) == f.holds:
+                        nxt.append((frames, env, where))
+                else:
+                    a, b = known(f.start, env), known(f.stop, env)
+                    k = 1 if f.step is None else known(f.step, env)
+                    rng = range(a, b, k) if None not in (a, b, k) and k != 0 else None
+                    if rng is None or len(rng) > MAX_UNROLL:
+                        nxt.append((frames + (f,), {x: y for x, y in env.items() if x != f.var}, where))
+                        continue
+                    for pos, v in enumerate(reversed(rng) if f.reversed else rng):
+                        nxt.append((frames + (LetFrame(f.var, ast.Num(v, stmt.span)),), {**env, f.var: v},
+                                    {**where, f.loop: pos}))
+            variants = nxt
+        for frames, _, where in variants:
+            path = tuple(("s", where[t[1]]) if t[0] == "l" and t[1] in where else t for t in stmt.path)
+            out.append(Stmt(len(out), stmt.kind, stmt.stage, stmt.microbatch, frames, path, stmt.span))
+    return Model(m.name, m.params, m.requires, m.globals, m.functions, m.ranks, m.stages, m.microbatches,
+                 m.placement, m.place_var, m.place_expr, m.rank_var, tuple(out))

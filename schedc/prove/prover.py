@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import syntax as ast
 from ..errors import SchedcError
 from . import smt
-from .model import Model, Unsupported, model
+from .model import Model, Unsupported, model, pins, unroll
 from .sample import Stop, agrees_with_compiler, base_env, evaluate, feature_names
 from .search import cegis_timing, infer_bound, peaks, settings
 
@@ -78,7 +78,7 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
     bound = parse_condition(memory, "--memory") if memory is not None else None
     proof = Proof(tree.name, tuple(assumptions))
     try:
-        m = model(tree)
+        m = unroll(model(tree), pins(assumed))
         unsupported = None
     except Unsupported as exc:
         m, unsupported = _domain_only(tree), exc
@@ -98,7 +98,10 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
     try:
         _symbolic(proof, path, m, assumed, bound, deadline, certificate, log)
     except Unsupported as exc:
-        return _unknown(proof, start, f"not linear: {exc.reason}" + (f" (line {exc.span.line})" if exc.span else ""))
+        why = f"not linear: {exc.reason}" + (f" (line {exc.span.line})" if exc.span else "")
+        if certificate is None:
+            _cases(proof, path, tree, assumed, bound, deadline, exc, log)
+        return _unknown(proof, start, why)
     if proof.verdict == "refuted":
         return _done(proof, start)
     statuses = {p.status for p in proof.parts}
@@ -106,6 +109,51 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
     if proof.verdict == "unknown" and proof.reason is None:
         proof.reason = next(p.detail for p in proof.parts if p.status != "proved")
     return _done(proof, start)
+
+
+CASES = range(1, 5)  # a parameter that makes the schedule nonlinear is tried at each of these values
+
+
+def _cases(proof, path, tree, assumed, bound, deadline, exc, log) -> None:
+    """Not linear for every value of some parameter: prove each small value of it separately
+    (pinned, the loops over it unrolled). Recorded as parts; the verdict stays unknown."""
+    from ..span import span_text
+    try:
+        text = span_text(exc.span) if exc.span else ""
+    except Exception:
+        text = ""
+    base = model(tree)
+    fixed = pins(assumed)
+    defaults = {p.name: (p.default.value if isinstance(p.default, ast.Num) else 1 << 30) for p in tree.params}
+    for name in sorted((p for p in base.params if p in _words(text) and p not in fixed), key=lambda p: defaults[p]):
+        results = []
+        for k in CASES:
+            pin = ast.BinOp("==", ast.Var(name, tree.span), ast.Num(k, tree.span), tree.span)
+            sub = Proof(proof.schedule, proof.assumptions + (f"{name} == {k}",))
+            log(f"  case {name} = {k}")
+            try:
+                m = unroll(base, pins(assumed + (pin,)))
+                if _bounded(sub, path, m, assumed + (pin,), bound, deadline) is not None:
+                    return
+                _symbolic(sub, path, m, assumed + (pin,), bound, deadline, None, log)
+            except Unsupported:
+                break
+            if sub.verdict == "refuted" or time.monotonic() > deadline:
+                return
+            if {p.status for p in sub.parts} != {"proved"}:
+                break
+            results.append((k, sub.memory_bound))
+        if len(results) == len(CASES):
+            bounds = "; ".join(f"{name} = {k}: memory {b}" for k, b in results)
+            proof.parts.append(Part(f"each {name} in {CASES.start}..{CASES.stop - 1}", "proved",
+                                    f"proved separately for each {name} in {CASES.start}..{CASES.stop - 1} (every "
+                                    f"value of the other parameters); not for every {name}. {bounds}"))
+            return
+
+
+def _words(text: str) -> set[str]:
+    import re
+    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
 
 
 def _done(proof: Proof, start: float) -> Proof:
@@ -275,16 +323,31 @@ def _check_memory(m, assumed, expr, deadline):
     concrete instance) if it fails somewhere; else why this proof cannot tell."""
     enc = smt.Encoding(m, assumed)
     bound = (lambda r: enc.int(expr, {**enc.env, m.rank_var: r}))
+    directions = []
+    for kinds, label in ((smt.ALLOCS, "forwards"), (smt.FREES, "frees")):
+        for direction in (1, -1):
+            failed = None
+            for what, formula, shown in smt.memory_order(enc, kinds, direction):
+                verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown)
+                if isinstance(verdict, smt.GaveUp):
+                    return f"Z3 gave up on the order of the {label} ({verdict.reason})"
+                if isinstance(verdict, smt.Fails):
+                    failed = (what, verdict)
+                    break
+            if failed is None:
+                directions.append(direction)
+                break
+        else:
+            what, verdict = failed
+            return (f"the {label} of a stage run in neither increasing nor decreasing microbatch order "
+                    f"(e.g. at {verdict.params}, {_action_text(what[1])}, line {what[1].span.line}), which "
+                    "this proof needs")
     worst, why = None, None
-    for what, formula, shown in smt.memory(enc, bound):
-        verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown,
-                          smallest=what[0] == "live activations")
+    for what, formula, shown in smt.memory(enc, bound, tuple(directions)):
+        verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown, smallest=True)
         if isinstance(verdict, smt.GaveUp):
-            return f"Z3 gave up on the memory obligation '{what[0]}' ({verdict.reason})"
+            return f"Z3 gave up on the memory bound ({verdict.reason})"
         if isinstance(verdict, smt.Fails):
-            if what[0] != "live activations":
-                return (f"'{what[0]}' fails at {verdict.params} ({_action_text(what[1])}, line "
-                        f"{what[1].span.line}), which this proof needs")
             size = (sum(verdict.params.values()), tuple(verdict.params.values()))
             if worst is None or size < worst[0]:
                 worst = (size, verdict.params)

@@ -106,7 +106,7 @@ def infer_bound(m: Model, samples) -> str | None:
             points.append(({**params, m.rank_var: r}, peak))
     lins = []
     for p in (None, *m.params):
-        for a in ((0,) if p is None else (1, 2)):
+        for a in ((0,) if p is None else (1, 2, 3, 4)):
             for b in (0, -1, 1, -2):
                 for c in (0, 1, -1):
                     lins.append(((p, a), b, c))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import z3
 
 from .. import syntax as ast
-from .model import GuardFrame, LetFrame, LoopFrame, Model, Stmt, Unsupported, shared_loops
+from .model import GuardFrame, LetFrame, LoopFrame, Model, Stmt, Unsupported, pins, shared_loops
 
 SEED = 0
 
@@ -42,7 +42,8 @@ class Encoding:
     def __init__(self, m: Model, assumptions: tuple[ast.Expr, ...]):
         self.m = m
         self.ctx = z3.Context()
-        self.params = {p: z3.Int(p, self.ctx) for p in m.params}
+        fixed = pins(assumptions)  # `V == 2`: the constant itself, so `V * P` is linear
+        self.params = {p: z3.IntVal(fixed[p], self.ctx) if p in fixed else z3.Int(p, self.ctx) for p in m.params}
         self.env = dict(self.params)
         for let in m.globals:
             self.env[let.name] = self.term(let.value, self.env)
@@ -107,7 +108,7 @@ class Encoding:
         if e.op == "-":
             return a - b
         if e.op == "*":
-            if not (self._const(a) or self._const(b)):
+            if self._const(a) is None and self._const(b) is None:
                 raise Unsupported(f"'{_text(e)}' multiplies two quantities that vary: not linear", e.span)
             return a * b
         k = self._const(b)
@@ -176,11 +177,16 @@ class Encoding:
         if m.placement == "loop":
             if self.proves(self.S == self.R):
                 return s
-            k = self._const(self.R)
-            if k is None:
-                raise Unsupported("`place loop` with more stages than ranks puts stage s on rank s % P, which "
-                                  "is not linear in P")
-            return s % self.R
+            if self._const(self.R) is not None:
+                return s % self.R
+            for k in range(2, 9):  # stages = k x ranks: s % R in k linear pieces
+                if self.proves(self.S == k * self.R):
+                    out = s - (k - 1) * self.R
+                    for i in range(k - 2, -1, -1):
+                        out = z3.If(s < (i + 1) * self.R, s - i * self.R, out)
+                    return out
+            raise Unsupported("`place loop` with more stages than ranks puts stage s on rank s % P, which "
+                              "is not linear in P")
         if m.placement == "vshape":
             if not self.proves(self.S == 2 * self.R):
                 raise Unsupported("`place vshape` needs the proof to know that stages = 2 x ranks")
@@ -399,21 +405,33 @@ def timing(enc: Encoding, cert: dict, names: dict):
                                                                            "t(a)": ta, "t(b)": tb, **feats}
 
 
-def memory(enc: Encoding, bound):
+ALLOCS, FREES = ("F",), ("B", "W")
+
+
+def memory_order(enc: Encoding, kinds, direction: int):
+    """The actions of these kinds run, per stage, in increasing (direction 1) or decreasing (-1)
+    microbatch order on their rank."""
+    group = [x for x in enc.m.stmts if x.kind in kinds]
+    for x in group:
+        for y in group:
+            a, b = enc.instance(x, "a"), enc.instance(y, "b")
+            earlier = a.microbatch < b.microbatch if direction > 0 else a.microbatch > b.microbatch
+            yield ("in microbatch order", x, y), z3.And(a.where(), b.where(), a.rank == b.rank, a.stage == b.stage,
+                                                        earlier, enc.before(b, a)), {**a.shown("a"), **b.shown("b")}
+
+
+def memory(enc: Encoding, bound, directions: tuple[int, int]):
     """At most `bound(rank)` live activations (unit sizes: F allocates, B or W frees) on every rank.
-    No certificate needed: with F's and frees in microbatch order per stage (checked first) and
-    well-formedness (each F, B/W exists once), the F's of stage s at or before a moment are
-    microbatches 0..j-1, told by two existential facts, so the count right after each F is linear."""
+    No certificate needed: with F's and frees in microbatch order per stage (memory_order) and
+    well-formedness (each F, B/W exists once), the F's of stage s at or before a moment are the
+    first j microbatches in that order, told by two existential facts, so the count right after
+    each F is linear."""
     m = enc.m
-    allocs = [x for x in m.stmts if x.kind == "F"]
-    frees = [x for x in m.stmts if x.kind in ("B", "W")]
-    for label, group in (("forwards", allocs), ("frees", frees)):
-        for x in group:
-            for y in group:
-                a, b = enc.instance(x, "a"), enc.instance(y, "b")
-                yield (f"{label} in microbatch order", x, y), z3.And(
-                    a.where(), b.where(), a.rank == b.rank, a.stage == b.stage, a.microbatch < b.microbatch,
-                    enc.before(b, a)), {**a.shown("a"), **b.shown("b")}
+    allocs = [x for x in m.stmts if x.kind in ALLOCS]
+    frees = [x for x in m.stmts if x.kind in FREES]
+
+    def nth(direction, j):  # the microbatch that is j-th (from 0) in this order
+        return j if direction > 0 else enc.Mb - 1 - j
 
     def some(group, a, stage, micro, when, tag):
         options = []
@@ -421,6 +439,7 @@ def memory(enc: Encoding, bound):
             g = enc.instance(y, tag)
             options.append(z3.And(g.where(), g.rank == a.rank, g.stage == stage, g.microbatch == micro, when(g)))
         return z3.Or(*options) if options else z3.BoolVal(False, enc.ctx)
+    da, df = directions
     for x in allocs:
         a = enc.instance(x, "a")
         live, facts, shown = [], [], a.shown("a")
@@ -429,10 +448,10 @@ def memory(enc: Encoding, bound):
             at_or_before = (lambda g: z3.Or(enc.before(g, a), z3.And(g.stage == a.stage,
                                                                     g.microbatch == a.microbatch)))
             facts += [j >= 0, j <= enc.Mb, k >= 0, k <= enc.Mb,
-                      z3.Or(j == 0, some(allocs, a, s, j - 1, at_or_before, "f")),
-                      z3.Or(j == enc.Mb, some(allocs, a, s, j, lambda g: enc.before(a, g), "f")),
-                      z3.Or(k == 0, some(frees, a, s, k - 1, lambda g: enc.before(g, a), "g")),
-                      z3.Or(k == enc.Mb, some(frees, a, s, k, lambda g: enc.before(a, g), "g"))]
+                      z3.Or(j == 0, some(allocs, a, s, nth(da, j - 1), at_or_before, "f")),
+                      z3.Or(j == enc.Mb, some(allocs, a, s, nth(da, j), lambda g: enc.before(a, g), "f")),
+                      z3.Or(k == 0, some(frees, a, s, nth(df, k - 1), lambda g: enc.before(g, a), "g")),
+                      z3.Or(k == enc.Mb, some(frees, a, s, nth(df, k), lambda g: enc.before(a, g), "g"))]
             live.append(j - k)
             shown.update({f"stage {i}": s, f"forwards of stage {i}": j, f"frees of stage {i}": k})
         yield ("live activations", x, None), z3.And(a.where(), *facts, z3.Sum(live) > bound(a.rank)), shown
