@@ -137,7 +137,7 @@ def test_a_memory_bound_wrong_only_at_large_sizes_is_refuted_at_its_smallest():
 
 
 @pytest.mark.parametrize("name, why", [
-    ("interleaved_1f1b", "not linear"), ("looped_bfs", "not linear"), ("zb_h2", "order greedy"),
+    ("interleaved_1f1b", "not linear"), ("zb_h2", "order greedy"),  # looped_bfs: the case-by-case test
     ("dualpipev", "next"), ("interleaved_zero_bubble", "not linear")])
 def test_outside_the_fragment_is_unknown_with_a_bounded_check(name, why, run_cli):
     code, out, _ = run_cli("prove", name, "-q", "--json")
@@ -153,6 +153,7 @@ def test_a_nonlinear_parameter_is_proved_case_by_case_and_labelled_so(run_cli):
     code, out, _ = run_cli("prove", "looped_bfs", "-q", "--json")
     got = json.loads(out)
     assert code == 3 and got["verdict"] == "unknown"  # not for every V
+    assert "not linear" in got["reason"] and got["bounded"]["ok"]
     (case,) = [p for p in got["parts"] if p["name"] == "each V in 1..4"]
     assert case["status"] == "proved" and "not for every V" in case["detail"]
     assert "V = 3: memory 3 * M" in case["detail"]
@@ -243,3 +244,17 @@ def test_verdicts_agree_with_the_concrete_checks(tmp_path_factory, d1, d2, stead
 def parse_bound(text):
     from schedc.prove.prover import parse_condition
     return parse_condition(text, "--memory")
+
+
+def test_assumptions_that_admit_nothing_are_refused(run_cli):
+    code, _, err = run_cli("prove", "1f1b", "--assume", "P >= 5", "--assume", "P <= 2")
+    assert code == 2 and "admit no setting" in err
+
+
+def test_memory_bounds_count_activations_whatever_sizes_are_declared(tmp_path):
+    src = (builtin_schedules()["1f1b"].read_text()
+           .replace("  stages P\n", "  stages P\n  memory act = 3, weight = 1\n"))
+    path = tmp_path / "sized.pp"
+    path.write_text(src)
+    p = prove(str(path))
+    assert p.verdict == "proved" and p.memory_bound == "min(P - r, M)"  # counts, not 3 x counts

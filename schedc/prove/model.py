@@ -126,8 +126,10 @@ def model(tree: ast.Schedule) -> Model:
                           placement.span if placement is not None else tree.span)
     builder = _Builder(functions)
     builder.block(body.body, (), ())
+    if "stages" not in decls:  # the compiler would count them from the actions
+        raise Unsupported("declare `stages E`: the proof needs the number of stages as an expression", tree.span)
     return Model(tree.name, params, tuple(requires), tuple(lets), functions, decl("ranks", "P"),
-                 decl("stages", "P"), decl("microbatches", "M"), placement.kind, placement.var,
+                 decls["stages"], decl("microbatches", "M"), placement.kind, placement.var,
                  placement.expr, body.var, tuple(builder.stmts))
 
 

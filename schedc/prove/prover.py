@@ -87,6 +87,9 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
             raise SchedcError("usage", f"--assume names '{name}', which is not a parameter of {tree.name} "
                               f"(its parameters: {', '.join(m.params)})", where="--assume")
 
+    if unsupported is None and _empty(m, assumed):
+        raise SchedcError("usage", f"the assumptions and {tree.name}'s requires admit no setting at all, so "
+                          "there is nothing to prove", where="--assume")
     log(f"{tree.name}: checking small settings concretely")
     failure = _bounded(proof, path, m, assumed, bound, deadline)
     if failure is not None:
@@ -180,7 +183,6 @@ def _domain_only(tree: ast.Schedule) -> Model:
 def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, deadline):
     """Check small settings concretely, smallest first; the first failure, or None."""
     from ..api import check, load
-    from ..verify.memory import peak_activation
     checked, largest = 0, {}
     stop_at = time.monotonic() + max(1.0, min(30.0, (deadline - time.monotonic()) / 4))
     for params in settings(m, assumed, BOUNDED_MAX, BOUNDED_SETTINGS):
@@ -201,7 +203,7 @@ def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, deadline):
             return {"params": params, "property": "checks", "summary": report.summary(), "report": report.render()}
         if bound is not None:
             env = base_env(m, params)
-            for r, peak in enumerate(peak_activation(program)):
+            for r, peak in enumerate(live_count(program)):
                 limit = evaluate(bound, {**env, m.rank_var: r}, m.functions)
                 if peak > limit:
                     return {"params": params, "property": "memory", "rank": r,
@@ -214,6 +216,28 @@ def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, deadline):
 def _outside(exc: SchedcError) -> bool:
     """The setting is outside the schedule's domain (a `require`, or a size below 1), not a bug."""
     return exc.code == "require" or (exc.code == "range" and exc.diagnostics[0].message.startswith("the number of"))
+
+
+def _empty(m: Model, assumed) -> bool:
+    try:
+        return smt.Encoding(m, assumed).empty()
+    except Unsupported:  # not linear: the bounded sweep will say whether any setting exists
+        return False
+
+
+def live_count(program) -> list[int]:
+    """Peak live activations per rank in unit sizes (F allocates one, B or W frees it), whatever
+    sizes the schedule declares: the unit a memory bound of `prove` is stated in."""
+    from ..ir import Op
+    out = []
+    for steps in program.ranks:
+        live = peak = 0
+        for step in steps:
+            for a in step.parts:
+                live += 1 if a.op is Op.F else -1 if a.op in (Op.B, Op.W) else 0
+            peak = max(peak, live)
+        out.append(peak)
+    return out
 
 
 def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):

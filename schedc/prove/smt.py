@@ -205,6 +205,10 @@ class Encoding:
         raise Unsupported("the memory proof needs a fixed number of stages per rank (`place loop` with "
                           "stages = k x ranks, or `place vshape`)")
 
+    def empty(self) -> bool:
+        """No setting satisfies the assumptions and requires."""
+        return self.proves(z3.BoolVal(False, self.ctx))
+
     def proves(self, claim) -> bool:
         s = z3.Solver(ctx=self.ctx)
         s.set(random_seed=SEED, timeout=5000)
