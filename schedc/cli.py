@@ -104,7 +104,7 @@ def _parser(stdout: TextIO) -> _Parser:
     common(q)
     q.add_argument("--cost", action="append", default=[], metavar="K=V,...",
                    help="costs for every stage, e.g. F=1,I=1,W=1,B=2 (also act, weight, out, latency, "
-                        "bandwidth); applied after --costs")
+                        "bandwidth, overhead); applied after --costs")
     q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")
     q.add_argument("--no-overlap", action="store_true", help="communication holds the ranks it involves")
     q.add_argument("--json", action="store_true", help="print one JSON object")
@@ -610,7 +610,8 @@ def _sim_dict(file, timeline, costs, trace) -> dict:
             "costs": {**{k: [getattr(c, k) for c in stage_costs] for k in ("F", "B", "I", "W")},
                       "speed": [ann.rank_speed[r] if r < len(ann.rank_speed) else 1.0 for r in range(p.num_ranks)],
                       "latency": ann.latency, "bandwidth": ann.bandwidth,
-                      "channels": {f"{a}->{b}": {"latency": link.latency, "bandwidth": link.bandwidth}
+                      "channels": {f"{a}->{b}": {"latency": link.latency, "bandwidth": link.bandwidth,
+                                                 **({"overhead": link.overhead} if link.overhead else {})}
                                    for (a, b), link in costs.links(p).items()}},
             "trace": str(trace) if trace else None}
 

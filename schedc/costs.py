@@ -20,7 +20,7 @@ from .span import Source, Span
 
 TIME_KEYS = ("F", "B", "I", "W")
 MEMORY_KEYS = ("act", "weight", "out")
-LINK_KEYS = ("latency", "bandwidth")
+LINK_KEYS = ("latency", "bandwidth", "overhead")
 STAGE_KEYS = TIME_KEYS + MEMORY_KEYS
 TOP_KEYS = STAGE_KEYS + LINK_KEYS
 PROFILE_FORMAT = "schedc-profile"
@@ -39,8 +39,9 @@ class Costs:
     speeds: tuple[tuple[int, float], ...] = ()  # rank -> speed
     latency: float | None = None
     bandwidth: float | None = None  # 0 = infinite
-    channels: tuple[tuple[tuple[int, int], Pairs], ...] = ()  # (src, dst) -> latency/bandwidth
+    channels: tuple[tuple[tuple[int, int], Pairs], ...] = ()  # (src, dst) -> latency/bandwidth/overhead
     overlap: bool | None = None
+    overhead: float | None = None  # every channel: rank time to post one send or receive
 
     def then(self, other: "Costs") -> "Costs":
         """These settings with `other` applied on top (a cost file, then --cost)."""
@@ -54,7 +55,8 @@ class Costs:
                      tuple(sorted(stages.items())), tuple(sorted({**dict(self.speeds), **dict(other.speeds)}.items())),
                      other.latency if other.latency is not None else self.latency,
                      other.bandwidth if other.bandwidth is not None else self.bandwidth,
-                     tuple(sorted(channels.items())), other.overlap if other.overlap is not None else self.overlap)
+                     tuple(sorted(channels.items())), other.overlap if other.overlap is not None else self.overlap,
+                     other.overhead if other.overhead is not None else self.overhead)
 
     def apply(self, program: Program) -> Program:
         """A new Program whose annotations carry these settings. For each stage the settings of
@@ -88,10 +90,17 @@ class Costs:
             bandwidth=ann.bandwidth if self.bandwidth is None else self.bandwidth))
 
     def links(self, program: Program) -> dict[tuple[int, int], Link]:
-        """Per-channel links for the simulator (unset fields from the program's latency/bandwidth)."""
+        """Per-channel links for the simulator (unset fields from the program's latency/bandwidth and
+        from the top-level overhead); with a top-level overhead, every channel between two ranks."""
         ann = program.annotations
-        return {ch: Link(dict(pairs).get("latency", ann.latency), dict(pairs).get("bandwidth", ann.bandwidth))
-                for ch, pairs in self.channels}
+        every = self.overhead or 0.0
+        chans = dict(self.channels)
+        if every:
+            R = program.num_ranks
+            chans = {**{(a, b): () for a in range(R) for b in range(R) if a != b}, **chans}
+        return {ch: Link(dict(pairs).get("latency", ann.latency), dict(pairs).get("bandwidth", ann.bandwidth),
+                         dict(pairs).get("overhead", every))
+                for ch, pairs in sorted(chans.items())}
 
 
 def _stage_cost(base: StageCost, given: dict) -> StageCost:
@@ -109,7 +118,7 @@ def _stage_memory(base: StageMemory, given: dict) -> StageMemory:
 
 # ---- --cost K=V,... ----
 def parse_cost_option(text: str) -> Costs:
-    """`F=1,I=1,W=1,B=2` (also act, weight, out, latency, bandwidth): the same for every stage."""
+    """`F=1,I=1,W=1,B=2` (also act, weight, out, latency, bandwidth, overhead): the same for every stage."""
     every, links = {}, {}
     for part in (p for p in text.split(",") if p.strip()):
         key, eq, value = (x.strip() for x in part.partition("="))
@@ -121,7 +130,8 @@ def parse_cost_option(text: str) -> Costs:
             raise SchedcError("usage", f"--cost {text!r}: expected KEY=NUMBER pairs separated by commas, "
                               f"KEY one of {', '.join(TOP_KEYS)} (e.g. --cost F=1,B=2)", where="--cost") from None
         (links if key in LINK_KEYS else every)[key] = _number(number, key, key, "--cost", None)
-    return Costs("--cost", tuple(every.items()), latency=links.get("latency"), bandwidth=links.get("bandwidth"))
+    return Costs("--cost", tuple(every.items()), latency=links.get("latency"), bandwidth=links.get("bandwidth"),
+                 overhead=links.get("overhead"))
 
 
 # ---- files ----
@@ -169,7 +179,8 @@ def toml_costs(text: str, name: str = "costs.toml") -> Costs:
     return Costs(name, tuple(every.items()), stages, tuple(sorted(speeds)),
                  where.number(data["latency"], "latency", (), "latency") if "latency" in data else None,
                  where.number(data["bandwidth"], "bandwidth", (), "bandwidth") if "bandwidth" in data else None,
-                 tuple(sorted(channels)), overlap)
+                 tuple(sorted(channels)), overlap,
+                 where.number(data["overhead"], "overhead", (), "overhead") if "overhead" in data else None)
 
 
 def profile_costs(text: str, name: str = "profile.json") -> Costs:
@@ -217,7 +228,7 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:
             stages[stage] = tuple({**dict(stages.get(stage, ())), "out": size}.items())
         elif key not in LINK_KEYS + ("channels",):
             raise where.error(f"unknown key '{key}'; expected a stage number (the bytes of that stage's "
-                              "output, as schedc run --profile writes), latency, bandwidth or channels",
+                              "output, as schedc run --profile writes), latency, bandwidth, overhead or channels",
                               ("messages",), key)
     channels = []
     for ch, t in where.table(messages, "channels", ("messages",)).items():
@@ -233,7 +244,7 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:
     link = {k: where.number(messages[k], k, ("messages",), k) for k in LINK_KEYS if k in messages}
     return Costs(name, (), tuple(sorted(stages.items())), tuple(sorted(speeds)), link.get("latency"),
                  link.get("bandwidth"),
-                 tuple(sorted(channels)), overlap)
+                 tuple(sorted(channels)), overlap, link.get("overhead"))
 
 
 def _read_toml(text: str, source: Source) -> dict:

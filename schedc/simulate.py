@@ -28,6 +28,9 @@ from .verify.memory import activation_delta, message_size
 # by the rank's speed. A value made on one rank and used on another travels on the channel
 # (producer rank, consumer rank): it leaves when it may (below), waits while the channel carries
 # earlier messages (`size / bandwidth` each, one after another), and arrives `latency` later.
+# A channel's `overhead` (default 0) holds the sending rank for each send it posts and the receiving
+# rank for each receive; a message is posted when its overhead is over. At the compute level the
+# producer pays it after the step that made the value, the consumer before the step that uses it.
 #
 # - Compute level (no SEND/RECV in the program): a value leaves when its producer ends.
 # - Comms level: sends and receives pair FIFO per channel (the k-th send meets the k-th receive) and
@@ -101,10 +104,13 @@ class Messages(Sequence):
 
 @dataclass(frozen=True)
 class Link:
-    """One channel's latency and bandwidth (`bandwidth` 0 means infinite)."""
+    """One channel's latency and bandwidth (`bandwidth` 0 means infinite), and the `overhead` of
+    posting one send (on the sending rank) or one receive (on the receiving rank) on it: rank time,
+    not overlapped with compute and not counted as busy (LogP's `o`)."""
 
     latency: float = 0.0
     bandwidth: float = 0.0
+    overhead: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -207,7 +213,7 @@ class _Rank:
     """One rank's state while it runs."""
 
     __slots__ = ("r", "steps", "pc", "free", "speed", "have", "waiting", "start", "end", "hi", "lo",
-                 "live", "busy", "posted", "open", "arrival", "inbox")
+                 "live", "busy", "posted", "open", "arrival", "ready", "inbox")
 
     def __init__(self, r: int, steps, speed: float):
         n = len(steps)
@@ -219,6 +225,7 @@ class _Rank:
         self.hi, self.lo = [0.0] * n, [0.0] * n
         self.live = self.busy = 0.0
         self.posted, self.open, self.arrival = -1, 0, 0.0  # the comm step being posted
+        self.ready = 0.0  # when that step's posting overhead is over
         self.inbox: dict[int, int] = {}  # compute level: value key -> index of its message
 
 
@@ -249,10 +256,15 @@ class _Simulator:
         self.default_link = (float(ann.latency), float(ann.bandwidth))
         self.latency = float(ann.latency)
         self.links = {}
+        self.overheads: dict[int, float] = {}  # channel -> posting overhead, where not 0
         for (a, b), link in links.items():
             if not (0 <= a < R and 0 <= b < R):
                 raise SchedcError("costs", f"channel {a}->{b} names a rank outside 0..{R - 1}")
             self.links[a * R + b] = (float(link.latency), float(link.bandwidth))
+            if not link.overhead >= 0:
+                raise SchedcError("costs", f"channel {a}->{b} has overhead {link.overhead}; it must be non-negative")
+            if link.overhead:
+                self.overheads[a * R + b] = float(link.overhead)
         # one latency everywhere and infinite bandwidth: a message leaves as soon as it may
         self.plain = not self.links and not ann.bandwidth
         self.work: list[int] = []
@@ -312,6 +324,8 @@ class _Simulator:
         dur, wants, makes, delta, route = plan
         base = a.microbatch * self.K
         have = rk.have
+        if self.overheads and rk.inbox:
+            t = self.receiving(rk, t, base, wants)
         for k in wants:
             tv = have.get(base + k)
             if tv is None:
@@ -352,12 +366,16 @@ class _Simulator:
             plan = self.plans[a.op].get(a.stage) or self.plan(a)
             base = a.microbatch * self.K
             for k in plan[1]:
-                tv = rk.have.get(base + k)
-                if tv is None:
+                if rk.have.get(base + k) is None:
                     rk.waiting = base + k
                     return None
-                t = max(t, tv)
             plans.append((a, base, plan))
+        if self.overheads and rk.inbox:
+            for a, base, plan in plans:
+                t = self.receiving(rk, t, base, plan[1])
+        for a, base, plan in plans:
+            for k in plan[1]:
+                t = max(t, rk.have[base + k])
         d = sum(plan[0] for _, _, plan in plans) / rk.speed
         end = t + d
         rk.start[x], rk.end[x] = t, end
@@ -395,10 +413,12 @@ class _Simulator:
         rk.start[x] = t
         rk.hi[x] = rk.lo[x] = rk.live
         ch = rk.r * self.R + plan[1]
+        if self.overheads:
+            t += self.overheads.get(ch, 0.0)
         other = self.pend_recv.get(ch)
         if not other:
             self.pend_send.setdefault(ch, deque()).append((rk, x, key - plan[3], plan, t))
-            rk.posted, rk.open, rk.arrival = x, 1, t
+            rk.posted, rk.open, rk.arrival, rk.ready = x, 1, t, t
             return None
         q, y, qbase, qplan, tq = other.popleft()
         arrival = self.match(ch, rk, x, t, key, q, y, qbase, qplan, tq, q)
@@ -412,10 +432,12 @@ class _Simulator:
         rk.start[x] = t
         rk.hi[x] = rk.lo[x] = rk.live
         ch = plan[1] * self.R + rk.r
+        if self.overheads:
+            t += self.overheads.get(ch, 0.0)
         other = self.pend_send.get(ch)
         if not other:
             self.pend_recv.setdefault(ch, deque()).append((rk, x, base, plan, t))
-            rk.posted, rk.open, rk.arrival = x, 1, t
+            rk.posted, rk.open, rk.arrival, rk.ready = x, 1, t, t
             return None
         p, y, pbase, pplan, tp = other.popleft()
         arrival = self.match(ch, p, y, tp, pbase + pplan[3], rk, x, base, plan, t, p)
@@ -442,8 +464,11 @@ class _Simulator:
         rk.waiting = None
         rk.start[x] = t
         rk.hi[x] = rk.lo[x] = rk.live
-        rk.posted, rk.open, rk.arrival = x, len(members), t
         r = rk.r
+        if self.overheads:  # every member is posted once all their overheads are paid
+            t += sum(self.overheads.get(r * self.R + plan[1] if plan[0] else plan[1] * self.R + r, 0.0)
+                     for _, plan in members)
+        rk.posted, rk.open, rk.arrival, rk.ready = x, len(members), t, t
         for base, plan in members:
             if plan[0]:
                 ch = r * self.R + plan[1]
@@ -466,6 +491,15 @@ class _Simulator:
         rk.posted = -1
         rk.end[x] = free = t if self.overlap else rk.arrival
         return free
+
+    def receiving(self, rk: _Rank, t: float, base: int, wants: tuple) -> float:
+        """Compute level: when rank rk has posted the receives of the inputs a step gets from other
+        ranks, from `t` on (each takes its channel's overhead)."""
+        for k in wants:
+            i = rk.inbox.get(base + k)
+            if i is not None:
+                t += self.overheads.get(int(self.msgs[i * 7]) * self.R + rk.r, 0.0)
+        return t
 
     # ---- communication ----
     @staticmethod
@@ -500,7 +534,7 @@ class _Simulator:
         if not rk.open:
             step = rk.posted
             rk.posted = -1
-            rk.end[step] = rk.free = rk.start[step] if self.overlap else rk.arrival
+            rk.end[step] = rk.free = rk.ready if self.overlap else rk.arrival
             rk.pc = step + 1
             self.work.append(rk.r)
         return arrival
@@ -509,6 +543,8 @@ class _Simulator:
         """Compute level: carry a produced value to the rank that consumes it. Returns when rank rk
         is free again (at `end`, or when the value has arrived, without overlap)."""
         dest, size = route
+        if self.overheads:  # the producer posts the send
+            end += self.overheads.get(rk.r * self.R + dest, 0.0)
         if self.plain:
             departure, arrival = end, end + self.latency
         else:

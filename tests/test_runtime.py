@@ -346,23 +346,46 @@ def test_schedc_run_trains_and_writes_the_profile(tmp_path, run_cli):
     assert [ln.split()[1] for ln in lines] == ["1/3", "2/3", "3/3"] and all(" ms " in ln and "loss" in ln for ln in lines)
     assert "median step time" in out
     data = json.loads(profile.read_text())
-    assert set(data) == {"stages", "messages"}
+    assert set(data) == {"format", "version", "unit", "meta", "stages", "messages"}
     assert set(data["stages"]) == {"0", "1"} and all(set(v) == {"F", "I", "W", "B"} for v in data["stages"].values())
     assert all(v > 0 for st in data["stages"].values() for v in st.values())
-    assert data["messages"] == {"0": 8 * 512 * 4}  # a microbatch (batch 8 x M, M = 4) of 512 float32
+    messages = data["messages"]
+    assert messages["0"] == 8 * 512 * 4  # a microbatch (batch 8 x M, M = 4) of 512 float32
+    # what communication cost in the run: posting overhead on both channels, and latency wherever a
+    # receive had to wait for its data (no thresholds on the values: the machine may be loaded)
+    assert set(messages) <= {"0", "latency", "overhead", "channels"} and messages["overhead"] > 0
+    assert set(messages["channels"]) == {"0->1", "1->0"}
+    assert all(ch["overhead"] > 0 and ch.get("latency", 0) >= 0 for ch in messages["channels"].values())
+    meta = data["meta"]
+    assert meta["ranks"] == 2 and meta["hosts"] == 1 and meta["cores"] >= 1
+    assert meta["oversubscribed"] == (2 > meta["cores"]) and meta["messages_timed"] == 2 * 2 * 4  # 2 steps
+    assert set(meta["time_per_step"]) == {"0", "1"}
+    assert all(v["step"] >= v["compute"] > 0 for v in meta["time_per_step"].values())
     # the simulator and the pictures read it as it is: the makespan is the one of the measured times
+    # and message costs, and larger than under the measured times alone
     from dataclasses import replace
 
     import schedc
+    from schedc.costs import load_costs
     from schedc.ir import StageCost
     from schedc.simulate import simulate
     program = schedc.load("1f1b", {"P": 2, "M": 4})
     measured = tuple(StageCost(**data["stages"][str(s)]) for s in range(2))
-    expected = simulate(replace(program, annotations=replace(program.annotations, stage_costs=measured))).makespan
-    assert expected != simulate(program).makespan
+    free = simulate(replace(program, annotations=replace(program.annotations, stage_costs=measured))).makespan
+    assert free != simulate(program).makespan
+    costs = load_costs(str(profile))
+    timed = costs.apply(program)
+    links = costs.links(timed)
+    assert set(links) == {(0, 1), (1, 0)} and all(link.overhead > 0 for link in links.values())
+    expected = simulate(timed, links=links).makespan
+    assert expected > free
     code, out, err = run_cli("sim", "1f1b", "--param", "P=2", "--param", "M=4", "--costs", str(profile), "--json")
     assert code == 0, err
     assert json.loads(out)["makespan"] == pytest.approx(expected, rel=1e-12)
+    old = tmp_path / "old.json"  # a profile as schedc wrote it before: stage times and sizes only
+    old.write_text(json.dumps({"stages": data["stages"], "messages": {"0": messages["0"]}}))
+    code, out, err = run_cli("sim", "1f1b", "--param", "P=2", "--param", "M=4", "--costs", str(old), "--json")
+    assert code == 0 and json.loads(out)["makespan"] == pytest.approx(free, rel=1e-12), err
     svg = tmp_path / "measured.svg"
     code, out, err = run_cli("viz", "1f1b", "--param", "P=2", "--param", "M=4", "--costs", str(profile),
                              "-o", str(svg))

@@ -454,6 +454,61 @@ def test_the_runtimes_profile_drives_sim_and_viz(tmp_path, run_cli):
     assert code == 0 and "makespan 5.25 " in svg.read_text(), err
 
 
+def test_posting_overhead_holds_both_ranks_at_both_levels():
+    # GPipe P=2 M=1, F=1, B=2, overhead o = 0.5, latency 0.25: F(0,0) 0-1, its send posted at 1.5,
+    # arrives 1.75; rank 1 posted its receive at 0.5 and starts F(1,0) at 1.75, B(1,0) 2.75-4.75,
+    # send posted 5.25, arrives 5.5; B(0,0) 5.5-7.5 (6 + 2o + 2 latency); the same lowered.
+    from schedc.passes import lower
+    program = load("gpipe", P=2, M=1)
+    for text, makespan in (("F=1,B=2", 6.0), ("F=1,B=2,overhead=0.5", 7.0), ("F=1,B=2,overhead=0.5,latency=0.25", 7.5)):
+        costs = parse_cost_option(text)
+        for prog in (program, lower(program)):
+            timed = costs.apply(prog)
+            for overlap in (True, False):
+                tl = simulate(timed, overlap=overlap, links=costs.links(timed))
+                assert tl.makespan == makespan, (text, overlap)
+                assert tl.busy == (3.0, 3.0)  # posting is not compute
+    # per channel, from a profile and a TOML file: only 1->0 costs, so only the gradient's posts do
+    doc = {"stages": {"0": {"F": 1, "B": 2}, "1": {"F": 1, "B": 2}},
+           "messages": {"channels": {"1->0": {"overhead": 0.5}}}}
+    for costs in (profile_costs(json.dumps(doc), "p.json"),
+                  toml_costs("F = 1\nB = 2\n[channel.\"1->0\"]\noverhead = 0.5\n", "c.toml")):
+        timed = costs.apply(program)
+        # B(1,0) ends at 4, its send is posted at 4.5; rank 0 posted its receive at 1.5: B(0,0) 4.5-6.5
+        assert simulate(timed, links=costs.links(timed)).makespan == 6.5
+    top = profile_costs(json.dumps({"stages": {}, "messages": {"overhead": 0.25}}), "p.json")
+    assert set(top.links(program)) == {(0, 1), (1, 0)} and top.links(program)[(0, 1)].overhead == 0.25
+
+
+# Two ranks' message records as entry.interp_profile returns them: (training step, "S" | "R", kind,
+# stage, microbatch, peer rank, posted, post returned, wait began, wait ended), perf_counter seconds.
+TIMED = [{"times": {"0": {"F": 0.5, "B": 1.5}}, "messages": {"0": 1024}, "host": "h", "cores": 1,
+          "steps": [[0.0, 10.0, 2.0, 5.0, 1.0]],
+          "comm": [(2, "S", "act", 0, 0, 1, 1.0, 1.5, 3.0, 3.0),
+                   (2, "R", "grad", 1, 0, 1, 2.0, 2.25, 2.5, 4.25)]},  # blocked: arrived 4.25
+         {"times": {"1": {"F": 0.25, "B": 1.0}}, "messages": {}, "host": "h", "cores": 1,
+          "steps": [[0.0, 9.0, 1.0, 6.0, 1.0]],
+          "comm": [(2, "R", "act", 0, 0, 0, 0.5, 1.0, 1.0, 2.0),  # blocked: the send was posted at 1.5
+                   (2, "S", "grad", 1, 0, 0, 3.0, 4.0, 5.0, 5.0)]}]
+
+
+def test_the_profile_measures_latency_and_overhead_per_channel():
+    from schedc.runtime.profile import build_profile
+    prof = build_profile(TIMED)
+    msg = prof["messages"]
+    # 0->1: posted by both at 1.5, the receive's wait ended at 2: 0.5; 1->0: both at 4, ended 4.25
+    assert msg["channels"] == {"0->1": {"latency": 0.5, "overhead": 0.5}, "1->0": {"latency": 0.25, "overhead": 0.625}}
+    assert msg["latency"] == 0.375 and msg["overhead"] == 0.5625 and msg["0"] == 1024
+    meta = prof["meta"]
+    assert meta["ranks"] == 2 and meta["cores"] == 1 and meta["oversubscribed"] and meta["latency_samples"] == 2
+    assert meta["time_per_step"]["0"] == {"step": 10.0, "compute": 2.0, "waited": 5.0, "posting": 1.0, "other": 2.0}
+    costs = profile_costs(json.dumps(prof), "p.json")  # costs.py reads all of it
+    links = costs.links(load("1f1b", P=2, M=2))
+    assert links[(0, 1)].latency == 0.5 and links[(1, 0)].overhead == 0.625
+    two_hosts = [dict(TIMED[0]), dict(TIMED[1], host="other")]  # no common clock: no latency
+    assert "latency" not in build_profile(two_hosts)["messages"]
+
+
 @pytest.mark.parametrize("messages, message", [
     ({"0": {"bytes": 3}}, "messages.0: expected the bytes of stage 0's output"),
     ({"0": -1}, "messages.0: must be a non-negative number"),

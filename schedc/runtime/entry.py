@@ -209,13 +209,26 @@ def _main(table: Table, args) -> int:
 
 def interp_profile(interp: PipelineInterpreter, skip_steps: int) -> dict:
     """This rank's measurements: per (op, stage) the mean seconds per action after `skip_steps`
-    training steps (each step runs every action of a stage M times), and message bytes per stage."""
+    training steps (each step runs every action of a stage M times), message bytes per stage, and
+    for `profile.build_profile` to turn into communication costs: every message's timestamps (the
+    interpreter's `comm_log`), where each step's time went (`step_log`), the host and its cores."""
+    import socket
     M = interp.M
     times = {}
     for (op, stage), values in interp.times.items():
         kept = values[skip_steps * M:] or values
         times.setdefault(str(stage), {})[op] = sum(kept) / len(kept)
-    return {"times": times, "messages": {str(s): b for s, b in interp.message_bytes.items()}}
+    if not any(rec[0] > skip_steps for rec in interp.comm_log):
+        skip_steps = 0  # one step only: measure it, shapes and all
+    # (training step, "S" | "R", kind, stage, microbatch, peer rank, posted, post returned, wait began, wait ended)
+    comm = [(rec[0], rec[1], *rec[2], *rec[3:]) for rec in interp.comm_log if rec[0] > skip_steps]
+    steps = [list(t) for t in interp.step_log[skip_steps:] or interp.step_log]
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return {"times": times, "messages": {str(s): b for s, b in interp.message_bytes.items()},
+            "comm": comm, "steps": steps, "host": socket.gethostname(), "cores": cores}
 
 
 __all__ = ["EXIT_FAILED", "EXIT_TIMEOUT", "EXIT_USAGE", "Model", "build_modules", "load_model", "main", "split"]

@@ -11,7 +11,7 @@ microbatches, each microbatch's loss scaled by 1/M.
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 
@@ -26,6 +26,18 @@ _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.in
 _DTYPE_CODE = {d: i for i, d in enumerate(_DTYPES)}
 _MAX_DIMS = 8
 _HEADER = 2 + _MAX_DIMS
+
+
+class StepTime(NamedTuple):
+    """Where one training step's time went on this rank (perf_counter seconds): `compute` inside
+    F/B/I/W, `waited` blocked in a send's or receive's wait, `posting` inside isend/irecv; the rest
+    of `end - begin` is the interpreter's own work (Python, autograd bookkeeping, allocation)."""
+
+    begin: float
+    end: float
+    compute: float
+    waited: float
+    posting: float
 
 
 class ScheduleError(RuntimeError):
@@ -76,6 +88,11 @@ class PipelineInterpreter:
         self.times: dict[tuple[str, int], list[float]] = {}
         self.message_bytes: dict[int, int] = {}
         self.train_step = 0
+        # measured communication, one record per message and side (header messages not included):
+        # [training step, "S" | "R", value, peer rank, posted, post returned, wait began, wait ended]
+        # (perf_counter seconds), and per training step where its time went (`StepTime`)
+        self.comm_log: list[list] = []
+        self.step_log: list[StepTime] = []
 
     # ---- the step ----
     def step(self, inputs: Sequence[torch.Tensor] | None = None, targets: Sequence | None = None) -> list[torch.Tensor]:
@@ -94,8 +111,10 @@ class PipelineInterpreter:
         self._out: dict = {}  # (s, m) -> stage output (or scaled-by-nothing loss) awaiting backward
         self._pending_w: dict = {}  # (s, m) -> what I left for W (schedc/runtime/backward.py)
         self._losses: list = []
+        self._compute = self._waited = self._posting = 0.0
         handlers = self.handlers
         index = 0
+        began = time.perf_counter()
         try:
             for index, st in enumerate(self.steps):
                 self._index = index
@@ -113,16 +132,17 @@ class PipelineInterpreter:
         except Exception as exc:
             raise StepFailure(self.rank, index, self.steps[index] if index < len(self.steps) else "end of step",
                               self.train_step, exc, self.context(index)) from exc
+        self.step_log.append(StepTime(began, time.perf_counter(), self._compute, self._waited, self._posting))
         return self._losses
 
     def _finish(self) -> None:
         """Wait for every send; anything left over means the table is not a complete schedule."""
         self._index = len(self.steps)
-        for work, _tensor, x, a in self._sends:
-            self._wait(work, x, a, "send")
+        for work, _tensor, x, a, rec in self._sends:
+            self._wait(work, x, a, "send", None, rec)
         self._sends.clear()
         left = [f"{a} (step {x}) received {value_name(v)} but no action used it"
-                for v, (_, _, x, a) in self._arriving.items()]
+                for v, (_, _, x, a, _) in self._arriving.items()]
         left += [f"F({s},{m}) ran but its backward did not" for (s, m) in self._out]
         left += [f"I({s},{m}) ran but W({s},{m}) did not" for (s, m) in self._pending_w]
         if left:
@@ -205,11 +225,19 @@ class PipelineInterpreter:
             t = t.contiguous()
         peer = self._peer(a.peer)
         key = (value[0], value[1])
+        clock = time.perf_counter
+        t0 = clock()
         if key not in self._headed:
             self._headed.add(key)
             header = _header(t).to(t.device)  # NCCL sends device tensors only
-            self._sends.append((self.pg.send([header], peer, 0), header, self._index, a))
-        self._sends.append((self.pg.send([t], peer, 0), t, self._index, a))
+            self._sends.append((self.pg.send([header], peer, 0), header, self._index, a, None))
+        t1 = clock()
+        work = self.pg.send([t], peer, 0)
+        t2 = clock()
+        self._posting += t2 - t0
+        rec = [self.train_step, "S", value, a.peer, t1, t2, 0.0, 0.0]
+        self.comm_log.append(rec)
+        self._sends.append((work, t, self._index, a, rec))
 
     def recv(self, a: Instr) -> None:
         value = a.value()
@@ -221,8 +249,15 @@ class PipelineInterpreter:
             self._wait(self.pg.recv([header], peer, 0), self._index, a, "header")
             known = self._shapes[key] = _read_header(header)
         shape, dtype = known
+        clock = time.perf_counter
+        t1 = clock()
         buf = torch.empty(shape, dtype=dtype, device=self.device)
-        self._arriving[value] = (self.pg.recv([buf], peer, 0), buf, self._index, a)
+        work = self.pg.recv([buf], peer, 0)
+        t2 = clock()
+        self._posting += t2 - t1
+        rec = [self.train_step, "R", value, a.peer, t1, t2, 0.0, 0.0]
+        self.comm_log.append(rec)
+        self._arriving[value] = (work, buf, self._index, a, rec)
 
     # ---- helpers ----
     def _take(self, value, consumer: Instr) -> torch.Tensor:
@@ -233,23 +268,29 @@ class PipelineInterpreter:
         if posted is None:
             raise ScheduleError(f"{consumer} needs {value_name(value)}, which was neither made on rank "
                                 f"{self.rank} nor received before it")
-        work, buf, x, recv = posted
-        self._wait(work, x, recv, "recv", consumer)
+        work, buf, x, recv, rec = posted
+        self._wait(work, x, recv, "recv", consumer, rec)
         return buf
 
-    def _wait(self, work, index: int, a: Instr, why: str, consumer: Instr | None = None) -> None:
+    def _wait(self, work, index: int, a: Instr, why: str, consumer: Instr | None = None, rec: list | None = None) -> None:
         dog = self.watchdog
+        t0 = time.perf_counter()
         if dog.timeout is None:
             work.wait()
-            return
-        dog.begin(self, self._index, index, a, why, consumer)
-        try:
-            work.wait()
-        finally:
-            dog.end()
+        else:
+            dog.begin(self, self._index, index, a, why, consumer)
+            try:
+                work.wait()
+            finally:
+                dog.end()
+        t1 = time.perf_counter()
+        self._waited += t1 - t0
+        if rec is not None:
+            rec[6], rec[7] = t0, t1
 
     def _record(self, op: str, stage: int, t0: float) -> None:
         dt = time.perf_counter() - t0
+        self._compute += dt
         times = self.times.get((op, stage))
         if times is None:
             self.times[(op, stage)] = [dt]

@@ -1,11 +1,24 @@
 """The measured profile `schedc run --profile` writes, in the format the simulator's cost model reads.
 
-    {"stages": {"0": {"F": s, "I": s, "W": s, "B": s}, ...}, "messages": {"0": bytes, ...}}
+    {"format": "schedc-profile", "version": 1, "unit": "s", "meta": {...},
+     "stages": {"0": {"F": s, "I": s, "W": s, "B": s}, ...},
+     "messages": {"0": bytes, ..., "latency": s, "overhead": s,
+                  "channels": {"0->1": {"latency": s, "overhead": s}, ...}}}
 
 `stages[s]` holds the mean seconds of one action of stage s on one microbatch; `messages[s]` the
 bytes of stage s's output (the activation it sends to s+1; the gradient coming back is the same
 size), for every stage but the last. A schedule runs either B or I and W for a stage; the missing
-ones are derived: B = I + W, or I = W = B / 2. Pure Python.
+ones are derived: B = I + W, or I = W = B / 2.
+
+Communication, measured per message from both ranks' timestamps (one monotonic clock per host, so
+only for channels whose two ranks share a host): a message is posted once both its send and its
+receive have been posted (the simulator's rendezvous); its `latency` is the mean, over the
+receives that found their data not there yet (that waited at least `BLOCKED` seconds), of the time
+from that point to the end of the receive's wait; a receive that did not wait shows no latency
+(its data was there), so those are left out. `overhead` is the mean time a rank spends inside one
+isend or irecv (LogP's `o`: rank time, not overlapped). Each channel gets its own values, and the
+top level the mean over all messages. `meta` says how many ranks share how many cores and where
+each rank's step time went. Pure Python.
 """
 from __future__ import annotations
 
@@ -13,9 +26,11 @@ import json
 import os
 import tempfile
 
+BLOCKED = 50e-6  # a receive whose wait took longer found its data not there yet
+
 
 def build_profile(per_rank: list[dict]) -> dict:
-    """Merge every rank's measurements (`entry.interp_profile`) into the profile JSON."""
+    """Merge every rank's measurements (`entry.interp_profile`, in rank order) into the profile JSON."""
     times: dict[str, dict] = {}
     messages: dict[str, int] = {}
     for part in per_rank:
@@ -33,7 +48,75 @@ def build_profile(per_rank: list[dict]) -> dict:
             b = ops.get("B", 0.0)
             i = w = b / 2
         stages[stage] = {"F": f, "I": i, "W": w, "B": b}
-    return {"stages": stages, "messages": {s: messages[s] for s in sorted(messages, key=int)}}
+    out_messages: dict = {s: messages[s] for s in sorted(messages, key=int)}
+    if not all("comm" in part for part in per_rank):  # measurements without communication timing
+        return {"stages": stages, "messages": out_messages}
+    links, meta = communication(per_rank)
+    out_messages.update(links)
+    return {"format": "schedc-profile", "version": 1, "unit": "s", "meta": meta, "stages": stages,
+            "messages": out_messages}
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def communication(per_rank: list[dict]) -> tuple[dict, dict]:
+    """(latency, overhead and channels for `messages`; `meta`) from every rank's message records."""
+    hosts = [part.get("host") for part in per_rank]
+    sends, recvs = {}, {}
+    overheads: dict[tuple[int, int], list[float]] = {}
+    for rank, part in enumerate(per_rank):
+        for step, role, kind, stage, mb, peer, posted, returned, began, ended in part["comm"]:
+            channel = (rank, peer) if role == "S" else (peer, rank)
+            overheads.setdefault(channel, []).append(returned - posted)
+            (sends if role == "S" else recvs)[(step, kind, stage, mb)] = (channel, returned, began, ended)
+    latencies: dict[tuple[int, int], list[float]] = {}
+    matched = 0
+    for key, (channel, r_posted, began, ended) in recvs.items():
+        sent = sends.get(key)
+        if sent is None or sent[0] != channel or hosts[channel[0]] != hosts[channel[1]]:
+            continue  # no common clock (or not matched)
+        matched += 1
+        if ended - began >= BLOCKED:
+            latencies.setdefault(channel, []).append(max(0.0, ended - max(sent[1], r_posted)))
+    links: dict = {}
+    every_lat = [x for xs in latencies.values() for x in xs]
+    every_over = [x for xs in overheads.values() for x in xs]
+    if every_lat:
+        links["latency"] = _mean(every_lat)
+    if every_over:
+        links["overhead"] = _mean(every_over)
+    channels = {}
+    for ch in sorted(set(latencies) | set(overheads)):
+        one = {}
+        if ch in latencies:
+            one["latency"] = _mean(latencies[ch])
+        if ch in overheads:
+            one["overhead"] = _mean(overheads[ch])
+        channels[f"{ch[0]}->{ch[1]}"] = one
+    if channels:
+        links["channels"] = channels
+    R = len(per_rank)
+    per_host: dict = {}
+    for rank, h in enumerate(hosts):
+        per_host.setdefault(h, []).append(rank)
+    cores = min(part.get("cores", 1) for part in per_rank)
+    busiest = max(len(v) for v in per_host.values())
+    where = {}
+    for rank, part in enumerate(per_rank):
+        rows = part.get("steps") or []
+        if rows:  # StepTime: begin, end, compute, waited, posting
+            n = len(rows)
+            step = sum(r[1] - r[0] for r in rows) / n
+            compute, waited, posting = (sum(r[k] for r in rows) / n for k in (2, 3, 4))
+            where[str(rank)] = {"step": step, "compute": compute, "waited": waited, "posting": posting,
+                                "other": step - compute - waited - posting}
+    meta = {"ranks": R, "hosts": len(per_host), "cores": cores, "ranks_per_core": busiest / cores,
+            "oversubscribed": busiest > cores, "steps": max((len(p.get("steps") or []) for p in per_rank), default=0),
+            "messages_timed": matched, "latency_samples": len(every_lat), "blocked_s": BLOCKED,
+            "time_per_step": where}
+    return links, meta
 
 
 def write_profile(path: str, profile: dict) -> None:
