@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
+from .options import memory_limit
 
 EXIT_INTERNAL = 4
 _PARAM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)")
@@ -256,32 +257,11 @@ def _list(args, stdout, stderr) -> int:
     return EXIT_OK
 
 
-def _memory_limit(text: str | None):
-    if text is None:
-        return None
-    try:
-        if "=" not in text:
-            out = float(text)
-            values = [out]
-        else:
-            out = {}
-            for part in text.split(","):
-                rank, value = part.split("=")
-                out[int(rank)] = float(value)
-            values = list(out.values())
-        if not all(math.isfinite(v) and v >= 0 for v in values):
-            raise ValueError
-        return out
-    except ValueError:
-        raise SchedcError("usage", f"--memory-limit {text!r}: expected a non-negative number or rank=limit "
-                          "pairs, e.g. 8 or 0=4,1=3", where="--memory-limit") from None
-
-
 def _run_checks(program, args):
     from .api import check
     if not (math.isfinite(args.timeout) and 0 < args.timeout <= 86_400):
         raise SchedcError("usage", f"--timeout {args.timeout}: expected seconds in (0, 86400]", where="--timeout")
-    limit = _memory_limit(args.memory_limit)
+    limit = memory_limit(args.memory_limit)
     if isinstance(limit, dict) and any(not 0 <= r < program.num_ranks for r in limit):
         bad = next(r for r in limit if not 0 <= r < program.num_ranks)
         raise SchedcError("usage", f"--memory-limit names rank {bad}, but {program.name} has ranks "
@@ -393,7 +373,7 @@ def _check(args, stdout, stderr) -> int:
     from .verify.execute import Semantics
     params = _params(args.param)
     Semantics.parse(args.semantics)  # a bad value is a usage error before any work
-    _memory_limit(args.memory_limit)
+    memory_limit(args.memory_limit)
     if args.viz and (args.sweep or len(args.inputs) != 1):
         raise SchedcError("usage", "--viz draws one schedule: give one input and no --sweep", where="--viz")
     if args.viz:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import z3
 
 from .. import syntax as ast
-from .model import GuardFrame, LetFrame, LoopFrame, Model, Stmt, Unsupported, pins, shared_loops
+from .model import GuardFrame, LetFrame, Model, Stmt, Unsupported, pins, shared_loops
 
 SEED = 0
 

@@ -10,11 +10,11 @@ import json
 import math
 import re
 import shlex
-import sys
 import time
 from pathlib import Path
 
 from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
+from ..options import memory_limit
 
 _PARAM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)")
 QUIET_S = 1.0  # progress lines start once a search has run this long
@@ -48,7 +48,7 @@ def run(args, stdout, stderr, write_all) -> int:
     for text in args.cost:
         costs = costs.then(parse_cost_option(text))
     problem = build_problem(params["P"], params["M"], placement=args.placement, costs=costs,
-                            memory_limit=_memory_limit(args.memory_limit))
+                            memory_limit=memory_limit(args.memory_limit))
     began = time.monotonic()
 
     def progress(text: str) -> None:
@@ -147,27 +147,6 @@ def _params(pairs) -> dict[str, int]:
         raise SchedcError("missing-param", "synth needs " + " and ".join(f"--param {k}=..." for k in missing),
                           where="--param")
     return out
-
-
-def _memory_limit(text):
-    if text is None:
-        return None
-    try:
-        if "=" not in text:
-            value = float(text)
-            values, out = [value], value
-        else:
-            out = {}
-            for part in text.split(","):
-                rank, value = part.split("=")
-                out[int(rank)] = float(value)
-            values = list(out.values())
-        if not all(math.isfinite(v) and v >= 0 for v in values):
-            raise ValueError
-        return out
-    except ValueError:
-        raise SchedcError("usage", f"--memory-limit {text!r}: expected a non-negative number or rank=limit pairs, "
-                          "e.g. 8 or 0=4,1=3", where="--memory-limit") from None
 
 
 def _shown_argv(args) -> list[str]:
