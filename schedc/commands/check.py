@@ -1,0 +1,120 @@
+"""`schedc check`: one report per input, or a sweep over parameter ranges with its table."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
+from ..options import memory_limit
+from . import common
+
+
+_SWEEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)\.\.(-?\d+)")
+
+
+MAX_SWEEP = 100_000
+
+
+def run(args, stdout, stderr) -> int:
+    from ..verify.execute import Semantics
+    params = common.params(args.param)
+    Semantics.parse(args.semantics)  # a bad value is a usage error before any work
+    memory_limit(args.memory_limit)
+    if args.viz and (args.sweep or len(args.inputs) != 1):
+        raise SchedcError("usage", "--viz draws one schedule: give one input and no --sweep", where="--viz")
+    if args.viz:
+        common.picture_suffix(Path(args.viz), dag=False)
+    if args.sweep:
+        return _sweep(args, params, stdout, stderr)
+    worst = EXIT_OK
+    for name in args.inputs:
+        try:
+            # one --param list for several schedules: each takes the parameters it declares
+            program = common.load(name, args, params, strict=len(args.inputs) == 1)
+        except SchedcError as e:
+            worst = EXIT_INPUT
+            stderr.write(e.render() + "\n")
+            if args.json:
+                stdout.write(json.dumps({"file": name, "ok": False, "input_error": True,
+                                         "errors": [d.to_dict() for d in e.diagnostics]}) + "\n")
+            continue
+        report = common.run_checks(program, args)
+        worst = common.worse(worst, common.exit_of(report))
+        if args.json:
+            stdout.write(json.dumps(report.to_dict()) + "\n")
+        else:
+            stdout.write(report.summary() + "\n")
+            if report.ok is not True:
+                stdout.write(report.render() + "\n")
+        if args.viz:
+            common.write_picture(program, report, Path(args.viz), stderr)
+    return worst
+
+
+def _sweep(args, params, stdout, stderr) -> int:
+    """Check every combination of the swept parameter ranges; a table, then the first failure."""
+    import itertools
+    if len(args.inputs) != 1:
+        raise SchedcError("usage", "--sweep checks one schedule at a time", where="--sweep")
+    ranges = {}
+    for text in args.sweep:
+        m = _SWEEP.fullmatch(text.strip())
+        if not m or int(m.group(2)) > int(m.group(3)):
+            raise SchedcError("usage", f"--sweep {text!r}: expected NAME=LOW..HIGH, e.g. --sweep M=1..64",
+                              where="--sweep")
+        ranges[m.group(1)] = range(int(m.group(2)), int(m.group(3)) + 1)
+    total = 1
+    for r in ranges.values():
+        total *= len(r)
+    if total > MAX_SWEEP:
+        raise SchedcError("usage", f"the sweep has {total:,} instances; the limit is {MAX_SWEEP:,}", where="--sweep")
+    names = list(ranges)
+    results: dict[tuple, str] = {}
+    first_failure = None
+    worst = EXIT_OK
+    for n, values in enumerate(itertools.product(*ranges.values()), 1):
+        instance = {**params, **dict(zip(names, values))}
+        if total >= 500 and not args.json and n % max(1, total // 10) == 0:  # progress on long sweeps
+            stderr.write(f"  checked {n}/{total}\n")
+        try:
+            program = common.load(args.inputs[0], args, instance)
+        except SchedcError as e:
+            if e.code != "require":
+                raise
+            results[values] = "-"
+            if args.json:
+                stdout.write(json.dumps({"params": instance, "excluded": e.diagnostics[0].message}) + "\n")
+            continue
+        report = common.run_checks(program, args)
+        code = common.exit_of(report)
+        worst = common.worse(worst, code)
+        results[values] = {EXIT_OK: ".", EXIT_UNKNOWN: "?"}.get(code, "X")
+        if code == EXIT_FAIL and first_failure is None:
+            first_failure = report
+        if args.json:
+            stdout.write(json.dumps(report.to_dict()) + "\n")
+    if all(v == "-" for v in results.values()):
+        raise SchedcError("usage", "every instance of the sweep is excluded by the schedule's require; "
+                          "nothing was checked", where="--sweep")
+    if not args.json:
+        stdout.write(_sweep_table(names, ranges, results) + "\n")
+        held = sum(v == "." for v in results.values())
+        stdout.write(f"{held} of {len(results)} instances hold ('.' holds, 'X' fails, '?' unknown, "
+                     "'-' excluded by require)\n")
+        if first_failure is not None:
+            stdout.write(f"first failure, at {dict(first_failure.program.params)}:\n")
+            stdout.write(first_failure.summary() + "\n" + first_failure.render() + "\n")
+    return worst
+
+
+def _sweep_table(names, ranges, results) -> str:
+    if len(names) == 2:
+        rows, cols = ranges[names[0]], ranges[names[1]]
+        width = max(len(str(c)) for c in cols)
+        head = f"{names[0]}\\{names[1]:<3} " + " ".join(f"{c:>{width}}" for c in cols)
+        lines = [head] + [f"{r:<6} " + " ".join(f"{results[(r, c)]:>{width}}" for c in cols) for r in rows]
+        return "\n".join(lines)
+    return "\n".join(" ".join(f"{n}={v}" for n, v in zip(names, values)) + f"  {mark}"
+                     for values, mark in results.items())
+

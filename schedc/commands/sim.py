@@ -1,0 +1,85 @@
+"""`schedc sim`: simulate one schedule under its costs; text, JSON or a trace."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
+from . import common
+
+
+def run(args, stdout, stderr) -> int:
+    """Simulate one schedule under its costs (overridden by --costs, then --cost)."""
+    from ..costs import Costs, load_costs, parse_cost_option
+    from ..interop.chrome_trace import dumps_trace
+    from ..lint import lint
+    from ..simulate import simulate
+    costs = load_costs(args.costs) if args.costs else Costs("the schedule")
+    for text in args.cost:
+        costs = costs.then(parse_cost_option(text))
+    program = common.load(args.input, args, common.params(args.param))
+    program = costs.apply(program)
+    overlap = False if args.no_overlap else costs.overlap is not False
+
+    def fail(diagnostics) -> int:
+        stderr.write("\n".join(d.render() for d in diagnostics) + "\n")
+        if args.json:
+            stdout.write(json.dumps({"file": args.input, "ok": False,
+                                     "errors": [d.to_dict() for d in diagnostics]}) + "\n")
+        return EXIT_FAIL
+
+    found = lint(program)
+    if found:  # times of a schedule that is not sound mean nothing
+        return fail(found)
+    try:
+        timeline = simulate(program, overlap=overlap, links=costs.links(program))
+    except SchedcError as e:
+        if e.code != "deadlock":
+            raise
+        return fail(e.diagnostics)
+    written = None
+    if args.trace:
+        written = common.write_all(Path(args.trace).parent, {Path(args.trace).name: dumps_trace(timeline)})[0]
+    if args.json:
+        stdout.write(json.dumps(_sim_dict(args.input, timeline, costs, written)) + "\n")
+    else:
+        stdout.write(_sim_text(timeline, written) + "\n")
+    if timeline.mismatches:
+        stderr.write(f"schedc: {timeline.mismatches} message(s) reach a receive that expects another value "
+                     "(silent wrong data); `schedc check` names them\n")
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+def _sim_dict(file, timeline, costs, trace) -> dict:
+    p = timeline.program
+    ann = p.annotations
+    stage_costs = [ann.cost_of(s) for s in range(p.num_stages)]
+    return {"file": file, "schedule": p.name, "params": dict(p.params), "ranks": p.num_ranks,
+            "stages": p.num_stages, "microbatches": p.num_microbatches, "actions": p.num_actions,
+            "ok": timeline.mismatches == 0, **timeline.to_dict(),
+            "costs": {**{k: [getattr(c, k) for c in stage_costs] for k in ("F", "B", "I", "W")},
+                      "speed": [ann.rank_speed[r] if r < len(ann.rank_speed) else 1.0 for r in range(p.num_ranks)],
+                      "latency": ann.latency, "bandwidth": ann.bandwidth,
+                      "channels": {f"{a}->{b}": {"latency": link.latency, "bandwidth": link.bandwidth,
+                                                 **({"overhead": link.overhead} if link.overhead else {})}
+                                   for (a, b), link in costs.links(p).items()}},
+            "trace": str(trace) if trace else None}
+
+
+def _sim_text(timeline, trace) -> str:
+    def num(x: float) -> str:
+        return f"{x:.6g}"
+    p = timeline.program
+    params = ", ".join(f"{k}={v}" for k, v in p.params)
+    lines = [f"{p.name}{f' ({params})' if params else ''}: {p.num_ranks} ranks, {p.num_stages} stages, "
+             f"{p.num_microbatches} microbatches, {p.num_actions} actions, {timeline.level} level, "
+             f"overlap {'on' if timeline.overlap else 'off'}",
+             f"  makespan {num(timeline.makespan)}, bubble ratio {timeline.bubble_ratio:.4f}",
+             "  rank        busy        idle  peak memory"]
+    for r, (busy, idle, peak) in enumerate(zip(timeline.busy, timeline.idle, timeline.peak_memory)):
+        lines.append(f"  {r:>4}  {num(busy):>10}  {num(idle):>10}  {num(peak):>11}")
+    if trace:
+        lines.append(f"  wrote {trace}")
+    return "\n".join(lines)
+

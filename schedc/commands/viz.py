@@ -1,0 +1,34 @@
+"""`schedc viz`: draw one schedule, checked first so a failing one shows why."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import EXIT_OK
+from . import common
+
+
+def run(args, stdout, stderr) -> int:
+    """Draw one schedule (checked first, so a failing one shows its counterexample). Exit 0 once the
+    picture is written, whatever the checks found."""
+    common.picture_suffix(Path(args.output), args.dag)
+    program = common.load(args.input, args, common.params(args.param))
+    overlap, links = True, None
+    if args.costs or args.cost:
+        from ..costs import Costs, load_costs, parse_cost_option
+        costs = load_costs(args.costs) if args.costs else Costs("the schedule")
+        for text in args.cost:
+            costs = costs.then(parse_cost_option(text))
+        program = costs.apply(program)
+        overlap, links = costs.overlap is not False, costs.links(program)
+    report = common.run_checks(program, args)
+    stdout.write(report.summary() + "\n")
+    if report.ok is not True:  # visible, though viz still exits 0
+        for d in report.errors:
+            stdout.write(f"  error[{d.code}]: {d.message}\n")
+        verdict = "fails its checks" if report.ok is False else "could not be decided"
+        stdout.write(f"  the schedule {verdict}; the picture shows why (schedc viz exits 0 all the same: "
+                     "schedc check gives the exit code)\n")
+    common.write_picture(program, report, Path(args.output), stderr, dag=args.dag, arrows=args.arrows,
+                         overlap=overlap, links=links)
+    return EXIT_OK
+
