@@ -27,6 +27,9 @@ def test_wheel_contains_the_grammar_and_schedules(wheel):
     builtins = {Path(n).name for n in names if n.startswith("schedc/schedules/")}
     assert {p.name for p in (ROOT / "schedules").glob("*.pp")} <= builtins
     assert "schedc/cli.py" in names and any(n.endswith("entry_points.txt") for n in names)
+    # every subpackage of the source tree ships (pyproject lists them one by one)
+    packages = {p.parent.relative_to(ROOT).as_posix() for p in (ROOT / "schedc").rglob("__init__.py")}
+    assert {f"{p}/__init__.py" for p in packages} <= set(names)
 
 
 def test_installed_copy_finds_grammar_and_schedules(wheel, tmp_path):
@@ -40,6 +43,8 @@ def test_installed_copy_finds_grammar_and_schedules(wheel, tmp_path):
         "print(sorted(r.builtin_schedules()))\n"
         "p = schedc.load('interleaved_1f1b', {'P': 2, 'V': 2, 'M': 4})\n"
         "print(schedc.check(p).ok, p.num_stages)\n"
+        "import io; from schedc.cli import main; out = io.StringIO()\n"
+        "print(main(['prove', '1f1b', '-q'], out, io.StringIO()), out.getvalue().splitlines()[0])\n"
     )
     # -S: no site-packages .pth files, so the editable install of the checkout is not seen;
     # the dependencies come from site-packages on PYTHONPATH, after the installed wheel.
@@ -47,8 +52,9 @@ def test_installed_copy_finds_grammar_and_schedules(wheel, tmp_path):
     res = subprocess.run([sys.executable, "-S", "-c", probe], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    module, grammar, names, verdict = res.stdout.splitlines()
+    module, grammar, names, verdict, proved = res.stdout.splitlines()
     assert module.startswith(str(target))
     assert grammar.startswith(str(target)) and grammar.endswith("schedc.lark True")
     assert "1f1b" in names and "looped_bfs" in names
     assert verdict == "True 4"
+    assert proved.startswith("0 1f1b: proved for every setting")  # the command modules are installed too
