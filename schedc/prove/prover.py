@@ -347,6 +347,11 @@ def _check_memory(m, assumed, expr, deadline):
     concrete instance) if it fails somewhere; else why this proof cannot tell."""
     enc = smt.Encoding(m, assumed)
     bound = (lambda r: enc.int(expr, {**enc.env, m.rank_var: r}))
+    for what, formula, shown in smt.frees_follow(enc):
+        verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown)
+        if not isinstance(verdict, smt.Holds):
+            return (f"a free may come before its forward ({_action_text(what[1])}, line {what[1].span.line})"
+                    if isinstance(verdict, smt.Fails) else f"Z3 gave up on the order of frees ({verdict.reason})")
     directions = []
     for kinds, label in ((smt.ALLOCS, "forwards"), (smt.FREES, "frees")):
         for direction in (1, -1):

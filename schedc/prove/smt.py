@@ -424,6 +424,17 @@ def memory_order(enc: Encoding, kinds, direction: int):
                                                         earlier, enc.before(b, a)), {**a.shown("a"), **b.shown("b")}
 
 
+def frees_follow(enc: Encoding):
+    """Every B or W comes after the F of its stage and microbatch in its rank's list (so the count
+    of live activations never goes below what was allocated)."""
+    for x in [x for x in enc.m.stmts if x.kind in FREES]:
+        for y in [y for y in enc.m.stmts if y.kind in ALLOCS]:
+            g, a = enc.instance(x, "g"), enc.instance(y, "a")
+            yield ("frees after their forward", x, y), z3.And(
+                g.where(), a.where(), g.rank == a.rank, g.stage == a.stage, g.microbatch == a.microbatch,
+                enc.before(g, a)), {**g.shown("g"), **a.shown("a")}
+
+
 def memory(enc: Encoding, bound, directions: tuple[int, int]):
     """At most `bound(rank)` live activations (unit sizes: F allocates, B or W frees) on every rank.
     No certificate needed: with F's and frees in microbatch order per stage (memory_order) and
