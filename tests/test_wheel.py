@@ -1,6 +1,8 @@
 """The wheel ships grammar/ and schedules/: an installed, non-editable copy finds both."""
 from __future__ import annotations
 
+import os
+import site
 import subprocess
 import sys
 import sysconfig
@@ -48,7 +50,9 @@ def test_installed_copy_finds_grammar_and_schedules(wheel, tmp_path):
     )
     # -S: no site-packages .pth files, so the editable install of the checkout is not seen;
     # the dependencies come from site-packages on PYTHONPATH, after the installed wheel.
-    env = {"PYTHONPATH": f"{target}:{sysconfig.get_paths()['purelib']}", "PATH": "/usr/bin:/bin"}
+    # (every site-packages directory, so a virtualenv with system site packages works too)
+    dirs = [str(target), *site.getsitepackages(), sysconfig.get_paths()["purelib"]]
+    env = {"PYTHONPATH": os.pathsep.join(dirs), "PATH": "/usr/bin:/bin"}
     res = subprocess.run([sys.executable, "-S", "-c", probe], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 0, res.stderr
