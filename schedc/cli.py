@@ -1,7 +1,8 @@
 """The `schedc` command line: argument parsing and wiring only.
 
 `main(argv, stdout, stderr) -> int` so tests drive it with in-memory streams. Exit codes: 0 every
-check holds, 1 a check fails, 2 bad input or usage, 4 an internal error (a bug in schedc).
+check holds, 1 a check fails, 2 bad input or usage, 3 unknown (a solver gave up), 4 an internal error
+(a bug in schedc).
 """
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def _parser(stdout: TextIO) -> _Parser:
     q = sub.add_parser("list", help="built-in schedules and their parameters", stdout=stdout)
     q.add_argument("--json", action="store_true", help="one JSON object per schedule")
 
-    q = sub.add_parser("compile", help="parse, compile and check; write <name>.json and <name>.csv",
+    q = sub.add_parser("compile", help="parse, compile and check; write the IR, the PyTorch CSV, the program and the timeline",
                        stdout=stdout)
     common(q)
     q.add_argument("-o", "--output", default="build", metavar="DIR", help="output folder (default: build)")
