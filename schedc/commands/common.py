@@ -24,6 +24,17 @@ def params(pairs: list[str]) -> dict[str, int]:
     return out
 
 
+def costs(args):
+    """The costs of --costs FILE then each --cost K=V,... (later ones win); None if neither is given."""
+    if not (args.costs or args.cost):
+        return None
+    from ..costs import Costs, load_costs, parse_cost_option
+    out = load_costs(args.costs) if args.costs else Costs("the schedule")
+    for text in args.cost:
+        out = out.then(parse_cost_option(text))
+    return out
+
+
 def load(name: str, args, params=None, strict=True):
     from ..api import detect_format, load as load_program
     fmt = args.format or detect_format(name)

@@ -11,17 +11,12 @@ from . import common
 def run(args, stdout, stderr) -> int:
     """Rank schedules (default: every built-in) for one setting; exit 1 if none fits the memory limit."""
     from ..compare import compare, render
-    from ..costs import Costs, load_costs, parse_cost_option
     from ..resources import builtin_schedules
     names = args.inputs or list(builtin_schedules())
     if args.memory_limit is not None and not (math.isfinite(args.memory_limit) and args.memory_limit >= 0):
         raise SchedcError("usage", f"--memory-limit {args.memory_limit}: expected a non-negative number",
                           where="--memory-limit")
-    costs = None
-    if args.costs or args.cost:
-        costs = load_costs(args.costs) if args.costs else Costs("the schedule")
-        for text in args.cost:
-            costs = costs.then(parse_cost_option(text))
+    costs = common.costs(args)
     overlap = not args.no_overlap and (costs is None or costs.overlap is not False)
     rows = compare(names, common.params(args.param), costs=costs, memory_limit=args.memory_limit, overlap=overlap)
     if args.json:

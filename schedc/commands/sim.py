@@ -10,13 +10,11 @@ from . import common
 
 def run(args, stdout, stderr) -> int:
     """Simulate one schedule under its costs (overridden by --costs, then --cost)."""
-    from ..costs import Costs, load_costs, parse_cost_option
+    from ..costs import Costs
     from ..interop.chrome_trace import dumps_trace
     from ..lint import lint
     from ..simulate import simulate
-    costs = load_costs(args.costs) if args.costs else Costs("the schedule")
-    for text in args.cost:
-        costs = costs.then(parse_cost_option(text))
+    costs = common.costs(args) or Costs("the schedule")
     program = common.load(args.input, args, common.params(args.param))
     program = costs.apply(program)
     overlap = False if args.no_overlap else costs.overlap is not False

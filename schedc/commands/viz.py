@@ -13,11 +13,8 @@ def run(args, stdout, stderr) -> int:
     common.picture_suffix(Path(args.output), args.dag)
     program = common.load(args.input, args, common.params(args.param))
     overlap, links = True, None
-    if args.costs or args.cost:
-        from ..costs import Costs, load_costs, parse_cost_option
-        costs = load_costs(args.costs) if args.costs else Costs("the schedule")
-        for text in args.cost:
-            costs = costs.then(parse_cost_option(text))
+    costs = common.costs(args)
+    if costs is not None:
         program = costs.apply(program)
         overlap, links = costs.overlap is not False, costs.links(program)
     report = common.run_checks(program, args)
