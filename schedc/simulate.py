@@ -13,6 +13,7 @@ from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterator, Mapping, NamedTuple
 
 from .deps import delivers, message, needs, peer_stage, produces, value_name
@@ -146,7 +147,7 @@ class Timeline:
     def idle(self) -> tuple[float, ...]:
         return tuple(self.makespan - b for b in self.busy)
 
-    @property
+    @cached_property  # a scan of every step: done once (cached_property writes past the frozen __setattr__)
     def peak_memory(self) -> tuple[float, ...]:
         return tuple(max(row, default=0.0) for row in self.memory_during)
 
