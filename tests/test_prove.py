@@ -258,3 +258,19 @@ def test_memory_bounds_count_activations_whatever_sizes_are_declared(tmp_path):
     path.write_text(src)
     p = prove(str(path))
     assert p.verdict == "proved" and p.memory_bound == "min(P - r, M)"  # counts, not 3 x counts
+
+
+def test_rank_specific_bodies_and_literal_lists_are_read():
+    """`rank 0 { ... }` and `rank 1: 1F0 ...` are the statements of those ranks only."""
+    p = prove(str(DATA / "rank0_body.pp"))
+    assert p.verdict == "proved" and p.memory_bound == "min(P - r, M)"
+    lit = prove(str(DATA / "literal_rank.pp"))
+    assert lit.verdict == "proved"
+    broken = (DATA / "rank0_body.pp").read_text().replace("for m in 0 .. warm     { F(0, m) }",
+                                                          "for m in 0 .. warm + 1 { F(0, m) }")
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "broken.pp"
+        f.write_text(broken)
+        bad = prove(str(f))
+    assert bad.verdict == "refuted" and bad.counterexample["params"] == {"P": 1, "M": 1}

@@ -1,10 +1,10 @@
 """A parametric schedule as statements over loop domains: the form a proof for every P and M needs.
 
-`model(tree)` turns a `rank r { ... }` body into `Stmt`s, one per action call site: the frames
-around it (lets, loops, guards, outermost first), its path (for the order of a rank's list) and
-its stage and microbatch expressions, all still source expressions. The fragment is what a proof can
-reason about: one body for all ranks, F/B/I/W actions with explicit microbatches, no `order` and no
-`next`; anything else raises `Unsupported` with the reason and its place.
+`model(tree)` turns the rank bodies into `Stmt`s, one per action call site: the frames around it
+(lets, loops, guards, outermost first; `rank N` lists get a guard `r == N`), its path (for the order
+of a rank's list) and its stage and microbatch expressions, all still source expressions. The
+fragment is what a proof can reason about: F/B/I/W actions with explicit microbatches, no `order`
+and no `next`; anything else raises `Unsupported` with the reason and its place.
 """
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ class Model:
 def model(tree: ast.Schedule) -> Model:
     params = tuple(p.name for p in tree.params)
     requires, lets, decls, functions = [], [], {}, {}
-    placement, body = None, None
+    placement, body, specific = None, None, []
     for item in tree.items:
         if isinstance(item, ast.Require):
             requires.extend(c.cond for c in item.constraints)
@@ -108,11 +108,8 @@ def model(tree: ast.Schedule) -> Model:
             if body is not None:
                 raise Unsupported("more than one generic rank body", item.span)
             body = item
-        else:
-            raise Unsupported("a body for one rank (`rank N ...`); the proof covers one `rank r { ... }` for "
-                              "all ranks", item.span)
-    if body is None:
-        raise Unsupported("no `rank r { ... }` body", tree.span)
+        else:  # `rank 0 { ... }` or `rank 0: 0F0 ...`: that rank's own list
+            specific.append(item)
 
     def decl(what, param):
         if what in decls:
@@ -124,13 +121,24 @@ def model(tree: ast.Schedule) -> Model:
     if placement is None or placement.kind not in ("loop", "vshape", "expr"):
         raise Unsupported("the placement must be `place loop`, `place vshape` or `place s -> expr`",
                           placement.span if placement is not None else tree.span)
+    rank_var = body.var if body is not None else "r"
     builder = _Builder(functions)
-    builder.block(body.body, (), ())
+    for k, item in enumerate(specific):  # rank N's own list: its statements hold where r == N only
+        only = (GuardFrame(ast.BinOp("==", ast.Var(rank_var, item.span), ast.Num(item.index, item.span),
+                                     item.span), True),)
+        if isinstance(item, ast.RankBody):
+            builder.block(item.body, only, (("s", k),))
+        else:
+            builder.literal(item, only, (("s", k),))
+    if body is not None:  # every other rank
+        others = tuple(GuardFrame(ast.BinOp("==", ast.Var(rank_var, b.span), ast.Num(b.index, b.span), b.span),
+                                  False) for b in specific)
+        builder.block(body.body, others, (("s", len(specific)),))
     if "stages" not in decls:  # the compiler would count them from the actions
         raise Unsupported("declare `stages E`: the proof needs the number of stages as an expression", tree.span)
     return Model(tree.name, params, tuple(requires), tuple(lets), functions, decl("ranks", "P"),
                  decls["stages"], decl("microbatches", "M"), placement.kind, placement.var,
-                 placement.expr, body.var, tuple(builder.stmts))
+                 placement.expr, rank_var, tuple(builder.stmts))
 
 
 class _Builder:
@@ -161,6 +169,18 @@ class _Builder:
                 self.block(s.orelse, tuple(frames) + tuple(before), here + (("s", len(s.branches)),))
             else:
                 self.action(s.call, tuple(frames), here)
+
+    def literal(self, item: ast.RankLiteral, frames, path):
+        from ..ir import ActionSyntaxError, Compound, parse_step
+        for k, lit in enumerate(item.actions):
+            try:
+                step = parse_step(lit.text, lit.span)
+            except ActionSyntaxError as exc:
+                raise Unsupported(f"a literal action that does not parse: {exc}", lit.span) from None
+            if isinstance(step, Compound) or step.op.value not in KINDS:
+                raise Unsupported(f"{lit.text}: the proof covers compute actions F, B, I, W", lit.span)
+            self.stmts.append(Stmt(len(self.stmts), step.op.value, ast.Num(step.stage, lit.span),
+                                   ast.Num(step.microbatch, lit.span), frames, path + (("s", k),), lit.span))
 
     def action(self, call: ast.Call, frames, path):
         if call.name in ("group", "overlap"):
