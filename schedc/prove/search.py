@@ -61,20 +61,15 @@ def _edges(m: Model, ranks):
 
 
 def timing_rows(m: Model, samples) -> list:
-    """t(b) - t(a) >= 1 for every sampled edge a -> b, as rows for smt.fit."""
+    """t(b) - t(a) >= 1 for every sampled edge a -> b, as rows for smt.Fit."""
     rows = []
     for params in samples:
         for a, b in _edges(m, instances(m, params)):
-            rows.append(([(b.stmt.index, b.features), (a.stmt.index, [-x for x in a.features])], ">=", 1))
+            if a.stmt.index == b.stmt.index:  # one statement: only the difference counts (rows repeat)
+                rows.append(([(b.stmt.index, [y - x for x, y in zip(a.features, b.features)])], ">=", 1))
+            else:
+                rows.append(([(b.stmt.index, b.features), (a.stmt.index, [-x for x in a.features])], ">=", 1))
     return rows
-
-
-def fit_timing(m: Model, rows, timeout_s: float):
-    for bound in FIT_BOUNDS:
-        found = smt.fit(rows, bound, timeout_s)
-        if found is not None:
-            return _named(m, found)
-    return None
 
 
 def _named(m: Model, found) -> dict:
@@ -141,17 +136,27 @@ def infer_bound(m: Model, samples) -> str | None:
 
 def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: int = 30):
     """A timing certificate that holds for every setting, or (None, reason). Each round fits the
-    rows, checks every obligation, and adds the edge of each counterexample as a row."""
+    rows (one incremental solver per coefficient bound), checks every obligation, and adds the edge
+    of each counterexample as a row."""
     rows = timing_rows(m, samples)
     names = _names(m)
+    bounds = list(FIT_BOUNDS)
+    fitter = smt.Fit(bounds[0])
+    fitter.add(rows)
     for round_ in range(rounds):
         left = deadline - time.monotonic()
         if left <= 0:
             return None, "out of time while searching for a timing certificate"
-        cert = fit_timing(m, rows, min(left, 120))
-        if cert is None:
+        found = fitter.solve(min(left, 120))
+        while found is None and len(bounds) > 1 and time.monotonic() < deadline:
+            bounds.pop(0)  # rows only grow: a smaller bound cannot work again
+            fitter = smt.Fit(bounds[0])
+            fitter.add(rows)
+            found = fitter.solve(min(deadline - time.monotonic(), 120))
+        if found is None:
             return None, ("no affine timing (in the parameters, the rank, the lets and the loop variables, "
-                          "coefficients up to 16) orders the sampled instances")
+                          f"coefficients up to {FIT_BOUNDS[-1]}) orders the sampled instances")
+        cert = _named(m, found)
         enc = smt.Encoding(m, assumptions)
         failed = []
         for (x, y, _edge), formula, shown in smt.timing(enc, cert, names):
@@ -161,12 +166,14 @@ def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: i
             if isinstance(verdict, smt.Fails):
                 fa = [verdict.detail[f"a.f{i}"] for i in range(len(names[x.index]))]
                 fb = [verdict.detail[f"b.f{i}"] for i in range(len(names[y.index]))]
-                failed.append(([(y.index, fb), (x.index, [-v for v in fa])], ">=", 1))
+                failed.append(([(y.index, fb), (x.index, [-v for v in fa])], ">=", 1) if x.index != y.index
+                              else ([(y.index, [b - a for a, b in zip(fa, fb)])], ">=", 1))
                 if len(failed) == 1:
                     log(f"  timing candidate {round_ + 1} fails at {_fmt(verdict.params)}; learning from it")
         if not failed:
             return cert, None
         rows += failed
+        fitter.add(failed)
     return None, f"the timing search did not converge in {rounds} rounds"
 
 

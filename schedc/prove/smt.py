@@ -272,47 +272,47 @@ def absent(inst: Inst, match):
     return z3.ForAll(list(inst.variables), z3.Not(z3.And(inst.where(), match(inst))))
 
 
-def fit(rows, bound: int, timeout_s: float, integral: bool = True):
-    """Coefficients with |c| <= bound meeting every row; a row is ([(key, [values])], op, rhs) meaning
-    sum over (key, values) of coeff[key] . values  (op) rhs, op in '>=', '=='. None if none.
-    `integral=False` solves over the rationals (much faster) and scales the answer to integers, which
-    keeps every '>= 1' row (scaling by a positive integer), so use it for inequalities only."""
-    from fractions import Fraction
-    from math import lcm
-    ctx = z3.Context()
-    coeffs: dict = {}
-    s = z3.Solver(ctx=ctx)
-    s.set(random_seed=SEED, timeout=max(1, int(timeout_s * 1000)))
-    make = z3.Int if integral else z3.Real
-    val = (lambda x: z3.IntVal(int(x), ctx)) if integral else (lambda x: z3.RealVal(int(x), ctx))
+class Fit:
+    """Integer coefficients with |c| <= bound meeting rows added over time (one Z3 solver kept
+    across calls, so what it learned carries over). A row is ([(key, [values])], op, rhs) meaning
+    sum over (key, values) of coeff[key] . values  (op) rhs, op in '>=', '=='."""
 
-    def c(key, i):
-        if (key, i) not in coeffs:
-            v = coeffs[(key, i)] = make(f"c_{len(coeffs)}", ctx)
-            s.add(v >= -bound, v <= bound)
-        return coeffs[(key, i)]
+    def __init__(self, bound: int):
+        self.bound = bound
+        self.ctx = z3.Context()
+        self.solver = z3.Solver(ctx=self.ctx)
+        self.solver.set(random_seed=SEED)
+        self.coeffs: dict = {}
+        self.seen: set = set()
 
-    seen = set()
-    for terms, op, rhs in rows:
-        sig = (tuple((k, tuple(xs)) for k, xs in terms), op, rhs)
-        if sig in seen:
-            continue
-        seen.add(sig)
-        total = z3.Sum([val(0)] + [c(k, i) * val(x) for k, xs in terms for i, x in enumerate(xs) if x])
-        s.add(total >= rhs if op == ">=" else total == rhs)
-    if s.check() != z3.sat:
-        return None
-    model = s.model()
-    raw = {}
-    for key_i, v in coeffs.items():
-        x = model.eval(v, model_completion=True)
-        raw[key_i] = Fraction(x.as_long()) if integral else Fraction(x.numerator_as_long(), x.denominator_as_long())
-    scale = lcm(1, *(f.denominator for f in raw.values()))
-    out: dict = {}
-    for (key, i), f in raw.items():
-        if f:
-            out.setdefault(key, {})[i] = int(f * scale)
-    return out
+    def _c(self, key, i):
+        if (key, i) not in self.coeffs:
+            v = self.coeffs[(key, i)] = z3.Int(f"c_{len(self.coeffs)}", self.ctx)
+            self.solver.add(v >= -self.bound, v <= self.bound)
+        return self.coeffs[(key, i)]
+
+    def add(self, rows) -> None:
+        for terms, op, rhs in rows:
+            sig = (tuple((k, tuple(xs)) for k, xs in terms), op, rhs)
+            if sig in self.seen:
+                continue
+            self.seen.add(sig)
+            total = z3.Sum([z3.IntVal(0, self.ctx)] + [self._c(k, i) * z3.IntVal(int(x), self.ctx)
+                                                       for k, xs in terms for i, x in enumerate(xs) if x])
+            self.solver.add(total >= rhs if op == ">=" else total == rhs)
+
+    def solve(self, timeout_s: float):
+        """{key: {feature index: coefficient}}, or None (no such coefficients, or out of time)."""
+        self.solver.set(timeout=max(1, int(timeout_s * 1000)))
+        if self.solver.check() != z3.sat:
+            return None
+        model = self.solver.model()
+        out: dict = {}
+        for (key, i), v in self.coeffs.items():
+            val = model.eval(v, model_completion=True).as_long()
+            if val:
+                out.setdefault(key, {})[i] = val
+        return out
 
 
 def _text(e) -> str:
