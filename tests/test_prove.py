@@ -163,6 +163,9 @@ def test_a_nonlinear_parameter_is_proved_case_by_case_and_labelled_so(run_cli):
     (case,) = [p for p in got["parts"] if p["name"] == "each V in 1..4"]
     assert case["status"] == "proved" and "not for every V" in case["detail"]
     assert "V = 3: memory 3 * M" in case["detail"]
+    code, out, _ = run_cli("prove", "looped_bfs", "-q", "--memory", "min(V * M, 40)")  # wrong from M = 41
+    assert code == 1 and out.startswith("looped_bfs: refuted at P=1, V=1, M=41 (smallest failing setting "
+                                        "with V == 1; memory)")
     pinned = prove("looped_bfs", assumptions=("V == 2",))  # one value pinned: a proof for every P, M
     assert pinned.verdict == "proved" and pinned.memory_bound == "2 * M"
 

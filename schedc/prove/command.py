@@ -65,7 +65,8 @@ def render(proof) -> str:
     if proof.verdict == "refuted":
         cex = proof.counterexample
         setting = ", ".join(f"{k}={v}" for k, v in cex["params"].items())
-        lines = [f"{proof.schedule}: refuted at {setting} (smallest failing setting; {cex['property']})"]
+        within = f" with {cex['within']}" if cex.get("within") else ""
+        lines = [f"{proof.schedule}: refuted at {setting} (smallest failing setting{within}; {cex['property']})"]
         if cex.get("summary"):
             lines.append("  " + cex["summary"])
         if cex.get("report"):

@@ -68,6 +68,10 @@ def parse_condition(text: str, what: str) -> ast.Expr:
 
 def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None = None,
           timeout: float = 300.0, certificate: dict | None = None, log=lambda line: None) -> Proof:
+    """Prove `source` (a .pp file or a built-in name) for every setting satisfying `assumptions`
+    (expressions such as "M >= P") and its requires; `memory` is the bound to prove (default: the
+    simplest that fits), `certificate` a saved one to re-check instead of searching, `log` gets
+    progress lines. Raises SchedcError for bad input; every other outcome is in the Proof."""
     from ..api import read_text, resolve
     from ..parse import parse
     start = time.monotonic()
@@ -104,6 +108,8 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
         why = f"not linear: {exc.reason}" + (f" (line {exc.span.line})" if exc.span else "")
         if certificate is None:
             _cases(proof, path, tree, assumed, bound, deadline, exc, log)
+        if proof.verdict == "refuted":  # one of the cases failed, and the concrete check agrees
+            return _done(proof, start)
         return _unknown(proof, start, why)
     if proof.verdict == "refuted":
         return _done(proof, start)
@@ -136,12 +142,17 @@ def _cases(proof, path, tree, assumed, bound, deadline, exc, log) -> None:
             log(f"  case {name} = {k}")
             try:
                 m = unroll(base, pins(assumed + (pin,)))
-                if _bounded(sub, path, m, assumed + (pin,), bound, deadline) is not None:
-                    return
-                _symbolic(sub, path, m, assumed + (pin,), bound, deadline, None, log)
+                failure = _bounded(sub, path, m, assumed + (pin,), bound, deadline)
+                if failure is None:
+                    _symbolic(sub, path, m, assumed + (pin,), bound, deadline, None, log)
+                else:
+                    sub.verdict, sub.counterexample = "refuted", failure
             except Unsupported:
                 break
-            if sub.verdict == "refuted" or time.monotonic() > deadline:
+            if sub.verdict == "refuted":
+                proof.verdict, proof.counterexample = "refuted", {**sub.counterexample, "within": f"{name} == {k}"}
+                return
+            if time.monotonic() > deadline:
                 return
             if {p.status for p in sub.parts} != {"proved"}:
                 break
