@@ -148,7 +148,8 @@ def test_verifier_simulator_and_plain_executor_agree():
     COUNTED.update(n=0, finishes=0, stuck=0, deadlocks=0)
     _three_verdicts_agree()
     assert COUNTED["n"] >= 1000 * FACTOR, COUNTED
-    assert min(COUNTED["finishes"], COUNTED["stuck"], COUNTED["deadlocks"]) >= COUNTED["n"] // 20, COUNTED
+    # each outcome at least 1% (runs have measured 3.4% to 34% deadlocks: 5% was flaky)
+    assert min(COUNTED["finishes"], COUNTED["stuck"], COUNTED["deadlocks"]) >= COUNTED["n"] // 100, COUNTED
 
 
 @budget(1000)
