@@ -1,13 +1,40 @@
-"""Values of command-line options that several commands take, parsed once: `--memory-limit`.
+"""Values of command-line options that several commands take, parsed once: `--param`,
+`--memory-limit`, `--costs`/`--cost`.
 
-`memory_limit("8")` is 8.0 for every rank; `memory_limit("0=4,1=3")` is `{0: 4.0, 1: 3.0}`; bad
-text is a usage error that names the option.
+`params(["P=4"])` is `{"P": 4}`; `memory_limit("8")` is 8.0 for every rank and
+`memory_limit("0=4,1=3")` is `{0: 4.0, 1: 3.0}`; bad text is a usage error that names the option.
 """
 from __future__ import annotations
 
 import math
+import re
 
 from .errors import SchedcError
+
+PARAM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)")
+
+
+def params(pairs: list[str]) -> dict[str, int]:
+    out = {}
+    for text in pairs:
+        m = PARAM.fullmatch(text.strip())
+        if not m:
+            raise SchedcError("usage", f"--param {text!r}: expected NAME=INTEGER, e.g. --param P=4",
+                              where="--param")
+        out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def costs(files: str | None, settings: list[str], label: str = "the schedule"):
+    """The costs of --costs FILE, then each --cost K=V,... (later ones win); None if neither is given
+    (`label` names where the costs come from when only --cost is)."""
+    if not (files or settings):
+        return None
+    from .costs import Costs, load_costs, parse_cost_option
+    out = load_costs(files) if files else Costs(label)
+    for text in settings:
+        out = out.then(parse_cost_option(text))
+    return out
 
 
 def memory_limit(text: str | None):

@@ -8,31 +8,18 @@ import tempfile
 from pathlib import Path
 
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
+from .. import options
 from ..options import memory_limit
 
-PARAM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)")
-
-
-def params(pairs: list[str]) -> dict[str, int]:
-    out = {}
-    for text in pairs:
-        m = PARAM.fullmatch(text.strip())
-        if not m:
-            raise SchedcError("usage", f"--param {text!r}: expected NAME=INTEGER, e.g. --param P=4",
-                              where="--param")
-        out[m.group(1)] = int(m.group(2))
-    return out
 
 
 def costs(args):
-    """The costs of --costs FILE then each --cost K=V,... (later ones win); None if neither is given."""
-    if not (args.costs or args.cost):
-        return None
-    from ..costs import Costs, load_costs, parse_cost_option
-    out = load_costs(args.costs) if args.costs else Costs("the schedule")
-    for text in args.cost:
-        out = out.then(parse_cost_option(text))
-    return out
+    """The costs of --costs then --cost, or None (schedc/options.py)."""
+    return options.costs(args.costs, args.cost)
+
+
+def params(pairs: list[str]) -> dict[str, int]:
+    return options.params(pairs)
 
 
 def load(name: str, args, params=None, strict=True):

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shlex
 import time
 from pathlib import Path
 
 from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
+from .. import options
 from ..options import memory_limit
 
-_PARAM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)")
 QUIET_S = 1.0  # progress lines start once a search has run this long
 
 
@@ -36,7 +35,7 @@ def add_arguments(q) -> None:
 
 def run(args, stdout, stderr, write_all) -> int:
     """`write_all(folder, {name: text})` writes atomically (the CLI's)."""
-    from ..costs import Costs, load_costs, parse_cost_option
+    from ..costs import Costs
     from .emit import to_pp
     from .problem import build_problem
     from .search import Infeasible, synthesize
@@ -44,9 +43,7 @@ def run(args, stdout, stderr, write_all) -> int:
         raise SchedcError("usage", f"--time-limit {args.time_limit}: expected seconds in (0, 86400]",
                           where="--time-limit")
     params = _params(args.param)
-    costs = load_costs(args.costs) if args.costs else Costs("the defaults")
-    for text in args.cost:
-        costs = costs.then(parse_cost_option(text))
+    costs = options.costs(args.costs, args.cost, "the defaults") or Costs("the defaults")
     problem = build_problem(params["P"], params["M"], placement=args.placement, costs=costs,
                             memory_limit=memory_limit(args.memory_limit))
     began = time.monotonic()
@@ -133,15 +130,11 @@ def _text(outcome, written) -> str:
 
 
 def _params(pairs) -> dict[str, int]:
-    out = {}
-    for text in pairs:
-        m = _PARAM.fullmatch(text.strip())
-        if not m:
-            raise SchedcError("usage", f"--param {text!r}: expected NAME=INTEGER, e.g. --param P=4", where="--param")
-        if m.group(1) not in ("P", "M"):
-            raise SchedcError("unknown-param", f"--param {m.group(1)}: synth takes P (ranks) and M "
+    out = options.params(pairs)
+    for name in out:
+        if name not in ("P", "M"):
+            raise SchedcError("unknown-param", f"--param {name}: synth takes P (ranks) and M "
                               "(microbatches)", where="--param")
-        out[m.group(1)] = int(m.group(2))
     missing = [k for k in ("P", "M") if k not in out]
     if missing:
         raise SchedcError("missing-param", "synth needs " + " and ".join(f"--param {k}=..." for k in missing),
