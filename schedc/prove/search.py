@@ -66,9 +66,9 @@ def timing_rows(m: Model, samples) -> list:
     for params in samples:
         for a, b in _edges(m, instances(m, params)):
             if a.stmt.index == b.stmt.index:  # one statement: only the difference counts (rows repeat)
-                rows.append(([(b.stmt.index, [y - x for x, y in zip(a.features, b.features)])], ">=", 1))
+                rows.append([(b.stmt.index, [y - x for x, y in zip(a.features, b.features)])])
             else:
-                rows.append(([(b.stmt.index, b.features), (a.stmt.index, [-x for x in a.features])], ">=", 1))
+                rows.append([(b.stmt.index, b.features), (a.stmt.index, [-x for x in a.features])])
     return rows
 
 
@@ -166,8 +166,8 @@ def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: i
             if isinstance(verdict, smt.Fails):
                 fa = [verdict.detail[f"a.f{i}"] for i in range(len(names[x.index]))]
                 fb = [verdict.detail[f"b.f{i}"] for i in range(len(names[y.index]))]
-                failed.append(([(y.index, fb), (x.index, [-v for v in fa])], ">=", 1) if x.index != y.index
-                              else ([(y.index, [b - a for a, b in zip(fa, fb)])], ">=", 1))
+                failed.append([(y.index, fb), (x.index, [-v for v in fa])] if x.index != y.index
+                              else [(y.index, [b - a for a, b in zip(fa, fb)])])
                 if len(failed) == 1:
                     log(f"  timing candidate {round_ + 1} fails at {_fmt(verdict.params)}; learning from it")
         if not failed:

@@ -1,10 +1,11 @@
 """All of the prover's Z3: a model's statements as linear integer formulas over the parameters.
 
 An obligation is a formula whose models are counterexamples (a setting of the parameters, ranks
-and loop variables where a certificate fails); `unsat` means it holds for every setting. Each query
-gets a fresh context, a fixed seed and a timeout; when Z3 gives up the answer is `Unknown`. Also
-here: fitting certificate coefficients to sampled instances (a small integer program). Only linear
-arithmetic is accepted: a product of two non-constants, or a division by one, is `Unsupported`.
+and loop variables where a certificate fails); `unsat` means it holds for every setting. Each
+`Encoding` (one batch of obligations) and each `Fit` has its own fresh context; every query gets a
+fixed seed and a timeout, and when Z3 gives up the answer is `GaveUp`. Also here: fitting
+certificate coefficients to sampled instances (a small integer program). Only linear arithmetic
+is accepted: a product of two non-constants, or a division by one, is `Unsupported`.
 """
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ class Encoding:
         self.domain = [self.bool(e, self.env) for e in m.requires + tuple(assumptions)]
         self.domain += [self.R >= 1, self.S >= 1, self.Mb >= 1]
         self._fresh = 0
+        self._per_rank: int | None = None
 
     # ---- expressions ----
     def num(self, v):
@@ -172,38 +174,51 @@ class Encoding:
             cases.append(z3.And(*equal))
         return z3.Or(*cases) if cases else z3.BoolVal(False, self.ctx)
 
+    def stages_per_rank(self) -> int:
+        """k with stages = k x ranks in every setting (asked of Z3 once per encoding); Unsupported if
+        the placement gives no fixed k (`place s -> expr` is handled by `owner` alone)."""
+        if self._per_rank is None:
+            m = self.m
+            if m.placement == "vshape":
+                if not self.proves(self.S == 2 * self.R):
+                    raise Unsupported("`place vshape` needs the proof to know that stages = 2 x ranks")
+                self._per_rank = 2
+            else:
+                k = next((k for k in range(1, 9) if self.proves(self.S == k * self.R)), None)
+                if k is None:
+                    raise Unsupported("`place loop` needs stages = k x ranks for a fixed k (up to 8): stage s "
+                                      "on rank s % P is not linear in P otherwise")
+                self._per_rank = k
+        return self._per_rank
+
     def owner(self, s):
         m = self.m
-        if m.placement == "loop":
-            if self.proves(self.S == self.R):
-                return s
-            if self._const(self.R) is not None:
-                return s % self.R
-            for k in range(2, 9):  # stages = k x ranks: s % R in k linear pieces
-                if self.proves(self.S == k * self.R):
-                    out = s - (k - 1) * self.R
-                    for i in range(k - 2, -1, -1):
-                        out = z3.If(s < (i + 1) * self.R, s - i * self.R, out)
-                    return out
-            raise Unsupported("`place loop` with more stages than ranks puts stage s on rank s % P, which "
-                              "is not linear in P")
+        if m.placement == "expr":
+            return self.int(m.place_expr, {**self.env, m.place_var: s})
+        try:
+            k = self.stages_per_rank()
+        except Unsupported:
+            if m.placement == "loop" and self._const(self.R) is not None:
+                return s % self.R  # a known number of ranks: `%` by a constant is linear
+            raise
         if m.placement == "vshape":
-            if not self.proves(self.S == 2 * self.R):
-                raise Unsupported("`place vshape` needs the proof to know that stages = 2 x ranks")
             return z3.If(s < self.R, s, 2 * self.R - 1 - s)
-        return self.int(m.place_expr, {**self.env, m.place_var: s})
+        if k == 1:
+            return s
+        out = s - (k - 1) * self.R  # s % R in k linear pieces
+        for i in range(k - 2, -1, -1):
+            out = z3.If(s < (i + 1) * self.R, s - i * self.R, out)
+        return out
 
     def local_stages(self, r):
         """The stages rank r holds, as terms (a fixed number per rank)."""
-        m = self.m
-        if m.placement == "vshape" and self.proves(self.S == 2 * self.R):
+        if self.m.placement == "expr":
+            raise Unsupported("the memory proof needs a fixed number of stages per rank (`place loop` with "
+                              "stages = k x ranks, or `place vshape`)")
+        k = self.stages_per_rank()
+        if self.m.placement == "vshape":
             return [r, 2 * self.R - 1 - r]
-        if m.placement == "loop":
-            for k in range(1, 9):
-                if self.proves(self.S == k * self.R):
-                    return [r + i * self.R for i in range(k)]
-        raise Unsupported("the memory proof needs a fixed number of stages per rank (`place loop` with "
-                          "stages = k x ranks, or `place vshape`)")
+        return [r + i * self.R for i in range(k)]
 
     def empty(self) -> bool:
         """No setting satisfies the assumptions and requires."""
@@ -217,8 +232,7 @@ class Encoding:
 
     def linear(self, coeffs: dict, inst: "Inst", names):
         """sum(coeff x feature) of a certificate function at an instance."""
-        return z3.Sum([self.num(int(coeffs.get(n, 0))) * f for n, f in zip(names, inst.feats)]) \
-            if coeffs else self.num(0)
+        return z3.Sum([self.num(int(coeffs.get(n, 0))) * f for n, f in zip(names, inst.feats)])
 
     def run(self, formula, timeout_s: float, show: dict | None = None, smallest: bool = False):
         """Holds, GaveUp, or Fails at a setting; with `smallest`, the setting with the least sum of
@@ -274,8 +288,8 @@ def absent(inst: Inst, match):
 
 class Fit:
     """Integer coefficients with |c| <= bound meeting rows added over time (one Z3 solver kept
-    across calls, so what it learned carries over). A row is ([(key, [values])], op, rhs) meaning
-    sum over (key, values) of coeff[key] . values  (op) rhs, op in '>=', '=='."""
+    across calls, so what it learned carries over). A row is [(key, [values]), ...] meaning
+    sum over (key, values) of coeff[key] . values >= 1."""
 
     def __init__(self, bound: int):
         self.bound = bound
@@ -292,14 +306,14 @@ class Fit:
         return self.coeffs[(key, i)]
 
     def add(self, rows) -> None:
-        for terms, op, rhs in rows:
-            sig = (tuple((k, tuple(xs)) for k, xs in terms), op, rhs)
+        for terms in rows:
+            sig = tuple((k, tuple(xs)) for k, xs in terms)
             if sig in self.seen:
                 continue
             self.seen.add(sig)
             total = z3.Sum([z3.IntVal(0, self.ctx)] + [self._c(k, i) * z3.IntVal(int(x), self.ctx)
                                                        for k, xs in terms for i, x in enumerate(xs) if x])
-            self.solver.add(total >= rhs if op == ">=" else total == rhs)
+            self.solver.add(total >= 1)
 
     def solve(self, timeout_s: float):
         """{key: {feature index: coefficient}}, or None (no such coefficients, or out of time)."""
@@ -392,8 +406,9 @@ def timing_edges(enc: Encoding):
         for y in m.stmts:
             a, b = enc.instance(x, "a"), enc.instance(y, "b")
             yield x, y, a, b, "order", z3.And(a.rank == b.rank, enc.before(a, b))
+    producers = _producers()
     for y in m.stmts:
-        for kinds, offset in _producers()[y.kind]:
+        for kinds, offset in producers[y.kind]:
             for x in m.stmts:
                 if x.kind in kinds:
                     a, b = enc.instance(x, "a"), enc.instance(y, "b")
