@@ -17,7 +17,7 @@ from ..errors import SchedcError
 from . import smt
 from .model import Model, Unsupported, model, pins, unroll
 from .sample import Stop, agrees_with_compiler, base_env, evaluate, feature_names
-from .search import cegis_timing, infer_bound, peaks, settings
+from .search import cegis_timing, infer_bound, peaks, settings, unit_peaks
 
 BOUNDED_MAX = 8         # each parameter of the concrete sweep runs over 0..BOUNDED_MAX
 BOUNDED_SETTINGS = 250  # at most this many settings, smallest first
@@ -213,13 +213,10 @@ def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, deadline):
         if report.ok is not True:
             return {"params": params, "property": "checks", "summary": report.summary(), "report": report.render()}
         if bound is not None:
-            env = base_env(m, params)
-            for r, peak in enumerate(live_count(program)):
-                limit = evaluate(bound, {**env, m.rank_var: r}, m.functions)
-                if peak > limit:
-                    return {"params": params, "property": "memory", "rank": r,
-                            "summary": f"rank {r} holds {peak:g} activations at its peak; the bound "
-                                       f"{_text(bound)} is {limit}", "report": ""}
+            steps = [[[a.op.value for a in st.parts] for st in rank] for rank in program.ranks]
+            over = _over_bound(m, bound, params, unit_peaks(steps))
+            if over is not None:
+                return over
     proof.bounded = {"settings": checked, "largest": largest, "ok": True}
     return None
 
@@ -236,19 +233,15 @@ def _empty(m: Model, assumed) -> bool:
         return False
 
 
-def live_count(program) -> list[int]:
-    """Peak live activations per rank in unit sizes (F allocates one, B or W frees it), whatever
-    sizes the schedule declares: the unit a memory bound of `prove` is stated in."""
-    from ..ir import Op
-    out = []
-    for steps in program.ranks:
-        live = peak = 0
-        for step in steps:
-            for a in step.parts:
-                live += 1 if a.op is Op.F else -1 if a.op in (Op.B, Op.W) else 0
-            peak = max(peak, live)
-        out.append(peak)
-    return out
+def _over_bound(m: Model, expr, params, got) -> dict | None:
+    """The counterexample if some rank's peak in `got` exceeds the bound at these parameters."""
+    env = base_env(m, params)
+    for r, peak in enumerate(got):
+        limit = evaluate(expr, {**env, m.rank_var: r}, m.functions)
+        if peak > limit:
+            return {"params": params, "property": "memory", "rank": r, "report": "",
+                    "summary": f"rank {r} holds {peak} activations at its peak; the bound {_text(expr)} is {limit}"}
+    return None
 
 
 def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
@@ -382,7 +375,7 @@ def _check_memory(m, assumed, expr, deadline):
             return (f"the {label} of a stage run in neither increasing nor decreasing microbatch order "
                     f"(e.g. at {verdict.params}, {_action_text(what[1])}, line {what[1].span.line}), which "
                     "this proof needs")
-    worst, why = None, None
+    worst = None
     for what, formula, shown in smt.memory(enc, bound, tuple(directions)):
         verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown, smallest=True)
         if isinstance(verdict, smt.GaveUp):
@@ -395,15 +388,10 @@ def _check_memory(m, assumed, expr, deadline):
         return None
     params = worst[1]
     try:
-        env = base_env(m, params)
-        for r, peak in enumerate(peaks(m, params)):
-            limit = evaluate(expr, {**env, m.rank_var: r}, m.functions)
-            if peak > limit:
-                return {"params": params, "property": "memory", "rank": r, "report": "",
-                        "summary": f"rank {r} holds {peak} activations at its peak; the bound is {limit}"}
+        over = _over_bound(m, expr, params, peaks(m, params))
     except Stop:
-        why = f"the bound fails symbolically at {params}, too large to confirm concretely"
-    return why or f"the bound fails symbolically at {params}, which the concrete count does not confirm"
+        return f"the bound fails symbolically at {params}, too large to confirm concretely"
+    return over or f"the bound fails symbolically at {params}, which the concrete count does not confirm"
 
 
 def _concrete(path, params, what):

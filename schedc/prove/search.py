@@ -81,16 +81,24 @@ def _named(m: Model, found) -> dict:
     return out
 
 
-def peaks(m: Model, params) -> list[int]:
-    """Peak live activations per rank (unit sizes): F allocates, B or W frees."""
+def unit_peaks(ranks) -> list[int]:
+    """Peak live activations per rank in unit sizes, the unit a bound of `prove` is stated in: F
+    allocates one, B or W frees it, and inside a step allocations come before frees (DESIGN.md).
+    `ranks`: per rank, its steps, each a sequence of action kinds ("F", "B", ...)."""
     out = []
-    for insts in instances(m, params):
+    for steps in ranks:
         live = peak = 0
-        for i in insts:
-            live += 1 if i.stmt.kind == "F" else -1 if i.stmt.kind in ("B", "W") else 0
+        for kinds in steps:
+            live += sum(k == "F" for k in kinds)
             peak = max(peak, live)
+            live -= sum(k in ("B", "W") for k in kinds)
         out.append(peak)
     return out
+
+
+def peaks(m: Model, params) -> list[int]:
+    """unit_peaks of the model's instances at these parameters (no compiling)."""
+    return unit_peaks([[(i.stmt.kind,) for i in insts] for insts in instances(m, params)])
 
 
 def infer_bound(m: Model, samples) -> str | None:
