@@ -86,6 +86,23 @@ def oracle_problems(p: Program) -> list[str]:
     return problems
 
 
+def union_find():
+    """`find(x)` and `union(x, y)` of a union-find over hashable items (path halving): the step
+    graphs of the oracles make a rendezvous pair one node with it."""
+    parent = {}
+
+    def find(x):
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(x, y):
+        parent[find(x)] = find(y)
+    return find, union
+
+
 def compute_only(steps) -> list:
     return [st_ for st_ in steps if all(a.op in COMPUTE for a in st_.parts)]
 
@@ -153,22 +170,12 @@ def comms_oracle_problems(p: Program, semantics: str = "rendezvous") -> list[str
     if problems:
         return problems
     # happens-before graph over steps; a rendezvous pair is one node
-    parent = {}
-
-    def find(x):
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
+    find, union = union_find()
 
     edges = set()
-    for r, steps in enumerate(p.ranks):
-        for i in range(len(steps)):
-            find((r, i))
     if semantics == "rendezvous":
         for x, y in pairs:
-            parent[find(x)] = find(y)
+            union(x, y)
     else:
         edges.update(pairs)
     for r, steps in enumerate(p.ranks):
@@ -179,7 +186,7 @@ def comms_oracle_problems(p: Program, semantics: str = "rendezvous") -> list[str
         if y not in graph[x]:
             graph[x].add(y)
             indeg[y] += 1
-    nodes = {find(x) for x in list(parent)}
+    nodes = {find((r, i)) for r, steps in enumerate(p.ranks) for i in range(len(steps))}
     queue = deque(n for n in nodes if indeg[n] == 0)
     seen = 0
     while queue:

@@ -26,6 +26,7 @@ from schedc.resources import builtin_schedules
 from schedc.simulate import simulate
 from schedc.strategies import lowered_programs, programs, reorderings
 
+from oracles import union_find
 from profiles import budget
 from test_known_failures import receives_before_consumers
 
@@ -137,14 +138,7 @@ def happens_before(p: Program, semantics: str):
     needs it: on the same rank, or anywhere at the compute level), and FIFO-matched messages (one
     node for a rendezvous pair, an edge send -> receive for eager). Returns (node_of, successors,
     the edges that are not program order)."""
-    parent = {}
-
-    def find(x):
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
+    find, union = union_find()
 
     comms = p.level == "comms"
     makers, edges, data = {}, [], []
@@ -173,7 +167,7 @@ def happens_before(p: Program, semantics: str):
     for ch, ss in sends.items():
         for x, y in zip(ss, recvs.get(ch, ())):
             if semantics == "rendezvous":
-                parent[find(x)] = find(y)
+                union(x, y)
             else:
                 data.append((x, y))
     succ = {}

@@ -8,7 +8,7 @@ and no `next`; anything else raises `Unsupported` with the reason and its place.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import syntax as ast
 from ..span import Span
@@ -245,7 +245,6 @@ def unroll(m: Model, consts: dict[str, int]) -> Model:
         for f in stmt.frames:
             nxt = []
             for frames, env, where in variants:
-                env = {k: v for k, v in env.items() if k != m.rank_var}
                 if isinstance(f, LetFrame):
                     v = known(f.value, env)
                     env2 = {k: x for k, x in env.items() if k != f.name}
@@ -272,5 +271,4 @@ def unroll(m: Model, consts: dict[str, int]) -> Model:
         for frames, _, where in variants:
             path = tuple(("s", where[t[1]]) if t[0] == "l" and t[1] in where else t for t in stmt.path)
             out.append(Stmt(len(out), stmt.kind, stmt.stage, stmt.microbatch, frames, path, stmt.span))
-    return Model(m.name, m.params, m.requires, m.globals, m.functions, m.ranks, m.stages, m.microbatches,
-                 m.placement, m.place_var, m.place_expr, m.rank_var, tuple(out))
+    return replace(m, stmts=tuple(out))

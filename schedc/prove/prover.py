@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import syntax as ast
 from ..errors import SchedcError
 from . import smt
-from .model import Model, Unsupported, model, pins, unroll
+from .model import LetFrame, Model, Unsupported, model, pins, unroll
 from .sample import Stop, agrees_with_compiler, base_env, evaluate, feature_names
 from .search import cegis_timing, infer_bound, peaks, settings, unit_peaks
 
@@ -184,7 +184,6 @@ def _domain_only(tree: ast.Schedule) -> Model:
     """Enough of a model to enumerate settings of a schedule the proof cannot cover."""
     params = tuple(p.name for p in tree.params)
     requires = tuple(c.cond for i in tree.items if isinstance(i, ast.Require) for c in i.constraints)
-    from .model import LetFrame
     lets = tuple(LetFrame(i.name, i.value) for i in tree.items if isinstance(i, ast.Let) and i.params is None)
     funcs = {i.name: (i.params, i.value) for i in tree.items if isinstance(i, ast.Let) and i.params is not None}
     one = ast.Num(1, tree.span)
