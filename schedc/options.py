@@ -1,5 +1,5 @@
 """Values of command-line options that several commands take, parsed once: `--param`,
-`--memory-limit`, `--costs`/`--cost`.
+`--memory-limit`, `--costs`/`--cost`, and time limits in seconds.
 
 `params(["P=4"])` is `{"P": 4}`; `memory_limit("8")` is 8.0 for every rank and
 `memory_limit("0=4,1=3")` is `{0: 4.0, 1: 3.0}`; bad text is a usage error that names the option.
@@ -12,6 +12,16 @@ import re
 from .errors import SchedcError
 
 PARAM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)")
+
+
+MAX_SECONDS = 86_400
+
+
+def seconds(value: float, flag: str) -> float:
+    """A time limit (`--timeout`, `--time-limit`): finite, positive, at most a day."""
+    if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
+        raise SchedcError("usage", f"{flag} {value}: expected seconds in (0, {MAX_SECONDS}]", where=flag)
+    return value
 
 
 def params(pairs: list[str]) -> dict[str, int]:

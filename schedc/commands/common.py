@@ -1,7 +1,6 @@
 """What several commands share: --param, loading, running the checks, exit codes, atomic writes, pictures."""
 from __future__ import annotations
 
-import math
 import os
 import re
 import tempfile
@@ -9,8 +8,9 @@ from pathlib import Path
 
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
 from .. import options
-from ..options import memory_limit
+from ..options import memory_limit, seconds
 
+params = options.params  # the commands' --param reader
 
 
 def costs(args):
@@ -18,20 +18,16 @@ def costs(args):
     return options.costs(args.costs, args.cost)
 
 
-def params(pairs: list[str]) -> dict[str, int]:
-    return options.params(pairs)
-
-
-def load(name: str, args, params=None, strict=True):
+def load(name: str, args, values=None, strict=True):
+    """A schedule by name or path with the parameter values (ignored for CSV and JSON inputs)."""
     from ..api import detect_format, load as load_program
     fmt = args.format or detect_format(name)
-    return load_program(name, params if fmt == "pp" else None, fmt=fmt, notation=args.notation, strict_params=strict)
+    return load_program(name, values if fmt == "pp" else None, fmt=fmt, notation=args.notation, strict_params=strict)
 
 
 def run_checks(program, args):
     from ..api import check
-    if not (math.isfinite(args.timeout) and 0 < args.timeout <= 86_400):
-        raise SchedcError("usage", f"--timeout {args.timeout}: expected seconds in (0, 86400]", where="--timeout")
+    seconds(args.timeout, "--timeout")
     limit = memory_limit(args.memory_limit)
     if isinstance(limit, dict) and any(not 0 <= r < program.num_ranks for r in limit):
         bad = next(r for r in limit if not 0 <= r < program.num_ranks)

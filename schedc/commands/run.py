@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import tempfile
 from pathlib import Path
 
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, SchedcError
+from ..options import seconds
 from . import common
 
 
@@ -22,8 +22,7 @@ def run(args, stdout, stderr) -> int:
     from ..verify.execute import Semantics
     if args.steps < 1:
         raise SchedcError("usage", f"--steps {args.steps}: expected at least 1", where="--steps")
-    if not (math.isfinite(args.timeout) and 0 < args.timeout <= 86_400):
-        raise SchedcError("usage", f"--timeout {args.timeout}: expected seconds in (0, 86400]", where="--timeout")
+    seconds(args.timeout, "--timeout")
     semantics = Semantics.parse(args.semantics)
     program = common.load(args.input, args, common.params(args.param))
     nproc = program.num_ranks if args.nproc is None else args.nproc

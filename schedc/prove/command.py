@@ -6,10 +6,10 @@ Exit codes: 0 proved, 1 refuted, 3 unknown, 2 bad input. `--json` prints `Proof.
 from __future__ import annotations
 
 import json
-import math
 import sys
 
 from ..errors import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN, SchedcError
+from ..options import seconds
 
 
 def add_parser(sub, stdout):
@@ -32,8 +32,7 @@ def add_parser(sub, stdout):
 
 def run(args, stdout, stderr) -> int:
     from .prover import prove
-    if not (math.isfinite(args.timeout) and 0 < args.timeout <= 86_400):
-        raise SchedcError("usage", f"--timeout {args.timeout}: expected seconds in (0, 86400]", where="--timeout")
+    seconds(args.timeout, "--timeout")
     certificate = _read_certificate(args.certificate) if args.certificate else None
     log = (lambda line: None) if args.quiet or args.json else (lambda line: (stderr.write(line + "\n"), stderr.flush()))
     proof = prove(args.input, assumptions=tuple(args.assume), memory=args.memory, timeout=args.timeout,

@@ -7,7 +7,6 @@ limit, does not arise: the start always gives one, and the search only improves 
 from __future__ import annotations
 
 import json
-import math
 import shlex
 import time
 from pathlib import Path
@@ -39,9 +38,7 @@ def run(args, stdout, stderr, write_all) -> int:
     from .emit import to_pp
     from .problem import build_problem
     from .search import Infeasible, synthesize
-    if not (math.isfinite(args.time_limit) and 0 < args.time_limit <= 86_400):
-        raise SchedcError("usage", f"--time-limit {args.time_limit}: expected seconds in (0, 86400]",
-                          where="--time-limit")
+    options.seconds(args.time_limit, "--time-limit")
     params = _params(args.param)
     costs = options.costs(args.costs, args.cost, "the defaults") or Costs("the defaults")
     problem = build_problem(params["P"], params["M"], placement=args.placement, costs=costs,
