@@ -3,8 +3,9 @@
 `model(tree)` turns the rank bodies into `Stmt`s, one per action call site: the frames around it
 (lets, loops, guards, outermost first; `rank N` lists get a guard `r == N`), its path (for the order
 of a rank's list) and its stage and microbatch expressions, all still source expressions. The
-fragment is what a proof can reason about: F/B/I/W actions with explicit microbatches, no `order`
-and no `next`; anything else raises `Unsupported` with the reason and its place.
+fragment is what a proof can reason about: F/B/I/W actions with explicit microbatches, alone or as
+the two parts of an `overlap(...)` step (one statement each, sharing one step), no `order` and no
+`next`; anything else raises `Unsupported` with the reason and its place.
 """
 from __future__ import annotations
 
@@ -58,8 +59,14 @@ class Stmt:
     stage: ast.Expr
     microbatch: ast.Expr
     frames: tuple[Frame, ...]
-    path: tuple[tuple[str, int], ...]  # ("s", static position) and ("l", loop id), outermost first
+    path: tuple[tuple[str, int], ...]  # ("s", static position), ("l", loop id), ("c", part), outermost first
     span: Span
+    step: int = -1  # the statement whose step this one shares (the first part of an overlap), else index
+
+    @property
+    def key(self) -> int:
+        """What the certificate is keyed by: the parts of one overlap step run at one time."""
+        return self.index if self.step < 0 else self.step
 
     @property
     def loops(self) -> tuple[LoopFrame, ...]:
@@ -177,32 +184,52 @@ class _Builder:
                 step = parse_step(lit.text, lit.span)
             except ActionSyntaxError as exc:
                 raise Unsupported(f"a literal action that does not parse: {exc}", lit.span) from None
-            if isinstance(step, Compound) or step.op.value not in KINDS:
+            if isinstance(step, Compound):
+                if not all(a.op.value in KINDS for a in step.parts):
+                    raise Unsupported(f"{lit.text}: the proof covers compute actions F, B, I, W", lit.span)
+                first = len(self.stmts)
+                for c, a in enumerate(step.parts):
+                    self.stmts.append(Stmt(len(self.stmts), a.op.value, ast.Num(a.stage, lit.span),
+                                           ast.Num(a.microbatch, lit.span), frames,
+                                           path + (("s", k), ("c", c)), lit.span, first))
+                continue
+            if step.op.value not in KINDS:
                 raise Unsupported(f"{lit.text}: the proof covers compute actions F, B, I, W", lit.span)
             self.stmts.append(Stmt(len(self.stmts), step.op.value, ast.Num(step.stage, lit.span),
                                    ast.Num(step.microbatch, lit.span), frames, path + (("s", k),), lit.span))
 
-    def action(self, call: ast.Call, frames, path):
-        if call.name in ("group", "overlap"):
-            raise Unsupported(f"{call.name}(...): compounds are outside the proof's fragment", call.span)
+    def action(self, call: ast.Call, frames, path, step: int = -1):
+        if call.name == "overlap" and step < 0:  # one step, two statements: part 0 keys the pair
+            first = len(self.stmts)
+            for c, part in enumerate(call.args):
+                if not isinstance(part, ast.Call) or part.name == "overlap":
+                    raise Unsupported("overlap(...) of something other than two actions", call.span)
+                self.action(part, frames, path + (("c", c),), first)
+            return
+        if call.name == "group":
+            raise Unsupported("group(...): communication is inserted by schedc, outside the proof", call.span)
         if call.name not in KINDS:
             raise Unsupported(f"{call.name}: the proof covers compute actions F, B, I, W (communication is "
                               "inserted by schedc)", call.span)
         if len(call.args) != 2 or any(isinstance(a, ast.Var) and a.name == "next" for a in call.args):
             raise Unsupported(f"{call.name} with `next` numbering: the microbatch must be an expression",
                               call.span)
-        self.stmts.append(Stmt(len(self.stmts), call.name, call.args[0], call.args[1], frames, path, call.span))
+        self.stmts.append(Stmt(len(self.stmts), call.name, call.args[0], call.args[1], frames, path, call.span,
+                               step))
 
 
 def shared_loops(a: Stmt, b: Stmt) -> tuple[tuple[int, ...], bool | None]:
     """The loops both statements sit in (outermost first), and the static order where their paths
-    part: True if a comes first, False if b does, None if they are the same statement."""
+    part: True if a comes first, False if b does, None if they are the same statement or the two
+    parts of one overlap step (neither runs before the other)."""
     common = []
     for x, y in zip(a.path, b.path):
         if x == y:
             if x[0] == "l":
                 common.append(x[1])
             continue
+        if x[0] == y[0] == "c":
+            return tuple(common), None
         return tuple(common), x[1] < y[1]
     return tuple(common), None if len(a.path) == len(b.path) else len(a.path) < len(b.path)
 
@@ -240,6 +267,7 @@ def unroll(m: Model, consts: dict[str, int]) -> Model:
         else:
             env0[let.name] = v
     out: list[Stmt] = []
+    parts: dict[int, list[int]] = {}  # statement -> the indices of its variants in `out`
     for stmt in m.stmts:
         variants = [((), dict(env0), {})]  # (frames, known values, loop id -> static position)
         for f in stmt.frames:
@@ -268,7 +296,12 @@ def unroll(m: Model, consts: dict[str, int]) -> Model:
                         nxt.append((frames + (LetFrame(f.var, ast.Num(v, stmt.span)),), {**env, f.var: v},
                                     {**where, f.loop: pos}))
             variants = nxt
-        for frames, _, where in variants:
+        made = []
+        for j, (frames, _, where) in enumerate(variants):
             path = tuple(("s", where[t[1]]) if t[0] == "l" and t[1] in where else t for t in stmt.path)
-            out.append(Stmt(len(out), stmt.kind, stmt.stage, stmt.microbatch, frames, path, stmt.span))
+            # an overlap's second part: its variants pair with its first part's, in the same order
+            step = -1 if stmt.step < 0 else (len(out) if stmt.step == stmt.index else parts[stmt.step][j])
+            made.append(len(out))
+            out.append(Stmt(len(out), stmt.kind, stmt.stage, stmt.microbatch, frames, path, stmt.span, step))
+        parts[stmt.index] = made
     return replace(m, stmts=tuple(out))

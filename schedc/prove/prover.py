@@ -245,7 +245,10 @@ def _over_bound(m: Model, expr, params, got) -> dict | None:
 
 def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
     from ..api import load
-    samples = settings(m, assumed, 6, SAMPLES)
+    for hi in range(6, 13):  # the smallest SAMPLES settings; a narrow domain (M >= 2P) reaches further
+        samples = settings(m, assumed, hi, SAMPLES)
+        if len(samples) >= SAMPLES:
+            break
     for params in samples[:12]:  # the model must mean what the compiler means
         try:
             program = load(str(path), params)
@@ -305,6 +308,7 @@ def _matches(cert: dict, m: Model) -> None:
         isinstance(f, dict) and all(isinstance(c, int) for c in f.values()) for f in cert["timing"].values())
     feats = {str(x.index): set(feature_names(m, x)) for x in m.stmts}
     ok = ok and all(set(f) <= feats[k] for k, f in cert["timing"].items())
+    ok = ok and all(cert["timing"][str(x.index)] == cert["timing"][str(x.key)] for x in m.stmts)  # one step, one time
     if not ok:
         raise SchedcError("certificate", f"the certificate does not fit {m.name} as it is now: it must list "
                           "the same actions on the same lines, with integer coefficients (make a new one with "

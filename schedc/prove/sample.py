@@ -28,6 +28,11 @@ class Instance:
     key: tuple  # orders a rank's instances
     features: tuple[int, ...]
 
+    @property
+    def step(self) -> tuple:
+        """Equal for the two parts of one overlap step (their keys differ in the part only)."""
+        return (self.stmt.key, self.key[:-1]) if self.stmt.step >= 0 else (self.stmt.index, self.key)
+
 
 def evaluate(e: ast.Expr, env: dict, functions: dict):
     if isinstance(e, ast.Num):
@@ -103,7 +108,7 @@ def _of(m: Model, stmt: Stmt, env: dict, rank: int):
         if k == len(stmt.frames):
             key, it = [], iter(iters)
             for tok in stmt.path:
-                key.append(tok[1] if tok[0] == "s" else next(it))
+                key.append(next(it) if tok[0] == "l" else tok[1])
             yield Instance(stmt, rank, evaluate(stmt.stage, env, fn), evaluate(stmt.microbatch, env, fn),
                            tuple(key), tuple(base + feats))
             return

@@ -53,7 +53,7 @@ def _edges(m: Model, ranks):
                 made[v] = i
     S = 1 + max((i.stage for insts in ranks for i in insts), default=0)
     for insts in ranks:
-        yield from zip(insts, insts[1:])
+        yield from ((a, b) for a, b in zip(insts, insts[1:]) if a.step != b.step)  # the parts of a step: one time
         for b in insts:
             for v in needs(Action(Op[b.stmt.kind], b.stage, b.microbatch), S):
                 if v in made:
@@ -65,19 +65,20 @@ def timing_rows(m: Model, samples) -> list:
     rows = []
     for params in samples:
         for a, b in _edges(m, instances(m, params)):
-            if a.stmt.index == b.stmt.index:  # one statement: only the difference counts (rows repeat)
-                rows.append([(b.stmt.index, [y - x for x, y in zip(a.features, b.features)])])
+            if a.stmt.key == b.stmt.key:  # one statement (or step): only the difference counts (rows repeat)
+                rows.append([(b.stmt.key, [y - x for x, y in zip(a.features, b.features)])])
             else:
-                rows.append([(b.stmt.index, b.features), (a.stmt.index, [-x for x in a.features])])
+                rows.append([(b.stmt.key, b.features), (a.stmt.key, [-x for x in a.features])])
     return rows
 
 
 def _named(m: Model, found) -> dict:
-    """{stmt index: {feature name: coefficient}} for every statement (zero where none)."""
+    """{stmt index: {feature name: coefficient}} for every statement (zero where none); the parts
+    of an overlap step get their step's one function."""
     out = {}
     for x in m.stmts:
         names = feature_names(m, x)
-        out[x.index] = {names[i]: c for i, c in sorted(found.get(x.index, {}).items())}
+        out[x.index] = {names[i]: c for i, c in sorted(found.get(x.key, {}).items())}
     return out
 
 
@@ -98,7 +99,16 @@ def unit_peaks(ranks) -> list[int]:
 
 def peaks(m: Model, params) -> list[int]:
     """unit_peaks of the model's instances at these parameters (no compiling)."""
-    return unit_peaks([[(i.stmt.kind,) for i in insts] for insts in instances(m, params)])
+    out = []
+    for insts in instances(m, params):
+        steps: list[list] = []
+        for a, b in zip([None, *insts], insts):
+            if a is not None and a.step == b.step:
+                steps[-1].append(b.stmt.kind)
+            else:
+                steps.append([b.stmt.kind])
+        out.append(steps)
+    return unit_peaks(out)
 
 
 def infer_bound(m: Model, samples) -> str | None:
@@ -174,8 +184,8 @@ def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: i
             if isinstance(verdict, smt.Fails):
                 fa = [verdict.detail[f"a.f{i}"] for i in range(len(names[x.index]))]
                 fb = [verdict.detail[f"b.f{i}"] for i in range(len(names[y.index]))]
-                failed.append([(y.index, fb), (x.index, [-v for v in fa])] if x.index != y.index
-                              else [(y.index, [b - a for a, b in zip(fa, fb)])])
+                failed.append([(y.key, fb), (x.key, [-v for v in fa])] if x.key != y.key
+                              else [(y.key, [b - a for a, b in zip(fa, fb)])])
                 if len(failed) == 1:
                     log(f"  timing candidate {round_ + 1} fails at {_fmt(verdict.params)}; learning from it")
         if not failed:

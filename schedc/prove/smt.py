@@ -416,9 +416,10 @@ def timing_edges(enc: Encoding):
 
 
 def timing(enc: Encoding, cert: dict, names: dict):
-    """The timing certificate increases along every rank's order and every data dependency."""
+    """The timing certificate increases along every rank's order and every data dependency (the
+    parts of an overlap step take their step's function: one time, waiting for both inputs)."""
     for x, y, a, b, edge, rel in timing_edges(enc):
-        ta, tb = enc.linear(cert[x.index], a, names[x.index]), enc.linear(cert[y.index], b, names[y.index])
+        ta, tb = enc.linear(cert[x.key], a, names[x.index]), enc.linear(cert[y.key], b, names[y.index])
         feats = {**{f"a.f{i}": f for i, f in enumerate(a.feats)}, **{f"b.f{i}": f for i, f in enumerate(b.feats)}}
         yield (x, y, edge), z3.And(a.where(), b.where(), rel, ta >= tb), {**a.shown("a"), **b.shown("b"),
                                                                            "t(a)": ta, "t(b)": tb, **feats}
