@@ -234,6 +234,31 @@ def shared_loops(a: Stmt, b: Stmt) -> tuple[tuple[int, ...], bool | None]:
     return tuple(common), None if len(a.path) == len(b.path) else len(a.path) < len(b.path)
 
 
+def order_pairs(stmts):
+    """The (x, y) pairs whose order on a rank a certificate must respect: only pairs in one rank
+    body (different bodies run on different ranks), not with x wholly after y, and not with a
+    statement between them that runs exactly once (a top-level action of the body): x -> z and
+    z -> y imply x -> y."""
+    def top(x):  # (body, top-level position, runs exactly once there)
+        return x.path[0], x.path[1][1], len(x.path) == 2 and x.step < 0
+    tops = [top(x) for x in stmts]
+    once: dict = {}
+    for body, pos, single in tops:
+        if single:
+            once.setdefault(body, []).append(pos)
+    for x, (bx, px, _) in zip(stmts, tops):
+        for y, (by, py, _) in zip(stmts, tops):
+            if bx != by or px > py or any(px < q < py for q in once.get(bx, ())):
+                continue
+            yield x, y
+
+
+def stages_apart(x: Stmt, y: Stmt, offset: int) -> bool:
+    """Both stages are numbers and x's is not y's + offset (a data edge between them is impossible)."""
+    return (isinstance(x.stage, ast.Num) and isinstance(y.stage, ast.Num)
+            and x.stage.value != y.stage.value + offset)
+
+
 def pins(assumptions) -> dict[str, int]:
     """Parameters the assumptions fix to one value (`V == 2`), which the proof substitutes."""
     out = {}

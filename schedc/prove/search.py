@@ -17,7 +17,8 @@ from . import smt
 from .model import Model
 from .sample import Stop, evaluate, feature_names, instances
 
-FIT_BOUNDS = (4, 8, 16)
+FIT_BOUNDS = (4, 8, 16, 64)  # coefficient bounds tried in turn, smallest (simplest certificate) first
+LAST_CONSTANT = 512  # the constant term's bound at the last: long literal lists start late (P = 8)
 
 
 def settings(m: Model, assumptions, hi: int, limit: int):
@@ -117,11 +118,12 @@ def infer_bound(m: Model, samples) -> str | None:
     for params in samples:
         for r, peak in enumerate(peaks(m, params)):
             points.append(({**params, m.rank_var: r}, peak))
+    top = max((peak for _, peak in points), default=0)
     lins = []
     for p in (None, *m.params):
         for a in ((0,) if p is None else (1, 2, 3, 4)):
             for b in (0, -1, 1, -2):
-                for c in (0, 1, -1):
+                for c in (range(-1, top + 2) if p is None else (0, 1, -1)):  # a constant: any up to the peak
                     lins.append(((p, a), b, c))
 
     def value(lin, env):
@@ -159,21 +161,22 @@ def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: i
     rows = timing_rows(m, samples)
     names = _names(m)
     bounds = list(FIT_BOUNDS)
-    fitter = smt.Fit(bounds[0])
+    fitter = _fit(bounds)
     fitter.add(rows)
     for round_ in range(rounds):
         left = deadline - time.monotonic()
         if left <= 0:
             return None, "out of time while searching for a timing certificate"
-        found = fitter.solve(min(left, 120))
+        found = fitter.solve(min(left, _fit_time(bounds)))
         while found is None and len(bounds) > 1 and time.monotonic() < deadline:
-            bounds.pop(0)  # rows only grow: a smaller bound cannot work again
-            fitter = smt.Fit(bounds[0])
+            bounds.pop(0)  # rows only grow: a smaller bound cannot work again (or took too long)
+            fitter = _fit(bounds)
             fitter.add(rows)
-            found = fitter.solve(min(deadline - time.monotonic(), 120))
+            found = fitter.solve(min(deadline - time.monotonic(), _fit_time(bounds)))
         if found is None:
             return None, ("no affine timing (in the parameters, the rank, the lets and the loop variables, "
-                          f"coefficients up to {FIT_BOUNDS[-1]}) orders the sampled instances")
+                          f"coefficients up to {FIT_BOUNDS[-1]}, constants up to {LAST_CONSTANT}) "
+                          "orders the sampled instances")
         cert = _named(m, found)
         enc = smt.Encoding(m, assumptions)
         failed = []
@@ -193,6 +196,15 @@ def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: i
         rows += failed
         fitter.add(failed)
     return None, f"the timing search did not converge in {rounds} rounds"
+
+
+def _fit(bounds) -> smt.Fit:
+    return smt.Fit(bounds[0], LAST_CONSTANT if len(bounds) == 1 else None)
+
+
+def _fit_time(bounds) -> float:
+    """Seconds for one fit: a small bound that is slow to decide gives way to the next one."""
+    return 120.0 if len(bounds) == 1 else 10.0
 
 
 def _names(m: Model) -> dict:

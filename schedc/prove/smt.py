@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import z3
 
 from .. import syntax as ast
-from .model import GuardFrame, LetFrame, Model, Stmt, Unsupported, pins, shared_loops
+from .model import GuardFrame, LetFrame, Model, Stmt, Unsupported, order_pairs, pins, shared_loops, stages_apart
 
 SEED = 0
 
@@ -287,12 +287,12 @@ def absent(inst: Inst, match):
 
 
 class Fit:
-    """Integer coefficients with |c| <= bound meeting rows added over time (one Z3 solver kept
-    across calls, so what it learned carries over). A row is [(key, [values]), ...] meaning
-    sum over (key, values) of coeff[key] . values >= 1."""
+    """Integer coefficients with |c| <= bound (the constant term: <= constant, default bound)
+    meeting rows added over time (one Z3 solver kept across calls, so what it learned carries
+    over). A row is [(key, [values]), ...] meaning sum over (key, values) of coeff[key] . values >= 1."""
 
-    def __init__(self, bound: int):
-        self.bound = bound
+    def __init__(self, bound: int, constant: int | None = None):
+        self.bound, self.constant = bound, bound if constant is None else constant
         self.ctx = z3.Context()
         self.solver = z3.Solver(ctx=self.ctx)
         self.solver.set(random_seed=SEED)
@@ -302,7 +302,8 @@ class Fit:
     def _c(self, key, i):
         if (key, i) not in self.coeffs:
             v = self.coeffs[(key, i)] = z3.Int(f"c_{len(self.coeffs)}", self.ctx)
-            self.solver.add(v >= -self.bound, v <= self.bound)
+            k = self.constant if i == 0 else self.bound  # feature 0 is the constant 1
+            self.solver.add(v >= -k, v <= k)
         return self.coeffs[(key, i)]
 
     def add(self, rows) -> None:
@@ -361,7 +362,7 @@ def well_formed(enc: Encoding, which: str):
     elif which == "unique":  # no (stage, microbatch) twice among these kinds
         for group in (("F",), ("B",), ("I",), ("W",), ("B", "I"), ("B", "W")):
             for x, y in _pairs(enc, group, group):
-                if x.index > y.index or (len(group) == 2 and x.kind == y.kind):
+                if x.index > y.index or (len(group) == 2 and x.kind == y.kind) or stages_apart(x, y, 0):
                     continue
                 a, b = enc.instance(x, "a"), enc.instance(y, "b")
                 same = z3.And(a.stage == b.stage, a.microbatch == b.microbatch)
@@ -402,15 +403,14 @@ def _producers():
 def timing_edges(enc: Encoding):
     """(x, y, a, b, edge): every pair of instances the timing must order, a before b."""
     m = enc.m
-    for x in m.stmts:
-        for y in m.stmts:
-            a, b = enc.instance(x, "a"), enc.instance(y, "b")
-            yield x, y, a, b, "order", z3.And(a.rank == b.rank, enc.before(a, b))
+    for x, y in order_pairs(m.stmts):
+        a, b = enc.instance(x, "a"), enc.instance(y, "b")
+        yield x, y, a, b, "order", z3.And(a.rank == b.rank, enc.before(a, b))
     producers = _producers()
     for y in m.stmts:
         for kinds, offset in producers[y.kind]:
             for x in m.stmts:
-                if x.kind in kinds:
+                if x.kind in kinds and not stages_apart(x, y, offset):
                     a, b = enc.instance(x, "a"), enc.instance(y, "b")
                     yield x, y, a, b, "data", z3.And(a.stage == b.stage + offset, a.microbatch == b.microbatch)
 
@@ -434,6 +434,8 @@ def memory_order(enc: Encoding, kinds, direction: int):
     group = [x for x in enc.m.stmts if x.kind in kinds]
     for x in group:
         for y in group:
+            if x.path[0] != y.path[0] or stages_apart(x, y, 0):  # other bodies run on other ranks
+                continue
             a, b = enc.instance(x, "a"), enc.instance(y, "b")
             earlier = a.microbatch < b.microbatch if direction > 0 else a.microbatch > b.microbatch
             yield ("in microbatch order", x, y), z3.And(a.where(), b.where(), a.rank == b.rank, a.stage == b.stage,
@@ -445,6 +447,8 @@ def frees_follow(enc: Encoding):
     of live activations never goes below what was allocated)."""
     for x in [x for x in enc.m.stmts if x.kind in FREES]:
         for y in [y for y in enc.m.stmts if y.kind in ALLOCS]:
+            if x.path[0] != y.path[0] or stages_apart(x, y, 0):
+                continue
             g, a = enc.instance(x, "g"), enc.instance(y, "a")
             yield ("frees after their forward", x, y), z3.And(
                 g.where(), a.where(), g.rank == a.rank, g.stage == a.stage, g.microbatch == a.microbatch,
@@ -467,6 +471,8 @@ def memory(enc: Encoding, bound, directions: tuple[int, int]):
     def some(group, a, stage, micro, when, tag):
         options = []
         for y in group:
+            if y.path[0] != a.stmt.path[0]:
+                continue
             g = enc.instance(y, tag)
             options.append(z3.And(g.where(), g.rank == a.rank, g.stage == stage, g.microbatch == micro, when(g)))
         return z3.Or(*options) if options else z3.BoolVal(False, enc.ctx)

@@ -28,6 +28,9 @@ def add_arguments(q) -> None:
     q.add_argument("--placement", choices=["loop", "vshape"], default="loop",
                    help="loop: stage r on rank r (default); vshape: 2P stages, down the ranks and back")
     q.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="seconds to search (default 60)")
+    q.add_argument("--repeat", action="store_true",
+                   help="write each rank's steady state as a loop: one schedule for every M from the "
+                        "smallest that checks clean (schedc prove covers them all)")
     q.add_argument("-o", "--output", metavar="OUT.pp", help="write the schedule here")
     q.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -58,16 +61,31 @@ def run(args, stdout, stderr, write_all) -> int:
                                      "reason": outcome.reason}) + "\n")
         return EXIT_FAIL
     command = "schedc synth " + shlex.join(_shown_argv(args))
-    text = to_pp(outcome, command)
+    text, repeat = to_pp(outcome, command), None
+    if args.repeat:
+        from .repeat import for_every_m
+        repeat = for_every_m(outcome, command)
+        if isinstance(repeat, str):
+            stderr.write(f"schedc synth: warning: no loop form, writing the list for M={problem.M}: {repeat}\n")
+        else:
+            text = repeat.text
     written = None
     if args.output:
         out = Path(args.output)
         written = write_all(out.parent, {out.name: text})[0]
     if args.json:
-        stdout.write(json.dumps(_json(outcome, written)) + "\n")
+        stdout.write(json.dumps({**_json(outcome, written), **_repeat_json(repeat, args.repeat)}) + "\n")
     else:
-        stdout.write(_text(outcome, written) + "\n")
+        stdout.write(_text(outcome, written, repeat) + "\n")
     return EXIT_OK
+
+
+def _repeat_json(repeat, asked: bool) -> dict:
+    if not asked:
+        return {}
+    if isinstance(repeat, str):
+        return {"repeat": {"ok": False, "reason": repeat}}
+    return {"repeat": {"ok": True, "min_M": repeat.low, "modulus": repeat.modulus, "checked": list(repeat.checked)}}
 
 
 def _head(problem) -> dict:
@@ -104,7 +122,7 @@ def _json(outcome, written) -> dict:
             "output": str(written) if written else None}
 
 
-def _text(outcome, written) -> str:
+def _text(outcome, written, repeat=None) -> str:
     from .emit import describe_costs, number
     p, best = outcome.problem, outcome.best
     caps = {c for c in p.cap_given}
@@ -121,6 +139,10 @@ def _text(outcome, written) -> str:
              f"in {outcome.elapsed:.1f} s",
              "  peak activations per rank: [" + ", ".join(number(x * float(p.memory_unit)) for x in best.peaks) + "]"]
     lines += [f"  rank {r}: " + " ".join(str(a) for a in row) for r, row in enumerate(best.program(p).ranks)]
+    if repeat is not None and not isinstance(repeat, str):
+        mod = f" with M % {repeat.modulus} == {p.M % repeat.modulus}" if repeat.modulus > 1 else ""
+        lines.append(f"  loop form: every M >= {repeat.low}{mod} (checked clean at {repeat.checked[0]}.."
+                     f"{repeat.checked[-1]}; `schedc prove` covers every M)")
     if written:
         lines.append(f"  wrote {written}")
     return "\n".join(lines)
@@ -146,4 +168,4 @@ def _shown_argv(args) -> list[str]:
                         ("--placement", None if args.placement == "loop" else args.placement)):
         if value:
             out += [flag, value]
-    return out
+    return out + (["--repeat"] if args.repeat else [])

@@ -44,12 +44,21 @@ def describe_costs(problem: Problem) -> list[str]:
 
 def to_pp(outcome: Outcome, command: str | None = None) -> str:
     p = outcome.problem
-    ann = p.program.annotations
-    best = outcome.best
+    head = header(outcome, command)
+    body = [f"schedule {p.program.name} {{", *settings(p, head)]
+    for r, row in enumerate(outcome.best.program(p).ranks):
+        body.append(f"  rank {r}: " + " ".join(str(a) for a in row))
+    body.append("}")
+    return "\n".join(head + body) + "\n"
+
+
+def header(outcome: Outcome, command: str | None) -> list[str]:
+    """The comment lines saying how the schedule was found and how good it is."""
+    p, best = outcome.problem, outcome.best
     caps = ", ".join("none" if c is None else number(c) for c in p.cap_given)
     status = ("optimal (proved: no schedule is shorter)" if outcome.optimal else
               f"not proven optimal ({_why(outcome)}); gap {outcome.gap:.1%}")
-    head = [f"# Synthesised by `schedc synth`{f': {command}' if command else ''}",
+    return [f"# Synthesised by `schedc synth`{f': {command}' if command else ''}",
             f"# P={p.P}, M={p.M}, placement {p.placement}, {p.S} stages; memory limit per rank: {caps}",
             *(f"# costs {line}" for line in describe_costs(p)),
             f"# makespan {number(best.makespan)}, lower bound {number(outcome.lower_bound)}: {status}",
@@ -57,11 +66,17 @@ def to_pp(outcome: Outcome, command: str | None = None) -> str:
             f"{len(outcome.queries)} solver quer{'y' if len(outcome.queries) == 1 else 'ies'}, "
             f"{outcome.elapsed:.1f} s",
             "# peak activations per rank: " + ", ".join(number(x * float(p.memory_unit)) for x in best.peaks)]
-    body = [f"schedule {p.program.name} {{", f"  stages {p.S}", f"  place {p.placement}"]
-    settings = [_stage_settings(ann, s) for s in range(p.S)]
-    common = max(settings, key=settings.count)  # written once; the stages that differ get their own line
+
+
+def settings(p: Problem, head: list[str]) -> list[str]:
+    """The declarations (stages, placement, costs, sizes, memory limit) the schedule was found for;
+    what the language cannot say is noted in `head`."""
+    ann = p.program.annotations
+    body = [f"  stages {p.S}", f"  place {p.placement}"]
+    per_stage = [_stage_settings(ann, s) for s in range(p.S)]
+    common = max(per_stage, key=per_stage.count)  # written once; the stages that differ get their own line
     body += [f"  cost {common[0]}", f"  memory {common[1]}"]
-    for s, (cost, memory) in enumerate(settings):
+    for s, (cost, memory) in enumerate(per_stage):
         if cost != common[0]:
             body.append(f"  cost stage {s}: {cost}")
         if memory != common[1]:
@@ -78,10 +93,7 @@ def to_pp(outcome: Outcome, command: str | None = None) -> str:
         body.append(f"  memory limit = {number(p.cap_given[0])}")
     else:
         body += [f"  memory rank {r}: limit = {number(c)}" for r, c in enumerate(p.cap_given) if c is not None]
-    for r, row in enumerate(best.program(p).ranks):
-        body.append(f"  rank {r}: " + " ".join(str(a) for a in row))
-    body.append("}")
-    return "\n".join(head + body) + "\n"
+    return body
 
 
 def _stage_settings(ann, s: int) -> tuple[str, str]:
