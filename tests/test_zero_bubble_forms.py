@@ -1,7 +1,7 @@
 """ZB-H1 and ZB-H2 reproduce the zero-bubble paper's closed forms (arXiv 2401.10241).
 
 ZB-H1: makespan M(t_F + t_I + t_W) + (P-1)(t_F + t_I - t_W), i.e. a bubble of (P-1)(t_F + t_I - t_W)
-per rank, with peak activations P (1F1B's). ZB-H2, built by `order greedy` under a 2P-1 cap: peak
+per rank, with peak activations P (1F1B's). ZB-H2, the order `order greedy` builds under a 2P-1 cap (written out as loops): peak
 activations 2P-1 and, once M >= 2P, every rank busy without a gap between its first and its last
 action at t_F = t_I = t_W (the paper's zero bubble: a parallelogram).
 """
