@@ -69,6 +69,9 @@ def test_without_a_loop_form_the_list_is_written_and_the_reason_given(run_cli, t
     assert "no loop form" in stderr
     assert "rank 0:" in out.read_text()  # the literal list, which checks clean
     assert check(load(str(out))).ok is True
+    listed = prove(str(out))  # no `ranks` or `microbatches` declared: counted from the lists
+    assert listed.verdict == "proved", listed.reason
+    assert listed.memory_bound == str(int(max(report["peak_memory"])))
 
 
 def test_fold_finds_the_longest_repetition_and_body_counts_back_from_m():

@@ -143,6 +143,12 @@ def model(tree: ast.Schedule) -> Model:
         builder.block(body.body, others, (("s", len(specific)),))
     if "stages" not in decls:  # the compiler would count them from the actions
         raise Unsupported("declare `stages E`: the proof needs the number of stages as an expression", tree.span)
+    if body is None and specific:  # only `rank N` lists: count what they say, as the compiler does
+        if "ranks" not in decls and "P" not in params:
+            decls["ranks"] = ast.Num(max(item.index for item in specific) + 1, tree.span)
+        numbers = [x.microbatch.value for x in builder.stmts if isinstance(x.microbatch, ast.Num)]
+        if "microbatches" not in decls and "M" not in params and len(numbers) == len(builder.stmts) and numbers:
+            decls["microbatches"] = ast.Num(max(numbers) + 1, tree.span)
     return Model(tree.name, params, tuple(requires), tuple(lets), functions, decl("ranks", "P"),
                  decls["stages"], decl("microbatches", "M"), placement.kind, placement.var,
                  placement.expr, rank_var, tuple(builder.stmts))
