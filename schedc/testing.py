@@ -11,7 +11,7 @@ from typing import Mapping
 
 from .ir import Program, format_step
 
-__all__ = ["assert_deadlock_free", "assert_same_gradients", "assert_within_memory", "listing"]
+__all__ = ["assert_deadlock_free", "assert_same_gradients", "assert_within_memory", "listing", "reference_gradients"]
 
 
 def _count(n: int, what: str) -> str:
@@ -242,8 +242,10 @@ def _load_result(path):
     return torch.load(path, weights_only=True)
 
 
-def _reference(build, loss_fn, S: int, x, y):
-    """Loss and per-stage parameter gradients of the unsplit model on the whole batch (float64)."""
+def reference_gradients(build, loss_fn, S: int, x, y):
+    """Loss and per-stage (name, gradient) lists of the unsplit model on the whole batch (float64):
+    what a pipelined step must reproduce. `build(stages, S)` gives the stage modules, as for
+    assert_same_gradients."""
     modules = [m.double() for m in build(list(range(S)), S)]
     out = x
     for m in modules:
@@ -253,7 +255,8 @@ def _reference(build, loss_fn, S: int, x, y):
     return loss.item(), [[(n, p.grad) for n, p in m.named_parameters()] for m in modules]
 
 
-def _as_double(t):
+def as_double(t):
+    """A floating tensor in float64 (the reference's precision); others as they are."""
     return t.double() if t.is_floating_point() else t
 
 
@@ -261,8 +264,8 @@ def _compare_gradients(program, lowered, results, build, loss_fn, make_batch, st
     import torch
     S = program.num_stages
     for step in range(steps):
-        x, y = (_as_double(t) for t in make_batch(step, size))
-        ref_loss, ref = _reference(build, loss_fn, S, x, y)
+        x, y = (as_double(t) for t in make_batch(step, size))
+        ref_loss, ref = reference_gradients(build, loss_fn, S, x, y)
         for r, result in enumerate(results):
             got = result["steps"][step]
             for s_text, grads in got["grads"].items():
@@ -317,7 +320,7 @@ def _gradient_worker(job_path: str) -> int:
     out = {"steps": []}
     try:
         for step in range(job["steps"]):
-            x, y = (_as_double(t) for t in make_batch(step, job["batch_size"]))
+            x, y = (as_double(t) for t in make_batch(step, job["batch_size"]))
             losses = interp.step(split(x, M) if 0 in mine else None, split(y, M) if S - 1 in mine else None)
             grads = {str(s): [None if p.grad is None else p.grad.detach().clone() for p in modules[s].parameters()]
                      for s in mine}

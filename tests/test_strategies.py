@@ -410,11 +410,11 @@ def test_gradient_comparison_names_the_first_parameter_that_differs():
     """The comparison half of assert_same_gradients, on results made here (no ranks spawned):
     equal gradients pass; one perturbed entry fails naming its rank, stage and parameter."""
     pytest.importorskip("torch")
-    from schedc.testing import _as_double, _compare_gradients, _reference
+    from schedc.testing import _compare_gradients, as_double, reference_gradients
     program = schedc.load("1f1b", {"P": 2, "M": 2})
     low = lower(program)
-    x, y = (_as_double(t) for t in _tiny_batch(0, 4))
-    loss, ref = _reference(_tiny_stages, _tiny_loss, 2, x, y)
+    x, y = (as_double(t) for t in _tiny_batch(0, 4))
+    loss, ref = reference_gradients(_tiny_stages, _tiny_loss, 2, x, y)
     results = [{"steps": [{"grads": {str(r): [g.clone() for _, g in ref[r]]}, "loss": loss if r == 1 else None}]}
                for r in range(2)]
     _compare_gradients(program, low, results, _tiny_stages, _tiny_loss, _tiny_batch, 1, 4, 1e-9, 1e-7)
