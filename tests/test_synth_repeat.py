@@ -77,9 +77,9 @@ def test_without_a_loop_form_the_list_is_written_and_the_reason_given(run_cli, t
 def test_fold_finds_the_longest_repetition_and_body_counts_back_from_m():
     row = [("F", 0, 0), ("F", 0, 1)] + [x for i in range(5) for x in (("F", 0, i + 2), ("B", 0, i))] + \
           [("B", 0, 5), ("B", 0, 6)]
-    f = fold_rank(row)
+    f = fold_rank(row, 7)
     assert f == RankFold((("F", 0, 0), ("F", 0, 1)), (("F", 0, 2), ("B", 0, 0)), 1, 5, (("B", 0, 5), ("B", 0, 6)))
     assert body(f, 7) == "F(0, 0); F(0, 1); for i in 0 .. M - 2 { F(0, i + 2); B(0, i) }; B(0, M - 2); B(0, M - 1)"
-    assert fold_rank([("F", 0, 0), ("B", 0, 0)]) is None  # too short to repeat
+    assert fold_rank([("F", 0, 0), ("B", 0, 0)], 1) is None  # too short to repeat
     two = [x for i in range(3) for x in (("F", 0, 2 * i), ("F", 0, 2 * i + 1), ("B", 0, 2 * i), ("B", 0, 2 * i + 1))]
-    assert fold_rank(two).step == 2 and fold_rank(two).count == 3
+    assert fold_rank(two, 6).step == 2 and fold_rank(two, 6).count == 3

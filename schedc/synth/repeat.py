@@ -1,7 +1,7 @@
 """The steady state of a synthesised schedule as a loop: one `.pp` file for every M, not one M.
 
-`fold(rows, M)` finds in each rank's order a repeating block (the same actions, microbatches one
-or two further on each time round) and splits the order into a head (the warm-up, microbatches as
+`fold_rank(row, M)` finds in a rank's order a repeating block (the same actions, microbatches one
+to four further on each time round) and splits the order into a head (the warm-up, microbatches as
 found), the loop, and a tail (the cool-down, microbatches counted back from M). `generalise`
 writes that as a schedule with parameter M, then keeps it only if it compiles to the very same
 order at the M it was found for and checks clean at every M from the smallest that works to a few
@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import lcm
 
-MAX_BLOCK = 12  # actions in one repetition, at most
-MAX_STEP = 2    # microbatches one repetition moves on, at most
+MAX_STEP = 4    # microbatches one repetition moves on, at most
 ABOVE = 4       # repetitions beyond the M it was found for that must also check clean
 
 
@@ -35,22 +34,25 @@ class Generalised:
     folds: tuple[RankFold, ...]
 
 
-def fold_rank(row, *, max_block: int = MAX_BLOCK, max_step: int = MAX_STEP) -> RankFold | None:
-    """The repetition covering the most actions (at least two rounds), or None."""
+def fold_rank(row, microbatches: int, *, max_step: int = MAX_STEP) -> RankFold | None:
+    """The repetition covering the most actions (at least two rounds), or None. One round moves
+    every (kind, stage) of the rank `step` microbatches on, so it holds step x (actions per
+    microbatch) actions."""
     n, best, key = len(row), None, None
-    for length in range(1, min(max_block, n // 2) + 1):
-        for step in range(1, max_step + 1):
-            for start in range(0, n - 2 * length + 1):
-                block = row[start:start + length]
-                count = 1
-                while start + (count + 1) * length <= n and all(
-                        row[start + count * length + j] == (op, s, mb + count * step)
-                        for j, (op, s, mb) in enumerate(block)):
-                    count += 1
-                if count >= 2 and (key is None or (count * length, -length, -step, -start) > key):
-                    key = (count * length, -length, -step, -start)
-                    best = RankFold(tuple(row[:start]), tuple(block), step, count,
-                                    tuple(row[start + count * length:]))
+    if microbatches < 1 or n % microbatches:
+        return None
+    for step in range(1, max_step + 1):
+        length = step * n // microbatches
+        for start in range(0, n - 2 * length + 1):
+            block = row[start:start + length]
+            count = 1
+            while start + (count + 1) * length <= n and all(
+                    row[start + count * length + j] == (op, s, mb + count * step)
+                    for j, (op, s, mb) in enumerate(block)):
+                count += 1
+            if count >= 2 and (key is None or (count * length, -step, -start) > key):
+                key = (count * length, -step, -start)
+                best = RankFold(tuple(row[:start]), tuple(block), step, count, tuple(row[start + count * length:]))
     return best
 
 
@@ -88,7 +90,7 @@ def generalise(problem, rows, header: list[str], settings: list[str]) -> General
     M = problem.M
     folds = []
     for r, row in enumerate(rows):
-        f = fold_rank(row)
+        f = fold_rank(row, M)
         if f is None:
             return f"rank {r} has no repeating block (its order is too short or irregular)"
         folds.append(f)
@@ -118,7 +120,8 @@ def generalise(problem, rows, header: list[str], settings: list[str]) -> General
         return "the loop form does not give back the order it was found from"
     above = [M + k * modulus for k in range(1, ABOVE + 1)]
     if not all(clean(m, text) for m in [M, *above]):
-        return "the loop form does not check clean beyond the M it was found for"
+        return ("the loop form does not check clean beyond the M it was found for (its steady state may "
+                "need more rounds to show: try a larger M)")
     low = M
     while low - modulus >= 1 and clean(low - modulus, text):
         low -= modulus
