@@ -24,7 +24,7 @@ def orders(program):
     return [[str(a) for a in rank] for rank in program.ranks]
 
 
-@pytest.mark.parametrize("P, M, cap, extra", [(4, 16, "4", ()), (4, 16, "5", ()),
+@pytest.mark.parametrize("P, M, cap, extra", [(4, 16, "4", ()), (4, 16, "5", ()), (4, 16, "6", ()),
                                               (3, 12, "3", ("--cost", "F=1,I=2,W=1,latency=1"))])
 def test_the_loop_form_is_the_order_found_and_holds_for_every_m_it_claims(run_cli, tmp_path, P, M, cap, extra):
     report, out, _ = synth(run_cli, tmp_path, "--param", f"P={P}", "--param", f"M={M}", "--memory-limit", cap,

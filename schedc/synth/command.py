@@ -30,7 +30,7 @@ def add_arguments(q) -> None:
     q.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="seconds to search (default 60)")
     q.add_argument("--repeat", action="store_true",
                    help="write each rank's steady state as a loop: one schedule for every M from the "
-                        "smallest that checks clean (schedc prove covers them all)")
+                        "smallest that checks clean (schedc prove can prove it for all of them)")
     q.add_argument("-o", "--output", metavar="OUT.pp", help="write the schedule here")
     q.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -142,7 +142,7 @@ def _text(outcome, written, repeat=None) -> str:
     if repeat is not None and not isinstance(repeat, str):
         mod = f" with M % {repeat.modulus} == {p.M % repeat.modulus}" if repeat.modulus > 1 else ""
         lines.append(f"  loop form: every M >= {repeat.low}{mod} (checked clean at {repeat.checked[0]}.."
-                     f"{repeat.checked[-1]}; `schedc prove` covers every M)")
+                     f"{repeat.checked[-1]}; for every M: `schedc prove`)")
     if written:
         lines.append(f"  wrote {written}")
     return "\n".join(lines)

@@ -5,7 +5,7 @@ to four further on each time round) and splits the order into a head (the warm-u
 found), the loop, and a tail (the cool-down, microbatches counted back from M). `generalise`
 writes that as a schedule with parameter M, then keeps it only if it compiles to the very same
 order at the M it was found for and checks clean at every M from the smallest that works to a few
-beyond; `schedc prove` then covers every M (README, "Synthesising a schedule").
+beyond. `schedc prove` can then prove it for every M (README, "Synthesising a schedule").
 """
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def generalise(problem, rows, header: list[str], settings: list[str]) -> General
         every = f"every M >= {low}" + (f" with M % {modulus} == {M % modulus}" if modulus > 1 else "")
         note = [f"# Written for {every}: each rank's steady state found at M={M} becomes a loop (the",
                 f"# makespan above is M={M}'s; other M repeat the same block, not re-optimised). Checked clean",
-                f"# at M = {', '.join(map(str, checked))}; `schedc prove` on this file covers every M."] if checked else []
+                f"# at M = {', '.join(map(str, checked))}; for every M, ask `schedc prove` about this file."] if checked else []
         return "\n".join(header + note + [f"schedule {name}(M = {M}) {{", f"  require {', '.join(need)}",
                                           f"  ranks {problem.P}", *settings, *ranks, "}"]) + "\n"
 
