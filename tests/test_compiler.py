@@ -155,6 +155,18 @@ def test_groups_and_overlaps():
     assert error_of("schedule s(P = 1) { rank 0 { overlap(F(0, 0)) } }").code == "arity"
 
 
+def test_next_counts_per_kind_and_stage_and_w_next_takes_the_oldest_waiting_i():
+    p = compile_text("""schedule s(P = 1) { stages 2
+      place s -> 0
+      rank 0 { F(0, next); F(1, next); F(0, next); F(1, next)
+               I(1, next); B(1, next); I(0, next); W(next); W(next); B(0, next) } }""")
+    assert [format_step(a) for a in p.ranks[0]] == ["0F0", "1F0", "0F1", "1F1", "1I0", "1B1", "0I0", "1W0",
+                                                    "0W0", "0B1"]
+    d = error_of("schedule s(P = 1) { stages 2\n  place s -> 0\n"
+                 "  rank 0 { F(0, 0); F(1, 0); I(1, 0); overlap(F(0, 1), W(next)) } }")
+    assert d.code == "bad-action" and "W(next) cannot be part of overlap" in d.message
+
+
 def test_annotations_resolve_per_stage_and_rank():
     p = compile_text("""schedule s(P = 2) { stages 2
       cost F = 2, I = 1, W = 3
