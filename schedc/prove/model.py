@@ -240,6 +240,12 @@ def shared_loops(a: Stmt, b: Stmt) -> tuple[tuple[int, ...], bool | None]:
     return tuple(common), None if len(a.path) == len(b.path) else len(a.path) < len(b.path)
 
 
+def one_body(x: Stmt, y: Stmt) -> bool:
+    """Both in one rank body: only then can they run on one rank (a `rank N` body runs on rank N
+    only, the generic body on the ranks without one)."""
+    return x.path[0] == y.path[0]
+
+
 def order_pairs(stmts):
     """The (x, y) pairs whose order on a rank a certificate must respect: only pairs in one rank
     body (different bodies run on different ranks), not with x wholly after y, and not with a
@@ -253,8 +259,8 @@ def order_pairs(stmts):
         if single:
             once.setdefault(body, []).append(pos)
     for x, (bx, px, _) in zip(stmts, tops):
-        for y, (by, py, _) in zip(stmts, tops):
-            if bx != by or px > py or any(px < q < py for q in once.get(bx, ())):
+        for y, (_, py, _) in zip(stmts, tops):
+            if not one_body(x, y) or px > py or any(px < q < py for q in once.get(bx, ())):
                 continue
             yield x, y
 

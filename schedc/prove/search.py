@@ -66,11 +66,16 @@ def timing_rows(m: Model, samples) -> list:
     rows = []
     for params in samples:
         for a, b in _edges(m, instances(m, params)):
-            if a.stmt.key == b.stmt.key:  # one statement (or step): only the difference counts (rows repeat)
-                rows.append([(b.stmt.key, [y - x for x, y in zip(a.features, b.features)])])
-            else:
-                rows.append([(b.stmt.key, b.features), (a.stmt.key, [-x for x in a.features])])
+            rows.append(edge_row(a.stmt.key, a.features, b.stmt.key, b.features))
     return rows
+
+
+def edge_row(ka, fa, kb, fb) -> list:
+    """t(b) - t(a) >= 1 for features fa of a (certificate key ka) and fb of b, as a smt.Fit row;
+    within one statement (or step) only the difference counts, so such rows repeat and are shared."""
+    if ka == kb:
+        return [(kb, [y - x for x, y in zip(fa, fb)])]
+    return [(kb, list(fb)), (ka, [-x for x in fa])]
 
 
 def _named(m: Model, found) -> dict:
@@ -187,8 +192,7 @@ def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: i
             if isinstance(verdict, smt.Fails):
                 fa = [verdict.detail[f"a.f{i}"] for i in range(len(names[x.index]))]
                 fb = [verdict.detail[f"b.f{i}"] for i in range(len(names[y.index]))]
-                failed.append([(y.key, fb), (x.key, [-v for v in fa])] if x.key != y.key
-                              else [(y.key, [b - a for a, b in zip(fa, fb)])])
+                failed.append(edge_row(x.key, fa, y.key, fb))
                 if len(failed) == 1:
                     log(f"  timing candidate {round_ + 1} fails at {_fmt(verdict.params)}; learning from it")
         if not failed:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import z3
 
 from .. import syntax as ast
-from .model import GuardFrame, LetFrame, Model, Stmt, Unsupported, order_pairs, pins, shared_loops, stages_apart
+from .model import (GuardFrame, LetFrame, Model, Stmt, Unsupported, one_body, order_pairs, pins, shared_loops,
+                    stages_apart)
 
 SEED = 0
 
@@ -434,7 +435,7 @@ def memory_order(enc: Encoding, kinds, direction: int):
     group = [x for x in enc.m.stmts if x.kind in kinds]
     for x in group:
         for y in group:
-            if x.path[0] != y.path[0] or stages_apart(x, y, 0):  # other bodies run on other ranks
+            if not one_body(x, y) or stages_apart(x, y, 0):
                 continue
             a, b = enc.instance(x, "a"), enc.instance(y, "b")
             earlier = a.microbatch < b.microbatch if direction > 0 else a.microbatch > b.microbatch
@@ -447,7 +448,7 @@ def frees_follow(enc: Encoding):
     of live activations never goes below what was allocated)."""
     for x in [x for x in enc.m.stmts if x.kind in FREES]:
         for y in [y for y in enc.m.stmts if y.kind in ALLOCS]:
-            if x.path[0] != y.path[0] or stages_apart(x, y, 0):
+            if not one_body(x, y) or stages_apart(x, y, 0):
                 continue
             g, a = enc.instance(x, "g"), enc.instance(y, "a")
             yield ("frees after their forward", x, y), z3.And(
@@ -471,7 +472,7 @@ def memory(enc: Encoding, bound, directions: tuple[int, int]):
     def some(group, a, stage, micro, when, tag):
         options = []
         for y in group:
-            if y.path[0] != a.stmt.path[0]:
+            if not one_body(y, a.stmt):
                 continue
             g = enc.instance(y, tag)
             options.append(z3.And(g.where(), g.rank == a.rank, g.stage == stage, g.microbatch == micro, when(g)))
