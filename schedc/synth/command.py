@@ -140,8 +140,7 @@ def _text(outcome, written, repeat=None) -> str:
              "  peak activations per rank: [" + ", ".join(number(x * float(p.memory_unit)) for x in best.peaks) + "]"]
     lines += [f"  rank {r}: " + " ".join(str(a) for a in row) for r, row in enumerate(best.program(p).ranks)]
     if repeat is not None and not isinstance(repeat, str):
-        mod = f" with M % {repeat.modulus} == {p.M % repeat.modulus}" if repeat.modulus > 1 else ""
-        lines.append(f"  loop form: every M >= {repeat.low}{mod} (checked clean at {repeat.checked[0]}.."
+        lines.append(f"  loop form: {repeat.every} (checked clean at {repeat.checked[0]}.."
                      f"{repeat.checked[-1]}; for every M: `schedc prove`)")
     if written:
         lines.append(f"  wrote {written}")

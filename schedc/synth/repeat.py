@@ -28,6 +28,7 @@ class RankFold:
 @dataclass(frozen=True)
 class Generalised:
     text: str  # the .pp source, parameter M
+    every: str  # which M it is for, in words: "every M >= 8 with M % 2 == 0"
     low: int  # the smallest M it is for
     modulus: int  # M = found M (mod modulus)
     checked: tuple[int, ...]  # the values of M it was compiled and checked at
@@ -77,7 +78,7 @@ def for_every_m(outcome, command: str | None = None) -> Generalised | str:
     """The outcome's schedule written for every M, or why it cannot be."""
     from .emit import header, settings
     p = outcome.problem
-    rows = [[(a.op.value, a.stage, a.microbatch) for a in row] for row in outcome.best.program(p).ranks]
+    rows = _rows(outcome.best.program(p))
     head = header(outcome, command)
     return generalise(p, rows, head, settings(p, head))
 
@@ -97,11 +98,13 @@ def generalise(problem, rows, header: list[str], settings: list[str]) -> General
     modulus = lcm(*(f.step for f in folds))
     name = problem.program.name.replace(f"_m{M}", "") + "_every_m"
 
+    def every(low: int) -> str:
+        return f"every M >= {low}" + (f" with M % {modulus} == {M % modulus}" if modulus > 1 else "")
+
     def source(low: int, checked=()) -> str:
         need = [f"M >= {low}"] + ([f"M % {modulus} == {M % modulus}"] if modulus > 1 else [])
         ranks = [f"  rank {r} {{ {body(f, M)} }}" for r, f in enumerate(folds)]
-        every = f"every M >= {low}" + (f" with M % {modulus} == {M % modulus}" if modulus > 1 else "")
-        note = [f"# Written for {every}: each rank's steady state found at M={M} becomes a loop (the",
+        note = [f"# Written for {every(low)}: each rank's steady state found at M={M} becomes a loop (the",
                 f"# makespan above is M={M}'s; other M repeat the same block, not re-optimised). Checked clean",
                 f"# at M = {', '.join(map(str, checked))}; for every M, ask `schedc prove` about this file."] if checked else []
         return "\n".join(header + note + [f"schedule {name}(M = {M}) {{", f"  require {', '.join(need)}",
@@ -116,17 +119,22 @@ def generalise(problem, rows, header: list[str], settings: list[str]) -> General
 
     text = source(1)
     found = api.load_text(text, f"{name}.pp", params={"M": M})
-    if [[(a.op.value, a.stage, a.microbatch) for a in rank] for rank in found.ranks] != [list(r) for r in rows]:
+    if _rows(found) != [list(r) for r in rows]:
         return "the loop form does not give back the order it was found from"
     above = [M + k * modulus for k in range(1, ABOVE + 1)]
-    if not all(clean(m, text) for m in [M, *above]):
+    if api.check(found).ok is not True or not all(clean(m, text) for m in above):
         return ("the loop form does not check clean beyond the M it was found for (its steady state may "
                 "need more rounds to show: try a larger M)")
     low = M
     while low - modulus >= 1 and clean(low - modulus, text):
         low -= modulus
     checked = tuple(range(low, M + 1, modulus)) + tuple(above)
-    return Generalised(source(low, _ranges(checked, modulus)), low, modulus, checked, tuple(folds))
+    return Generalised(source(low, _ranges(checked, modulus)), every(low), low, modulus, checked, tuple(folds))
+
+
+def _rows(program) -> list[list[tuple]]:
+    """Per rank, (op, stage, microbatch) of each action in order (synthesised steps are single actions)."""
+    return [[(a.op.value, a.stage, a.microbatch) for a in rank] for rank in program.ranks]
 
 
 def _ranges(values, step: int) -> list[str]:
