@@ -33,6 +33,16 @@ def proof_of(name, **kw):
     return PROOFS[key]
 
 
+def timing_of(certificate):
+    """The certificate's time of a concrete instance, evaluated by hand (no Z3)."""
+    timing = {int(k): v for k, v in certificate["timing"].items()}
+    names = {int(k): v for k, v in certificate["features"].items()}
+
+    def t(i):
+        return sum(timing[i.stmt.index].get(n, 0) * f for n, f in zip(names[i.stmt.index], i.features))
+    return t
+
+
 def model_of(name):
     path = builtin_schedules()[name]
     return model(parse(path.read_text(), str(path)))
@@ -62,11 +72,7 @@ def test_certificates_hold_beyond_the_samples_without_z3(name, P, M):
     """Evaluate the certificate by hand on instances larger than the fit saw."""
     p = proof_of(name)
     m = model_of(name)
-    timing = {int(k): v for k, v in p.certificate["timing"].items()}
-    names = {int(k): v for k, v in p.certificate["features"].items()}
-
-    def t(i):
-        return sum(timing[i.stmt.index].get(n, 0) * f for n, f in zip(names[i.stmt.index], i.features))
+    t = timing_of(p.certificate)
     ranks = instances(m, {"P": P, "M": M})
     for a, b in _edges(m, ranks):
         assert t(a) < t(b), (a, b)
@@ -151,11 +157,7 @@ def test_zb_h2_is_proved_for_every_p_and_m(run_cli):
     assert [part["status"] for part in got["parts"]] == ["proved"] * 3
     assert got["memory_bound"] == "min(2 * P - 1, M)"
     m = model_of("zb_h2")
-    timing = {int(k): v for k, v in got["certificate"]["timing"].items()}
-    names = {int(k): v for k, v in got["certificate"]["features"].items()}
-
-    def t(i):
-        return sum(timing[i.stmt.index].get(n, 0) * f for n, f in zip(names[i.stmt.index], i.features))
+    t = timing_of(got["certificate"])
     for P, M in [(3, 17), (9, 5), (10, 31), (12, 12)]:  # beyond the samples, without Z3
         ranks = instances(m, {"P": P, "M": M})
         for a, b in _edges(m, ranks):
@@ -320,11 +322,7 @@ def test_dualpipev_certificate_holds_beyond_the_samples_without_z3(P, extra):
     M = 2 * P + extra
     p = proof_of("dualpipev")
     m = model_of("dualpipev")
-    timing = {int(k): v for k, v in p.certificate["timing"].items()}
-    names = {int(k): v for k, v in p.certificate["features"].items()}
-
-    def t(i):
-        return sum(timing[i.stmt.index].get(n, 0) * f for n, f in zip(names[i.stmt.index], i.features))
+    t = timing_of(p.certificate)
     ranks = instances(m, {"P": P, "M": M})
     for insts in ranks:
         for a, b in zip(insts, insts[1:]):
