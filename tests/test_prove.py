@@ -7,6 +7,7 @@ the bound. A stored certificate (ZB-V's, whose search takes minutes) is re-check
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 from schedc.parse import parse
 from schedc.prove import prove
+from schedc.prove import prover as prover_module
 from schedc.prove.model import model
 from schedc.prove.sample import agrees_with_compiler, evaluate, instances
 from schedc.prove.search import _edges, peaks
@@ -170,28 +172,59 @@ def test_zb_h2_is_proved_for_every_p_and_m(run_cli):
     ("interleaved_zero_bubble", "not linear"),
     (str(DATA.parent / "zb_h2_greedy.pp"), "order greedy")])  # ZB-H2 as it was, before the loops
 def test_outside_the_fragment_is_unknown_with_a_bounded_check(name, why, run_cli):
-    code, out, _ = run_cli("prove", name, "-q", "--json")
+    code, out, _ = run_cli("prove", name, "-q", "--json", "--timeout", "15")  # the nonlinear attempt: 5 s
     got = json.loads(out)
     assert code == 3 and got["verdict"] == "unknown" and why in got["reason"]
     assert got["bounded"]["ok"] and got["bounded"]["settings"] > 0
-    code, out, _ = run_cli("prove", name, "-q")
+    code, out, _ = run_cli("prove", name, "-q", "--timeout", "15")
     assert code == 3 and "bounded check, not a proof" in out
     assert "proved for every" not in out
 
 
-def test_a_nonlinear_parameter_is_proved_case_by_case_and_labelled_so(run_cli):
+def test_looped_bfs_is_proved_for_every_v_in_nonlinear_arithmetic(run_cli):
     code, out, _ = run_cli("prove", "looped_bfs", "-q", "--json")
     got = json.loads(out)
-    assert code == 3 and got["verdict"] == "unknown"  # not for every V
-    assert "not linear" in got["reason"] and got["bounded"]["ok"]
-    (case,) = [p for p in got["parts"] if p["name"] == "each V in 1..4"]
-    assert case["status"] == "proved" and "not for every V" in case["detail"]
-    assert "V = 3: memory 3 * M" in case["detail"]
-    code, out, _ = run_cli("prove", "looped_bfs", "-q", "--memory", "min(V * M, 40)")  # wrong from M = 41
-    assert code == 1 and out.startswith("looped_bfs: refuted at P=1, V=1, M=41 (smallest failing setting "
-                                        "with V == 1; memory)")
-    pinned = prove("looped_bfs", assumptions=("V == 2",))  # one value pinned: a proof for every P, M
+    assert code == 0 and got["verdict"] == "proved", got["reason"]
+    assert [part["status"] for part in got["parts"]] == ["proved"] * 3
+    assert got["memory_bound"] == "V * M" and got["certificate"]["arithmetic"] == "nonlinear"
+    assert got["certificate"]["memory"]["argument"] == "capacity"
+    m = replace(model_of("looped_bfs"), nonlinear=True)
+    t = timing_of(got["certificate"])
+    for P, V, M in [(3, 9, 2), (5, 6, 11), (2, 13, 7), (9, 3, 4)]:  # beyond the samples, without Z3
+        ranks = instances(m, {"P": P, "V": V, "M": M})
+        for a, b in _edges(m, ranks):
+            assert t(a) < t(b), (P, V, M, a, b)
+        assert peaks(m, {"P": P, "V": V, "M": M}) == [V * M] * P
+    code, out, _ = run_cli("prove", "looped_bfs", "-q", "--memory", "min(V * M, 40)")  # wrong from V * M = 41
+    assert code == 1 and out.startswith("looped_bfs: refuted at P=1, V=7, M=6 (smallest failing setting; memory)")
+    assert "rank 0 holds 42 activations at its peak; the bound min(V * M, 40) is 40" in out
+
+
+def test_a_saved_nonlinear_certificate_is_rechecked_and_a_broken_one_is_not_a_proof(tmp_path, run_cli):
+    got = prove("looped_bfs").to_dict()
+    saved = tmp_path / "cert.json"
+    saved.write_text(json.dumps(got))
+    code, out, _ = run_cli("prove", "looped_bfs", "-q", "--certificate", str(saved))
+    assert code == 0 and out.startswith("looped_bfs: proved for every setting")
+    assert "nonlinear integer arithmetic" in out
+    cert = got["certificate"]
+    (forward,) = [k for k, st in cert["statements"].items() if st["action"].startswith("F")]
+    cert["timing"][forward] = {k: v for k, v in cert["timing"][forward].items() if k != "r"}  # no rank term
+    saved.write_text(json.dumps(cert))
+    code, out, _ = run_cli("prove", "looped_bfs", "-q", "--certificate", str(saved))
+    assert code == 3 and "in nonlinear arithmetic: the timing certificate fails at" in out
+
+
+def test_when_nonlinear_arithmetic_does_not_decide_each_small_value_is_proved_and_labelled_so(monkeypatch):
+    monkeypatch.setattr(prover_module, "NONLINEAR_SECONDS", 0.0)  # Z3's nonlinear attempt: out of time at once
+    got = prove("looped_bfs")
+    assert got.verdict == "unknown" and "not linear" in got.reason and got.bounded["ok"]
+    (case,) = [p for p in got.parts if p.name == "each V in 1..4"]
+    assert case.status == "proved" and "not for every V" in case.detail
+    assert "V = 3: memory 3 * M" in case.detail
+    pinned = prove("looped_bfs", assumptions=("V == 2",))  # one value pinned: a linear proof for every P, M
     assert pinned.verdict == "proved" and pinned.memory_bound == "2 * M"
+    assert pinned.certificate["arithmetic"] == "linear"
 
 
 def test_the_model_lists_what_the_compiler_compiles():

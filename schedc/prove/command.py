@@ -79,11 +79,15 @@ def render(proof) -> str:
     cert = proof.certificate
     if proof.verdict == "proved" and cert:
         lines.append("  certificate (`--json` writes it; `--certificate FILE` re-checks it):")
-        lines.append("    timing, per action: increases along every rank's order and every dependency")
+        lines.append("    timing, per action: increases along every rank's order and every dependency"
+                     + (" (checked in Z3's nonlinear integer arithmetic)" if cert.get("arithmetic") == "nonlinear"
+                        else ""))
         for k, st in cert["statements"].items():
             lines.append(f"      line {st['line']:<4} {st['action']:<28} t = {affine(cert['timing'].get(k, {}))}")
-        lines.append(f"    memory: the bound {cert['memory']['bound']} needs no certificate (forwards and frees "
-                     "in microbatch order per stage, counted exactly)")
+        how = ("a rank never holds more than (its stages) x (microbatches) activations, and the bound is "
+               "at least that" if cert["memory"].get("argument") == "capacity"
+               else "forwards and frees in microbatch order per stage, counted exactly")
+        lines.append(f"    memory: the bound {cert['memory']['bound']} needs no certificate ({how})")
     if proof.bounded:
         b = proof.bounded
         largest = ", ".join(f"{k} <= {v}" for k, v in b["largest"].items())

@@ -88,6 +88,7 @@ class Model:
     place_expr: ast.Expr | None
     rank_var: str
     stmts: tuple[Stmt, ...]
+    nonlinear: bool = False  # products of quantities that vary allowed (Z3's nonlinear arithmetic)
 
 
 def model(tree: ast.Schedule) -> Model:

@@ -9,7 +9,7 @@ the reason and the bounded range that was checked instead, labelled as such.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import syntax as ast
@@ -102,10 +102,26 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
     if unsupported is not None:
         return _unknown(proof, start, f"outside the proof's fragment: {unsupported.reason}"
                         + (f" (line {unsupported.span.line})" if unsupported.span else ""))
+    nonlinear_cert = (certificate or {}).get("arithmetic") == "nonlinear"
     try:
+        if nonlinear_cert:
+            raise Unsupported("the certificate is for nonlinear arithmetic")
         _symbolic(proof, path, m, assumed, bound, deadline, certificate, log)
     except Unsupported as exc:
-        why = f"not linear: {exc.reason}" + (f" (line {exc.span.line})" if exc.span else "")
+        why = "" if nonlinear_cert else f"not linear: {exc.reason}" + (f" (line {exc.span.line})" if exc.span else "")
+        log("  not linear: trying Z3's nonlinear integer arithmetic")
+        other = Proof(proof.schedule, proof.assumptions, bounded=proof.bounded)
+        # at most a minute (a third of what is left): when Z3 cannot decide, the cases below get the rest
+        until = time.monotonic() + min(NONLINEAR_SECONDS, (deadline - time.monotonic()) / 3)
+        try:
+            _symbolic(other, path, replace(m, nonlinear=True), assumed, bound, until, certificate, log)
+            failed = next((p.detail for p in other.parts if p.status != "proved"), None)
+        except Unsupported as again:
+            failed = again.reason
+        if other.verdict == "refuted" or (failed is None and other.parts):
+            other.verdict = "refuted" if other.verdict == "refuted" else "proved"
+            return _done(other, start)
+        why = "; ".join(x for x in (why, f"in nonlinear arithmetic: {failed}") if x)
         if certificate is None:
             _cases(proof, path, tree, assumed, bound, deadline, exc, log)
         if proof.verdict == "refuted":  # one of the cases failed, and the concrete check agrees
@@ -120,6 +136,7 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
     return _done(proof, start)
 
 
+NONLINEAR_SECONDS = 60.0  # the longest the nonlinear attempt may take
 CASES = range(1, 5)  # a parameter that makes the schedule nonlinear is tried at each of these values
 
 
@@ -294,11 +311,13 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
                                 f"at most {mem_text} live activations on rank {m.rank_var} (unit sizes)"
                                 if why is None else why))
     proof.certificate = {"schedule": m.name, "assumptions": list(proof.assumptions),
+                         "arithmetic": "nonlinear" if m.nonlinear else "linear",
                          "features": {str(k): list(v) for k, v in names.items()},
                          "statements": {str(x.index): {"line": x.span.line, "action": _action_text(x)}
                                         for x in m.stmts},
                          "timing": {str(k): v for k, v in (timing or {}).items()},
-                         "memory": {"bound": mem_text}}
+                         "memory": {"bound": mem_text, "argument": "capacity" if _capacity_only(m, assumed)
+                                    else "counted"}}
 
 
 def _matches(cert: dict, m: Model) -> None:
@@ -332,6 +351,13 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
                     return Part("well-formed", "refuted", text)
                 return Part("well-formed", "unknown", f"'{text}' fails symbolically at {verdict.params}, "
                             "which the concrete check does not confirm")
+    if m.nonlinear:
+        enc = smt.Encoding(m, assumed)
+        for formula in smt.divisors(enc):
+            verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())))
+            if not isinstance(verdict, smt.Holds):
+                return Part("well-formed", "unknown", "a division by a quantity that varies may divide by zero or "
+                            "less" + (f" (at {verdict.params})" if isinstance(verdict, smt.Fails) else ""))
     return Part("well-formed", "proved", "every stage runs F and B (or I then W) of every microbatch exactly "
                 "once, on the rank that holds it")
 
@@ -354,6 +380,19 @@ def _check_memory(m, assumed, expr, deadline):
     concrete instance) if it fails somewhere; else why this proof cannot tell."""
     enc = smt.Encoding(m, assumed)
     bound = (lambda r: enc.int(expr, {**enc.env, m.rank_var: r}))
+    if _capacity_only(m, assumed):
+        for what, formula, shown in smt.capacity(enc, bound):
+            verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown, smallest=True)
+            if isinstance(verdict, smt.GaveUp):
+                return f"Z3 gave up on the memory bound ({verdict.reason})"
+            if isinstance(verdict, smt.Fails):
+                try:
+                    over = _over_bound(m, expr, verdict.params, peaks(m, verdict.params))
+                except Stop:
+                    over = None
+                return over or (f"with a varying number of stages per rank the proof only shows bounds of at least "
+                                f"(stages) x (microbatches) per rank, and {_text(expr)} is less at {verdict.params}")
+        return None
     for what, formula, shown in smt.frees_follow(enc):
         verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown)
         if not isinstance(verdict, smt.Holds):
@@ -395,6 +434,18 @@ def _check_memory(m, assumed, expr, deadline):
     except Stop:
         return f"the bound fails symbolically at {params}, too large to confirm concretely"
     return over or f"the bound fails symbolically at {params}, which the concrete count does not confirm"
+
+
+def _capacity_only(m, assumed) -> bool:
+    """The memory proof for a nonlinear model whose stages per rank vary: the capacity argument
+    (smt.capacity), not the exact count (smt.memory), which needs a fixed number."""
+    if not m.nonlinear:
+        return False
+    try:
+        smt.Encoding(m, assumed).stages_per_rank()
+        return False
+    except Unsupported:
+        return True
 
 
 def _concrete(path, params, what):

@@ -78,7 +78,18 @@ def feature_names(m: Model, stmt: Stmt) -> tuple[str, ...]:
             while name in names:  # a shadowed name: the inner one gets a prime
                 name += "'"
             names.append(name)
-    return tuple(names)
+    return tuple(names + products(m, names))
+
+
+def products(m: Model, feats: list) -> list:
+    """A nonlinear model's certificates may also use each feature times each parameter (once
+    each): given the plain features [1, params..., rank, locals...] (names, ints or Z3 terms),
+    those products in a fixed order."""
+    if not m.nonlinear:
+        return []
+    n = len(m.params)
+    mul = (lambda a, b: f"{a}*{b}") if isinstance(feats[0], str) else (lambda a, b: a * b)
+    return [mul(feats[i], feats[k]) for k in range(1, n + 1) for i in range(k, len(feats))]
 
 
 def instances(m: Model, params: dict[str, int]) -> list[list[Instance]]:
@@ -109,8 +120,9 @@ def _of(m: Model, stmt: Stmt, env: dict, rank: int):
             key, it = [], iter(iters)
             for tok in stmt.path:
                 key.append(next(it) if tok[0] == "l" else tok[1])
+            plain = base + feats
             yield Instance(stmt, rank, evaluate(stmt.stage, env, fn), evaluate(stmt.microbatch, env, fn),
-                           tuple(key), tuple(base + feats))
+                           tuple(key), tuple(plain + products(m, plain)))
             return
         f = stmt.frames[k]
         if isinstance(f, LetFrame):

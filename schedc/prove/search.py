@@ -125,7 +125,10 @@ def infer_bound(m: Model, samples) -> str | None:
             points.append(({**params, m.rank_var: r}, peak))
     top = max((peak for _, peak in points), default=0)
     lins = []
-    for p in (None, *m.params):
+    terms = [(p,) for p in m.params]
+    if m.nonlinear:  # and products of two parameters (`V * M`)
+        terms += list(itertools.combinations(m.params, 2))
+    for p in (None, *terms):
         for a in ((0,) if p is None else (1, 2, 3, 4)):
             for b in (0, -1, 1, -2):
                 for c in (range(-1, top + 2) if p is None else (0, 1, -1)):  # a constant: any up to the peak
@@ -133,11 +136,11 @@ def infer_bound(m: Model, samples) -> str | None:
 
     def value(lin, env):
         (p, a), b, c = lin
-        return (a * env[p] if p else 0) + b * env[m.rank_var] + c
+        return (a * _product(env[x] for x in p) if p else 0) + b * env[m.rank_var] + c
 
     def text(lin):
         (p, a), b, c = lin
-        parts = [f"{a} * {p}" if a > 1 else p] if p else []
+        parts = [f"{a} * {' * '.join(p)}" if a > 1 else " * ".join(p)] if p else []
         if b:
             parts.append(f"{'-' if b < 0 else '+'} {abs(b)} * {m.rank_var}" if abs(b) > 1
                          else f"{'-' if b < 0 else '+'} {m.rank_var}")
@@ -154,9 +157,17 @@ def infer_bound(m: Model, samples) -> str | None:
     for size in (1, 2, 3):
         for combo in itertools.combinations(uppers[:60], size):
             if all(min(value(x, env) for x in combo) == peak for env, peak in points):
-                combo = sorted(combo, key=lambda lin: m.params.index(lin[0][0]) if lin[0][0] else len(m.params))
+                combo = sorted(combo, key=lambda lin: (len(lin[0][0]), m.params.index(lin[0][0][0])) if lin[0][0]
+                               else (3, 0))
                 return text(combo[0]) if size == 1 else f"min({', '.join(text(x) for x in combo)})"
     return None
+
+
+def _product(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
 
 
 def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: int = 30):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import z3
 
 from .. import syntax as ast
+from .sample import products
 from .model import (GuardFrame, LetFrame, Model, Stmt, Unsupported, one_body, order_pairs, pins, shared_loops,
                     stages_apart)
 
@@ -46,16 +47,23 @@ class Encoding:
         self.ctx = z3.Context()
         fixed = pins(assumptions)  # `V == 2`: the constant itself, so `V * P` is linear
         self.params = {p: z3.IntVal(fixed[p], self.ctx) if p in fixed else z3.Int(p, self.ctx) for p in m.params}
+        self._fresh = 0
+        self._per_rank: int | None = None
+        # a nonlinear model's `a // b` and `a % b` by a b that varies: fresh q, j with a = q*b + j,
+        # 0 <= j < b; those made while building an instance are its own (quantified with it)
+        self._side: tuple[list, list] = ([], [])
+        self._outer: list = []  # the side conditions of the schedule-level divisions
+        self.divisors: list = []  # (b, what held where it was divided by): b must be positive there
         self.env = dict(self.params)
         for let in m.globals:
             self.env[let.name] = self.term(let.value, self.env)
         self.R = self.int(m.ranks, self.env)
         self.S = self.int(m.stages, self.env)
         self.Mb = self.int(m.microbatches, self.env)
-        self.domain = [self.bool(e, self.env) for e in m.requires + tuple(assumptions)]
-        self.domain += [self.R >= 1, self.S >= 1, self.Mb >= 1]
-        self._fresh = 0
-        self._per_rank: int | None = None
+        self.plain = [self.bool(e, self.env) for e in m.requires + tuple(assumptions)]
+        self.plain += [self.R >= 1, self.S >= 1, self.Mb >= 1]
+        self._outer = list(self._side[1])
+        self.domain = self.plain + self._outer
 
     # ---- expressions ----
     def num(self, v):
@@ -111,14 +119,26 @@ class Encoding:
         if e.op == "-":
             return a - b
         if e.op == "*":
-            if self._const(a) is None and self._const(b) is None:
+            if self._const(a) is None and self._const(b) is None and not self.m.nonlinear:
                 raise Unsupported(f"'{_text(e)}' multiplies two quantities that vary: not linear", e.span)
             return a * b
         k = self._const(b)
-        if k is None or k <= 0:
+        if k is not None and k > 0:
+            return a / b if e.op == "//" else a % b
+        if not self.m.nonlinear:
             raise Unsupported(f"'{_text(e)}' divides by a quantity that varies (or is not positive): "
                               "not linear", e.span)
-        return a / b if e.op == "//" else a % b
+        q, j = self.divmod(a, b)
+        return q if e.op == "//" else j
+
+    def divmod(self, a, b):
+        """Floor quotient and remainder of a by a positive b that varies, as fresh variables."""
+        self._fresh += 1
+        q, j = z3.Int(f"q{self._fresh}", self.ctx), z3.Int(f"j{self._fresh}", self.ctx)
+        self.divisors.append((b, self._outer + self._side[1]))
+        self._side[0].extend([q, j])
+        self._side[1].extend([a == q * b + j, j >= 0, j < b])
+        return q, j
 
     def _const(self, t):
         s = z3.simplify(t)
@@ -133,6 +153,7 @@ class Encoding:
         name = f"{tag}{self._fresh}"
         r = z3.Int(f"{name}_{self.m.rank_var}", self.ctx)
         variables, cons = [r], [r >= 0, r < self.R]
+        outside, self._side = self._side, (variables, cons)  # its divisions' variables are its own
         env = {**self.env, self.m.rank_var: r}
         feats = [self.num(1), *self.params.values(), r]
         order = {}
@@ -161,6 +182,8 @@ class Encoding:
                 feats.append(v)
                 order[f.loop] = -v if f.reversed else v
         stage, mb = self.int(stmt.stage, env), self.int(stmt.microbatch, env)
+        self._side = outside
+        feats += products(self.m, feats)
         return Inst(stmt, r, tuple(variables), tuple(cons), stage, mb, tuple(feats), order)
 
     def before(self, a: "Inst", b: "Inst"):
@@ -199,8 +222,8 @@ class Encoding:
         try:
             k = self.stages_per_rank()
         except Unsupported:
-            if m.placement == "loop" and self._const(self.R) is not None:
-                return s % self.R  # a known number of ranks: `%` by a constant is linear
+            if m.placement == "loop" and (self._const(self.R) is not None or m.nonlinear):
+                return s % self.R  # linear for a known number of ranks
             raise
         if m.placement == "vshape":
             return z3.If(s < self.R, s, 2 * self.R - 1 - s)
@@ -210,6 +233,31 @@ class Encoding:
         for i in range(k - 2, -1, -1):
             out = z3.If(s < (i + 1) * self.R, s - i * self.R, out)
         return out
+
+    def neighbours(self, a: "Inst", b: "Inst", offset: int) -> list:
+        """Facts about two instances whose stages are `offset` apart, for Z3's nonlinear arithmetic
+        (it does not find them itself): under `place loop` (placement proved first) a stage is
+        chunk x R + rank, so one stage on is the next rank of the same chunk, or rank 0 of the next
+        chunk after the last rank. Nothing for a linear model."""
+        if not self.m.nonlinear or self.m.placement != "loop":
+            return []
+        self._fresh += 1
+        ca, cb = z3.Ints(f"c{self._fresh}a c{self._fresh}b", self.ctx)
+        R, ra, rb = self.R, a.rank, b.rank
+        facts = [a.stage == ca * R + ra, b.stage == cb * R + rb]
+        if offset == 0:
+            return facts + [ca == cb, ra == rb]
+        lo, hi, clo, chi = (ra, rb, ca, cb) if offset < 0 else (rb, ra, cb, ca)  # hi's stage is lo's + 1
+        return facts + [z3.Or(z3.And(clo == chi, hi == lo + 1), z3.And(chi == clo + 1, lo == R - 1, hi == 0))]
+
+    def chunked(self, s) -> list:
+        """Under `place loop`, in a nonlinear model: stage s is chunk c x R + rank o (fresh c, o),
+        the witnesses Z3 needs to find the action of a stage. Nothing otherwise."""
+        if not self.m.nonlinear or self.m.placement != "loop":
+            return []
+        self._fresh += 1
+        c, o = z3.Ints(f"c{self._fresh} o{self._fresh}", self.ctx)
+        return [s == c * self.R + o, o >= 0, o < self.R, c >= 0]
 
     def local_stages(self, r):
         """The stages rank r holds, as terms (a fixed number per rank)."""
@@ -372,7 +420,7 @@ def well_formed(enc: Encoding, which: str):
                 yield x, y, z3.And(a.where(), b.where(), same), {**a.shown("a"), **b.shown("b")}
     else:  # every (stage, microbatch) has its F, its B or I, and W exactly where there is I
         s, mb = z3.Int("s", enc.ctx), z3.Int("m", enc.ctx)
-        inside = z3.And(s >= 0, s < S, mb >= 0, mb < Mb)
+        inside = z3.And(s >= 0, s < S, mb >= 0, mb < Mb, *enc.chunked(s))
         shown = {"stage": s, "microbatch": mb}
 
         def none_of(kinds, stage, micro):
@@ -385,6 +433,15 @@ def well_formed(enc: Encoding, which: str):
                 if x.kind == kind:
                     a = enc.instance(x, "a")
                     yield x, (other,), z3.And(a.where(), none_of((other,), a.stage, a.microbatch)), a.shown("a")
+
+
+def divisors(enc: Encoding):
+    """Every division by a quantity that varies is by a positive one (a nonlinear model's `//`
+    and `%` are encoded for positive divisors only): a model is a setting that divides by b <= 0."""
+    for x in enc.m.stmts:
+        enc.instance(x, "a")  # records its divisions
+    for b, where in enc.divisors:
+        yield z3.And(*enc.plain, *where, b <= 0)
 
 
 def _producers():
@@ -413,7 +470,8 @@ def timing_edges(enc: Encoding):
             for x in m.stmts:
                 if x.kind in kinds and not stages_apart(x, y, offset):
                     a, b = enc.instance(x, "a"), enc.instance(y, "b")
-                    yield x, y, a, b, "data", z3.And(a.stage == b.stage + offset, a.microbatch == b.microbatch)
+                    yield x, y, a, b, "data", z3.And(a.stage == b.stage + offset, a.microbatch == b.microbatch,
+                                                     *enc.neighbours(a, b, offset))
 
 
 def timing(enc: Encoding, cert: dict, names: dict):
@@ -493,3 +551,15 @@ def memory(enc: Encoding, bound, directions: tuple[int, int]):
             live.append(j - k)
             shown.update({f"stage {i}": s, f"forwards of stage {i}": j, f"frees of stage {i}": k})
         yield ("live activations", x, None), z3.And(a.where(), *facts, z3.Sum(live) > bound(a.rank)), shown
+
+
+def capacity(enc: Encoding, bound):
+    """The bound is at least what a rank can ever hold, (its stages) x (microbatches): each F
+    allocates one activation of its own (stage, microbatch), and well-formedness makes those
+    distinct. For a nonlinear model whose number of stages per rank varies (`stages V * P`); a
+    model is a rank where the bound is smaller (which does not make the bound wrong)."""
+    r = z3.Int("r", enc.ctx)
+    q, j = enc.divmod(enc.S - 1 - r, enc.R)  # stages r, r + R, ... below S: q + 1 of them
+    yield ("capacity", None, None), z3.And(r >= 0, r < enc.R, r < enc.S, enc.S - 1 - r == q * enc.R + j, j >= 0,
+                                           j < enc.R, bound(r) < (q + 1) * enc.Mb), {"rank": r, "stages": q + 1}
+
