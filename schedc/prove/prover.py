@@ -3,8 +3,10 @@
 First every small setting is checked concretely (smallest first), so an M-dependent bug is refuted
 with its smallest counterexample. Then, for schedules in the proof's fragment (schedc/prove/model.py),
 well-formedness is discharged exactly and deadlock freedom and the memory bound by certificates
-(schedc/prove/search.py) that Z3 checks for every setting. What cannot be proved is `unknown`, with
-the reason and the bounded range that was checked instead, labelled as such.
+(schedc/prove/search.py) that Z3 checks for every setting; a schedule that is not linear (`stages
+V * P`, `M // P`) is tried again in Z3's nonlinear integer arithmetic, then case by case for small
+values of the parameter that makes it so. What cannot be proved is `unknown`, with the reason and
+the bounded range that was checked instead, labelled as such.
 """
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ Timing: one affine function per statement (of 1, the parameters, the rank, the l
 the loop variables), fitted so that it increases along every sampled rank order and dependency,
 then checked by Z3 for all settings; a failure adds that setting to the samples (CEGIS). Memory:
 the bound is the user's, or the simplest `a*X + b*r + c` or min of up to three such that equals
-every sampled peak (its proof needs no certificate: schedc/prove/smt.py `memory`).
+every sampled peak (or, in a nonlinear model, a product of two parameters such as `V * M`); its
+proof needs no certificate (schedc/prove/smt.py `memory` and `capacity`).
 """
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
-"""All of the prover's Z3: a model's statements as linear integer formulas over the parameters.
+"""All of the prover's Z3: a model's statements as integer formulas over the parameters.
 
 An obligation is a formula whose models are counterexamples (a setting of the parameters, ranks
 and loop variables where a certificate fails); `unsat` means it holds for every setting. Each
 `Encoding` (one batch of obligations) and each `Fit` has its own fresh context; every query gets a
 fixed seed and a timeout, and when Z3 gives up the answer is `GaveUp`. Also here: fitting
-certificate coefficients to sampled instances (a small integer program). Only linear arithmetic
-is accepted: a product of two non-constants, or a division by one, is `Unsupported`.
+certificate coefficients to sampled instances (a small integer program). A linear model accepts
+linear arithmetic only (a product of two non-constants, or a division by one, is `Unsupported`);
+a nonlinear one (`Model.nonlinear`) accepts both, a division as fresh quotient and remainder.
 """
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ class Encoding:
         # a nonlinear model's `a // b` and `a % b` by a b that varies: fresh q, j with a = q*b + j,
         # 0 <= j < b; those made while building an instance are its own (quantified with it)
         self._side: tuple[list, list] = ([], [])
+        self._divided: dict = {}  # (a, b) -> (q, j) of the divisions in scope
+        self._remainders: dict = {}  # id of j -> (j, b): j is a remainder of a division by b
         self._outer: list = []  # the side conditions of the schedule-level divisions
         self.divisors: list = []  # (b, what held where it was divided by): b must be positive there
         self.env = dict(self.params)
@@ -128,17 +131,44 @@ class Encoding:
         if not self.m.nonlinear:
             raise Unsupported(f"'{_text(e)}' divides by a quantity that varies (or is not positive): "
                               "not linear", e.span)
+        if isinstance(e.right, ast.BinOp) and e.right.op == "*":
+            # a // (x*y) == (a // x) // y and a % (x*y) == ((a // x) % y) * x + a % x for positive
+            # x, y: divisions by the factors, which Z3's nonlinear arithmetic relates far more easily
+            x, y = self.int(e.right.left, env), self.int(e.right.right, env)
+            q1, j1 = self.divmod(a, x)
+            q2, j2 = self.divmod(q1, y)
+            return q2 if e.op == "//" else j2 * x + j1
         q, j = self.divmod(a, b)
         return q if e.op == "//" else j
 
     def divmod(self, a, b):
-        """Floor quotient and remainder of a by a positive b that varies, as fresh variables."""
+        """Floor quotient and remainder of a by a positive b (made once per a, b in a scope): by a
+        constant, Z3's own; by one that varies, fresh variables with a = q*b + j, 0 <= j < b."""
+        k = self._const(b)
+        if k is not None and k > 0:
+            return a / b, a % b
+        key = (z3.simplify(a).sexpr(), z3.simplify(b).sexpr())
+        if key in self._divided:
+            return self._divided[key]
+        self.divisors.append((b, self._outer + self._side[1]))
+        a, b = self._named(a), self._named(b)  # atoms, so the one product is q*b
         self._fresh += 1
         q, j = z3.Int(f"q{self._fresh}", self.ctx), z3.Int(f"j{self._fresh}", self.ctx)
-        self.divisors.append((b, self._outer + self._side[1]))
         self._side[0].extend([q, j])
         self._side[1].extend([a == q * b + j, j >= 0, j < b])
+        self._divided[key] = (q, j)
+        self._remainders[j.get_id()] = (j, b)
         return q, j
+
+    def _named(self, t):
+        """t itself if it is a variable or a number, else a fresh variable equal to it (in scope)."""
+        if z3.is_int_value(t) or (z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED):
+            return t
+        self._fresh += 1
+        v = z3.Int(f"e{self._fresh}", self.ctx)
+        self._side[0].append(v)
+        self._side[1].append(v == t)
+        return v
 
     def _const(self, t):
         s = z3.simplify(t)
@@ -154,6 +184,7 @@ class Encoding:
         r = z3.Int(f"{name}_{self.m.rank_var}", self.ctx)
         variables, cons = [r], [r >= 0, r < self.R]
         outside, self._side = self._side, (variables, cons)  # its divisions' variables are its own
+        divided, self._divided = self._divided, dict(self._divided)
         env = {**self.env, self.m.rank_var: r}
         feats = [self.num(1), *self.params.values(), r]
         order = {}
@@ -182,7 +213,7 @@ class Encoding:
                 feats.append(v)
                 order[f.loop] = -v if f.reversed else v
         stage, mb = self.int(stmt.stage, env), self.int(stmt.microbatch, env)
-        self._side = outside
+        self._side, self._divided = outside, divided
         feats += products(self.m, feats)
         return Inst(stmt, r, tuple(variables), tuple(cons), stage, mb, tuple(feats), order)
 
@@ -249,6 +280,28 @@ class Encoding:
             return facts + [ca == cb, ra == rb]
         lo, hi, clo, chi = (ra, rb, ca, cb) if offset < 0 else (rb, ra, cb, ca)  # hi's stage is lo's + 1
         return facts + [z3.Or(z3.And(clo == chi, hi == lo + 1), z3.And(chi == clo + 1, lo == R - 1, hi == 0))]
+
+    def same_digits(self, x, y) -> list:
+        """Facts for two terms that are equal, for Z3's nonlinear arithmetic: where both read
+        `X*b + j` with j a remainder of a division by the same b (0 <= j < b), their X and j are equal
+        too (the floor quotient and remainder are unique). Nothing otherwise."""
+        dx, dy = self._digits(x), self._digits(y)
+        if dx is None or dy is None or not dx[2].eq(dy[2]):
+            return []
+        return [z3.Implies(x == y, z3.And(dx[0] == dy[0], dx[1] == dy[1]))]
+
+    def _digits(self, t):
+        """(X, j, b) if t is X*b + j (either order) with j a remainder of a division by b, else None."""
+        if not self.m.nonlinear or not z3.is_add(t) or t.num_args() != 2:
+            return None
+        for prod, rem in ((t.arg(0), t.arg(1)), (t.arg(1), t.arg(0))):
+            known = self._remainders.get(rem.get_id())
+            if known is None or not known[0].eq(rem) or not z3.is_mul(prod) or prod.num_args() != 2:
+                continue
+            for X, b in ((prod.arg(0), prod.arg(1)), (prod.arg(1), prod.arg(0))):
+                if b.eq(known[1]):
+                    return X, rem, b
+        return None
 
     def chunked(self, s) -> list:
         """Under `place loop`, in a nonlinear model: stage s is chunk c x R + rank o (fresh c, o),
@@ -414,7 +467,8 @@ def well_formed(enc: Encoding, which: str):
                 if x.index > y.index or (len(group) == 2 and x.kind == y.kind) or stages_apart(x, y, 0):
                     continue
                 a, b = enc.instance(x, "a"), enc.instance(y, "b")
-                same = z3.And(a.stage == b.stage, a.microbatch == b.microbatch)
+                same = z3.And(a.stage == b.stage, a.microbatch == b.microbatch,
+                              *enc.same_digits(a.microbatch, b.microbatch))
                 if x is y:
                     same = z3.And(same, z3.Or(*[u != v for u, v in zip(a.variables, b.variables)]))
                 yield x, y, z3.And(a.where(), b.where(), same), {**a.shown("a"), **b.shown("b")}
@@ -471,7 +525,8 @@ def timing_edges(enc: Encoding):
                 if x.kind in kinds and not stages_apart(x, y, offset):
                     a, b = enc.instance(x, "a"), enc.instance(y, "b")
                     yield x, y, a, b, "data", z3.And(a.stage == b.stage + offset, a.microbatch == b.microbatch,
-                                                     *enc.neighbours(a, b, offset))
+                                                     *enc.neighbours(a, b, offset),
+                                                     *enc.same_digits(a.microbatch, b.microbatch))
 
 
 def timing(enc: Encoding, cert: dict, names: dict):
