@@ -296,6 +296,7 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
     else:
         proof.parts.append(Part("deadlock-free", "unknown", why))
     log("  memory")
+    capacity = _capacity_only(m, assumed)  # the argument the memory proof makes
     mem_text = _text(bound) if bound is not None else (certificate or {}).get("memory", {}).get("bound")
     if mem_text is None:
         mem_text = infer_bound(m, samples)
@@ -304,7 +305,7 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
                                 "peaks; state one with --memory"))
     else:
         expr = bound if bound is not None else parse_condition(mem_text, "--memory")
-        why = _check_memory(m, assumed, expr, deadline)
+        why = _check_memory(m, assumed, expr, deadline, capacity)
         if isinstance(why, dict):
             proof.verdict, proof.counterexample = "refuted", why
             return
@@ -318,8 +319,7 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
                          "statements": {str(x.index): {"line": x.span.line, "action": _action_text(x)}
                                         for x in m.stmts},
                          "timing": {str(k): v for k, v in (timing or {}).items()},
-                         "memory": {"bound": mem_text, "argument": "capacity" if _capacity_only(m, assumed)
-                                    else "counted"}}
+                         "memory": {"bound": mem_text, "argument": "capacity" if capacity else "counted"}}
 
 
 def _matches(cert: dict, m: Model) -> None:
@@ -377,12 +377,13 @@ def _check_timing(m, assumed, timing, names, deadline):
     return None
 
 
-def _check_memory(m, assumed, expr, deadline):
+def _check_memory(m, assumed, expr, deadline, capacity: bool):
     """None if the bound holds everywhere; the smallest counterexample (a dict, confirmed on the
-    concrete instance) if it fails somewhere; else why this proof cannot tell."""
+    concrete instance) if it fails somewhere; else why this proof cannot tell. `capacity`: by the
+    capacity argument (smt.capacity) instead of the exact count."""
     enc = smt.Encoding(m, assumed)
     bound = (lambda r: enc.int(expr, {**enc.env, m.rank_var: r}))
-    if _capacity_only(m, assumed):
+    if capacity:
         for what, formula, shown in smt.capacity(enc, bound):
             verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown, smallest=True)
             if isinstance(verdict, smt.GaveUp):
