@@ -20,7 +20,8 @@ def add_parser(sub, stdout):
                    help="an assumption on the parameters, e.g. 'P >= 2' (repeatable; the schedule's own "
                         "`require`s are assumed too)")
     q.add_argument("--memory", metavar="EXPR",
-                   help="the live-activation bound to prove, in the parameters and the rank variable, e.g. "
+                   help="the live-activation bound to prove, in the parameters, the rank variable and the lets at the top "
+                        "of the rank body, e.g. "
                         "'min(P - r, M)' (default: the simplest closed form that fits small settings)")
     q.add_argument("--certificate", metavar="FILE",
                    help="re-check a saved certificate (the JSON of `--json`, or its `certificate`) instead of "
@@ -84,9 +85,11 @@ def render(proof) -> str:
                         else ""))
         for k, st in cert["statements"].items():
             lines.append(f"      line {st['line']:<4} {st['action']:<28} t = {affine(cert['timing'].get(k, {}))}")
-        how = ("a rank never holds more than (its stages) x (microbatches) activations, and the bound is "
-               "at least that" if cert["memory"].get("argument") == "capacity"
-               else "forwards and frees in microbatch order per stage, counted exactly")
+        how = {"capacity": "a rank never holds more than (its stages) x (microbatches) activations, and the "
+                           "bound is at least that",
+               "rank order": "the forwards up to each forward less the frees before it, counted in the rank's "
+                             "order"}.get(cert["memory"].get("argument"),
+                                          "forwards and frees in microbatch order per stage, counted exactly")
         lines.append(f"    memory: the bound {cert['memory']['bound']} needs no certificate ({how})")
     if proof.bounded:
         b = proof.bounded

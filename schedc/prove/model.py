@@ -225,6 +225,17 @@ class _Builder:
                                step))
 
 
+def rank_lets(m: Model) -> tuple[LetFrame, ...]:
+    """The lets every statement starts with (`let warm = ...` at the top of the rank body, before
+    its loops): names a memory bound may use besides the parameters and the rank."""
+    out = []
+    for frames in zip(*(x.frames for x in m.stmts)) if m.stmts else ():
+        if not all(isinstance(f, LetFrame) and f == frames[0] for f in frames):
+            break
+        out.append(frames[0])
+    return tuple(out)
+
+
 def shared_loops(a: Stmt, b: Stmt) -> tuple[tuple[int, ...], bool | None]:
     """The loops both statements sit in (outermost first), and the static order where their paths
     part: True if a comes first, False if b does, None if they are the same statement or the two

@@ -17,8 +17,8 @@ from pathlib import Path
 from .. import syntax as ast
 from ..errors import SchedcError
 from . import smt
-from .model import LetFrame, Model, Unsupported, model, pins, unroll
-from .sample import Stop, agrees_with_compiler, base_env, evaluate, feature_names
+from .model import LetFrame, Model, Unsupported, model, pins, rank_lets, unroll
+from .sample import Stop, agrees_with_compiler, evaluate, feature_names, rank_env
 from .search import cegis_timing, infer_bound, peaks, settings, unit_peaks
 
 BOUNDED_MAX = 8         # each parameter of the concrete sweep runs over 0..BOUNDED_MAX
@@ -253,9 +253,8 @@ def _empty(m: Model, assumed) -> bool:
 
 def _over_bound(m: Model, expr, params, got) -> dict | None:
     """The counterexample if some rank's peak in `got` exceeds the bound at these parameters."""
-    env = base_env(m, params)
     for r, peak in enumerate(got):
-        limit = evaluate(expr, {**env, m.rank_var: r}, m.functions)
+        limit = evaluate(expr, rank_env(m, params, r), m.functions)
         if peak > limit:
             return {"params": params, "property": "memory", "rank": r, "report": "",
                     "summary": f"rank {r} holds {peak} activations at its peak; the bound {_text(expr)} is {limit}"}
@@ -288,7 +287,8 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
         why = _check_timing(m, assumed, timing, names, deadline)
     else:
         timing, why = cegis_timing(m, assumed, samples, deadline, log)
-    if timing is not None and why is None:
+    ordered = timing is not None and why is None
+    if ordered:
         proof.parts.append(Part("deadlock-free", "proved", "under rendezvous sends: the timing certificate "
                                 "increases along every rank's order and every data dependency, so the "
                                 "happens-before graph has no cycle; schedc inserts each send with its receive "
@@ -296,7 +296,8 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
     else:
         proof.parts.append(Part("deadlock-free", "unknown", why))
     log("  memory")
-    capacity = _capacity_only(m, assumed)  # the argument the memory proof makes
+    capacity = _capacity_only(m, assumed)  # stages per rank vary: counted in rank order, or capacity
+    argument = None
     mem_text = _text(bound) if bound is not None else (certificate or {}).get("memory", {}).get("bound")
     if mem_text is None:
         mem_text = infer_bound(m, samples)
@@ -305,13 +306,15 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
                                 "peaks; state one with --memory"))
     else:
         expr = bound if bound is not None else parse_condition(mem_text, "--memory")
-        why = _check_memory(m, assumed, expr, deadline, capacity)
+        why, argument = _check_memory(m, assumed, expr, deadline, capacity, ordered)
         if isinstance(why, dict):
             proof.verdict, proof.counterexample = "refuted", why
             return
         proof.memory_bound = mem_text if why is None else None
+        lets = [x for x in rank_lets(m) if x.name in _names_in([expr])]
+        where = f", where {', '.join(f'{x.name} = {_text(x.value)}' for x in lets)}" if lets else ""
         proof.parts.append(Part("memory", "proved" if why is None else "unknown",
-                                f"at most {mem_text} live activations on rank {m.rank_var} (unit sizes)"
+                                f"at most {mem_text} live activations on rank {m.rank_var} (unit sizes){where}"
                                 if why is None else why))
     proof.certificate = {"schedule": m.name, "assumptions": list(proof.assumptions),
                          "arithmetic": "nonlinear" if m.nonlinear else "linear",
@@ -319,7 +322,7 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
                          "statements": {str(x.index): {"line": x.span.line, "action": _action_text(x)}
                                         for x in m.stmts},
                          "timing": {str(k): v for k, v in (timing or {}).items()},
-                         "memory": {"bound": mem_text, "argument": "capacity" if capacity else "counted"}}
+                         "memory": {"bound": mem_text, "argument": argument}}
 
 
 def _matches(cert: dict, m: Model) -> None:
@@ -377,30 +380,69 @@ def _check_timing(m, assumed, timing, names, deadline):
     return None
 
 
-def _check_memory(m, assumed, expr, deadline, capacity: bool):
-    """None if the bound holds everywhere; the smallest counterexample (a dict, confirmed on the
-    concrete instance) if it fails somewhere; else why this proof cannot tell. `capacity`: by the
-    capacity argument (smt.capacity) instead of the exact count."""
+def _check_memory(m, assumed, expr, deadline, capacity: bool, ordered: bool = False):
+    """(None if the bound holds everywhere, the smallest counterexample (a dict, confirmed on the
+    concrete instance) if it fails somewhere, else why this proof cannot tell; the argument made).
+    `capacity`: the stages per rank vary, so the live activations are counted in rank order
+    (smt.counted), or failing that bounded by capacity (smt.capacity); else counted per stage in
+    microbatch order (smt.memory). `ordered`: a timing certificate is proved, so every free follows
+    its forward (B and I need F's activation, W needs I's gradient: each comes later in time, and
+    time increases along the rank's order), which need not be asked of Z3 again."""
     enc = smt.Encoding(m, assumed)
-    bound = (lambda r: enc.int(expr, {**enc.env, m.rank_var: r}))
-    if capacity:
-        for what, formula, shown in smt.capacity(enc, bound):
-            verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown, smallest=True)
-            if isinstance(verdict, smt.GaveUp):
-                return f"Z3 gave up on the memory bound ({verdict.reason})"
-            if isinstance(verdict, smt.Fails):
-                try:
-                    over = _over_bound(m, expr, verdict.params, peaks(m, verdict.params))
-                except Stop:
-                    over = None
-                return over or (f"with a varying number of stages per rank the proof only shows bounds of at least "
-                                f"(stages) x (microbatches) per rank, and {_text(expr)} is less at {verdict.params}")
-        return None
+    bound = (lambda r: enc.int(expr, enc.at_rank(r)))
+    if not capacity:
+        return _per_stage(m, enc, expr, bound, deadline), "counted"
+    try:
+        why = _in_rank_order(m, enc, expr, bound, deadline, ordered)
+    except Unsupported as exc:
+        why = exc.reason
+    if why is None or isinstance(why, dict):
+        return why, "rank order"
+    for what, formula, shown in smt.capacity(enc, bound):
+        verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown, smallest=True)
+        if isinstance(verdict, smt.GaveUp):
+            return f"Z3 gave up on the memory bound ({verdict.reason})", "capacity"
+        if isinstance(verdict, smt.Fails):
+            try:
+                over = _over_bound(m, expr, verdict.params, peaks(m, verdict.params))
+            except Stop:
+                over = None
+            return over or (f"counting in rank order: {why}; and by capacity the proof only shows bounds of "
+                            f"at least (stages) x (microbatches) per rank, and {_text(expr)} is less at "
+                            f"{verdict.params}"), "capacity"
+    return None, "capacity"
+
+
+def _in_rank_order(m, enc, expr, bound, deadline, ordered):
+    """The memory bound by counting instances in rank order (smt.counted): None, a confirmed
+    counterexample, or why not."""
+    if not ordered and (why := _frees_follow(enc, deadline)) is not None:
+        return why
+    for what, formula, shown in smt.counted(enc, bound):
+        verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown, smallest=True)
+        if isinstance(verdict, smt.GaveUp):
+            return f"Z3 gave up on the memory bound ({verdict.reason})"
+        if isinstance(verdict, smt.Fails):
+            try:
+                over = _over_bound(m, expr, verdict.params, peaks(m, verdict.params))
+            except Stop:
+                return f"the bound fails symbolically at {verdict.params}, too large to confirm concretely"
+            return over or f"the bound fails symbolically at {verdict.params}, which the concrete count does not confirm"
+    return None
+
+
+def _frees_follow(enc, deadline):
     for what, formula, shown in smt.frees_follow(enc):
         verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown)
         if not isinstance(verdict, smt.Holds):
             return (f"a free may come before its forward ({_action_text(what[1])}, line {what[1].span.line})"
                     if isinstance(verdict, smt.Fails) else f"Z3 gave up on the order of frees ({verdict.reason})")
+    return None
+
+
+def _per_stage(m, enc, expr, bound, deadline):
+    if (why := _frees_follow(enc, deadline)) is not None:
+        return why
     directions = []
     for kinds, label in ((smt.ALLOCS, "forwards"), (smt.FREES, "frees")):
         for direction in (1, -1):

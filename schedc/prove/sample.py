@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import syntax as ast
-from .model import GuardFrame, LetFrame, LoopFrame, Model, Stmt
+from .model import GuardFrame, LetFrame, LoopFrame, Model, Stmt, rank_lets
 
 MAX_INSTANCES = 200_000
 
@@ -66,6 +66,15 @@ def evaluate(e: ast.Expr, env: dict, functions: dict):
 def base_env(m: Model, params: dict[str, int]) -> dict:
     env = dict(params)
     for let in m.globals:
+        env[let.name] = evaluate(let.value, env, m.functions)
+    return env
+
+
+def rank_env(m: Model, params: dict[str, int], r: int) -> dict:
+    """What a memory bound is evaluated in: the parameters, the schedule's lets, the rank and the
+    lets at the top of the rank body."""
+    env = {**base_env(m, params), m.rank_var: r}
+    for let in rank_lets(m):
         env[let.name] = evaluate(let.value, env, m.functions)
     return env
 

@@ -12,13 +12,15 @@ from __future__ import annotations
 import itertools
 import time
 
+from .. import syntax as ast
 from ..deps import needs, produces
 from ..ir import Action, Op
 from . import smt
-from .model import Model
-from .sample import Stop, evaluate, feature_names, instances
+from .model import Model, rank_lets
+from .sample import Stop, evaluate, feature_names, instances, rank_env
 
-FIT_BOUNDS = (4, 8, 16, 64)  # coefficient bounds tried in turn, smallest (simplest certificate) first
+FIT_BOUNDS = (2, 4, 8, 16, 64)  # coefficient bounds tried in turn, smallest (simplest certificate) first;
+# a linear model starts at 4
 LAST_CONSTANT = 512  # the constant term's bound at the last: long literal lists start late (P = 8)
 
 
@@ -123,12 +125,19 @@ def infer_bound(m: Model, samples) -> str | None:
     points = []
     for params in samples:
         for r, peak in enumerate(peaks(m, params)):
-            points.append(({**params, m.rank_var: r}, peak))
-    top = max((peak for _, peak in points), default=0)
-    lins = []
+            points.append((rank_env(m, params, r), peak))
     terms = [(p,) for p in m.params]
     if m.nonlinear:  # and products of two parameters (`V * M`)
         terms += list(itertools.combinations(m.params, 2))
+    # in the parameters; failing that, also in the lets at the top of the rank body (`warm + 1`)
+    lets = [(x.name,) for x in rank_lets(m)]
+    return _bound_in(m, points, terms) or (_bound_in(m, points, lets + terms) if lets else None)
+
+
+def _bound_in(m: Model, points, terms) -> str | None:
+    order = [t[0] for t in terms]
+    top = max((peak for _, peak in points), default=0)
+    lins = []
     for p in (None, *terms):
         for a in ((0,) if p is None else (1, 2, 3, 4)):
             for b in (0, -1, 1, -2):
@@ -158,7 +167,7 @@ def infer_bound(m: Model, samples) -> str | None:
     for size in (1, 2, 3):
         for combo in itertools.combinations(uppers[:60], size):
             if all(min(value(x, env) for x in combo) == peak for env, peak in points):
-                combo = sorted(combo, key=lambda lin: (len(lin[0][0]), m.params.index(lin[0][0][0])) if lin[0][0]
+                combo = sorted(combo, key=lambda lin: (len(lin[0][0]), order.index(lin[0][0][0])) if lin[0][0]
                                else (3, 0))
                 return text(combo[0]) if size == 1 else f"min({', '.join(text(x) for x in combo)})"
     return None
@@ -174,48 +183,104 @@ def _product(values) -> int:
 def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: int = 30):
     """A timing certificate that holds for every setting, or (None, reason). Each round fits the
     rows (one incremental solver per coefficient bound), checks every obligation, and adds the edge
-    of each counterexample as a row."""
-    rows = timing_rows(m, samples)
+    of each counterexample as a row. A nonlinear model's certificate is first sought with products
+    by the number of ranks only (a rank's time scales with P), then with every product; its sampled
+    rows join the fit lazily, the most violated first (a few hundred decide what thousands would)."""
+    if m.nonlinear:  # rows join lazily, so more settings cost little and tell more
+        samples = samples + [p for p in settings(m, assumptions, POOL_MAX, POOL_SETTINGS) if p not in samples]
+    pool = timing_rows(m, samples)
     names = _names(m)
-    bounds = list(FIT_BOUNDS)
-    fitter = _fit(bounds)
-    fitter.add(rows)
-    for round_ in range(rounds):
+    why = "no timing template"
+    templates = _templates(m, names)
+    for n, allowed in enumerate(templates):
+        share = (deadline - time.monotonic()) * (2 / 3 if n < len(templates) - 1 else 1)  # narrowest: most
+        cert, why = _cegis(m, assumptions, pool, names, allowed, time.monotonic() + share, log, rounds)
+        if cert is not None:
+            return cert, None
+    return None, why
+
+
+def _templates(m: Model, names) -> list:
+    """The features a certificate may use, narrowest first: {stmt key: feature indices} or None
+    (all of them)."""
+    if not m.nonlinear or not isinstance(m.ranks, ast.Var) or m.ranks.name not in m.params:
+        return [None]
+    by = f"*{m.ranks.name}"
+    return [{x.key: {i for i, f in enumerate(names[x.index]) if "*" not in f or f.endswith(by)}
+             for x in m.stmts}, None]
+
+
+def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds):
+    # a linear model's fit takes every sampled row at once and is fast; a nonlinear model's rows
+    # carry products (large numbers): it starts from a few, bound 2, and adds the ones it violates
+    bounds = list(FIT_BOUNDS) if m.nonlinear else list(FIT_BOUNDS[1:])
+    active = pool[:FIRST_ROWS] if m.nonlinear else list(pool)
+    fitter = _fit(bounds, allowed)
+    fitter.add(active)
+    round_ = 0
+    while round_ < rounds:
         left = deadline - time.monotonic()
         if left <= 0:
             return None, "out of time while searching for a timing certificate"
         found = fitter.solve(min(left, _fit_time(bounds)))
         while found is None and len(bounds) > 1 and time.monotonic() < deadline:
             bounds.pop(0)  # rows only grow: a smaller bound cannot work again (or took too long)
-            fitter = _fit(bounds)
-            fitter.add(rows)
+            fitter = _fit(bounds, allowed)
+            fitter.add(active)
             found = fitter.solve(min(deadline - time.monotonic(), _fit_time(bounds)))
         if found is None:
             return None, ("no affine timing (in the parameters, the rank, the lets and the loop variables, "
                           f"coefficients up to {FIT_BOUNDS[-1]}, constants up to {LAST_CONSTANT}) "
                           "orders the sampled instances")
+        violated = sorted((row for row in pool if _value(row, found) < 1), key=lambda row: _value(row, found))
+        if violated:  # the samples already refute it: no need to ask Z3
+            active += violated[:ROWS_PER_FIT]
+            fitter.add(violated[:ROWS_PER_FIT])
+            continue
+        round_ += 1
         cert = _named(m, found)
         enc = smt.Encoding(m, assumptions)
         failed = []
-        for (x, y, _edge), formula, shown in smt.timing(enc, cert, names):
-            verdict = enc.run(formula, max(1.0, deadline - time.monotonic()), shown)
-            if isinstance(verdict, smt.GaveUp):
-                return None, f"Z3 gave up on a timing obligation ({verdict.reason})"
-            if isinstance(verdict, smt.Fails):
-                fa = [verdict.detail[f"a.f{i}"] for i in range(len(names[x.index]))]
-                fb = [verdict.detail[f"b.f{i}"] for i in range(len(names[y.index]))]
-                failed.append(edge_row(x.key, fa, y.key, fb))
-                if len(failed) == 1:
-                    log(f"  timing candidate {round_ + 1} fails at {_fmt(verdict.params)}; learning from it")
+        # a nonlinear model's counterexamples are sought among small settings first (their rows are
+        # small numbers, which keep the fit fast), then anywhere
+        for box in ((BOX, None) if m.nonlinear else (None,)):
+            for (x, y, _edge), formula, shown in smt.timing(enc, cert, names):
+                left = max(1.0, deadline - time.monotonic())
+                verdict = enc.run(enc.within(formula, box), left if box is None else min(BOX_SECONDS, left), shown)
+                if isinstance(verdict, smt.GaveUp):
+                    if box is not None:
+                        continue
+                    return None, f"Z3 gave up on a timing obligation ({verdict.reason})"
+                if isinstance(verdict, smt.Fails):
+                    fa = [verdict.detail[f"a.f{i}"] for i in range(len(names[x.index]))]
+                    fb = [verdict.detail[f"b.f{i}"] for i in range(len(names[y.index]))]
+                    failed.append(edge_row(x.key, fa, y.key, fb))
+                    if len(failed) == 1:
+                        log(f"  timing candidate {round_} fails at {_fmt(verdict.params)}; learning from it")
+            if failed:
+                break
         if not failed:
             return cert, None
-        rows += failed
+        active += failed
         fitter.add(failed)
     return None, f"the timing search did not converge in {rounds} rounds"
 
 
-def _fit(bounds) -> smt.Fit:
-    return smt.Fit(bounds[0], LAST_CONSTANT if len(bounds) == 1 else None)
+POOL_MAX, POOL_SETTINGS = 10, 80  # a nonlinear model's pool of sampled settings
+BOX, BOX_SECONDS = 24, 5.0  # a nonlinear model's counterexamples: first with every parameter at most BOX
+FIRST_ROWS = 64  # the sampled rows the fit starts from (the smallest settings' edges come first)
+ROWS_PER_FIT = 100  # at most this many violated sampled rows join the fit at a time
+
+
+def _value(row, found) -> int:
+    return sum(found.get(k, {}).get(i, 0) * x for k, xs in row for i, x in enumerate(xs) if x)
+
+
+def _fit(bounds, allowed) -> smt.Fit:
+    """The fit at the smallest bound left; with `allowed` (a nonlinear template), constants up to 8
+    at least (the time of a rank's first action may sit a few steps in)."""
+    constant = LAST_CONSTANT if len(bounds) == 1 else (max(8, bounds[0]) if allowed is not None else None)
+    return smt.Fit(bounds[0], constant, allowed)
 
 
 def _fit_time(bounds) -> float:

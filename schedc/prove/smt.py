@@ -16,8 +16,8 @@ import z3
 
 from .. import syntax as ast
 from .sample import products
-from .model import (GuardFrame, LetFrame, Model, Stmt, Unsupported, one_body, order_pairs, pins, shared_loops,
-                    stages_apart)
+from .model import (GuardFrame, LetFrame, Model, Stmt, Unsupported, one_body, order_pairs, pins, rank_lets,
+                    shared_loops, stages_apart)
 
 SEED = 0
 
@@ -187,7 +187,7 @@ class Encoding:
         divided, self._divided = self._divided, dict(self._divided)
         env = {**self.env, self.m.rank_var: r}
         feats = [self.num(1), *self.params.values(), r]
-        order = {}
+        order, loop_vars = {}, {}
         for f in stmt.frames:
             if isinstance(f, LetFrame):
                 t = self.term(f.value, env)
@@ -212,10 +212,11 @@ class Encoding:
                 env[f.var] = v
                 feats.append(v)
                 order[f.loop] = -v if f.reversed else v
+                loop_vars[f.loop] = v
         stage, mb = self.int(stmt.stage, env), self.int(stmt.microbatch, env)
         self._side, self._divided = outside, divided
         feats += products(self.m, feats)
-        return Inst(stmt, r, tuple(variables), tuple(cons), stage, mb, tuple(feats), order)
+        return Inst(stmt, r, tuple(variables), tuple(cons), stage, mb, tuple(feats), order, loop_vars)
 
     def before(self, a: "Inst", b: "Inst"):
         """a comes before b in their (common) rank's list."""
@@ -312,6 +313,132 @@ class Encoding:
         c, o = z3.Ints(f"c{self._fresh} o{self._fresh}", self.ctx)
         return [s == c * self.R + o, o >= 0, o < self.R, c >= 0]
 
+    def count(self, stmt: Stmt, r, before: tuple["Inst", bool] | None = None):
+        """How many instances stmt has on rank r, as a term: each loop's interval (its bounds, narrowed
+        by the guards that compare its variable, with coefficient 1, to terms free of loop variables)
+        contributes its length, each other guard a 0/1 factor. With `before` = (a, inclusive): only
+        those before instance a in the rank's order (or at it). With the side conditions of the
+        divisions this made. Unsupported for any other shape (a step, bounds or a guard that tie two
+        loop variables together, `==` on a loop variable, nesting deeper than a's loop)."""
+        cut = None  # (loop id, a's variable, reversed, inclusive): stmt's instances up to a's iteration
+        if before is not None:
+            a, inclusive = before
+            common, static = shared_loops(stmt, a.stmt)
+            if len(common) > 1 or (common and {f.loop for f in stmt.loops} != set(common)):
+                raise Unsupported("counting the instances before another across nested loops", stmt.span)
+            if not common and not (static if static is not None else inclusive):
+                return self.num(0), []
+            if common:
+                (loop,) = common
+                frame = next(f for f in stmt.loops if f.loop == loop)
+                cut = (loop, a.variables_of[loop], frame.reversed, static is True or (static is None and inclusive))
+        outside, self._side = self._side, ([], [])
+        divided, self._divided = self._divided, dict(self._divided)
+        try:
+            env = {**self.env, self.m.rank_var: r}
+            bounds: dict = {}  # id of a loop variable -> (variable, [lower bounds], [upper bounds])
+            factors = []
+            for f in stmt.frames:
+                if isinstance(f, LetFrame):
+                    env[f.name] = self.term(f.value, env)
+                elif isinstance(f, GuardFrame):
+                    c = self.bool(f.cond, env)
+                    for atom in _conjuncts(c if f.holds else z3.Not(c)):
+                        self._narrow(atom, bounds, factors, f.cond.span)
+                else:
+                    if f.step is not None and self._const(self.int(f.step, env)) != 1:
+                        raise Unsupported("counting the instances of a loop with a step", f.step.span)
+                    self._fresh += 1
+                    v = z3.Int(f"n{self._fresh}_{f.var}", self.ctx)
+                    lo, hi = self.int(f.start, env), self.int(f.stop, env)
+                    if self._mentions(lo, bounds) or self._mentions(hi, bounds):
+                        raise Unsupported("counting the instances of a loop whose bounds depend on another loop",
+                                          f.start.span)
+                    bounds[v.get_id()] = (v, [lo], [hi])
+                    if cut is not None and cut[0] == f.loop:  # up to a's iteration, in the loop's direction
+                        _, at, backwards, inclusive = cut
+                        if backwards:
+                            lo_cut = at if inclusive else at + 1
+                            bounds[v.get_id()][1].append(lo_cut)
+                        else:
+                            bounds[v.get_id()][2].append(at + 1 if inclusive else at)
+                    env[f.var] = v
+            made = self._side[1]
+            if any(self._mentions(c, bounds) for c in made):
+                raise Unsupported("counting the instances where a division depends on a loop variable", stmt.span)
+            total = self.num(1)
+            for _v, lows, highs in bounds.values():
+                lo, hi = _extreme(lows, max), _extreme(highs, min)
+                total = total * z3.If(hi > lo, hi - lo, self.num(0))
+            if factors:
+                total = z3.If(z3.And(*factors), total, self.num(0))
+            return total, list(made)
+        finally:
+            self._side, self._divided = outside, divided
+
+    def _narrow(self, atom, bounds, factors, span) -> None:
+        """Fold one comparison into the loop intervals (or the 0/1 factors, if it names no loop)."""
+        if not self._mentions(atom, bounds):
+            factors.append(atom)
+            return
+        negate = z3.is_not(atom)
+        inner = atom.arg(0) if negate else atom
+        kinds = {z3.Z3_OP_LT: "<", z3.Z3_OP_LE: "<=", z3.Z3_OP_GT: ">", z3.Z3_OP_GE: ">="}
+        op = kinds.get(inner.decl().kind()) if z3.is_app(inner) else None
+        if op is None:
+            raise Unsupported("counting the instances under a guard that is not <, <=, > or >= on a loop variable",
+                              span)
+        if negate:
+            op = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}[op]
+        t = inner.arg(0) - inner.arg(1)  # t op 0
+        (var,) = [b[0] for b in bounds.values() if _has(t, b[0])] or [None]
+        if var is None:
+            raise Unsupported("counting the instances under a guard on two loop variables", span)
+        rest = z3.simplify(z3.substitute(t, (var, self.num(0))))
+        slope = self._const(z3.substitute(t, (var, self.num(1))) - rest)
+        if slope not in (1, -1) or self._mentions(rest, bounds):
+            raise Unsupported("counting the instances under a guard that is not a loop variable against a bound",
+                              span)
+        # slope * v + rest op 0, as v >= lo or v < hi
+        at = (-rest) if slope == 1 else rest
+        if (op in ("<", "<=")) == (slope == 1):
+            bounds[var.get_id()][2].append(at + 1 if op in ("<=", ">=") else at)
+        else:
+            bounds[var.get_id()][1].append(at if op in ("<=", ">=") else at + 1)
+
+    def _mentions(self, t, bounds) -> bool:
+        return any(_has(t, b[0]) for b in bounds.values())
+
+    def at_rank(self, r) -> dict:
+        """The names a memory bound may use at rank r: the parameters, the schedule's lets, the rank
+        and the lets at the top of the rank body (Unsupported if those divide by what varies)."""
+        env = {**self.env, self.m.rank_var: r}
+        outside, self._side = self._side, ([], [])
+        try:
+            for let in rank_lets(self.m):
+                env[let.name] = self.term(let.value, env)
+            if self._side[1]:
+                raise Unsupported("a memory bound in lets that divide by a quantity that varies")
+        finally:
+            self._side = outside
+        return env
+
+    def owned(self, r):
+        """How many stages rank r holds (r a rank): under `place loop`, those of r, r + R, ... below
+        S; under `place vshape`, two. Unsupported for `place s -> expr`."""
+        if self.m.placement == "vshape":
+            self.stages_per_rank()
+            return self.num(2), []
+        if self.m.placement != "loop":
+            raise Unsupported("counting the stages of a rank under `place s -> expr`")
+        if z3.is_mul(self.S) and self.S.num_args() == 2:  # stages X * R: X on every rank, no division
+            for a, b in ((self.S.arg(0), self.S.arg(1)), (self.S.arg(1), self.S.arg(0))):
+                if b.eq(self.R):
+                    return a, []
+        q, j = z3.Int("owned_q", self.ctx), z3.Int("owned_j", self.ctx)
+        return z3.If(r < self.S, q + 1, self.num(0)), [z3.Implies(r < self.S, z3.And(
+            self.S - 1 - r == q * self.R + j, j >= 0, j < self.R))]
+
     def local_stages(self, r):
         """The stages rank r holds, as terms (a fixed number per rank)."""
         if self.m.placement == "expr":
@@ -331,6 +458,12 @@ class Encoding:
         s.set(random_seed=SEED, timeout=5000)
         s.add(*self.domain, z3.Not(claim))
         return s.check() == z3.unsat
+
+    def within(self, formula, box: int | None):
+        """formula with every parameter at most `box` (None: formula itself)."""
+        if box is None:
+            return formula
+        return z3.And(formula, *[p <= box for p in self.params.values()])
 
     def linear(self, coeffs: dict, inst: "Inst", names):
         """sum(coeff x feature) of a certificate function at an instance."""
@@ -375,6 +508,8 @@ class Inst:
     microbatch: object
     feats: tuple
     order: dict
+    variables_of: dict = None  # loop id -> that loop's variable
+
 
     def where(self):
         return z3.And(*self.domain)
@@ -383,18 +518,45 @@ class Inst:
         return {f"{prefix}.rank": self.rank, f"{prefix}.stage": self.stage, f"{prefix}.microbatch": self.microbatch}
 
 
+def _conjuncts(c):
+    """The comparisons whose conjunction is c (`a and b`, `not (a or b)`), else c itself."""
+    if z3.is_and(c):
+        return [x for a in c.children() for x in _conjuncts(a)]
+    if z3.is_not(c) and z3.is_or(c.arg(0)):
+        return [x for a in c.arg(0).children() for x in _conjuncts(z3.Not(a))]
+    if z3.is_not(c) and z3.is_not(c.arg(0)):
+        return _conjuncts(c.arg(0).arg(0))
+    return [c]
+
+
+def _has(t, v) -> bool:
+    """Term t mentions the variable v."""
+    if z3.is_const(t):
+        return t.eq(v)
+    return any(_has(a, v) for a in t.children())
+
+
+def _extreme(terms, pick):
+    out = terms[0]
+    for t in terms[1:]:
+        out = z3.If(t > out, t, out) if pick is max else z3.If(t < out, t, out)
+    return out
+
+
 def absent(inst: Inst, match):
     """No instance of inst's statement satisfies `match(inst)` (inst's variables quantified)."""
     return z3.ForAll(list(inst.variables), z3.Not(z3.And(inst.where(), match(inst))))
 
 
 class Fit:
-    """Integer coefficients with |c| <= bound (the constant term: <= constant, default bound)
-    meeting rows added over time (one Z3 solver kept across calls, so what it learned carries
-    over). A row is [(key, [values]), ...] meaning sum over (key, values) of coeff[key] . values >= 1."""
+    """Integer coefficients with |c| <= bound (the constant term: <= constant, default bound), zero
+    outside `allowed`, meeting rows added over time (one Z3 solver kept across calls, so what it
+    learned carries over). A row is [(key, [values]), ...] meaning sum over (key, values) of
+    coeff[key] . values >= 1."""
 
-    def __init__(self, bound: int, constant: int | None = None):
+    def __init__(self, bound: int, constant: int | None = None, allowed: dict | None = None):
         self.bound, self.constant = bound, bound if constant is None else constant
+        self.allowed = allowed  # {key: feature indices that may be nonzero}, or None: all of them
         self.ctx = z3.Context()
         self.solver = z3.Solver(ctx=self.ctx)
         self.solver.set(random_seed=SEED)
@@ -415,7 +577,8 @@ class Fit:
                 continue
             self.seen.add(sig)
             total = z3.Sum([z3.IntVal(0, self.ctx)] + [self._c(k, i) * z3.IntVal(int(x), self.ctx)
-                                                       for k, xs in terms for i, x in enumerate(xs) if x])
+                                                       for k, xs in terms for i, x in enumerate(xs)
+                                                       if x and (self.allowed is None or i in self.allowed[k])])
             self.solver.add(total >= 1)
 
     def solve(self, timeout_s: float):
@@ -473,6 +636,12 @@ def well_formed(enc: Encoding, which: str):
                     same = z3.And(same, z3.Or(*[u != v for u, v in zip(a.variables, b.variables)]))
                 yield x, y, z3.And(a.where(), b.where(), same), {**a.shown("a"), **b.shown("b")}
     else:  # every (stage, microbatch) has its F, its B or I, and W exactly where there is I
+        if m.nonlinear:  # Z3's nonlinear arithmetic does not decide the quantified form: count instead
+            try:
+                yield from coverage(enc)
+                return
+            except Unsupported:
+                pass
         s, mb = z3.Int("s", enc.ctx), z3.Int("m", enc.ctx)
         inside = z3.And(s >= 0, s < S, mb >= 0, mb < Mb, *enc.chunked(s))
         shown = {"stage": s, "microbatch": mb}
@@ -487,6 +656,33 @@ def well_formed(enc: Encoding, which: str):
                 if x.kind == kind:
                     a = enc.instance(x, "a")
                     yield x, (other,), z3.And(a.where(), none_of((other,), a.stage, a.microbatch)), a.shown("a")
+
+
+def coverage(enc: Encoding) -> list:
+    """"Every stage runs F and B (or I and W) of every microbatch" by counting, for models where the
+    quantified form is out of Z3's reach: with range, placement and uniqueness proved, a rank's F's
+    are distinct (stage, microbatch) pairs of its own stages, so if there are at least (its stages)
+    x M of them, they are all of them; likewise its B's and I's, and its W's when no backward is
+    whole. A model is a rank with too few. Unsupported when the statements cannot be counted."""
+    m = enc.m
+    kinds = {x.kind for x in m.stmts}
+    groups = [("F",), ("B", "I")] + ([("W",)] if "B" not in kinds and "I" in kinds else [])
+    if "B" in kinds and kinds & {"I", "W"}:
+        raise Unsupported("counting cannot pair each I with its W when some backwards are whole")
+    out = []
+    for group in groups:
+        r = z3.Int("r", enc.ctx)
+        owned, facts = enc.owned(r)
+        counts = []
+        for x in m.stmts:
+            if x.kind in group:
+                n, side = enc.count(x, r)
+                counts.append(n)
+                facts += side
+        have = z3.Sum([enc.num(0)] + counts)
+        formula = z3.And(r >= 0, r < enc.R, *facts, have < owned * enc.Mb)
+        out.append((None, group, formula, {"rank": r, "instances": have, "stages": owned}))
+    return out
 
 
 def divisors(enc: Encoding):
@@ -606,6 +802,28 @@ def memory(enc: Encoding, bound, directions: tuple[int, int]):
             live.append(j - k)
             shown.update({f"stage {i}": s, f"forwards of stage {i}": j, f"frees of stage {i}": k})
         yield ("live activations", x, None), z3.And(a.where(), *facts, z3.Sum(live) > bound(a.rank)), shown
+
+
+def counted(enc: Encoding, bound):
+    """At most `bound(rank)` live activations on every rank, by counting instances in the rank's
+    order: right after an F, a rank holds the F's up to it less the B's and W's before it (with
+    frees following their forwards, frees_follow). For a model whose stages per rank vary, where
+    `memory` does not apply; Unsupported when the statements cannot be counted (smt.Encoding.count)."""
+    out = []
+    m = enc.m
+    for x in [x for x in m.stmts if x.kind in ALLOCS]:
+        a = enc.instance(x, "a")
+        made, freed, facts = [], [], []
+        for y in m.stmts:
+            if not one_body(x, y) or y.kind not in ALLOCS + FREES:
+                continue
+            n, side = enc.count(y, a.rank, (a, y.kind in ALLOCS))
+            (made if y.kind in ALLOCS else freed).append(n)
+            facts += side
+        live = z3.Sum([enc.num(0)] + made) - z3.Sum([enc.num(0)] + freed)
+        out.append((("live activations", x, None), z3.And(a.where(), *facts, live > bound(a.rank)),
+                    {**a.shown("a"), "live": live}))
+    return out
 
 
 def capacity(enc: Encoding, bound):
