@@ -168,7 +168,6 @@ def test_zb_h2_is_proved_for_every_p_and_m(run_cli):
 
 
 @pytest.mark.parametrize("name, why", [
-    ("interleaved_zero_bubble", "not linear"),  # looped_bfs: the case-by-case test
     (str(DATA.parent / "zb_h2_greedy.pp"), "order greedy")])  # ZB-H2 as it was, before the loops
 def test_outside_the_fragment_is_unknown_with_a_bounded_check(name, why, run_cli):
     code, out, _ = run_cli("prove", name, "-q", "--json", "--timeout", "15")  # the nonlinear attempt: 5 s
@@ -223,6 +222,51 @@ def test_interleaved_1f1b_is_proved_for_every_p_v_m_with_its_warm_up_as_the_memo
     assert code == 1 and out.startswith("interleaved_1f1b: refuted at P=3, V=9, M=5 (smallest failing setting; "
                                         "memory)"), out
     assert "rank 0 holds 45 activations at its peak; the bound min(total, warm + 1, 40) is 40" in out
+
+
+def test_interleaved_zero_bubble_is_proved_from_the_certificate_kept_with_it():
+    """The search does not find its timing yet; the certificate kept next to the built-in (written
+    by hand) is re-checked by Z3 for every P, V, M, never trusted."""
+    got = prove("interleaved_zero_bubble", log=(lines := []).append).to_dict()
+    assert got["verdict"] == "proved", (got["reason"], lines)
+    assert "interleaved_zero_bubble: re-checking the certificate saved with it (interleaved_zero_bubble.cert.json)" \
+        in lines
+    assert [part["status"] for part in got["parts"]] == ["proved"] * 3
+    assert got["memory_bound"] == "min(total, warm + r + 1)"  # W lags r backwards behind I
+    m = replace(model_of("interleaved_zero_bubble"), nonlinear=True)
+    t = timing_of(got["certificate"])
+    for P, V, M in [(3, 2, 1), (5, 3, 10), (6, 2, 18), (4, 4, 12)]:  # beyond the samples, without Z3
+        ranks = instances(m, {"P": P, "V": V, "M": M})
+        for a, b in _edges(m, ranks):
+            assert t(a) < t(b), (P, V, M, a, b)
+        per_round = M // max(1, M // P)
+        assert peaks(m, {"P": P, "V": V, "M": M}) == [
+            min(V * M, min((V - 1) * per_round + P - 1 - r, V * M) + r + 1) for r in range(P)]
+
+
+def test_a_certificate_kept_with_a_schedule_that_no_longer_fits_it_gives_way_to_the_search(tmp_path, run_cli):
+    source = builtin_schedules()["interleaved_zero_bubble"]
+    path = tmp_path / "zb.pp"
+    path.write_text(source.read_text())
+    cert = json.loads(source.with_name("interleaved_zero_bubble.cert.json").read_text())
+    cert["statements"]["0"]["line"] += 1  # made for another version of the file
+    (tmp_path / "zb.cert.json").write_text(json.dumps(cert))
+    code, out, err = run_cli("prove", str(path), "--timeout", "15")
+    assert "re-checking the certificate saved with it (zb.cert.json)" in err
+    assert "the certificate does not fit" in err and "searching instead" in err
+    assert code == 3 and "bounded check, not a proof" in out
+
+
+def test_a_memory_bound_guessed_from_too_few_samples_is_guessed_again_not_a_refutation():
+    """Interleaved zero bubble's peaks at the 25 smallest settings fit min(P * V, V * M), which fails
+    at P=2, V=2, M=3: that refutes the guess, and the next guess, min(total, warm + r + 1), is proved."""
+    source = builtin_schedules()["interleaved_zero_bubble"]
+    cert = json.loads(source.with_name("interleaved_zero_bubble.cert.json").read_text())
+    cert["memory"] = {}  # no bound: guessed from the samples
+    got = prove("interleaved_zero_bubble", certificate=cert, log=(lines := []).append)
+    assert got.verdict == "proved", got.reason
+    assert got.memory_bound == "min(total, warm + r + 1)"
+    assert any("the bound guessed first fails at P=2, V=2, M=3; trying min(total, warm + r + 1)" in x for x in lines)
 
 
 def test_a_saved_nonlinear_certificate_is_rechecked_and_a_broken_one_is_not_a_proof(tmp_path, run_cli):

@@ -32,9 +32,9 @@ def add_parser(sub, stdout):
 
 
 def run(args, stdout, stderr) -> int:
-    from .prover import prove
+    from .prover import prove, read_certificate
     seconds(args.timeout, "--timeout")
-    certificate = _read_certificate(args.certificate) if args.certificate else None
+    certificate = read_certificate(args.certificate) if args.certificate else None
     log = (lambda line: None) if args.quiet or args.json else (lambda line: (stderr.write(line + "\n"), stderr.flush()))
     proof = prove(args.input, assumptions=tuple(args.assume), memory=args.memory, timeout=args.timeout,
                   certificate=certificate, log=log)
@@ -43,21 +43,6 @@ def run(args, stdout, stderr) -> int:
     else:
         stdout.write(render(proof) + "\n")
     return {"proved": EXIT_OK, "refuted": EXIT_FAIL}.get(proof.verdict, EXIT_UNKNOWN)
-
-
-def _read_certificate(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise SchedcError("io", f"cannot read the certificate: {exc.strerror}", where=path) from None
-    except json.JSONDecodeError as exc:
-        raise SchedcError("certificate", f"not JSON: {exc.msg} at line {exc.lineno}", where=path) from None
-    cert = data.get("certificate", data) if isinstance(data, dict) else None
-    if not isinstance(cert, dict) or not isinstance(cert.get("timing"), dict):
-        raise SchedcError("certificate", "expected a certificate: an object with `timing` (and `memory`), as "
-                          "`schedc prove --json` writes", where=path)
-    return cert
 
 
 def render(proof) -> str:

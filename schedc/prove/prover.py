@@ -10,6 +10,7 @@ the bounded range that was checked instead, labelled as such.
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -79,6 +80,21 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
     start = time.monotonic()
     deadline = start + timeout
     path = resolve(source)
+    saved = path.with_name(path.stem + ".cert.json")  # a certificate kept with the schedule: re-checked first
+    if certificate is None and saved.is_file():
+        log(f"{path.stem}: re-checking the certificate saved with it ({saved.name})")
+        try:
+            first = prove(source, assumptions=assumptions, memory=memory, timeout=timeout,
+                          certificate=read_certificate(saved), log=log)
+        except SchedcError as exc:
+            if exc.code != "certificate":
+                raise
+            log(f"  {exc.diagnostics[0].message}; searching instead")
+        else:
+            if first.verdict != "unknown":
+                return first
+            log("  the saved certificate does not prove it; searching instead")
+            start, deadline = time.monotonic(), time.monotonic() + max(1.0, timeout - first.seconds)
     tree = parse(read_text(path), str(path))
     assumed = tuple(parse_condition(t, "--assume") for t in assumptions)
     bound = parse_condition(memory, "--memory") if memory is not None else None
@@ -113,8 +129,10 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
         why = "" if nonlinear_cert else f"not linear: {exc.reason}" + (f" (line {exc.span.line})" if exc.span else "")
         log("  not linear: trying Z3's nonlinear integer arithmetic")
         other = Proof(proof.schedule, proof.assumptions, bounded=proof.bounded)
-        # at most a minute (a third of what is left): when Z3 cannot decide, the cases below get the rest
-        until = time.monotonic() + min(NONLINEAR_SECONDS, (deadline - time.monotonic()) / 3)
+        # at most a minute (a third of what is left): when Z3 cannot decide, the cases below get the rest;
+        # a certificate to re-check needs no search and no cases, so it gets all the time there is
+        until = deadline if nonlinear_cert else time.monotonic() + min(NONLINEAR_SECONDS,
+                                                                          (deadline - time.monotonic()) / 3)
         try:
             _symbolic(other, path, replace(m, nonlinear=True), assumed, bound, until, certificate, log)
             failed = next((p.detail for p in other.parts if p.status != "proved"), None)
@@ -136,6 +154,22 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
     if proof.verdict == "unknown" and proof.reason is None:
         proof.reason = next(p.detail for p in proof.parts if p.status != "proved")
     return _done(proof, start)
+
+
+def read_certificate(path) -> dict:
+    """A certificate from a JSON file: the output of `schedc prove --json`, or its `certificate`."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise SchedcError("io", f"cannot read the certificate: {exc.strerror}", where=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise SchedcError("certificate", f"not JSON: {exc.msg} at line {exc.lineno}", where=str(path)) from None
+    cert = data.get("certificate", data) if isinstance(data, dict) else None
+    if not isinstance(cert, dict) or not isinstance(cert.get("timing"), dict):
+        raise SchedcError("certificate", "expected a certificate: an object with `timing` (and `memory`), as "
+                          "`schedc prove --json` writes", where=str(path))
+    return cert
 
 
 NONLINEAR_SECONDS = 60.0  # the longest the nonlinear attempt may take
@@ -299,7 +333,8 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
     capacity = _capacity_only(m, assumed)  # stages per rank vary: counted in rank order, or capacity
     argument = None
     mem_text = _text(bound) if bound is not None else (certificate or {}).get("memory", {}).get("bound")
-    if mem_text is None:
+    inferred = mem_text is None  # a guess from the samples, not a claim to refute the schedule with
+    if inferred:
         mem_text = infer_bound(m, samples)
     if mem_text is None:
         proof.parts.append(Part("memory", "unknown", "no closed form in P, M and the rank matches the sampled "
@@ -307,9 +342,23 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
     else:
         expr = bound if bound is not None else parse_condition(mem_text, "--memory")
         why, argument = _check_memory(m, assumed, expr, deadline, capacity, ordered)
-        if isinstance(why, dict):
+        tries = 0
+        while isinstance(why, dict) and inferred and tries < 3:
+            # the bound was only inferred: its counterexample refutes the guess, not the schedule
+            tries += 1
+            samples = samples + [why["params"]]
+            mem_text = infer_bound(m, samples)
+            if mem_text is None:
+                why = "no closed form in P, M and the rank matches the sampled peaks; state one with --memory"
+                break
+            log(f"  memory: the bound guessed first fails at {_fmt(why['params'])}; trying {mem_text}")
+            expr = parse_condition(mem_text, "--memory")
+            why, argument = _check_memory(m, assumed, expr, deadline, capacity, ordered)
+        if isinstance(why, dict) and not inferred:
             proof.verdict, proof.counterexample = "refuted", why
             return
+        if isinstance(why, dict):
+            why = f"no bound guessed from the samples holds (the last fails at {_fmt(why['params'])}); state one with --memory"
         proof.memory_bound = mem_text if why is None else None
         lets = [x for x in rank_lets(m) if x.name in _names_in([expr])]
         where = f", where {', '.join(f'{x.name} = {_text(x.value)}' for x in lets)}" if lets else ""
@@ -521,6 +570,10 @@ def _names_in(exprs) -> set[str]:
     for e in exprs:
         walk(e)
     return out
+
+
+def _fmt(params: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
 def _text(e) -> str:

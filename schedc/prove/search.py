@@ -129,9 +129,9 @@ def infer_bound(m: Model, samples) -> str | None:
     terms = [(p,) for p in m.params]
     if m.nonlinear:  # and products of two parameters (`V * M`)
         terms += list(itertools.combinations(m.params, 2))
-    # in the parameters; failing that, also in the lets at the top of the rank body (`warm + 1`)
+    # in the parameters; failing that, in the lets at the top of the rank body (`warm + 1`)
     lets = [(x.name,) for x in rank_lets(m)]
-    return _bound_in(m, points, terms) or (_bound_in(m, points, lets + terms) if lets else None)
+    return _bound_in(m, points, terms) or (_bound_in(m, points, lets) if lets else None)
 
 
 def _bound_in(m: Model, points, terms) -> str | None:

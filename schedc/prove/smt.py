@@ -55,6 +55,7 @@ class Encoding:
         self._side: tuple[list, list] = ([], [])
         self._divided: dict = {}  # (a, b) -> (q, j) of the divisions in scope
         self._remainders: dict = {}  # id of j -> (j, b): j is a remainder of a division by b
+        self._ranks: set = set()  # ids of the instances' rank variables (0 <= r < R)
         self._outer: list = []  # the side conditions of the schedule-level divisions
         self.divisors: list = []  # (b, what held where it was divided by): b must be positive there
         self.env = dict(self.params)
@@ -182,6 +183,7 @@ class Encoding:
         self._fresh += 1
         name = f"{tag}{self._fresh}"
         r = z3.Int(f"{name}_{self.m.rank_var}", self.ctx)
+        self._ranks.add(r.get_id())
         variables, cons = [r], [r >= 0, r < self.R]
         outside, self._side = self._side, (variables, cons)  # its divisions' variables are its own
         divided, self._divided = self._divided, dict(self._divided)
@@ -291,12 +293,21 @@ class Encoding:
             return []
         return [z3.Implies(x == y, z3.And(dx[0] == dy[0], dx[1] == dy[1]))]
 
+    def same_owner(self, a: "Inst", b: "Inst") -> list:
+        """For Z3's nonlinear arithmetic, once placement is proved (every instance runs on the rank
+        that holds its stage): instances of one stage run on one rank. Nothing for a linear model."""
+        if not self.m.nonlinear:
+            return []
+        return [z3.Implies(a.stage == b.stage, a.rank == b.rank)]
+
     def _digits(self, t):
         """(X, j, b) if t is X*b + j (either order) with j a remainder of a division by b, else None."""
         if not self.m.nonlinear or not z3.is_add(t) or t.num_args() != 2:
             return None
         for prod, rem in ((t.arg(0), t.arg(1)), (t.arg(1), t.arg(0))):
             known = self._remainders.get(rem.get_id())
+            if known is None and rem.get_id() in self._ranks:  # a rank: 0 <= r < R, as a remainder by R
+                known = (rem, self.R)
             if known is None or not known[0].eq(rem) or not z3.is_mul(prod) or prod.num_args() != 2:
                 continue
             for X, b in ((prod.arg(0), prod.arg(1)), (prod.arg(1), prod.arg(0))):
@@ -619,8 +630,9 @@ def well_formed(enc: Encoding, which: str):
     if which in ("range", "placement"):
         for x in m.stmts:
             a = enc.instance(x, "a")
-            if which == "range":
-                bad = z3.Not(z3.And(a.stage >= 0, a.stage < S, a.microbatch >= 0, a.microbatch < Mb))
+            if which == "range":  # the stage and the microbatch apart: each is easier for Z3 alone
+                yield x, None, z3.And(a.where(), z3.Not(z3.And(a.stage >= 0, a.stage < S))), a.shown("a")
+                bad = z3.Not(z3.And(a.microbatch >= 0, a.microbatch < Mb))
             else:
                 bad = z3.And(a.stage >= 0, a.stage < S, enc.owner(a.stage) != a.rank)
             yield x, None, z3.And(a.where(), bad), a.shown("a")
@@ -631,6 +643,7 @@ def well_formed(enc: Encoding, which: str):
                     continue
                 a, b = enc.instance(x, "a"), enc.instance(y, "b")
                 same = z3.And(a.stage == b.stage, a.microbatch == b.microbatch,
+                              *enc.same_owner(a, b), *enc.same_digits(a.stage, b.stage),
                               *enc.same_digits(a.microbatch, b.microbatch))
                 if x is y:
                     same = z3.And(same, z3.Or(*[u != v for u, v in zip(a.variables, b.variables)]))
