@@ -45,6 +45,18 @@ def timing_of(certificate):
     return t
 
 
+def holds_beyond_the_samples(name, certificate, sizes, peak):
+    """Without Z3, at settings (P, V, M) larger than the search saw: the certificate's timing orders
+    every edge of the nonlinear model and rank r's peak is peak(P, V, M, r)."""
+    m = replace(model_of(name), nonlinear=True)
+    t = timing_of(certificate)
+    for P, V, M in sizes:
+        ranks = instances(m, {"P": P, "V": V, "M": M})
+        for a, b in _edges(m, ranks):
+            assert t(a) < t(b), (P, V, M, a, b)
+        assert peaks(m, {"P": P, "V": V, "M": M}) == [peak(P, V, M, r) for r in range(P)], (P, V, M)
+
+
 def model_of(name):
     path = builtin_schedules()[name]
     return model(parse(path.read_text(), str(path)))
@@ -186,13 +198,8 @@ def test_looped_bfs_is_proved_for_every_v_in_nonlinear_arithmetic(run_cli):
     assert [part["status"] for part in got["parts"]] == ["proved"] * 3
     assert got["memory_bound"] == "V * M" and got["certificate"]["arithmetic"] == "nonlinear"
     assert got["certificate"]["memory"]["argument"] == "capacity"
-    m = replace(model_of("looped_bfs"), nonlinear=True)
-    t = timing_of(got["certificate"])
-    for P, V, M in [(3, 9, 2), (5, 6, 11), (2, 13, 7), (9, 3, 4)]:  # beyond the samples, without Z3
-        ranks = instances(m, {"P": P, "V": V, "M": M})
-        for a, b in _edges(m, ranks):
-            assert t(a) < t(b), (P, V, M, a, b)
-        assert peaks(m, {"P": P, "V": V, "M": M}) == [V * M] * P
+    holds_beyond_the_samples("looped_bfs", got["certificate"], [(3, 9, 2), (5, 6, 11), (2, 13, 7), (9, 3, 4)],
+                             lambda P, V, M, r: V * M)
     code, out, _ = run_cli("prove", "looped_bfs", "-q", "--memory", "min(V * M, 40)")  # wrong from V * M = 41
     assert code == 1 and out.startswith("looped_bfs: refuted at P=1, V=7, M=6 (smallest failing setting; memory)")
     assert "rank 0 holds 42 activations at its peak; the bound min(V * M, 40) is 40" in out
@@ -208,15 +215,8 @@ def test_interleaved_1f1b_is_proved_for_every_p_v_m_with_its_warm_up_as_the_memo
     assert got["memory_bound"] == "min(total, warm + 1)"
     assert got["certificate"]["memory"]["argument"] == "rank order"
     assert "where total = V * M, warm = min(" in got["parts"][2]["detail"]
-    m = replace(model_of("interleaved_1f1b"), nonlinear=True)
-    t = timing_of(got["certificate"])
-    for P, V, M in [(3, 2, 1), (5, 3, 10), (7, 2, 21), (4, 5, 12)]:  # beyond the samples, without Z3
-        ranks = instances(m, {"P": P, "V": V, "M": M})
-        for a, b in _edges(m, ranks):
-            assert t(a) < t(b), (P, V, M, a, b)
-        per_round = M // max(1, M // P)
-        assert peaks(m, {"P": P, "V": V, "M": M}) == [
-            min(V * M, (V - 1) * per_round + 2 * (P - 1 - r) + 1) for r in range(P)]
+    holds_beyond_the_samples("interleaved_1f1b", got["certificate"], [(3, 2, 1), (5, 3, 10), (7, 2, 21), (4, 5, 12)],
+                             lambda P, V, M, r: min(V * M, (V - 1) * (M // max(1, M // P)) + 2 * (P - 1 - r) + 1))
     # wrong only where warm + 1 and total pass 40: beyond the concrete sweep, found in the count
     code, out, _ = run_cli("prove", "interleaved_1f1b", "-q", "--memory", "min(total, warm + 1, 40)")
     assert code == 1 and out.startswith("interleaved_1f1b: refuted at P=3, V=9, M=5 (smallest failing setting; "
@@ -233,15 +233,9 @@ def test_interleaved_zero_bubble_is_proved_from_the_certificate_kept_with_it():
         in lines
     assert [part["status"] for part in got["parts"]] == ["proved"] * 3
     assert got["memory_bound"] == "min(total, warm + r + 1)"  # W lags r backwards behind I
-    m = replace(model_of("interleaved_zero_bubble"), nonlinear=True)
-    t = timing_of(got["certificate"])
-    for P, V, M in [(3, 2, 1), (5, 3, 10), (6, 2, 18), (4, 4, 12)]:  # beyond the samples, without Z3
-        ranks = instances(m, {"P": P, "V": V, "M": M})
-        for a, b in _edges(m, ranks):
-            assert t(a) < t(b), (P, V, M, a, b)
-        per_round = M // max(1, M // P)
-        assert peaks(m, {"P": P, "V": V, "M": M}) == [
-            min(V * M, min((V - 1) * per_round + P - 1 - r, V * M) + r + 1) for r in range(P)]
+    holds_beyond_the_samples(
+        "interleaved_zero_bubble", got["certificate"], [(3, 2, 1), (5, 3, 10), (6, 2, 18), (4, 4, 12)],
+        lambda P, V, M, r: min(V * M, min((V - 1) * (M // max(1, M // P)) + P - 1 - r, V * M) + r + 1))
 
 
 def test_a_certificate_kept_with_a_schedule_that_no_longer_fits_it_gives_way_to_the_search(tmp_path, run_cli):

@@ -20,9 +20,9 @@ def add_parser(sub, stdout):
                    help="an assumption on the parameters, e.g. 'P >= 2' (repeatable; the schedule's own "
                         "`require`s are assumed too)")
     q.add_argument("--memory", metavar="EXPR",
-                   help="the live-activation bound to prove, in the parameters, the rank variable and the lets at the top "
-                        "of the rank body, e.g. "
-                        "'min(P - r, M)' (default: the simplest closed form that fits small settings)")
+                   help="the live-activation bound to prove, in the parameters, the rank variable and the lets "
+                        "at the top of the rank body, e.g. 'min(P - r, M)' (default: the simplest closed form "
+                        "that fits small settings)")
     q.add_argument("--certificate", metavar="FILE",
                    help="re-check a saved certificate (the JSON of `--json`, or its `certificate`) instead of "
                         "searching for one")

@@ -173,6 +173,7 @@ def read_certificate(path) -> dict:
 
 
 NONLINEAR_SECONDS = 60.0  # the longest the nonlinear attempt may take
+QUERY_SECONDS = 150.0  # the longest one well-formedness query may take (interleaved ZB's range: ~35 s alone)
 CASES = range(1, 5)  # a parameter that makes the schedule nonlinear is tried at each of these values
 
 
@@ -358,7 +359,8 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
             proof.verdict, proof.counterexample = "refuted", why
             return
         if isinstance(why, dict):
-            why = f"no bound guessed from the samples holds (the last fails at {_fmt(why['params'])}); state one with --memory"
+            why = (f"no bound guessed from the samples holds (the last fails at {_fmt(why['params'])}); "
+                   "state one with --memory")
         proof.memory_bound = mem_text if why is None else None
         lets = [x for x in rank_lets(m) if x.name in _names_in([expr])]
         where = f", where {', '.join(f'{x.name} = {_text(x.value)}' for x in lets)}" if lets else ""
@@ -395,7 +397,7 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
                         ("exists", "every stage runs F and B (or I and W) of every microbatch")):
         enc = smt.Encoding(m, assumed)
         for x, y, formula, shown in smt.well_formed(enc, which):
-            verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown)
+            verdict = enc.run(formula, max(1.0, min(QUERY_SECONDS, deadline - time.monotonic())), shown)
             if isinstance(verdict, smt.GaveUp):
                 return Part("well-formed", "unknown", f"Z3 gave up on '{text}' ({verdict.reason})")
             if isinstance(verdict, smt.Fails):
@@ -476,7 +478,8 @@ def _in_rank_order(m, enc, expr, bound, deadline, ordered):
                 over = _over_bound(m, expr, verdict.params, peaks(m, verdict.params))
             except Stop:
                 return f"the bound fails symbolically at {verdict.params}, too large to confirm concretely"
-            return over or f"the bound fails symbolically at {verdict.params}, which the concrete count does not confirm"
+            return over or (f"the bound fails symbolically at {verdict.params}, which the concrete count does "
+                            "not confirm")
     return None
 
 
