@@ -224,43 +224,38 @@ def test_interleaved_1f1b_is_proved_for_every_p_v_m_with_its_warm_up_as_the_memo
     assert "rank 0 holds 45 activations at its peak; the bound min(total, warm + 1, 40) is 40" in out
 
 
-def test_interleaved_zero_bubble_is_proved_from_the_certificate_kept_with_it():
-    """The search does not find its timing yet; the certificate kept next to the built-in (written
-    by hand) is re-checked by Z3 for every P, V, M, never trusted."""
+def test_interleaved_zero_bubble_is_proved_for_every_p_v_m_by_the_search():
+    """Its timing is found by the integer program (HiGHS) from sampled rows; the first memory bound
+    guessed from the samples, min(P * V, V * M), fails at P=2, V=2, M=3: that refutes the guess, not
+    the schedule, and the next guess, min(total, warm + r + 1), is proved."""
     got = prove("interleaved_zero_bubble", log=(lines := []).append).to_dict()
     assert got["verdict"] == "proved", (got["reason"], lines)
-    assert "interleaved_zero_bubble: re-checking the certificate saved with it (interleaved_zero_bubble.cert.json)" \
-        in lines
+    assert not any("re-checking the certificate" in x for x in lines)  # found, not shipped
     assert [part["status"] for part in got["parts"]] == ["proved"] * 3
     assert got["memory_bound"] == "min(total, warm + r + 1)"  # W lags r backwards behind I
+    assert any("the bound guessed first fails at P=2, V=2, M=3; trying min(total, warm + r + 1)" in x for x in lines)
     holds_beyond_the_samples(
         "interleaved_zero_bubble", got["certificate"], [(3, 2, 1), (5, 3, 10), (6, 2, 18), (4, 4, 12)],
         lambda P, V, M, r: min(V * M, min((V - 1) * (M // max(1, M // P)) + P - 1 - r, V * M) + r + 1))
 
 
-def test_a_certificate_kept_with_a_schedule_that_no_longer_fits_it_gives_way_to_the_search(tmp_path, run_cli):
-    source = builtin_schedules()["interleaved_zero_bubble"]
-    path = tmp_path / "zb.pp"
+def test_a_certificate_kept_next_to_a_schedule_is_rechecked_first_and_gives_way_when_outdated(tmp_path, run_cli):
+    source = builtin_schedules()["1f1b"]
+    path = tmp_path / "mine.pp"
     path.write_text(source.read_text())
-    cert = json.loads(source.with_name("interleaved_zero_bubble.cert.json").read_text())
+    code, out, _ = run_cli("prove", str(path), "--json")
+    assert code == 0
+    cert = json.loads(out)["certificate"]
+    (tmp_path / "mine.cert.json").write_text(json.dumps(cert))
+    again = prove(str(path), log=(lines := []).append)
+    assert again.verdict == "proved" and again.certificate["timing"] == cert["timing"]
+    assert "mine: re-checking the certificate saved with it (mine.cert.json)" in lines
+    assert not any("searching instead" in x for x in lines)
     cert["statements"]["0"]["line"] += 1  # made for another version of the file
-    (tmp_path / "zb.cert.json").write_text(json.dumps(cert))
-    code, out, err = run_cli("prove", str(path), "--timeout", "15")
-    assert "re-checking the certificate saved with it (zb.cert.json)" in err
+    (tmp_path / "mine.cert.json").write_text(json.dumps(cert))
+    code, out, err = run_cli("prove", str(path))
     assert "the certificate does not fit" in err and "searching instead" in err
-    assert code == 3 and "bounded check, not a proof" in out
-
-
-def test_a_memory_bound_guessed_from_too_few_samples_is_guessed_again_not_a_refutation():
-    """Interleaved zero bubble's peaks at the 25 smallest settings fit min(P * V, V * M), which fails
-    at P=2, V=2, M=3: that refutes the guess, and the next guess, min(total, warm + r + 1), is proved."""
-    source = builtin_schedules()["interleaved_zero_bubble"]
-    cert = json.loads(source.with_name("interleaved_zero_bubble.cert.json").read_text())
-    cert["memory"] = {}  # no bound: guessed from the samples
-    got = prove("interleaved_zero_bubble", certificate=cert, log=(lines := []).append)
-    assert got.verdict == "proved", got.reason
-    assert got.memory_bound == "min(total, warm + r + 1)"
-    assert any("the bound guessed first fails at P=2, V=2, M=3; trying min(total, warm + r + 1)" in x for x in lines)
+    assert code == 0 and out.startswith("1f1b: proved for every setting")
 
 
 def test_a_saved_nonlinear_certificate_is_rechecked_and_a_broken_one_is_not_a_proof(tmp_path, run_cli):

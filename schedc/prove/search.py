@@ -2,7 +2,8 @@
 
 Timing: one affine function per statement (of 1, the parameters, the rank, the lets in scope and
 the loop variables), fitted so that it increases along every sampled rank order and dependency,
-then checked by Z3 for all settings; a failure adds that setting to the samples (CEGIS). Memory:
+then checked by Z3 for all settings; a failure adds that setting to the samples (CEGIS). The fit is
+Z3's for a linear model and an integer program (ilp.py) for a nonlinear one. Memory:
 the bound is the user's, or the simplest `a*X + b*r + c` or min of up to three such that equals
 every sampled peak (or, in a nonlinear model, a product of two parameters such as `V * M`); its
 proof needs no certificate (schedc/prove/smt.py `memory` and `capacity`).
@@ -15,7 +16,7 @@ import time
 from .. import syntax as ast
 from ..deps import needs, produces
 from ..ir import Action, Op
-from . import smt
+from . import ilp, smt
 from .model import Model, rank_lets
 from .sample import Stop, evaluate, feature_names, instances, rank_env
 
@@ -182,7 +183,7 @@ def _product(values) -> int:
 
 def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: int = 30):
     """A timing certificate that holds for every setting, or (None, reason). Each round fits the
-    rows (one incremental solver per coefficient bound), checks every obligation, and adds the edge
+    rows (one fit per coefficient bound, see _fit), checks every obligation, and adds the edge
     of each counterexample as a row. A nonlinear model's certificate is first sought with products
     by the number of ranks only (a rank's time scales with P), then with every product; its sampled
     rows join the fit lazily, the most violated first (a few hundred decide what thousands would)."""
@@ -215,7 +216,7 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds):
     # carry products (large numbers): it starts from a few, bound 2, and adds the ones it violates
     bounds = list(FIT_BOUNDS) if m.nonlinear else list(FIT_BOUNDS[1:])
     active = pool[:FIRST_ROWS] if m.nonlinear else list(pool)
-    fitter = _fit(bounds, allowed)
+    fitter = _fit(m, bounds, allowed)
     fitter.add(active)
     round_ = 0
     while round_ < rounds:
@@ -225,7 +226,7 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds):
         found = fitter.solve(min(left, _fit_time(bounds)))
         while found is None and len(bounds) > 1 and time.monotonic() < deadline:
             bounds.pop(0)  # rows only grow: a smaller bound cannot work again (or took too long)
-            fitter = _fit(bounds, allowed)
+            fitter = _fit(m, bounds, allowed)
             fitter.add(active)
             found = fitter.solve(min(deadline - time.monotonic(), _fit_time(bounds)))
         if found is None:
@@ -276,11 +277,14 @@ def _value(row, found) -> int:
     return sum(found.get(k, {}).get(i, 0) * x for k, xs in row for i, x in enumerate(xs) if x)
 
 
-def _fit(bounds, allowed) -> smt.Fit:
-    """The fit at the smallest bound left; with `allowed` (a nonlinear template), constants up to 8
-    at least (the time of a rank's first action may sit a few steps in)."""
+def _fit(m: Model, bounds, allowed):
+    """The fit at the smallest bound left. A nonlinear model's rows carry products (large numbers)
+    that Z3's integer search drowns in: it gets the integer program of ilp.Fit (HiGHS, smallest
+    coefficients first), with constants up to 8 at least under a template (the time of a rank's
+    first action may sit a few steps in). A linear model keeps Z3's fit: any solution of its rows
+    will do, and Z3's tend to hold beyond the samples where the smallest, tight ones do not."""
     constant = LAST_CONSTANT if len(bounds) == 1 else (max(8, bounds[0]) if allowed is not None else None)
-    return smt.Fit(bounds[0], constant, allowed)
+    return (ilp.Fit if m.nonlinear else smt.Fit)(bounds[0], constant, allowed)
 
 
 def _fit_time(bounds) -> float:

@@ -1,0 +1,84 @@
+"""The timing fit as a small integer program: minimise sum w_i |x_i| subject to rows . x >= 1 and
+|x_i| <= u_i, x integer, solved by HiGHS (scipy.optimize.milp). The smallest coefficients that
+order the samples are the likeliest to order every size; Z3 is not an LP solver (it took 25 s on
+339 rows that HiGHS decides in a second). An answer is re-checked in exact integers before use.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+CONSTANT_WEIGHT = 0.1  # a constant term is cheap: it shifts a statement's times without changing its shape
+
+
+def minimise(rows: list[dict], limits: list[int], weights: list[float], *, timeout_s: float) -> list[int] | None:
+    """Integer x minimising sum weights[i] |x[i]| with |x[i]| <= limits[i] and, for every row (a
+    {column: integer} map), sum row[i] x[i] >= 1; None when there is none or none was found in time."""
+    from scipy.optimize import Bounds, LinearConstraint, milp  # 0.7 s to import: only when a fit needs it
+    n, m = len(limits), len(rows)
+    if m == 0:
+        return [0] * n
+    if any(not row for row in rows):
+        return None  # 0 >= 1
+    # x = p - q with p, q in [0, limit] and integer: at the optimum one of them is zero, so the
+    # objective sum w (p + q) is sum w |x|
+    A = np.zeros((m, 2 * n))
+    for k, row in enumerate(rows):
+        for i, v in row.items():
+            A[k, i], A[k, n + i] = v, -v
+    w = np.asarray(weights, dtype=float)
+    u = np.asarray(limits, dtype=float)
+    res = milp(np.concatenate([w, w]), constraints=[LinearConstraint(A, lb=np.ones(m), ub=np.inf)],
+               integrality=np.ones(2 * n), bounds=Bounds(np.zeros(2 * n), np.concatenate([u, u])),
+               options={"time_limit": max(0.1, timeout_s), "presolve": True})
+    if res.x is None:
+        return None  # infeasible, or out of time before any solution
+    found = [round(a - b) for a, b in zip(res.x[:n], res.x[n:])]
+    if any(abs(c) > lim for c, lim in zip(found, limits)) or not _holds(rows, found):
+        return None
+    return found
+
+
+def _holds(rows, coeffs) -> bool:
+    return all(sum(v * coeffs[i] for i, v in row.items()) >= 1 for row in rows)
+
+
+class Fit:
+    """The timing fit with smt.Fit's interface: integer coefficients with |c| <= bound (the
+    constant term, feature 0: <= constant), zero outside `allowed`, meeting every row added. A row
+    is [(key, [values]), ...] meaning sum over (key, values) of coeff[key] . values >= 1."""
+
+    def __init__(self, bound: int, constant: int | None = None, allowed: dict | None = None):
+        self.bound, self.constant = bound, bound if constant is None else constant
+        self.allowed = allowed
+        self.columns: dict = {}  # (key, feature index) -> column
+        self.rows: list[dict] = []
+        self.seen: set = set()
+
+    def add(self, rows) -> None:
+        for terms in rows:
+            sig = tuple((k, tuple(xs)) for k, xs in terms)
+            if sig in self.seen:
+                continue
+            self.seen.add(sig)
+            row: dict = {}
+            for k, xs in terms:
+                for i, x in enumerate(xs):
+                    if x and (self.allowed is None or i in self.allowed[k]):
+                        col = self.columns.setdefault((k, i), len(self.columns))
+                        row[col] = row.get(col, 0) + int(x)
+            self.rows.append({c: v for c, v in row.items() if v})
+
+    def solve(self, timeout_s: float):
+        """{key: {feature index: coefficient}} of the smallest weighted size, or None (there is
+        none within the bounds, or none found in time)."""
+        keys = list(self.columns)
+        limits = [self.constant if i == 0 else self.bound for _, i in keys]
+        weights = [CONSTANT_WEIGHT if i == 0 else 1.0 for _, i in keys]
+        found = minimise(self.rows, limits, weights, timeout_s=timeout_s)
+        if found is None:
+            return None
+        out: dict = {}
+        for (key, i), c in zip(keys, found):
+            if c:
+                out.setdefault(key, {})[i] = c
+        return out
