@@ -201,7 +201,8 @@ def test_looped_bfs_is_proved_for_every_v_in_nonlinear_arithmetic(run_cli):
     holds_beyond_the_samples("looped_bfs", got["certificate"], [(3, 9, 2), (5, 6, 11), (2, 13, 7), (9, 3, 4)],
                              lambda P, V, M, r: V * M)
     code, out, _ = run_cli("prove", "looped_bfs", "-q", "--memory", "min(V * M, 40)")  # wrong from V * M = 41
-    assert code == 1 and out.startswith("looped_bfs: refuted at P=1, V=7, M=6 (smallest failing setting; memory)")
+    # the least sum of parameters, then the least P, V, M in turn (V=7, M=6 has the same sum)
+    assert code == 1 and out.startswith("looped_bfs: refuted at P=1, V=6, M=7 (smallest failing setting; memory)")
     assert "rank 0 holds 42 activations at its peak; the bound min(V * M, 40) is 40" in out
 
 

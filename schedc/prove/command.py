@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..errors import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN, SchedcError
+from ..errors import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN
 from ..options import seconds
 
 

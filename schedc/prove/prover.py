@@ -449,7 +449,11 @@ def _check_memory(m, assumed, expr, deadline, capacity: bool, ordered: bool = Fa
         why = exc.reason
     if why is None or isinstance(why, dict):
         return why, "rank order"
-    for what, formula, shown in smt.capacity(enc, bound):
+    try:
+        obligations = list(smt.capacity(enc, bound))
+    except Unsupported as exc:
+        return f"counting in rank order: {why}; and by capacity: {exc.reason}", "capacity"
+    for what, formula, shown in obligations:
         verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown, smallest=True)
         if isinstance(verdict, smt.GaveUp):
             return f"Z3 gave up on the memory bound ({verdict.reason})", "capacity"

@@ -247,7 +247,8 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds):
         for box in ((BOX, None) if m.nonlinear else (None,)):
             for (x, y, _edge), formula, shown in smt.timing(enc, cert, names):
                 left = max(1.0, deadline - time.monotonic())
-                verdict = enc.run(enc.within(formula, box), left if box is None else min(BOX_SECONDS, left), shown)
+                verdict = enc.run(enc.within(formula, box), left if box is None else min(BOX_SECONDS, left), shown,
+                                  smallest=not m.nonlinear)
                 if isinstance(verdict, smt.GaveUp):
                     if box is not None:
                         continue

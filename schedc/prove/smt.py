@@ -189,7 +189,7 @@ class Encoding:
         divided, self._divided = self._divided, dict(self._divided)
         env = {**self.env, self.m.rank_var: r}
         feats = [self.num(1), *self.params.values(), r]
-        order, loop_vars = {}, {}
+        order = {}
         for f in stmt.frames:
             if isinstance(f, LetFrame):
                 t = self.term(f.value, env)
@@ -214,11 +214,10 @@ class Encoding:
                 env[f.var] = v
                 feats.append(v)
                 order[f.loop] = -v if f.reversed else v
-                loop_vars[f.loop] = v
         stage, mb = self.int(stmt.stage, env), self.int(stmt.microbatch, env)
         self._side, self._divided = outside, divided
         feats += products(self.m, feats)
-        return Inst(stmt, r, tuple(variables), tuple(cons), stage, mb, tuple(feats), order, loop_vars)
+        return Inst(stmt, r, tuple(variables), tuple(cons), stage, mb, tuple(feats), order)
 
     def before(self, a: "Inst", b: "Inst"):
         """a comes before b in their (common) rank's list."""
@@ -342,7 +341,10 @@ class Encoding:
             if common:
                 (loop,) = common
                 frame = next(f for f in stmt.loops if f.loop == loop)
-                cut = (loop, a.variables_of[loop], frame.reversed, static is True or (static is None and inclusive))
+                at = a.order[loop]  # a's variable of that loop, negated when the loop runs backwards
+                if next(f for f in a.stmt.loops if f.loop == loop).reversed:
+                    at = z3.simplify(-at)
+                cut = (loop, at, frame.reversed, static is True or (static is None and inclusive))
         outside, self._side = self._side, ([], [])
         divided, self._divided = self._divided, dict(self._divided)
         try:
@@ -482,7 +484,8 @@ class Encoding:
 
     def run(self, formula, timeout_s: float, show: dict | None = None, smallest: bool = False):
         """Holds, GaveUp, or Fails at a setting; with `smallest`, the setting with the least sum of
-        parameters (found by asking for smaller ones until there are none)."""
+        parameters and, among those, the lexicographically least (the order the bounded sweep
+        visits settings in), found by asking for smaller ones until there are none."""
         s = z3.Solver(ctx=self.ctx)
         s.set(random_seed=SEED, timeout=max(1, int(timeout_s * 1000)))
         s.add(*self.domain, formula)
@@ -492,19 +495,28 @@ class Encoding:
         if verdict == z3.unknown:
             return GaveUp(s.reason_unknown())
         model = s.model()
-        size = z3.Sum([self.num(0)] + list(self.params.values()))
-        while smallest:
-            s.push()
-            s.add(size < model.eval(size, model_completion=True))
-            if s.check() != z3.sat:
-                s.pop()
-                break
-            model = s.model()
-            s.pop()
-            s.add(size <= model.eval(size, model_completion=True))
+        if smallest:
+            size = z3.Sum([self.num(0)] + list(self.params.values()))
+            for term in (size, *self.params.values()):  # the sum first, then each parameter in turn
+                model = _least(s, model, term)
+                s.add(term == model.eval(term, model_completion=True))
         params = {p: model.eval(v, model_completion=True).as_long() for p, v in self.params.items()}
         detail = {k: model.eval(v, model_completion=True).as_long() for k, v in (show or {}).items()}
         return Fails(params, detail)
+
+
+def _least(s, model, term):
+    """A model of s with term as small as s can show (each smaller value asked for in turn; an
+    answer other than sat ends the descent with the model found so far)."""
+    while True:
+        s.push()
+        s.add(term < model.eval(term, model_completion=True))
+        found = s.check() == z3.sat
+        if found:
+            model = s.model()
+        s.pop()
+        if not found:
+            return model
 
 
 @dataclass(frozen=True)
@@ -518,8 +530,7 @@ class Inst:
     stage: object
     microbatch: object
     feats: tuple
-    order: dict
-    variables_of: dict = None  # loop id -> that loop's variable
+    order: dict  # loop id -> that loop's variable, negated when the loop runs backwards
 
 
     def where(self):
@@ -541,10 +552,19 @@ def _conjuncts(c):
 
 
 def _has(t, v) -> bool:
-    """Term t mentions the variable v."""
-    if z3.is_const(t):
-        return t.eq(v)
-    return any(_has(a, v) for a in t.children())
+    """Term t mentions the variable v (each shared subterm visited once: terms are DAGs)."""
+    seen, todo = set(), [t]
+    while todo:
+        u = todo.pop()
+        if u.get_id() in seen:
+            continue
+        seen.add(u.get_id())
+        if z3.is_const(u):
+            if u.eq(v):
+                return True
+        else:
+            todo.extend(u.children())
+    return False
 
 
 def _extreme(terms, pick):
@@ -845,7 +865,7 @@ def capacity(enc: Encoding, bound):
     distinct. For a nonlinear model whose number of stages per rank varies (`stages V * P`); a
     model is a rank where the bound is smaller (which does not make the bound wrong)."""
     r = z3.Int("r", enc.ctx)
-    q, j = enc.divmod(enc.S - 1 - r, enc.R)  # stages r, r + R, ... below S: q + 1 of them
-    yield ("capacity", None, None), z3.And(r >= 0, r < enc.R, r < enc.S, enc.S - 1 - r == q * enc.R + j, j >= 0,
-                                           j < enc.R, bound(r) < (q + 1) * enc.Mb), {"rank": r, "stages": q + 1}
+    stages, facts = enc.owned(r)
+    yield ("capacity", None, None), z3.And(r >= 0, r < enc.R, r < enc.S, *facts, bound(r) < stages * enc.Mb), \
+        {"rank": r, "stages": stages}
 
