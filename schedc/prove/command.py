@@ -51,7 +51,9 @@ def render(proof) -> str:
         cex = proof.counterexample
         setting = ", ".join(f"{k}={v}" for k, v in cex["params"].items())
         within = f" with {cex['within']}" if cex.get("within") else ""
-        lines = [f"{proof.schedule}: refuted at {setting} (smallest failing setting{within}; {cex['property']})"]
+        which = "smallest failing setting" if cex.get("smallest", True) else \
+            "a failing setting, not shown to be the smallest: Z3 ran out of time"
+        lines = [f"{proof.schedule}: refuted at {setting} ({which}{within}; {cex['property']})"]
         if cex.get("summary"):
             lines.append("  " + cex["summary"])
         if cex.get("report"):

@@ -42,6 +42,20 @@ def _holds(rows, coeffs) -> bool:
     return all(sum(v * coeffs[i] for i, v in row.items()) >= 1 for row in rows)
 
 
+def fresh_terms(rows, seen: set, allowed: dict | None):
+    """Each row of a fit not in `seen` (which it joins), as its (key, feature index, value) terms
+    that `allowed` admits (None: every feature). A row is [(key, [values]), ...] meaning sum over
+    (key, values) of coeff[key] . values >= 1; within one statement only differences count, so
+    rows repeat."""
+    for terms in rows:
+        sig = tuple((k, tuple(xs)) for k, xs in terms)
+        if sig in seen:
+            continue
+        seen.add(sig)
+        yield [(k, i, int(x)) for k, xs in terms for i, x in enumerate(xs)
+               if x and (allowed is None or i in allowed[k])]
+
+
 class Fit:
     """The timing fit with smt.Fit's interface: integer coefficients with |c| <= bound (the
     constant term, feature 0: <= constant), zero outside `allowed`, meeting every row added. A row
@@ -55,17 +69,11 @@ class Fit:
         self.seen: set = set()
 
     def add(self, rows) -> None:
-        for terms in rows:
-            sig = tuple((k, tuple(xs)) for k, xs in terms)
-            if sig in self.seen:
-                continue
-            self.seen.add(sig)
+        for terms in fresh_terms(rows, self.seen, self.allowed):
             row: dict = {}
-            for k, xs in terms:
-                for i, x in enumerate(xs):
-                    if x and (self.allowed is None or i in self.allowed[k]):
-                        col = self.columns.setdefault((k, i), len(self.columns))
-                        row[col] = row.get(col, 0) + int(x)
+            for k, i, x in terms:
+                col = self.columns.setdefault((k, i), len(self.columns))
+                row[col] = row.get(col, 0) + x
             self.rows.append({c: v for c, v in row.items() if v})
 
     def solve(self, timeout_s: float):

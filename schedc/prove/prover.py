@@ -129,10 +129,10 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
         why = "" if nonlinear_cert else f"not linear: {exc.reason}" + (f" (line {exc.span.line})" if exc.span else "")
         log("  not linear: trying Z3's nonlinear integer arithmetic")
         other = Proof(proof.schedule, proof.assumptions, bounded=proof.bounded)
-        # at most a minute (a third of what is left): when Z3 cannot decide, the cases below get the rest;
-        # a certificate to re-check needs no search and no cases, so it gets all the time there is
+        # at most NONLINEAR_SECONDS (half of what is left): when Z3 cannot decide, the cases below get
+        # the rest; a certificate to re-check needs no search and no cases, so it gets all the time there is
         until = deadline if nonlinear_cert else time.monotonic() + min(NONLINEAR_SECONDS,
-                                                                          (deadline - time.monotonic()) / 3)
+                                                                          (deadline - time.monotonic()) / 2)
         try:
             _symbolic(other, path, replace(m, nonlinear=True), assumed, bound, until, certificate, log)
             failed = next((p.detail for p in other.parts if p.status != "proved"), None)
@@ -172,7 +172,7 @@ def read_certificate(path) -> dict:
     return cert
 
 
-NONLINEAR_SECONDS = 60.0  # the longest the nonlinear attempt may take
+NONLINEAR_SECONDS = 180.0  # the longest the nonlinear attempt may take (interleaved ZB: 35-60 s on 2 cores)
 QUERY_SECONDS = 150.0  # the longest one well-formedness query may take (interleaved ZB's range: ~35 s alone)
 CASES = range(1, 5)  # a parameter that makes the schedule nonlinear is tried at each of these values
 
@@ -459,7 +459,7 @@ def _check_memory(m, assumed, expr, deadline, capacity: bool, ordered: bool = Fa
             return f"Z3 gave up on the memory bound ({verdict.reason})", "capacity"
         if isinstance(verdict, smt.Fails):
             try:
-                over = _over_bound(m, expr, verdict.params, peaks(m, verdict.params))
+                over = _least_known(_over_bound(m, expr, verdict.params, peaks(m, verdict.params)), verdict)
             except Stop:
                 over = None
             return over or (f"counting in rank order: {why}; and by capacity the proof only shows bounds of "
@@ -479,7 +479,7 @@ def _in_rank_order(m, enc, expr, bound, deadline, ordered):
             return f"Z3 gave up on the memory bound ({verdict.reason})"
         if isinstance(verdict, smt.Fails):
             try:
-                over = _over_bound(m, expr, verdict.params, peaks(m, verdict.params))
+                over = _least_known(_over_bound(m, expr, verdict.params, peaks(m, verdict.params)), verdict)
             except Stop:
                 return f"the bound fails symbolically at {verdict.params}, too large to confirm concretely"
             return over or (f"the bound fails symbolically at {verdict.params}, which the concrete count does "
@@ -526,15 +526,23 @@ def _per_stage(m, enc, expr, bound, deadline):
         if isinstance(verdict, smt.Fails):
             size = (sum(verdict.params.values()), tuple(verdict.params.values()))
             if worst is None or size < worst[0]:
-                worst = (size, verdict.params)
+                worst = (size, verdict)
     if worst is None:
         return None
-    params = worst[1]
+    params = worst[1].params
     try:
-        over = _over_bound(m, expr, params, peaks(m, params))
+        over = _least_known(_over_bound(m, expr, params, peaks(m, params)), worst[1])
     except Stop:
         return f"the bound fails symbolically at {params}, too large to confirm concretely"
     return over or f"the bound fails symbolically at {params}, which the concrete count does not confirm"
+
+
+def _least_known(counterexample, verdict):
+    """The counterexample, marked `smallest: false` when Z3 ran out of time before showing that no
+    smaller setting fails."""
+    if counterexample and not verdict.least:
+        counterexample = {**counterexample, "smallest": False}
+    return counterexample
 
 
 def _capacity_only(m, assumed) -> bool:

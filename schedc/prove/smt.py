@@ -10,11 +10,13 @@ a nonlinear one (`Model.nonlinear`) accepts both, a division as fresh quotient a
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import z3
 
 from .. import syntax as ast
+from .ilp import fresh_terms
 from .sample import products
 from .model import (GuardFrame, LetFrame, Model, Stmt, Unsupported, one_body, order_pairs, pins, rank_lets,
                     shared_loops, stages_apart)
@@ -33,6 +35,7 @@ class Fails:
 
     params: dict
     detail: dict
+    least: bool = True  # False: asked for the smallest, but time ran out before it was shown smallest
 
 
 @dataclass(frozen=True)
@@ -495,28 +498,36 @@ class Encoding:
         if verdict == z3.unknown:
             return GaveUp(s.reason_unknown())
         model = s.model()
-        if smallest:
+        least = True
+        if smallest:  # within the same time as the first answer: the descent cannot multiply it
+            until = time.monotonic() + timeout_s
             size = z3.Sum([self.num(0)] + list(self.params.values()))
             for term in (size, *self.params.values()):  # the sum first, then each parameter in turn
-                model = _least(s, model, term)
+                model, least = _least(s, model, term, until)
+                if not least:
+                    break
                 s.add(term == model.eval(term, model_completion=True))
         params = {p: model.eval(v, model_completion=True).as_long() for p, v in self.params.items()}
         detail = {k: model.eval(v, model_completion=True).as_long() for k, v in (show or {}).items()}
-        return Fails(params, detail)
+        return Fails(params, detail, least)
 
 
-def _least(s, model, term):
-    """A model of s with term as small as s can show (each smaller value asked for in turn; an
-    answer other than sat ends the descent with the model found so far)."""
+def _least(s, model, term, until: float):
+    """(a model of s with term as small as it can be, True), asking for each smaller value in turn;
+    (the smallest model found, False) when the time runs out or Z3 cannot tell first."""
     while True:
+        left = until - time.monotonic()
+        if left <= 0:
+            return model, False
         s.push()
+        s.set(timeout=max(1, int(left * 1000)))
         s.add(term < model.eval(term, model_completion=True))
-        found = s.check() == z3.sat
-        if found:
+        verdict = s.check()
+        if verdict == z3.sat:
             model = s.model()
         s.pop()
-        if not found:
-            return model
+        if verdict != z3.sat:
+            return model, verdict == z3.unsat
 
 
 @dataclass(frozen=True)
@@ -602,14 +613,8 @@ class Fit:
         return self.coeffs[(key, i)]
 
     def add(self, rows) -> None:
-        for terms in rows:
-            sig = tuple((k, tuple(xs)) for k, xs in terms)
-            if sig in self.seen:
-                continue
-            self.seen.add(sig)
-            total = z3.Sum([z3.IntVal(0, self.ctx)] + [self._c(k, i) * z3.IntVal(int(x), self.ctx)
-                                                       for k, xs in terms for i, x in enumerate(xs)
-                                                       if x and (self.allowed is None or i in self.allowed[k])])
+        for terms in fresh_terms(rows, self.seen, self.allowed):
+            total = z3.Sum([z3.IntVal(0, self.ctx)] + [self._c(k, i) * z3.IntVal(x, self.ctx) for k, i, x in terms])
             self.solver.add(total >= 1)
 
     def solve(self, timeout_s: float):
