@@ -77,8 +77,8 @@ class Fit:
             self.rows.append({c: v for c, v in row.items() if v})
 
     def solve(self, timeout_s: float):
-        """{key: {feature index: coefficient}} of the smallest weighted size, or None (there is
-        none within the bounds, or none found in time)."""
+        """{key: {feature index: coefficient}} of the smallest weighted size (the best found when
+        time runs out), or None (there is none within the bounds, or none found in time)."""
         keys = list(self.columns)
         limits = [self.constant if i == 0 else self.bound for _, i in keys]
         weights = [CONSTANT_WEIGHT if i == 0 else 1.0 for _, i in keys]
