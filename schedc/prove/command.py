@@ -46,10 +46,11 @@ def run(args, stdout, stderr) -> int:
 
 
 def render(proof) -> str:
+    from .search import setting_text
     assumed = ", ".join(proof.assumptions) or "no assumptions"
     if proof.verdict == "refuted":
         cex = proof.counterexample
-        setting = ", ".join(f"{k}={v}" for k, v in cex["params"].items())
+        setting = setting_text(cex["params"])
         within = f" with {cex['within']}" if cex.get("within") else ""
         which = "smallest failing setting" if cex.get("smallest", True) else \
             "a failing setting, not shown to be the smallest: Z3 ran out of time"

@@ -20,7 +20,7 @@ from ..errors import SchedcError
 from . import smt
 from .model import LetFrame, Model, Unsupported, model, pins, rank_lets, unroll
 from .sample import Stop, agrees_with_compiler, evaluate, feature_names, rank_env
-from .search import cegis_timing, infer_bound, peaks, settings, unit_peaks
+from .search import cegis_timing, infer_bound, peaks, setting_text, settings, unit_peaks
 
 BOUNDED_MAX = 8         # each parameter of the concrete sweep runs over 0..BOUNDED_MAX
 BOUNDED_SETTINGS = 250  # at most this many settings, smallest first
@@ -352,14 +352,14 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
             if mem_text is None:
                 why = "no closed form in P, M and the rank matches the sampled peaks; state one with --memory"
                 break
-            log(f"  memory: the bound guessed first fails at {_fmt(why['params'])}; trying {mem_text}")
+            log(f"  memory: the bound guessed first fails at {setting_text(why['params'])}; trying {mem_text}")
             expr = parse_condition(mem_text, "--memory")
             why, argument = _check_memory(m, assumed, expr, deadline, capacity, ordered)
         if isinstance(why, dict) and not inferred:
             proof.verdict, proof.counterexample = "refuted", why
             return
         if isinstance(why, dict):
-            why = (f"no bound guessed from the samples holds (the last fails at {_fmt(why['params'])}); "
+            why = (f"no bound guessed from the samples holds (the last fails at {setting_text(why['params'])}); "
                    "state one with --memory")
         proof.memory_bound = mem_text if why is None else None
         lets = [x for x in rank_lets(m) if x.name in _names_in([expr])]
@@ -459,7 +459,7 @@ def _check_memory(m, assumed, expr, deadline, capacity: bool, ordered: bool = Fa
             return f"Z3 gave up on the memory bound ({verdict.reason})", "capacity"
         if isinstance(verdict, smt.Fails):
             try:
-                over = _least_known(_over_bound(m, expr, verdict.params, peaks(m, verdict.params)), verdict)
+                over = _confirmed(m, expr, verdict)
             except Stop:
                 over = None
             return over or (f"counting in rank order: {why}; and by capacity the proof only shows bounds of "
@@ -479,7 +479,7 @@ def _in_rank_order(m, enc, expr, bound, deadline, ordered):
             return f"Z3 gave up on the memory bound ({verdict.reason})"
         if isinstance(verdict, smt.Fails):
             try:
-                over = _least_known(_over_bound(m, expr, verdict.params, peaks(m, verdict.params)), verdict)
+                over = _confirmed(m, expr, verdict)
             except Stop:
                 return f"the bound fails symbolically at {verdict.params}, too large to confirm concretely"
             return over or (f"the bound fails symbolically at {verdict.params}, which the concrete count does "
@@ -531,18 +531,19 @@ def _per_stage(m, enc, expr, bound, deadline):
         return None
     params = worst[1].params
     try:
-        over = _least_known(_over_bound(m, expr, params, peaks(m, params)), worst[1])
+        over = _confirmed(m, expr, worst[1])
     except Stop:
         return f"the bound fails symbolically at {params}, too large to confirm concretely"
     return over or f"the bound fails symbolically at {params}, which the concrete count does not confirm"
 
 
-def _least_known(counterexample, verdict):
-    """The counterexample, marked `smallest: false` when Z3 ran out of time before showing that no
-    smaller setting fails."""
-    if counterexample and not verdict.least:
-        counterexample = {**counterexample, "smallest": False}
-    return counterexample
+def _confirmed(m: Model, expr, verdict) -> dict | None:
+    """Z3's memory counterexample if the concrete count confirms it (Stop: too large to count),
+    marked `smallest: false` when Z3 ran out of time before showing that no smaller setting fails."""
+    over = _over_bound(m, expr, verdict.params, peaks(m, verdict.params))
+    if over and not verdict.least:
+        over = {**over, "smallest": False}
+    return over
 
 
 def _capacity_only(m, assumed) -> bool:
@@ -585,10 +586,6 @@ def _names_in(exprs) -> set[str]:
     for e in exprs:
         walk(e)
     return out
-
-
-def _fmt(params: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
 def _text(e) -> str:

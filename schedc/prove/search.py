@@ -233,7 +233,8 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds):
             return None, ("no affine timing (in the parameters, the rank, the lets and the loop variables, "
                           f"coefficients up to {FIT_BOUNDS[-1]}, constants up to {LAST_CONSTANT}) "
                           "orders the sampled instances")
-        violated = sorted((row for row in pool if _value(row, found) < 1), key=lambda row: _value(row, found))
+        values = ((_value(row, found), n) for n, row in enumerate(pool))
+        violated = [pool[n] for _, n in sorted(vn for vn in values if vn[0] < 1)]  # the most violated first
         if violated:  # the samples already refute it: no need to ask Z3
             active += violated[:ROWS_PER_FIT]
             fitter.add(violated[:ROWS_PER_FIT])
@@ -258,7 +259,7 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds):
                     fb = [verdict.detail[f"b.f{i}"] for i in range(len(names[y.index]))]
                     failed.append(edge_row(x.key, fa, y.key, fb))
                     if len(failed) == 1:
-                        log(f"  timing candidate {round_} fails at {_fmt(verdict.params)}; learning from it")
+                        log(f"  timing candidate {round_} fails at {setting_text(verdict.params)}; learning from it")
             if failed:
                 break
         if not failed:
@@ -297,5 +298,6 @@ def _names(m: Model) -> dict:
     return {x.index: feature_names(m, x) for x in m.stmts}
 
 
-def _fmt(params: dict) -> str:
+def setting_text(params: dict) -> str:
+    """A setting as the output shows it: `P=2, M=3`."""
     return ", ".join(f"{k}={v}" for k, v in params.items())

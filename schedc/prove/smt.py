@@ -111,10 +111,7 @@ class Encoding:
             if e.name == "abs":
                 (a,) = args
                 return z3.If(a >= 0, a, -a)
-            out = args[0]
-            for a in args[1:]:
-                out = z3.If(a < out, a, out) if e.name == "min" else z3.If(a > out, a, out)
-            return out
+            return _extreme(args, min if e.name == "min" else max)
         if e.op in ("and", "or"):
             a, b = self.bool(e.left, env), self.bool(e.right, env)
             return z3.And(a, b) if e.op == "and" else z3.Or(a, b)
@@ -344,8 +341,8 @@ class Encoding:
             if common:
                 (loop,) = common
                 frame = next(f for f in stmt.loops if f.loop == loop)
-                at = a.order[loop]  # a's variable of that loop, negated when the loop runs backwards
-                if next(f for f in a.stmt.loops if f.loop == loop).reversed:
+                at = a.order[loop]  # a's variable of that (shared) loop, negated when the loop runs backwards
+                if frame.reversed:
                     at = z3.simplify(-at)
                 cut = (loop, at, frame.reversed, static is True or (static is None and inclusive))
         outside, self._side = self._side, ([], [])
@@ -542,7 +539,6 @@ class Inst:
     microbatch: object
     feats: tuple
     order: dict  # loop id -> that loop's variable, negated when the loop runs backwards
-
 
     def where(self):
         return z3.And(*self.domain)
