@@ -10,6 +10,7 @@ the two parts of an `overlap(...)` step (one statement each, sharing one step), 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
 from .. import syntax as ast
 from ..span import Span
@@ -89,11 +90,12 @@ class Model:
     rank_var: str
     stmts: tuple[Stmt, ...]
     nonlinear: bool = False  # products of quantities that vary allowed (Z3's nonlinear arithmetic)
+    annotations: tuple[ast.Annotation, ...] = ()  # `cost ...` and `memory ...`, in file order
 
 
 def model(tree: ast.Schedule) -> Model:
     params = tuple(p.name for p in tree.params)
-    requires, lets, decls, functions = [], [], {}, {}
+    requires, lets, decls, functions, annotations = [], [], {}, {}, []
     placement, body, specific = None, None, []
     for item in tree.items:
         if isinstance(item, ast.Require):
@@ -111,7 +113,7 @@ def model(tree: ast.Schedule) -> Model:
             raise Unsupported("its order is computed by `order greedy(...)`, an algorithm; a proof for every "
                               "size needs the order written as loops", item.span)
         elif isinstance(item, ast.Annotation):
-            continue
+            annotations.append(item)
         elif isinstance(item, ast.RankBody) and item.var is not None:
             if body is not None:
                 raise Unsupported("more than one generic rank body", item.span)
@@ -152,7 +154,7 @@ def model(tree: ast.Schedule) -> Model:
             decls["microbatches"] = ast.Num(max(numbers) + 1, tree.span)
     return Model(tree.name, params, tuple(requires), tuple(lets), functions, decl("ranks", "P"),
                  decls["stages"], decl("microbatches", "M"), placement.kind, placement.var,
-                 placement.expr, rank_var, tuple(builder.stmts))
+                 placement.expr, rank_var, tuple(builder.stmts), annotations=tuple(annotations))
 
 
 class _Builder:
@@ -354,3 +356,55 @@ def unroll(m: Model, consts: dict[str, int]) -> Model:
             out.append(Stmt(len(out), stmt.kind, stmt.stage, stmt.microbatch, frames, path, stmt.span, step))
         parts[stmt.index] = made
     return replace(m, stmts=tuple(out))
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    """The file's memory annotations as a proof reads them: every stage's activation `act` (one
+    unit unless the file says), and the limits in file order, each `(rank or None for every rank,
+    limit)` (a later one overrides an earlier one for the ranks it names, as the compiler does)."""
+
+    act: Fraction
+    limits: tuple[tuple[ast.Expr | None, ast.Expr], ...]
+
+
+def memory_spec(m: Model) -> MemorySpec:
+    """What `check`'s memory figure is in the proof's unit count: `act` x live activations, which
+    holds exactly when every stage has one literal activation size, the messages are free (`out` 0,
+    so receive and send buffers weigh nothing) and an I frees no more than a B would (`weight` no
+    larger than `act`: then `act` x the count is an upper bound, exact with B's). Unsupported
+    otherwise, with the reason."""
+    act, limits, weight = Fraction(1), [], None
+    for item in m.annotations:
+        if item.what != "memory":
+            continue
+        for s in item.settings:
+            if s.name == "limit" and item.scope != "stage":
+                limits.append((item.scope_expr if item.scope == "rank" else None, s.value))
+                continue
+            if item.scope == "stage":
+                raise Unsupported(f"a per-stage memory size (`memory stage ...: {s.name} = ...`)", s.span)
+            value = literal(s.value)
+            if value is None:
+                raise Unsupported(f"a memory size that is not a number (`{s.name} = ...`)", s.span)
+            if s.name == "act":
+                act = value
+            elif s.name == "weight":
+                weight = value
+            elif s.name == "out" and value != 0:
+                raise Unsupported("messages with a size (`memory out = ...`): receive and send buffers count "
+                                  "towards the limit", s.span)
+    if weight is not None and weight > act and any(x.kind == "I" for x in m.stmts):
+        raise Unsupported("`memory weight` larger than `act`, so an I adds memory where the count says it "
+                          "frees none")
+    return MemorySpec(act, tuple(limits))
+
+
+def literal(e: ast.Expr) -> Fraction | None:
+    """A number written as such (`3`, `0.5`, `-2`), exactly; None for anything else."""
+    if isinstance(e, ast.UnaryOp) and e.op == "-":
+        inner = literal(e.operand)
+        return None if inner is None else -inner
+    if isinstance(e, ast.Num) and type(e.value) in (int, float):
+        return Fraction(str(e.value))
+    return None

@@ -18,9 +18,9 @@ from pathlib import Path
 from .. import syntax as ast
 from ..errors import SchedcError
 from . import smt
-from .model import LetFrame, Model, Unsupported, model, pins, rank_lets, unroll
-from .sample import Stop, agrees_with_compiler, evaluate, feature_names, rank_env
-from .search import cegis_timing, infer_bound, peaks, setting_text, settings, unit_peaks
+from .model import LetFrame, Model, Unsupported, memory_spec, model, pins, rank_lets, unroll
+from .sample import Stop, agrees_with_compiler, base_env, evaluate, feature_names, rank_env
+from .search import Refuted, cegis_timing, infer_bound, inside, peaks, setting_text, settings, unit_peaks
 
 BOUNDED_MAX = 8         # each parameter of the concrete sweep runs over 0..BOUNDED_MAX
 BOUNDED_SETTINGS = 250  # at most this many settings, smallest first
@@ -219,6 +219,11 @@ def _cases(proof, path, tree, assumed, bound, deadline, exc, log) -> None:
             return
 
 
+def _query_seconds(deadline: float, cap: float = 60.0) -> float:
+    """The seconds one Z3 query may take: what is left before the deadline, at most `cap`, at least 1."""
+    return max(1.0, min(cap, deadline - time.monotonic()))
+
+
 def _words(text: str) -> set[str]:
     import re
     return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
@@ -316,12 +321,20 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
     if proof.verdict == "refuted":
         return
     log("  deadlock freedom: timing certificate")
-    if certificate is not None:
-        _matches(certificate, m)
-        timing = {int(k): v for k, v in certificate["timing"].items()}
-        why = _check_timing(m, assumed, timing, names, deadline)
-    else:
-        timing, why = cegis_timing(m, assumed, samples, deadline, log)
+    refute = _refuter(path, m)
+    try:
+        if certificate is not None:
+            _matches(certificate, m)
+            timing = {int(k): v for k, v in certificate["timing"].items()}
+            why = _check_timing(m, assumed, timing, names, deadline, refute)
+        else:
+            timing, why = cegis_timing(m, assumed, samples, deadline, log, refute=refute)
+    except Refuted as exc:
+        log(f"  the schedule fails its checks at {setting_text(exc.counterexample['params'])}; "
+            "looking for a smaller failing setting")
+        proof.verdict, proof.counterexample = "refuted", _least_failing(path, m, assumed, exc.counterexample)
+        proof.parts.append(Part("deadlock-free", "refuted", "a setting the timing search met fails its checks"))
+        return
     ordered = timing is not None and why is None
     if ordered:
         proof.parts.append(Part("deadlock-free", "proved", "under rendezvous sends: the timing certificate "
@@ -346,6 +359,10 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
         tries = 0
         while isinstance(why, dict) and inferred and tries < 3:
             # the bound was only inferred: its counterexample refutes the guess, not the schedule
+            # (unless the schedule fails its checks there)
+            if (cex := refute(why["params"])) is not None:
+                proof.verdict, proof.counterexample = "refuted", _least_failing(path, m, assumed, cex)
+                return
             tries += 1
             samples = samples + [why["params"]]
             mem_text = infer_bound(m, samples)
@@ -367,6 +384,11 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
         proof.parts.append(Part("memory", "proved" if why is None else "unknown",
                                 f"at most {mem_text} live activations on rank {m.rank_var} (unit sizes){where}"
                                 if why is None else why))
+    limit = _limit(proof, path, m, assumed, expr if proof.memory_bound else None, deadline)
+    if limit is not None:
+        proof.parts.append(limit)
+        if proof.verdict == "refuted":
+            return
     proof.certificate = {"schedule": m.name, "assumptions": list(proof.assumptions),
                          "arithmetic": "nonlinear" if m.nonlinear else "linear",
                          "features": {str(k): list(v) for k, v in names.items()},
@@ -374,6 +396,50 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
                                         for x in m.stmts},
                          "timing": {str(k): v for k, v in (timing or {}).items()},
                          "memory": {"bound": mem_text, "argument": argument}}
+
+
+def _limit(proof, path, m, assumed, bound, deadline) -> Part | None:
+    """The file's `memory limit`s hold at every setting: the proved bound, in the file's sizes, is
+    within each rank's limit (smt.over_limit). None when the file sets no limit. A setting where it
+    is not is checked concretely: a refutation if `check` fails there (the least such setting:
+    every setting where `check` fails is one where the bound is over the limit), else unknown."""
+    try:
+        spec = memory_spec(m)
+    except Unsupported as exc:
+        if not any(s.name == "limit" for a in m.annotations if a.what == "memory" for s in a.settings):
+            return None
+        return Part("memory limit", "unknown", f"the file's memory limit is beyond this proof: {exc.reason}"
+                    + (f" (line {exc.span.line})" if exc.span else ""))
+    if not spec.limits:
+        return None
+    lines = ", ".join(str(e.span.line) for _, e in spec.limits)
+    if bound is None:
+        return Part("memory limit", "unknown", f"the file's memory limit (line {lines}) needs a proved memory "
+                    "bound, and there is none")
+    enc = smt.Encoding(m, assumed)
+    try:
+        (what, formula, shown), = smt.over_limit(enc, lambda r: enc.int(bound, enc.at_rank(r)), spec)
+    except Unsupported as exc:
+        return Part("memory limit", "unknown", f"the file's memory limit (line {lines}): {exc.reason}")
+    verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
+    scaled = _text(bound) if spec.act == 1 else f"{_fraction(spec.act)} x ({_text(bound)})"
+    if isinstance(verdict, smt.Holds):
+        return Part("memory limit", "proved", f"{scaled} is within the file's memory limit "
+                    f"(line {lines}) on every rank")
+    if isinstance(verdict, smt.GaveUp):
+        return Part("memory limit", "unknown", f"Z3 gave up on the file's memory limit ({verdict.reason})")
+    cex = _concrete(path, m, verdict.params, what="memory limit")
+    if cex is not None:
+        proof.verdict = "refuted"
+        proof.counterexample = cex if verdict.least else {**cex, "smallest": False}
+        return Part("memory limit", "refuted", f"over the file's memory limit at {setting_text(verdict.params)}")
+    return Part("memory limit", "unknown", f"the bound {scaled} is over the file's memory limit "
+                f"(line {lines}) at {setting_text(verdict.params)}, where the schedule itself stays within it: "
+                "prove a tighter bound with --memory")
+
+
+def _fraction(x) -> str:
+    return str(x.numerator) if x.denominator == 1 else str(float(x))
 
 
 def _matches(cert: dict, m: Model) -> None:
@@ -397,20 +463,37 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
                         ("exists", "every stage runs F and B (or I and W) of every microbatch")):
         enc = smt.Encoding(m, assumed)
         for x, y, formula, shown in smt.well_formed(enc, which):
-            verdict = enc.run(formula, max(1.0, min(QUERY_SECONDS, deadline - time.monotonic())), shown)
+            verdict = enc.run(formula, _query_seconds(deadline, QUERY_SECONDS), shown)
             if isinstance(verdict, smt.GaveUp):
                 return Part("well-formed", "unknown", f"Z3 gave up on '{text}' ({verdict.reason})")
             if isinstance(verdict, smt.Fails):
-                cex = _concrete(path, verdict.params, what=text)
+                cex = _concrete(path, m, verdict.params, what=text)
                 if cex is not None:
                     proof.verdict, proof.counterexample = "refuted", cex
                     return Part("well-formed", "refuted", text)
                 return Part("well-formed", "unknown", f"'{text}' fails symbolically at {verdict.params}, "
                             "which the concrete check does not confirm")
+    enc = smt.Encoding(m, assumed)
+    try:
+        annotations = list(smt.annotation_values(enc))
+    except Unsupported as exc:
+        return Part("well-formed", "unknown", f"an annotation the proof cannot evaluate: {exc.reason}"
+                    + (f" (line {exc.span.line})" if exc.span else ""))
+    for (what, item, _), formula, shown in annotations:
+        verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
+        if isinstance(verdict, smt.Fails):
+            cex = _concrete(path, m, verdict.params, what=f"annotation: {what}")
+            if cex is not None:
+                proof.verdict, proof.counterexample = "refuted", cex
+                return Part("well-formed", "refuted", f"the annotation on line {item.span.line}: {what}")
+        if not isinstance(verdict, smt.Holds):
+            return Part("well-formed", "unknown", f"the annotation on line {item.span.line}: cannot show {what} "
+                        "for every setting" + (f" (fails at {setting_text(verdict.params)} symbolically, not "
+                                               "concretely)" if isinstance(verdict, smt.Fails) else ""))
     if m.nonlinear:
         enc = smt.Encoding(m, assumed)
         for formula in smt.divisors(enc):
-            verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())))
+            verdict = enc.run(formula, _query_seconds(deadline))
             if not isinstance(verdict, smt.Holds):
                 return Part("well-formed", "unknown", "a division by a quantity that varies may divide by zero or "
                             "less" + (f" (at {verdict.params})" if isinstance(verdict, smt.Fails) else ""))
@@ -418,13 +501,15 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
                 "once, on the rank that holds it")
 
 
-def _check_timing(m, assumed, timing, names, deadline):
+def _check_timing(m, assumed, timing, names, deadline, refute=None):
     enc = smt.Encoding(m, assumed)
     for what, formula, shown in smt.timing(enc, timing, names):
         verdict = enc.run(formula, max(1.0, deadline - time.monotonic()), shown)
         if isinstance(verdict, smt.GaveUp):
             return f"Z3 gave up on a timing obligation ({verdict.reason})"
         if isinstance(verdict, smt.Fails):
+            if refute is not None and (cex := refute(verdict.params)) is not None:
+                raise Refuted(cex)
             x, y, edge = what
             return (f"the timing certificate fails at {verdict.params}: {_action_text(x)} (line {x.span.line}) "
                     f"must come before {_action_text(y)} (line {y.span.line}) by {edge}")
@@ -454,7 +539,7 @@ def _check_memory(m, assumed, expr, deadline, capacity: bool, ordered: bool = Fa
     except Unsupported as exc:
         return f"counting in rank order: {why}; and by capacity: {exc.reason}", "capacity"
     for what, formula, shown in obligations:
-        verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown, smallest=True)
+        verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
         if isinstance(verdict, smt.GaveUp):
             return f"Z3 gave up on the memory bound ({verdict.reason})", "capacity"
         if isinstance(verdict, smt.Fails):
@@ -474,7 +559,7 @@ def _in_rank_order(m, enc, expr, bound, deadline, ordered):
     if not ordered and (why := _frees_follow(enc, deadline)) is not None:
         return why
     for what, formula, shown in smt.counted(enc, bound):
-        verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown, smallest=True)
+        verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
         if isinstance(verdict, smt.GaveUp):
             return f"Z3 gave up on the memory bound ({verdict.reason})"
         if isinstance(verdict, smt.Fails):
@@ -489,7 +574,7 @@ def _in_rank_order(m, enc, expr, bound, deadline, ordered):
 
 def _frees_follow(enc, deadline):
     for what, formula, shown in smt.frees_follow(enc):
-        verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown)
+        verdict = enc.run(formula, _query_seconds(deadline), shown)
         if not isinstance(verdict, smt.Holds):
             return (f"a free may come before its forward ({_action_text(what[1])}, line {what[1].span.line})"
                     if isinstance(verdict, smt.Fails) else f"Z3 gave up on the order of frees ({verdict.reason})")
@@ -504,7 +589,7 @@ def _per_stage(m, enc, expr, bound, deadline):
         for direction in (1, -1):
             failed = None
             for what, formula, shown in smt.memory_order(enc, kinds, direction):
-                verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown)
+                verdict = enc.run(formula, _query_seconds(deadline), shown)
                 if isinstance(verdict, smt.GaveUp):
                     return f"Z3 gave up on the order of the {label} ({verdict.reason})"
                 if isinstance(verdict, smt.Fails):
@@ -520,7 +605,7 @@ def _per_stage(m, enc, expr, bound, deadline):
                     "this proof needs")
     worst = None
     for what, formula, shown in smt.memory(enc, bound, tuple(directions)):
-        verdict = enc.run(formula, max(1.0, min(60.0, deadline - time.monotonic())), shown, smallest=True)
+        verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
         if isinstance(verdict, smt.GaveUp):
             return f"Z3 gave up on the memory bound ({verdict.reason})"
         if isinstance(verdict, smt.Fails):
@@ -558,8 +643,66 @@ def _capacity_only(m, assumed) -> bool:
         return True
 
 
-def _concrete(path, params, what):
+def _refuter(path, m: Model):
+    """`refute(params)`: the counterexample if `check` fails at a setting the search met (each
+    setting checked once), else None."""
+    seen: dict = {}
+
+    def refute(params):
+        key = tuple(sorted(params.items()))
+        if key not in seen:
+            seen[key] = _concrete(path, m, params, what="checks")
+        return seen[key]
+    return refute
+
+
+LEAST_PAIRS = 2_000_000  # the most work spent looking for a smaller failing setting (stages x microbatches)
+
+
+def _least_failing(path, m: Model, assumed, cex: dict) -> dict:
+    """The smallest failing setting at or below the failing one in `cex`: every setting before it
+    (by sum of parameters, then each parameter in turn, as the sweep and Z3's descent order them) is
+    checked concretely, within LEAST_PAIRS of work; marked `smallest: false` when that runs out."""
+    target = tuple(cex["params"][p] for p in m.params)
+    spent = 0
+    for values in _by_size(len(m.params), sum(target)):
+        if values >= target and sum(values) == sum(target):
+            return cex
+        params = dict(zip(m.params, values))
+        if not inside(m, assumed, params):
+            continue
+        env = base_env(m, params)
+        spent += evaluate(m.stages, env, m.functions) * evaluate(m.microbatches, env, m.functions)
+        if spent > LEAST_PAIRS:
+            return {**cex, "smallest": False}
+        found = _concrete(path, m, params, what=cex["property"])
+        if found is not None:
+            return found
+    return cex
+
+
+def _by_size(n: int, most: int):
+    """Tuples of n non-negative integers with sum at most `most`, by sum, then lexicographically."""
+    def parts(k, total):
+        if k == 1:
+            yield (total,)
+            return
+        for first in range(total + 1):
+            for rest in parts(k - 1, total - first):
+                yield (first, *rest)
+    for total in range(most + 1):
+        yield from parts(n, total) if n else ([()] if total == 0 else [])
+
+
+CONCRETE_PAIRS = 1_000_000  # the largest setting checked concretely: stages x microbatches
+
+
+def _concrete(path, m: Model, params, what):
+    """The counterexample if `check` fails at these parameters (a compile error included); None
+    if it passes, or if the setting is too large to check (CONCRETE_PAIRS)."""
     from ..api import check, load
+    if not _small_enough(m, params):
+        return None
     try:
         program = load(str(path), params)
     except SchedcError as exc:
@@ -568,6 +711,14 @@ def _concrete(path, params, what):
     if report.ok is not True:
         return {"params": params, "property": what, "summary": report.summary(), "report": report.render()}
     return None
+
+
+def _small_enough(m: Model, params) -> bool:
+    try:
+        env = base_env(m, params)
+        return evaluate(m.stages, env, m.functions) * evaluate(m.microbatches, env, m.functions) <= CONCRETE_PAIRS
+    except (Stop, KeyError, TypeError):
+        return False
 
 
 def _names_in(exprs) -> set[str]:

@@ -181,10 +181,19 @@ def _product(values) -> int:
     return out
 
 
-def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: int = 30):
+class Refuted(Exception):
+    """A setting the search met where the schedule itself fails its checks (`counterexample`)."""
+
+    def __init__(self, counterexample: dict):
+        super().__init__(counterexample.get("summary", ""))
+        self.counterexample = counterexample
+
+
+def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: int = 30, refute=None):
     """A timing certificate that holds for every setting, or (None, reason). Each round fits the
     rows (one fit per coefficient bound, see _fit), checks every obligation, and adds the edge
-    of each counterexample as a row. A nonlinear model's certificate is first sought with products
+    of each counterexample as a row. `refute(params)` checks each setting a candidate fails at
+    concretely (a counterexample dict, or None); a failing one raises Refuted. A nonlinear model's certificate is first sought with products
     by the number of ranks only (a rank's time scales with P), then with every product; its sampled
     rows join the fit lazily, the most violated first (a few hundred decide what thousands would)."""
     if m.nonlinear:  # rows join lazily, so more settings cost little and tell more
@@ -195,7 +204,7 @@ def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: i
     templates = _templates(m, names)
     for n, allowed in enumerate(templates):
         share = (deadline - time.monotonic()) * (2 / 3 if n < len(templates) - 1 else 1)  # narrowest: most
-        cert, why = _cegis(m, assumptions, pool, names, allowed, time.monotonic() + share, log, rounds)
+        cert, why = _cegis(m, assumptions, pool, names, allowed, time.monotonic() + share, log, rounds, refute)
         if cert is not None:
             return cert, None
     return None, why
@@ -211,7 +220,7 @@ def _templates(m: Model, names) -> list:
              for x in m.stmts}, None]
 
 
-def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds):
+def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds, refute):
     # a linear model's fit takes every sampled row at once and is fast; a nonlinear model's rows
     # carry products (large numbers): it starts from a few, bound 2, and adds the ones it violates
     bounds = list(FIT_BOUNDS) if m.nonlinear else list(FIT_BOUNDS[1:])
@@ -255,6 +264,8 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds):
                         continue
                     return None, f"Z3 gave up on a timing obligation ({verdict.reason})"
                 if isinstance(verdict, smt.Fails):
+                    if refute is not None and (cex := refute(verdict.params)) is not None:
+                        raise Refuted(cex)
                     fa = [verdict.detail[f"a.f{i}"] for i in range(len(names[x.index]))]
                     fb = [verdict.detail[f"b.f{i}"] for i in range(len(names[y.index]))]
                     failed.append(edge_row(x.key, fa, y.key, fb))

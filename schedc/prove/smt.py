@@ -18,7 +18,7 @@ import z3
 from .. import syntax as ast
 from .ilp import fresh_terms
 from .sample import products
-from .model import (GuardFrame, LetFrame, Model, Stmt, Unsupported, one_body, order_pairs, pins, rank_lets,
+from .model import (GuardFrame, LetFrame, Model, Stmt, Unsupported, literal, one_body, order_pairs, pins, rank_lets,
                     shared_loops, stages_apart)
 
 SEED = 0
@@ -870,3 +870,37 @@ def capacity(enc: Encoding, bound):
     yield ("capacity", None, None), z3.And(r >= 0, r < enc.R, r < enc.S, *facts, bound(r) < stages * enc.Mb), \
         {"rank": r, "stages": stages}
 
+
+
+def over_limit(enc: Encoding, bound, spec):
+    """Some rank whose bound, in the file's sizes (`spec.act` x `bound(rank)` live activations), is
+    over the file's memory limit for it (`spec.limits`, the last that names the rank winning, as in
+    the compiler): the memory check of `check` at every setting, given the proved bound."""
+    r = z3.Int("rank", enc.ctx)
+    live = bound(r)
+    act = spec.act
+
+    def over(limit):
+        exact = literal(limit)
+        if exact is not None:  # act x live > num / den, in integers
+            return act.numerator * exact.denominator * live > act.denominator * exact.numerator
+        return act.numerator * live > act.denominator * enc.int(limit, enc.env)
+    formula = z3.BoolVal(False, enc.ctx)
+    for rank, limit in spec.limits:  # in file order: each later one wraps (and overrides) the earlier
+        formula = over(limit) if rank is None else z3.If(r == enc.int(rank, enc.env), over(limit), formula)
+    yield ("memory limit", None, None), z3.And(r >= 0, r < enc.R, formula), {"rank": r, "live": live}
+
+
+def annotation_values(enc: Encoding):
+    """Every `cost` and `memory` value is a non-negative number and every `stage E:` / `rank E:` is
+    in range, at every setting: else the compiler refuses the file there (an error `check` reports)."""
+    for item in enc.m.annotations:
+        if item.scope is not None:
+            index = enc.int(item.scope_expr, enc.env)
+            count = enc.S if item.scope == "stage" else enc.R
+            yield (f"`{item.what} {item.scope} {_text(item.scope_expr)}:` in range", item, None), \
+                z3.Or(index < 0, index >= count), {}
+        for s in item.settings:
+            if literal(s.value) is None:
+                yield (f"`{s.name} = {_text(s.value)}` is a non-negative number", item, None), \
+                    enc.int(s.value, enc.env) < 0, {}
