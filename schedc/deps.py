@@ -38,6 +38,13 @@ def needs(a: Action, num_stages: int) -> tuple[Value, ...]:
     return ()
 
 
+def producer(v: Value, backward: Op = Op.B) -> tuple[Op, int, int]:
+    """The compute action that makes a value, as (op, stage, microbatch): F for an activation, the
+    stage's `backward` (B, or I where the backward is split) for an input gradient."""
+    kind, s, m = v
+    return (Op.F if kind == "act" else backward, s, m)
+
+
 def delivers(a: Action) -> Value | None:
     """The value a receive brings to its rank (named by the receiving stage)."""
     if a.op is Op.RECV_F:

@@ -15,6 +15,7 @@ from typing import NamedTuple
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from .deps import needs, producer
 from .ir import COMPUTE, Action, Annotations, Compound, CompoundKind, Op, Program, StageCost, StageMemory, format_step
 
 __all__ = ["MAX_PAIRS", "MUTATION_KINDS", "PLACEMENTS", "Mutant", "lowered_programs", "mutations", "programs",
@@ -201,15 +202,8 @@ def _programs(draw, r_lo, r_hi, m_lo, m_hi, v_lo, v_hi, shapes, forms, overlap, 
 
 
 def _needs(op: Op, s: int, m: int, S: int, split: tuple[bool, ...]) -> list[tuple[Op, int, int]]:
-    """DESIGN.md's data dependencies, as (op, stage, microbatch) of the producer."""
-    if op is Op.F:
-        return [(Op.F, s - 1, m)] if s > 0 else []
-    if op is Op.W:
-        return [(Op.I, s, m)]
-    out = [(Op.F, s, m)]
-    if s < S - 1:
-        out.append((Op.I if split[s + 1] else Op.B, s + 1, m))
-    return out
+    """The producers of what (op, s, m) needs (schedc/deps.py's rule), as (op, stage, microbatch)."""
+    return [producer(v, Op.I if split[v[1]] else Op.B) for v in needs(Action(op, s, m), S)]
 
 
 def _key(node):

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..deps import payload, peer_stage, produces
+from ..ir import Action, Op
+
 FORMAT = "schedc-program"
 VERSION = 1
 
@@ -19,9 +22,9 @@ RECV_OPS = ("RECV_F", "RECV_B")
 COMM_OPS = SEND_OPS + RECV_OPS
 STAGE_OPS = ("UNSHARD", "RESHARD", "REDUCE_GRAD")
 COMPOUNDS = ("GROUP", "OVERLAP_F_B")
-# The stage on the other end of a send or receive (DESIGN.md's convention: a receive is named by
-# the stage that receives; SEND_F(s) meets RECV_F(s+1), SEND_B(s) meets RECV_B(s-1)).
-PEER_STAGE = {"SEND_F": 1, "RECV_F": -1, "SEND_B": -1, "RECV_B": 1}
+# The stage on the other end of a send or receive, from the one rule (schedc/deps.py: a receive is
+# named by the stage that receives; SEND_F(s) meets RECV_F(s+1), SEND_B(s) meets RECV_B(s-1)).
+PEER_STAGE = {op: peer_stage(Action(Op[op], 0, 0)) for op in COMM_OPS}
 
 
 class TableError(ValueError):
@@ -45,18 +48,12 @@ class Instr(NamedTuple):
         return self.op in RECV_OPS
 
     def value(self) -> tuple[str, int, int] | None:
-        """What the action makes (compute) or carries (send / receive), as schedc/deps.py names it:
+        """What the action makes (compute) or carries (send / receive), by schedc/deps.py's rule:
         `("act", s, m)` the output of F(s,m), `("grad", s, m)` the input gradient of I/B(s,m)."""
-        op, s, m = self.op, self.stage, self.microbatch
-        if op == "F" or op == "SEND_F":
-            return ("act", s, m)
-        if op in ("B", "I", "SEND_B"):
-            return ("grad", s, m)
-        if op == "RECV_F":
-            return ("act", s - 1, m)
-        if op == "RECV_B":
-            return ("grad", s + 1, m)
-        return None
+        if self.microbatch is None:
+            return None
+        a = Action(Op[self.op], self.stage, self.microbatch)
+        return produces(a) if a.op.is_compute else payload(a)
 
     def __str__(self) -> str:
         """`F(1,3)`, `SEND_F(0,2)`, `UNSHARD(1)`: the way the language writes it."""

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
+from ..deps import needs, producer
 from ..errors import SchedcError
 from ..ir import Action, Annotations, Op, Program
 
@@ -68,15 +69,12 @@ class Problem:
         place = self.program.placement
         for m in range(self.M):
             for s in range(self.S):
-                f, i, w = self.job("F", s, m), self.job("I", s, m), self.job("W", s, m)
-                if s > 0:
-                    g = self.job("F", s - 1, m)
-                    yield g, f, self.jobs[g].dur + self.lag(place[s - 1], place[s])
-                if s < self.S - 1:
-                    g = self.job("I", s + 1, m)
-                    yield g, i, self.jobs[g].dur + self.lag(place[s + 1], place[s])
-                yield f, i, self.jobs[f].dur
-                yield i, w, self.jobs[i].dur
+                for kind in ("F", "I", "W"):  # backwards split: an input gradient is I's (schedc/deps.py)
+                    after = self.job(kind, s, m)
+                    for v in needs(Action(Op[kind], s, m), self.S):
+                        op, t, _ = producer(v, Op.I)
+                        before = self.job(op.name, t, m)
+                        yield before, after, self.jobs[before].dur + self.lag(place[t], place[s])
 
     def lag(self, a: int, b: int) -> int:
         return 0 if a == b else self.latency.get((a, b), 0)
@@ -115,7 +113,7 @@ def build_problem(P: int, M: int, *, placement: str = "loop", costs=None,
     else:
         links = {}
     ann = skeleton.annotations
-    speeds = [ann.rank_speed[r] if r < len(ann.rank_speed) else 1.0 for r in range(P)]
+    speeds = ann.speeds(P)
     times: dict[tuple[str, int], Fraction] = {}
     for s in range(S):
         c = ann.cost_of(s)
