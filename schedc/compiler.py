@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 
 from . import syntax as ast
 from .errors import SchedcError
-from .ir import (ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op, Program,
+from .ir import (DEFAULT_SPEED, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op, Program,
                  StageCost, StageMemory, parse_step)
 from .span import Span, span_text
 
@@ -411,7 +411,7 @@ class _Compiler:
         stage_cost: dict[int, dict[str, float]] = {}
         base_mem: dict[str, float] = {}
         stage_mem: dict[int, dict[str, float]] = {}
-        speed = [1.0] * num_ranks
+        speed = [DEFAULT_SPEED] * num_ranks
         limits: dict[int, float] = {}
         extras = {"latency": 0.0, "bandwidth": 0.0}
         for item in items:
@@ -439,8 +439,8 @@ class _Compiler:
                         limits[r] = value
                 else:
                     (stage_mem.setdefault(index, {}) if index is not None else base_mem)[s.name] = value
-        costs = tuple(_stage_cost({**base_cost, **stage_cost.get(s, {})}) for s in range(num_stages))
-        memory = tuple(_stage_memory({**base_mem, **stage_mem.get(s, {})}) for s in range(num_stages))
+        costs = tuple(StageCost().with_settings({**base_cost, **stage_cost.get(s, {})}) for s in range(num_stages))
+        memory = tuple(StageMemory().with_settings({**base_mem, **stage_mem.get(s, {})}) for s in range(num_stages))
         return Annotations(costs, memory, tuple(speed), tuple(sorted(limits.items())),
                            extras["latency"], extras["bandwidth"])
 
@@ -792,12 +792,3 @@ def _allowed_keys(what: str, scope: str | None) -> set[str]:
         return {None: GLOBAL_COST_KEYS, "stage": COST_KEYS, "rank": RANK_COST_KEYS}[scope]
     return {None: MEMORY_KEYS | {"limit"}, "stage": MEMORY_KEYS, "rank": {"limit"}}[scope]
 
-
-def _stage_cost(given: dict[str, float]) -> StageCost:
-    i, w = given.get("I", 1.0), given.get("W", 1.0)
-    return StageCost(F=given.get("F", 1.0), B=given.get("B", i + w), I=i, W=w)
-
-
-def _stage_memory(given: dict[str, float]) -> StageMemory:
-    act = given.get("act", 1.0)
-    return StageMemory(act=act, weight=given.get("weight", act), out=given.get("out", 0.0))

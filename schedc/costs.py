@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .errors import SchedcError
-from .ir import Program, StageCost, StageMemory
+from .ir import Program
 from .simulate import Link
 from .span import Source, Span
 
@@ -79,9 +79,9 @@ class Costs:
         times, memory = [], []
         for s in range(S):
             given = {**dict(self.every), **dict(per_stage.get(s, ()))}
-            times.append(_stage_cost(ann.cost_of(s), given))
-            memory.append(_stage_memory(ann.memory_of(s), given))
-        speed = [ann.rank_speed[r] if r < len(ann.rank_speed) else 1.0 for r in range(R)]
+            times.append(ann.cost_of(s).with_settings(given))
+            memory.append(ann.memory_of(s).with_settings(given))
+        speed = list(ann.speeds(R))
         for r, v in self.speeds:
             speed[r] = v
         return replace(program, annotations=replace(
@@ -101,19 +101,6 @@ class Costs:
         return {ch: Link(dict(pairs).get("latency", ann.latency), dict(pairs).get("bandwidth", ann.bandwidth),
                          dict(pairs).get("overhead", every))
                 for ch, pairs in sorted(chans.items())}
-
-
-def _stage_cost(base: StageCost, given: dict) -> StageCost:
-    F = given.get("F", base.F)
-    I, W = given.get("I", base.I), given.get("W", base.W)  # noqa: E741
-    B = given.get("B", I + W if ("I" in given or "W" in given) else base.B)
-    return StageCost(F=F, B=B, I=I, W=W)
-
-
-def _stage_memory(base: StageMemory, given: dict) -> StageMemory:
-    act = given.get("act", base.act)
-    weight = given.get("weight", act if "act" in given else base.weight)
-    return StageMemory(act=act, weight=weight, out=given.get("out", base.out))
 
 
 # ---- --cost K=V,... ----

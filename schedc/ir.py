@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from .span import Span
 
@@ -100,14 +100,27 @@ class Compound:
 Step = Action | Compound
 
 
+DEFAULT_SPEED = 1.0  # a rank's speed when none is given (its times are the stage times)
+
+
 @dataclass(frozen=True)
 class StageCost:
-    """Times of one stage's actions (DESIGN.md defaults: F=I=W=1, B=I+W)."""
+    """Times of one stage's actions (DESIGN.md defaults: F=I=W=1, B=I+W). The one place that says
+    what a stage costs when nothing, or only part, is given: the compiler and the cost files call
+    `with_settings`."""
 
     F: float = 1.0
     B: float = 2.0
     I: float = 1.0  # noqa: E741
     W: float = 1.0
+
+    def with_settings(self, given: Mapping[str, float]) -> "StageCost":
+        """These times with `given` (any of F, B, I, W) on top; when I or W is given and B is not,
+        B becomes I + W."""
+        F = given.get("F", self.F)
+        I, W = given.get("I", self.I), given.get("W", self.W)  # noqa: E741
+        B = given.get("B", I + W if ("I" in given or "W" in given) else self.B)
+        return StageCost(F=F, B=B, I=I, W=W)
 
 
 @dataclass(frozen=True)
@@ -119,6 +132,13 @@ class StageMemory:
     act: float = 1.0
     weight: float = 1.0
     out: float = 0.0
+
+    def with_settings(self, given: Mapping[str, float]) -> "StageMemory":
+        """These sizes with `given` (any of act, weight, out) on top; when act is given and weight
+        is not, weight becomes act."""
+        act = given.get("act", self.act)
+        weight = given.get("weight", act if "act" in given else self.weight)
+        return StageMemory(act=act, weight=weight, out=given.get("out", self.out))
 
 
 @dataclass(frozen=True)
@@ -137,6 +157,14 @@ class Annotations:
 
     def cost_of(self, stage: int) -> StageCost:
         return self.stage_costs[stage] if stage < len(self.stage_costs) else StageCost()
+
+    def speed_of(self, rank: int) -> float:
+        """The rank's speed (its times are the stage times divided by it); DEFAULT_SPEED if not given."""
+        return self.rank_speed[rank] if rank < len(self.rank_speed) else DEFAULT_SPEED
+
+    def speeds(self, num_ranks: int) -> tuple[float, ...]:
+        """`speed_of` every rank in 0..num_ranks-1."""
+        return tuple(self.speed_of(r) for r in range(num_ranks))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections import deque
 
 from .deps import needs, produces
 from .errors import SchedcError
-from .ir import Action, Op, Program
+from .ir import DEFAULT_SPEED, Action, Op, Program
 from .span import Span
 
 KINDS = {"F": Op.F, "B": Op.B, "I": Op.I, "W": Op.W}
@@ -102,5 +102,4 @@ def _delta(ann, a: Action) -> float:
 
 def _cost(ann, a: Action, rank: int) -> float:
     c = ann.cost_of(a.stage)
-    speed = ann.rank_speed[rank] if rank < len(ann.rank_speed) else 1.0
-    return {Op.F: c.F, Op.B: c.B, Op.I: c.I, Op.W: c.W}[a.op] / (speed or 1.0)
+    return {Op.F: c.F, Op.B: c.B, Op.I: c.I, Op.W: c.W}[a.op] / (ann.speed_of(rank) or DEFAULT_SPEED)

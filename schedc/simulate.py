@@ -250,7 +250,7 @@ class _Simulator:
             raise SchedcError("bad-index", f"the program has {len(program.ranks)} rank lists for {R} ranks")
         self.ranks = []
         for r in range(R):
-            speed = ann.rank_speed[r] if r < len(ann.rank_speed) else 1.0
+            speed = ann.speed_of(r)
             if not speed > 0:
                 raise SchedcError("costs", f"rank {r} has speed {speed}; a rank's speed must be positive")
             self.ranks.append(_Rank(r, program.ranks[r], float(speed)))

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import schedc
 from schedc.interop.torch_csv import read_torch_csv
@@ -141,3 +145,23 @@ def test_version_and_help(run_cli):
     assert code == 0 and out.strip() == f"schedc {schedc.__version__}"
     code, out, _ = run_cli("check", "--help")
     assert code == 0 and "--semantics" in out
+
+
+HEAVY = ("z3", "numpy", "scipy", "torch", "graphviz")
+
+
+@pytest.mark.parametrize("run, light", [
+    ("import schedc", HEAVY),
+    ("import schedc.prove", HEAVY),  # the prover's names load on first use
+    ("main(['--version'])", HEAVY),
+    ("main(['list'])", HEAVY),
+    ("main(['check', '1f1b'])", ("z3", "scipy", "torch", "graphviz")),  # the native check uses numpy
+])
+def test_light_work_loads_no_heavy_modules(run, light):
+    """What a user runs often stays fast: no solver, arrays, model or drawing library is imported."""
+    probe = (f"import sys\nfrom schedc.cli import main\n{run}\n" if run.startswith("main") else
+             f"import sys\n{run}\n") + f"print([m for m in {light!r} if m in sys.modules])\n"
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parent)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "[]", f"{run} loads {res.stdout.strip().splitlines()[-1]}"

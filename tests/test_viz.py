@@ -491,6 +491,53 @@ def test_check_viz_draws_the_counterexample(run_cli, tmp_path):
     assert code == 2 and "--viz draws one schedule" in err
 
 
+def _count_work(monkeypatch) -> dict:
+    """Count the checks, simulations and deadlock searches a command runs (each found by name where
+    it is called from)."""
+    import schedc.api
+    import schedc.report
+    import schedc.simulate
+    import schedc.verify.deadlock
+    calls = {"checks": 0, "simulate": 0, "deadlock": 0}
+
+    def counted(key, fn):
+        def wrapper(*args, **kwargs):
+            calls[key] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+    monkeypatch.setattr(schedc.api, "run_checks", counted("checks", schedc.api.run_checks))
+    monkeypatch.setattr(schedc.simulate, "simulate", counted("simulate", schedc.simulate.simulate))
+    for module in (schedc.report, schedc.verify.deadlock):
+        monkeypatch.setattr(module, "find_deadlock", counted("deadlock", module.find_deadlock))
+    return calls
+
+
+@pytest.mark.parametrize("command", ["check", "viz"])
+@pytest.mark.parametrize("source, want", [
+    ("1f1b", {"checks": 1, "simulate": 1, "deadlock": 0}),  # the fast path clears it; drawn in time
+    (str(KNOWN / "tagless_order.pp"), {"checks": 1, "simulate": 0, "deadlock": 1}),  # crossed: program order
+    (str(KNOWN / "pytorch_172668.pp"), {"checks": 1, "simulate": 0, "deadlock": 1}),  # deadlock: program order
+], ids=["ok", "crossed", "deadlock"])
+def test_a_command_that_draws_runs_each_check_once(command, source, want, run_cli, tmp_path, monkeypatch):
+    """The picture is drawn from the command's report: no second check or deadlock search."""
+    calls = _count_work(monkeypatch)
+    out = tmp_path / "a.svg"
+    run_cli(command, source, *(["--viz"] if command == "check" else ["-o"]), str(out))
+    assert out.is_file() and calls == want
+
+
+def test_the_pictures_draw_the_timeline_they_are_given(monkeypatch):
+    """A timeline passed in is drawn as it is (the same picture, no second simulation)."""
+    program = builtin("1f1b", P=2, M=3)
+    report = schedc.check(program)
+    timeline = simulate(program)
+    calls = _count_work(monkeypatch)
+    assert timeline_svg(program, report, timeline=timeline) == timeline_svg(program, report)
+    assert calls == {"checks": 0, "simulate": 1, "deadlock": 0}  # only the call without a timeline simulates
+    assert render(program, report, ".html", timeline=timeline).data == timeline_html(program, report, timeline=timeline)
+    assert calls["simulate"] == 1
+
+
 def test_compile_writes_the_timeline_svg(run_cli, tmp_path):
     code, stdout, _ = run_cli("compile", "1f1b", "-o", str(tmp_path))
     assert code == 0

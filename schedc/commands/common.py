@@ -78,6 +78,8 @@ def picture_suffix(out: Path, dag: bool) -> None:
 
 
 def render_picture(program, report, suffix: str, **options):
+    """The picture of `program` drawn from the command's `report` (and `timeline=`, if it simulated):
+    schedc/viz draws what it is given and computes only what is missing."""
     from ..viz import render
     return render(program, report, suffix, **options)
 

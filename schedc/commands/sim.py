@@ -57,7 +57,7 @@ def _sim_dict(file, timeline, costs, trace) -> dict:
             "stages": p.num_stages, "microbatches": p.num_microbatches, "actions": p.num_actions,
             "ok": timeline.mismatches == 0, **timeline.to_dict(),
             "costs": {**{k: [getattr(c, k) for c in stage_costs] for k in ("F", "B", "I", "W")},
-                      "speed": [ann.rank_speed[r] if r < len(ann.rank_speed) else 1.0 for r in range(p.num_ranks)],
+                      "speed": list(ann.speeds(p.num_ranks)),
                       "latency": ann.latency, "bandwidth": ann.bandwidth,
                       "channels": {f"{a}->{b}": {"latency": link.latency, "bandwidth": link.bandwidth,
                                                  **({"overhead": link.overhead} if link.overhead else {})}

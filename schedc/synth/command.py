@@ -95,7 +95,7 @@ def _head(problem) -> dict:
             "costs": {k: [getattr(ann.cost_of(s), k) for s in range(problem.S)] for k in ("F", "I", "W")}
             | {"act": [ann.memory_of(s).act for s in range(problem.S)],
                "weight": [ann.memory_of(s).weight for s in range(problem.S)],
-               "speed": [ann.rank_speed[r] if r < len(ann.rank_speed) else 1.0 for r in range(problem.P)],
+               "speed": list(ann.speeds(problem.P)),
                "latency": _latency(problem)},
             "memory_limit": list(problem.cap_given)}
 

@@ -4,6 +4,7 @@ limit it was found for, so `schedc check` and `schedc sim` judge it under the sa
 """
 from __future__ import annotations
 
+from ..ir import DEFAULT_SPEED
 from .problem import Problem
 from .search import Outcome
 
@@ -31,7 +32,7 @@ def describe_costs(problem: Problem) -> list[str]:
     for (F, I, W, act, weight), stages in groups:
         which = f"stage {stages[0]}" if len(stages) == 1 else f"stages {stages[0]}-{stages[-1]}"
         lines.append(f"{which}: F={number(F)} I={number(I)} W={number(W)} act={number(act)} weight={number(weight)}")
-    speeds = [(r, v) for r, v in enumerate(ann.rank_speed) if v != 1.0]
+    speeds = [(r, v) for r, v in enumerate(ann.rank_speed) if v != DEFAULT_SPEED]
     if speeds:
         lines.append("rank speed: " + ", ".join(f"{r}={number(v)}" for r, v in speeds))
     lats = sorted({problem.seconds(v) for v in problem.latency.values()})
@@ -82,7 +83,7 @@ def settings(p: Problem, head: list[str]) -> list[str]:
         if memory != common[1]:
             body.append(f"  memory stage {s}: {memory}")
     for r, v in enumerate(ann.rank_speed):
-        if v != 1.0:
+        if v != DEFAULT_SPEED:
             body.append(f"  cost rank {r}: speed = {number(v)}")
     lats = {v for v in p.latency.values()}
     if len(lats) == 1 and lats != {0}:

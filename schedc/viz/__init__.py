@@ -1,9 +1,10 @@
 """Pictures of schedules: the timeline (SVG, HTML, PNG), the dependency graph, and the gallery.
 
 `timeline_svg(program, report)` and `timeline_html(program, report)` return text; `render(program,
-report, suffix)` returns what `schedc viz -o FILE.suffix` writes (text, or bytes for a PNG). A
-schedule the simulator cannot time is drawn in program order with its wait-for cycle. Nothing here
-writes files except through the caller (the CLI writes atomically).
+report, suffix)` returns what `schedc viz -o FILE.suffix` writes (text, or bytes for a PNG). Each
+draws what it is given: the caller's report and simulated timeline (`timeline=`), computing them
+only when none is passed. A schedule the simulator cannot time is drawn in program order with its
+wait-for cycle. Nothing here writes files except through the caller (the CLI writes atomically).
 """
 from __future__ import annotations
 
@@ -13,31 +14,37 @@ __all__ = ["AGGREGATE_BINS", "MAX_BLOCKS", "MAX_ROWS", "Rendered", "Scene", "bui
            "timeline_html", "timeline_svg"]
 
 
-def timeline_svg(program, report=None, *, arrows: bool = False, overlap: bool = True, links=None) -> str:
+def timeline_svg(program, report=None, *, timeline=None, arrows: bool = False, overlap: bool = True,
+                 links=None) -> str:
+    """The timeline as SVG text, from `report` and `timeline` (checked and simulated here if None)."""
     from .svg import render_svg
-    return render_svg(build_scene(program, report, arrows=arrows, overlap=overlap, links=links))
+    return render_svg(build_scene(program, report, timeline=timeline, arrows=arrows, overlap=overlap, links=links))
 
 
-def timeline_html(program, report=None, *, arrows: bool = False, overlap: bool = True, links=None) -> str:
+def timeline_html(program, report=None, *, timeline=None, arrows: bool = False, overlap: bool = True,
+                  links=None) -> str:
+    """The timeline as one HTML page, from `report` and `timeline` (checked and simulated here if None)."""
     from .html import render_html
-    return render_html(build_scene(program, report, arrows=arrows, overlap=overlap, links=links))
+    return render_html(build_scene(program, report, timeline=timeline, arrows=arrows, overlap=overlap, links=links))
 
 
-def render(program, report, suffix: str, *, dag: bool = False, arrows: bool = False, overlap: bool = True,
-           links=None):
+def render(program, report, suffix: str, *, dag: bool = False, timeline=None, arrows: bool = False,
+           overlap: bool = True, links=None):
     """What to write for an output file ending in `suffix`: (data, note). `data` is str or bytes; a
     dependency graph without graphviz's `dot` comes back as its .dot source, with a note saying so
-    (`Rendered.suffix` is then ".dot"), and a PNG timeline without a converter as its SVG (".svg")."""
+    (`Rendered.suffix` is then ".dot"), and a PNG timeline without a converter as its SVG (".svg").
+    `report` and `timeline` are what the caller computed (None: computed here when needed)."""
     suffix = check_suffix(suffix, dag)
     if dag:
         from .dag import render_dag
         return render_dag(program, report, suffix)
+    options = {"timeline": timeline, "arrows": arrows, "overlap": overlap, "links": links}
     if suffix == ".svg":
-        return Rendered(timeline_svg(program, report, arrows=arrows, overlap=overlap, links=links), suffix)
+        return Rendered(timeline_svg(program, report, **options), suffix)
     if suffix == ".html":
-        return Rendered(timeline_html(program, report, arrows=arrows, overlap=overlap, links=links), suffix)
+        return Rendered(timeline_html(program, report, **options), suffix)
     from .png import can_convert, fallback_note, svg_to_png
-    svg = timeline_svg(program, report, arrows=arrows, overlap=overlap, links=links)
+    svg = timeline_svg(program, report, **options)
     if not can_convert():
         return Rendered(svg, ".svg", fallback_note())
     return Rendered(svg_to_png(svg), suffix)

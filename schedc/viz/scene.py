@@ -143,8 +143,9 @@ class Scene:
 
 def build_scene(program: Program, report=None, *, timeline=None, arrows: bool = False, overlap: bool = True,
                 links=None) -> Scene:
-    """The Scene of a program: its report (checked here if not given) and its simulated timeline
-    (simulated here if not given; None when the run cannot finish)."""
+    """The Scene of a program, drawn from what the caller computed: its report (checked here only if
+    not given) and its simulated timeline (simulated here only if not given and the run can be
+    timed; None when it cannot finish). `overlap` and `links` are the simulator's settings."""
     if report is None:
         from ..api import check
         report = check(program)
@@ -329,7 +330,7 @@ def _program_order(scene: Scene, program: Program, report, structural) -> None:
     """One cell per step; the steps where ranks stop, the wait-for cycle, and what never ran."""
     from ..verify.memory import activation_delta
     deadlock = report.deadlock
-    if deadlock is None and not structural:
+    if deadlock is None and not structural and not _rendezvous_checked(report):
         # the checks passed under buffered sends, but the simulator times rendezvous sends
         from ..verify.deadlock import find_deadlock
         from ..verify.execute import RENDEZVOUS
@@ -402,6 +403,13 @@ def _program_order(scene: Scene, program: Program, report, structural) -> None:
             b.mark, b.note = "error", f"{d.code}: {d.message}"
     if structural:
         scene.notes.append(f"the structure is broken ({len(structural)} finding(s)), so the run is not timed")
+
+
+def _rendezvous_checked(report) -> bool:
+    """Whether the report's deadlock check has already answered for rendezvous sends (the
+    simulator's), so a report without a deadlock needs no second search."""
+    from ..verify.execute import RENDEZVOUS
+    return report.semantics == RENDEZVOUS and report.unknown is None
 
 
 def _index(program: Program, rank: int, shown: int) -> int:
