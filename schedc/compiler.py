@@ -7,7 +7,6 @@ compiled once into closures and then run per rank. Resource limits make huge inp
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -15,6 +14,8 @@ from . import syntax as ast
 from .errors import SchedcError
 from .ir import (DEFAULT_SPEED, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op, Program,
                  StageCost, StageMemory, parse_step)
+from .expr import FUNCTIONS, MAX_INT, Eval, Env, compile_expr as _compile_expr, did_you_mean as _did_you_mean
+from .expr import as_int as _int, as_nonneg as _nonneg, as_truth as _truth
 from .span import Span, span_text
 
 MAX_ACTIONS = 5_000_000
@@ -22,10 +23,8 @@ MAX_ITERATIONS = 20_000_000
 MAX_RANKS = 65_536
 MAX_STAGES = 1_000_000
 MAX_MICROBATCHES = 1_000_000
-MAX_INT = 2**62
 
 ACTION_OPS = {op.value: op for op in Op}
-FUNCTIONS = {"min": min, "max": max, "abs": abs}
 COST_KEYS = {"F", "B", "I", "W"}
 GLOBAL_COST_KEYS = COST_KEYS | {"latency", "bandwidth"}
 RANK_COST_KEYS = {"speed"}
@@ -64,8 +63,6 @@ class _Budget:
                               "actions; use smaller parameters", span)
 
 
-Env = dict
-Eval = Callable[[Env], object]
 Run = Callable[[Env, list], None]
 
 
@@ -616,49 +613,6 @@ class _Compiler:
         return _compile_expr(e, scope)
 
 
-def _compile_expr(e, scope: _Scope) -> Eval:
-    if isinstance(e, ast.Num):
-        v = e.value
-        if abs(v) > MAX_INT:
-            raise SchedcError("too-large", f"the number {str(v)[:12]}... is beyond ±2^62", e.span)
-        return lambda env: v
-    if isinstance(e, ast.Var):
-        if not scope.lookup(e.name):
-            raise SchedcError("unknown-name", f"unknown name '{e.name}'"
-                              f"{_did_you_mean(e.name, scope.all_names())}", e.span)
-        name = e.name
-        return lambda env: env[name]
-    if isinstance(e, ast.Ternary):
-        c, a, b = (_compile_expr(x, scope) for x in (e.cond, e.then, e.orelse))
-        span = e.cond.span
-        return lambda env: a(env) if _truth(c(env), span) else b(env)
-    if isinstance(e, ast.UnaryOp):
-        x = _compile_expr(e.operand, scope)
-        span = e.operand.span
-        if e.op == "not":
-            return lambda env: not _truth(x(env), span)
-        return lambda env: -_num(x(env), span)
-    if isinstance(e, ast.Call) and scope.function(e.name) is not None:
-        return _user_call(e, scope)
-    if isinstance(e, ast.Call):
-        if e.name not in FUNCTIONS:
-            if e.name in ACTION_OPS or e.name in ("group", "overlap"):
-                msg = f"{e.name}(...) is an action; it can only stand as a statement"
-            else:
-                msg = f"unknown function '{e.name}'{_did_you_mean(e.name, list(FUNCTIONS))}; " \
-                      "functions are: min, max, abs"
-            raise SchedcError("unknown-function", msg, e.name_span)
-        fn = FUNCTIONS[e.name]
-        if (fn is abs and len(e.args) != 1) or (fn is not abs and len(e.args) < 1):
-            raise SchedcError("arity", f"{e.name} takes {'one argument' if fn is abs else 'arguments'}",
-                              e.span)
-        args = [(_compile_expr(a, scope), a.span) for a in e.args]
-        return lambda env: fn(*[_num(f(env), s) for f, s in args])
-    if isinstance(e, ast.BinOp):
-        return _binop(e, scope)
-    raise AssertionError(f"unknown expression node {e!r}")
-
-
 def _is_next(arg, scope: _Scope) -> bool:
     """`next` in a microbatch position: the next microbatch of that kind and stage on this rank."""
     return isinstance(arg, ast.Var) and arg.name == "next" and not scope.lookup("next")
@@ -667,96 +621,6 @@ def _is_next(arg, scope: _Scope) -> bool:
 def _is_next_w(call, scope: _Scope) -> bool:
     """`W(next)`: the weight gradient of the oldest I on this rank that has no W yet."""
     return isinstance(call, ast.Call) and call.name == "W" and len(call.args) == 1 and _is_next(call.args[0], scope)
-
-
-def _user_call(e: ast.Call, scope: _Scope) -> Eval:
-    params, body, span = scope.function(e.name)
-    if len(e.args) != len(params):
-        raise SchedcError("arity", f"{e.name} takes {len(params)} argument(s) ({', '.join(params)}), "
-                          f"got {len(e.args)}", e.span, [f"defined at {span}"])
-    args = [_compile_expr(a, scope) for a in e.args]
-    missing = object()
-
-    def call(env):
-        values = [f(env) for f in args]
-        saved = [env.get(p, missing) for p in params]
-        for p, v in zip(params, values):
-            env[p] = v
-        try:
-            return body(env)
-        finally:
-            for p, old in zip(params, saved):
-                if old is missing:
-                    del env[p]
-                else:
-                    env[p] = old
-    return call
-
-
-def _binop(e: ast.BinOp, scope: _Scope) -> Eval:
-    lf, rf = _compile_expr(e.left, scope), _compile_expr(e.right, scope)
-    ls, rs, op, span = e.left.span, e.right.span, e.op, e.span
-    if op == "and":
-        return lambda env: _truth(lf(env), ls) and _truth(rf(env), rs)
-    if op == "or":
-        return lambda env: _truth(lf(env), ls) or _truth(rf(env), rs)
-    compare = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
-               "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
-    if op in compare:
-        f = compare[op]
-        return lambda env: f(_num(lf(env), ls), _num(rf(env), rs))
-    if op in ("//", "%"):
-        def div(env):
-            a, b = _int(lf(env), ls), _int(rf(env), rs)
-            if b == 0:
-                raise SchedcError("division-by-zero", f"division by zero ('{span_text(e.right.span)}' is 0)", rs)
-            return a // b if op == "//" else a % b
-        return div
-    arith = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}[op]
-
-    def run(env):
-        v = arith(_num(lf(env), ls), _num(rf(env), rs))
-        if abs(v) > MAX_INT:
-            raise SchedcError("too-large", f"integer overflow: {span_text(span)} is beyond ±2^62", span)
-        return v
-    return run
-
-
-# ---- value checks ----
-def _num(v, span):
-    if type(v) not in (int, float):
-        raise SchedcError("type", "expected a number, got a condition", span)
-    return v
-
-
-def _int(v, span) -> int:
-    if type(v) is not int:
-        raise SchedcError("type", f"expected an integer, got {_kind(v)}", span)
-    return v
-
-
-def _nonneg(v, span, what) -> int:
-    v = _int(v, span)
-    if v < 0:
-        raise SchedcError("range", f"{what} index is negative ({v})", span)
-    return v
-
-
-def _truth(v, span) -> bool:
-    if type(v) is bool:
-        return v
-    if type(v) is int:
-        return v != 0
-    raise SchedcError("type", f"expected a condition, got {_kind(v)}", span)
-
-
-def _kind(v) -> str:
-    return {bool: "a condition", float: "a decimal number", int: "an integer"}.get(type(v), type(v).__name__)
-
-
-def _did_you_mean(name: str, options) -> str:
-    close = difflib.get_close_matches(name, list(options), n=1)
-    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _names_in(e) -> list[str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import syntax as ast
+from ..errors import SchedcError
+from ..expr import compile_expr
 from .model import GuardFrame, LetFrame, LoopFrame, Model, Stmt, rank_lets
 
 MAX_INSTANCES = 200_000
@@ -35,32 +37,45 @@ class Instance:
 
 
 def evaluate(e: ast.Expr, env: dict, functions: dict):
-    if isinstance(e, ast.Num):
-        return e.value
-    if isinstance(e, ast.Var):
-        return env[e.name]
-    if isinstance(e, ast.Ternary):
-        return evaluate(e.then if evaluate(e.cond, env, functions) else e.orelse, env, functions)
-    if isinstance(e, ast.UnaryOp):
-        v = evaluate(e.operand, env, functions)
-        return (not v) if e.op == "not" else -v
-    if isinstance(e, ast.Call):
-        args = [evaluate(a, env, functions) for a in e.args]
-        if e.name in functions:
-            names, body = functions[e.name]
-            return evaluate(body, {**env, **dict(zip(names, args))}, functions)
-        return {"min": min, "max": max, "abs": abs}[e.name](*args)
-    a = evaluate(e.left, env, functions)
-    if e.op == "and":
-        return a and evaluate(e.right, env, functions)
-    if e.op == "or":
-        return a or evaluate(e.right, env, functions)
-    b = evaluate(e.right, env, functions)
-    if e.op in ("//", "%") and b == 0:
-        raise Stop("division by zero")
-    return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "//": lambda: a // b,
-            "%": lambda: a % b, "==": lambda: a == b, "!=": lambda: a != b, "<": lambda: a < b,
-            "<=": lambda: a <= b, ">": lambda: a > b, ">=": lambda: a >= b}[e.op]()
+    """The value of `e` in `env`, by the compiler's own evaluator (schedc/expr.py): a division by
+    zero, a value of the wrong type or an overflow, which the compiler reports as errors, is Stop."""
+    key = (id(e), id(functions))
+    hit = _COMPILED.get(key)
+    if hit is None or hit[0] is not e or hit[1] is not functions:
+        if len(_COMPILED) > 100_000:
+            _COMPILED.clear()
+        try:
+            hit = (e, functions, compile_expr(e, _Names(functions)))
+        except SchedcError as exc:
+            raise Stop(exc.diagnostics[0].message) from None
+        _COMPILED[key] = hit
+    try:
+        return hit[2](env)
+    except SchedcError as exc:
+        raise Stop(exc.diagnostics[0].message) from None
+
+
+_COMPILED: dict = {}  # (id of the expression, id of the functions) -> (expression, functions, closure)
+
+
+class _Names:
+    """The prover's scope for compile_expr: the model's names were resolved when the schedule was
+    read, so every name is known here; `let` functions are the model's."""
+
+    def __init__(self, functions: dict):
+        self.functions = functions
+
+    def lookup(self, name: str) -> bool:
+        return True
+
+    def function(self, name: str):
+        if name not in self.functions:
+            return None
+        params, body = self.functions[name]
+        return tuple(params), compile_expr(body, self), None
+
+    def all_names(self) -> list[str]:
+        return []
 
 
 def base_env(m: Model, params: dict[str, int]) -> dict:
