@@ -1,4 +1,4 @@
-"""The one rule of what an action needs and produces (DESIGN.md, "Data dependencies").
+"""The one rule of what an action needs and produces (docs/semantics.md, "Dependencies").
 
 Values are `("act", s, m)`, the output of F(s,m), and `("grad", s, m)`, the input gradient made by
 I(s,m) or B(s,m). Communication moves a value between ranks by PyTorch's convention: SEND_F(s,m)

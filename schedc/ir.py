@@ -105,7 +105,7 @@ DEFAULT_SPEED = 1.0  # a rank's speed when none is given (its times are the stag
 
 @dataclass(frozen=True)
 class StageCost:
-    """Times of one stage's actions (DESIGN.md defaults: F=I=W=1, B=I+W). The one place that says
+    """Times of one stage's actions (docs/semantics.md defaults: F=I=W=1, B=I+W). The one place that says
     what a stage costs when nothing, or only part, is given: the compiler and the cost files call
     `with_settings`."""
 

@@ -134,7 +134,7 @@ def programs(*, min_ranks: int = 1, max_ranks: int = 4, min_microbatches: int = 
     the ranks and back up) or `"table"` (R..V*R stages, each on any rank; a rank may hold none).
     Each stage runs a fused backward `B` or a split one (`I` then `W`): `split_backward=True` or
     `False` fixes the form, `None` draws it per stage among the forms `kinds` allows. Every rank's
-    list is one order of DESIGN.md's dependency graph, so the program is sound and deadlock-free
+    list is one order of the dependency graph of docs/semantics.md, so the program is sound and deadlock-free
     under every send semantics. `overlap=True` lets an F and a B that are ready together on a rank
     run as one `OVERLAP_F_B`; `costs=True` and `memory=True` draw per-stage times (F, I, W in 1..3,
     B = I + W) and sizes (`act` 1..3, `weight` 0..act, `out` 0..2). One example holds at most

@@ -84,7 +84,7 @@ def assert_deadlock_free(program: Program, *, semantics="rendezvous", engine: st
 
 def assert_within_memory(program: Program, limit, *, semantics="rendezvous") -> None:
     """Assert that no rank's worst-case memory exceeds `limit` (one number for every rank, or a
-    `{rank: limit}` mapping) under `semantics`, in the program's memory units (DESIGN.md: F allocates
+    `{rank: limit}` mapping) under `semantics`, in the program's memory units (docs/semantics.md: F allocates
     `act`, B frees it, I frees `act - weight`, W frees `weight`; receive buffers and, when sends are
     buffered, unmatched sent messages count too). The message names the rank, the step and what is
     live then. A program that deadlocks or is unsound fails too: its peak is not defined.

@@ -1,4 +1,4 @@
-"""Insert communication: compute level to communication level (DESIGN.md's convention).
+"""Insert communication: compute level to communication level (docs/semantics.md's convention).
 
 Every value that crosses ranks gets SEND_* right after its producer and RECV_* on the consumer's
 rank. The ranks are stepped in lockstep rounds (one step per rank per round, ranks in order); a

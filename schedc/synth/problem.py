@@ -65,7 +65,7 @@ class Problem:
 
     def edges(self):
         """(before, after, lag): `after` starts at least `lag` after `before` starts. The data
-        dependencies of DESIGN.md, with the latency of the channel when they cross ranks."""
+        dependencies of docs/semantics.md, with the latency of the channel when they cross ranks."""
         place = self.program.placement
         for m in range(self.M):
             for s in range(self.S):

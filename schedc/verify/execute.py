@@ -1,6 +1,6 @@
 """Run a program step by step under a send semantics; report where every rank got stuck.
 
-DESIGN.md's "Semantics of a run" made executable over the happens-before constraints of
+docs/semantics.md's send semantics made executable over the happens-before constraints of
 schedc/verify/graph.py: each rank runs its list in order, and a step completes once every
 prerequisite step has completed (its inputs exist, its matched sends or receives are posted). A
 group is one step, so it completes when all its members can. With fixed lists and FIFO pairing
