@@ -512,10 +512,11 @@ def test_the_smallest_counterexample_is_the_least_sum_then_the_least_of_each_par
     is returned marked as not shown to be the least."""
     import z3
     from schedc.prove import smt
+    from schedc.solver import Refuted
     enc = smt.Encoding(model_of("1f1b"), ())
     P, M = enc.params["P"], enc.params["M"]
     got = enc.run(z3.And(P + M >= 10, P >= 2, M >= 3), 30, smallest=True)
-    assert isinstance(got, smt.Fails) and got.params == {"P": 2, "M": 8} and got.least
+    assert isinstance(got, Refuted) and got.params == {"P": 2, "M": 8} and got.least
     s = z3.Solver(ctx=enc.ctx)
     s.add(P + M >= 10, P >= 2)
     assert s.check() == z3.sat

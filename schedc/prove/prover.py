@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .. import syntax as ast
+from .. import solver, syntax as ast
 from ..errors import SchedcError
 from . import smt
 from .model import LetFrame, Model, Unsupported, memory_spec, model, pins, rank_lets, unroll
 from .sample import Stop, agrees_with_compiler, base_env, evaluate, feature_names, rank_env
-from .search import Refuted, cegis_timing, infer_bound, inside, peaks, setting_text, settings, unit_peaks
+from .search import ConcreteFailure, cegis_timing, infer_bound, inside, peaks, setting_text, settings, unit_peaks
 
 BOUNDED_MAX = 8         # each parameter of the concrete sweep runs over 0..BOUNDED_MAX
 BOUNDED_SETTINGS = 250  # at most this many settings, smallest first
@@ -329,7 +329,7 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
             why = _check_timing(m, assumed, timing, names, deadline, refute)
         else:
             timing, why = cegis_timing(m, assumed, samples, deadline, log, refute=refute)
-    except Refuted as exc:
+    except ConcreteFailure as exc:
         log(f"  the schedule fails its checks at {setting_text(exc.counterexample['params'])}; "
             "looking for a smaller failing setting")
         proof.verdict, proof.counterexample = "refuted", _least_failing(path, m, assumed, exc.counterexample)
@@ -423,10 +423,10 @@ def _limit(proof, path, m, assumed, bound, deadline) -> Part | None:
         return Part("memory limit", "unknown", f"the file's memory limit (line {lines}): {exc.reason}")
     verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
     scaled = _text(bound) if spec.act == 1 else f"{_fraction(spec.act)} x ({_text(bound)})"
-    if isinstance(verdict, smt.Holds):
+    if isinstance(verdict, solver.Proved):
         return Part("memory limit", "proved", f"{scaled} is within the file's memory limit "
                     f"(line {lines}) on every rank")
-    if isinstance(verdict, smt.GaveUp):
+    if isinstance(verdict, solver.Unknown):
         return Part("memory limit", "unknown", f"Z3 gave up on the file's memory limit ({verdict.reason})")
     cex = _concrete(path, m, verdict.params, what="memory limit")
     if cex is not None:
@@ -464,9 +464,9 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
         enc = smt.Encoding(m, assumed)
         for x, y, formula, shown in smt.well_formed(enc, which):
             verdict = enc.run(formula, _query_seconds(deadline, QUERY_SECONDS), shown)
-            if isinstance(verdict, smt.GaveUp):
+            if isinstance(verdict, solver.Unknown):
                 return Part("well-formed", "unknown", f"Z3 gave up on '{text}' ({verdict.reason})")
-            if isinstance(verdict, smt.Fails):
+            if isinstance(verdict, solver.Refuted):
                 cex = _concrete(path, m, verdict.params, what=text)
                 if cex is not None:
                     proof.verdict, proof.counterexample = "refuted", cex
@@ -481,22 +481,22 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
                     + (f" (line {exc.span.line})" if exc.span else ""))
     for (what, item, _), formula, shown in annotations:
         verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
-        if isinstance(verdict, smt.Fails):
+        if isinstance(verdict, solver.Refuted):
             cex = _concrete(path, m, verdict.params, what=f"annotation: {what}")
             if cex is not None:
                 proof.verdict, proof.counterexample = "refuted", cex
                 return Part("well-formed", "refuted", f"the annotation on line {item.span.line}: {what}")
-        if not isinstance(verdict, smt.Holds):
+        if not isinstance(verdict, solver.Proved):
             return Part("well-formed", "unknown", f"the annotation on line {item.span.line}: cannot show {what} "
                         "for every setting" + (f" (fails at {setting_text(verdict.params)} symbolically, not "
-                                               "concretely)" if isinstance(verdict, smt.Fails) else ""))
+                                               "concretely)" if isinstance(verdict, solver.Refuted) else ""))
     if m.nonlinear:
         enc = smt.Encoding(m, assumed)
         for formula in smt.divisors(enc):
             verdict = enc.run(formula, _query_seconds(deadline))
-            if not isinstance(verdict, smt.Holds):
+            if not isinstance(verdict, solver.Proved):
                 return Part("well-formed", "unknown", "a division by a quantity that varies may divide by zero or "
-                            "less" + (f" (at {verdict.params})" if isinstance(verdict, smt.Fails) else ""))
+                            "less" + (f" (at {verdict.params})" if isinstance(verdict, solver.Refuted) else ""))
     return Part("well-formed", "proved", "every stage runs F and B (or I then W) of every microbatch exactly "
                 "once, on the rank that holds it")
 
@@ -505,11 +505,11 @@ def _check_timing(m, assumed, timing, names, deadline, refute=None):
     enc = smt.Encoding(m, assumed)
     for what, formula, shown in smt.timing(enc, timing, names):
         verdict = enc.run(formula, max(1.0, deadline - time.monotonic()), shown)
-        if isinstance(verdict, smt.GaveUp):
+        if isinstance(verdict, solver.Unknown):
             return f"Z3 gave up on a timing obligation ({verdict.reason})"
-        if isinstance(verdict, smt.Fails):
+        if isinstance(verdict, solver.Refuted):
             if refute is not None and (cex := refute(verdict.params)) is not None:
-                raise Refuted(cex)
+                raise ConcreteFailure(cex)
             x, y, edge = what
             return (f"the timing certificate fails at {verdict.params}: {_action_text(x)} (line {x.span.line}) "
                     f"must come before {_action_text(y)} (line {y.span.line}) by {edge}")
@@ -540,9 +540,9 @@ def _check_memory(m, assumed, expr, deadline, capacity: bool, ordered: bool = Fa
         return f"counting in rank order: {why}; and by capacity: {exc.reason}", "capacity"
     for what, formula, shown in obligations:
         verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
-        if isinstance(verdict, smt.GaveUp):
+        if isinstance(verdict, solver.Unknown):
             return f"Z3 gave up on the memory bound ({verdict.reason})", "capacity"
-        if isinstance(verdict, smt.Fails):
+        if isinstance(verdict, solver.Refuted):
             try:
                 over = _confirmed(m, expr, verdict)
             except Stop:
@@ -560,9 +560,9 @@ def _in_rank_order(m, enc, expr, bound, deadline, ordered):
         return why
     for what, formula, shown in smt.counted(enc, bound):
         verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
-        if isinstance(verdict, smt.GaveUp):
+        if isinstance(verdict, solver.Unknown):
             return f"Z3 gave up on the memory bound ({verdict.reason})"
-        if isinstance(verdict, smt.Fails):
+        if isinstance(verdict, solver.Refuted):
             try:
                 over = _confirmed(m, expr, verdict)
             except Stop:
@@ -575,9 +575,9 @@ def _in_rank_order(m, enc, expr, bound, deadline, ordered):
 def _frees_follow(enc, deadline):
     for what, formula, shown in smt.frees_follow(enc):
         verdict = enc.run(formula, _query_seconds(deadline), shown)
-        if not isinstance(verdict, smt.Holds):
+        if not isinstance(verdict, solver.Proved):
             return (f"a free may come before its forward ({_action_text(what[1])}, line {what[1].span.line})"
-                    if isinstance(verdict, smt.Fails) else f"Z3 gave up on the order of frees ({verdict.reason})")
+                    if isinstance(verdict, solver.Refuted) else f"Z3 gave up on the order of frees ({verdict.reason})")
     return None
 
 
@@ -590,9 +590,9 @@ def _per_stage(m, enc, expr, bound, deadline):
             failed = None
             for what, formula, shown in smt.memory_order(enc, kinds, direction):
                 verdict = enc.run(formula, _query_seconds(deadline), shown)
-                if isinstance(verdict, smt.GaveUp):
+                if isinstance(verdict, solver.Unknown):
                     return f"Z3 gave up on the order of the {label} ({verdict.reason})"
-                if isinstance(verdict, smt.Fails):
+                if isinstance(verdict, solver.Refuted):
                     failed = (what, verdict)
                     break
             if failed is None:
@@ -606,9 +606,9 @@ def _per_stage(m, enc, expr, bound, deadline):
     worst = None
     for what, formula, shown in smt.memory(enc, bound, tuple(directions)):
         verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
-        if isinstance(verdict, smt.GaveUp):
+        if isinstance(verdict, solver.Unknown):
             return f"Z3 gave up on the memory bound ({verdict.reason})"
-        if isinstance(verdict, smt.Fails):
+        if isinstance(verdict, solver.Refuted):
             size = (sum(verdict.params.values()), tuple(verdict.params.values()))
             if worst is None or size < worst[0]:
                 worst = (size, verdict)

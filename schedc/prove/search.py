@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import time
 
-from .. import syntax as ast
+from .. import solver, syntax as ast
 from ..deps import needs, produces
 from ..ir import Action, Op
 from . import ilp, smt
@@ -181,7 +181,7 @@ def _product(values) -> int:
     return out
 
 
-class Refuted(Exception):
+class ConcreteFailure(Exception):
     """A setting the search met where the schedule itself fails its checks (`counterexample`)."""
 
     def __init__(self, counterexample: dict):
@@ -193,7 +193,7 @@ def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: i
     """A timing certificate that holds for every setting, or (None, reason). Each round fits the
     rows (one fit per coefficient bound, see _fit), checks every obligation, and adds the edge
     of each counterexample as a row. `refute(params)` checks each setting a candidate fails at
-    concretely (a counterexample dict, or None); a failing one raises Refuted. A nonlinear model's certificate is first sought with products
+    concretely (a counterexample dict, or None); a failing one raises ConcreteFailure. A nonlinear model's certificate is first sought with products
     by the number of ranks only (a rank's time scales with P), then with every product; its sampled
     rows join the fit lazily, the most violated first (a few hundred decide what thousands would)."""
     if m.nonlinear:  # rows join lazily, so more settings cost little and tell more
@@ -259,13 +259,13 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds, refute):
                 left = max(1.0, deadline - time.monotonic())
                 verdict = enc.run(enc.within(formula, box), left if box is None else min(BOX_SECONDS, left), shown,
                                   smallest=not m.nonlinear)
-                if isinstance(verdict, smt.GaveUp):
+                if isinstance(verdict, solver.Unknown):
                     if box is not None:
                         continue
                     return None, f"Z3 gave up on a timing obligation ({verdict.reason})"
-                if isinstance(verdict, smt.Fails):
+                if isinstance(verdict, solver.Refuted):
                     if refute is not None and (cex := refute(verdict.params)) is not None:
-                        raise Refuted(cex)
+                        raise ConcreteFailure(cex)
                     fa = [verdict.detail[f"a.f{i}"] for i in range(len(names[x.index]))]
                     fb = [verdict.detail[f"b.f{i}"] for i in range(len(names[y.index]))]
                     failed.append(edge_row(x.key, fa, y.key, fb))

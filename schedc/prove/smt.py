@@ -3,7 +3,8 @@
 An obligation is a formula whose models are counterexamples (a setting of the parameters, ranks
 and loop variables where a certificate fails); `unsat` means it holds for every setting. Each
 `Encoding` (one batch of obligations) and each `Fit` has its own fresh context; every query gets a
-fixed seed and a timeout, and when Z3 gives up the answer is `GaveUp`. Also here: fitting
+fixed seed and a timeout (schedc/solver.py, which owns Z3), and answers `Proved` (it holds), `Refuted`
+(at a setting) or `Unknown` (Z3 gave up). Also here: fitting
 certificate coefficients to sampled instances (a small integer program). A linear model accepts
 linear arithmetic only (a product of two non-constants, or a division by one, is `Unsupported`);
 a nonlinear one (`Model.nonlinear`) accepts both, a division as fresh quotient and remainder.
@@ -13,34 +14,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import z3
-
-from .. import syntax as ast
+from .. import solver, syntax as ast
+from ..solver import Proved, Refuted, Unknown, z3
 from .ilp import fresh_terms
 from .sample import products
 from .model import (GuardFrame, LetFrame, Model, Stmt, Unsupported, literal, one_body, order_pairs, pins, rank_lets,
                     shared_loops, stages_apart)
 
-SEED = 0
-
-
-@dataclass(frozen=True)
-class Holds:
-    pass
-
-
-@dataclass(frozen=True)
-class Fails:
-    """A setting where the obligation fails: parameter values and what went wrong there."""
-
-    params: dict
-    detail: dict
-    least: bool = True  # False: asked for the smallest, but time ran out before it was shown smallest
-
-
-@dataclass(frozen=True)
-class GaveUp:
-    reason: str
+FACT_SECONDS = 5.0  # the time Z3 may take over a fact the encoding needs itself (stages per rank, no setting)
 
 
 class Encoding:
@@ -48,7 +29,7 @@ class Encoding:
 
     def __init__(self, m: Model, assumptions: tuple[ast.Expr, ...]):
         self.m = m
-        self.ctx = z3.Context()
+        self.ctx = solver.context()
         fixed = pins(assumptions)  # `V == 2`: the constant itself, so `V * P` is linear
         self.params = {p: z3.IntVal(fixed[p], self.ctx) if p in fixed else z3.Int(p, self.ctx) for p in m.params}
         self._fresh = 0
@@ -467,8 +448,7 @@ class Encoding:
         return self.proves(z3.BoolVal(False, self.ctx))
 
     def proves(self, claim) -> bool:
-        s = z3.Solver(ctx=self.ctx)
-        s.set(random_seed=SEED, timeout=5000)
+        s = solver.make(self.ctx, FACT_SECONDS)
         s.add(*self.domain, z3.Not(claim))
         return s.check() == z3.unsat
 
@@ -483,17 +463,16 @@ class Encoding:
         return z3.Sum([self.num(int(coeffs.get(n, 0))) * f for n, f in zip(names, inst.feats)])
 
     def run(self, formula, timeout_s: float, show: dict | None = None, smallest: bool = False):
-        """Holds, GaveUp, or Fails at a setting; with `smallest`, the setting with the least sum of
+        """Proved, Unknown, or Refuted at a setting; with `smallest`, the setting with the least sum of
         parameters and, among those, the lexicographically least (the order the bounded sweep
         visits settings in), found by asking for smaller ones until there are none."""
-        s = z3.Solver(ctx=self.ctx)
-        s.set(random_seed=SEED, timeout=max(1, int(timeout_s * 1000)))
+        s = solver.make(self.ctx, timeout_s)
         s.add(*self.domain, formula)
         verdict = s.check()
         if verdict == z3.unsat:
-            return Holds()
+            return Proved()
         if verdict == z3.unknown:
-            return GaveUp(s.reason_unknown())
+            return Unknown(s.reason_unknown())
         model = s.model()
         least = True
         if smallest:  # within the same time as the first answer: the descent cannot multiply it
@@ -504,9 +483,9 @@ class Encoding:
                 if not least:
                     break
                 s.add(term == model.eval(term, model_completion=True))
-        params = {p: model.eval(v, model_completion=True).as_long() for p, v in self.params.items()}
-        detail = {k: model.eval(v, model_completion=True).as_long() for k, v in (show or {}).items()}
-        return Fails(params, detail, least)
+        params = {p: solver.value(model, v) for p, v in self.params.items()}
+        detail = {k: solver.value(model, v) for k, v in (show or {}).items()}
+        return Refuted(params, detail, least)
 
 
 def _least(s, model, term, until: float):
@@ -517,7 +496,7 @@ def _least(s, model, term, until: float):
         if left <= 0:
             return model, False
         s.push()
-        s.set(timeout=max(1, int(left * 1000)))
+        solver.limit(s, left)
         s.add(term < model.eval(term, model_completion=True))
         verdict = s.check()
         if verdict == z3.sat:
@@ -595,9 +574,8 @@ class Fit:
     def __init__(self, bound: int, constant: int | None = None, allowed: dict | None = None):
         self.bound, self.constant = bound, bound if constant is None else constant
         self.allowed = allowed  # {key: feature indices that may be nonzero}, or None: all of them
-        self.ctx = z3.Context()
-        self.solver = z3.Solver(ctx=self.ctx)
-        self.solver.set(random_seed=SEED)
+        self.ctx = solver.context()
+        self.solver = solver.make(self.ctx)
         self.coeffs: dict = {}
         self.seen: set = set()
 
@@ -615,13 +593,13 @@ class Fit:
 
     def solve(self, timeout_s: float):
         """{key: {feature index: coefficient}}, or None (no such coefficients, or out of time)."""
-        self.solver.set(timeout=max(1, int(timeout_s * 1000)))
+        solver.limit(self.solver, timeout_s)
         if self.solver.check() != z3.sat:
             return None
         model = self.solver.model()
         out: dict = {}
         for (key, i), v in self.coeffs.items():
-            val = model.eval(v, model_completion=True).as_long()
+            val = solver.value(model, v)
             if val:
                 out.setdefault(key, {})[i] = val
         return out

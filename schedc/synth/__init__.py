@@ -2,5 +2,5 @@
 
 `synthesize(problem, time_limit_s=...)` (schedc/synth/search.py) starts from the best greedy or
 built-in order, then bisects on the makespan with Z3 decision queries (schedc/synth/solver.py, the
-only module here that imports z3) between a lower bound (schedc/synth/bounds.py) and the best found.
+only module here that builds them) between a lower bound (schedc/synth/bounds.py) and the best found.
 """

@@ -13,11 +13,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..solver import Proved, Refuted
 from .bounds import lower_bound
 from .graph import build_graph
 from .problem import Problem
 from .schedule import Candidate, evaluate
-from .solver import Sat, Unsat, decide
+from .solver import decide
 from .start import candidates
 
 DEFAULT_TIME_LIMIT_S = 60.0
@@ -99,14 +100,14 @@ def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
             t0 = time.monotonic()
             answer = decide(problem, graph, T, timeout_s=budget, hint=best.starts, on_context=interrupts.watch)
             spent = time.monotonic() - t0
-            if isinstance(answer, Sat):
-                found = evaluate(problem, answer.orders, "the solver")
+            if isinstance(answer, Proved):
+                found = evaluate(problem, answer.witness, "the solver")
                 if not found.fits or found.units > T:
                     raise AssertionError(f"synth: the solver's schedule re-times to {found.units} > {T} "
                                          f"or breaks a cap ({found.peaks} vs {problem.cap})")
                 best = found
                 queries.append(Query(T, "sat", spent))
-            elif isinstance(answer, Unsat):
+            elif isinstance(answer, Refuted):
                 proven = max(proven, T + 1)
                 low = max(low, T + 1)
                 queries.append(Query(T, "unsat", spent, answer.why))

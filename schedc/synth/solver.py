@@ -4,67 +4,48 @@ Each job gets an integer start within [head, T - duration - tail]; the graph's p
 difference constraints; two jobs of a rank that no precedence orders get one disjunction ("x
 ends before y starts, or y before x"), dropped to a single difference constraint when T leaves only
 one way. Memory caps that are not precedences are pseudo-Boolean sums over those ordering atoms.
-A fresh context per query, a fixed seed and a timeout; giving up is `Unknown`, never an answer.
+A fresh context per query, a fixed seed and a timeout (schedc/solver.py, which owns Z3); the answer
+is `Proved` (with each rank's order), `Refuted` (with why) or `Unknown`, which is never read as a no.
 """
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
-from ..verify.solver import SEED, Unknown
+from ..solver import Proved, Refuted, Result, Unknown, context, make, value, z3
 from .graph import Graph
 from .problem import Problem
 
 MAX_PAIRS = 400_000  # disjunctions per query; beyond this the search keeps its greedy start
 
 
-@dataclass(frozen=True)
-class Sat:
-    """A schedule of makespan <= T exists: `orders[r]` is rank r's jobs by start time."""
-
-    orders: tuple[tuple[int, ...], ...]
-
-
-@dataclass(frozen=True)
-class Unsat:
-    """No schedule (in increasing microbatch order, which loses nothing) has makespan <= T."""
-
-    why: str = "the solver proved it"
-
-
-Answer = Sat | Unsat | Unknown
-
-
 def count_pairs(problem: Problem, graph: Graph) -> int:
     return sum(1 for _ in _free_pairs(problem, graph))
 
 
-def decide(problem: Problem, graph: Graph, T: int, *, timeout_s: float, hint=None, on_context=None) -> Answer:
-    """Decide makespan <= T. `hint`: start per job to try first; `on_context(ctx)` gets the query's
-    context before it runs (so a Ctrl-C handler can interrupt it)."""
+def decide(problem: Problem, graph: Graph, T: int, *, timeout_s: float, hint=None, on_context=None) -> Result:
+    """Decide makespan <= T: `Proved(witness)` with witness[r] rank r's jobs by start time, or
+    `Refuted(why=...)`: no schedule (in increasing microbatch order, which loses nothing) has it.
+    `hint`: start per job to try first; `on_context(ctx)` gets the query's context before it runs
+    (so a Ctrl-C handler can interrupt it)."""
     jobs = problem.jobs
     lo = graph.head
     hi = [T - j.dur - graph.tail[u] for u, j in enumerate(jobs)]
     bad = next((u for u in range(len(jobs)) if lo[u] > hi[u]), None)
     if bad is not None:
         j = jobs[bad]
-        return Unsat(f"{j.kind}({j.stage},{j.mb}) cannot start before {lo[bad]} and end {graph.tail[bad]} "
-                     f"before the end")
+        return Refuted(why=f"{j.kind}({j.stage},{j.mb}) cannot start before {lo[bad]} and end "
+                           f"{graph.tail[bad]} before the end")
     pairs = []  # (x, y, x-before-y possible, y-before-x possible)
     for x, y in _free_pairs(problem, graph):
         xy, yx = lo[x] + jobs[x].dur <= hi[y], lo[y] + jobs[y].dur <= hi[x]
         if not (xy or yx):
-            return Unsat(f"{_name(jobs[x])} and {_name(jobs[y])} do not both fit on rank {jobs[x].rank}")
+            return Refuted(why=f"{_name(jobs[x])} and {_name(jobs[y])} do not both fit on rank {jobs[x].rank}")
         pairs.append((x, y, xy, yx))
         if len(pairs) > MAX_PAIRS:
             return Unknown(f"more than {MAX_PAIRS:,} pairs of actions to order; too large for the solver")
-    import z3
-
-    ctx = z3.Context()
+    ctx = context()
     counting = not graph.memory_edges
-    solver = z3.Solver(ctx=ctx) if counting else z3.SolverFor("QF_IDL", ctx=ctx)
-    solver.set("timeout", max(1, int(timeout_s * 1000)))
-    solver.set("random_seed", SEED)
+    solver = make(ctx, timeout_s, logic=None if counting else "QF_IDL")
     solver.set("ctrl_c", False)  # Ctrl-C goes to the search (schedc/synth/search.py), which interrupts ctx
     start = [z3.Int(f"s{u}", ctx) for u in range(len(jobs))]
     for u in range(len(jobs)):
@@ -99,9 +80,9 @@ def decide(problem: Problem, graph: Graph, T: int, *, timeout_s: float, hint=Non
         rows = [[] for _ in range(problem.P)]
         for u in sorted(range(len(jobs)), key=lambda u: at[u]):
             rows[jobs[u].rank].append(u)
-        return Sat(tuple(tuple(r) for r in rows))
+        return Proved(tuple(tuple(r) for r in rows))
     if verdict == z3.unsat:
-        return Unsat()
+        return Refuted(why="the solver proved it")
     return Unknown(f"the solver gave up: {solver.reason_unknown()}")
 
 
@@ -109,7 +90,6 @@ def _check(solver, start, ctx):
     """Run the query in a worker thread (z3 releases the GIL) so that Ctrl-C reaches Python's
     handler in the main thread at once, which interrupts the context; returns (verdict, starts,
     error)."""
-    import z3
     out: list = [None, None, None]
 
     def work():
@@ -117,7 +97,7 @@ def _check(solver, start, ctx):
             out[0] = solver.check()
             if out[0] == z3.sat:
                 model = solver.model()
-                out[1] = [model.eval(v, model_completion=True).as_long() for v in start]
+                out[1] = [value(model, v) for v in start]
         except z3.Z3Exception as exc:
             out[2] = exc
 
@@ -148,7 +128,6 @@ def _memory_sums(problem: Problem, graph: Graph, before, ctx):
     Live = sum over microbatches m and stages s of the rank of act * [F(s,m) started] - (act - w) *
     [I(s,m) done] - w * [W(s,m) done]; written with positive weights as
     sum act*[F started] + (act-w)*[I not done] + w*[W not done] <= cap + sum act."""
-    import z3
 
     def lit(y, x):
         if y == x:
