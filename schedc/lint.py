@@ -1,9 +1,11 @@
 """Fast structural checks of a Program, each finding located (file:line:col, rank and step).
 
 Indices in range; every action on the rank its stage is placed on; exactly one F and one B or
-one I + one W per (stage, microbatch), duplicates reported, not merged; F before B/I and I before
-W on a rank; for explicit communication, a receive before every consumer of a remote value and a
-send after every producer of one. Deadlock and memory are checked elsewhere (schedc/verify/).
+one I + one W per (stage, microbatch), duplicates reported, not merged; every value an action needs
+made on its rank before it, by the one rule of schedc/deps.py at both levels (F before B/I, I before
+W, F(s-1,m) before F(s,m) when both stages share a rank); for explicit communication, a receive
+before every consumer of a remote value and a send after every producer of one. Deadlock and
+memory are checked elsewhere (schedc/verify/).
 """
 from __future__ import annotations
 
@@ -51,6 +53,12 @@ def display_step(action: Action | None, step: int) -> int:
     return step
 
 
+def shown_step(program: Program, rank: int, index: int) -> int:
+    """`display_step` of a rank's step given by its index (an index past the end stays as it is)."""
+    steps = program.ranks[rank]
+    return display_step(steps[index].parts[0], index) if 0 <= index < len(steps) else index
+
+
 def lint(program: Program) -> list[Diagnostic]:
     """All structural findings of a program (empty when it is well formed)."""
     out = Findings()
@@ -64,7 +72,7 @@ def lint(program: Program) -> list[Diagnostic]:
     if out.codes():
         return out.result()  # the checks below assume valid indices
     _counts(program, out)
-    _order(program, out)
+    _inputs(program, out)
     if program.level == "comms":
         _communication(program, out)
     return out.result()
@@ -163,53 +171,71 @@ def _counts(p: Program, out: Findings) -> None:
                     rank, step, a)
 
 
-def _order(p: Program, out: Findings) -> None:
+def _inputs(p: Program, out: Findings) -> None:
+    """Every value an action needs (schedc/deps.py) that its own rank makes or receives must be there
+    before it: listed later, it is an `order` error, at the compute level as at the comms level.
+
+    A value its rank never makes is an `order` error too (torch's validator says the same). A value
+    made on another rank is the deadlock check's question at the compute level; at the comms level it
+    needs a receive on this rank (`missing-recv`).
+    """
+    S, placement, comms = p.num_stages, p.placement, p.level == "comms"
     for rank, steps in enumerate(p.ranks):
-        done: dict[tuple[Op, int, int], int] = {}
-        later: dict[tuple[Op, int, int], int] = {}
+        arriving = _arrivals(steps)
+        available: set = set()
         for step, st in enumerate(steps):
             for a in st.parts:
-                if a.op.is_compute:
-                    later.setdefault((a.op, a.stage, a.microbatch), display_step(a, step))
-        for step, st in enumerate(steps):
+                for v in needs(a, S):
+                    if v in available:
+                        continue
+                    if v in arriving:
+                        _too_late(out, rank, step, a, v, *arriving[v])
+                    elif placement[v[1]] == rank:
+                        out.add("order", f"{describe(a)} needs {value_name(v)}, which is never made on this "
+                                "rank", rank, step, a)
+                    elif comms:
+                        _never_received(p, out, rank, step, a, v)
             for a in st.parts:
-                if a.op in (Op.B, Op.I):
-                    key = (Op.F, a.stage, a.microbatch)
-                    if key not in done:
-                        at = later.get(key)
-                        when = f"F({a.stage},{a.microbatch}) comes later, at step {at}" if at is not None \
-                            else f"F({a.stage},{a.microbatch}) never runs on this rank"
-                        out.add("order", f"{describe(a)} runs before its forward: {when}", rank, step, a)
-                if a.op is Op.W:
-                    key = (Op.I, a.stage, a.microbatch)
-                    if key not in done and (Op.I, a.stage, a.microbatch) in later:
-                        out.add("order", f"{describe(a)} runs before I({a.stage},{a.microbatch}) "
-                                f"(at step {later[key]}): W needs I's result", rank, step, a)
-            for a in st.parts:
-                if a.op.is_compute:
-                    done[(a.op, a.stage, a.microbatch)] = step
+                v = delivers(a) or produces(a)
+                if v is not None:
+                    available.add(v)
+
+
+def _arrivals(steps) -> dict:
+    """Each value made or received on a rank -> (step, action) of its first maker or receive."""
+    arriving: dict = {}
+    for step, st in enumerate(steps):
+        for a in st.parts:
+            v = delivers(a) or produces(a)
+            if v is not None and v not in arriving:
+                arriving[v] = (step, a)
+    return arriving
+
+
+def _too_late(out: Findings, rank: int, step: int, a: Action, v, at: int, source: Action) -> None:
+    """`a` needs `v`, which `source` makes or receives on this rank only at step `at` (one message
+    for both levels: both actions and both steps)."""
+    when = "runs in the same step" if at == step else f"comes later, at step {display_step(source, at)}"
+    out.add("order", f"{describe(a)} needs {value_name(v)}, but {describe(source)} {when}", rank, step, a)
+
+
+def _never_received(p: Program, out: Findings, rank: int, step: int, a: Action, v) -> None:
+    """`a` needs `v` from another rank, and no receive on this rank brings it."""
+    recv = "RECV_F" if v[0] == "act" else "RECV_B"
+    out.add("missing-recv", f"{describe(a)} needs {value_name(v)} from rank {p.placement[v[1]]}, but "
+            f"rank {rank} never receives it (no {recv}({a.stage},{a.microbatch}))", rank, step, a)
 
 
 def _communication(p: Program, out: Findings) -> None:
-    """With explicit communication, every remote value must be received before it is used."""
+    """With explicit communication, no action is posted twice and every remote value is sent."""
     S, placement = p.num_stages, p.placement
     sends = SENDS
     for rank, steps in enumerate(p.ranks):
-        arriving: dict = {}
-        for step, st in enumerate(steps):
-            for a in st.parts:
-                v = delivers(a) or produces(a)
-                if v is not None and v not in arriving:
-                    arriving[v] = display_step(a, step)
-        available: set = set()
         seen_comm: set = set()
         owed: dict = {}
         for step, st in enumerate(steps):
             parts = st.parts
             for a in parts:
-                for v in needs(a, S):
-                    if v not in available:
-                        _unavailable(p, out, rank, step, a, v, arriving.get(v))
                 if a.op.is_comm:
                     key = (a.op, a.stage, a.microbatch)
                     if key in seen_comm:
@@ -218,10 +244,9 @@ def _communication(p: Program, out: Findings) -> None:
                     if a.op in sends:
                         owed.pop(payload(a), None)
             for a in parts:
-                v = delivers(a) or produces(a)
+                v = produces(a)
                 if v is not None:
-                    available.add(v)
-                    dest = consumer_stage(a, S) if a.op.is_compute else None
+                    dest = consumer_stage(a, S)
                     if dest is not None and placement[dest] != rank:
                         owed[v] = (step, a)
         for v, (step, a) in owed.items():
@@ -229,16 +254,3 @@ def _communication(p: Program, out: Findings) -> None:
             out.add("missing-send", f"{describe(a)} computes {value_name(v)} for rank "
                     f"{placement[peer_stage(send)]}, but rank {rank} never sends it afterwards (no "
                     f"{describe(send)})", rank, step, a)
-
-
-def _unavailable(p: Program, out: Findings, rank: int, step: int, a: Action, v, at) -> None:
-    if a.op.is_comm:
-        out.add("order", f"{describe(a)} sends {value_name(v)} before it is computed"
-                + (f" (step {at})" if at is not None else ""), rank, step, a)
-    elif at is not None:
-        out.add("order", f"{describe(a)} needs {value_name(v)}, which arrives only later on this rank "
-                f"(step {at})", rank, step, a)
-    else:
-        recv = "RECV_F" if v[0] == "act" else "RECV_B"
-        out.add("missing-recv", f"{describe(a)} needs {value_name(v)} from rank {p.placement[v[1]]}, but "
-                f"rank {rank} never receives it (no {recv}({a.stage},{a.microbatch}))", rank, step, a)

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .deps import payload
+from .deps import delivers, payload, value_name
 from .errors import Diagnostic
-from .ir import Action, Program, describe, format_step
+from .ir import RECVS, Action, Program, describe, format_step
 from .lint import display_step, lint
-from .verify.deadlock import Deadlock, deadlock_from_core, find_deadlock, render_grid
+from .verify.deadlock import Deadlock, disagreement, find_deadlock, render_grid
 from .verify.execute import RENDEZVOUS, Semantics, channels
 from .verify.fast import quick_check
 from .verify.memory import Peak, peak_activation, peak_memory
 
 ENGINES = ("native", "z3")
+MEMORY_RUN = "worst"  # `peak_memory` is the worst over every run the semantics allows (sim's is "timed")
 
 
 def _line(a: Action | None):
@@ -79,10 +80,11 @@ class Report:
             "ok": self.ok,
             "errors": [d.to_dict() for d in self.errors],
             "mismatches": [m.to_dict() for m in self.mismatches],
-            "deadlock": None if self.deadlock is None else self.deadlock.to_dict(),
+            "deadlock": None if self.deadlock is None else self.deadlock.to_dict(p),
             "unknown": self.unknown,
             "peak_activation": [_number(x) for x in self.peak_activation],
             "peak_memory": [_number(pk.memory) for pk in self.peak_memory],
+            "memory_run": MEMORY_RUN,
             "memory_limit": [None if x is None else _number(x) for x in self.memory_limit],
             "memory_violations": [_peak_dict(pk, self.memory_limit[pk.rank]) for pk in self.memory_violations],
         }
@@ -97,8 +99,9 @@ class Report:
                 f"{p.num_actions} actions ({p.level} level); {verdict}")
         if self.peak_activation:
             text += "\n  peak activation per rank: [" + ", ".join(str(_number(x)) for x in self.peak_activation) + "]"
-        if self.peak_memory and any(pk.memory != a for pk, a in zip(self.peak_memory, self.peak_activation)):
-            text += "\n  peak memory per rank: [" + ", ".join(str(_number(pk.memory)) for pk in self.peak_memory) + "]"
+        if self.peak_memory:
+            text += (f"\n  peak memory per rank (worst over every run {self.semantics} allows, receive buffers "
+                     "included): [" + ", ".join(str(_number(pk.memory)) for pk in self.peak_memory) + "]")
         return text
 
     def render(self) -> str:
@@ -114,8 +117,10 @@ def _number(x: float):
 
 
 def _peak_dict(pk: Peak, limit) -> dict:
-    return {"rank": pk.rank, "step": pk.step, "action": None if pk.action is None else format_step(pk.action),
-            "line": _line(pk.action), "memory": _number(pk.memory), "limit": limit, "live": list(pk.live)}
+    return {"rank": pk.rank, "step": display_step(pk.action, pk.step),
+            "action": None if pk.action is None else format_step(pk.action),
+            "line": _line(pk.action), "memory": _number(pk.memory), "limit": limit, "live": list(pk.live),
+            "inserted": None if pk.inserted is None else format_step(pk.inserted)}
 
 
 def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str = "native",
@@ -175,14 +180,22 @@ def _match(report: Report, chans) -> None:
 
 
 def _deadlock_z3(report: Report, chans, timeout_s: float) -> None:
-    from .verify.solver import Counterexample, Proved, prove_deadlock_free
+    """Z3 decides; a deadlock is told from the executor's run, as the native engine tells it, so the
+    two engines give one report (the stuck steps, the cycle). Verdicts that differ are `unknown`."""
+    from .solver import Proved, Unknown
+    from .verify.solver import prove_deadlock_free
     result = prove_deadlock_free(report.program, report.semantics, chans, timeout_s=timeout_s)
-    if isinstance(result, Proved):
-        report.witness = result.timing
-    elif isinstance(result, Counterexample):
-        report.deadlock = deadlock_from_core(report.program, report.semantics, chans, result)
-    else:
+    if isinstance(result, Unknown):
         report.unknown = result.reason
+        return
+    native = find_deadlock(report.program, report.semantics, chans)
+    why = disagreement(result, native)
+    if why is not None:
+        report.unknown = why
+    elif isinstance(result, Proved):
+        report.witness = result.witness
+    else:
+        report.deadlock = native
 
 
 def _limits(program: Program, limits: dict[int, float] | None) -> tuple[float | None, ...]:
@@ -199,9 +212,32 @@ def _memory(report: Report, chans, limits: dict[int, float] | None) -> None:
         limit = report.memory_limit[pk.rank]
         if limit is not None and pk.memory > limit + 1e-9:
             report.memory_violations.append(pk)
-            where = f" at {describe(pk.action)}" if pk.action is not None else ""
             report.errors.append(Diagnostic(
                 "memory", f"rank {pk.rank}, step {display_step(pk.action, pk.step)}: memory reaches "
-                f"{_number(pk.memory)}{where}, over the limit of {_number(limit)}",
+                f"{_number(pk.memory)}{_moment(pk)}, over the limit of {_number(limit)}"
+                f"{_messages(pk, report.semantics)}",
                 pk.action.span if pk.action is not None else None, ("live: " + "; ".join(pk.live),),
                 rank=pk.rank, step=display_step(pk.action, pk.step)))
+
+
+def _moment(pk: Peak) -> str:
+    """Where a rank peaks, in the user's program: its action, or the send or receive that lowering
+    inserts just after or before it."""
+    if pk.action is None:
+        return ""
+    if pk.inserted is None:
+        return f" at {describe(pk.action)}"
+    if pk.inserted.op in RECVS:
+        return (f" at the receive that lowering inserts before {describe(pk.action)} (for "
+                f"{value_name(delivers(pk.inserted))})")
+    return (f" at the send that lowering inserts after {describe(pk.action)} (of "
+            f"{value_name(payload(pk.inserted))})")
+
+
+def _messages(pk: Peak, semantics: Semantics) -> str:
+    """How much of a peak is messages, and whose."""
+    if pk.buffers <= 0:
+        return ""
+    what = "receive buffers" if semantics.kind == "rendezvous" else "receive buffers and sent messages not yet matched"
+    whose = " that lowering inserts" if pk.lowered else ""
+    return f"; {_number(pk.buffers)} of it in {what}{whose}"

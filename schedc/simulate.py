@@ -4,7 +4,9 @@ DESIGN.md's cost model: per-stage times `t_F t_B t_I t_W` (the program's annotat
 B=I+W) divided by the rank's speed, a latency and a bandwidth per channel (ordered rank pair; a
 message's size is the `out` size of the stage whose output it carries), and whether communication
 overlaps compute. `simulate(program) -> Timeline`; a program that cannot finish raises
-SchedcError("deadlock").
+SchedcError("deadlock"). Memory is schedc/verify/memory.py's count of each step (activations and
+receive buffers, a compute-level program as lowered), placed at the step's times: the peak of this
+one run.
 """
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ from typing import Iterator, Mapping, NamedTuple
 from .deps import delivers, message, needs, peer_stage, produces, value_name
 from .errors import SchedcError
 from .ir import COMM, COMPUTE, SENDS, Action, Compound, CompoundKind, Op, Program, Step, describe
-from .verify.memory import activation_delta, message_size
+from .verify.memory import message_size, step_memory
+
+MEMORY_RUN = "timed"  # `peak_memory` is the peak of the one simulated run (check's is "worst")
 
 # How a run is timed (the rule every handler below follows):
 #
@@ -120,8 +124,10 @@ class Timeline:
 
     `start[r][x]`/`end[r][x]`: when step x of rank r began and when it released the rank (a send or
     receive under overlap releases it at once; see `messages` for when data moved); `busy[r]`: its
-    compute time; `memory_during[r][x]` / `memory_after[r][x]`: live activations while step x runs
-    (after its allocations) and once it has finished (after its frees).
+    compute time; `memory_during[r][x]` / `memory_after[r][x]`: live memory (activations and receive
+    buffers, schedc/verify/memory.py's `step_memory`) while step x runs (after its allocations) and
+    once it has finished (after its frees). `peak_memory` is the peak of this one run (MEMORY_RUN);
+    `schedc check` reports the worst over every run the semantics allows.
     """
 
     program: Program
@@ -132,8 +138,6 @@ class Timeline:
     busy: tuple[float, ...]
     makespan: float
     messages: Messages = field(repr=False)
-    memory_during: tuple[tuple[float, ...], ...] = field(repr=False)
-    memory_after: tuple[tuple[float, ...], ...] = field(repr=False)
     mismatches: int = 0  # matched send/receive pairs whose payloads differ (see `schedc check`)
 
     @property
@@ -147,9 +151,22 @@ class Timeline:
     def idle(self) -> tuple[float, ...]:
         return tuple(self.makespan - b for b in self.busy)
 
-    @cached_property  # a scan of every step: done once (cached_property writes past the frozen __setattr__)
+    @cached_property  # counted once, when asked (cached_property writes past the frozen __setattr__)
+    def _memory(self) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
+        return step_memory(self.program)
+
+    @cached_property
+    def memory_during(self) -> tuple[tuple[float, ...], ...]:
+        return tuple(during for during, _ in self._memory)
+
+    @cached_property
+    def memory_after(self) -> tuple[tuple[float, ...], ...]:
+        return tuple(after for _, after in self._memory)
+
+    @cached_property  # a scan of every step: done once
     def peak_memory(self) -> tuple[float, ...]:
-        return tuple(max(row, default=0.0) for row in self.memory_during)
+        """The most each rank holds in this run (activations and receive buffers)."""
+        return tuple(max(during, default=0.0) for during, _ in self._memory)
 
     def steps(self) -> Iterator[tuple[int, int, Step, float, float]]:
         """(rank, step index, step, start, end) for every step, rank by rank."""
@@ -165,10 +182,10 @@ class Timeline:
                 yield r, x, a, s, e
 
     def memory(self, rank: int) -> tuple[tuple[float, float], ...]:
-        """Live activations of a rank over time: (time, live) at each change, from (0, 0)."""
+        """Live memory of a rank over time: (time, live) at each change, from (0, 0)."""
         out = [(0.0, 0.0)]
-        for s, e, hi, lo in zip(self.start[rank], self.end[rank], self.memory_during[rank],
-                                self.memory_after[rank]):
+        during, after = self._memory[rank]
+        for s, e, hi, lo in zip(self.start[rank], self.end[rank], during, after):
             for t, v in ((s, hi), (e, lo)):
                 if v != out[-1][1]:
                     if t == out[-1][0]:
@@ -181,7 +198,7 @@ class Timeline:
         """The metrics as JSON-ready values (the core of `schedc sim --json`)."""
         return {"level": self.level, "overlap": self.overlap, "makespan": self.makespan,
                 "bubble_ratio": self.bubble_ratio, "busy": list(self.busy), "idle": list(self.idle),
-                "peak_memory": list(self.peak_memory), "messages": len(self.messages),
+                "peak_memory": list(self.peak_memory), "memory_run": MEMORY_RUN, "messages": len(self.messages),
                 "mismatches": self.mismatches}
 
 
@@ -213,8 +230,8 @@ def program_level(program: Program) -> str:
 class _Rank:
     """One rank's state while it runs."""
 
-    __slots__ = ("r", "steps", "pc", "free", "speed", "have", "waiting", "start", "end", "hi", "lo",
-                 "live", "busy", "posted", "open", "arrival", "ready", "inbox")
+    __slots__ = ("r", "steps", "pc", "free", "speed", "have", "waiting", "start", "end",
+                 "busy", "posted", "open", "arrival", "ready", "inbox")
 
     def __init__(self, r: int, steps, speed: float):
         n = len(steps)
@@ -223,8 +240,7 @@ class _Rank:
         self.have: dict[int, float] = {}  # value key -> when the value is present on this rank
         self.waiting = None  # the value key this rank waits for, if any
         self.start, self.end = [0.0] * n, [0.0] * n
-        self.hi, self.lo = [0.0] * n, [0.0] * n
-        self.live = self.busy = 0.0
+        self.busy = 0.0
         self.posted, self.open, self.arrival = -1, 0, 0.0  # the comm step being posted
         self.ready = 0.0  # when that step's posting overhead is over
         self.inbox: dict[int, int] = {}  # compute level: value key -> index of its message
@@ -296,8 +312,7 @@ class _Simulator:
         makespan = max([rk.free for rk in self.ranks] + [max(arrivals, default=0.0)])
         col = lambda name: tuple(tuple(getattr(rk, name)) for rk in self.ranks)  # noqa: E731
         return Timeline(self.program, self.level, self.overlap, col("start"), col("end"),
-                        tuple(rk.busy for rk in self.ranks), makespan, msgs, col("hi"), col("lo"),
-                        self.mismatches)
+                        tuple(rk.busy for rk in self.ranks), makespan, msgs, self.mismatches)
 
     def advance(self, rk: _Rank) -> None:
         """Run a rank from where it stopped until it ends or waits."""
@@ -322,7 +337,7 @@ class _Simulator:
     def compute(self, rk: _Rank, x: int, a: Action, t: float):
         """F, B, I, W: wait for the inputs, run for the stage's time divided by the rank's speed."""
         plan = self.plans[a.op].get(a.stage) or self.plan(a)
-        dur, wants, makes, delta, route = plan
+        dur, wants, makes, route = plan
         base = a.microbatch * self.K
         have = rk.have
         if self.overheads and rk.inbox:
@@ -339,15 +354,6 @@ class _Simulator:
         rk.start[x] = t
         rk.end[x] = end
         rk.busy += d
-        live = rk.live
-        if delta > 0:
-            live += delta
-            rk.hi[x] = rk.lo[x] = live
-        else:
-            rk.hi[x] = live
-            live += delta
-            rk.lo[x] = live
-        rk.live = live
         if rk.inbox:
             self.consumed(rk, x, base, wants)
         if makes is None:
@@ -381,12 +387,8 @@ class _Simulator:
         end = t + d
         rk.start[x], rk.end[x] = t, end
         rk.busy += d
-        deltas = [plan[3] for _, _, plan in plans]
-        rk.hi[x] = rk.live + sum(v for v in deltas if v > 0)
-        rk.live += sum(deltas)
-        rk.lo[x] = rk.live
         free = end
-        for a, base, (_, wants, makes, _, route) in plans:
+        for a, base, (_, wants, makes, route) in plans:
             if rk.inbox:
                 self.consumed(rk, x, base, wants)
             if makes is not None:
@@ -398,7 +400,6 @@ class _Simulator:
     def stage_op(self, rk: _Rank, x: int, a: Action, t: float):
         """UNSHARD, RESHARD, REDUCE_GRAD: no cost in this model."""
         rk.start[x] = rk.end[x] = t
-        rk.hi[x] = rk.lo[x] = rk.live
         return t
 
     def send(self, rk: _Rank, x: int, a: Action, t: float):
@@ -412,7 +413,6 @@ class _Simulator:
         if tv > t:
             t = tv
         rk.start[x] = t
-        rk.hi[x] = rk.lo[x] = rk.live
         ch = rk.r * self.R + plan[1]
         if self.overheads:
             t += self.overheads.get(ch, 0.0)
@@ -431,7 +431,6 @@ class _Simulator:
         plan = self.plans[a.op].get(a.stage) or self.plan(a)
         base = a.microbatch * self.K
         rk.start[x] = t
-        rk.hi[x] = rk.lo[x] = rk.live
         ch = plan[1] * self.R + rk.r
         if self.overheads:
             t += self.overheads.get(ch, 0.0)
@@ -464,7 +463,6 @@ class _Simulator:
             members.append((base, plan))
         rk.waiting = None
         rk.start[x] = t
-        rk.hi[x] = rk.lo[x] = rk.live
         r = rk.r
         if self.overheads:  # every member is posted once all their overheads are paid
             t += sum(self.overheads.get(r * self.R + plan[1] if plan[0] else plan[1] * self.R + r, 0.0)
@@ -579,7 +577,7 @@ class _Simulator:
 
     # ---- plans: what deps.py says about one (op, stage), for every microbatch ----
     def plan(self, a: Action) -> tuple:
-        """Compute: (time, needed keys, made key | None, activation delta, route | None), route =
+        """Compute: (time, needed keys, made key | None, route | None), route =
         (destination rank, message size). Send: (True, peer rank, 0, key of the value sent);
         receive: (False, peer rank, message size, key of the value delivered). Keys are for
         microbatch 0; add microbatch * K."""
@@ -601,7 +599,7 @@ class _Simulator:
             route = None
             if not self.explicit and makes is not None:
                 route = self.route(a)
-            plan = (d, wants, makes, activation_delta(self.program, op, s), route)
+            plan = (d, wants, makes, route)
         else:
             peer = peer_stage(a)
             if not 0 <= peer < S:

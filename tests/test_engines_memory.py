@@ -4,10 +4,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import schedc
+import schedc.api
 from conftest import compile_text
 from schedc.passes import lower
+from schedc.strategies import lowered_programs, programs
 from schedc.verify import solver
 from test_known_failures import receives_before_consumers
 
@@ -131,3 +134,180 @@ def test_sweep_reports_the_first_failure(run_cli, tmp_path):
     code, out, _ = run_cli("check", str(src), "--sweep", "M=1..5")
     assert code == 1
     assert "M=4  X" in out and "first failure, at {'P': 2, 'M': 4}" in out and "error[missing]" in out
+
+
+# Issue 17, item 6: both engines tell one deadlock the same way (the same stuck steps and cycle).
+RING3_COMPUTE = """schedule ring3 {
+  # each rank's first forward needs the previous rank's, which that rank runs second: a 3-cycle
+  rank 0: 3F0 0F0 3B0 0B0
+  rank 1: 1F0 4F0 4B0 1B0
+  rank 2: 2F0 5F0 5B0 2B0
+}"""
+
+RING3_COMMS = """schedule ring3 {
+  # each rank receives before it sends, around the ring 0 -> 1 -> 2 -> 0
+  rank 0: 3RECV_F0 0F0 0SEND_F0 3F0 3SEND_F0 3RECV_B0 3B0 3SEND_B0 0RECV_B0 0B0
+  rank 1: 1RECV_F0 1F0 1SEND_F0 4RECV_F0 4F0 4SEND_F0 4RECV_B0 4B0 4SEND_B0 1RECV_B0 1B0 1SEND_B0
+  rank 2: 2RECV_F0 2F0 2SEND_F0 5RECV_F0 5F0 5B0 5SEND_B0 2RECV_B0 2B0 2SEND_B0
+}"""
+
+CHAIN3 = """schedule chain3 {
+  rank 0: 0RECV_B0 0F0 0SEND_F0 0B0
+  rank 1: 1RECV_B0 1RECV_F0 1F0 1SEND_F0 1B0 1SEND_B0
+  rank 2: 2RECV_F0 2F0 2B0 2SEND_B0
+}"""
+
+
+def _deadlocking():
+    yield "ring3 compute", compile_text(RING3_COMPUTE)
+    yield "ring3 comms", compile_text(RING3_COMMS)
+    yield "chain3", compile_text(CHAIN3)
+    yield "cross", compile_text(CROSS)
+    yield "1f1b receives first", receives_before_consumers(lower(schedule("1f1b", P=3, M=4)))
+    yield "interleaved receives first", receives_before_consumers(lower(schedule("interleaved_1f1b", P=3, V=2, M=3)))
+
+
+def schedule(name, **params):
+    return schedc.load(name, params)
+
+
+@pytest.mark.parametrize("semantics", ["rendezvous", "bounded:1"])
+def test_both_engines_report_the_same_stuck_steps_and_cycle(semantics):
+    for what, program in _deadlocking():
+        native = schedc.check(program, semantics=semantics)
+        if native.deadlock is None:
+            continue  # finishes with a buffer
+        solved = schedc.check(program, semantics=semantics, engine="z3")
+        assert solved.to_dict()["deadlock"] == native.to_dict()["deadlock"], what
+        assert solved.render() == native.render(), what
+        stuck = native.deadlock.stuck
+        assert all(stuck.get(w.rank) == w.step for w in solved.deadlock.cycle), what
+
+
+def test_z3_names_every_rank_of_three_where_it_stops():
+    for text, cycle_ranks in ((RING3_COMPUTE, [0, 1, 2]), (RING3_COMMS, [0, 1, 2]), (CHAIN3, [1, 2])):
+        dl = schedc.check(compile_text(text), engine="z3").to_dict()["deadlock"]
+        assert dl["stuck"] == [{"rank": 0, "step": 0}, {"rank": 1, "step": 0}, {"rank": 2, "step": 0}], text
+        assert sorted(c["rank"] for c in dl["cycle"]) == cycle_ranks, text
+        assert all(c["step"] == 0 for c in dl["cycle"]), text
+
+
+def test_engines_that_disagree_give_unknown_not_an_inconsistent_report(monkeypatch):
+    from schedc.solver import Proved, Refuted
+    good, bad = lower(schedule("1f1b", P=2, M=2)), compile_text(RING3_COMMS)
+    monkeypatch.setattr(solver, "prove_deadlock_free", lambda *a, **k: Refuted())
+    report = schedc.check(good, engine="z3")
+    assert report.ok is None and report.deadlock is None and "disagree" in report.unknown
+    monkeypatch.setattr(solver, "prove_deadlock_free", lambda *a, **k: Proved(()))
+    report = schedc.check(bad, engine="z3")
+    assert report.ok is None and report.deadlock is None and "disagree" in report.unknown
+
+
+# Issue 17, item 3: memory at the compute level is the memory of the program as schedc lowers and
+# runs it (DESIGN.md, "Memory at the compute level"), receive buffers included.
+def _1f1b_with_messages():
+    """1F1B at P=4, M=8 whose activations are 4 units and whose messages carry 1."""
+    text = schedc.api.read_text(schedc.api.resolve("1f1b"))
+    return compile_text(text.replace("  place loop", "  memory act = 4, out = 1\n  place loop", 1))
+
+
+@pytest.mark.parametrize("semantics, peaks", [("rendezvous", [17, 14, 10, 5]), ("eager", [20, 15, 11, 6])])
+def test_compute_level_memory_counts_the_receive_buffers_lowering_inserts(semantics, peaks):
+    program = _1f1b_with_messages()
+    assert program.level == "compute"
+    report = schedc.check(program, semantics=semantics, memory_limit=16)
+    row = report.to_dict()
+    assert row["peak_activation"] == [16, 12, 8, 4]  # activations only, in compute order
+    assert row["peak_memory"] == peaks
+    assert row["peak_memory"] == schedc.check(lower(program), semantics=semantics).to_dict()["peak_memory"]
+    over = [r for r in range(4) if peaks[r] > 16]
+    assert report.ok is False and [v["rank"] for v in row["memory_violations"]] == over
+    for error in (e for e in report.errors if e.code == "memory"):
+        assert error.span is not None and "receive" in error.message and "lowering inserts" in error.message
+    for v in row["memory_violations"]:  # an action of the user's program, on its own line
+        step = program.ranks[v["rank"]][v["step"]]
+        assert v["action"] == str(step) and step.parts[0].op.is_compute and v["line"] is not None
+        assert any("inserted by lowering" in item for item in v["live"])
+
+
+def test_a_memory_violation_at_an_inserted_receive_points_at_the_users_step():
+    # rank 0 holds F(0,0)'s activation (1) when the gradient for B(0,0) arrives (2 units): the peak
+    # is at the receive lowering inserts before B(0,0), so the report names B(0,0) and says so
+    program = compile_text("""schedule m { memory act = 1, out = 2
+      rank 0: 0F0 0B0
+      rank 1: 1F0 1B0
+    }""")
+    report = schedc.check(program, memory_limit={0: 2.5})
+    (error,) = report.errors
+    assert error.code == "memory" and error.rank == 0
+    assert error.span is not None and error.span.line == 2
+    assert "receive" in error.message and "lowering inserts" in error.message and "B(0,0)" in error.message
+    (v,) = report.to_dict()["memory_violations"]
+    assert (v["action"], v["step"], v["memory"], v["line"], v["inserted"]) == ("0B0", 1, 3, 2, "0RECV_B0")
+
+
+def test_a_memory_violation_at_an_inserted_send_points_at_its_producer():
+    # under eager, rank 1 holds F(1,0) (1), the received F(0,1) (1) and its own unmatched gradient
+    # of I(1,0) (1) just after I(1,0): the send lowering inserts there is the peak
+    program = compile_text("""schedule m {
+      memory stage 0: act = 1, weight = 0, out = 1
+      rank 0: 0F0 0F1 0B1 0B0
+      rank 1: 1F0 1I0 1W0 1F1 1I1 1W1
+    }""")
+    report = schedc.check(program, semantics="eager", memory_limit={1: 2.5})
+    (error,) = report.errors
+    assert error.code == "memory" and error.span.line == 4
+    assert "the send that lowering inserts after I(1,0)" in error.message
+    (v,) = report.to_dict()["memory_violations"]
+    assert (v["action"], v["step"], v["memory"], v["inserted"]) == ("1I0", 1, 3, "1SEND_B0")
+    assert schedc.check(program, memory_limit={1: 2.5}).ok  # rendezvous: the send is no buffer
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(max_ranks=3, max_microbatches=4, overlap=True, placements=("loop", "vshape", "table"), memory=True),
+       st.sampled_from(["rendezvous", "eager", "bounded:1"]))
+def test_compute_level_memory_is_the_lowered_programs(program, semantics):
+    """One memory model: a compute-level check reports its lowering's peaks, on every path."""
+    from schedc.report import run_checks
+    from schedc.verify.channels import Semantics
+    sem = Semantics.parse(semantics)
+    lowered = run_checks(lower(program), semantics=sem, fast=False)
+    for fast in (True, False):
+        report = run_checks(program, semantics=sem, fast=fast)
+        assert report.ok, report.render()
+        assert [pk.memory for pk in report.peak_memory] == [pk.memory for pk in lowered.peak_memory]
+        assert report.peak_activation == lowered.peak_activation
+
+
+SMALL = dict(max_ranks=3, max_microbatches=4, placements=("loop", "vshape", "table"))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(programs(overlap=True, memory=True, **SMALL), programs(**SMALL),
+                 lowered_programs(memory=True, **SMALL), lowered_programs(**SMALL)),
+       st.sampled_from(["rendezvous", "eager"]), st.sampled_from([None, 0.5, 1.0]))
+def test_fast_and_detailed_paths_give_one_memory_figure(program, semantics, slack):
+    """The fast path (schedc/verify/fast.py) clears only what the detailed path clears, with the
+    same peaks; what it cannot count exactly it declines."""
+    from schedc.report import run_checks
+    from schedc.verify.channels import Semantics
+    from schedc.verify.fast import quick_check
+    sem = Semantics.parse(semantics)
+    detailed = run_checks(program, semantics=sem, fast=False)
+    peaks = [pk.memory for pk in detailed.peak_memory]
+    limits = None if slack is None else {r: max(m - slack, 0.0) for r, m in enumerate(peaks)}
+    clear = quick_check(program, sem, limits)
+    if clear is not None:
+        assert detailed.ok and [pk.memory for pk in clear.peak_memory] == peaks
+        assert clear.peak_activation == detailed.peak_activation
+    limited = run_checks(program, semantics=sem, fast=False, memory_limit=limits)
+    quick = run_checks(program, semantics=sem, memory_limit=limits)
+    assert quick.ok == limited.ok and [pk.memory for pk in quick.peak_memory] == peaks
+
+
+# Issue 17, item 4: each report says which run its peak describes.
+def test_check_says_its_peak_is_the_worst_run(run_cli):
+    code, out, _ = run_cli("check", "1f1b", "--json")
+    assert json.loads(out)["memory_run"] == "worst"
+    code, out, _ = run_cli("check", "1f1b", "--semantics", "eager")
+    assert "peak memory per rank (worst over every run eager allows, receive buffers included): [4, 3, 2, 1]" in out

@@ -79,3 +79,51 @@ def test_findings_are_capped_per_code():
     ds = findings(f"schedule c {{ microbatches 60\n rank 0: {many}\n}}")
     missing = [d for d in ds if d.code == "missing"]
     assert len(missing) == 21 and "40 more" in missing[-1].message
+
+
+# Issue 17, item 5: a value made on the same rank but listed after its consumer is an `order`
+# error at both levels, with one message (not a deadlock of a rank with itself).
+SAME_RANK_COMPUTE = "schedule inv {\n rank 0: 1F0 0F0 1B0 0B0\n}"
+SAME_RANK_COMMS = """schedule inv {
+ rank 0: 1F0 0F0 1SEND_F0 1RECV_B0 1B0 0B0
+ rank 1: 2RECV_F0 2F0 2B0 2SEND_B0
+}"""
+
+
+def test_a_forward_before_its_input_on_the_same_rank_is_an_order_error_at_both_levels():
+    import schedc
+    expected = "rank 0, step 0: F(1,0) needs the activation of F(0,0), but F(0,0) comes later, at step 1"
+    for text in (SAME_RANK_COMPUTE, SAME_RANK_COMMS):
+        ds = findings(text)
+        assert [(d.code, d.rank, d.step, d.message) for d in ds] == [("order", 0, 0, expected)], text
+        report = schedc.check(compile_text(text))
+        assert report.deadlock is None and {e.code for e in report.errors} == {"order"}, report.render()
+
+
+def test_a_backward_before_the_gradient_it_needs_on_the_same_rank_is_an_order_error():
+    ds = findings("schedule inv {\n rank 0: 0F0 1F0 0B0 1B0\n}")
+    assert [(d.code, d.rank, d.step) for d in ds] == [("order", 0, 2)]
+    assert ds[0].message == ("rank 0, step 2: B(0,0) needs the input gradient of stage 1, microbatch 0, "
+                             "but B(1,0) comes later, at step 3")
+
+
+def test_a_value_from_a_receive_listed_later_reads_like_a_local_one():
+    ds = findings("schedule c {\n rank 0: 0F0 0SEND_F0 0RECV_B0 0B0\n rank 1: 1F0 1RECV_F0 1B0 1SEND_B0\n}")
+    assert [d.message for d in ds] == [
+        "rank 1, step 0: F(1,0) needs the activation of F(0,0), but RECV_F(1,0) comes later, at step 1"]
+
+
+def test_a_backward_before_its_forward_is_reported_once_at_the_comms_level():
+    ds = findings("schedule c {\n rank 0: 0B0 0F0 0SEND_F0 0RECV_B0\n rank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n}")
+    assert [(d.code, d.rank, d.step) for d in ds] == [("order", 0, 0), ("order", 0, 0)]
+    assert [d.message.split(": ", 1)[1] for d in ds] == [
+        "B(0,0) needs the activation of F(0,0), but F(0,0) comes later, at step 1",
+        "B(0,0) needs the input gradient of stage 1, microbatch 0, but RECV_B(0,0) comes later, at step 3"]
+
+
+def test_a_cycle_across_ranks_is_still_a_deadlock_not_an_order_error():
+    import schedc
+    p = compile_text("schedule c {\n rank 0: 0F0 0B0 0F1 0B1\n rank 1: 1F1 1B1 1F0 1B0\n}")
+    assert findings("schedule c {\n rank 0: 0F0 0B0 0F1 0B1\n rank 1: 1F1 1B1 1F0 1B0\n}") == []
+    report = schedc.check(p)
+    assert report.deadlock is not None and {e.code for e in report.errors} == {"deadlock"}

@@ -343,6 +343,8 @@ def test_z3_engine_agrees_with_the_native_executor(p, lowered, sem, data):
     assert solved.ok is not None, solved.unknown  # tiny programs: the solver must decide
     assert solved.ok == native.ok, (native.render(), solved.render())
     assert (solved.deadlock is None) == (native.deadlock is None)
+    # one deadlock, told alike: the same stuck steps and wait cycle (issue 17, item 6)
+    assert solved.to_dict()["deadlock"] == native.to_dict()["deadlock"], (native.render(), solved.render())
     if solved.ok:
         # the witness is a completion time per step, increasing along every rank
         assert solved.witness is not None

@@ -11,8 +11,10 @@ import random
 from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import schedc
+import schedc.api
 from conftest import compile_text
 from schedc.costs import Costs, load_costs, parse_cost_option, profile_costs, toml_costs
 from schedc.interop.chrome_trace import chrome_trace
@@ -20,6 +22,7 @@ from schedc.ir import StageCost
 from schedc.lint import lint
 from schedc.passes import lower
 from schedc.simulate import Link, simulate
+from schedc.strategies import lowered_programs, programs
 from schedc.verify.execute import RENDEZVOUS, execute
 from schedc.verify.memory import peak_activation
 
@@ -650,3 +653,37 @@ def test_sim_refuses_what_cannot_run(run_cli):
     assert doc["ok"] is False and doc["errors"][0]["code"] == "deadlock"
     code, out, err = run_cli("sim", "tests/known/tagless_order.pp")
     assert code == 1 and "2 message(s) reach a receive that expects another value" in err
+
+
+# ---- issue 17, item 4: one memory model; the sim's peak is its one timed run's ----
+def test_the_timed_peak_counts_receive_buffers_as_check_does():
+    # 1F1B at P=4, M=8, 4 units of activation, messages of 1 (tests/test_engines_memory.py): rank
+    # r holds min(P - r, M) activations plus the buffers of the receives lowering inserts
+    text = schedc.api.read_text(schedc.api.resolve("1f1b"))
+    program = compile_text(text.replace("  place loop", "  memory act = 4, out = 1\n  place loop", 1))
+    for p in (program, lower(program)):
+        tl = simulate(p)
+        assert tl.peak_memory == (17.0, 14.0, 10.0, 5.0), p.level
+        assert tl.peak_memory == tuple(pk.memory for pk in schedc.check(p).peak_memory)
+        for r in range(4):
+            assert max(v for _, v in tl.memory(r)) == tl.peak_memory[r] and tl.memory(r)[-1][1] == 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(programs(max_ranks=3, max_microbatches=4, overlap=True, memory=True, costs=True),
+                 lowered_programs(max_ranks=3, max_microbatches=4, memory=True, costs=True)),
+       st.sampled_from(["rendezvous", "bounded:1", "eager"]))
+def test_the_timed_peak_is_at_most_the_worst_the_semantics_allows(program, semantics):
+    timed = simulate(program).peak_memory
+    worst = [pk.memory for pk in schedc.check(program, semantics=semantics).peak_memory]
+    assert all(t <= w + 1e-9 for t, w in zip(timed, worst)), (timed, worst)
+    if semantics == "rendezvous":  # the run's sends meet their receives: nothing else is held
+        assert list(timed) == worst
+
+
+def test_sim_says_its_peak_is_the_timed_run(run_cli):
+    code, out, err = run_cli("sim", "1f1b", "--json")
+    assert code == 0, err
+    assert json.loads(out)["memory_run"] == "timed"
+    code, out, err = run_cli("sim", "1f1b")
+    assert "peak memory: of this timed run" in out

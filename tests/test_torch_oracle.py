@@ -269,7 +269,7 @@ def test_torch_1f1b_ir_is_rejected_by_schedc_check(tmp_path, P, idle):
     orders = [d for d in report["errors"] if d["code"] == "order" and d.get("rank") == rank]
     assert orders, f"no 'order' error on rank {rank}: {[d['message'] for d in report['errors']]}"
     diag = orders[0]
-    assert re.search(rf"B\({stage},{mb}\).*before its forward", diag["message"]), diag["message"]
+    assert re.search(rf"B\({stage},{mb}\) needs the activation of F\({stage},{mb}\)", diag["message"]), diag["message"]
     # it points at the cell in the file: line rank + 1, column of the cell
     line = text.splitlines()[rank]
     cell_column = sum(len(c) + 1 for c in line.split(",")[:step]) + 1

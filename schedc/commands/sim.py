@@ -77,6 +77,8 @@ def _sim_text(timeline, trace) -> str:
              "  rank        busy        idle  peak memory"]
     for r, (busy, idle, peak) in enumerate(zip(timeline.busy, timeline.idle, timeline.peak_memory)):
         lines.append(f"  {r:>4}  {num(busy):>10}  {num(idle):>10}  {num(peak):>11}")
+    lines.append("  peak memory: of this timed run (activations and receive buffers); `schedc check` "
+                 "reports the worst over every run the semantics allows")
     if trace:
         lines.append(f"  wrote {trace}")
     return "\n".join(lines)

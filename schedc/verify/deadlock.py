@@ -10,7 +10,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..ir import Action, Program, describe, format_step
+from ..lint import shown_step
 from .execute import Channels, Outcome, Semantics, Wait, channels, execute
+from ..solver import Proved
 
 
 @dataclass(frozen=True)
@@ -21,12 +23,13 @@ class Deadlock:
     cause: str
     min_buffer: int | None  # smallest K with which bounded:K sends finish, if any
 
-    def to_dict(self) -> dict:
+    def to_dict(self, program: Program) -> dict:
+        """The JSON of `deadlock`; steps are the ones a user sees (`schedc.lint.display_step`)."""
         return {
             "semantics": str(self.semantics),
             "cause": self.cause,
-            "cycle": [_wait_dict(w) for w in self.cycle],
-            "stuck": [{"rank": r, "step": s} for r, s in sorted(self.stuck.items())],
+            "cycle": [_wait_dict(program, w) for w in self.cycle],
+            "stuck": [{"rank": r, "step": shown_step(program, r, s)} for r, s in sorted(self.stuck.items())],
             "min_buffer": self.min_buffer,
         }
 
@@ -35,11 +38,12 @@ def _line(a: Action | None):
     return None if a is None or a.span is None else a.span.line
 
 
-def _wait_dict(w: Wait) -> dict:
+def _wait_dict(program: Program, w: Wait) -> dict:
+    on_step = None if w.on_rank is None or w.on_step is None else shown_step(program, w.on_rank, w.on_step)
     return {
-        "rank": w.rank, "step": w.step, "action": format_step(w.action), "line": _line(w.action),
-        "reason": w.reason,
-        "waits_for": {"rank": w.on_rank, "step": w.on_step,
+        "rank": w.rank, "step": shown_step(program, w.rank, w.step), "action": format_step(w.action),
+        "line": _line(w.action), "reason": w.reason,
+        "waits_for": {"rank": w.on_rank, "step": on_step,
                       "action": None if w.on_action is None else format_step(w.on_action),
                       "line": _line(w.on_action)},
     }
@@ -142,51 +146,45 @@ def _cause(cycle: tuple[Wait, ...], min_buffer: int | None) -> str:
 
 
 def render_grid(program: Program, deadlock: Deadlock, width: int = 6) -> str:
-    """Rank-by-step grid around where the ranks stopped; [..] marks a blocked step."""
-    stuck = deadlock.stuck
-    if not stuck:
+    """Rank-by-step grid around where the ranks stopped; [..] marks a blocked step. The columns are
+    the steps a user sees: a CSV's columns, its idle cells left empty."""
+    if not deadlock.stuck:
         return ""
+    stuck = {r: shown_step(program, r, i) for r, i in deadlock.stuck.items()}
     lo = max(0, min(stuck.values()) - width)
-    hi = min(max(len(s) for s in program.ranks), max(stuck.values()) + 3)
-    cells = []
-    for r, steps in enumerate(program.ranks):
-        row = []
-        for x in range(lo, hi):
-            if x >= len(steps):
-                row.append("")
-            else:
-                text = format_step(steps[x])
-                row.append(f"[{text}]" if stuck.get(r) == x else text)
-        cells.append(row)
-    widths = [max([len(f"{x}")] + [len(c[i]) for c in cells]) for i, x in enumerate(range(lo, hi))]
-    head = "step    " + " ".join(f"{x:<{w}}" for x, w in zip(range(lo, hi), widths))
-    lines = [head]
+    hi = min(max(shown_step(program, r, len(s) - 1) + 1 for r, s in enumerate(program.ranks)),
+             max(stuck.values()) + 3)
+    cells = [_grid_row(program, r, lo, hi, stuck.get(r)) for r in range(len(program.ranks))]
+    widths = [max([len(f"{x}")] + [len(row.get(x, "")) for row in cells]) for x in range(lo, hi)]
+    lines = ["step    " + " ".join(f"{x:<{w}}" for x, w in zip(range(lo, hi), widths))]
     for r, row in enumerate(cells):
-        lines.append(f"rank {r:<3}" + " ".join(f"{c:<{w}}" for c, w in zip(row, widths)).rstrip())
+        text = " ".join(f"{row.get(x, ''):<{w}}" for x, w in zip(range(lo, hi), widths))
+        lines.append(f"rank {r:<3}" + text.rstrip())
     return "\n".join(lines)
 
 
-_WHY = {"data": "value", "recv-posted": "recv-not-posted", "send-posted": "send-not-posted",
-        "buffer": "buffer-full"}
+def _grid_row(program: Program, rank: int, lo: int, hi: int, blocked: int | None) -> dict[int, str]:
+    """One rank's cells whose shown step is in lo..hi-1 (a step is never shown before its index)."""
+    row = {}
+    for x, st in enumerate(program.ranks[rank][:hi]):
+        col = shown_step(program, rank, x)
+        if lo <= col < hi:
+            row[col] = f"[{format_step(st)}]" if col == blocked else format_step(st)
+    return row
 
 
-def deadlock_from_core(program: Program, semantics: Semantics, chans: Channels, result) -> Deadlock:
-    """A Deadlock told from a solver's unsat core (schedc/verify/solver.py's Counterexample)."""
-    def first(step):
-        return program.ranks[step[0]][step[1]].parts[0]
+def disagreement(result, deadlock: Deadlock | None) -> str | None:
+    """Why the solver's verdict (schedc/verify/solver.py) contradicts the executor's run, if it does.
 
-    waits = []
-    for e in result.core:
-        if e.why == "order":
-            continue
-        target = e.before if e.why == "data" else (e.before[0], e.before[1] + 1)
-        waits.append(Wait(e.after[0], e.after[1], first(e.after), _WHY[e.why], target[0], target[1], first(target)))
-    for imp in result.impossible:
-        waits.append(Wait(imp.step[0], imp.step[1], first(imp.step), "never"))
-    cycle = tuple(waits)
-    min_buffer = None
-    if program.level == "comms" and semantics.kind != "eager" and any(
-            w.reason in ("recv-not-posted", "buffer-full") for w in cycle):
-        min_buffer = _smallest_buffer(program, chans, semantics)
-    stuck = {w.rank: w.step for w in cycle}
-    return Deadlock(semantics, cycle, stuck, _cause(cycle, min_buffer), min_buffer)
+    Both answer one question over one graph (schedc/verify/graph.py), so a disagreement is a bug in
+    schedc: the caller reports `unknown` with this reason instead of either verdict.
+    """
+    if isinstance(result, Proved):
+        if deadlock is None:
+            return None
+        return ("the engines disagree (a bug in schedc): Z3 finds a timing that meets every constraint, "
+                f"but the run stops: {deadlock.cause}")
+    if deadlock is not None:
+        return None
+    return ("the engines disagree (a bug in schedc): Z3 finds that the constraints cannot all hold, "
+            "but the run reaches the end of every rank's list")

@@ -6,7 +6,9 @@ microbatch) in order, a receive before every remote use and a send after every r
 FIFO payload matching, then the run itself over the happens-before prerequisites, and peak
 activations. It answers only "all clear" (with the numbers) or "look closer": anything unusual
 (a finding, groups, bounded buffers, message sizes, memory limits) goes to the detailed checks,
-which explain. Property tests hold the two paths to the same verdicts.
+which explain. Without message sizes, memory is activations alone, at either level (receive
+buffers and sent messages hold nothing), so its peaks are memory.py's. Property tests hold the two
+paths to the same verdicts and peaks.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import numpy as np
 from ..ir import Compound, Op, Program
 from .channels import Semantics
 from .execute import run_ranks
-from .memory import Peak
+from .memory import Peak, activation_deltas
 
 _OPS = list(Op)
 _CODE = {op: i for i, op in enumerate(_OPS)}
@@ -43,7 +45,8 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
         return None
     mems = [program.annotations.memory_of(s) for s in range(S)]
     if any(m.out for m in mems):
-        return None  # receive buffers and sent messages count: the detailed memory walk
+        return None  # messages have a size: receive buffers (at the compute level, those lowering
+        # inserts) and unmatched sends count, which only the detailed walk (memory.py) places exactly
     arrays = _arrays(program)
     if arrays is None:
         return None
@@ -96,7 +99,7 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
             return None
     if not _runs(prereq, lengths):
         return None
-    peaks, peak_steps = _peaks(program, op, stage, rank, step, mems, compute, R)
+    peaks, peak_steps = _peaks(program, op, stage, rank, step, R)
     if limits and any(peaks[r] > limits[r] + 1e-9 for r in limits if r < R):
         return None
     for r, limit in program.annotations.memory_limit:
@@ -226,12 +229,12 @@ def _runs(waits, lengths) -> bool:
     return run_ranks(list(lengths), list(lengths), starts, tq, tj) == list(lengths)
 
 
-def _peaks(program, op, stage, rank, step, mems, compute, R):
+def _peaks(program, op, stage, rank, step, R):
     """Peak activations per rank along each rank's order, and the step where each peak is reached."""
-    act = np.asarray([m.act for m in mems], dtype=np.float64)
-    weight = np.asarray([m.weight for m in mems], dtype=np.float64)
-    delta = np.select([op == F, op == B, op == I, op == W],
-                      [act[stage], -act[stage], -(act[stage] - weight[stage]), -weight[stage]], 0.0)
+    table = np.zeros((len(_OPS), program.num_stages), dtype=np.float64)  # memory.py's deltas
+    for o, row in activation_deltas(program).items():
+        table[_CODE[o]] = row
+    delta = table[op, stage]
     peaks, where = [0.0] * R, [0] * R
     starts = np.searchsorted(rank, np.arange(R + 1))
     for r in range(R):

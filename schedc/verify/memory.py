@@ -7,128 +7,295 @@ stays until its receive is posted, which depends on timing: the worst case at ea
 earlier send whose receive need not have been posted yet, i.e. does not happen-before that step
 (exact, from the happens-before graph of schedc/verify/graph.py). Inside a step, allocations come
 before frees.
+
+A compute-level program is counted as schedc lowers and runs it (DESIGN.md, "Memory at the compute
+level"): on its lowering (schedc/passes), receive buffers included, each moment told at a step of
+the user's program. `_Live` is the one accounting; `peak_memory` (the worst run, for `check`) and
+`step_memory` (each step of a run, for the simulator's timed run) both read it.
 """
 from __future__ import annotations
 
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
-from ..ir import Action, Op, Program, describe
-from .channels import Channels, Semantics
+from ..deps import delivers, needs, value_name
+from ..ir import COMM, COMPUTE, RECVS, SENDS, Action, Op, Program, describe
+from .channels import Channels, Semantics, channels
 from .graph import constraints
+
+# the stage whose output a message carries, relative to the stage that names the send or receive
+_SOURCE = {Op.SEND_F: 0, Op.RECV_F: -1, Op.SEND_B: -1, Op.RECV_B: 0}
+
+
+def _delta(op: Op, act: float, weight: float) -> float:
+    """The activation an action allocates (> 0) or frees (< 0): F allocates a; B frees a; I frees
+    a - w; W frees w."""
+    if op is Op.F:
+        return act
+    if op is Op.B:
+        return -act
+    if op is Op.I:
+        return weight - act
+    return -weight if op is Op.W else 0.0
 
 
 def activation_delta(program: Program, op: Op, stage: int) -> float:
     mem = program.annotations.memory_of(stage)
-    return {Op.F: mem.act, Op.B: -mem.act, Op.I: -(mem.act - mem.weight), Op.W: -mem.weight}.get(op, 0.0)
+    return _delta(op, mem.act, mem.weight)
+
+
+def activation_deltas(program: Program) -> dict[Op, list[float]]:
+    """`activation_delta` of every compute op on every stage: {op: [delta of stage 0, ...]}."""
+    mems = [program.annotations.memory_of(s) for s in range(program.num_stages)]
+    return {op: [_delta(op, m.act, m.weight) for m in mems] for op in (Op.F, Op.B, Op.I, Op.W)}
 
 
 def message_size(program: Program, a: Action) -> float:
     """Bytes (units) a send or receive carries: the output of the stage the activation leaves."""
-    source = {Op.SEND_F: a.stage, Op.RECV_F: a.stage - 1, Op.SEND_B: a.stage - 1, Op.RECV_B: a.stage}[a.op]
-    return program.annotations.memory_of(source).out
+    return program.annotations.memory_of(a.stage + _SOURCE[a.op]).out
 
 
 class _Sizes:
-    """Per-stage sizes, looked up once: act, weight and out."""
+    """Per-stage sizes, looked up once: each message's (`out`), and what each compute op allocates
+    (`grows[op][s]`, F) or frees (`frees[op][s]`, B, I, W)."""
 
     def __init__(self, program: Program):
-        mems = [program.annotations.memory_of(s) for s in range(program.num_stages)]
-        self.act = [m.act for m in mems]
-        self.weight = [m.weight for m in mems]
-        self.out = [m.out for m in mems]
+        self.out = [program.annotations.memory_of(s).out for s in range(program.num_stages)]
+        self.stages = program.num_stages
+        deltas = activation_deltas(program)
+        self.grows = {Op.F: deltas[Op.F]}
+        self.frees = {op: [-d for d in deltas[op]] for op in (Op.B, Op.I, Op.W)}
+
+    def message(self, a: Action) -> float:
+        """`message_size` from the table."""
+        return self.out[a.stage + _SOURCE[a.op]]
 
 
-def _walk(program: Program, sizes: _Sizes, rank: int, sends_at: dict | None, stop: int | None = None):
-    """Walk one rank's order: (peak activation, peak memory, step of the memory peak), or, with
-    `stop`, the live items at that step."""
-    act, weight, out = sizes.act, sizes.weight, sizes.out
-    F, B, I, W, RF, RB = Op.F, Op.B, Op.I, Op.W, Op.RECV_F, Op.RECV_B
-    live_act = peak_act = 0.0
-    live_buf = 0.0
-    peak_mem, peak_step = 0.0, 0
-    acts: dict = {}
-    bufs: dict = {}
-    for x, st in enumerate(program.ranks[rank]):
-        frees = []
-        for a in st.parts:
-            op, s = a.op, a.stage
-            if op is F:
-                live_act += act[s]
-                acts[(s, a.microbatch)] = act[s]
-                frees.append(("act", s - 1, a.microbatch))
-            elif op is RF:
-                size = out[s - 1]
-                bufs[("act", s - 1, a.microbatch)] = (size, a)
-                live_buf += size
-            elif op is RB:
-                size = out[s]
-                bufs[("grad", s + 1, a.microbatch)] = (size, a)
-                live_buf += size
-            elif op is B or op is I:
-                frees.append(("grad", s + 1, a.microbatch))
-        pending = sends_at.get(x, ()) if sends_at else ()
-        extra = sum(out[a.stage] if a.op is Op.SEND_F else out[a.stage - 1] for a in pending) if pending else 0.0
-        if stop == x:
-            live = [f"activation of F({s},{m}): {_num(v)}" for (s, m), v in acts.items() if v > 0]
-            live += [f"receive buffer of {describe(a)}: {_num(v)}" for v, a in bufs.values() if v > 0]
-            live += [f"unmatched {describe(a)}: {_num(message_size(program, a))}" for a in pending
-                     if message_size(program, a) > 0]
-            return tuple(live)
-        peak_act = max(peak_act, live_act)
-        total = live_act + live_buf + extra
-        if total > peak_mem:
-            peak_mem, peak_step = total, x
-        for key in frees:
-            held = bufs.pop(key, None)
-            if held is not None:
-                live_buf -= held[0]
-        for a in st.parts:
-            op, s = a.op, a.stage
-            if op is B or op is I or op is W:
-                d = act[s] if op is B else (act[s] - weight[s] if op is I else weight[s])
-                live_act -= d
-                key = (s, a.microbatch)
-                left = acts.get(key, 0.0) - d
-                if left <= 1e-12:
-                    acts.pop(key, None)
-                else:
-                    acts[key] = left
-    return peak_act, peak_mem, peak_step
+class _Live:
+    """What one rank holds as it runs its steps in order: activations and receive buffers.
+
+    `allocate(step)` then `free(step)` for each step: F allocates its activation and a receive its
+    buffer; a buffer is freed by the action that needs its value (schedc/deps.py), an activation by
+    B, I and W. With `detail`, it also keeps which activations are held (for `items`)."""
+
+    __slots__ = ("sizes", "act", "buf", "acts", "bufs", "unmatched")
+
+    def __init__(self, sizes: _Sizes, detail: bool = False):
+        self.sizes = sizes
+        self.act = self.buf = 0.0
+        self.acts: dict | None = {} if detail else None  # (stage, microbatch) -> activation held
+        self.bufs: dict = {}  # value -> (size, the receive that holds it); empty messages hold nothing
+        self.unmatched: tuple[Action, ...] = ()  # sent messages held, when a caller says so
+
+    @property
+    def total(self) -> float:
+        """Everything held: activations, receive buffers, and the unmatched sent messages."""
+        sent = sum(self.sizes.message(a) for a in self.unmatched) if self.unmatched else 0.0
+        return self.act + self.buf + sent
+
+    def allocate(self, parts) -> None:
+        for a in parts:
+            op = a.op
+            if op is Op.F:
+                size = self.sizes.grows[op][a.stage]
+                self.act += size
+                if self.acts is not None:
+                    self.acts[(a.stage, a.microbatch)] = size
+            elif op in RECVS:
+                size = self.sizes.message(a)
+                if size:
+                    self.bufs[delivers(a)] = (size, a)
+                    self.buf += size
+
+    def free(self, parts) -> None:
+        bufs, frees = self.bufs, self.sizes.frees
+        for a in parts:
+            op = a.op
+            if bufs and op in COMPUTE:
+                for v in needs(a, self.sizes.stages):
+                    held = bufs.pop(v, None)
+                    if held is not None:
+                        self.buf -= held[0]
+            table = frees.get(op)
+            if table is not None:
+                d = table[a.stage]
+                self.act -= d
+                if self.acts is not None:
+                    self._forget(a, d)
+
+    def _forget(self, a: Action, d: float) -> None:
+        """`d` of F(a.stage, a.microbatch)'s activation is freed."""
+        key = (a.stage, a.microbatch)
+        left = self.acts.get(key, 0.0) - d
+        if left <= 1e-12:
+            self.acts.pop(key, None)
+        else:
+            self.acts[key] = left
+
+    def items(self, lowered: bool) -> tuple[str, ...]:
+        """What is held, one line each (`lowered`: the sends and receives are lowering's)."""
+        by = ", inserted by lowering" if lowered else ""
+        live = [f"activation of F({s},{m}): {_num(v)}" for (s, m), v in self.acts.items() if v > 0]
+        for v, a in self.bufs.values():
+            if v > 0:
+                what = (f"receive buffer for {value_name(delivers(a))} ({describe(a)}{by})" if lowered
+                        else f"receive buffer of {describe(a)}")
+                live.append(f"{what}: {_num(v)}")
+        live += [f"unmatched {describe(a)}{by}: {_num(self.sizes.message(a))}" for a in self.unmatched
+                 if self.sizes.message(a) > 0]
+        return tuple(live)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """The program whose memory is counted and, when it is the lowering of the user's compute-level
+    program, the user's step each of its steps belongs to (`user_step[r][x]`; None: the user's own
+    program). A receive lowering inserts belongs to the step it comes before (its consumer comes
+    later), a send to the step it follows (its producer)."""
+
+    program: Program
+    user_step: tuple[tuple[int, ...], ...] | None = None
+
+
+def _as_run(program: Program) -> _Run:
+    """The program as schedc runs it: a compute-level program whose messages have a size is lowered
+    (without sizes, lowering adds nothing to count and the program is its own run)."""
+    if program.level == "comms" or not any(_Sizes(program).out):
+        return _Run(program)
+    from ..passes import lower
+    lowered = lower(program)
+    return _Run(lowered, tuple(_user_steps(steps) for steps in lowered.ranks))
+
+
+def _user_steps(steps) -> tuple[int, ...]:
+    """For one rank of a lowering: the user's step each step belongs to (see `_Run`)."""
+    out, seen = [], 0
+    for st in steps:
+        op = _inserted_op(st)
+        out.append(max(seen - 1, 0) if op in SENDS else seen)
+        if op is None:
+            seen += 1
+    return tuple(out)
+
+
+def _inserted_op(st) -> Op | None:
+    """The op of a send or receive lowering inserted, None for the user's own steps (a lowered
+    compute-level program has no other communication)."""
+    return st.op if st.__class__ is Action and st.op in COMM else None
 
 
 def peak_activation(program: Program) -> tuple[float, ...]:
+    """Peak live activations per rank along its order (no buffers)."""
     sizes = _Sizes(program)
-    return tuple(_walk(program, sizes, r, None)[0] for r in range(program.num_ranks))
+    peaks = []
+    for steps in program.ranks:
+        live, peak = _Live(sizes), 0.0
+        for st in steps:
+            live.allocate(st.parts)
+            peak = max(peak, live.act)
+            live.free(st.parts)
+        peaks.append(peak)
+    return tuple(peaks)
+
+
+def step_memory(program: Program) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
+    """Per rank, (memory while each step runs, after its allocations; memory once it has finished,
+    after its frees), activations and receive buffers, for each step of `program`, in a run whose
+    sends meet their receives (no sent message is held): the simulator's timed run. A compute-level
+    program is counted on its lowering; an inserted receive adds to the step it comes before."""
+    run = _as_run(program)
+    sizes = _Sizes(run.program)
+    lowered = run.user_step is not None
+    out = []
+    for steps in run.program.ranks:
+        live, during, after = _Live(sizes), [], []
+        for st in steps:
+            live.allocate(st.parts)
+            if lowered and _inserted_op(st) is not None:
+                live.free(st.parts)
+                continue
+            during.append(live.total)
+            live.free(st.parts)
+            after.append(live.total)
+        out.append((tuple(during), tuple(after)))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
 class Peak:
-    """The worst moment of one rank: its memory, the step, and what is live then."""
+    """The worst moment of one rank: its memory, the step of the user's program, its action, what is
+    live then, and how much of it is messages (receive buffers, sent messages not yet matched).
+    `lowered`: counted on the program's lowering (a compute-level program); `inserted`: the send or
+    receive lowering inserts (just after or before that step) when the moment is its posting."""
 
     rank: int
     memory: float
     step: int
     action: Action | None
     live: tuple[str, ...]
+    buffers: float = 0.0
+    lowered: bool = False
+    inserted: Action | None = None
 
 
-def peak_memory(program: Program, semantics: Semantics, chans: Channels) -> tuple[Peak, ...]:
-    """Worst-case memory per rank over every run the semantics allows (the program must not deadlock)."""
-    unmatched = _unmatched_sends(program, semantics, chans)
+def peak_memory(program: Program, semantics: Semantics, chans: Channels | None = None) -> tuple[Peak, ...]:
+    """Worst-case memory per rank over every run the semantics allows (the program must not
+    deadlock); a compute-level program as schedc lowers and runs it. `chans`: the program's
+    channels, if already known."""
+    run = _as_run(program)
+    counted = run.program
+    if run.user_step is not None or chans is None:
+        chans = channels(counted)
+    unmatched = _unmatched_sends(counted, semantics, chans)
     by_rank: dict[int, dict] = defaultdict(dict)
     for (r, x), sends in unmatched.items():
         by_rank[r][x] = sends
-    sizes = _Sizes(program)
-    peaks = []
-    for r, steps in enumerate(program.ranks):
-        _, memory, step = _walk(program, sizes, r, by_rank.get(r))
-        if not steps or memory <= 0:
-            peaks.append(Peak(r, 0.0, 0, None, ()))
-            continue
-        live = _walk(program, sizes, r, by_rank.get(r), stop=step)
-        peaks.append(Peak(r, memory, step, steps[step].parts[0], live))
-    return tuple(peaks)
+    sizes = _Sizes(counted)
+    return tuple(_rank_peak(program, run, sizes, r, by_rank.get(r, {})) for r in range(program.num_ranks))
+
+
+def _rank_peak(program: Program, run: _Run, sizes: _Sizes, r: int, pending: dict) -> Peak:
+    """One rank's worst moment, told at the user's step."""
+    steps = run.program.ranks[r]
+    memory, x = _worst_step(steps, sizes, pending)
+    if not steps or memory <= 0:
+        return Peak(r, 0.0, 0, None, ())
+    live = _live_at(run, sizes, r, x, pending.get(x, ()))
+    buffers = live.total - live.act
+    items = live.items(run.user_step is not None)
+    if run.user_step is None:
+        return Peak(r, memory, x, steps[x].parts[0], items, buffers)
+    y = run.user_step[r][x]
+    inserted = steps[x] if _inserted_op(steps[x]) is not None else None
+    return Peak(r, memory, y, program.ranks[r][y].parts[0], items, buffers, True, inserted)
+
+
+def _worst_step(steps, sizes: _Sizes, pending: dict) -> tuple[float, int]:
+    """(the most one rank holds, the first step where it does), sent messages still unmatched
+    (`pending`: step -> sends) included."""
+    live = _Live(sizes)
+    peak, where = 0.0, 0
+    for x, st in enumerate(steps):
+        live.allocate(st.parts)
+        live.unmatched = pending.get(x, ())
+        total = live.total
+        if total > peak:
+            peak, where = total, x
+        live.free(st.parts)
+    return peak, where
+
+
+def _live_at(run: _Run, sizes: _Sizes, r: int, x: int, sent) -> _Live:
+    """What rank r holds at step x of the counted program (after its allocations), sent messages
+    still unmatched (`sent`) included."""
+    live = _Live(sizes, detail=True)
+    steps = run.program.ranks[r]
+    for st in steps[:x]:
+        live.allocate(st.parts)
+        live.free(st.parts)
+    live.allocate(steps[x].parts)
+    live.unmatched = tuple(sent)
+    return live
 
 
 def _num(x: float):
