@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..deps import peer_stage
 from ..errors import SchedcError
 from ..ir import Action, Op, Program
 
@@ -68,8 +69,9 @@ class Channels:
         return sorted(out, key=lambda e: (e.rank, e.step))
 
 
-_PEER = {Op.SEND_F: 1, Op.RECV_F: -1, Op.SEND_B: -1, Op.RECV_B: 1}
-_IS_SEND = {Op.SEND_F: True, Op.SEND_B: True, Op.RECV_F: False, Op.RECV_B: False}
+_SENDS_AND_RECVS = (Op.SEND_F, Op.SEND_B, Op.RECV_F, Op.RECV_B)
+_PEER = {op: peer_stage(Action(op, 0, 0)) for op in _SENDS_AND_RECVS}  # the one rule: schedc/deps.py
+_IS_SEND = {op: op in (Op.SEND_F, Op.SEND_B) for op in _SENDS_AND_RECVS}
 
 
 def channels(program: Program) -> Channels:
