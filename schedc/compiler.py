@@ -12,7 +12,7 @@ from typing import Callable, Mapping
 
 from . import syntax as ast
 from .errors import SchedcError
-from .ir import (DEFAULT_SPEED, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op, Program,
+from .ir import (DEFAULT_SPEED, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op, Program, placed,
                  StageCost, StageMemory, parse_step)
 from .expr import FUNCTIONS, MAX_INT, Eval, Env, compile_expr as _compile_expr, did_you_mean as _did_you_mean
 from .expr import as_int as _int, as_nonneg as _nonneg, as_truth as _truth
@@ -375,12 +375,12 @@ class _Compiler:
                             table[a.stage] = rank
             return tuple(table)
         if p.kind == "loop":
-            return tuple(s % num_ranks for s in range(num_stages))
+            return placed("loop", num_stages, num_ranks)
         if p.kind == "vshape":
             if num_stages % num_ranks:
                 raise SchedcError("placement", f"place vshape needs a multiple of the {num_ranks} "
                                   f"ranks as stages, got {num_stages}", p.span)
-            return tuple(_zigzag(s, num_ranks) for s in range(num_stages))
+            return placed("vshape", num_stages, num_ranks)
         if p.kind == "expr":
             inner = scope.child()
             inner.define(p.var, p.span)
@@ -634,12 +634,6 @@ def _names_in(e) -> list[str]:
         for a in e.args:
             out.extend(_names_in(a))
     return list(dict.fromkeys(out))
-
-
-def _zigzag(stage: int, num_ranks: int) -> int:
-    """V-shape placement: down the ranks, back up, down again (`s < R ? s : 2R-1-s` for S = 2R)."""
-    chunk, offset = divmod(stage, num_ranks)
-    return offset if chunk % 2 == 0 else num_ranks - 1 - offset
 
 
 def _check_setting_names(item: ast.Annotation) -> None:

@@ -167,6 +167,17 @@ class Annotations:
         return tuple(self.speed_of(r) for r in range(num_ranks))
 
 
+def placed(kind: str, num_stages: int, num_ranks: int) -> tuple[int, ...]:
+    """The rank of every stage under a named placement: `loop`, stage s on rank s % R; `vshape`,
+    down the ranks and back up (`s < R ? s : 2R-1-s` for S = 2R, repeating for more chunks)."""
+    if kind == "loop":
+        return tuple(s % num_ranks for s in range(num_stages))
+    if kind == "vshape":
+        return tuple(s % num_ranks if (s // num_ranks) % 2 == 0 else num_ranks - 1 - s % num_ranks
+                     for s in range(num_stages))
+    raise ValueError(f"unknown placement {kind!r}")
+
+
 @dataclass(frozen=True)
 class Program:
     """A schedule: for each rank, the steps it runs in order."""

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from .deps import needs, producer
-from .ir import COMPUTE, Action, Annotations, Compound, CompoundKind, Op, Program, StageCost, StageMemory, format_step
+from .ir import COMPUTE, Action, Annotations, Compound, CompoundKind, Op, Program, StageCost, StageMemory, format_step, placed
 
 __all__ = ["MAX_PAIRS", "MUTATION_KINDS", "PLACEMENTS", "Mutant", "lowered_programs", "mutations", "programs",
            "reorderings", "sources"]
@@ -183,10 +183,10 @@ def _programs(draw, r_lo, r_hi, m_lo, m_hi, v_lo, v_hi, shapes, forms, overlap, 
     M = draw(st.integers(m_lo, m_hi), label="microbatches")
     if shape == "vshape":
         S = 2 * R
-        placement = tuple(s if s < R else 2 * R - 1 - s for s in range(S))
+        placement = placed("vshape", S, R)
     elif shape == "loop":
         S = R * draw(st.integers(v_lo, v_hi), label="chunks")
-        placement = tuple(s % R for s in range(S))
+        placement = placed("loop", S, R)
     else:
         S = draw(st.integers(R * v_lo, R * v_hi), label="stages")
         placement = tuple(draw(st.lists(st.integers(0, R - 1), min_size=S, max_size=S), label="table"))

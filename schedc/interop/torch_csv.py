@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
-from ..ir import ActionSyntaxError, Compound, CompoundKind, Program, Step, format_step, parse_step
+from ..ir import ActionSyntaxError, Compound, CompoundKind, Program, Step, format_step, parse_step, placed
 from ..span import Source, Span
 
 NOTATIONS = ("current", "legacy")
@@ -49,7 +49,7 @@ class TorchCsv:
         stages = [a.stage for row in ranks for st in row for a in st.parts]
         mbs = [a.microbatch for row in ranks for st in row for a in st.parts if a.microbatch is not None]
         num_stages = max(stages, default=-1) + 1
-        placement = [s % max(len(ranks), 1) for s in range(num_stages)]
+        placement = list(placed("loop", num_stages, max(len(ranks), 1)))
         seen = set()
         for r, row in enumerate(ranks):
             for st in row:
