@@ -5,7 +5,8 @@ orders them the way zero-bubble schedules are built: time runs under the schedul
 annotations (unit times by default, communication free); whenever a rank is free it starts the
 ready action of the most preferred kind (ties: the one listed first), an F only if the rank's live
 activations stay within the cap. Actions of one kind and stage keep their listed order. The rule
-of what is ready is schedc/deps.py's; the result is an ordinary per-rank order.
+of what is ready is schedc/deps.py's, what each action allocates or frees schedc/verify/memory.py's;
+the result is an ordinary per-rank order.
 """
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ from .deps import needs, produces
 from .errors import SchedcError
 from .ir import DEFAULT_SPEED, Action, Op, Program
 from .span import Span
+from .verify.memory import activation_delta
 
 KINDS = {"F": Op.F, "B": Op.B, "I": Op.I, "W": Op.W}
 
 
 def greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, span: Span) -> Program:
-    S = program.num_stages
     ann = program.annotations
     rank_of_kind = {op: i for i, op in enumerate(prefer)}
     queues: list[dict[tuple[Op, int], deque]] = []
@@ -45,7 +46,7 @@ def greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, sp
     waiting: list[int] = []
     while events:
         t, r = heapq.heappop(events)
-        choice = _pick(queues[r], t, done_at, rank_of_kind, live[r], cap, ann, S)
+        choice = _pick(queues[r], t, done_at, rank_of_kind, live[r], cap, program)
         if choice is None:
             later = [f for f in finishes if f > t]
             if not later:
@@ -62,7 +63,7 @@ def greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, sp
         v = produces(a)
         if v is not None:
             done_at[v] = end
-        live[r] += _delta(ann, a)
+        live[r] += activation_delta(program, a.op, a.stage)
         out[r].append(a)
         left[r] -= 1
         finishes.append(end)
@@ -81,23 +82,19 @@ def greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, sp
     return program.with_ranks(out)
 
 
-def _pick(table, t, done_at, rank_of_kind, live, cap, ann, S):
+def _pick(table, t, done_at, rank_of_kind, live, cap, program: Program):
+    S = program.num_stages
     best = None
     for key, q in table.items():
         index, a = q[0]
         if any(done_at.get(v, float("inf")) > t for v in needs(a, S)):
             continue
-        if a.op is Op.F and cap is not None and live + _delta(ann, a) > cap + 1e-9:
+        if a.op is Op.F and cap is not None and live + activation_delta(program, a.op, a.stage) > cap + 1e-9:
             continue
         rank = (rank_of_kind[a.op], index)
         if best is None or rank < best[0]:
             best = (rank, key, q[0])
     return None if best is None else (best[1], best[2])
-
-
-def _delta(ann, a: Action) -> float:
-    mem = ann.memory_of(a.stage)
-    return {Op.F: mem.act, Op.B: -mem.act, Op.I: -(mem.act - mem.weight), Op.W: -mem.weight}[a.op]
 
 
 def _cost(ann, a: Action, rank: int) -> float:

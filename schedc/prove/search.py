@@ -15,7 +15,8 @@ import time
 
 from .. import solver, syntax as ast
 from ..deps import needs, produces
-from ..ir import Action, Op
+from ..ir import COMPUTE, Action, Op
+from ..verify.memory import peak_activations
 from . import ilp, smt
 from .model import Model, rank_lets
 from .sample import Stop, evaluate, feature_names, instances, rank_env
@@ -93,18 +94,13 @@ def _named(m: Model, found) -> dict:
 
 
 def unit_peaks(ranks) -> list[int]:
-    """Peak live activations per rank in unit sizes, the unit a bound of `prove` is stated in: F
-    allocates one, B or W frees it, and inside a step allocations come before frees (DESIGN.md).
-    `ranks`: per rank, its steps, each a sequence of action kinds ("F", "B", ...)."""
-    out = []
-    for steps in ranks:
-        live = peak = 0
-        for kinds in steps:
-            live += sum(k == "F" for k in kinds)
-            peak = max(peak, live)
-            live -= sum(k in ("B", "W") for k in kinds)
-        out.append(peak)
-    return out
+    """Peak live activations per rank in unit sizes, the unit a bound of `prove` is stated in:
+    schedc/verify/memory.py's rule with act = weight = 1 on every stage (F allocates one, B or W
+    frees it, I frees nothing; inside a step allocations come before frees), whatever the file's
+    sizes. `ranks`: per rank, its steps, each a sequence of action kinds ("F", "B", ...)."""
+    one = (1,)  # every action counted on one stage of unit sizes: only its kind matters
+    return [peak_activations([[Action(Op(k), 0, 0) for k in kinds if k in COMPUTE] for kinds in steps], one, one)
+            for steps in ranks]
 
 
 def peaks(m: Model, params) -> list[int]:

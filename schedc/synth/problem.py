@@ -13,6 +13,7 @@ from fractions import Fraction
 from ..deps import needs, producer
 from ..errors import SchedcError
 from ..ir import Action, Annotations, Op, Program
+from ..verify.memory import peak_activations
 
 MAX_RANKS = 64
 MAX_MICROBATCHES = 1024
@@ -83,10 +84,15 @@ class Problem:
         """A time in units as the simulator's time."""
         return float(units * self.time_unit)
 
+    def minimum(self, r: int) -> int:
+        """What rank r holds at least once in any schedule, in memory units: one microbatch's
+        forwards all run before its first input gradient, so it holds their peak."""
+        forwards = [Action(Op.F, s, 0).parts for s in self.stages_of(r)]
+        return peak_activations(forwards, self.act, self.weight)
+
     def minimum_cap(self, r: int) -> Fraction:
-        """What rank r holds at least once in any schedule: one microbatch's forwards all run
-        before its first input gradient, so every stage's activation on the rank is live at once."""
-        return sum((self.act[s] for s in self.stages_of(r)), 0) * self.memory_unit
+        """`minimum` in the sizes the request gave."""
+        return self.minimum(r) * self.memory_unit
 
 
 def placement_table(name: str, P: int) -> tuple[int, ...]:

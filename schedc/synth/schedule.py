@@ -2,7 +2,8 @@
 
 `evaluate(problem, orders)` builds the Program, simulates it (schedc/simulate.py is the judge of
 the makespan the user will see) and measures each rank's peak activations along its order in the
-problem's integer memory units; `Candidate.fits` says whether every cap holds.
+problem's integer memory units (schedc/verify/memory.py's rule); `Candidate.fits` says whether
+every cap holds.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 from ..ir import Program
 from ..simulate import Link, simulate
+from ..verify.memory import peak_activations
 from .problem import Problem
 
 
@@ -38,9 +40,10 @@ def links(problem: Problem) -> dict:
 
 def evaluate(problem: Problem, orders, origin: str) -> Candidate:
     orders = tuple(tuple(row) for row in orders)
-    timeline = simulate(to_program(problem, orders), links=links(problem))
+    program = to_program(problem, orders)
+    timeline = simulate(program, links=links(problem))
     units = round(timeline.makespan / float(problem.time_unit))
-    peaks = tuple(peak(problem, row) for row in orders)
+    peaks = peaks_of(problem, program)
     fits = all(c is None or p <= c for p, c in zip(peaks, problem.cap))
     unit = float(problem.time_unit)
     starts = [0] * len(problem.jobs)
@@ -50,16 +53,6 @@ def evaluate(problem: Problem, orders, origin: str) -> Candidate:
     return Candidate(orders, timeline.makespan, units, peaks, fits, origin, tuple(starts))
 
 
-def peak(problem: Problem, row) -> int:
-    """Peak live activations along one rank's order (F allocates before it runs, I and W free after)."""
-    live = top = 0
-    for u in row:
-        j = problem.jobs[u]
-        if j.kind == "F":
-            live += problem.act[j.stage]
-            top = max(top, live)
-        elif j.kind == "I":
-            live -= problem.act[j.stage] - problem.weight[j.stage]
-        else:
-            live -= problem.weight[j.stage]
-    return top
+def peaks_of(problem: Problem, program: Program) -> tuple[int, ...]:
+    """Peak live activations per rank of a candidate's program, in the problem's memory units."""
+    return tuple(peak_activations([st.parts for st in steps], problem.act, problem.weight) for steps in program.ranks)

@@ -128,13 +128,12 @@ def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
 def _too_small(problem: Problem) -> str | None:
     for r in range(problem.P):
         cap = problem.cap[r]
-        need = sum(problem.act[s] for s in problem.stages_of(r))
-        if cap is not None and cap < need:
+        if cap is not None and cap < problem.minimum(r):
             stages = problem.stages_of(r)
-            what = (f"stage {stages[0]}'s activation ({float(problem.act[stages[0]] * problem.memory_unit):g})"
+            what = (f"stage {stages[0]}'s activation ({float(problem.minimum_cap(r)):g})"
                     if len(stages) == 1 else
                     f"the activations of stages {' and '.join(map(str, stages))} at once "
-                    f"({float(need * problem.memory_unit):g}), since a microbatch's forwards on a rank all run "
+                    f"({float(problem.minimum_cap(r)):g}), since a microbatch's forwards on a rank all run "
                     "before its first backward there")
             return (f"memory limit {problem.cap_given[r]:g} on rank {r} is below what any schedule needs: every "
                     f"microbatch holds {what}")

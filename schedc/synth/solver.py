@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import threading
 
+from ..ir import Op
 from ..solver import Proved, Refuted, Result, Unknown, context, make, value, z3
+from ..verify.memory import op_delta
 from .graph import Graph
-from .problem import Problem
+from .problem import KINDS, Problem
 
 MAX_PAIRS = 400_000  # disjunctions per query; beyond this the search keeps its greedy start
 
@@ -125,8 +127,9 @@ def _free_pairs(problem: Problem, graph: Graph):
 
 def _memory_sums(problem: Problem, graph: Graph, before, ctx):
     """Per F job x on a capped rank: the activations live when x starts stay within the cap.
-    Live = sum over microbatches m and stages s of the rank of act * [F(s,m) started] - (act - w) *
-    [I(s,m) done] - w * [W(s,m) done]; written with positive weights as
+    Live = sum over microbatches m and stages s of the rank, over F, I and W, of d * [F started] or
+    d * [I or W done], d being what the job allocates or frees (schedc/verify/memory.py); a free
+    (d < 0) is written with a positive weight as -d * [not done] + d, so the sum is
     sum act*[F started] + (act-w)*[I not done] + w*[W not done] <= cap + sum act."""
 
     def lit(y, x):
@@ -148,19 +151,19 @@ def _memory_sums(problem: Problem, graph: Graph, before, ctx):
                 x = problem.job("F", s0, m0)
                 terms, bound = [], cap
                 for s in stages:
-                    a, w = problem.act[s], problem.weight[s]
+                    deltas = [(kind, op_delta(Op(kind), problem.act[s], problem.weight[s])) for kind in KINDS]
                     for m in range(problem.M):
-                        bound += a
-                        for kind, weight, negate in (("F", a, False), ("I", a - w, True), ("W", w, True)):
-                            if weight == 0:
+                        for kind, d in deltas:
+                            if d == 0:
                                 continue
                             v = lit(problem.job(kind, s, m), x)
-                            if negate:
+                            if d < 0:
+                                bound -= d
                                 v = (not v) if isinstance(v, bool) else z3.Not(v)
                             if v is True:
-                                bound -= weight
+                                bound -= abs(d)
                             elif v is not False:
-                                terms.append((v, weight))
+                                terms.append((v, abs(d)))
                 if bound < 0:
                     yield z3.BoolVal(False, ctx)
                 elif terms and sum(wt for _, wt in terms) > bound:

@@ -1,9 +1,9 @@
 """Memory per rank in DESIGN.md's unit model: activations, receive buffers, eager send buffers.
 
 Activations along each rank's order: F(s,m) allocates a_s; B frees a_s; I frees a_s - w_s; W frees
-w_s (defaults a = 1, w = a). A receive holds its message (the sender stage's `out` size) from the
-moment it is posted until the action that consumes it. Under eager or bounded sends a sent message
-stays until its receive is posted, which depends on timing: the worst case at each step counts every
+w_s (defaults: a_s = ir.default_share, w = a). A receive holds its message (the sender stage's `out`
+size) from the moment it is posted until the action that consumes it. Under eager or bounded sends a
+sent message stays until its receive is posted, which depends on timing: the worst case at each step counts every
 earlier send whose receive need not have been posted yet, i.e. does not happen-before that step
 (exact, from the happens-before graph of schedc/verify/graph.py). Inside a step, allocations come
 before frees.
@@ -11,7 +11,9 @@ before frees.
 A compute-level program is counted as schedc lowers and runs it (DESIGN.md, "Memory at the compute
 level"): on its lowering (schedc/passes), receive buffers included, each moment told at a step of
 the user's program. `_Live` is the one accounting; `peak_memory` (the worst run, for `check`) and
-`step_memory` (each step of a run, for the simulator's timed run) both read it.
+`step_memory` (each step of a run, for the simulator's timed run) both read it. `op_delta` and
+`peak_activations` give the same rule in sizes a caller chooses (`order greedy`'s cap, synth's
+integer units, prove's unit sizes), so no other module restates it.
 """
 from __future__ import annotations
 
@@ -27,9 +29,9 @@ from .graph import constraints
 _SOURCE = {Op.SEND_F: 0, Op.RECV_F: -1, Op.SEND_B: -1, Op.RECV_B: 0}
 
 
-def _delta(op: Op, act: float, weight: float) -> float:
-    """The activation an action allocates (> 0) or frees (< 0): F allocates a; B frees a; I frees
-    a - w; W frees w."""
+def op_delta(op: Op, act: float, weight: float) -> float:
+    """The activation an action allocates (> 0) or frees (< 0) when its stage's sizes are `act` (a)
+    and `weight` (w): F allocates a; B frees a; I frees a - w; W frees w; other ops hold nothing."""
     if op is Op.F:
         return act
     if op is Op.B:
@@ -40,14 +42,25 @@ def _delta(op: Op, act: float, weight: float) -> float:
 
 
 def activation_delta(program: Program, op: Op, stage: int) -> float:
+    """`op_delta` in the program's sizes of that stage."""
     mem = program.annotations.memory_of(stage)
-    return _delta(op, mem.act, mem.weight)
+    return op_delta(op, mem.act, mem.weight)
 
 
 def activation_deltas(program: Program) -> dict[Op, list[float]]:
     """`activation_delta` of every compute op on every stage: {op: [delta of stage 0, ...]}."""
+    return _deltas(*_stage_sizes(program)[:2])
+
+
+def _deltas(act, weight) -> dict[Op, list[float]]:
+    """`op_delta` of every compute op on every stage, given the stages' sizes."""
+    return {op: [op_delta(op, a, w) for a, w in zip(act, weight)] for op in (Op.F, Op.B, Op.I, Op.W)}
+
+
+def _stage_sizes(program: Program) -> tuple[list[float], list[float], list[float]]:
+    """(act, weight, out) of every stage, from the program's annotations."""
     mems = [program.annotations.memory_of(s) for s in range(program.num_stages)]
-    return {op: [_delta(op, m.act, m.weight) for m in mems] for op in (Op.F, Op.B, Op.I, Op.W)}
+    return [m.act for m in mems], [m.weight for m in mems], [m.out for m in mems]
 
 
 def message_size(program: Program, a: Action) -> float:
@@ -57,14 +70,18 @@ def message_size(program: Program, a: Action) -> float:
 
 class _Sizes:
     """Per-stage sizes, looked up once: each message's (`out`), and what each compute op allocates
-    (`grows[op][s]`, F) or frees (`frees[op][s]`, B, I, W)."""
+    (`grows[op][s]`, F) or frees (`frees[op][s]`, B, I, W). `_Sizes.of(program)`: the program's."""
 
-    def __init__(self, program: Program):
-        self.out = [program.annotations.memory_of(s).out for s in range(program.num_stages)]
-        self.stages = program.num_stages
-        deltas = activation_deltas(program)
+    def __init__(self, act, weight, out):
+        self.out = list(out)
+        self.stages = len(self.out)
+        deltas = _deltas(act, weight)
         self.grows = {Op.F: deltas[Op.F]}
         self.frees = {op: [-d for d in deltas[op]] for op in (Op.B, Op.I, Op.W)}
+
+    @classmethod
+    def of(cls, program: Program) -> "_Sizes":
+        return cls(*_stage_sizes(program))
 
     def message(self, a: Action) -> float:
         """`message_size` from the table."""
@@ -82,7 +99,7 @@ class _Live:
 
     def __init__(self, sizes: _Sizes, detail: bool = False):
         self.sizes = sizes
-        self.act = self.buf = 0.0
+        self.act = self.buf = 0  # integer sizes keep integer counts
         self.acts: dict | None = {} if detail else None  # (stage, microbatch) -> activation held
         self.bufs: dict = {}  # value -> (size, the receive that holds it); empty messages hold nothing
         self.unmatched: tuple[Action, ...] = ()  # sent messages held, when a caller says so
@@ -160,7 +177,7 @@ class _Run:
 def _as_run(program: Program) -> _Run:
     """The program as schedc runs it: a compute-level program whose messages have a size is lowered
     (without sizes, lowering adds nothing to count and the program is its own run)."""
-    if program.level == "comms" or not any(_Sizes(program).out):
+    if program.level == "comms" or not any(_Sizes.of(program).out):
         return _Run(program)
     from ..passes import lower
     lowered = lower(program)
@@ -186,16 +203,20 @@ def _inserted_op(st) -> Op | None:
 
 def peak_activation(program: Program) -> tuple[float, ...]:
     """Peak live activations per rank along its order (no buffers)."""
-    sizes = _Sizes(program)
-    peaks = []
-    for steps in program.ranks:
-        live, peak = _Live(sizes), 0.0
-        for st in steps:
-            live.allocate(st.parts)
-            peak = max(peak, live.act)
-            live.free(st.parts)
-        peaks.append(peak)
-    return tuple(peaks)
+    act, weight, _ = _stage_sizes(program)
+    return tuple(float(peak_activations([st.parts for st in steps], act, weight)) for steps in program.ranks)
+
+
+def peak_activations(steps, act, weight) -> float:
+    """Peak live activations along one rank's steps (each a sequence of actions), stage s's sizes
+    being `act[s]` and `weight[s]`: inside a step, allocations come before frees. Integer sizes
+    give an integer (synth's memory units, prove's unit sizes)."""
+    live, peak = _Live(_Sizes(act, weight, [0] * len(act))), 0
+    for parts in steps:
+        live.allocate(parts)
+        peak = max(peak, live.act)
+        live.free(parts)
+    return peak
 
 
 def step_memory(program: Program) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
@@ -204,7 +225,7 @@ def step_memory(program: Program) -> tuple[tuple[tuple[float, ...], tuple[float,
     sends meet their receives (no sent message is held): the simulator's timed run. A compute-level
     program is counted on its lowering; an inserted receive adds to the step it comes before."""
     run = _as_run(program)
-    sizes = _Sizes(run.program)
+    sizes = _Sizes.of(run.program)
     lowered = run.user_step is not None
     out = []
     for steps in run.program.ranks:
@@ -250,7 +271,7 @@ def peak_memory(program: Program, semantics: Semantics, chans: Channels | None =
     by_rank: dict[int, dict] = defaultdict(dict)
     for (r, x), sends in unmatched.items():
         by_rank[r][x] = sends
-    sizes = _Sizes(counted)
+    sizes = _Sizes.of(counted)
     return tuple(_rank_peak(program, run, sizes, r, by_rank.get(r, {})) for r in range(program.num_ranks))
 
 
