@@ -29,6 +29,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise SchedcError("usage", f"{message} (see `{self.prog} --help`)")
 
+    def _check_value(self, action, value):
+        """argparse's check of a choice, with a suggestion for a near miss (`chek`: did you mean 'check'?)."""
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as e:
+            from .expr import did_you_mean
+            raise argparse.ArgumentError(action, e.message + did_you_mean(str(value), action.choices)) from None
+
     def exit(self, status=0, message=None):
         if message:
             self._print_message(message)
@@ -54,7 +62,8 @@ def _parser(stdout: TextIO) -> _Parser:
         q.add_argument("inputs" if many else "input", nargs="+" if many else None, metavar="FILE|NAME",
                        help="a .pp schedule, a PyTorch .csv, a schedc .json, or a built-in name")
         q.add_argument("--param", action="append", default=[], metavar="K=V",
-                       help="set a schedule parameter (repeatable), e.g. --param P=4")
+                       help="set schedule parameters, e.g. --param P=4 or --param P=4,M=8 (repeatable; "
+                            "each name once)")
         q.add_argument("--format", choices=["pp", "torch-csv", "ir-json"],
                        help="input format (default: by file extension)")
         q.add_argument("--notation", choices=["current", "legacy"], default="current",
@@ -110,10 +119,11 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("inputs", nargs="*", metavar="FILE|NAME",
                    help=".pp schedules or built-in names (default: every built-in schedule)")
     q.add_argument("--param", action="append", default=[], metavar="K=V",
-                   help="the setting, e.g. --param P=4 --param M=8 --param V=2; each schedule takes the "
-                        "parameters it declares")
+                   help="the setting, e.g. --param P=4,M=8,V=2 (repeatable; each name once); each schedule "
+                        "takes the parameters it declares")
     q.add_argument("--cost", action="append", default=[], metavar="K=V,...",
-                   help="costs of one stage of a one-stage-per-rank split, e.g. F=1,I=1,W=1; applied after --costs")
+                   help="costs for every stage of every schedule, as written (not divided by V), e.g. "
+                        "F=1,I=1,W=1; applied after --costs")
     q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")
     q.add_argument("--memory-limit", type=float, metavar="N",
                    help="mark (and rank last) schedules whose peak memory on some rank exceeds N")
@@ -175,6 +185,7 @@ def _version() -> str:
 def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
+    args = None
     try:
         args = _parser(stdout).parse_args(argv if argv is not None else sys.argv[1:])
         if args.command is None:
@@ -193,6 +204,9 @@ def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Te
         return e.status if isinstance(e.status, int) else EXIT_INPUT
     except SchedcError as e:
         stderr.write(e.render() + "\n")
+        if getattr(args, "json", False):  # --json: the error as JSON on stdout too
+            from .commands.common import input_error_json
+            stdout.write(input_error_json(e, getattr(args, "input", None)) + "\n")
         return EXIT_INPUT
     except KeyboardInterrupt:
         stderr.write("schedc: interrupted\n")

@@ -3,9 +3,9 @@
 `compare(names, params, costs=..., memory_limit=...)` loads each schedule with the parameters it
 declares, checks it, simulates it (schedc/simulate.py) and returns rows sorted by makespan; a
 schedule whose `require` refuses the setting, or that fails its checks, is listed with the reason;
-over a memory limit it is marked, not hidden. Every schedule splits the same model: costs and
-sizes are given for a stage of a one-stage-per-rank split, so a schedule with V stages per rank
-gets each stage's times and sizes divided by V. What `schedc compare` prints.
+over a memory limit it is marked, not hidden. Every schedule splits the same model because every
+command's default times and sizes do (a stage takes its share of a rank-sized chunk,
+schedc/ir.py `default_share`); costs the user gives are taken as written. What `schedc compare` prints.
 """
 from __future__ import annotations
 
@@ -52,7 +52,6 @@ def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float
         used = program.params
         if costs is not None:
             program = costs.apply(program)
-        program = same_model(program)
         report = check(program)
         if report.ok is not True:
             first = report.errors[0].message if report.errors else report.unknown
@@ -64,20 +63,6 @@ def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float
         rows.append(Row(name, used, timeline.makespan, timeline.bubble_ratio, peaks, over))
     return sorted(rows, key=lambda r: (r.skipped is not None, r.over_limit,
                                        r.makespan if r.makespan is not None else 0.0, r.name))
-
-
-def same_model(program):
-    """Scale per-stage times and sizes by ranks/stages, so V chunks per rank are 1/V of a stage."""
-    from dataclasses import replace
-    if program.num_stages == program.num_ranks:
-        return program
-    k = program.num_ranks / program.num_stages
-    ann = program.annotations
-    costs = tuple(replace(c, F=c.F * k, B=c.B * k, I=c.I * k, W=c.W * k)
-                  for c in (ann.cost_of(s) for s in range(program.num_stages)))
-    mems = tuple(replace(m, act=m.act * k, weight=m.weight * k, out=m.out * k)
-                 for m in (ann.memory_of(s) for s in range(program.num_stages)))
-    return replace(program, annotations=replace(ann, stage_costs=costs, stage_memory=mems))
 
 
 def render(rows: list[Row]) -> str:

@@ -436,8 +436,10 @@ class _Compiler:
                         limits[r] = value
                 else:
                     (stage_mem.setdefault(index, {}) if index is not None else base_mem)[s.name] = value
-        costs = tuple(StageCost().with_settings({**base_cost, **stage_cost.get(s, {})}) for s in range(num_stages))
-        memory = tuple(StageMemory().with_settings({**base_mem, **stage_mem.get(s, {})}) for s in range(num_stages))
+        # given values are absolute; the rest is each stage's share of a rank-sized chunk (ir.default_share)
+        cost, size = StageCost.default(num_stages, num_ranks), StageMemory.default(num_stages, num_ranks)
+        costs = tuple(cost.with_settings({**base_cost, **stage_cost.get(s, {})}) for s in range(num_stages))
+        memory = tuple(size.with_settings({**base_mem, **stage_mem.get(s, {})}) for s in range(num_stages))
         return Annotations(costs, memory, tuple(speed), tuple(sorted(limits.items())),
                            extras["latency"], extras["bandwidth"])
 

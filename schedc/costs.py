@@ -3,7 +3,9 @@
 `--cost F=1,I=1,W=1,B=2` sets every stage; a TOML file sets defaults, stages, ranks and channels; a
 profile JSON (what the runtime measures) sets per-stage times and message costs. `Costs.apply`
 returns a new Program whose annotations carry them (they override the schedule's own `cost` and
-`memory` lines); per-channel links and the overlap setting go to the simulator.
+`memory` lines); per-channel links and the overlap setting go to the simulator. Every value is
+taken as written (docs/semantics.md, "Units"), except that a profile measured on n stages is split
+over a schedule with V x n stages: each chunk gets 1/V of its stage's times and sizes.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ class Costs:
     channels: tuple[tuple[tuple[int, int], Pairs], ...] = ()  # (src, dst) -> latency/bandwidth/overhead
     overlap: bool | None = None
     overhead: float | None = None  # every channel: rank time to post one send or receive
+    measured: int = 0  # a profile's number of stages (its `stages` are split over V x measured); 0: as written
 
     def then(self, other: "Costs") -> "Costs":
         """These settings with `other` applied on top (a cost file, then --cost)."""
@@ -56,18 +59,15 @@ class Costs:
                      other.latency if other.latency is not None else self.latency,
                      other.bandwidth if other.bandwidth is not None else self.bandwidth,
                      tuple(sorted(channels.items())), other.overlap if other.overlap is not None else self.overlap,
-                     other.overhead if other.overhead is not None else self.overhead)
+                     other.overhead if other.overhead is not None else self.overhead,
+                     other.measured or self.measured)
 
     def apply(self, program: Program) -> Program:
         """A new Program whose annotations carry these settings. For each stage the settings of
         `[stage.N]` win over the top-level ones, which win over the schedule's. When I or W is set
         and B is not, B becomes I + W; when act is set and weight is not, weight becomes act."""
         S, R = program.num_stages, program.num_ranks
-        per_stage = dict(self.stages)
-        for s in per_stage:
-            if not 0 <= s < S:
-                raise SchedcError("costs", f"stage {s} is not a stage of {program.name} (0..{S - 1})",
-                                  where=self.source)
+        per_stage = self.stage_settings(program)
         for r, _ in self.speeds:
             if not 0 <= r < R:
                 raise SchedcError("costs", f"rank {r} is not a rank of {program.name} (0..{R - 1})",
@@ -78,7 +78,7 @@ class Costs:
         ann = program.annotations
         times, memory = [], []
         for s in range(S):
-            given = {**dict(self.every), **dict(per_stage.get(s, ()))}
+            given = {**dict(self.every), **per_stage.get(s, {})}
             times.append(ann.cost_of(s).with_settings(given))
             memory.append(ann.memory_of(s).with_settings(given))
         speed = list(ann.speeds(R))
@@ -88,6 +88,25 @@ class Costs:
             ann, stage_costs=tuple(times), stage_memory=tuple(memory), rank_speed=tuple(speed),
             latency=ann.latency if self.latency is None else self.latency,
             bandwidth=ann.bandwidth if self.bandwidth is None else self.bandwidth))
+
+    def stage_settings(self, program: Program) -> dict[int, dict[str, float]]:
+        """The settings of each of the program's stages that has some: a cost file's as written; a
+        profile's, split over V chunks when it measured n stages and the program has V x n (a
+        SchedcError when the program's stages are not a multiple of the profile's)."""
+        S, n = program.num_stages, self.measured
+        given = {s: dict(pairs) for s, pairs in self.stages}
+        for s in given:
+            if not 0 <= s < S:
+                raise SchedcError("costs", f"stage {s} is not a stage of {program.name} (0..{S - 1})",
+                                  where=self.source)
+        if not n or n == S:
+            return given
+        if S % n:
+            raise SchedcError("costs", f"the profile measured {n} stages, but {program.name} has {S}, not a "
+                              f"multiple of {n}, so its stages cannot be cut from the measured ones; profile a "
+                              f"run with {S} stages, or with a number of stages that divides {S}", where=self.source)
+        V = S // n
+        return {s: _chunk_of(given, s // V, V) for s in range(S) if s // V in given}
 
     def links(self, program: Program) -> dict[tuple[int, int], Link]:
         """Per-channel links for the simulator (unset fields from the program's latency/bandwidth and
@@ -101,6 +120,18 @@ class Costs:
         return {ch: Link(dict(pairs).get("latency", ann.latency), dict(pairs).get("bandwidth", ann.bandwidth),
                          dict(pairs).get("overhead", every))
                 for ch, pairs in sorted(chans.items())}
+
+
+def _chunk_of(measured: dict[int, dict[str, float]], stage: int, V: int) -> dict[str, float]:
+    """The settings of one of the V chunks of measured stage `stage`: 1/V of its times, `act` and
+    `weight`; its output size whole, since a boundary tensor does not shrink when the model is cut
+    finer (a stage without one, as the last, which sends nothing, takes its input's: stage - 1's)."""
+    own = measured[stage]
+    chunk = {k: v / V for k, v in own.items() if k != "out"}
+    boundary = own if "out" in own else measured.get(stage - 1, {})
+    if "out" in boundary:
+        chunk["out"] = boundary["out"]
+    return chunk
 
 
 # ---- --cost K=V,... ----
@@ -231,7 +262,7 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:
     link = {k: where.number(messages[k], k, ("messages",), k) for k in LINK_KEYS if k in messages}
     return Costs(name, (), tuple(sorted(stages.items())), tuple(sorted(speeds)), link.get("latency"),
                  link.get("bandwidth"),
-                 tuple(sorted(channels)), overlap, link.get("overhead"))
+                 tuple(sorted(channels)), overlap, link.get("overhead"), max(stages, default=-1) + 1)
 
 
 def _read_toml(text: str, source: Source) -> dict:

@@ -103,16 +103,31 @@ Step = Action | Compound
 DEFAULT_SPEED = 1.0  # a rank's speed when none is given (its times are the stage times)
 
 
+def default_share(num_stages: int, num_ranks: int) -> float:
+    """The share of a rank-sized chunk of the model that one stage is, when nothing says otherwise:
+    R / S (1/V for V chunks per rank). docs/semantics.md, "Units": the default times and sizes are a
+    rank-sized chunk's (`StageCost()`, `StageMemory()`), and every stage takes this share of them, so
+    every schedule splits the same model. The one place the rule is written."""
+    return num_ranks / num_stages if num_stages > 0 else 1.0
+
+
 @dataclass(frozen=True)
 class StageCost:
-    """Times of one stage's actions (docs/semantics.md defaults: F=I=W=1, B=I+W). The one place that says
-    what a stage costs when nothing, or only part, is given: the compiler and the cost files call
-    `with_settings`."""
+    """Times of one stage's actions; a rank-sized chunk's by default (docs/semantics.md: F=I=W=1,
+    B=I+W). The one place that says what a stage costs when nothing, or only part, is given: the
+    compiler and the cost files start from `default` and call `with_settings`."""
 
     F: float = 1.0
     B: float = 2.0
     I: float = 1.0  # noqa: E741
     W: float = 1.0
+
+    @classmethod
+    def default(cls, num_stages: int, num_ranks: int) -> "StageCost":
+        """What a stage of a schedule with `num_stages` stages on `num_ranks` ranks costs when nothing
+        is given: its `default_share` of a rank-sized chunk's times."""
+        k, chunk = default_share(num_stages, num_ranks), cls()
+        return cls(F=chunk.F * k, B=chunk.B * k, I=chunk.I * k, W=chunk.W * k)
 
     def with_settings(self, given: Mapping[str, float]) -> "StageCost":
         """These times with `given` (any of F, B, I, W) on top; when I or W is given and B is not,
@@ -133,6 +148,13 @@ class StageMemory:
     weight: float = 1.0
     out: float = 0.0
 
+    @classmethod
+    def default(cls, num_stages: int, num_ranks: int) -> "StageMemory":
+        """A stage's sizes when nothing is given: its `default_share` of a rank-sized chunk's `act`
+        and `weight`; `out` stays the chunk's (0)."""
+        k, chunk = default_share(num_stages, num_ranks), cls()
+        return cls(act=chunk.act * k, weight=chunk.weight * k, out=chunk.out)
+
     def with_settings(self, given: Mapping[str, float]) -> "StageMemory":
         """These sizes with `given` (any of act, weight, out) on top; when act is given and weight
         is not, weight becomes act."""
@@ -152,10 +174,22 @@ class Annotations:
     latency: float = 0.0
     bandwidth: float = 0.0  # 0 = infinite
 
+    def complete(self, num_stages: int, num_ranks: int) -> "Annotations":
+        """These annotations with times and sizes for each of `num_stages` stages: the ones given, and
+        `StageCost.default` / `StageMemory.default` for the rest."""
+        from dataclasses import replace
+        costs = (StageCost.default(num_stages, num_ranks),) * (num_stages - len(self.stage_costs))
+        sizes = (StageMemory.default(num_stages, num_ranks),) * (num_stages - len(self.stage_memory))
+        return replace(self, stage_costs=self.stage_costs + costs, stage_memory=self.stage_memory + sizes)
+
     def memory_of(self, stage: int) -> StageMemory:
+        """The stage's sizes (a Program's annotations have every stage's; outside them, a rank-sized
+        chunk's)."""
         return self.stage_memory[stage] if stage < len(self.stage_memory) else StageMemory()
 
     def cost_of(self, stage: int) -> StageCost:
+        """The stage's times (a Program's annotations have every stage's; outside them, a rank-sized
+        chunk's)."""
         return self.stage_costs[stage] if stage < len(self.stage_costs) else StageCost()
 
     def speed_of(self, rank: int) -> float:
@@ -191,6 +225,13 @@ class Program:
     params: tuple[tuple[str, int], ...] = ()
     annotations: Annotations = Annotations()
     source: str | None = None
+
+    def __post_init__(self):
+        # Every stage has its times and sizes, whoever built the program (the compiler, a CSV, JSON,
+        # synth, a test): the ones given, the defaults of docs/semantics.md "Units" for the rest.
+        ann = self.annotations
+        if len(ann.stage_costs) < self.num_stages or len(ann.stage_memory) < self.num_stages:
+            object.__setattr__(self, "annotations", ann.complete(self.num_stages, self.num_ranks))
 
     def rank_of(self, stage: int) -> int:
         return self.placement[stage]

@@ -113,7 +113,10 @@ class Report:
 
 
 def _number(x: float):
-    return int(x) if float(x).is_integer() else x
+    """A size as reports show it: to 12 significant digits (sums of a stage's 1/3 of a unit are not
+    exact in binary), an integer when it is one."""
+    x = float(f"{float(x):.12g}")
+    return int(x) if x.is_integer() else x
 
 
 def _peak_dict(pk: Peak, limit) -> dict:

@@ -19,7 +19,7 @@ def test_ranked_by_makespan_with_the_published_forms(P, M):
     timed = [r for r in rows if r.skipped is None]
     assert [r.makespan for r in timed] == sorted(r.makespan for r in timed)
     by = {r.name: r for r in rows}
-    ideal = 3 * M  # F + B per microbatch, unit F and I and W, one-stage-per-rank units
+    ideal = 3 * M  # F + B per microbatch of a rank-sized chunk at the default costs (ir.default_share)
     # GPipe and 1F1B: bubble fraction (p-1)/(m+p-1) of the makespan
     for name in ("gpipe", "1f1b"):
         assert by[name].bubble_ratio == pytest.approx((P - 1) / (M + P - 1))

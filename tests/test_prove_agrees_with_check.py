@@ -6,6 +6,7 @@ search meets on its way is checked concretely, so a failure found there is never
 """
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,21 @@ def test_generated_verdicts_agree_with_check_beyond_the_sweep(tmp_path, warm, me
         assert not passes(path, P, M)
         if proof.counterexample.get("smallest", True):
             assert (P == 1 or passes(path, P - 1, M)) and (M == 1 or passes(path, P, M - 1))
+
+
+def test_the_default_activation_size_is_each_stages_share_of_a_rank_chunk():
+    """docs/semantics.md "Units": R / S per stage, as the compiler's default; the limit proof reads
+    it as a number where the stages are a fixed multiple of the ranks, and as R / S otherwise."""
+    from schedc.parse import parse
+    from schedc.prove import smt
+    from schedc.prove.model import memory_spec, model
+    from schedc.resources import builtin_schedules
+
+    def share(name):
+        tree = parse(builtin_schedules()[name].read_text(), name)
+        m = model(tree)
+        return smt.share(smt.Encoding(m, ()), memory_spec(m))
+    assert share("1f1b") == 1 and share("zbv") == Fraction(1, 2)
+    for name, P, M in (("1f1b", 5, 7), ("zbv", 3, 6)):
+        program = schedc.load(name, {"P": P, "M": M})
+        assert {program.annotations.memory_of(s).act for s in range(program.num_stages)} == {float(share(name))}

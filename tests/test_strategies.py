@@ -228,8 +228,10 @@ def test_shrinking_keeps_only_what_the_failure_needs():
     q = find(programs(), lambda p: p.num_microbatches >= 4, settings=QUIET)
     assert (q.num_ranks, q.num_microbatches) == (1, 4)
     # a rank that holds two activations at once: one rank with two stages and one microbatch, or
-    # one stage and two microbatches (both are four actions; the shrinker may stop at either)
-    r = find(programs(), lambda p: max(schedc.check(p).peak_activation) >= 2, settings=QUIET)
+    # one stage and two microbatches (both are four actions; the shrinker may stop at either).
+    # Counted in activations: a stage's default size is its share of a rank's (ir.default_share)
+    r = find(programs(), lambda p: max(schedc.check(p).peak_activation) >= 2 * p.annotations.memory_of(0).act,
+             settings=QUIET)
     assert r.num_ranks == 1 and r.num_microbatches * r.num_stages == 2 and r.num_actions == 4, r
 
 

@@ -127,7 +127,7 @@ def test_one_rank_runs_without_a_gap(M):
 def test_time_limit_returns_the_best_so_far_labelled_not_optimal(run_cli, tmp_path):
     out = tmp_path / "v.pp"
     code, stdout, stderr = run_cli("synth", "--param", "P=4", "--param", "M=8", "--placement", "vshape",
-                                   "--memory-limit", "4", "--time-limit", "1", "-o", str(out), "--json")
+                                   "--memory-limit", "2", "--time-limit", "1", "-o", str(out), "--json")  # 4 chunks
     report = json.loads(stdout)
     assert code == 0
     assert report["optimal"] is False and report["status"] == "feasible" and report["gap"] > 0
@@ -162,7 +162,7 @@ def test_cap_below_what_any_schedule_needs_is_infeasible(run_cli):
     assert json.loads(stdout)["status"] == "infeasible"
     assert "below what any schedule needs" in stderr and "rank 0" in stderr
     code, _, stderr = run_cli("synth", "--param", "P=2", "--param", "M=2", "--placement", "vshape",
-                              "--memory-limit", "1")
+                              "--memory-limit", "0.5")  # one chunk's activation (1/2)
     assert code == 1 and "stages 0 and 3 at once" in stderr
     assert isinstance(synthesize(build_problem(2, 2, memory_limit=0.9)), Infeasible)
 

@@ -345,7 +345,7 @@ def test_html_renders_in_headless_chromium_without_console_errors(source, tmp_pa
     assert f'data-blocks="{expect_blocks}"' in dom.stdout
     hover = __import__("re").search(r'data-selftest="([^"]*)"', dom.stdout).group(1)
     assert "kind forward F, rank 0, step 0" in hover and "stage 0, microbatch 0" in hover
-    assert ("start 0, end 1" in hover) == (source == "zbv")
+    assert ("start 0, end 0.5" in hover) == (source == "zbv")  # a chunk: half a rank-sized F
     assert "source " in hover and ".pp:" in hover
 
 
@@ -423,7 +423,7 @@ def test_viz_writes_svg_html_and_png(run_cli, tmp_path):
         out = tmp_path / f"zbv{suffix}"
         code, stdout, err = run_cli("viz", "zbv", "--param", "P=4", "--param", "M=8", "-o", str(out))
         assert code == 0 and out.is_file() and f"wrote {out}" in err and "zbv: 4 ranks" in stdout
-    assert "makespan 51" in (tmp_path / "zbv.svg").read_text(encoding="utf-8")
+    assert "makespan 25.5 " in (tmp_path / "zbv.svg").read_text(encoding="utf-8")  # the same model as 1F1B
     assert not list(tmp_path.glob("*.tmp"))
 
 

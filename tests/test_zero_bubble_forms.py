@@ -85,10 +85,11 @@ def test_greedy_order_refuses_an_impossible_cap(tmp_path, run_cli):
 @pytest.mark.parametrize("factor", [2, 4, 8])
 def test_zbv_has_no_gaps_at_equal_costs(P, factor):
     # DESIGN.md: ZB-V has zero bubble when t_F = t_I = t_W: each rank works without a gap from its
-    # first action to its last; the only idle time is the causal start offset of P - 1 forwards
+    # first action to its last; the only idle time is the causal start offset of P - 1 forwards of
+    # a chunk. Default costs: a rank's two chunks together cost t_F = t_I = t_W = 1, each 1/2.
     M = factor * P
     timeline = simulate(schedc.load("zbv", {"P": P, "M": M}))
     for r in range(P):
         assert timeline.end[r][-1] - timeline.start[r][0] == pytest.approx(timeline.busy[r]), r
-        assert timeline.busy[r] == pytest.approx(6 * M)
-    assert timeline.makespan == pytest.approx(6 * M + (P - 1))
+        assert timeline.busy[r] == pytest.approx(3 * M)  # 1F1B's work per rank: the same model
+    assert timeline.makespan == pytest.approx(3 * M + (P - 1) / 2)

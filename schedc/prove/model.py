@@ -360,21 +360,22 @@ def unroll(m: Model, consts: dict[str, int]) -> Model:
 
 @dataclass(frozen=True)
 class MemorySpec:
-    """The file's memory annotations as a proof reads them: every stage's activation `act` (one
-    unit unless the file says), and the limits in file order, each `(rank or None for every rank,
-    limit)` (a later one overrides an earlier one for the ranks it names, as the compiler does)."""
+    """The file's memory annotations as a proof reads them: every stage's activation `act` (None:
+    the default, each stage's share R / S of a rank-sized chunk's one unit, docs/semantics.md
+    "Units"), and the limits in file order, each `(rank or None for every rank, limit)` (a later one
+    overrides an earlier one for the ranks it names, as the compiler does)."""
 
-    act: Fraction
+    act: Fraction | None
     limits: tuple[tuple[ast.Expr | None, ast.Expr], ...]
 
 
 def memory_spec(m: Model) -> MemorySpec:
     """What `check`'s memory figure is in the proof's unit count: `act` x live activations, which
-    holds exactly when every stage has one literal activation size, the messages are free (`out` 0,
-    so receive and send buffers weigh nothing) and an I frees no more than a B would (`weight` no
-    larger than `act`: then `act` x the count is an upper bound, exact with B's). Unsupported
-    otherwise, with the reason."""
-    act, limits, weight = Fraction(1), [], None
+    holds exactly when every stage has one activation size (a literal, or the default share), the
+    messages are free (`out` 0, so receive and send buffers weigh nothing) and an I frees no more
+    than a B would (`weight` no larger than `act`: then `act` x the count is an upper bound, exact
+    with B's). Unsupported otherwise, with the reason."""
+    act, limits, weight = None, [], None
     for item in m.annotations:
         if item.what != "memory":
             continue
@@ -394,9 +395,9 @@ def memory_spec(m: Model) -> MemorySpec:
             elif s.name == "out" and value != 0:
                 raise Unsupported("messages with a size (`memory out = ...`): receive and send buffers count "
                                   "towards the limit", s.span)
-    if weight is not None and weight > act and any(x.kind == "I" for x in m.stmts):
-        raise Unsupported("`memory weight` larger than `act`, so an I adds memory where the count says it "
-                          "frees none")
+    if weight is not None and (act is None or weight > act) and any(x.kind == "I" for x in m.stmts):
+        raise Unsupported("a `memory weight` " + ("without an `act`" if act is None else "larger than `act`")
+                          + ", so an I may add memory where the count says it frees none")
     return MemorySpec(act, tuple(limits))
 
 

@@ -382,7 +382,8 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
         lets = [x for x in rank_lets(m) if x.name in _names_in([expr])]
         where = f", where {', '.join(f'{x.name} = {_text(x.value)}' for x in lets)}" if lets else ""
         proof.parts.append(Part("memory", "proved" if why is None else "unknown",
-                                f"at most {mem_text} live activations on rank {m.rank_var} (unit sizes){where}"
+                                f"at most {mem_text} live activations on rank {m.rank_var} (counted one per forward, whatever "
+                                f"its size){where}"
                                 if why is None else why))
     limit = _limit(proof, path, m, assumed, expr if proof.memory_bound else None, deadline)
     if limit is not None:
@@ -422,7 +423,9 @@ def _limit(proof, path, m, assumed, bound, deadline) -> Part | None:
     except Unsupported as exc:
         return Part("memory limit", "unknown", f"the file's memory limit (line {lines}): {exc.reason}")
     verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
-    scaled = _text(bound) if spec.act == 1 else f"{_fraction(spec.act)} x ({_text(bound)})"
+    size = smt.share(enc, spec)
+    scaled = (_text(bound) if size == 1 else f"{_fraction(size)} x ({_text(bound)})" if size is not None
+              else f"R / S x ({_text(bound)})")
     if isinstance(verdict, solver.Proved):
         return Part("memory limit", "proved", f"{scaled} is within the file's memory limit "
                     f"(line {lines}) on every rank")
@@ -439,7 +442,7 @@ def _limit(proof, path, m, assumed, bound, deadline) -> Part | None:
 
 
 def _fraction(x) -> str:
-    return str(x.numerator) if x.denominator == 1 else str(float(x))
+    return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
 
 
 def _matches(cert: dict, m: Model) -> None:

@@ -12,6 +12,7 @@ a nonlinear one (`Model.nonlinear`) accepts both, a division as fresh quotient a
 from __future__ import annotations
 
 import time
+from fractions import Fraction
 from dataclasses import dataclass
 
 from .. import solver, syntax as ast
@@ -850,19 +851,35 @@ def capacity(enc: Encoding, bound):
 
 
 
+def share(enc: Encoding, spec) -> Fraction | None:
+    """A stage's activation size as a number: the file's `act`, or the default share R / S when the
+    stages are a fixed multiple of the ranks (`stages P`, `stages 2 * P`); None when it varies."""
+    if spec.act is not None:
+        return spec.act
+    for k in range(1, 9):
+        if enc.proves(enc.S == k * enc.R):
+            return Fraction(1, k)
+    return None
+
+
 def over_limit(enc: Encoding, bound, spec):
-    """Some rank whose bound, in the file's sizes (`spec.act` x `bound(rank)` live activations), is
-    over the file's memory limit for it (`spec.limits`, the last that names the rank winning, as in
-    the compiler): the memory check of `check` at every setting, given the proved bound."""
+    """Some rank whose bound, in the file's sizes (a stage's activation size x `bound(rank)` live
+    activations), is over the file's memory limit for it (`spec.limits`, the last that names the
+    rank winning, as in the compiler): the memory check of `check` at every setting, given the
+    proved bound. A default size that varies (R / S with S not a fixed multiple of R) is a product
+    of quantities that vary: for a nonlinear model only."""
     r = z3.Int("rank", enc.ctx)
     live = bound(r)
-    act = spec.act
+    act = share(enc, spec)
+    num, den = (enc.num(act.numerator), enc.num(act.denominator)) if act is not None else (enc.R, enc.S)
+    if act is None and not enc.m.nonlinear:
+        raise Unsupported("the default activation size R / S varies with the parameters: not linear")
 
     def over(limit):
         exact = literal(limit)
-        if exact is not None:  # act x live > num / den, in integers
-            return act.numerator * exact.denominator * live > act.denominator * exact.numerator
-        return act.numerator * live > act.denominator * enc.int(limit, enc.env)
+        if exact is not None:  # size x live > num / den, in integers
+            return num * exact.denominator * live > den * exact.numerator
+        return num * live > den * enc.int(limit, enc.env)
     formula = z3.BoolVal(False, enc.ctx)
     for rank, limit in spec.limits:  # in file order: each later one wraps (and overrides) the earlier
         formula = over(limit) if rank is None else z3.If(r == enc.int(rank, enc.env), over(limit), formula)
