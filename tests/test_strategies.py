@@ -211,7 +211,7 @@ def test_the_largest_program_the_options_allow_is_drawn():
 # ---------------------------------------------------------------------------------------------
 # Shrinking: towards fewer ranks and microbatches
 # ---------------------------------------------------------------------------------------------
-QUIET = settings(database=None, max_examples=500, deadline=None)
+QUIET = settings(database=None, max_examples=500, deadline=None, derandomize=True)  # one answer on every run
 
 
 def test_the_simplest_program_is_one_rank_one_microbatch():
