@@ -8,6 +8,7 @@ action (linear growth means it stays flat). Run: `python bench/check_scaling.py 
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -40,8 +41,11 @@ def ours(program):
     return took
 
 
-def main(argv):
-    sizes = SIZES[:2] + SIZES[4:5] if "--quick" in argv else SIZES
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the two smallest 1F1B sizes and the smallest interleaved")
+    args = ap.parse_args(argv)
+    sizes = SIZES[:2] + SIZES[4:5] if args.quick else SIZES
     print(f"{'schedule':<18} {'P':>3} {'M':>5} {'actions':>9} {'schedc s':>9} {'torch s':>9} {'ratio':>6} {'us/action':>10}")
     for name, P, M in sizes:
         params = {"P": P, "M": M, **({"V": 2} if name == "interleaved_1f1b" else {})}
@@ -49,7 +53,8 @@ def main(argv):
         n = program.num_actions
         a, b = ours(program), torch_check(program)
         print(f"{name:<18} {P:>3} {M:>5} {n:>9,} {a:>9.3f} {b:>9.3f} {a / b:>6.2f} {1e6 * a / n:>10.2f}", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main())

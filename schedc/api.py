@@ -4,11 +4,13 @@
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
 from .report import ENGINES, Report, run_checks
 from .errors import SchedcError
+from .inputs import read_text
 from .ir import Program
 from .resources import builtin_schedules
 from .verify.execute import Semantics
@@ -35,22 +37,21 @@ def resolve(path_or_name: str) -> Path:
         return builtins[path_or_name]
     if path.exists():
         raise SchedcError("io", f"{path_or_name} is not a file", where=path_or_name)
+    from .expr import did_you_mean
     names = ", ".join(builtins)
-    raise SchedcError("io", f"no such file or built-in schedule: {path_or_name!r} (built-in: {names})",
-                      where=path_or_name)
-
-
-def read_text(path: Path) -> str:
-    try:
-        return path.read_bytes().decode("utf-8")  # exactly as written: no newline translation
-    except UnicodeDecodeError:
-        raise SchedcError("io", "the file is not UTF-8 text", where=str(path)) from None
-    except OSError as exc:
-        raise SchedcError("io", f"cannot read the file: {exc.strerror}", where=str(path)) from None
+    raise SchedcError("io", f"no such file or built-in schedule: {path_or_name!r} (built-in: {names})"
+                      f"{did_you_mean(path_or_name, builtins)}", where=path_or_name)
 
 
 def load_text(text: str, name: str, fmt: str = "pp", params: Mapping[str, int] | None = None,
               notation: str = "current", strict_params: bool = True) -> Program:
+    """The program in `text`, read from the file `name`: its `source` is `name` whatever the text
+    says (an IR file names the schedule it was compiled from), so reports name the file given."""
+    program = _read(text, name, fmt, params, notation, strict_params)
+    return program if program.source == name else replace(program, source=name)
+
+
+def _read(text: str, name: str, fmt: str, params, notation: str, strict_params: bool) -> Program:
     if fmt not in FORMATS:
         raise SchedcError("usage", f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}",
                           where="--format")

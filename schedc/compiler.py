@@ -149,13 +149,7 @@ class _RankState:
 
 def _uses_next(node) -> bool:
     """Does the schedule say `next` anywhere (so emitted actions must be counted)?"""
-    if isinstance(node, ast.Var):
-        return node.name == "next"
-    if isinstance(node, (tuple, list)):
-        return any(_uses_next(n) for n in node)
-    if hasattr(node, "__dataclass_fields__"):
-        return any(_uses_next(getattr(node, f)) for f in node.__dataclass_fields__ if f != "span")
-    return False
+    return "next" in ast.names_in(node)
 
 
 class _Compiler:
@@ -265,7 +259,7 @@ class _Compiler:
             if type(ok) is not bool:
                 raise SchedcError("type", "a requirement must be a comparison, e.g. M >= P", c.cond.span)
             if not ok:
-                values = ", ".join(f"{n}={env[n]}" for n in _names_in(c.cond) if n in env)
+                values = ", ".join(f"{n}={env[n]}" for n in ast.names_in(c.cond) if n in env)
                 shown = f" ({values})" if values else ""
                 text = c.message or f"requirement '{span_text(c.cond.span)}' does not hold"
                 raise SchedcError("require", f"{text}{shown}", c.span)
@@ -625,26 +619,13 @@ def _is_next_w(call, scope: _Scope) -> bool:
     return isinstance(call, ast.Call) and call.name == "W" and len(call.args) == 1 and _is_next(call.args[0], scope)
 
 
-def _names_in(e) -> list[str]:
-    if isinstance(e, ast.Var):
-        return [e.name]
-    out = []
-    for child in ("left", "right", "operand", "cond", "then", "orelse"):
-        if hasattr(e, child):
-            out.extend(_names_in(getattr(e, child)))
-    if isinstance(e, ast.Call):
-        for a in e.args:
-            out.extend(_names_in(a))
-    return list(dict.fromkeys(out))
-
-
 def _check_setting_names(item: ast.Annotation) -> None:
     allowed = _allowed_keys(item.what, item.scope)
     for s in item.settings:
         if s.name not in allowed:
             raise SchedcError("unknown-setting", f"'{s.name}' is not a {item.what} setting"
                               f"{' for a ' + item.scope if item.scope else ''}; expected one of "
-                              f"{', '.join(sorted(allowed))}", s.span)
+                              f"{', '.join(sorted(allowed))}{_did_you_mean(s.name, allowed)}", s.span)
 
 
 def _allowed_keys(what: str, scope: str | None) -> set[str]:

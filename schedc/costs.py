@@ -9,13 +9,12 @@ over a schedule with V x n stages: each chunk gets 1/V of its stage's times and 
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from .errors import SchedcError
+from .inputs import integer, loads_json, read_text, too_long_number
 from .ir import Program
 from .simulate import Link
 from .span import Source, Span
@@ -155,13 +154,7 @@ def parse_cost_option(text: str) -> Costs:
 # ---- files ----
 def load_costs(path: str) -> Costs:
     """A TOML cost file, or a measured profile if the name ends in .json."""
-    file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SchedcError("costs", "the cost file is not UTF-8 text", where=path) from None
-    except OSError as exc:
-        raise SchedcError("io", f"cannot read the cost file: {exc.strerror}", where=path) from None
+    text = read_text(path, "the cost file")
     return profile_costs(text, path) if path.lower().endswith(".json") else toml_costs(text, path)
 
 
@@ -190,7 +183,7 @@ def toml_costs(text: str, name: str = "costs.toml") -> Costs:
         if not m:
             raise where.error(f"channel {ch!r}: expected \"A->B\" (sending rank -> receiving rank), "
                               "e.g. [channel.\"0->1\"]", ("channel", ch), None)
-        channels.append(((int(m.group(1)), int(m.group(2))), where.settings(t, ("channel", ch), LINK_KEYS)))
+        channels.append((where.channel(m), where.settings(t, ("channel", ch), LINK_KEYS)))
     overlap = data.get("overlap")
     if overlap is not None and not isinstance(overlap, bool):
         raise where.error("overlap must be true or false", (), "overlap")
@@ -205,10 +198,7 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:
     """Parse a measured profile (format in the README, "Simulating a schedule"), including exactly
     what `schedc run --profile` writes (`runtime/profile.py`): `messages[s]` is stage s's output bytes."""
     source = Source(name, text)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SchedcError("costs", f"not valid JSON: {exc.msg}", Span.point(source, exc.lineno, exc.colno)) from None
+    data = loads_json(text, name, "costs")
     where = _Where(source, json_paths=True)
     if not isinstance(data, dict):
         raise SchedcError("costs", "a profile is a JSON object with \"stages\" (and optionally \"ranks\", "
@@ -254,8 +244,7 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:
         if not m:
             raise where.error(f"channel {ch!r}: expected \"A->B\" (sending rank -> receiving rank)",
                               ("messages", "channels", ch), None)
-        channels.append(((int(m.group(1)), int(m.group(2))),
-                         where.settings(t, ("messages", "channels", ch), LINK_KEYS)))
+        channels.append((where.channel(m), where.settings(t, ("messages", "channels", ch), LINK_KEYS)))
     overlap = data.get("overlap")
     if overlap is not None and not isinstance(overlap, bool):
         raise where.error("overlap must be true or false", (), "overlap")
@@ -283,6 +272,10 @@ def _read_toml(text: str, source: Source) -> dict:
             raise SchedcError("costs", f"not valid TOML: {msg}", where=source.name) from None
         span = Span.point(source, int(m.group(1)), int(m.group(2)))
         raise SchedcError("costs", f"not valid TOML: {msg[:m.start()].strip()}", span) from None
+    except ValueError:  # a number past Python's limit on converting digits to an int
+        raise too_long_number(text, source.name, "costs") from None
+    except RecursionError:  # arrays or inline tables inside each other, thousands deep
+        raise SchedcError("costs", "the TOML is nested too deeply to read", where=source.name) from None
 
 
 def _number(value, key: str, what: str, file: str, span) -> float:
@@ -323,7 +316,12 @@ class _Where:
     def index(self, text: str, what: str) -> int:
         if not str(text).isdigit():
             raise self.error(f"{what} '{text}': expected a number, e.g. [{what}.0]", (what, text), None)
-        return int(text)
+        return integer(text, what, where=self.source.name)
+
+    def channel(self, m: re.Match) -> tuple[int, int]:
+        """The (sending, receiving) ranks of a matched channel name "A->B"."""
+        sender, receiver = (integer(m.group(i), "a channel's rank", where=self.source.name) for i in (1, 2))
+        return sender, receiver
 
     def number(self, value, key: str, table: tuple, at: str) -> float:
         try:

@@ -15,7 +15,8 @@ from .ir import Op
 from .span import span_text
 
 MAX_INT = 2**62
-FUNCTIONS = {"min": min, "max": max, "abs": abs}
+# the built-in functions over their evaluated arguments (a tuple): min and max of one value are it
+FUNCTIONS = {"min": min, "max": max, "abs": lambda args: abs(args[0])}
 ACTION_NAMES = {op.value for op in Op}
 
 Env = dict
@@ -67,12 +68,12 @@ def compile_expr(e: ast.Expr, scope: Scope) -> Eval:
                 msg = f"unknown function '{e.name}'{did_you_mean(e.name, list(FUNCTIONS))}; " \
                       "functions are: min, max, abs"
             raise SchedcError("unknown-function", msg, e.name_span)
-        fn = FUNCTIONS[e.name]
-        if (fn is abs and len(e.args) != 1) or (fn is not abs and len(e.args) < 1):
-            raise SchedcError("arity", f"{e.name} takes {'one argument' if fn is abs else 'arguments'}",
+        fn, unary = FUNCTIONS[e.name], e.name == "abs"
+        if (unary and len(e.args) != 1) or not e.args:
+            raise SchedcError("arity", f"{e.name} takes {'one argument' if unary else 'arguments'}",
                               e.span)
         args = [(compile_expr(a, scope), a.span) for a in e.args]
-        return lambda env: fn(*[as_number(f(env), s) for f, s in args])
+        return lambda env: fn(tuple(as_number(f(env), s) for f, s in args))
     if isinstance(e, ast.BinOp):
         return _binop(e, scope)
     raise AssertionError(f"unknown expression node {e!r}")

@@ -1,8 +1,9 @@
 """Values of command-line options that several commands take, parsed once: `--param`,
 `--memory-limit`, `--costs`/`--cost`, and time limits in seconds.
 
-`params(["P=4"])` is `{"P": 4}`; `memory_limit("8")` is 8.0 for every rank and
-`memory_limit("0=4,1=3")` is `{0: 4.0, 1: 3.0}`; bad text is a usage error that names the option.
+`params(["P=4,M=8"])` is `{"P": 4, "M": 8}` (as is `params(["P=4", "M=8"])`); `memory_limit("8")`
+is 8.0 for every rank and `memory_limit("0=4,1=3")` is `{0: 4.0, 1: 3.0}`; bad text is a usage
+error that names the option.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import math
 import re
 
 from .errors import SchedcError
+from .inputs import integer
 
 PARAM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)")
 
@@ -25,13 +27,20 @@ def seconds(value: float, flag: str) -> float:
 
 
 def params(pairs: list[str]) -> dict[str, int]:
-    out = {}
+    """The values of every `--param` (each `NAME=INTEGER`, or several separated by commas:
+    `P=4,M=8`); a name given twice is a usage error, not a silent override."""
+    out: dict[str, int] = {}
     for text in pairs:
-        m = PARAM.fullmatch(text.strip())
-        if not m:
-            raise SchedcError("usage", f"--param {text!r}: expected NAME=INTEGER, e.g. --param P=4",
-                              where="--param")
-        out[m.group(1)] = int(m.group(2))
+        for part in text.split(","):
+            m = PARAM.fullmatch(part.strip())
+            if not m:
+                raise SchedcError("usage", f"--param {text!r}: expected NAME=INTEGER, e.g. --param P=4 "
+                                  "or --param P=4,M=8", where="--param")
+            name, value = m.group(1), integer(m.group(2), f"--param {m.group(1)}", where="--param")
+            if name in out:
+                raise SchedcError("usage", f"--param {name} is given twice ({name}={out[name]} and "
+                                  f"{name}={value}); give each parameter once", where="--param")
+            out[name] = value
     return out
 
 

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from . import syntax as ast
 from .errors import SchedcError
+from .expr import did_you_mean
 from .resources import grammar_path
 from .span import Source, Span
 
 MAX_SOURCE_BYTES = 10_000_000
 MAX_DIGITS = 4000  # longer integer literals cannot even be converted (Python's digit limit)
+MAX_DEPTH = 200  # nesting of the syntax tree: every pass after parsing follows it by recursion
 
 
 @lru_cache(maxsize=1)
@@ -35,12 +37,28 @@ def parse(text: str, name: str = "<input>") -> ast.Schedule:
         tree = parser().parse(text)
     except UnexpectedInput as exc:
         raise _syntax_error(exc, source) from None
+    _check_depth(tree, source)
     try:
         return _ToAst(source).transform(tree)
     except VisitError as exc:  # a SchedcError raised while building a node (e.g. a huge number)
         if isinstance(exc.orig_exc, SchedcError):
             raise exc.orig_exc from None
         raise
+
+
+def _check_depth(tree: Tree, source: Source) -> None:
+    """A tree nested deeper than MAX_DEPTH is a `too-large` error at the first node that is, found
+    without recursion: the passes that follow (building the AST, compiling, evaluating, proving)
+    recurse once or a few times per level, so this bounds them all."""
+    stack = [(tree, 1, (1, 1))]
+    while stack:
+        node, depth, at = stack.pop()
+        at = (node.meta.line, node.meta.column) if not node.meta.empty else at
+        if depth > MAX_DEPTH:
+            raise SchedcError("too-large", f"this is nested more than {MAX_DEPTH} levels deep (each "
+                              "`if`, `for`, block, operator and call is a level); name parts with `let` "
+                              "or nest less", Span.point(source, *at))
+        stack.extend((c, depth + 1, at) for c in reversed(node.children) if isinstance(c, Tree))
 
 
 # ---- syntax errors ----
@@ -87,8 +105,8 @@ def _syntax_error(exc: UnexpectedInput, source: Source) -> SchedcError:
         return SchedcError("syntax", msg, Span.point(source, line, column), notes)
     if isinstance(exc, UnexpectedToken):
         tok = exc.token
-        msg = f"unexpected {_token_text(tok)}; expected {_expected(exc.expected)}"
-        return SchedcError("syntax", msg, Span.point(source, line, column, len(str(tok))))
+        msg = f"unexpected {_token_text(tok)}; expected {_expected(exc.expected)}{_keyword_hint(exc)}"
+        return SchedcError("syntax", msg, Span.point(source, line, column, len(str(tok))), _name_notes(exc))
     if isinstance(exc, UnexpectedCharacters):
         char = source.text[exc.pos_in_stream] if exc.pos_in_stream < len(source.text) else "?"
         allowed = getattr(exc, "allowed", None) or ()
@@ -99,6 +117,40 @@ def _syntax_error(exc: UnexpectedInput, source: Source) -> SchedcError:
         return SchedcError("syntax", f"unexpected end of file; expected {_expected(exc.expected)}",
                            Span.point(source, len(lines), len(lines[-1]) + 1))
     return SchedcError("syntax", str(exc).splitlines()[0], Span.point(source, line, column))
+
+
+def _keywords(terminals) -> dict[str, str]:
+    """The words among `terminals` (names of the grammar's terminals): keyword -> its terminal."""
+    out = {}
+    for name in terminals:
+        try:
+            pattern = parser().get_terminal(name).pattern
+        except KeyError:
+            continue
+        if pattern.type == "str" and pattern.value.isidentifier():
+            out[pattern.value] = name
+    return out
+
+
+def _keyword_hint(exc: UnexpectedToken) -> str:
+    """'; did you mean ...?' when the unexpected word is close to a keyword expected there (`stage P`
+    where `stages` was expected), unless that keyword is all the message expects already."""
+    word = str(exc.token)
+    expected = _keywords(exc.expected)
+    if not word.isidentifier() or (len(exc.expected) == 1 and expected):
+        return ""  # the message names the one keyword expected already
+    return did_you_mean(word, expected)
+
+
+def _name_notes(exc: UnexpectedToken) -> list[str]:
+    """A note when the word before the error was read as a name but is close to a keyword
+    (`fro m in ...`: 'fro' is read as a name; did you mean 'for'?)."""
+    history = exc.token_history or []
+    before = history[-1] if history else None
+    if before is None or before.type != "NAME" or len(before) < 3 or _keyword_hint(exc):
+        return []
+    hint = did_you_mean(str(before), _keywords(t.name for t in parser().terminals))
+    return [f"'{before}' is read as a name{hint}"] if hint else []
 
 
 def _unclosed_brace(source: Source) -> Span | None:

@@ -11,6 +11,7 @@ one run.
 from __future__ import annotations
 
 import gc
+import math
 from array import array
 from collections import deque
 from collections.abc import Sequence
@@ -217,6 +218,14 @@ def simulate(program: Program, *, overlap: bool = True,
             gc.enable()
 
 
+def _finite(makespan: float, ranks: int) -> None:
+    """Every time of a run is at most the makespan, and the bubble ratio divides by ranks x makespan:
+    when that is not a finite float, the costs overflow it (a `costs` error, not inf or nan)."""
+    if not math.isfinite(makespan * ranks):
+        raise SchedcError("costs", f"the simulated times overflow (the makespan is {makespan:g} over {ranks} "
+                          "ranks): the costs, latencies or message sizes are too large; give them in a larger unit")
+
+
 def program_level(program: Program) -> str:
     """`Program.level`, returning at the first send or receive."""
     for steps in program.ranks:
@@ -310,6 +319,7 @@ class _Simulator:
         msgs = Messages(self.msgs.tobytes(), self.K)
         arrivals = memoryview(self.msgs)[6::7]
         makespan = max([rk.free for rk in self.ranks] + [max(arrivals, default=0.0)])
+        _finite(makespan, self.R)
         col = lambda name: tuple(tuple(getattr(rk, name)) for rk in self.ranks)  # noqa: E731
         return Timeline(self.program, self.level, self.overlap, col("start"), col("end"),
                         tuple(rk.busy for rk in self.ranks), makespan, msgs, self.mismatches)

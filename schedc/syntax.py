@@ -6,6 +6,7 @@ is given by schedc/compiler.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 from .span import Span
 
@@ -204,3 +205,22 @@ class Schedule:
     items: tuple[Item, ...]
     span: Span
     name_span: Span
+
+
+# ---- walking ----
+def walk(*nodes) -> Iterator[object]:
+    """Every node under `nodes` (tuples of nodes included), each before its children, in source
+    order; iterative, so however deep the nesting, for passes that need not follow it."""
+    stack = list(reversed(nodes))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tuple):
+            stack.extend(reversed(node))
+        elif hasattr(node, "__dataclass_fields__") and not isinstance(node, Span):
+            yield node
+            stack.extend(getattr(node, f) for f in reversed(node.__dataclass_fields__))
+
+
+def names_in(*nodes) -> list[str]:
+    """The names (`Var`s) used under `nodes`, each once, in source order."""
+    return list(dict.fromkeys(n.name for n in walk(*nodes) if isinstance(n, Var)))

@@ -23,3 +23,22 @@ def run_cli():
         code = main(list(argv), out, err)
         return code, out.getvalue(), err.getvalue()
     return run
+
+
+@pytest.fixture
+def noisy_highs(monkeypatch):
+    """scipy's `milp` made to print at the C level on every call, as HiGHS does for some messages
+    whatever its options say: one line written straight to file descriptor 1, one left in C stdio's
+    buffer. Returns the list of calls."""
+    import ctypes
+
+    import scipy.optimize
+    real, calls = scipy.optimize.milp, []
+
+    def milp(*args, **kwargs):
+        calls.append(1)
+        os.write(1, b"HiGHS: a raw line\n")
+        ctypes.CDLL(None).printf(b"HiGHS: a buffered line\n")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(scipy.optimize, "milp", milp)
+    return calls

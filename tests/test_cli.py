@@ -1,6 +1,7 @@
 """The CLI as a user runs it: commands, outputs on disk, JSON, exit codes, errors."""
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -22,7 +23,7 @@ def test_list_names_every_builtin(run_cli):
     assert names == on_disk and {"1f1b", "gpipe", "interleaved_1f1b", "looped_bfs", "dualpipev"} <= set(names)
     code, out, _ = run_cli("list", "--json")
     rows = {r["name"]: r for r in map(json.loads, out.splitlines())}
-    assert rows["interleaved_1f1b"]["params"] == {"P": "4", "V": "2", "M": "8"}
+    assert rows["interleaved_1f1b"]["params"] == {"P": 4, "V": 2, "M": 8}  # numbers, not their text
 
 
 def test_compile_writes_ir_and_csv(run_cli, tmp_path):
@@ -154,6 +155,8 @@ HEAVY = ("z3", "numpy", "scipy", "torch", "graphviz")
     ("import schedc", HEAVY),
     ("import schedc.prove", HEAVY),  # the prover's names load on first use
     ("main(['--version'])", HEAVY),
+    ("import runpy\nsys.argv = ['schedc', '--version']\ntry:\n    runpy.run_module('schedc', run_name='__main__')\n"
+     "except SystemExit:\n    pass", HEAVY),  # python -m schedc --version
     ("main(['list'])", HEAVY),
     ("main(['check', '1f1b'])", ("z3", "scipy", "torch", "graphviz")),  # the native check uses numpy
 ])
@@ -165,3 +168,122 @@ def test_light_work_loads_no_heavy_modules(run, light):
                          cwd=Path(__file__).parent)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == "[]", f"{run} loads {res.stdout.strip().splitlines()[-1]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Command-line habits (issue 20, item 5)
+# ---------------------------------------------------------------------------------------------
+def test_python_dash_m_is_the_cli():
+    res = subprocess.run([sys.executable, "-m", "schedc", "--version"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == f"schedc {schedc.__version__}", res.stderr
+    res = subprocess.run([sys.executable, "-m", "schedc", "check", "no_such_schedule"], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 2 and "no such file or built-in schedule" in res.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ("check", "no_such.pp"), ("check", "1fb1"), ("check", "1f1b", "--param", "P=x"),
+    ("check", "1f1b", "--param", "Q=2"), ("check", "1f1b", "--sweep", "M=1..3", "--param", "P=x"),
+    ("sim", "no_such.pp"), ("sim", "1fb1"), ("sim", "1f1b", "--param", "P=x"),
+    ("compare", "1fb1"), ("compare", "1f1b", "--param", "P=x"),
+    ("prove", "no_such.pp"), ("prove", "1fb1"),
+    ("synth", "--param", "P=x", "--param", "M=4"), ("synth", "--param", "P=2"),
+])
+def test_json_input_errors_are_one_json_object(run_cli, argv):
+    """With --json, an input error is one JSON object on stdout (the shape `check` gives per input); the
+    message stays on stderr and the exit code is 2."""
+    code, out, err = run_cli(*argv, "--json")
+    assert code == 2 and "error[" in err
+    (line,) = out.splitlines()
+    got = json.loads(line)
+    assert got["ok"] is False and got["input_error"] is True
+    assert got["errors"] and all(e["code"] and e["message"] for e in got["errors"])
+
+
+def test_a_repeated_param_is_a_usage_error_and_commas_separate(run_cli):
+    code, _, err = run_cli("compile", "1f1b", "--param", "P=4", "--param", "P=8")
+    assert code == 2 and "error[usage]" in err and "--param P is given twice (P=4 and P=8)" in err
+    code, _, err = run_cli("check", "1f1b", "--param", "P=4,M=8,P=2")
+    assert code == 2 and "given twice" in err
+    code, out, err = run_cli("check", "1f1b", "--param", "P=2,M=3", "--json")
+    assert code == 0, err
+    assert json.loads(out)["params"] == {"P": 2, "M": 3}
+    code, _, err = run_cli("check", "1f1b", "--param", "P=2,")
+    assert code == 2 and "expected NAME=INTEGER" in err
+
+
+def test_list_descriptions_are_whole_sentences(run_cli):
+    code, out, _ = run_cli("list", "--json")
+    rows = {r["name"]: r for r in map(json.loads, out.splitlines())}
+    assert rows["1f1b"]["about"].endswith("then alternates one forward and one backward, then drains.")
+    assert all(r["about"].endswith(".") for r in rows.values()), [r["about"] for r in rows.values()]
+    code, out, _ = run_cli("list")
+    assert len(out.splitlines()) == len(rows)  # one line per schedule
+    assert "then drains." in out
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (("chek", "1f1b"), "did you mean 'check'?"),
+    (("check", "1f1b", "--format", "torch_csv"), "did you mean 'torch-csv'?"),
+    (("check", "1fb1"), "did you mean '1f1b'?"),
+    (("compare", "zbh1"), "did you mean 'zb_h1'?"),
+])
+def test_did_you_mean_for_commands_and_builtins(run_cli, argv, hint):
+    code, _, err = run_cli(*argv)
+    assert code == 2 and hint in err, err
+
+
+@pytest.mark.parametrize("edit, hint", [
+    (("  stages P", "  stage P"), "did you mean 'stages'?"),
+    (("  place loop", "  plac loop"), "did you mean 'place'?"),
+    (("for m in 0 .. warm ", "fro m in 0 .. warm "), "'fro' is read as a name; did you mean 'for'?"),
+    (("  stages P", "  stages P\n  memory act=1, wieght=2"), "did you mean 'weight'?"),
+])
+def test_did_you_mean_for_keywords_and_settings(run_cli, tmp_path, edit, hint):
+    src = tmp_path / "typo.pp"
+    text = (Path(schedc.__file__).resolve().parent.parent / "schedules" / "1f1b.pp").read_text()
+    assert edit[0] in text
+    src.write_text(text.replace(edit[0], edit[1], 1))
+    code, _, err = run_cli("check", str(src))
+    assert code == 2 and hint in err, err
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (Path(__file__).resolve().parent.parent / "bench").glob("*.py")))
+def test_bench_scripts_print_help_without_running(script):
+    path = Path(__file__).resolve().parent.parent / "bench" / script
+    res = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("usage:") and "--help" in res.stdout, res.stdout[:300]
+
+
+class _Terminal(io.StringIO):
+    """An in-memory standard error that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("argv, line", [
+    (("prove", "gpipe"), "deadlock freedom"),
+    (("check", "gpipe", "--sweep", "P=1..25", "--sweep", "M=1..20"), "checked 500/500"),
+])
+def test_progress_on_a_terminal_only(argv, line):
+    """Progress lines go to standard error when it is a terminal, and not with --json or -q, nor when piped."""
+    from schedc.cli import main
+    for stderr, shown in ((_Terminal(), True), (io.StringIO(), False)):
+        out = io.StringIO()
+        assert main(list(argv), out, stderr) == 0, stderr.getvalue()
+        assert (line in stderr.getvalue()) is shown, stderr.getvalue()
+        assert line not in out.getvalue()
+    stderr = _Terminal()
+    assert main([*argv, "--json"], io.StringIO(), stderr) == 0
+    assert line not in stderr.getvalue()
+
+
+def test_progress_helper():
+    from schedc.progress import progress
+    tty, pipe = _Terminal(), io.StringIO()
+    progress(tty, prefix="x: ")("one")
+    progress(tty, quiet=True)("two")
+    progress(pipe)("three")
+    assert tty.getvalue() == "x: one\n" and pipe.getvalue() == ""

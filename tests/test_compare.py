@@ -73,6 +73,18 @@ def test_cli_json_matches_the_module(run_cli):
     assert got[0]["schedule"] == "zb_h1"  # a cheap W is exactly what ZB-H1 exploits
 
 
+def test_cli_json_is_valid_json_when_memory_overflows(run_cli):
+    import json
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+    code, out, err = run_cli("compare", "1f1b", "gpipe", "--param", "P=2", "--param", "M=2", "--cost", "act=1e308",
+                             "--json")
+    assert code == 0, err
+    rows = [json.loads(line, parse_constant=refuse) for line in out.splitlines()]  # `Infinity` before
+    assert [r["peak"] for r in rows] == [None, None] and rows[0]["peak_memory"] == [None, 1e308]
+
+
 def test_cli_nothing_fits_exits_1_and_bad_name_exits_2(run_cli):
     code, out, err = run_cli("compare", "gpipe", "--param", "P=4", "--param", "M=8", "--memory-limit", "2")
     assert code == 1 and "no schedule" in err and "over the memory limit" in out

@@ -47,3 +47,10 @@ def test_the_fit_keeps_disallowed_features_at_zero_and_says_none_when_only_they_
     fit = Fit(4)
     fit.add(rows)
     assert fit.solve(10) == {"s": {2: 1}}  # the smallest: t = m
+
+
+def test_what_highs_prints_goes_to_stderr_so_stdout_stays_the_commands(noisy_highs, capfd):
+    assert minimise([{0: 1}], [3], [1.0], timeout_s=5) == [1]
+    out, err = capfd.readouterr()
+    assert noisy_highs and out == ""
+    assert "HiGHS: a raw line" in err and "HiGHS: a buffered line" in err

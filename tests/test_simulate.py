@@ -630,6 +630,26 @@ def test_sim_json_and_trace(run_cli, tmp_path):
     assert json.loads(trace.read_text())["otherData"]["makespan"] == doc["makespan"]
 
 
+def _strict_json(text: str):
+    """Parse as JSON only: Python's `Infinity`/`NaN` extension is an error."""
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_sim_json_and_trace_are_valid_json_when_memory_overflows(run_cli, tmp_path):
+    """An activation size near the largest float makes a rank's memory overflow to inf: the JSON and
+    the trace's memory counters write it as null, never the invalid `Infinity`."""
+    trace = tmp_path / "t.json"
+    code, out, err = run_cli("sim", "1f1b", "--param", "P=2", "--param", "M=2", "--cost", "act=1e308",
+                             "--json", "--trace", str(trace))
+    assert code == 0, err
+    doc = _strict_json(out)
+    assert doc["peak_memory"] == [None, 1e308] and doc["makespan"] == 9
+    counters = [e["args"]["live"] for e in _strict_json(trace.read_text())["traceEvents"] if e["ph"] == "C"]
+    assert None in counters and 1e308 in counters
+
+
 def test_sim_costs_file_and_errors(run_cli, tmp_path):
     good = tmp_path / "c.toml"
     good.write_text("F = 1\nB = 2\n[stage.1]\nF = 3\n")

@@ -359,6 +359,41 @@ def test_the_console_check_catches_a_script_error(tmp_path):
     assert 'data-schedc="rendered"' not in run.stdout
 
 
+def _script_trap():
+    """1F1B (P=2, M=2) with `<!--<script>` and `</script>` in a comment its hover box shows, and in its name."""
+    from dataclasses import replace
+    source = (ROOT / "schedules" / "1f1b.pp").read_text(encoding="utf-8")
+    program = compile_text(source.replace("{ F(r, m) }", "{ F(r, m) }  # <!--<script> </script>"), {"P": 2, "M": 2})
+    return replace(program, name="trap<!--<script></script>")
+
+
+def test_script_text_in_a_source_or_name_stays_inside_the_html_script():
+    page = timeline_html(_script_trap())
+    script = page[page.index("<script>") + len("<script>"):page.rindex("</script>")]
+    assert "<!--" not in script and "<script" not in script and "</script" not in script
+    assert "\\u003c!--\\u003cscript>" in script  # still shown: the hover box decodes it
+    assert "<title>schedc: trap&lt;!--&lt;script&gt;&lt;/script&gt;" in page
+
+
+def test_script_text_in_a_source_does_not_break_the_page_in_headless_chromium(tmp_path):
+    _chromium_or_skip()
+    page = tmp_path / "trap.html"
+    page.write_text(timeline_html(_script_trap()), encoding="utf-8")
+    dom = run_page(page.as_uri() + "#selftest", dump_dom=True)
+    assert dom.console == [], dom.console
+    assert 'data-schedc="rendered"' in dom.stdout and 'data-blocks="8"' in dom.stdout
+    hover = __import__("re").search(r'data-selftest="([^"]*)"', dom.stdout).group(1)
+    assert "&lt;!--&lt;script&gt; &lt;/script&gt;" in hover  # the comment, shown as text
+
+
+def test_characters_xml_forbids_in_a_name_keep_the_svg_valid():
+    from dataclasses import replace
+    program = replace(builtin("1f1b", P=2, M=2), name="bad\x01\x0b\x1fname\ufffe")
+    root = parse(timeline_svg(program))  # raised "not well-formed (invalid token)" before
+    title = next(t.text for t in root.iter(f"{{{NS['s']}}}text") if t.get("class") == "title")
+    assert title.startswith("bad\ufffd\ufffd\ufffdname\ufffd")
+
+
 def test_png_output(tmp_path):
     if find_chromium() is None and shutil.which("rsvg-convert") is None:
         _chromium_or_skip()
@@ -387,6 +422,44 @@ def test_dependency_graph_edges_are_the_verifiers_constraints():
     # 8 steps: 6 program-order edges and 4 cross-rank data edges (2 activations, 2 gradients)
     edges = [ln for ln in source.splitlines() if "->" in ln]
     assert len(edges) == 10
+
+
+def _dot_or_skip():
+    if shutil.which("dot") is None:
+        if os.environ.get("CI"):
+            pytest.fail("graphviz's dot is missing; .ci/run installs Debian's graphviz")
+        pytest.skip("graphviz is not installed")
+
+
+def test_a_name_ending_in_a_backslash_cannot_inject_into_the_dot_file():
+    """`{ inj [URL=evil] //\\`: the final backslash used to escape the closing quote of the graph's
+    name, so the name's text became DOT, a node `inj` with a URL."""
+    import subprocess
+    from dataclasses import replace
+    _dot_or_skip()
+    name = "{ inj [URL=evil] //\\"
+    program = replace(builtin("1f1b", P=2, M=2), name=name)
+    done = subprocess.run(["dot", "-Tjson"], input=dependency_graph(program).source, capture_output=True,
+                          text=True, timeout=60, check=True)
+    graph = json.loads(done.stdout)
+    nodes = [o for o in graph["objects"] if "nodes" not in o and "subgraphs" not in o]
+    assert sorted(o["name"] for o in nodes) == sorted(f"r{r}s{x}" for r in range(2) for x in range(4))
+    assert not any("URL" in o for o in [graph, *graph["objects"]])
+    drawn = [op["text"] for op in graph["_ldraw_"] if op["op"] == "T"]  # the title as dot draws it
+    assert len(drawn) == 1 and drawn[0].startswith(name + " (P=2, M=2): dependencies")
+
+
+def test_characters_xml_forbids_in_a_name_keep_the_dependency_graph_svg_valid(tmp_path, run_cli):
+    _dot_or_skip()
+    from schedc.interop.ir_json import dumps_ir
+    ir = json.loads(dumps_ir(builtin("1f1b", P=2, M=2)))
+    ir["schedule"] = "bad\x01\x0bname"
+    src = tmp_path / "bad.json"
+    src.write_text(json.dumps(ir), encoding="utf-8")
+    out = tmp_path / "dag.svg"
+    code, _, err = run_cli("viz", str(src), "--dag", "-o", str(out))
+    assert code == 0, err
+    parse(out.read_text(encoding="utf-8"))  # raised "not well-formed (invalid token)" before
 
 
 # ---- the command line ----

@@ -1,12 +1,14 @@
 """`schedc check`: one report per input, or a sweep over parameter ranges with its table."""
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
+from ..inputs import integer
 from ..options import memory_limit
+from ..outputs import dumps_json
+from ..progress import progress
 from . import common
 
 
@@ -36,13 +38,12 @@ def run(args, stdout, stderr) -> int:
             worst = EXIT_INPUT
             stderr.write(e.render() + "\n")
             if args.json:
-                stdout.write(json.dumps({"file": name, "ok": False, "input_error": True,
-                                         "errors": [d.to_dict() for d in e.diagnostics]}) + "\n")
+                stdout.write(common.input_error_json(e, name) + "\n")
             continue
         report = common.run_checks(program, args)
         worst = common.worse(worst, common.exit_of(report))
         if args.json:
-            stdout.write(json.dumps(report.to_dict()) + "\n")
+            stdout.write(dumps_json(report.to_dict()) + "\n")
         else:
             stdout.write(report.summary() + "\n")
             if report.ok is not True:
@@ -50,6 +51,11 @@ def run(args, stdout, stderr) -> int:
         if args.viz:
             common.write_picture(program, report, Path(args.viz), stderr)
     return worst
+
+
+def _bound(m: re.Match, group: int) -> int:
+    """The low (group 2) or high (group 3) end of a `--sweep NAME=LOW..HIGH` range."""
+    return integer(m.group(group), f"--sweep {m.group(1)}", where="--sweep")
 
 
 def _sweep(args, params, stdout, stderr) -> int:
@@ -60,10 +66,10 @@ def _sweep(args, params, stdout, stderr) -> int:
     ranges = {}
     for text in args.sweep:
         m = _SWEEP.fullmatch(text.strip())
-        if not m or int(m.group(2)) > int(m.group(3)):
+        if not m or _bound(m, 2) > _bound(m, 3):
             raise SchedcError("usage", f"--sweep {text!r}: expected NAME=LOW..HIGH, e.g. --sweep M=1..64",
                               where="--sweep")
-        ranges[m.group(1)] = range(int(m.group(2)), int(m.group(3)) + 1)
+        ranges[m.group(1)] = range(_bound(m, 2), _bound(m, 3) + 1)
     total = 1
     for r in ranges.values():
         total *= len(r)
@@ -73,10 +79,11 @@ def _sweep(args, params, stdout, stderr) -> int:
     results: dict[tuple, str] = {}
     first_failure = None
     worst = EXIT_OK
+    say = progress(stderr, quiet=args.json or total < 500)  # long sweeps only
     for n, values in enumerate(itertools.product(*ranges.values()), 1):
         instance = {**params, **dict(zip(names, values))}
-        if total >= 500 and not args.json and n % max(1, total // 10) == 0:  # progress on long sweeps
-            stderr.write(f"  checked {n}/{total}\n")
+        if n % max(1, total // 10) == 0:
+            say(f"  checked {n}/{total}")
         try:
             program = common.load(args.inputs[0], args, instance)
         except SchedcError as e:
@@ -84,7 +91,7 @@ def _sweep(args, params, stdout, stderr) -> int:
                 raise
             results[values] = "-"
             if args.json:
-                stdout.write(json.dumps({"params": instance, "excluded": e.diagnostics[0].message}) + "\n")
+                stdout.write(dumps_json({"params": instance, "excluded": e.diagnostics[0].message}) + "\n")
             continue
         report = common.run_checks(program, args)
         code = common.exit_of(report)
@@ -93,7 +100,7 @@ def _sweep(args, params, stdout, stderr) -> int:
         if code == EXIT_FAIL and first_failure is None:
             first_failure = report
         if args.json:
-            stdout.write(json.dumps(report.to_dict()) + "\n")
+            stdout.write(dumps_json(report.to_dict()) + "\n")
     if all(v == "-" for v in results.values()):
         raise SchedcError("usage", "every instance of the sweep is excluded by the schedule's require; "
                           "nothing was checked", where="--sweep")

@@ -1,16 +1,16 @@
 """What several commands share: --param, loading, running the checks, exit codes, atomic writes, pictures."""
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
 from .. import options
 from ..options import memory_limit, seconds
+from ..outputs import dumps_json, write_file, write_files  # every output is written by schedc/outputs.py
 
 params = options.params  # the commands' --param reader
+write_all = write_files  # the writer cli.py hands to `schedc synth`
 
 
 def costs(args):
@@ -36,6 +36,13 @@ def run_checks(program, args):
     return check(program, semantics=args.semantics, engine=args.engine, timeout=args.timeout, memory_limit=limit)
 
 
+def input_error_json(error: SchedcError, file: str | None = None) -> str:
+    """The one JSON line of an input error (a bad file, option or name) for `--json`: `ok` false,
+    `input_error` true, the diagnostics under `errors`, and the input's name when there is one."""
+    head = {"file": file} if file is not None else {}
+    return dumps_json({**head, "ok": False, "input_error": True, "errors": [d.to_dict() for d in error.diagnostics]})
+
+
 def exit_of(report) -> int:
     return {True: EXIT_OK, None: EXIT_UNKNOWN}.get(report.ok, EXIT_FAIL)
 
@@ -48,28 +55,6 @@ def worse(a: int, b: int) -> int:
 def safe_stem(name: str) -> str:
     stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", name).strip(".") or "schedule"
     return stem[:100]
-
-
-def write_all(folder: Path, files: dict[str, str]) -> list[Path]:
-    """Write every file or none: each goes to a temporary file first, then all are renamed."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SchedcError("io", f"cannot create the output folder: {exc.strerror}", where=str(folder)) from None
-    temps: list[tuple[str, Path]] = []
-    try:
-        for name, text in files.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
-            temps.append((tmp, folder / name))
-        for tmp, final in temps:
-            os.replace(tmp, final)
-    except OSError as exc:
-        for tmp, _ in temps:
-            Path(tmp).unlink(missing_ok=True)
-        raise SchedcError("io", f"cannot write the outputs: {exc.strerror}", where=str(folder)) from None
-    return [final for _, final in temps]
 
 
 def picture_suffix(out: Path, dag: bool) -> None:
@@ -86,13 +71,9 @@ def render_picture(program, report, suffix: str, **options):
 
 def write_picture(program, report, out: Path, stderr, **options) -> Path:
     """Draw to `out` (its suffix picks the format), atomically; a note if it had to be another format."""
-    from ..viz.png import write_bytes
     picture = render_picture(program, report, out.suffix, **options)
     target = out.with_suffix(picture.suffix) if picture.suffix != out.suffix.lower() else out
-    if isinstance(picture.data, bytes):
-        written = write_bytes(target, picture.data)
-    else:
-        (written,) = write_all(target.parent, {target.name: picture.data})
+    written = write_file(target, picture.data)
     if picture.note:
         stderr.write(f"schedc: {picture.note_for(written, out)}\n")
     stderr.write(f"wrote {written}\n")

@@ -1,10 +1,10 @@
 """`schedc compare`: rank schedules for one setting by makespan (schedc/compare.py)."""
 from __future__ import annotations
 
-import json
 import math
 
 from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
+from ..outputs import dumps_json
 from . import common
 
 
@@ -21,7 +21,7 @@ def run(args, stdout, stderr) -> int:
     rows = compare(names, common.params(args.param), costs=costs, memory_limit=args.memory_limit, overlap=overlap)
     if args.json:
         for row in rows:
-            stdout.write(json.dumps(row.to_dict()) + "\n")
+            stdout.write(dumps_json(row.to_dict()) + "\n")
     else:
         stdout.write(render(rows) + "\n")
     fitting = [r for r in rows if r.skipped is None and not r.over_limit]

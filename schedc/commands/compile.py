@@ -26,7 +26,7 @@ def run(args, stdout, stderr) -> int:
         if source is not None:
             outputs[f"{stem}_program.py"] = source
     outputs[f"{stem}.svg"] = common.render_picture(program, report, ".svg").data  # a failing one (--force) shows why
-    written = common.write_all(Path(args.output), outputs)
+    written = common.write_files(Path(args.output), outputs)
     stdout.write("  wrote " + ", ".join(str(p) for p in written) + "\n")
     return common.exit_of(report)
 

@@ -1,8 +1,6 @@
 """`schedc export`: a schedule in another format (PyTorch CSV, IR JSON)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..errors import EXIT_FAIL, EXIT_OK
 from . import common
 
@@ -31,8 +29,8 @@ def run(args, stdout, stderr) -> int:
                 return EXIT_FAIL
         text = table.dumps()
     if args.output:
-        written = common.write_all(Path(args.output).parent, {Path(args.output).name: text})
-        stderr.write(f"wrote {written[0]}\n")
+        written = common.write_file(args.output, text)
+        stderr.write(f"wrote {written}\n")
     else:
         stdout.write(text)
     return EXIT_OK

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, SchedcError
 from ..options import seconds
+from ..progress import progress
 from . import common
 
 
@@ -48,12 +49,14 @@ def run(args, stdout, stderr) -> int:
             rank_args += [flag, str(value)]
     name = f"{common.safe_stem(program.name)}_program.py"
     if args.print_torchrun:
-        (path,) = common.write_all(Path(args.output), {name: lowered.source})
+        (path,) = common.write_files(Path(args.output), {name: lowered.source})
         stdout.write(shlex.join(lowered.torchrun_command(str(path), args.model, rank_args[2:])) + "\n")
         return EXIT_OK
     from ..runtime.launch import launch
+    progress(stderr, prefix="schedc run: ")(f"starting {nproc} rank(s) ({args.backend}, {args.steps} step(s)); "
+                                            "each rank loads torch and the model first")
     with tempfile.TemporaryDirectory(prefix="schedc-run-") as folder:
-        (path,) = common.write_all(Path(folder), {name: lowered.source})
+        (path,) = common.write_files(Path(folder), {name: lowered.source})
         done = launch([sys.executable, str(path), *rank_args], nproc, stdout=stdout, stderr=stderr,
                       grace=min(args.timeout, 30.0) + 5.0)
     if done.ok:

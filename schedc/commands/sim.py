@@ -1,10 +1,8 @@
 """`schedc sim`: simulate one schedule under its costs; text, JSON or a trace."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
+from ..outputs import dumps_json
 from . import common
 
 
@@ -22,7 +20,7 @@ def run(args, stdout, stderr) -> int:
     def fail(diagnostics) -> int:
         stderr.write("\n".join(d.render() for d in diagnostics) + "\n")
         if args.json:
-            stdout.write(json.dumps({"file": args.input, "ok": False,
+            stdout.write(dumps_json({"file": args.input, "ok": False,
                                      "errors": [d.to_dict() for d in diagnostics]}) + "\n")
         return EXIT_FAIL
 
@@ -37,9 +35,9 @@ def run(args, stdout, stderr) -> int:
         return fail(e.diagnostics)
     written = None
     if args.trace:
-        written = common.write_all(Path(args.trace).parent, {Path(args.trace).name: dumps_trace(timeline)})[0]
+        written = common.write_file(args.trace, dumps_trace(timeline))
     if args.json:
-        stdout.write(json.dumps(_sim_dict(args.input, timeline, costs, written)) + "\n")
+        stdout.write(dumps_json(_sim_dict(args.input, timeline, costs, written)) + "\n")
     else:
         stdout.write(_sim_text(timeline, written) + "\n")
     if timeline.mismatches:

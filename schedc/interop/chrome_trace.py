@@ -7,9 +7,8 @@ live activations per rank as counters. `chrome_trace(timeline)` returns the JSON
 """
 from __future__ import annotations
 
-import json
-
 from ..ir import Compound, describe
+from ..outputs import dumps_json
 from ..simulate import Timeline
 
 PID = 0
@@ -77,7 +76,7 @@ def chrome_trace(timeline: Timeline, *, scale: float = 1e6) -> dict:
 
 
 def dumps_trace(timeline: Timeline, *, scale: float = 1e6) -> str:
-    return json.dumps(chrome_trace(timeline, scale=scale), separators=(",", ":")) + "\n"
+    return dumps_json(chrome_trace(timeline, scale=scale), separators=(",", ":")) + "\n"
 
 
 def _message_name(m) -> str:

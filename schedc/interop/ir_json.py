@@ -5,12 +5,13 @@ readable and diffable; `read_ir_json` rebuilds the same Program.
 """
 from __future__ import annotations
 
-import json
 import math
 
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
+from ..inputs import loads_json
 from ..ir import ActionSyntaxError, Annotations, Program, StageCost, StageMemory, format_step, parse_step
+from ..outputs import dumps_json
 from ..span import Source, Span
 
 FORMAT = "schedc-ir"
@@ -44,15 +45,16 @@ def ir_to_dict(program: Program) -> dict:
 
 
 def dumps_ir(program: Program) -> str:
-    return json.dumps(ir_to_dict(program), indent=1) + "\n"
+    return dumps_json(ir_to_dict(program), indent=1) + "\n"
 
 
 def read_ir_json(text: str, name: str = "<ir>") -> Program:
     """Rebuild a Program; anything that is not a well-formed schedc IR file is a SchedcError."""
     source = Source(name, text)
+    data = loads_json(text, name, "ir-json")
     try:
-        return _program(json.loads(text))
-    except (ValueError, KeyError, TypeError, AttributeError, ActionSyntaxError, RecursionError) as exc:
+        return _program(data)
+    except (ValueError, KeyError, TypeError, AttributeError, ActionSyntaxError) as exc:
         raise SchedcError("ir-json", f"cannot read schedc IR JSON: {exc}", Span.point(source, 1, 1)) from None
 
 

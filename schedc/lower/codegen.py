@@ -73,8 +73,7 @@ def table_of(program: Program, verified: str | None = None) -> Table:
 
     def instr(a) -> Instr:
         op = a.op.value
-        peer = placement[a.stage + PEER_STAGE[op]] if op in COMM_OPS else None
-        return Instr(op, a.stage, a.microbatch, peer)
+        return Instr(op, a.stage, a.microbatch, _peer(placement, op, a.stage) if op in COMM_OPS else None)
 
     ranks = tuple(tuple(Compound(st.kind.value, tuple(instr(p) for p in st.parts)) if isinstance(st, IrCompound)
                         else instr(st) for st in steps) for steps in program.ranks)
@@ -85,6 +84,13 @@ def table_of(program: Program, verified: str | None = None) -> Table:
     except TableError as exc:
         raise SchedcError("bad-comm", f"the lowered program is not runnable: {exc}") from None
     return again
+
+
+def _peer(placement: tuple[int, ...], op: str, stage: int) -> int:
+    """The rank of the stage a send or receive talks to; -1 when there is no such stage (a
+    schedule written with --force), which `load_table` then reports."""
+    other = stage + PEER_STAGE[op]
+    return placement[other] if 0 <= other < len(placement) else -1
 
 
 def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredProgram:

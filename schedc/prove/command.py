@@ -5,11 +5,12 @@ Exit codes: 0 proved, 1 refuted, 3 unknown, 2 bad input. `--json` prints `Proof.
 """
 from __future__ import annotations
 
-import json
 import sys
 
 from ..errors import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN
 from ..options import seconds
+from ..outputs import dumps_json
+from ..progress import progress
 
 
 def add_parser(sub, stdout):
@@ -28,18 +29,19 @@ def add_parser(sub, stdout):
                         "searching for one")
     q.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S seconds (default 300)")
     q.add_argument("--json", action="store_true", help="print one JSON object")
-    q.add_argument("-q", "--quiet", action="store_true", help="no progress lines on standard error")
+    q.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress lines (they go to standard error, and only when it is a terminal)")
 
 
 def run(args, stdout, stderr) -> int:
     from .prover import prove, read_certificate
     seconds(args.timeout, "--timeout")
     certificate = read_certificate(args.certificate) if args.certificate else None
-    log = (lambda line: None) if args.quiet or args.json else (lambda line: (stderr.write(line + "\n"), stderr.flush()))
+    log = progress(stderr, quiet=args.quiet or args.json)
     proof = prove(args.input, assumptions=tuple(args.assume), memory=args.memory, timeout=args.timeout,
                   certificate=certificate, log=log)
     if args.json:
-        stdout.write(json.dumps(proof.to_dict()) + "\n")
+        stdout.write(dumps_json(proof.to_dict()) + "\n")
     else:
         stdout.write(render(proof) + "\n")
     return {"proved": EXIT_OK, "refuted": EXIT_FAIL}.get(proof.verdict, EXIT_UNKNOWN)

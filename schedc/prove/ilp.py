@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..outputs import native_stdout_to_stderr
+
 CONSTANT_WEIGHT = 0.1  # a constant term is cheap: it shifts a statement's times without changing its shape
 
 
@@ -27,9 +29,10 @@ def minimise(rows: list[dict], limits: list[int], weights: list[float], *, timeo
             A[k, i], A[k, n + i] = v, -v
     w = np.asarray(weights, dtype=float)
     u = np.asarray(limits, dtype=float)
-    res = milp(np.concatenate([w, w]), constraints=[LinearConstraint(A, lb=np.ones(m), ub=np.inf)],
-               integrality=np.ones(2 * n), bounds=Bounds(np.zeros(2 * n), np.concatenate([u, u])),
-               options={"time_limit": max(0.1, timeout_s), "presolve": True})
+    with native_stdout_to_stderr():  # HiGHS prints some lines whatever `disp` says; stdout is the command's
+        res = milp(np.concatenate([w, w]), constraints=[LinearConstraint(A, lb=np.ones(m), ub=np.inf)],
+                   integrality=np.ones(2 * n), bounds=Bounds(np.zeros(2 * n), np.concatenate([u, u])),
+                   options={"time_limit": max(0.1, timeout_s), "presolve": True, "disp": False})
     if res.x is None:
         return None  # infeasible, or out of time before any solution
     found = [round(a - b) for a, b in zip(res.x[:n], res.x[n:])]

@@ -10,7 +10,6 @@ the bounded range that was checked instead, labelled as such.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 from .. import solver, syntax as ast
 from ..errors import SchedcError
 from . import smt
+from .given import check_assumptions, check_bound
 from .model import LetFrame, Model, Unsupported, memory_spec, model, pins, rank_lets, unroll
 from .sample import Stop, agrees_with_compiler, base_env, evaluate, feature_names, rank_env
 from .search import ConcreteFailure, cegis_timing, infer_bound, inside, peaks, setting_text, settings, unit_peaks
@@ -104,10 +104,14 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
         unsupported = None
     except Unsupported as exc:
         m, unsupported = _domain_only(tree), exc
-    for name in _names_in(assumed):
+    for name in ast.names_in(assumed):
         if name not in m.params:
             raise SchedcError("usage", f"--assume names '{name}', which is not a parameter of {tree.name} "
                               f"(its parameters: {', '.join(m.params)})", where="--assume")
+    samples = settings(m, (), BOUNDED_MAX, BOUNDED_SETTINGS)
+    check_assumptions(m, assumed, tuple(assumptions), samples)
+    if bound is not None:
+        check_bound(m, bound, memory, assumed, samples)
 
     if unsupported is None and _empty(m, assumed):
         raise SchedcError("usage", f"the assumptions and {tree.name}'s requires admit no setting at all, so "
@@ -158,13 +162,8 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
 
 def read_certificate(path) -> dict:
     """A certificate from a JSON file: the output of `schedc prove --json`, or its `certificate`."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise SchedcError("io", f"cannot read the certificate: {exc.strerror}", where=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise SchedcError("certificate", f"not JSON: {exc.msg} at line {exc.lineno}", where=str(path)) from None
+    from ..inputs import loads_json, read_text
+    data = loads_json(read_text(path, "the certificate"), str(path), "certificate")
     cert = data.get("certificate", data) if isinstance(data, dict) else None
     if not isinstance(cert, dict) or not isinstance(cert.get("timing"), dict):
         raise SchedcError("certificate", "expected a certificate: an object with `timing` (and `memory`), as "
@@ -379,7 +378,7 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
             why = (f"no bound guessed from the samples holds (the last fails at {setting_text(why['params'])}); "
                    "state one with --memory")
         proof.memory_bound = mem_text if why is None else None
-        lets = [x for x in rank_lets(m) if x.name in _names_in([expr])]
+        lets = [x for x in rank_lets(m) if x.name in ast.names_in(expr)]
         where = f", where {', '.join(f'{x.name} = {_text(x.value)}' for x in lets)}" if lets else ""
         proof.parts.append(Part("memory", "proved" if why is None else "unknown",
                                 f"at most {mem_text} live activations on rank {m.rank_var} (counted one per forward, whatever "
@@ -496,7 +495,7 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
     if m.nonlinear:
         enc = smt.Encoding(m, assumed)
         for formula in smt.divisors(enc):
-            verdict = enc.run(formula, _query_seconds(deadline))
+            verdict = enc.run(formula, _query_seconds(deadline), domain=False)
             if not isinstance(verdict, solver.Proved):
                 return Part("well-formed", "unknown", "a division by a quantity that varies may divide by zero or "
                             "less" + (f" (at {verdict.params})" if isinstance(verdict, solver.Refuted) else ""))
@@ -722,24 +721,6 @@ def _small_enough(m: Model, params) -> bool:
         return evaluate(m.stages, env, m.functions) * evaluate(m.microbatches, env, m.functions) <= CONCRETE_PAIRS
     except (Stop, KeyError, TypeError):
         return False
-
-
-def _names_in(exprs) -> set[str]:
-    out: set[str] = set()
-
-    def walk(e):
-        if isinstance(e, ast.Var):
-            out.add(e.name)
-        for child in vars(e).values():
-            if isinstance(child, (ast.Num, ast.Var, ast.Call, ast.BinOp, ast.UnaryOp, ast.Ternary)):
-                walk(child)
-            elif isinstance(child, tuple):
-                for c in child:
-                    if isinstance(c, (ast.Num, ast.Var, ast.Call, ast.BinOp, ast.UnaryOp, ast.Ternary)):
-                        walk(c)
-    for e in exprs:
-        walk(e)
-    return out
 
 
 def _text(e) -> str:

@@ -45,7 +45,7 @@ def evaluate(e: ast.Expr, env: dict, functions: dict):
         if len(_COMPILED) > 100_000:
             _COMPILED.clear()
         try:
-            hit = (e, functions, compile_expr(e, _Names(functions)))
+            hit = (e, functions, compile_expr(e, Names(functions)))
         except SchedcError as exc:
             raise Stop(exc.diagnostics[0].message) from None
         _COMPILED[key] = hit
@@ -58,24 +58,26 @@ def evaluate(e: ast.Expr, env: dict, functions: dict):
 _COMPILED: dict = {}  # (id of the expression, id of the functions) -> (expression, functions, closure)
 
 
-class _Names:
-    """The prover's scope for compile_expr: the model's names were resolved when the schedule was
-    read, so every name is known here; `let` functions are the model's."""
+class Names:
+    """The prover's scope for compile_expr: `let` functions are the model's; the model's names were
+    resolved when the schedule was read, so every name is known, unless `names` says which are
+    (for an expression from the command line)."""
 
-    def __init__(self, functions: dict):
+    def __init__(self, functions: dict, names: set[str] | None = None):
         self.functions = functions
+        self.names = names
 
     def lookup(self, name: str) -> bool:
-        return True
+        return self.names is None or name in self.names
 
     def function(self, name: str):
         if name not in self.functions:
             return None
         params, body = self.functions[name]
-        return tuple(params), compile_expr(body, self), None
+        return tuple(params), compile_expr(body, Names(self.functions)), None  # resolved with the schedule
 
     def all_names(self) -> list[str]:
-        return []
+        return sorted(self.names or ())
 
 
 def base_env(m: Model, params: dict[str, int]) -> dict:

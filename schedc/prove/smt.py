@@ -463,12 +463,14 @@ class Encoding:
         """sum(coeff x feature) of a certificate function at an instance."""
         return z3.Sum([self.num(int(coeffs.get(n, 0))) * f for n, f in zip(names, inst.feats)])
 
-    def run(self, formula, timeout_s: float, show: dict | None = None, smallest: bool = False):
+    def run(self, formula, timeout_s: float, show: dict | None = None, smallest: bool = False,
+            domain: bool = True):
         """Proved, Unknown, or Refuted at a setting; with `smallest`, the setting with the least sum of
         parameters and, among those, the lexicographically least (the order the bounded sweep
-        visits settings in), found by asking for smaller ones until there are none."""
+        visits settings in), found by asking for smaller ones until there are none. With `domain`
+        False, `formula` is asked alone: it holds the facts it needs (see `divisors`)."""
         s = solver.make(self.ctx, timeout_s)
-        s.add(*self.domain, formula)
+        s.add(*(self.domain if domain else ()), formula)
         verdict = s.check()
         if verdict == z3.unsat:
             return Proved()
@@ -700,7 +702,11 @@ def coverage(enc: Encoding) -> list:
 
 def divisors(enc: Encoding):
     """Every division by a quantity that varies is by a positive one (a nonlinear model's `//`
-    and `%` are encoded for positive divisors only): a model is a setting that divides by b <= 0."""
+    and `%` are encoded for positive divisors only): a model is a setting that divides by b <= 0.
+    Each formula holds the requires, the assumptions and the side conditions of the divisions made
+    before b, not the domain (`run(..., domain=False)`): the domain holds b's own side conditions,
+    0 <= j < b, which would exclude every such setting, so that a schedule-level division by zero
+    (`--assume 'P // 0 >= 1'`) would read as "no setting" and prove anything."""
     for x in enc.m.stmts:
         enc.instance(x, "a")  # records its divisions
     for b, where in enc.divisors:

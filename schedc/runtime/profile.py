@@ -23,8 +23,8 @@ each rank's step time went. Pure Python.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+
+from ..outputs import dumps_json, write_file
 
 BLOCKED = 50e-6  # a receive whose wait took longer found its data not there yet
 
@@ -120,19 +120,8 @@ def communication(per_rank: list[dict]) -> tuple[dict, dict]:
 
 
 def write_profile(path: str, profile: dict) -> None:
-    """Write atomically (a temporary file renamed into place)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".profile.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(profile, fh, indent=1)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write as every output is written (schedc/outputs.py): atomically, as strict JSON."""
+    write_file(path, dumps_json(profile, indent=1) + "\n")
 
 
 def read_profile(path: str) -> dict:

@@ -6,7 +6,6 @@ limit, does not arise: the start always gives one, and the search only improves 
 """
 from __future__ import annotations
 
-import json
 import shlex
 import time
 from pathlib import Path
@@ -14,13 +13,15 @@ from pathlib import Path
 from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
 from .. import options
 from ..options import memory_limit
+from ..outputs import dumps_json
+from ..progress import progress
 
 QUIET_S = 1.0  # progress lines start once a search has run this long
 
 
 def add_arguments(q) -> None:
     q.add_argument("--param", action="append", default=[], metavar="K=V",
-                   help="P (ranks) and M (microbatches), e.g. --param P=4 --param M=8")
+                   help="P (ranks) and M (microbatches), e.g. --param P=4,M=8 (or --param P=4 --param M=8)")
     q.add_argument("--cost", action="append", default=[], metavar="K=V,...",
                    help="costs for every stage, e.g. F=1,I=1,W=1 (also act, weight, latency); after --costs")
     q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")
@@ -46,18 +47,17 @@ def run(args, stdout, stderr, write_all) -> int:
     costs = options.costs(args.costs, args.cost, "the defaults") or Costs("the defaults")
     problem = build_problem(params["P"], params["M"], placement=args.placement, costs=costs,
                             memory_limit=memory_limit(args.memory_limit))
-    began = time.monotonic()
+    began, say = time.monotonic(), progress(stderr, quiet=args.json, prefix="schedc synth: ")
 
-    def progress(text: str) -> None:
+    def report(text: str) -> None:
         if time.monotonic() - began >= QUIET_S:
-            stderr.write(f"schedc synth: {text}\n")
-            stderr.flush()
+            say(text)
 
-    outcome = synthesize(problem, time_limit_s=args.time_limit, progress=progress)
+    outcome = synthesize(problem, time_limit_s=args.time_limit, progress=report)
     if isinstance(outcome, Infeasible):
         stderr.write(f"error[infeasible]: no schedule: {outcome.reason}\n")
         if args.json:
-            stdout.write(json.dumps({**_head(problem), "status": "infeasible", "ok": False,
+            stdout.write(dumps_json({**_head(problem), "status": "infeasible", "ok": False,
                                      "reason": outcome.reason}) + "\n")
         return EXIT_FAIL
     command = "schedc synth " + shlex.join(_shown_argv(args))
@@ -74,7 +74,7 @@ def run(args, stdout, stderr, write_all) -> int:
         out = Path(args.output)
         written = write_all(out.parent, {out.name: text})[0]
     if args.json:
-        stdout.write(json.dumps({**_json(outcome, written), **_repeat_json(repeat, args.repeat)}) + "\n")
+        stdout.write(dumps_json({**_json(outcome, written), **_repeat_json(repeat, args.repeat)}) + "\n")
     else:
         stdout.write(_text(outcome, written, repeat) + "\n")
     return EXIT_OK

@@ -12,6 +12,7 @@ from ..errors import SchedcError
 from ..ir import format_step
 from . import palette
 from .scene import chunk_of, kind_of, what_of
+from .text import dot
 
 MAX_DAG_STEPS = 2_000  # past this a dependency graph is unreadable (and dot slow): draw the timeline instead
 
@@ -43,9 +44,9 @@ def dependency_graph(program, report=None):
                           f"{MAX_DAG_STEPS:,} (fewer ranks or microbatches, or draw the timeline without --dag)",
                           where="--dag")
     marks = _marks(program, report)
-    g = graphviz.Digraph(name=program.name, graph_attr={
+    g = graphviz.Digraph(name=dot(program.name), graph_attr={  # every text through dot(): shown as is
         "rankdir": "LR", "newrank": "true", "nodesep": "0.15", "ranksep": "0.25", "fontname": "Helvetica",
-        "label": _title(program, report), "labelloc": "t", "fontsize": "14"},
+        "label": dot(_title(program, report)), "labelloc": "t", "fontsize": "14"},
         node_attr={"shape": "box", "style": "filled,rounded", "fontname": "Helvetica", "fontsize": "10",
                    "height": "0.3", "margin": "0.05,0.02"},
         edge_attr={"fontname": "Helvetica", "fontsize": "9"})
@@ -58,11 +59,12 @@ def dependency_graph(program, report=None):
                 first = st.parts[0]
                 chunk = chunks[first.stage] if 0 <= first.stage < len(chunks) else 0
                 fill = palette.fill(kind_of(st), chunk, V)
-                attrs = {"label": format_step(st), "fillcolor": fill, "fontcolor": palette.text_colour(fill),
-                         "tooltip": f"{what_of(st)}: rank {r}, step {x}"}
+                tooltip = f"{what_of(st)}: rank {r}, step {x}"
+                attrs = {"label": dot(format_step(st)), "fillcolor": fill, "fontcolor": palette.text_colour(fill),
+                         "tooltip": dot(tooltip)}
                 mark = marks.get((r, x))
                 if mark:
-                    attrs.update({"color": palette.ALARM_DARK, "penwidth": "3", "tooltip": attrs["tooltip"] + "; " + mark})
+                    attrs.update({"color": palette.ALARM_DARK, "penwidth": "3", "tooltip": dot(tooltip + "; " + mark)})
                 else:
                     attrs["color"] = "#FFFFFF"
                 c.node(_node(r, x), **attrs)

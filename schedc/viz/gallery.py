@@ -17,6 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..outputs import write_files
+
 SETTING = {"P": 4, "M": 8, "V": 2}  # V applies to the schedules that declare it
 ROOT = Path(__file__).resolve().parents[2]  # the clone this module runs from
 COMMAND = "python -m schedc.viz.gallery"
@@ -239,10 +241,7 @@ def write(folder: Path, files: dict[str, str], dags: list[Graph] = ()) -> None:
     for path in [*folder.glob("*.svg"), *folder.glob("*.dot")]:
         if path.name not in files and path.name not in drawn:
             path.unlink()
-    for name, text in {**files, **svgs}.items():
-        tmp = folder / f".{name}.tmp"
-        tmp.write_text(text, encoding="utf-8", newline="\n")
-        tmp.replace(folder / name)
+    write_files(folder, {**files, **svgs})  # atomically, as every output (schedc/outputs.py)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,12 +7,10 @@ microbatch, start, end and source line. When the page has rendered, the script s
 """
 from __future__ import annotations
 
-import json
-from html import escape
-
 from .palette import KIND_NAME
 from .scene import Scene
 from .svg import render_svg
+from .text import escape, script_json
 
 _CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
         "font-src 'none'; connect-src 'none'")
@@ -104,19 +102,14 @@ def render_html(scene: Scene) -> str:
         _checks(scene),
         '<p id="status">loading</p>',
         "<script>",
-        "var SOURCE = " + _json(scene.sources) + ";",
-        "var KINDS = " + _json(KIND_NAME) + ";",
-        "var MODE = " + _json(scene.mode) + ";",
+        "var SOURCE = " + script_json(scene.sources) + ";",
+        "var KINDS = " + script_json(KIND_NAME) + ";",
+        "var MODE = " + script_json(scene.mode) + ";",
         _SCRIPT,
         "</script>",
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
-
-
-def _json(value) -> str:
-    # inside <script>, "</" must not appear literally
-    return json.dumps(value, sort_keys=True, ensure_ascii=True).replace("</", "<\\/")
 
 
 def _summary_table(scene: Scene) -> str:

@@ -1,4 +1,5 @@
-"""A timeline SVG as a PNG (through `rsvg-convert` when present, else headless Chromium), written atomically."""
+"""A timeline SVG as a PNG (through `rsvg-convert` when present, else headless Chromium); the CLI writes it
+(schedc/outputs.py)."""
 from __future__ import annotations
 
 import re
@@ -53,22 +54,3 @@ def svg_to_png(svg: str) -> bytes:
             raise SchedcError("io", "headless Chromium did not write the screenshot: "
                               + (run.stderr.strip().splitlines() or ["no output"])[-1])
         return shot.read_bytes()
-
-
-def write_bytes(path: Path, data: bytes) -> Path:
-    """Write a binary picture atomically (a temporary file in the same folder, then renamed)."""
-    import os
-    folder = path.parent if str(path.parent) else Path(".")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise SchedcError("io", f"cannot write the picture: {exc.strerror}", where=str(path)) from None
-    return path

@@ -7,10 +7,10 @@ an SVG `<title>`. The output depends only on the Scene, so the gallery is reprod
 from __future__ import annotations
 
 import math
-from html import escape
 
 from . import palette
 from .scene import Block, Scene
+from .text import escape
 
 LEFT, RIGHT = 78, 96  # room for "rank 12" and "peak 13"
 ROW_H, MEM_H, GAP = 22, 14, 9
@@ -29,10 +29,6 @@ def _f(v: float) -> str:
     text = f"{v:.1f}"
     text = text.removesuffix(".0")
     return "0" if text == "-0" else text
-
-
-def _a(value) -> str:
-    return escape(str(value), quote=True)
 
 
 class _Layout:
@@ -207,9 +203,9 @@ def _blocks(out: list[str], scene: Scene, L: _Layout, titles: bool) -> None:
         attrs = (f'class="{classes}" x="{_f(x0)}" y="{_f(yy)}" width="{_f(w)}" height="{_f(h)}" fill="{colour}" '
                  f'{stroke} data-rank="{b.rank}" data-step="{b.step}" data-kind="{b.kind}" data-stage="{b.stage}" '
                  f'data-mb="{"" if b.microbatch is None else b.microbatch}" data-chunk="{b.chunk}" '
-                 f'data-start="{b.x0:.6g}" data-end="{b.x1:.6g}" data-what="{_a(b.what)}"'
-                 + (f' data-where="{_a(b.where)}"' if b.where else "")
-                 + (f' data-note="{_a(b.note)}"' if b.note else ""))
+                 f'data-start="{b.x0:.6g}" data-end="{b.x1:.6g}" data-what="{escape(b.what)}"'
+                 + (f' data-where="{escape(b.where)}"' if b.where else "")
+                 + (f' data-note="{escape(b.note)}"' if b.note else ""))
         if titles:
             out.append(f"<rect {attrs}><title>{escape(hover_text(scene, b))}</title></rect>")
         else:

@@ -1,0 +1,84 @@
+"""How schedc reads what users give it: text files, JSON and integers, every failure an error.
+
+A text file is UTF-8, read exactly as written; a byte order mark at its start is skipped, and a
+byte that is not UTF-8 is an `io` error at its line and column. JSON that does not parse is an
+error at its line and column, as is a number too long for Python to convert (over 4,300 digits).
+An integer in an option or a file's key has at most MAX_DIGITS digits (`too-large` otherwise).
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from .errors import SchedcError
+from .span import Source, Span
+
+BOM = b"\xef\xbb\xbf"
+MAX_DIGITS = 19  # no count or size schedc takes has more digits (2^62 has 19)
+
+
+def read_text(path: Path | str, what: str = "the file") -> str:
+    """The text of a file the user named (`what` says which, in the message if it cannot be read)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise SchedcError("io", f"cannot read {what}: {exc.strerror}", where=str(path)) from None
+    return decode(data, str(path))
+
+
+def decode(data: bytes, name: str) -> str:
+    """`data` as text (no newline translation), a leading byte order mark dropped."""
+    if data.startswith(BOM):
+        data = data[len(BOM):]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(data, exc.start, name) from None
+
+
+def _not_utf8(data: bytes, at: int, name: str) -> SchedcError:
+    """The error for the first byte that is not UTF-8 (at offset `at`), at its line and column."""
+    line_start = data.rfind(b"\n", 0, at) + 1
+    line = data.count(b"\n", 0, at) + 1
+    column = len(data[line_start:at].decode("utf-8")) + 1  # the text before it decodes: it is the first
+    source = Source(name, data.decode("utf-8", errors="replace"))
+    return SchedcError("io", f"the file is not UTF-8 text: byte 0x{data[at]:02x} is not UTF-8",
+                       Span.point(source, line, column))
+
+
+def integer(text: str, what: str, span: Span | None = None, where: str | None = None) -> int:
+    """Decimal digits (maybe signed) as an int; a number with more digits than MAX_DIGITS is a
+    `too-large` error about `what`, before Python's own limit on digits could fail less clearly."""
+    digits = text.strip().lstrip("+-").lstrip("0")
+    if len(digits) > MAX_DIGITS:
+        raise SchedcError("too-large", f"{what}: a number with {len(digits):,} digits is too large (at most "
+                          f"{MAX_DIGITS})", span, where=where)
+    return int(text)
+
+
+def loads_json(text: str, name: str, code: str):
+    """The JSON value in `text` (from the file `name`); what is not JSON is a `code` error."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchedcError(code, f"not JSON: {exc.msg}",
+                          Span.point(Source(name, text), exc.lineno, exc.colno)) from None
+    except RecursionError:
+        raise SchedcError(code, "the JSON is nested too deeply to read", where=name) from None
+    except ValueError:  # a number past Python's limit on converting digits to an int
+        raise too_long_number(text, name, code) from None
+
+
+def too_long_number(text: str, name: str, code: str) -> SchedcError:
+    """The error for a number with more digits than Python converts, at the first such number."""
+    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
+    found = re.search(r"\d{%d,}" % (limit + 1), text)
+    message = f"a number has more than {limit:,} digits"
+    if found is None:
+        return SchedcError(code, message, where=name)
+    source = Source(name, text)
+    line = text.count("\n", 0, found.start()) + 1
+    column = found.start() - (text.rfind("\n", 0, found.start()) + 1) + 1
+    return SchedcError(code, message, Span.point(source, line, column, 12))

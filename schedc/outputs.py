@@ -1,0 +1,220 @@
+"""How schedc writes what it outputs: files that appear whole or not at all, with the permissions a
+new file usually gets, and JSON that is valid JSON. Every command's `-o`, `--trace`, `--viz` and
+`--json` goes through here (README "Output files").
+
+A regular file (or a new one) is written to a temporary file in its folder and renamed over it: a
+new file gets 0666 less the umask, a replaced one keeps its mode, and a failure leaves nothing
+behind. A symbolic link is written through: its target is replaced atomically, the link stays (a
+link to nothing is refused). A FIFO, a character device or an open descriptor (`/dev/stdout`, a
+shell's `>(...)`) is written directly, as a shell redirection would; a FIFO nobody reads is an
+error, not a wait. Anything else (a folder, a block device, a socket) is refused. JSON never holds
+`Infinity` or `NaN`: a number that is not finite is written `null`. What a native library prints
+while it runs (HiGHS) goes to standard error, so standard output holds only what the command writes.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import re
+import stat
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import SchedcError
+
+
+def write_file(path: Path | str, data: str | bytes) -> Path:
+    """Write one output (text is UTF-8) by the rules above; the path written (as given)."""
+    path = Path(path)
+    return write_files(path.parent, {path.name: data})[0]
+
+
+def write_files(folder: Path | str, files: dict[str, str | bytes]) -> list[Path]:
+    """Write `files` ({name: text or bytes}) into `folder` (created if missing), all or none: each
+    regular file goes to a temporary file first, and they are renamed into place only once all are
+    written (a FIFO or device is written as it comes). Any failure, a full disk or an interrupt,
+    removes every temporary file. The paths written, as given."""
+    folder = Path(folder)
+    _make_folder(folder)
+    targets = [_target(folder / name) for name in files]  # refuse what cannot be written before writing any
+    payloads = [data.encode("utf-8") if isinstance(data, str) else data for data in files.values()]
+    temps: list[tuple[str, Path]] = []
+    current = folder  # the output being written, for the message
+    try:
+        for target, data in zip(targets, payloads):
+            current = target.path
+            if target.direct:
+                _write_direct(target.path, data)
+            else:
+                _stage(target, data, temps)
+        while temps:
+            current = temps[0][1]
+            os.replace(*temps[0])
+            del temps[0]
+    except OSError as exc:
+        raise _io_error(exc, current) from None
+    finally:
+        for tmp, _ in temps:
+            Path(tmp).unlink(missing_ok=True)
+    return [folder / name for name in files]
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where an output goes: `path` (a symbolic link resolved), written directly or replaced
+    atomically, and the mode the replacement gets."""
+
+    path: Path
+    direct: bool = False
+    mode: int = 0o644
+
+
+def _target(path: Path) -> _Target:
+    """How `path` is written, by what is there now (links followed); a SchedcError if it cannot be."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise SchedcError("io", "is a symbolic link to a missing file; not writing through it",
+                              where=str(path)) from None
+        return _Target(path, mode=0o666 & ~_umask())
+    except OSError as exc:
+        raise _io_error(exc, path) from None
+    if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or (stat.S_ISREG(st.st_mode) and
+                                                                  _names_a_descriptor(path)):
+        return _Target(path, direct=True)  # `-o /dev/stdout >> log` appends, as the shell would
+    if stat.S_ISREG(st.st_mode):
+        return _Target(Path(os.path.realpath(path)), mode=stat.S_IMODE(st.st_mode))
+    what = "a folder" if stat.S_ISDIR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode) else \
+        "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file"
+    raise SchedcError("io", f"is {what}; schedc writes regular files, FIFOs and character devices",
+                      where=str(path))
+
+
+_DESCRIPTOR = re.compile(r"/(?:dev|proc/[^/]+)/fd/\d+")
+
+
+def _names_a_descriptor(path: Path) -> bool:
+    """Whether `path` reaches an open file descriptor (`/dev/stdout`, `/dev/fd/N`, `/proc/self/fd/N`)
+    through its symbolic links: what is behind it was opened by the shell, to be written, not
+    replaced."""
+    name = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        if _DESCRIPTOR.fullmatch(name):
+            return True
+        if not os.path.islink(name):
+            return False
+        name = os.path.normpath(os.path.join(os.path.dirname(name), os.readlink(name)))
+    return False
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, then setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SchedcError("io", f"cannot create the output folder: {exc.strerror}", where=str(folder)) from None
+
+
+def _stage(target: _Target, data: bytes, temps: list[tuple[str, Path]]) -> None:
+    """Write `data` to a new temporary file beside `target.path`, with its mode, flushed to disk;
+    listed in `temps` before the first byte, so a failure part-way can remove it."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.path.name}.", suffix=".tmp", dir=target.path.parent)
+    temps.append((tmp, target.path))
+    with os.fdopen(fd, "wb") as fh:
+        os.chmod(tmp, target.mode)
+        fh.write(data)
+        fh.flush()
+        os.fsync(fd)
+
+
+def _write_direct(path: Path, data: bytes) -> None:
+    """Write to a FIFO, a device or a descriptor's file in place, appending (a file the shell
+    opened with `>` is empty, with `>>` it is a log). Opened without waiting, so a FIFO that no
+    process reads fails (ENXIO) instead of hanging; then written with ordinary blocking writes."""
+    nonblock = getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | nonblock | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ENXIO and stat.S_ISFIFO(os.stat(path).st_mode):
+            raise SchedcError("io", "cannot write: no process is reading the FIFO", where=str(path)) from None
+        raise
+    with os.fdopen(fd, "wb") as fh:
+        if nonblock:
+            os.set_blocking(fd, True)
+        fh.write(data)
+
+
+def _io_error(exc: OSError, where) -> SchedcError:
+    return SchedcError("io", f"cannot write: {exc.strerror or exc}", where=str(where))
+
+
+def dumps_json(value, **options) -> str:
+    """`json.dumps(value, **options)`, strict: a float that is not finite (inf, -inf, nan) becomes
+    null, so the text is JSON every parser reads (Python's default writes `Infinity`/`NaN`)."""
+    try:
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:  # rare: walk the value only when it holds such a number
+        return json.dumps(_finite(value), allow_nan=False, **options)
+
+
+def _finite(value):
+    """`value` with every non-finite float replaced by None (dicts, lists and tuples walked)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+@contextmanager
+def native_stdout_to_stderr():
+    """For the duration, file descriptor 1 (where C code such as HiGHS prints, whatever its options
+    say) is standard error: standard output keeps only what schedc writes, one JSON object with
+    `--json`. Python's own `sys.stdout` is untouched (flushed first, so its order is kept)."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+    saved = _point(1, 2)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            _flush_native()  # C stdio buffers what it printed: out to stderr before fd 1 is back
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _point(fd: int, to: int) -> int | None:
+    """Make `fd` a copy of `to`; a copy of the old `fd` to restore, or None when there is none."""
+    try:
+        saved = os.dup(fd)
+    except OSError:  # fd 1 closed: nothing to protect
+        return None
+    try:
+        os.dup2(to, fd)
+    except OSError:
+        os.close(saved)
+        return None
+    return saved
+
+
+def _flush_native() -> None:
+    """fflush(NULL): empty every C stdio buffer (where the platform's C library can be loaded)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):
+        pass
