@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .errors import SchedcError
+from .outputs import rounded
 
 
 @dataclass(frozen=True)
@@ -30,9 +31,10 @@ class Row:
         return max(self.peak_memory) if self.peak_memory else None
 
     def to_dict(self) -> dict:
-        return {"schedule": self.name, "params": dict(self.params), "makespan": self.makespan,
-                "bubble_ratio": self.bubble_ratio, "peak_memory": list(self.peak_memory), "peak": self.peak,
-                "over_limit": self.over_limit, "skipped": self.skipped}
+        shown = (lambda x: None if x is None else rounded(x))
+        return {"schedule": self.name, "params": dict(self.params), "makespan": shown(self.makespan),
+                "bubble_ratio": shown(self.bubble_ratio), "peak_memory": [rounded(x) for x in self.peak_memory],
+                "peak": shown(self.peak), "over_limit": self.over_limit, "skipped": self.skipped}
 
 
 def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float | None = None,

@@ -160,6 +160,16 @@ def _io_error(exc: OSError, where) -> SchedcError:
     return SchedcError("io", f"cannot write: {exc.strerror or exc}", where=str(where))
 
 
+def rounded(x: float) -> int | float:
+    """A time or size as outputs show it: to 12 significant digits (sums of a stage's 1/3 of a
+    unit are not exact in binary), an integer when it is one; not finite stays as it is."""
+    x = float(x)
+    if not math.isfinite(x):
+        return x
+    x = float(f"{x:.12g}")
+    return int(x) if x.is_integer() else x
+
+
 def dumps_json(value, **options) -> str:
     """`json.dumps(value, **options)`, strict: a float that is not finite (inf, -inf, nan) becomes
     null, so the text is JSON every parser reads (Python's default writes `Infinity`/`NaN`)."""

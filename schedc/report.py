@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .deps import delivers, payload, value_name
 from .errors import Diagnostic
+from .outputs import rounded
 from .ir import RECVS, Action, Program, describe, format_step
 from .lint import display_step, lint
 from .verify.deadlock import Deadlock, disagreement, find_deadlock, render_grid
@@ -112,11 +113,7 @@ class Report:
         return "\n".join(parts)
 
 
-def _number(x: float):
-    """A size as reports show it: to 12 significant digits (sums of a stage's 1/3 of a unit are not
-    exact in binary), an integer when it is one."""
-    x = float(f"{float(x):.12g}")
-    return int(x) if x.is_integer() else x
+_number = rounded  # a size as reports show it (schedc/outputs.py)
 
 
 def _peak_dict(pk: Peak, limit) -> dict:

@@ -21,6 +21,7 @@ from typing import Iterator, Mapping, NamedTuple
 
 from .deps import delivers, message, needs, peer_stage, produces, value_name
 from .errors import SchedcError
+from .outputs import rounded
 from .ir import COMM, COMPUTE, SENDS, Action, Compound, CompoundKind, Op, Program, Step, describe
 from .verify.memory import message_size, step_memory
 
@@ -197,10 +198,10 @@ class Timeline:
 
     def to_dict(self) -> dict:
         """The metrics as JSON-ready values (the core of `schedc sim --json`)."""
-        return {"level": self.level, "overlap": self.overlap, "makespan": self.makespan,
-                "bubble_ratio": self.bubble_ratio, "busy": list(self.busy), "idle": list(self.idle),
-                "peak_memory": list(self.peak_memory), "memory_run": MEMORY_RUN, "messages": len(self.messages),
-                "mismatches": self.mismatches}
+        return {"level": self.level, "overlap": self.overlap, "makespan": rounded(self.makespan),
+                "bubble_ratio": rounded(self.bubble_ratio), "busy": [rounded(x) for x in self.busy],
+                "idle": [rounded(x) for x in self.idle], "peak_memory": [rounded(x) for x in self.peak_memory],
+                "memory_run": MEMORY_RUN, "messages": len(self.messages), "mismatches": self.mismatches}
 
 
 def simulate(program: Program, *, overlap: bool = True,
