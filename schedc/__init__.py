@@ -1,7 +1,8 @@
 """schedc: a compiler and verifier for pipeline-parallel training schedules.
 
 Public API: `load(path_or_name, params=None) -> Program`, `check(program, ...) -> Report`,
-`to_torch_csv(program, level=...) -> str`, `from_torch_csv(path) -> Program`, and the IR types.
+`to_torch_csv(program, level=...) -> str`, `from_torch_csv(path) -> Program`, and the IR types;
+`schedc.torch.schedule(...)` gives torch's pipeline runtime (imported on its own: it needs torch).
 Submodules load lazily so `import schedc` stays fast.
 """
 from __future__ import annotations

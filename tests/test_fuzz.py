@@ -32,7 +32,7 @@ from schedc.interop.ir_json import dumps_ir, read_ir_json
 from schedc.interop.torch_csv import read_torch_csv, to_torch_csv
 from schedc.ir import Compound, CompoundKind
 from schedc.parse import parse, parser
-from schedc.passes import lower
+from schedc.passes import lower, lower_for_torch
 from schedc.resources import builtin_schedules
 from schedc.strategies import sources
 
@@ -126,7 +126,7 @@ def exercise(p) -> None:
             csv_text = to_torch_csv(p, "comms").dumps()
             back = read_torch_csv(csv_text, "back.csv")
             assert back.dumps() == csv_text
-            assert back.to_program().ranks == tuple(tuple(_flatten_groups(r)) for r in low.ranks)
+            assert back.to_program().ranks == tuple(tuple(_flatten_groups(r)) for r in lower_for_torch(p).ranks)
     else:
         event("checks fail")
 

@@ -1,9 +1,10 @@
 """The runtime on gloo, many schedules per spawn: gradients equal the unsplit model's, torch runs our
-CSV to the same gradients, a broken schedule is stopped by the watchdog, and `schedc run` trains.
+CSVs to the same gradients, a broken schedule is stopped by the watchdog, and `schedc run` trains.
 
 Spawning ranks is slow on two cores, so one launch of 2 ranks and one of 4 ranks each run every
 built-in schedule that loads with P = 2 or 4 (V = 2 where declared), on an MLP and a transformer in
-float64, two training steps each. This file is also the worker: `python tests/test_runtime.py
+float64, two training steps each; and every built-in on torch's `_PipelineScheduleRuntime` with
+torch's defaults, from our compute CSV, our comms CSV and `schedc.torch.schedule`. This file is also the worker: `python tests/test_runtime.py
 --worker CASES.json OUTDIR` is what each rank runs.
 """
 from __future__ import annotations
@@ -82,17 +83,24 @@ def _run_schedc(case, rank):
 
 
 def _run_torch(case, rank):
-    """Our compute_comms CSV through torch's _PipelineScheduleRuntime with real PipelineStages."""
+    """A built-in through torch's `_PipelineScheduleRuntime` with torch's defaults (scale_grads=True),
+    on real PipelineStages: our compute CSV (torch lowers it), our comms CSV (run as written), or the
+    schedule object `schedc.torch.schedule` builds."""
     import torch
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
+    import schedc.torch
     S, M = case["stages"], case["microbatches"]
     mine = [s for s, r in enumerate(case["placement"]) if r == rank]
     build, loss_fn, make_batch = _models()[case["model"]]
     modules = {s: m.double() for s, m in zip(mine, build(mine, S))}
     stages = [PipelineStage(modules[s], s, S, torch.device("cpu")) for s in mine]
-    schedule = _PipelineScheduleRuntime(stages, M, loss_fn=loss_fn, scale_grads=False)
-    schedule._load_csv(case["csv"], format="compute_comms")
+    if case["kind"] == "torch-api":
+        schedule = schedc.torch.schedule(case["source"], stages, M, loss_fn)  # P, V, M from the stages
+    else:
+        schedule = _PipelineScheduleRuntime(stages, M, loss_fn=loss_fn)
+        schedule._load_csv(case["csv"], format=case["format"])
     x, y = _batch(make_batch, 0, 2 * M)
     losses: list = []
     schedule.step(*((x,) if 0 in mine else ()), target=y if S - 1 in mine else None, losses=losses)
@@ -100,7 +108,7 @@ def _run_torch(case, rank):
     worst = 0.0
     for s in mine:
         for p, g in zip(modules[s].parameters(), ref_grads[s]):
-            worst = max(worst, (p.grad / M - g).abs().max().item())  # torch sums microbatch losses
+            worst = max(worst, (p.grad - g).abs().max().item())
     loss_err = abs(torch.stack(losses).mean().item() - ref_loss) if S - 1 in mine else 0.0
     return {"grad_err": worst, "loss_err": loss_err}
 
@@ -119,7 +127,7 @@ def _worker(cases_path: str, out_dir: str) -> int:
     for case in json.loads(Path(cases_path).read_text()):
         t0 = time.perf_counter()
         try:
-            result = (_run_torch if case["kind"] == "torch" else _run_schedc)(case, rank)
+            result = (_run_torch if case["kind"].startswith("torch") else _run_schedc)(case, rank)
         except Exception as exc:  # the peers would hang on this rank: report and stop the spawn
             sys.stderr.write(f"rank {rank}: case {case['id']} failed: {type(exc).__name__}: {exc}\n")
             sys.stderr.flush()
@@ -134,22 +142,28 @@ def _worker(cases_path: str, out_dir: str) -> int:
 
 
 # ---- the tests (parent side) ----
-def _builtin_cases(R: int, Ms, tmp: Path) -> list[dict]:
+def _builtins(R: int, M: int):
+    """(name, program) for every built-in that loads on R ranks with M microbatches (V = 2 where declared)."""
     import schedc
     from schedc.errors import SchedcError
-    from schedc.lower import lower_to_torch
     from schedc.resources import builtin_schedules
-    cases = []
     for name in builtin_schedules():
-        for M in Ms:
-            try:
-                program = schedc.load(name, {"P": R, "M": M, "V": 2}, strict_params=False)
-            except SchedcError as exc:
-                if exc.code in ("require", "missing-param"):
-                    continue
-                raise
-            if program.num_ranks != R:
+        try:
+            program = schedc.load(name, {"P": R, "M": M, "V": 2}, strict_params=False)
+        except SchedcError as exc:
+            if exc.code in ("require", "missing-param"):
                 continue
+            raise
+        if program.num_ranks == R:
+            yield name, program
+
+
+def _builtin_cases(R: int, Ms, tmp: Path) -> list[dict]:
+    import schedc
+    from schedc.lower import lower_to_torch
+    cases = []
+    for M in Ms:
+        for name, program in _builtins(R, M):
             report = schedc.check(program)
             assert report.ok, report.render()
             path = tmp / f"{name}_P{R}_M{M}_program.py"
@@ -186,29 +200,36 @@ def _assert_equal(results: dict, expected: list[dict]) -> None:
     assert not bad, json.dumps(bad, indent=1)
 
 
-def _torch_csv_cases(R: int, tmp: Path) -> list[dict]:
+def _torch_cases(R: int, M: int, tmp: Path) -> list[dict]:
+    """Every built-in that loads on R ranks, three ways into torch's runtime: our compute CSV, our
+    comms CSV, and `schedc.torch.schedule`."""
     import schedc
     cases = []
-    for name in ("1f1b", "interleaved_1f1b", "zb_h1"):
-        program = schedc.load(name, {"P": R, "M": 4, "V": 2}, strict_params=False)
-        path = tmp / f"{name}_comms.csv"
-        path.write_text(schedc.to_torch_csv(program, "comms"), newline="")
-        cases.append({"id": f"torch runs our {name} CSV (P={R}, M=4)", "kind": "torch", "csv": str(path),
-                      "stages": program.num_stages, "microbatches": 4, "placement": list(program.placement),
-                      "model": "mlp"})
+    for name, program in _builtins(R, M):
+        common = {"stages": program.num_stages, "microbatches": M, "placement": list(program.placement),
+                  "model": "mlp"}
+        for level, fmt in (("compute", "compute_only"), ("comms", "compute_comms")):
+            path = tmp / f"{name}_P{R}_{level}.csv"
+            path.write_text(schedc.to_torch_csv(program, level), newline="")
+            cases.append({"id": f"torch runs our {level} CSV of {name} (P={R}, M={M})", "kind": "torch-csv",
+                          "csv": str(path), "format": fmt, **common})
+        cases.append({"id": f"schedc.torch.schedule({name!r}) (P={R}, M={M})", "kind": "torch-api",
+                      "source": name, **common})
     return cases
 
 
-def test_every_builtin_on_2_ranks_matches_unsplit_training_and_torch_runs_our_csv(tmp_path):
-    cases = _builtin_cases(2, (2, 3, 4), tmp_path) + _torch_csv_cases(2, tmp_path)
+def test_every_builtin_on_2_ranks_matches_unsplit_training_on_ours_and_torchs_runtime(tmp_path):
+    cases = _builtin_cases(2, (2, 3, 4), tmp_path) + _torch_cases(2, 4, tmp_path)
     assert len({c["program"] for c in cases if c["kind"] == "schedc"}) >= 4 * 3  # gpipe, 1f1b, interleaved, looped
-    assert any(c["kind"] == "torch" for c in cases)
+    assert len([c for c in cases if c["kind"] == "torch-api"]) == 9  # every built-in
     _assert_equal(_spawn(cases, 2, tmp_path), cases)
 
 
-def test_every_builtin_on_4_ranks_matches_unsplit_training(tmp_path):
-    cases = _builtin_cases(4, (4, 8), tmp_path)
-    assert {"gpipe", "1f1b", "interleaved_1f1b", "looped_bfs"} <= {Path(c["program"]).name.split("_P")[0] for c in cases}
+def test_every_builtin_on_4_ranks_matches_unsplit_training_on_ours_and_torchs_runtime(tmp_path):
+    cases = _builtin_cases(4, (4, 8), tmp_path) + _torch_cases(4, 8, tmp_path)
+    assert {"gpipe", "1f1b", "interleaved_1f1b", "looped_bfs"} <= {Path(c["program"]).name.split("_P")[0]
+                                                                   for c in cases if c["kind"] == "schedc"}
+    assert len([c for c in cases if c["kind"] == "torch-api"]) == 9
     _assert_equal(_spawn(cases, 4, tmp_path), cases)
 
 

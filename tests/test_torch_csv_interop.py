@@ -25,7 +25,7 @@ from schedc.cli import main  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.interop.torch_csv import read_torch_csv  # noqa: E402
 from schedc.ir import Compound, CompoundKind, format_step  # noqa: E402
-from schedc.passes import lower  # noqa: E402
+from schedc.passes import lower, lower_for_torch  # noqa: E402
 
 ARTIFACTS = Path(__file__).parent / "data" / "pytorch-artifacts"  # copied from shared/reference
 FORMAT = {"compute": "compute_only", "comms": "compute_comms"}
@@ -134,24 +134,38 @@ def test_our_csv_loads_in_torch(tmp_path, name, params, level):
         assert loaded == ours_compute
     else:
         loaded = cells(runtime.pipeline_order_with_comms, P)
-        assert loaded == program_rows(lower(program))
+        assert loaded == program_rows(lower_for_torch(program))
         # the comms file carries the same compute order, plus the communication
         assert [[c for c in row if is_compute_text(c)] for row in loaded] == ours_compute
         assert any(not is_compute_text(c) for row in loaded for c in row)
-        # torch's own dry-run of a comms schedule flags stalls (ValueError): ours runs to the end
-        simulated = without_idle(cells(runtime._simulate(), P))
+        # torch's own dry-run of a comms schedule flags stalls (ValueError): ours runs to the end. It
+        # knows no UNSHARD / RESHARD / REDUCE_GRAD (not even on torch's own lowering): run it without them
+        stage_ops = (S.UNSHARD, S.RESHARD, S.REDUCE_GRAD)
+        order = {r: [a for a in actions if a.computation_type not in stage_ops]
+                 for r, actions in runtime.pipeline_order_with_comms.items()}
+        simulated = without_idle(cells(S._simulate_comms_compute(
+            order, lambda s: runtime.stage_index_to_group_rank[s], runtime._num_stages), P))
         for r in range(P):
-            assert sorted(simulated[r]) == sorted(loaded[r])
+            assert sorted(simulated[r]) == sorted(str(a) for a in order[r])
+        assert {str(a) for row in runtime.pipeline_order_with_comms.values() for a in row
+                if a.computation_type == S.REDUCE_GRAD} == {f"{s}REDUCE_GRAD" for s in range(program.num_stages)}
 
 
 @pytest.mark.parametrize("name, params", [pytest.param(n, p, id=_bid(n, p)) for n, p in BUILTINS])
 def test_our_comms_lowering_is_torchs(name, params):
-    """Our compute -> comms lowering gives exactly what torch's `_add_send_recv` gives."""
+    """Our comms CSV is exactly what torch's own lowering of our compute order gives
+    (`_add_unshard_reshard`, `_add_reduce_grad`, `_add_send_recv`), and our `lower` (schedc's runtime,
+    no stage actions) is exactly torch's `_add_send_recv`."""
     program = schedc.load(name, params)
     compute = {r: [S._Action.from_str(t) for t in row] for r, row in enumerate(program_rows(program))}
     theirs = S._add_send_recv(compute, stage_to_rank=lambda s: program.placement[s],
                               num_stages=program.num_stages)
     assert program_rows(lower(program)) == without_idle(cells(theirs, program.num_ranks))
+    runtime = _torch_runtime(program)
+    compute = {r: [S._Action.from_str(t) for t in row] for r, row in enumerate(program_rows(program))}
+    runtime._prepare_schedule_with_comms(compute, format="compute_only")  # (_add_send_recv emptied it)
+    assert program_rows(lower_for_torch(program)) == cells(runtime.pipeline_order_with_comms, program.num_ranks)
+    assert schedc.check(lower_for_torch(program)).ok  # the stage actions are no-ops to our checks
 
 
 def test_export_cli_writes_the_api_bytes(tmp_path):

@@ -136,15 +136,17 @@ def _cells(line: str):
 
 
 def to_torch_csv(program: Program, level: str = "comms") -> TorchCsv:
-    """The rows torch would load: `compute` keeps compute actions only, `comms` lowers first.
+    """The rows torch would load: `compute` keeps compute actions only (torch lowers it itself),
+    `comms` lowers first as torch's own lowering does (`lower_for_torch`: UNSHARD / RESHARD, REDUCE_GRAD,
+    then SEND / RECV), so torch's runtime scales the gradients as it does for its own schedules.
 
     Groups are flattened (torch's CSV has no groups); compounds like OVERLAP_F_B are kept.
     """
     if level not in ("compute", "comms"):
         raise SchedcError("usage", f"unknown level {level!r}; expected compute or comms", where="--level")
     if level == "comms":
-        from ..passes import lower
-        program = lower(program)
+        from ..passes import lower_for_torch
+        program = lower_for_torch(program)
     rows = []
     for steps in program.ranks:
         row: list[Step] = []

@@ -1,15 +1,17 @@
-"""IR-to-IR passes and the one pipeline that lists them.
+"""IR-to-IR passes and the pipelines that list them.
 
-Each pass is a pure `Program -> Program` function; `lower` runs them in order, one line each.
+Each pass is a pure `Program -> Program` function; `lower` and `lower_for_torch` run them in
+order, one line each.
 """
 from __future__ import annotations
 
 from ..ir import Program
 from .comms import insert_comms
+from .stage_ops import add_reduce_grad, add_unshard_reshard
 
 
 def lower(program: Program) -> Program:
-    """Compute level to communication level, ready to export or run."""
+    """Compute level to communication level, ready to run on schedc's runtime."""
     for step in (
         insert_comms,  # SEND/RECV for every value that crosses ranks, receives posted with their sender
     ):
@@ -17,4 +19,18 @@ def lower(program: Program) -> Program:
     return program
 
 
-__all__ = ["insert_comms", "lower"]
+def lower_for_torch(program: Program) -> Program:
+    """Compute level to what torch's `_PipelineScheduleRuntime` lowering makes of it.
+
+    schedc's runtime scales gradients itself and has no FSDP, so only torch needs the stage actions.
+    """
+    for step in (
+        add_unshard_reshard,  # FSDP gather/free around each stage's compute, as torch's prefetch window
+        add_reduce_grad,  # after a stage's last backward: torch scales gradients by 1/M here
+        insert_comms,  # then communication, as torch's `_add_send_recv` does last
+    ):
+        program = step(program)
+    return program
+
+
+__all__ = ["add_reduce_grad", "add_unshard_reshard", "insert_comms", "lower", "lower_for_torch"]

@@ -1,0 +1,91 @@
+"""Insert the per-stage actions torch's lowering adds: UNSHARD / RESHARD and REDUCE_GRAD.
+
+torch's `_PipelineScheduleRuntime` runs a compute-level schedule through `_add_unshard_reshard`,
+`_add_reduce_grad` and `_add_send_recv`; a communication-level CSV is run as written, so it must
+carry these itself: REDUCE_GRAD is where torch scales gradients by 1/M (its `scale_grads`) and
+finishes FSDP's gradient reduction, UNSHARD / RESHARD gather and free FSDP-sharded stages. They
+have no microbatch and no dependencies (deps.py); schedc's own runtime ignores them.
+"""
+from __future__ import annotations
+
+from ..ir import Action, Op, Program, Step
+
+MAX_ACTIVE_STAGES = 3  # torch's default prefetch window for `_add_unshard_reshard`
+_BACKWARDS = (Op.B, Op.W)  # the actions that finish a microbatch's weight gradient
+
+
+def _computes(step: Step) -> tuple[Action, ...]:
+    return tuple(a for a in step.parts if a.op.is_compute)
+
+
+def _has(program: Program, op: Op) -> bool:
+    return any(a.op is op for _, _, a in program.actions())
+
+
+def add_unshard_reshard(program: Program, max_active_stages: int = MAX_ACTIVE_STAGES) -> Program:
+    """Before each compute step, UNSHARD the next `max_active_stages` stages the rank computes on
+    and RESHARD the active ones it does not; RESHARD whatever is still active at the end.
+
+    As torch's `_add_unshard_reshard` on a compute-level program (the same actions in the same
+    order); communication steps are passed through and skipped when looking ahead. A program that
+    already has UNSHARD actions is left as it is.
+    """
+    if _has(program, Op.UNSHARD):
+        return program
+    return program.with_ranks(_unshard_reshard(steps, max_active_stages) for steps in program.ranks)
+
+
+def _unshard_reshard(steps, window: int) -> list[Step]:
+    computes = [_computes(st) for st in steps]
+    # a set, updated in torch's order: torch evicts in the set's iteration order, and so do we
+    active: set[int] = set()
+    out: list[Step] = []
+    for i, step in enumerate(steps):
+        if computes[i]:
+            upcoming = _next_stages(computes[i:], window)
+            evict = [s for s in active if s not in upcoming]
+            fetch = [s for s in upcoming if s not in active]
+            for s in evict:
+                active.remove(s)
+                out.append(Action(Op.RESHARD, s))
+            for s in fetch:
+                active.add(s)
+                out.append(Action(Op.UNSHARD, s))
+        out.append(step)
+    out.extend(Action(Op.RESHARD, s) for s in list(active))
+    return out
+
+
+def _next_stages(computes, count: int) -> list[int]:
+    """The first `count` distinct stages computed on from here (a compound's stages all count)."""
+    stages: list[int] = []
+    for parts in computes:
+        for a in parts:
+            if a.stage not in stages:
+                stages.append(a.stage)
+        if len(stages) >= count:
+            break
+    return stages
+
+
+def add_reduce_grad(program: Program) -> Program:
+    """REDUCE_GRAD(s) right after the step that runs stage s's last (M-th) B or W.
+
+    As torch's `_add_reduce_grad`. A program that already has REDUCE_GRAD actions is left as it is.
+    """
+    if _has(program, Op.REDUCE_GRAD):
+        return program
+    M = program.num_microbatches
+    ranks = []
+    for steps in program.ranks:
+        done: dict[int, int] = {}
+        out: list[Step] = []
+        for step in steps:
+            out.append(step)
+            for a in _computes(step):
+                if a.op in _BACKWARDS:
+                    done[a.stage] = done.get(a.stage, 0) + 1
+                    if done[a.stage] == M:
+                        out.append(Action(Op.REDUCE_GRAD, a.stage))
+        ranks.append(out)
+    return program.with_ranks(ranks)

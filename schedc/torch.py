@@ -1,0 +1,94 @@
+"""The torch bridge: a verified schedc schedule as torch's own `_PipelineScheduleRuntime`.
+
+`schedule(source, stages, n_microbatches, loss_fn)` loads a built-in, a .pp or a PyTorch .csv,
+refuses it unless `schedc check` passes, lowers it as torch's own lowering does (UNSHARD / RESHARD,
+REDUCE_GRAD, then SEND / RECV) and returns torch's schedule object with those actions loaded, so
+`schedule.step(...)` trains with torch's defaults. torch is imported only when it is called.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable, Sequence
+
+from .errors import SchedcError
+from .ir import Program, format_step
+
+
+def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
+             loss_fn: Callable | None = None, *, scale_grads: bool = True, fmt: str | None = None,
+             notation: str = "current", semantics: str = "rendezvous", **params: int):
+    """torch's `_PipelineScheduleRuntime` for `stages` (this rank's `PipelineStage`s) running `source`.
+
+    `source` is a built-in name, a .pp, .csv or .json path, or a `Program`; `params` are the
+    schedule's parameters (`P`, `V`, `M` default to the pipeline group's size, the stages per rank
+    and `n_microbatches` when the schedule declares them). `scale_grads`, as in torch: gradients
+    are divided by `n_microbatches` (a loss that averages over the batch trains as unsplit).
+    Raises `SchedcError` if the schedule fails `schedc check` or does not fit the stages.
+    """
+    from torch.distributed.pipelining.schedules import _Action, _PipelineScheduleRuntime
+
+    from .interop.torch_csv import to_torch_csv
+    if not stages:
+        raise SchedcError("usage", "schedc.torch.schedule needs this rank's pipeline stages; got none")
+    if isinstance(source, Program) and params:
+        raise SchedcError("usage", f"parameters {', '.join(params)} given with a compiled Program; "
+                          "they apply to a schedule's source")
+    program = source if isinstance(source, Program) else _load(source, stages, n_microbatches, fmt, notation, params)
+    _fits(program, stages, n_microbatches)
+    _verified(program, semantics)
+    rows = to_torch_csv(program, "comms").rows
+    runtime = _PipelineScheduleRuntime(list(stages), n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads)
+    actions = {rank: [_Action.from_str(format_step(cell)) for cell in row] for rank, row in enumerate(rows)}
+    runtime._prepare_schedule_with_comms(actions, format="compute_comms")
+    return runtime
+
+
+def _load(source: str, stages, n_microbatches: int, fmt, notation: str, params: dict) -> Program:
+    """Compile or read `source`; P, V and M come from the stages where the schedule declares them."""
+    from .api import detect_format, load, resolve
+    fmt = fmt or detect_format(str(resolve(source)))
+    if fmt != "pp":
+        return load(source, fmt=fmt, notation=notation, params=params or None)
+    ranks = stages[0].group_size
+    implied = {"P": ranks, "V": max(stages[0].num_stages // ranks, 1), "M": n_microbatches}
+    program = load(source, {**implied, **params}, notation=notation, strict_params=False)
+    declared = dict(program.params)
+    unknown = sorted(set(params) - set(declared))
+    if unknown:
+        raise SchedcError("unknown-param", f"{program.name} does not declare {', '.join(unknown)} "
+                          f"(its parameters: {', '.join(declared) or 'none'})", where=str(source))
+    return program
+
+
+def _fits(program: Program, stages, n_microbatches: int) -> None:
+    """The schedule's ranks, stages, microbatches and placement are the ones torch is given."""
+    first = stages[0]
+    found = {"ranks": (program.num_ranks, first.group_size), "stages": (program.num_stages, first.num_stages),
+             "microbatches": (program.num_microbatches, n_microbatches)}
+    for what, (ours, theirs) in found.items():
+        if ours != theirs:
+            raise SchedcError("usage", f"{program.name} has {ours} {what}; the pipeline has {theirs}",
+                              where=program.source)
+    for stage in stages:
+        rank = program.placement[stage.stage_index]
+        if rank != stage.group_rank:
+            raise SchedcError("placement", f"{program.name} runs stage {stage.stage_index} on rank {rank}, "
+                              f"but it was built on rank {stage.group_rank}", where=program.source)
+    rank = first.group_rank
+    missing = sorted(set(s for s, r in enumerate(program.placement) if r == rank) - {s.stage_index for s in stages})
+    if missing:
+        raise SchedcError("placement", f"{program.name} runs stage(s) {', '.join(map(str, missing))} on rank "
+                          f"{rank}, which was not given them", where=program.source)
+
+
+def _verified(program: Program, semantics: str) -> None:
+    """Refuse a schedule that `schedc check` does not pass: torch would hang or compute wrong."""
+    from .api import check
+    report = check(program, semantics=semantics)
+    if report.ok is not True:
+        if not report.errors:
+            raise SchedcError("usage", f"{program.name}: the checks could not decide ({report.unknown}); "
+                              "not loading it into torch", where=program.source)
+        first, *rest = report.errors
+        note = f"{program.name} fails schedc check ({len(report.errors)} error(s)): not loading it into torch"
+        raise SchedcError.many([replace(first, notes=first.notes + (note,)), *rest])

@@ -1,0 +1,112 @@
+"""`schedc.torch.schedule`, in one process on torch's duck-typed stages: it loads every built-in as
+torch's own lowering of our compute order (stage actions included), refuses what `check` rejects or
+what does not fit the stages, and stays out of `import schedc`. Training with it on gloo, against
+unsplit gradients, is in tests/test_runtime.py (`_torch_cases`).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+S = pytest.importorskip("torch.distributed.pipelining.schedules")
+
+import schedc  # noqa: E402
+import schedc.torch  # noqa: E402
+from schedc.errors import SchedcError  # noqa: E402
+from schedc.interop.torch_csv import TorchCsv  # noqa: E402
+from schedc.passes import lower, lower_for_torch  # noqa: E402
+from schedc.resources import builtin_schedules  # noqa: E402
+from test_torch_oracle import MockStage  # noqa: E402
+
+
+def stages_of(program: schedc.Program, rank: int) -> list[MockStage]:
+    return [MockStage(s, program.num_stages, program.num_ranks, rank)
+            for s, r in enumerate(program.placement) if r == rank]
+
+
+def torchs_lowering(program: schedc.Program) -> dict:
+    """What torch's `_load_csv(format="compute_only")` makes of our compute CSV."""
+    runtime = S._PipelineScheduleRuntime(stages_of(program, 0), program.num_microbatches)
+    compute = {r: [S._Action.from_str(c) for c in row.split(",")]
+               for r, row in enumerate(schedc.to_torch_csv(program, "compute").splitlines())}
+    runtime._prepare_schedule_with_comms(compute, format="compute_only")
+    return runtime.pipeline_order_with_comms
+
+
+@pytest.mark.parametrize("name", builtin_schedules())
+@pytest.mark.parametrize("P, M", [(2, 4), (4, 8)])
+def test_every_builtin_loads_as_torchs_own_lowering(name, P, M):
+    program = schedc.load(name, {"P": P, "M": M, "V": 2}, strict_params=False)
+    expected = {r: [str(a) for a in actions] for r, actions in torchs_lowering(program).items()}
+    for rank in range(P):
+        runtime = schedc.torch.schedule(name, stages_of(program, rank), M)  # P, V, M from the stages
+        assert isinstance(runtime, S._PipelineScheduleRuntime) and runtime.scale_grads
+        assert {r: [str(a) for a in actions] for r, actions in runtime.pipeline_order_with_comms.items()} == expected
+        assert runtime.stage_index_to_group_rank == dict(enumerate(program.placement))
+    reduce_grads = [a for row in expected.values() for a in row if a.endswith("REDUCE_GRAD")]
+    assert sorted(reduce_grads) == sorted(f"{s}REDUCE_GRAD" for s in range(program.num_stages))
+
+
+def test_a_csv_and_a_program_load_too(tmp_path):
+    program = schedc.load("interleaved_1f1b", {"P": 2, "V": 2, "M": 4})
+    path = tmp_path / "i1f1b.csv"
+    path.write_text(schedc.to_torch_csv(program, "comms"), newline="")
+    expected = {r: [str(a) for a in actions] for r, actions in torchs_lowering(program).items()}
+    for source in (str(path), program):
+        runtime = schedc.torch.schedule(source, stages_of(program, 1), 4)
+        assert {r: [str(a) for a in actions] for r, actions in runtime.pipeline_order_with_comms.items()} == expected
+    # a comms CSV written without the stage actions (by schedc before, or by hand) gets them too
+    bare = tmp_path / "bare.csv"
+    bare.write_text(TorchCsv(lower(program).ranks).dumps(), newline="")
+    assert "REDUCE_GRAD" not in bare.read_text()
+    runtime = schedc.torch.schedule(str(bare), stages_of(program, 0), 4)
+    assert any(a.computation_type == S.REDUCE_GRAD for a in runtime.pipeline_order_with_comms[0])
+
+
+BROKEN = """\
+schedule broken {
+  rank 0: 0F0 0RECV_B0 0B0 0SEND_F0
+  rank 1: 1RECV_F0 1F0 1B0 1SEND_B0
+}
+"""
+
+
+def test_a_schedule_that_fails_check_is_refused(tmp_path):
+    path = tmp_path / "broken.pp"
+    path.write_text(BROKEN)
+    with pytest.raises(SchedcError) as info:
+        schedc.torch.schedule(str(path), stages_of(schedc.load(str(path)), 0), 1)
+    assert info.value.code == "deadlock"
+    assert "broken fails schedc check (1 error(s)): not loading it into torch" in str(info.value)
+
+
+@pytest.mark.parametrize("call, code, words", [
+    (lambda: schedc.torch.schedule("1f1b", stages_of(schedc.load("1f1b", {"P": 2, "M": 4}), 0), 4, M=6),
+     "usage", "has 6 microbatches; the pipeline has 4"),
+    (lambda: schedc.torch.schedule("1f1b", [MockStage(1, 2, 2, 0)], 4), "placement",
+     "runs stage 1 on rank 1, but it was built on rank 0"),
+    (lambda: schedc.torch.schedule("interleaved_1f1b", [MockStage(0, 4, 2, 0)], 4), "placement",
+     "runs stage(s) 2 on rank 0, which was not given them"),
+    (lambda: schedc.torch.schedule("1f1b", [MockStage(0, 2, 2, 0)], 4, V=2), "unknown-param", "does not declare V"),
+    (lambda: schedc.torch.schedule("1f1b", [], 4), "usage", "needs this rank's pipeline stages"),
+    (lambda: schedc.torch.schedule(schedc.load("gpipe", {"P": 2, "M": 2}), [MockStage(0, 2, 2, 0)], 2, M=2),
+     "usage", "given with a compiled Program"),
+])
+def test_a_schedule_that_does_not_fit_the_stages_is_refused(call, code, words):
+    with pytest.raises(SchedcError) as info:
+        call()
+    assert info.value.code == code and words in str(info.value), str(info.value)
+
+
+def test_the_comms_csv_is_lower_for_torch():
+    program = schedc.load("zbv", {"P": 2, "M": 4})
+    assert schedc.to_torch_csv(program, "comms") == schedc.to_torch_csv(lower_for_torch(program), "comms")
+
+
+def test_importing_the_bridge_does_not_import_torch():
+    res = subprocess.run([sys.executable, "-c", "import sys, schedc, schedc.torch\nprint('torch' in sys.modules)"],
+                         capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent)
+    assert res.returncode == 0 and res.stdout.strip() == "False", res.stderr
