@@ -15,6 +15,7 @@ from .errors import SchedcError
 from .ir import (DEFAULT_SPEED, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op, Program, placed,
                  StageCost, StageMemory, parse_step)
 from .expr import FUNCTIONS, MAX_INT, Eval, Env, compile_expr as _compile_expr, did_you_mean as _did_you_mean
+from .expr import compile_function
 from .expr import as_int as _int, as_nonneg as _nonneg, as_truth as _truth
 from .span import Span, span_text
 
@@ -471,7 +472,7 @@ class _Compiler:
         if len(set(s.params)) != len(s.params):
             raise SchedcError("redefined", f"function '{s.name}' names a parameter twice", s.span)
         inner = _Scope({p: s.span for p in s.params}, scope)
-        body = self.expr(s.value, inner)
+        body = compile_function(s.params, s.value, inner)
         if scope.lookup(s.name) or scope.function(s.name) is not None or s.name in FUNCTIONS:
             raise SchedcError("redefined", f"'{s.name}' is already defined; pick another name", s.span)
         scope.functions[s.name] = (s.params, body, s.span)

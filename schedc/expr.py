@@ -103,6 +103,67 @@ def _user_call(e: ast.Call, scope: Scope) -> Eval:
     return call
 
 
+MEMO_SIZE = 4096  # entries kept per memoized function body before its cache starts again
+
+
+def compile_function(params: tuple[str, ...], body: ast.Expr, scope: Scope) -> Eval:
+    """A `let` function's body, compiled once for every call site. A body that calls another `let`
+    function is memoized on the values of the names it reads (its parameters and outer names), so
+    a chain of functions each calling the previous one twice costs one evaluation per function,
+    not 2^n; a body without such calls is cheap and runs as is."""
+    run = compile_expr(body, scope)
+    outer = tuple(sorted(_reads(body, scope) - set(params)))
+    if _calls_function(body, scope):
+        run = _memoized(run, tuple(params) + outer)
+    run.outer = outer  # what a caller's memo key must include of this function
+    return run
+
+
+def _memoized(run: Eval, reads: tuple[str, ...]) -> Eval:
+    """`run`, evaluated once per distinct value of the names it `reads` (at most MEMO_SIZE kept)."""
+    cache: dict = {}
+
+    def memoized(env):
+        key = tuple((type(v), v) for v in map(env.get, reads))  # 1, 1.0 and True differ here
+        hit = cache.get(key, cache)
+        if hit is cache:
+            if len(cache) >= MEMO_SIZE:
+                cache.clear()
+            hit = cache[key] = run(env)
+        return hit
+    return memoized
+
+
+def _children(e: ast.Expr) -> tuple:
+    if isinstance(e, ast.Call):
+        return e.args
+    if isinstance(e, ast.BinOp):
+        return (e.left, e.right)
+    if isinstance(e, ast.UnaryOp):
+        return (e.operand,)
+    if isinstance(e, ast.Ternary):
+        return (e.cond, e.then, e.orelse)
+    return ()
+
+
+def _calls_function(e: ast.Expr, scope: Scope) -> bool:
+    """Whether `e` calls a `let` function."""
+    if isinstance(e, ast.Call) and scope.function(e.name) is not None:
+        return True
+    return any(_calls_function(c, scope) for c in _children(e))
+
+
+def _reads(e: ast.Expr, scope: Scope) -> set[str]:
+    """The names `e` reads from its environment, through the `let` functions it calls too (a called
+    function's own parameters are bound by the call, so only its outer names count)."""
+    out = {e.name} if isinstance(e, ast.Var) else set()
+    if isinstance(e, ast.Call) and scope.function(e.name) is not None:
+        out |= set(scope.function(e.name)[1].outer)
+    for c in _children(e):
+        out |= _reads(c, scope)
+    return out
+
+
 def _binop(e: ast.BinOp, scope: Scope) -> Eval:
     lf, rf = compile_expr(e.left, scope), compile_expr(e.right, scope)
     ls, rs, op, span = e.left.span, e.right.span, e.op, e.span

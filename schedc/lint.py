@@ -38,6 +38,12 @@ class Findings:
         self.items.append(Diagnostic(code, f"rank {rank}, step {step}: {message}", span,
                                      tuple(notes), rank=rank, step=step))
 
+    def count_dropped(self, code: str, n: int) -> None:
+        """Count `n` more findings of `code` that are not listed (beyond the MAX_PER_CODE that are)."""
+        if n > 0:
+            self._count[code] += n
+            self.dropped[code] += n
+
     def codes(self) -> set[str]:
         return set(self._count)
 
@@ -146,12 +152,20 @@ def _counts(p: Program, out: Findings) -> None:
                                       "from an older PyTorch"])
     else:
         legacy_pairs = set()
-    total = p.num_stages * p.num_microbatches
-    suspects = (B & (I | W)) | (I ^ W)
-    if len(F) < total or len(B | I | W) < total:  # something is missing: look at every pair
-        suspects |= {(s, m) for s in range(p.num_stages) for m in range(p.num_microbatches)
-                     if (s, m) not in F or ((s, m) not in B and (s, m) not in I and (s, m) not in W)}
-    for s, m in sorted(suspects - legacy_pairs):
+    backward = B | I | W
+    incomplete = _incomplete_pairs(p, F, backward)
+    suspects = (B & (I | W)) | (I ^ W) | set(incomplete)
+    _pair_findings(p, out, first, sorted(suspects - legacy_pairs), has)
+    # pairs past the first MAX_PER_CODE incomplete ones are counted, not listed: their number is
+    # arithmetic, so a CSV whose one action names microbatch 999,999 costs what its actions do
+    listed = sum((sm not in F) + (sm not in backward) for sm in incomplete)
+    out.count_dropped("missing", _missing_count(p, F, backward) - listed)
+
+
+def _pair_findings(p: Program, out: Findings, first: dict, pairs, has: dict) -> None:
+    """`missing` and `mixed-backward` findings of the given (stage, microbatch) pairs."""
+    F, B, I, W = has[Op.F], has[Op.B], has[Op.I], has[Op.W]
+    for s, m in pairs:
         found = next((first[(op, s, m)] for op in (Op.F, Op.B, Op.I, Op.W) if (op, s, m) in first), None)
         home = p.placement[s]
         rank, step, a = found if found else (home, len(p.ranks[home]), None)
@@ -169,6 +183,28 @@ def _counts(p: Program, out: Findings) -> None:
             there, missing = ("I", "W") if sm in I else ("W", "I")
             out.add("missing", f"{missing}({s},{m}) is missing: {there}({s},{m}) needs its partner",
                     rank, step, a)
+
+
+def _incomplete_pairs(p: Program, F: set, backward: set) -> list[tuple[int, int]]:
+    """The first MAX_PER_CODE (stage, microbatch) pairs, in order, without an F or any backward;
+    the scan stops there, so it looks at no more pairs than the program has actions plus that."""
+    found: list[tuple[int, int]] = []
+    if _missing_count(p, F, backward) == 0:
+        return found
+    for s in range(p.num_stages):
+        for m in range(p.num_microbatches):
+            if (s, m) not in F or (s, m) not in backward:
+                found.append((s, m))
+                if len(found) == MAX_PER_CODE:
+                    return found
+    return found
+
+
+def _missing_count(p: Program, F: set, backward: set) -> int:
+    """How many `missing` findings of a forward or of any backward the program has (F and
+    `backward` hold only valid pairs: indices were checked first)."""
+    total = p.num_stages * p.num_microbatches
+    return (total - len(F)) + (total - len(backward))
 
 
 def _inputs(p: Program, out: Findings) -> None:

@@ -286,12 +286,9 @@ class _ToAst(Transformer):
         return ast.RankBody(None, self._int(index), body, self._span(meta))
 
     def rank_literal(self, meta, children):
-        index, *actions = children
-        return ast.RankLiteral(self._int(index), tuple(actions), self._span(meta))
-
-    def literal_action(self, meta, children):
-        tok = children[0]
-        return ast.LiteralAction(str(tok), self._tok(tok))
+        index, *tokens = children  # the action tokens themselves (`_literal_action` is inlined)
+        actions = tuple(ast.LiteralAction(str(tok), self._tok(tok)) for tok in tokens)
+        return ast.RankLiteral(self._int(index), actions, self._span(meta))
 
     # statements
     def block(self, meta, children):

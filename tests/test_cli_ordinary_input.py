@@ -192,11 +192,12 @@ def test_a_division_that_may_be_by_zero_past_the_samples_is_not_proved():
     from schedc.prove import smt
     from schedc.prove.model import model, pins, unroll
     from schedc.prove.prover import parse_condition
+    from schedc.solver import Deadline
     assumed = (parse_condition("M // (P - 20) >= 0", "--assume"),)
     path = resolve("1f1b")
     m = replace(unroll(model(parse(read_text(path), str(path))), pins(assumed)), nonlinear=True)
     enc = smt.Encoding(m, assumed)
-    verdicts = [enc.run(f, 10.0, domain=False) for f in smt.divisors(enc)]
+    verdicts = [enc.run(f, Deadline.after(10.0), domain=False) for f in smt.divisors(enc)]
     assert any(isinstance(v, solver.Refuted) and v.params["P"] <= 20 for v in verdicts), verdicts
 
 

@@ -88,14 +88,14 @@ def _starts_after_what_it_needs(p: Program, timeline) -> None:
     """No step starts before every value it needs (schedc/deps.py) has been made."""
     made: dict = {}
     for r, rank in enumerate(p.ranks):
-        for x, st in enumerate(rank):
-            for a in st.parts:
+        for x, step in enumerate(rank):
+            for a in step.parts:
                 v = produces(a)
                 if v is not None:
                     made[v] = timeline.end[r][x]
     for r, rank in enumerate(p.ranks):
-        for x, st in enumerate(rank):
-            for a in st.parts:
+        for x, step in enumerate(rank):
+            for a in step.parts:
                 for v in needs(a, p.num_stages):
-                    if v in made and v not in {produces(b) for b in st.parts}:
+                    if v in made and v not in {produces(b) for b in step.parts}:
                         assert timeline.start[r][x] >= made[v] - 1e-9, (r, x, a, v)

@@ -22,6 +22,7 @@ from schedc.prove.search import _edges, peaks
 from schedc.resources import builtin_schedules
 import schedc
 from schedc.errors import SchedcError
+from schedc.solver import Deadline
 
 DATA = Path(__file__).parent / "data" / "prove"
 AFFINE = ["gpipe", "1f1b", "zb_h1"]  # proved by search in a few seconds
@@ -445,18 +446,17 @@ def test_dualpipev_written_with_next_is_the_same_program():
 def test_an_overlap_step_is_one_step_for_the_proof():
     """overlap(F(0, 1), B(0, 0)) would run as two actions in sequence, but as one step it deadlocks:
     the concrete check refutes it, and no timing certificate exists for the step reading either."""
-    import time as clock
     from schedc.prove.search import cegis_timing
     p = prove(str(DATA / "overlap_cycle.pp"))
     assert p.verdict == "refuted" and p.counterexample["params"] == {"P": 2, "M": 2}
     path = DATA / "overlap_cycle.pp"
     one_step = model(parse(path.read_text(), str(path)))
     assert [x.key for x in one_step.stmts][1:3] == [1, 1]  # the two parts share a step
-    cert, why = cegis_timing(one_step, (), [{"P": 2, "M": 2}], clock.monotonic() + 30, lambda _: None)
+    cert, why = cegis_timing(one_step, (), [{"P": 2, "M": 2}], Deadline.after(30), lambda _: None)
     assert cert is None and "no affine timing" in why
     in_sequence = path.read_text().replace("overlap(F(0, 1), B(0, 0))", "F(0, 1); B(0, 0)")
     cert, why = cegis_timing(model(parse(in_sequence, "seq.pp")), (), [{"P": 2, "M": 2}],
-                             clock.monotonic() + 30, lambda _: None)
+                             Deadline.after(30), lambda _: None)
     assert cert is not None, why
 
 
@@ -496,20 +496,19 @@ def test_interleaved_1f1b_order_has_a_timing_that_z3_checks_for_every_setting():
     every P, V, M: t = P * (2 op - warm) + r + 1 for F and P * (2 op - warm) - r + 2P for B increase
     along every rank's list and every dependency, checked in nonlinear arithmetic; a certificate
     without the rank term is caught."""
-    import time
     from schedc.prove.sample import feature_names
     m = replace(model_of("interleaved_1f1b"), nonlinear=True)
     names = {x.index: feature_names(m, x) for x in m.stmts}
     (f,), (b,) = [[x.index for x in m.stmts if x.kind == k] for k in "FB"]
     timing = {f: {"op*P": 2, "warm*P": -1, "r": 1, "1": 1}, b: {"op*P": 2, "warm*P": -1, "r": -1, "P": 2}}
     check = prover_module._check_timing
-    assert check(m, (), timing, names, time.monotonic() + 60) is None
+    assert check(m, (), timing, names, Deadline.after(60)) is None
     t = timing_of({"timing": timing, "features": names})
     for P, V, M in [(3, 2, 1), (5, 3, 10), (7, 2, 21)]:  # and by hand, without Z3
         for x, y in _edges(m, instances(m, {"P": P, "V": V, "M": M})):
             assert t(x) < t(y), (P, V, M, x, y)
     broken = {**timing, f: {"op*P": 2, "warm*P": -1, "1": 1}}
-    assert "the timing certificate fails at" in check(m, (), broken, names, time.monotonic() + 60)
+    assert "the timing certificate fails at" in check(m, (), broken, names, Deadline.after(60))
 
 
 def test_the_smallest_counterexample_is_the_least_sum_then_the_least_of_each_parameter_in_turn():
@@ -520,11 +519,11 @@ def test_the_smallest_counterexample_is_the_least_sum_then_the_least_of_each_par
     from schedc.solver import Refuted
     enc = smt.Encoding(model_of("1f1b"), ())
     P, M = enc.params["P"], enc.params["M"]
-    got = enc.run(z3.And(P + M >= 10, P >= 2, M >= 3), 30, smallest=True)
+    got = enc.run(z3.And(P + M >= 10, P >= 2, M >= 3), Deadline.after(30), smallest=True)
     assert isinstance(got, Refuted) and got.params == {"P": 2, "M": 8} and got.least
     s = z3.Solver(ctx=enc.ctx)
     s.add(P + M >= 10, P >= 2)
     assert s.check() == z3.sat
     model = s.model()
-    _, least = smt._least(s, model, P + M, until=0.0)
+    _, least = smt._least(s, model, P + M, until=Deadline.after(0.0))
     assert least is False

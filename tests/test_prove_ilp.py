@@ -8,6 +8,7 @@ import itertools
 from hypothesis import given, settings, strategies as st
 
 from schedc.prove.ilp import CONSTANT_WEIGHT, Fit, minimise
+from schedc.solver import Deadline
 
 
 def cost(weights, x):
@@ -43,10 +44,10 @@ def test_the_fit_keeps_disallowed_features_at_zero_and_says_none_when_only_they_
     rows = [[("s", [0, 0, 1])], [("s", [0, 1, 2])]]
     fit = Fit(4, allowed={"s": {0, 1}})  # m may not be used
     fit.add(rows)
-    assert fit.solve(10) is None  # the first row is 0 >= 1 without m
+    assert fit.solve(Deadline.after(10)) is None  # the first row is 0 >= 1 without m
     fit = Fit(4)
     fit.add(rows)
-    assert fit.solve(10) == {"s": {2: 1}}  # the smallest: t = m
+    assert fit.solve(Deadline.after(10)) == {"s": {2: 1}}  # the smallest: t = m
 
 
 def test_what_highs_prints_goes_to_stderr_so_stdout_stays_the_commands(noisy_highs, capfd):

@@ -30,7 +30,8 @@ from schedc.prove.model import model
 from schedc.resources import builtin_schedules
 path = builtin_schedules()["1f1b"]
 enc = smt.Encoding(model(parse(path.read_text(), str(path))), ())
-print(type(enc.run(enc.R < 1, 30)).__name__, 'z3' in sys.modules)
+from schedc.solver import Deadline
+print(type(enc.run(enc.R < 1, Deadline.after(30))).__name__, 'z3' in sys.modules)
 """
 
 

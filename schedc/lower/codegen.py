@@ -7,6 +7,7 @@ closed set of op names. The rendered program imports only `schedc.runtime` (whic
 from __future__ import annotations
 
 import ast
+import gc
 import math
 from dataclasses import dataclass
 
@@ -168,8 +169,18 @@ def _literal(value, indent: int | None = None) -> str:
 
 def _check_source(source: str, meta: dict, ranks: list) -> None:
     """Belt and braces: the text parses, its only statements are the template's, and its literals
-    evaluate to exactly the table."""
-    tree = ast.parse(source)
+    evaluate to exactly the table. The collector is paused meanwhile: a parse making millions of
+    nodes would otherwise run full collections over all of them, quadratic in the program."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _check_parsed(ast.parse(source), meta, ranks)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _check_parsed(tree: ast.Module, meta: dict, ranks: list) -> None:
     shapes = [type(node).__name__ for node in tree.body]
     if shapes != ["Expr", "ImportFrom", "Assign", "Assign", "FunctionDef", "If"]:
         raise RuntimeError(f"internal error: the generated program has statements {shapes}")

@@ -8,6 +8,7 @@ sends block until received, and each channel's receives are in its sends' order 
 """
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 from ..deps import delivers, message, needs, produces
@@ -23,9 +24,20 @@ def insert_comms(program: Program) -> Program:
     out: list[list] = [[] for _ in program.ranks]
     have: list[set] = [set() for _ in program.ranks]
     remaining = sum(len(q) for q in queues)
+    # The lockstep rounds, visiting only the ranks that can move: a rank blocked at its last try
+    # stays blocked until a value is delivered to it, so each try either runs a step or follows a
+    # delivery, and the work is linear in the actions, not in rounds x ranks (a drain over 65,536
+    # ranks takes one round per rank). A rank woken later in its own round is tried in that round.
+    this_round = [r for r, q in enumerate(queues) if q]
     while remaining:
-        progress = False
-        for r, queue in enumerate(queues):
+        if not this_round:
+            stuck = ", ".join(f"rank {r} at {queue[0]}" for r, queue in enumerate(queues) if queue)
+            raise SchedcError("deadlock", f"cannot insert communication: the compute order deadlocks ({stuck})")
+        heapq.heapify(this_round)
+        pending, next_round = set(this_round), set()
+        while this_round:
+            r = heapq.heappop(this_round)
+            queue = queues[r]
             if not queue:
                 continue
             step = queue[0]
@@ -33,7 +45,7 @@ def insert_comms(program: Program) -> Program:
                 continue
             queue.popleft()
             remaining -= 1
-            progress = True
+            next_round.add(r)
             out[r].append(step)
             for a in step.parts:
                 v = produces(a)
@@ -47,7 +59,10 @@ def insert_comms(program: Program) -> Program:
                     out[r].append(send)
                     out[dest].append(recv)
                     have[dest].add(delivers(recv))
-        if not progress:
-            stuck = ", ".join(f"rank {r} at {queue[0]}" for r, queue in enumerate(queues) if queue)
-            raise SchedcError("deadlock", f"cannot insert communication: the compute order deadlocks ({stuck})")
+                    if dest > r and dest not in pending:  # its turn in this round is still to come
+                        pending.add(dest)
+                        heapq.heappush(this_round, dest)
+                    elif dest < r:
+                        next_round.add(dest)
+        this_round = list(next_round)
     return program.with_ranks(out)

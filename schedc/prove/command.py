@@ -11,6 +11,7 @@ from ..errors import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN
 from ..options import seconds
 from ..outputs import dumps_json
 from ..progress import progress
+from ..solver import ctrl_c
 
 
 def add_parser(sub, stdout):
@@ -38,8 +39,9 @@ def run(args, stdout, stderr) -> int:
     seconds(args.timeout, "--timeout")
     certificate = read_certificate(args.certificate) if args.certificate else None
     log = progress(stderr, quiet=args.quiet or args.json)
-    proof = prove(args.input, assumptions=tuple(args.assume), memory=args.memory, timeout=args.timeout,
-                  certificate=certificate, log=log)
+    with ctrl_c():
+        proof = prove(args.input, assumptions=tuple(args.assume), memory=args.memory, timeout=args.timeout,
+                      certificate=certificate, log=log)
     if args.json:
         stdout.write(dumps_json(proof.to_dict()) + "\n")
     else:

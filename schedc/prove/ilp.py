@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..outputs import native_stdout_to_stderr
+from ..solver import watch
 
 CONSTANT_WEIGHT = 0.1  # a constant term is cheap: it shifts a statement's times without changing its shape
 
@@ -30,9 +31,10 @@ def minimise(rows: list[dict], limits: list[int], weights: list[float], *, timeo
     w = np.asarray(weights, dtype=float)
     u = np.asarray(limits, dtype=float)
     with native_stdout_to_stderr():  # HiGHS prints some lines whatever `disp` says; stdout is the command's
-        res = milp(np.concatenate([w, w]), constraints=[LinearConstraint(A, lb=np.ones(m), ub=np.inf)],
-                   integrality=np.ones(2 * n), bounds=Bounds(np.zeros(2 * n), np.concatenate([u, u])),
-                   options={"time_limit": max(0.1, timeout_s), "presolve": True, "disp": False})
+        res = watch(lambda: milp(  # watched: Ctrl-C ends the command at once, HiGHS ends by its time limit
+            np.concatenate([w, w]), constraints=[LinearConstraint(A, lb=np.ones(m), ub=np.inf)],
+            integrality=np.ones(2 * n), bounds=Bounds(np.zeros(2 * n), np.concatenate([u, u])),
+            options={"time_limit": max(0.1, timeout_s), "presolve": True, "disp": False}))
     if res.x is None:
         return None  # infeasible, or out of time before any solution
     found = [round(a - b) for a, b in zip(res.x[:n], res.x[n:])]
@@ -79,13 +81,14 @@ class Fit:
                 row[col] = row.get(col, 0) + x
             self.rows.append({c: v for c, v in row.items() if v})
 
-    def solve(self, timeout_s: float):
+    def solve(self, deadline):
         """{key: {feature index: coefficient}} of the smallest weighted size (the best found when
-        time runs out), or None (there is none within the bounds, or none found in time)."""
+        time runs out), or None (there is none within the bounds, or none found before `deadline`,
+        a solver.Deadline)."""
         keys = list(self.columns)
         limits = [self.constant if i == 0 else self.bound for _, i in keys]
         weights = [CONSTANT_WEIGHT if i == 0 else 1.0 for _, i in keys]
-        found = minimise(self.rows, limits, weights, timeout_s=timeout_s)
+        found = minimise(self.rows, limits, weights, timeout_s=deadline.query(floor=0.1))
         if found is None:
             return None
         out: dict = {}

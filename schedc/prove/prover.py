@@ -74,27 +74,30 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
     """Prove `source` (a .pp file or a built-in name) for every setting satisfying `assumptions`
     (expressions such as "M >= P") and its requires; `memory` is the bound to prove (default: the
     simplest that fits), `certificate` a saved one to re-check instead of searching, `log` gets
-    progress lines. Raises SchedcError for bad input; every other outcome is in the Proof."""
+    progress lines. Raises SchedcError for bad input; every other outcome is in the Proof: past
+    `timeout` seconds, `unknown` with a reason that starts "time limit"."""
+    return _prove(source, assumptions, memory, solver.Deadline.after(timeout), certificate, log)
+
+
+def _prove(source: str, assumptions, memory, deadline: solver.Deadline, certificate, log) -> Proof:
+    """`prove` within `deadline`, the one clock every step below is given (a share of it, or all)."""
     from ..api import read_text, resolve
     from ..parse import parse
     start = time.monotonic()
-    deadline = start + timeout
     path = resolve(source)
     saved = path.with_name(path.stem + ".cert.json")  # a certificate kept with the schedule: re-checked first
     if certificate is None and saved.is_file():
         log(f"{path.stem}: re-checking the certificate saved with it ({saved.name})")
         try:
-            first = prove(source, assumptions=assumptions, memory=memory, timeout=timeout,
-                          certificate=read_certificate(saved), log=log)
+            first = _prove(source, assumptions, memory, deadline, read_certificate(saved), log)
         except SchedcError as exc:
             if exc.code != "certificate":
                 raise
             log(f"  {exc.diagnostics[0].message}; searching instead")
         else:
-            if first.verdict != "unknown":
+            if first.verdict != "unknown" or _timed_out(first):
                 return first
             log("  the saved certificate does not prove it; searching instead")
-            start, deadline = time.monotonic(), time.monotonic() + max(1.0, timeout - first.seconds)
     tree = parse(read_text(path), str(path))
     assumed = tuple(parse_condition(t, "--assume") for t in assumptions)
     bound = parse_condition(memory, "--memory") if memory is not None else None
@@ -116,6 +119,20 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
     if unsupported is None and _empty(m, assumed):
         raise SchedcError("usage", f"the assumptions and {tree.name}'s requires admit no setting at all, so "
                           "there is nothing to prove", where="--assume")
+    try:
+        return _decide(proof, path, tree, m, unsupported, assumed, bound, deadline, certificate, log, start)
+    except solver.TimeUp as exc:
+        return _unknown(proof, start, str(exc))
+
+
+def _timed_out(proof: Proof) -> bool:
+    """The proof stopped at the command's time limit (solver.TimeUp)."""
+    return proof.verdict == "unknown" and (proof.reason or "").startswith(solver.TIME_LIMIT)
+
+
+def _decide(proof, path, tree, m, unsupported, assumed, bound, deadline, certificate, log, start) -> Proof:
+    """The verdict: the bounded sweep, then the proof in linear, then nonlinear arithmetic, then
+    case by case (raises solver.TimeUp once the command's limit passes)."""
     log(f"{tree.name}: checking small settings concretely")
     failure = _bounded(proof, path, m, assumed, bound, deadline)
     if failure is not None:
@@ -135,8 +152,7 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
         other = Proof(proof.schedule, proof.assumptions, bounded=proof.bounded)
         # at most NONLINEAR_SECONDS (half of what is left): when Z3 cannot decide, the cases below get
         # the rest; a certificate to re-check needs no search and no cases, so it gets all the time there is
-        until = deadline if nonlinear_cert else time.monotonic() + min(NONLINEAR_SECONDS,
-                                                                          (deadline - time.monotonic()) / 2)
+        until = deadline if nonlinear_cert else deadline.within(min(NONLINEAR_SECONDS, deadline.left() / 2))
         try:
             _symbolic(other, path, replace(m, nonlinear=True), assumed, bound, until, certificate, log)
             failed = next((p.detail for p in other.parts if p.status != "proved"), None)
@@ -173,6 +189,7 @@ def read_certificate(path) -> dict:
 
 NONLINEAR_SECONDS = 180.0  # the longest the nonlinear attempt may take (interleaved ZB: 35-60 s on 2 cores)
 QUERY_SECONDS = 150.0  # the longest one well-formedness query may take (interleaved ZB's range: ~35 s alone)
+ONE_QUERY_SECONDS = 60.0  # the longest any other query may take
 CASES = range(1, 5)  # a parameter that makes the schedule nonlinear is tried at each of these values
 
 
@@ -205,7 +222,7 @@ def _cases(proof, path, tree, assumed, bound, deadline, exc, log) -> None:
             if sub.verdict == "refuted":
                 proof.verdict, proof.counterexample = "refuted", {**sub.counterexample, "within": f"{name} == {k}"}
                 return
-            if time.monotonic() > deadline:
+            if deadline.expired():
                 return
             if {p.status for p in sub.parts} != {"proved"}:
                 break
@@ -216,11 +233,6 @@ def _cases(proof, path, tree, assumed, bound, deadline, exc, log) -> None:
                                     f"proved separately for each {name} in {CASES.start}..{CASES.stop - 1} (every "
                                     f"value of the other parameters); not for every {name}. {bounds}"))
             return
-
-
-def _query_seconds(deadline: float, cap: float = 60.0) -> float:
-    """The seconds one Z3 query may take: what is left before the deadline, at most `cap`, at least 1."""
-    return max(1.0, min(cap, deadline - time.monotonic()))
 
 
 def _words(text: str) -> set[str]:
@@ -252,9 +264,9 @@ def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, deadline):
     """Check small settings concretely, smallest first; the first failure, or None."""
     from ..api import check, load
     checked, largest = 0, {}
-    stop_at = time.monotonic() + max(1.0, min(30.0, (deadline - time.monotonic()) / 4))
+    share = deadline.within(max(1.0, min(30.0, deadline.left() / 4)))
     for params in settings(m, assumed, BOUNDED_MAX, BOUNDED_SETTINGS):
-        if time.monotonic() > stop_at:
+        if share.expired():
             break
         try:
             program = load(str(path), params)
@@ -331,7 +343,8 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
     except ConcreteFailure as exc:
         log(f"  the schedule fails its checks at {setting_text(exc.counterexample['params'])}; "
             "looking for a smaller failing setting")
-        proof.verdict, proof.counterexample = "refuted", _least_failing(path, m, assumed, exc.counterexample)
+        proof.verdict, proof.counterexample = "refuted", _least_failing(path, m, assumed, exc.counterexample,
+                                                                        deadline)
         proof.parts.append(Part("deadlock-free", "refuted", "a setting the timing search met fails its checks"))
         return
     ordered = timing is not None and why is None
@@ -360,7 +373,7 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
             # the bound was only inferred: its counterexample refutes the guess, not the schedule
             # (unless the schedule fails its checks there)
             if (cex := refute(why["params"])) is not None:
-                proof.verdict, proof.counterexample = "refuted", _least_failing(path, m, assumed, cex)
+                proof.verdict, proof.counterexample = "refuted", _least_failing(path, m, assumed, cex, deadline)
                 return
             tries += 1
             samples = samples + [why["params"]]
@@ -421,7 +434,7 @@ def _limit(proof, path, m, assumed, bound, deadline) -> Part | None:
         (what, formula, shown), = smt.over_limit(enc, lambda r: enc.int(bound, enc.at_rank(r)), spec)
     except Unsupported as exc:
         return Part("memory limit", "unknown", f"the file's memory limit (line {lines}): {exc.reason}")
-    verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
+    verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown, smallest=True)
     size = smt.share(enc, spec)
     scaled = (_text(bound) if size == 1 else f"{_fraction(size)} x ({_text(bound)})" if size is not None
               else f"R / S x ({_text(bound)})")
@@ -465,7 +478,7 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
                         ("exists", "every stage runs F and B (or I and W) of every microbatch")):
         enc = smt.Encoding(m, assumed)
         for x, y, formula, shown in smt.well_formed(enc, which):
-            verdict = enc.run(formula, _query_seconds(deadline, QUERY_SECONDS), shown)
+            verdict = enc.run(formula, deadline.within(QUERY_SECONDS), shown)
             if isinstance(verdict, solver.Unknown):
                 return Part("well-formed", "unknown", f"Z3 gave up on '{text}' ({verdict.reason})")
             if isinstance(verdict, solver.Refuted):
@@ -482,7 +495,7 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
         return Part("well-formed", "unknown", f"an annotation the proof cannot evaluate: {exc.reason}"
                     + (f" (line {exc.span.line})" if exc.span else ""))
     for (what, item, _), formula, shown in annotations:
-        verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
+        verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown, smallest=True)
         if isinstance(verdict, solver.Refuted):
             cex = _concrete(path, m, verdict.params, what=f"annotation: {what}")
             if cex is not None:
@@ -495,7 +508,7 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
     if m.nonlinear:
         enc = smt.Encoding(m, assumed)
         for formula in smt.divisors(enc):
-            verdict = enc.run(formula, _query_seconds(deadline), domain=False)
+            verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), domain=False)
             if not isinstance(verdict, solver.Proved):
                 return Part("well-formed", "unknown", "a division by a quantity that varies may divide by zero or "
                             "less" + (f" (at {verdict.params})" if isinstance(verdict, solver.Refuted) else ""))
@@ -506,7 +519,7 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
 def _check_timing(m, assumed, timing, names, deadline, refute=None):
     enc = smt.Encoding(m, assumed)
     for what, formula, shown in smt.timing(enc, timing, names):
-        verdict = enc.run(formula, max(1.0, deadline - time.monotonic()), shown)
+        verdict = enc.run(formula, deadline, shown)
         if isinstance(verdict, solver.Unknown):
             return f"Z3 gave up on a timing obligation ({verdict.reason})"
         if isinstance(verdict, solver.Refuted):
@@ -541,12 +554,12 @@ def _check_memory(m, assumed, expr, deadline, capacity: bool, ordered: bool = Fa
     except Unsupported as exc:
         return f"counting in rank order: {why}; and by capacity: {exc.reason}", "capacity"
     for what, formula, shown in obligations:
-        verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
+        verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown, smallest=True)
         if isinstance(verdict, solver.Unknown):
             return f"Z3 gave up on the memory bound ({verdict.reason})", "capacity"
         if isinstance(verdict, solver.Refuted):
             try:
-                over = _confirmed(m, expr, verdict)
+                over = _confirmed(m, expr, verdict, deadline)
             except Stop:
                 over = None
             return over or (f"counting in rank order: {why}; and by capacity the proof only shows bounds of "
@@ -561,12 +574,12 @@ def _in_rank_order(m, enc, expr, bound, deadline, ordered):
     if not ordered and (why := _frees_follow(enc, deadline)) is not None:
         return why
     for what, formula, shown in smt.counted(enc, bound):
-        verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
+        verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown, smallest=True)
         if isinstance(verdict, solver.Unknown):
             return f"Z3 gave up on the memory bound ({verdict.reason})"
         if isinstance(verdict, solver.Refuted):
             try:
-                over = _confirmed(m, expr, verdict)
+                over = _confirmed(m, expr, verdict, deadline)
             except Stop:
                 return f"the bound fails symbolically at {verdict.params}, too large to confirm concretely"
             return over or (f"the bound fails symbolically at {verdict.params}, which the concrete count does "
@@ -576,7 +589,7 @@ def _in_rank_order(m, enc, expr, bound, deadline, ordered):
 
 def _frees_follow(enc, deadline):
     for what, formula, shown in smt.frees_follow(enc):
-        verdict = enc.run(formula, _query_seconds(deadline), shown)
+        verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown)
         if not isinstance(verdict, solver.Proved):
             return (f"a free may come before its forward ({_action_text(what[1])}, line {what[1].span.line})"
                     if isinstance(verdict, solver.Refuted) else f"Z3 gave up on the order of frees ({verdict.reason})")
@@ -591,7 +604,7 @@ def _per_stage(m, enc, expr, bound, deadline):
         for direction in (1, -1):
             failed = None
             for what, formula, shown in smt.memory_order(enc, kinds, direction):
-                verdict = enc.run(formula, _query_seconds(deadline), shown)
+                verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown)
                 if isinstance(verdict, solver.Unknown):
                     return f"Z3 gave up on the order of the {label} ({verdict.reason})"
                 if isinstance(verdict, solver.Refuted):
@@ -607,7 +620,7 @@ def _per_stage(m, enc, expr, bound, deadline):
                     "this proof needs")
     worst = None
     for what, formula, shown in smt.memory(enc, bound, tuple(directions)):
-        verdict = enc.run(formula, _query_seconds(deadline), shown, smallest=True)
+        verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown, smallest=True)
         if isinstance(verdict, solver.Unknown):
             return f"Z3 gave up on the memory bound ({verdict.reason})"
         if isinstance(verdict, solver.Refuted):
@@ -618,16 +631,16 @@ def _per_stage(m, enc, expr, bound, deadline):
         return None
     params = worst[1].params
     try:
-        over = _confirmed(m, expr, worst[1])
+        over = _confirmed(m, expr, worst[1], deadline)
     except Stop:
         return f"the bound fails symbolically at {params}, too large to confirm concretely"
     return over or f"the bound fails symbolically at {params}, which the concrete count does not confirm"
 
 
-def _confirmed(m: Model, expr, verdict) -> dict | None:
+def _confirmed(m: Model, expr, verdict, deadline) -> dict | None:
     """Z3's memory counterexample if the concrete count confirms it (Stop: too large to count),
     marked `smallest: false` when Z3 ran out of time before showing that no smaller setting fails."""
-    over = _over_bound(m, expr, verdict.params, peaks(m, verdict.params))
+    over = _over_bound(m, expr, verdict.params, peaks(m, verdict.params, deadline))
     if over and not verdict.least:
         over = {**over, "smallest": False}
     return over
@@ -661,15 +674,18 @@ def _refuter(path, m: Model):
 LEAST_PAIRS = 2_000_000  # the most work spent looking for a smaller failing setting (stages x microbatches)
 
 
-def _least_failing(path, m: Model, assumed, cex: dict) -> dict:
+def _least_failing(path, m: Model, assumed, cex: dict, deadline) -> dict:
     """The smallest failing setting at or below the failing one in `cex`: every setting before it
     (by sum of parameters, then each parameter in turn, as the sweep and Z3's descent order them) is
-    checked concretely, within LEAST_PAIRS of work; marked `smallest: false` when that runs out."""
+    checked concretely, within LEAST_PAIRS of work and `deadline`; marked `smallest: false` when
+    either runs out."""
     target = tuple(cex["params"][p] for p in m.params)
     spent = 0
     for values in _by_size(len(m.params), sum(target)):
         if values >= target and sum(values) == sum(target):
             return cex
+        if deadline.expired():
+            return {**cex, "smallest": False}
         params = dict(zip(m.params, values))
         if not inside(m, assumed, params):
             continue

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 from .. import syntax as ast
 from ..errors import SchedcError
-from ..expr import compile_expr
+from ..expr import compile_expr, compile_function
 from .model import GuardFrame, LetFrame, LoopFrame, Model, Stmt, rank_lets
 
 MAX_INSTANCES = 200_000
+CHECK_EVERY = 4096  # instances listed between looks at the clock
 
 
 class Stop(Exception):
@@ -66,6 +67,7 @@ class Names:
     def __init__(self, functions: dict, names: set[str] | None = None):
         self.functions = functions
         self.names = names
+        self.compiled: dict = {}  # function name -> its body compiled once, for every call site
 
     def lookup(self, name: str) -> bool:
         return self.names is None or name in self.names
@@ -73,8 +75,11 @@ class Names:
     def function(self, name: str):
         if name not in self.functions:
             return None
-        params, body = self.functions[name]
-        return tuple(params), compile_expr(body, Names(self.functions)), None  # resolved with the schedule
+        if name not in self.compiled:
+            params, body = self.functions[name]
+            inner = self if self.names is None else Names(self.functions)  # resolved with the schedule
+            self.compiled[name] = tuple(params), compile_function(tuple(params), body, inner), None
+        return self.compiled[name]
 
     def all_names(self) -> list[str]:
         return sorted(self.names or ())
@@ -118,19 +123,26 @@ def products(m: Model, feats: list) -> list:
     return [mul(feats[i], feats[k]) for k in range(1, n + 1) for i in range(k, len(feats))]
 
 
-def instances(m: Model, params: dict[str, int]) -> list[list[Instance]]:
-    """Every rank's instances in the order the rank runs them."""
+def instances(m: Model, params: dict[str, int], deadline=None) -> list[list[Instance]]:
+    """Every rank's instances in the order the rank runs them (`deadline`, a solver.Deadline:
+    looked at every CHECK_EVERY instances, raising TimeUp once the command's limit passed)."""
     env0 = base_env(m, params)
     num_ranks = evaluate(m.ranks, env0, m.functions)
+    if num_ranks > MAX_INSTANCES:
+        raise Stop("too many ranks")
     out = []
     count = 0
     for r in range(num_ranks):
+        if deadline is not None:
+            deadline.check()
         found = []
         for stmt in m.stmts:
             for inst in _of(m, stmt, {**env0, m.rank_var: r}, r):
                 count += 1
                 if count > MAX_INSTANCES:
                     raise Stop("too many instances")
+                if deadline is not None and count % CHECK_EVERY == 0:
+                    deadline.check()
                 found.append(inst)
         found.sort(key=lambda i: i.key)
         out.append(found)

@@ -11,7 +11,6 @@ proof needs no certificate (schedc/prove/smt.py `memory` and `capacity`).
 from __future__ import annotations
 
 import itertools
-import time
 
 from .. import solver, syntax as ast
 from ..deps import needs, produces
@@ -103,10 +102,10 @@ def unit_peaks(ranks) -> list[int]:
             for steps in ranks]
 
 
-def peaks(m: Model, params) -> list[int]:
-    """unit_peaks of the model's instances at these parameters (no compiling)."""
+def peaks(m: Model, params, deadline=None) -> list[int]:
+    """unit_peaks of the model's instances at these parameters (no compiling), within `deadline`."""
     out = []
-    for insts in instances(m, params):
+    for insts in instances(m, params, deadline):
         steps: list[list] = []
         for a, b in zip([None, *insts], insts):
             if a is not None and a.step == b.step:
@@ -185,7 +184,7 @@ class ConcreteFailure(Exception):
         self.counterexample = counterexample
 
 
-def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: int = 30, refute=None):
+def cegis_timing(m: Model, assumptions, samples, deadline, log, rounds: int = 30, refute=None):
     """A timing certificate that holds for every setting, or (None, reason). Each round fits the
     rows (one fit per coefficient bound, see _fit), checks every obligation, and adds the edge
     of each counterexample as a row. `refute(params)` checks each setting a candidate fails at
@@ -199,8 +198,8 @@ def cegis_timing(m: Model, assumptions, samples, deadline: float, log, rounds: i
     why = "no timing template"
     templates = _templates(m, names)
     for n, allowed in enumerate(templates):
-        share = (deadline - time.monotonic()) * (2 / 3 if n < len(templates) - 1 else 1)  # narrowest: most
-        cert, why = _cegis(m, assumptions, pool, names, allowed, time.monotonic() + share, log, rounds, refute)
+        share = deadline.left() * (2 / 3 if n < len(templates) - 1 else 1)  # narrowest: most
+        cert, why = _cegis(m, assumptions, pool, names, allowed, deadline.within(share), log, rounds, refute)
         if cert is not None:
             return cert, None
     return None, why
@@ -225,15 +224,15 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds, refute):
     fitter.add(active)
     round_ = 0
     while round_ < rounds:
-        left = deadline - time.monotonic()
-        if left <= 0:
+        if deadline.expired():
+            deadline.check()
             return None, "out of time while searching for a timing certificate"
-        found = fitter.solve(min(left, _fit_time(bounds)))
-        while found is None and len(bounds) > 1 and time.monotonic() < deadline:
+        found = fitter.solve(deadline.within(_fit_time(bounds)))
+        while found is None and len(bounds) > 1 and not deadline.expired():
             bounds.pop(0)  # rows only grow: a smaller bound cannot work again (or took too long)
             fitter = _fit(m, bounds, allowed)
             fitter.add(active)
-            found = fitter.solve(min(deadline - time.monotonic(), _fit_time(bounds)))
+            found = fitter.solve(deadline.within(_fit_time(bounds)))
         if found is None:
             return None, ("no affine timing (in the parameters, the rank, the lets and the loop variables, "
                           f"coefficients up to {FIT_BOUNDS[-1]}, constants up to {LAST_CONSTANT}) "
@@ -252,9 +251,8 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds, refute):
         # small numbers, which keep the fit fast), then anywhere
         for box in ((BOX, None) if m.nonlinear else (None,)):
             for (x, y, _edge), formula, shown in smt.timing(enc, cert, names):
-                left = max(1.0, deadline - time.monotonic())
-                verdict = enc.run(enc.within(formula, box), left if box is None else min(BOX_SECONDS, left), shown,
-                                  smallest=not m.nonlinear)
+                verdict = enc.run(enc.within(formula, box), deadline if box is None else deadline.within(BOX_SECONDS),
+                                  shown, smallest=not m.nonlinear)
                 if isinstance(verdict, solver.Unknown):
                     if box is not None:
                         continue

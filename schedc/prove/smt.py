@@ -11,7 +11,6 @@ a nonlinear one (`Model.nonlinear`) accepts both, a division as fresh quotient a
 """
 from __future__ import annotations
 
-import time
 from fractions import Fraction
 from dataclasses import dataclass
 
@@ -451,7 +450,7 @@ class Encoding:
     def proves(self, claim) -> bool:
         s = solver.make(self.ctx, FACT_SECONDS)
         s.add(*self.domain, z3.Not(claim))
-        return s.check() == z3.unsat
+        return solver.check(s) == z3.unsat
 
     def within(self, formula, box: int | None):
         """formula with every parameter at most `box` (None: formula itself)."""
@@ -463,15 +462,18 @@ class Encoding:
         """sum(coeff x feature) of a certificate function at an instance."""
         return z3.Sum([self.num(int(coeffs.get(n, 0))) * f for n, f in zip(names, inst.feats)])
 
-    def run(self, formula, timeout_s: float, show: dict | None = None, smallest: bool = False,
+    def run(self, formula, deadline: solver.Deadline, show: dict | None = None, smallest: bool = False,
             domain: bool = True):
-        """Proved, Unknown, or Refuted at a setting; with `smallest`, the setting with the least sum of
-        parameters and, among those, the lexicographically least (the order the bounded sweep
-        visits settings in), found by asking for smaller ones until there are none. With `domain`
-        False, `formula` is asked alone: it holds the facts it needs (see `divisors`)."""
+        """Proved, Unknown, or Refuted at a setting, asked within `deadline` (solver.Deadline: this
+        query's share, and the command's limit, which raises TimeUp); with `smallest`, the setting
+        with the least sum of parameters and, among those, the lexicographically least (the order
+        the bounded sweep visits settings in), found by asking for smaller ones until there are
+        none. With `domain` False, `formula` is asked alone: it holds the facts it needs (see
+        `divisors`)."""
+        timeout_s = deadline.query()
         s = solver.make(self.ctx, timeout_s)
         s.add(*(self.domain if domain else ()), formula)
-        verdict = s.check()
+        verdict = solver.check(s, deadline=deadline)
         if verdict == z3.unsat:
             return Proved()
         if verdict == z3.unknown:
@@ -479,7 +481,7 @@ class Encoding:
         model = s.model()
         least = True
         if smallest:  # within the same time as the first answer: the descent cannot multiply it
-            until = time.monotonic() + timeout_s
+            until = deadline.within(timeout_s)
             size = z3.Sum([self.num(0)] + list(self.params.values()))
             for term in (size, *self.params.values()):  # the sum first, then each parameter in turn
                 model, least = _least(s, model, term, until)
@@ -491,17 +493,17 @@ class Encoding:
         return Refuted(params, detail, least)
 
 
-def _least(s, model, term, until: float):
+def _least(s, model, term, until: solver.Deadline):
     """(a model of s with term as small as it can be, True), asking for each smaller value in turn;
-    (the smallest model found, False) when the time runs out or Z3 cannot tell first."""
+    (the smallest model found, False) when `until` passes or Z3 cannot tell first."""
     while True:
-        left = until - time.monotonic()
+        left = until.left()
         if left <= 0:
             return model, False
         s.push()
         solver.limit(s, left)
         s.add(term < model.eval(term, model_completion=True))
-        verdict = s.check()
+        verdict = solver.check(s, deadline=until)
         if verdict == z3.sat:
             model = s.model()
         s.pop()
@@ -594,10 +596,10 @@ class Fit:
             total = z3.Sum([z3.IntVal(0, self.ctx)] + [self._c(k, i) * z3.IntVal(x, self.ctx) for k, i, x in terms])
             self.solver.add(total >= 1)
 
-    def solve(self, timeout_s: float):
+    def solve(self, deadline: solver.Deadline):
         """{key: {feature index: coefficient}}, or None (no such coefficients, or out of time)."""
-        solver.limit(self.solver, timeout_s)
-        if self.solver.check() != z3.sat:
+        solver.limit(self.solver, deadline.query(floor=0.1))
+        if solver.check(self.solver, deadline=deadline) != z3.sat:
             return None
         model = self.solver.model()
         out: dict = {}

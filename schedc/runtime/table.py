@@ -8,6 +8,7 @@ REDUCE_GRAD, or `(kind, (step, ...))` for a GROUP or OVERLAP_F_B compound.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 from ..deps import payload, peer_stage, produces
@@ -100,7 +101,15 @@ class Table:
     verified: str | None = None
 
     def stages_of(self, rank: int) -> tuple[int, ...]:
-        return tuple(s for s, r in enumerate(self.placement) if r == rank)
+        return self._stages_by_rank.get(rank, ())
+
+    @cached_property
+    def _stages_by_rank(self) -> dict[int, tuple[int, ...]]:
+        """Each rank's stages, in order, found in one pass (not one pass over stages per rank)."""
+        out: dict[int, list[int]] = {}
+        for s, r in enumerate(self.placement):
+            out.setdefault(r, []).append(s)
+        return {r: tuple(stages) for r, stages in out.items()}
 
     def to_data(self) -> tuple[dict, list]:
         """`(PROGRAM, RANKS)`: the plain literals a generated program embeds (see `load_table`)."""

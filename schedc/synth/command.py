@@ -15,6 +15,7 @@ from .. import options
 from ..options import memory_limit
 from ..outputs import dumps_json
 from ..progress import progress
+from ..solver import ctrl_c
 
 QUIET_S = 1.0  # progress lines start once a search has run this long
 
@@ -53,7 +54,8 @@ def run(args, stdout, stderr, write_all) -> int:
         if time.monotonic() - began >= QUIET_S:
             say(text)
 
-    outcome = synthesize(problem, time_limit_s=args.time_limit, progress=report)
+    with ctrl_c():
+        outcome = synthesize(problem, time_limit_s=args.time_limit, progress=report)
     if isinstance(outcome, Infeasible):
         stderr.write(f"error[infeasible]: no schedule: {outcome.reason}\n")
         if args.json:

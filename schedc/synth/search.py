@@ -7,13 +7,11 @@ search with the best found so far, its proven bound and the gap, never called op
 """
 from __future__ import annotations
 
-import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..solver import Proved, Refuted
+from ..solver import Deadline, Proved, Refuted, TimeUp
 from .bounds import lower_bound
 from .graph import build_graph
 from .problem import Problem
@@ -68,8 +66,10 @@ class Infeasible:
 
 def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
                progress: Callable[[str], None] | None = None) -> Outcome | Infeasible:
+    """The best schedule found within `time_limit_s` (one solver.Deadline for every step); the time
+    limit or Ctrl-C stops the search with the best so far."""
     began = time.monotonic()
-    deadline = began + time_limit_s
+    deadline = Deadline.after(time_limit_s)
     why = _too_small(problem)
     if why:
         return Infeasible(problem, why)
@@ -84,13 +84,13 @@ def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     stopped = None
     low = proven  # below `low` is proved impossible or (after an unknown) left for later
     patient = False  # a second pass over what was unknown, each query with all the time left
-    with _Interrupts() as interrupts:
-        while not interrupts.fired:
+    try:
+        while True:
             if low >= best.units:
                 if proven >= best.units or patient:
                     break
                 low, patient = proven, True
-            left = deadline - time.monotonic()
+            left = deadline.left()
             if left <= 0.05:
                 stopped = "time-limit"
                 break
@@ -98,7 +98,7 @@ def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
             # a query in the middle gets half the time left, so a hard one leaves time for the rest
             budget = left if patient or T + 1 >= best.units else max(left / 2, min(left, 1.0))
             t0 = time.monotonic()
-            answer = decide(problem, graph, T, timeout_s=budget, hint=best.starts, on_context=interrupts.watch)
+            answer = decide(problem, graph, T, deadline=deadline.within(budget), hint=best.starts)
             spent = time.monotonic() - t0
             if isinstance(answer, Proved):
                 found = evaluate(problem, answer.witness, "the solver")
@@ -118,10 +118,12 @@ def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
                 f"{_t(problem, best.units)}, bound {_t(problem, proven)}")
             if queries[-1].answer == "unknown" and patient:
                 break
-        if interrupts.fired:
-            stopped = "interrupted"
-        elif stopped is None and proven < best.units:
-            stopped = "time-limit" if time.monotonic() >= deadline - 0.05 else "solver-unknown"
+    except TimeUp:
+        stopped = "time-limit"
+    except KeyboardInterrupt:
+        stopped = "interrupted"
+    if stopped is None and proven < best.units:
+        stopped = "time-limit" if deadline.left() <= 0.05 else "solver-unknown"
     return Outcome(problem, best, start, proven, time.monotonic() - began, stopped, tuple(queries))
 
 
@@ -142,31 +144,3 @@ def _too_small(problem: Problem) -> str | None:
 
 def _t(problem: Problem, units: int) -> str:
     return f"{problem.seconds(units):g}"
-
-
-class _Interrupts:
-    """Ctrl-C during the search interrupts the running query and stops the search (main thread
-    only; elsewhere Ctrl-C behaves as usual)."""
-
-    def __init__(self):
-        self.fired = False
-        self.ctx = None
-        self.previous = None
-
-    def watch(self, ctx) -> None:
-        self.ctx = ctx
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def _handler(self, signum, frame):
-        self.fired = True
-        if self.ctx is not None:
-            self.ctx.interrupt()
-
-    def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
-        return False

@@ -9,10 +9,8 @@ is `Proved` (with each rank's order), `Refuted` (with why) or `Unknown`, which i
 """
 from __future__ import annotations
 
-import threading
-
 from ..ir import Op
-from ..solver import Proved, Refuted, Result, Unknown, context, make, value, z3
+from ..solver import Deadline, Proved, Refuted, Result, Unknown, check, context, limit, make, value, watched, z3
 from ..verify.memory import op_delta
 from .graph import Graph
 from .problem import KINDS, Problem
@@ -24,11 +22,12 @@ def count_pairs(problem: Problem, graph: Graph) -> int:
     return sum(1 for _ in _free_pairs(problem, graph))
 
 
-def decide(problem: Problem, graph: Graph, T: int, *, timeout_s: float, hint=None, on_context=None) -> Result:
-    """Decide makespan <= T: `Proved(witness)` with witness[r] rank r's jobs by start time, or
-    `Refuted(why=...)`: no schedule (in increasing microbatch order, which loses nothing) has it.
-    `hint`: start per job to try first; `on_context(ctx)` gets the query's context before it runs
-    (so a Ctrl-C handler can interrupt it)."""
+def decide(problem: Problem, graph: Graph, T: int, *, deadline: Deadline, hint=None) -> Result:
+    """Decide makespan <= T within `deadline` (this query's share; the command's limit passing
+    raises TimeUp, while the query is built as while Z3 runs, and Ctrl-C KeyboardInterrupt):
+    `Proved(witness)` with witness[r] rank r's jobs by start time, or `Refuted(why=...)`: no
+    schedule (in increasing microbatch order, which loses nothing) has it. `hint`: start per job to
+    try first."""
     jobs = problem.jobs
     lo = graph.head
     hi = [T - j.dur - graph.tail[u] for u, j in enumerate(jobs)]
@@ -38,7 +37,7 @@ def decide(problem: Problem, graph: Graph, T: int, *, timeout_s: float, hint=Non
         return Refuted(why=f"{j.kind}({j.stage},{j.mb}) cannot start before {lo[bad]} and end "
                            f"{graph.tail[bad]} before the end")
     pairs = []  # (x, y, x-before-y possible, y-before-x possible)
-    for x, y in _free_pairs(problem, graph):
+    for x, y in watched(_free_pairs(problem, graph), deadline):
         xy, yx = lo[x] + jobs[x].dur <= hi[y], lo[y] + jobs[y].dur <= hi[x]
         if not (xy or yx):
             return Refuted(why=f"{_name(jobs[x])} and {_name(jobs[y])} do not both fit on rank {jobs[x].rank}")
@@ -47,15 +46,14 @@ def decide(problem: Problem, graph: Graph, T: int, *, timeout_s: float, hint=Non
             return Unknown(f"more than {MAX_PAIRS:,} pairs of actions to order; too large for the solver")
     ctx = context()
     counting = not graph.memory_edges
-    solver = make(ctx, timeout_s, logic=None if counting else "QF_IDL")
-    solver.set("ctrl_c", False)  # Ctrl-C goes to the search (schedc/synth/search.py), which interrupts ctx
+    solver = make(ctx, logic=None if counting else "QF_IDL")
     start = [z3.Int(f"s{u}", ctx) for u in range(len(jobs))]
-    for u in range(len(jobs)):
+    for u in watched(range(len(jobs)), deadline):
         solver.add(start[u] >= lo[u], start[u] <= hi[u])
         for v, lag in graph.succ[u]:
             solver.add(start[v] - start[u] >= lag)
     before = {}  # (x, y) -> the atom "x ends before y starts", or True/False
-    for x, y, xy, yx in pairs:
+    for x, y, xy, yx in watched(pairs, deadline):
         a = start[y] - start[x] >= jobs[x].dur
         b = start[x] - start[y] >= jobs[y].dur
         if xy and yx:
@@ -65,7 +63,7 @@ def decide(problem: Problem, graph: Graph, T: int, *, timeout_s: float, hint=Non
             solver.add(a if xy else b)
             before[(x, y)], before[(y, x)] = xy, yx
     if counting:
-        for c in _memory_sums(problem, graph, before, ctx):
+        for c in watched(_memory_sums(problem, graph, before, ctx), deadline, every=16):
             solver.add(c)
     if hint is not None:  # a phase to try first; not every z3 back end takes one
         try:
@@ -73,12 +71,11 @@ def decide(problem: Problem, graph: Graph, T: int, *, timeout_s: float, hint=Non
                 solver.set_initial_value(start[u], min(max(v, lo[u]), hi[u]))
         except z3.Z3Exception:
             pass
-    if on_context is not None:
-        on_context(ctx)
-    verdict, at, error = _check(solver, start, ctx)
-    if error is not None:  # ctx.interrupt() from a Ctrl-C
-        return Unknown(f"the solver was interrupted ({error})")
+    limit(solver, deadline.query(floor=0.05))  # what is left of its share once it is built
+    verdict = check(solver, deadline=deadline)
     if verdict == z3.sat:
+        model = solver.model()
+        at = [value(model, v) for v in start]
         rows = [[] for _ in range(problem.P)]
         for u in sorted(range(len(jobs)), key=lambda u: at[u]):
             rows[jobs[u].rank].append(u)
@@ -86,33 +83,6 @@ def decide(problem: Problem, graph: Graph, T: int, *, timeout_s: float, hint=Non
     if verdict == z3.unsat:
         return Refuted(why="the solver proved it")
     return Unknown(f"the solver gave up: {solver.reason_unknown()}")
-
-
-def _check(solver, start, ctx):
-    """Run the query in a worker thread (z3 releases the GIL) so that Ctrl-C reaches Python's
-    handler in the main thread at once, which interrupts the context; returns (verdict, starts,
-    error)."""
-    out: list = [None, None, None]
-
-    def work():
-        try:
-            out[0] = solver.check()
-            if out[0] == z3.sat:
-                model = solver.model()
-                out[1] = [value(model, v) for v in start]
-        except z3.Z3Exception as exc:
-            out[2] = exc
-
-    worker = threading.Thread(target=work, name="schedc-synth-z3", daemon=True)
-    worker.start()
-    try:
-        while worker.is_alive():
-            worker.join(0.1)
-    except BaseException:
-        ctx.interrupt()
-        worker.join()
-        raise
-    return tuple(out)
 
 
 def _free_pairs(problem: Problem, graph: Graph):

@@ -11,7 +11,7 @@ fixed seed and a timeout (schedc/solver.py, which owns Z3); when it gives up the
 from __future__ import annotations
 
 from ..ir import Program
-from ..solver import Proved, Refuted, Result, Unknown, context, make, value, z3
+from ..solver import Proved, Refuted, Result, Unknown, check, context, make, value, z3
 from .channels import Channels, Semantics, channels
 from .graph import constraints
 
@@ -42,7 +42,7 @@ def prove_deadlock_free(program: Program, semantics: Semantics, chans: Channels 
         lit = z3.Bool(f"e{k}", ctx)
         solver.add(z3.Implies(lit, t[e.after[0]][e.after[1]] >= t[e.before[0]][e.before[1]] + 1))
         tracks.append(lit)
-    verdict = solver.check(*tracks)
+    verdict = check(solver, *tracks)
     if verdict == z3.sat:
         model = solver.model()
         return Proved(witness=tuple(tuple(value(model, v) for v in row) for row in t))

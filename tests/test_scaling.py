@@ -1,0 +1,139 @@
+"""Costs stay linear in the input (issue 19): counts of operations at two sizes, never seconds.
+
+Each test measures one kind of work with a counter at a small and a larger size and asserts the
+shape (linear, not quadratic or exponential), or that a limit is an error before the work starts.
+"""
+from __future__ import annotations
+
+from schedc import syntax as ast
+from schedc.compiler import compile_schedule
+from schedc.parse import parse
+from schedc.prove.model import model
+from schedc.prove.sample import evaluate
+
+
+def _let_chain(n: int) -> str:
+    """`n` nested `let` functions, each calling the previous one 3 times (3^n calls if inlined)."""
+    lets = [f"  let f{i}(x) = f{i - 1}(x) + f{i - 1}(x) - f{i - 1}(x + k)" for i in range(1, n + 1)]
+    return "\n".join(["schedule lets(P = 1, M = 1) {", "  stages 1", "  place loop", "  let k = 0", "  let f0(x) = x",
+                      *lets, "  rank r {", f"    F(0, f{n}(0))", "    B(0, 0)", "  }", "}"])
+
+
+def _arithmetic(monkeypatch, n: int, run) -> int:
+    """Arithmetic operations (calls of expr.as_number) `run(n)` makes on the chain of `n` functions."""
+    from schedc import expr
+    calls = [0]
+    real = expr.as_number
+
+    def counted(v, span):
+        calls[0] += 1
+        return real(v, span)
+    monkeypatch.setattr(expr, "as_number", counted)
+    run(n)
+    monkeypatch.setattr(expr, "as_number", real)
+    return calls[0]
+
+
+def _compile(n: int) -> None:
+    program = compile_schedule(parse(_let_chain(n), "lets.pp"))
+    assert [str(a) for st in program.ranks[0] for a in st.parts] == ["0F0", "0B0"]
+
+
+def _prove_eval(n: int) -> None:
+    """`f<n>(0)` by the prover's evaluator (its own compiled copies of the function bodies)."""
+    functions = model(parse(_let_chain(n), "lets.pp")).functions
+    here = parse("schedule s { stages 1 }", "s.pp").span
+    assert evaluate(ast.Call(f"f{n}", (ast.Num(0, here),), here, here), {"k": 0, "P": 1, "M": 1}, functions) == 0
+
+
+def test_let_functions_calling_the_previous_ones_compile_in_linear_work(monkeypatch):
+    small, large = _arithmetic(monkeypatch, 6, _compile), _arithmetic(monkeypatch, 12, _compile)
+    assert large <= 3 * small, (small, large)  # 3^6 times more if each call ran its callee anew
+
+
+def test_prover_evaluates_let_function_chains_in_linear_work(monkeypatch):
+    small, large = _arithmetic(monkeypatch, 4, _prove_eval), _arithmetic(monkeypatch, 8, _prove_eval)
+    assert large <= 3 * small, (small, large)
+
+
+def _tries(monkeypatch, P: int) -> int:
+    """Readiness checks (calls of deps.needs) communication insertion makes for gpipe at P, M=2."""
+    import schedc.passes.comms as comms
+    from schedc.api import load
+    calls = [0]
+    real = comms.needs
+
+    def counted(a, S):
+        calls[0] += 1
+        return real(a, S)
+    program = load("gpipe", {"P": P, "M": 2})
+    monkeypatch.setattr(comms, "needs", counted)
+    comms.insert_comms(program)
+    monkeypatch.setattr(comms, "needs", real)
+    return calls[0]
+
+
+def test_communication_insertion_is_linear_in_ranks(monkeypatch):
+    # the drain runs one rank per round: a pass that tried every rank each round was quadratic
+    small, large = _tries(monkeypatch, 256), _tries(monkeypatch, 512)
+    assert large <= 2.2 * small, (small, large)
+
+
+class _CountingTuple(tuple):
+    """A tuple that counts the passes made over it."""
+
+    passes = 0
+
+    def __iter__(self):
+        _CountingTuple.passes += 1
+        return super().__iter__()
+
+
+def test_a_ranks_stages_are_found_in_one_pass_over_the_placement():
+    from schedc.runtime.table import Table
+    placement = _CountingTuple(s % 3 for s in range(10))
+    table = Table("t", {}, 3, 10, 1, placement, ((), (), ()))
+    _CountingTuple.passes = 0
+    assert [table.stages_of(r) for r in range(4)] == [(0, 3, 6, 9), (1, 4, 7), (2, 5, 8), ()]
+    assert _CountingTuple.passes == 1  # one per rank made lowering quadratic at 65,536 ranks
+
+
+def _missing_findings(monkeypatch, microbatch: int) -> tuple[int, list]:
+    """How many findings lint builds (calls of Findings.add) for the one-action CSV `9F<microbatch>`."""
+    from schedc import lint
+    from schedc.interop.torch_csv import read_torch_csv
+    calls = [0]
+    real = lint.Findings.add
+
+    def counted(self, *args, **kwargs):
+        calls[0] += 1
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(lint.Findings, "add", counted)
+    found = lint.lint(read_torch_csv(f"9F{microbatch}\r\n", "one.csv").to_program())
+    monkeypatch.setattr(lint.Findings, "add", real)
+    return calls[0], found
+
+
+def test_one_action_naming_a_far_microbatch_is_checked_in_work_independent_of_it(monkeypatch):
+    # 10 stages x (m + 1) microbatches of which one F is present: the findings are listed for the
+    # first pairs and counted for the rest, never built one per pair
+    small, _ = _missing_findings(monkeypatch, 99)
+    large, found = _missing_findings(monkeypatch, 9_999)
+    assert small == large <= 2 * 20 + 1
+    assert found[-1].code == "missing"
+    assert found[-1].message == f"... and {2 * 10 * 10_000 - 1 - 20} more 'missing' finding(s)"
+
+
+def _literal_tree_nodes(n: int) -> int:
+    """Syntax-tree nodes lark builds for a literal rank of `n` actions."""
+    from schedc.parse import parser
+    actions = " ".join(f"0F{m} 0B{m}" for m in range(n))
+    return sum(1 for _ in parser().parse(f"schedule lit {{ stages 1 rank 0: {actions} }}").iter_subtrees())
+
+
+def test_a_literal_rank_is_one_tree_node_whatever_its_length():
+    # a node per action (each with positions propagated and a Transformer call) made a 1 MB literal
+    # schedule take seconds: the actions are tokens, turned into the AST by the rank's one node
+    assert _literal_tree_nodes(10) == _literal_tree_nodes(1000)
+    program = compile_schedule(parse("schedule lit { stages 1 rank 0: 0F0 0F1 0B0 0B1 }", "lit.pp"))
+    assert [str(a) for st in program.ranks[0] for a in st.parts] == ["0F0", "0F1", "0B0", "0B1"]
