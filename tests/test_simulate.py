@@ -602,7 +602,7 @@ def test_trace_of_compounds_and_memory_counters():
     events = chrome_trace(tl)["traceEvents"]
     pair = next(e for e in events if e["ph"] == "X" and e["args"]["kind"] == "OVERLAP_F_B")
     assert pair["name"] == "OVERLAP_F_B(F(0,1), B(0,0))" and pair["args"]["parts"] == ["F(0,1)", "B(0,0)"]
-    counters = [e["args"]["live"] for e in events if e["ph"] == "C" and e["name"] == "activations rank 0"]
+    counters = [e["args"]["live"] for e in events if e["ph"] == "C" and e["name"] == "memory rank 0"]
     assert max(counters) == tl.peak_memory[0] == 2 and counters[-1] == 0
 
 

@@ -66,7 +66,7 @@ def chrome_trace(timeline: Timeline, *, scale: float = 1e6) -> dict:
 
     for r in range(program.num_ranks):
         for t, live in timeline.memory(r):
-            events.append({"name": f"activations rank {r}", "ph": "C", "pid": PID, "ts": us(t),
+            events.append({"name": f"memory rank {r}", "ph": "C", "pid": PID, "ts": us(t),
                            "args": {"live": live}})
 
     return {"traceEvents": events, "displayTimeUnit": "ms",
