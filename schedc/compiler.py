@@ -12,14 +12,13 @@ from typing import Callable, Mapping
 
 from . import syntax as ast
 from .errors import SchedcError
-from .ir import (DEFAULT_SPEED, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op, Program, placed,
-                 StageCost, StageMemory, parse_step)
+from .ir import (DEFAULT_SPEED, MAX_ACTIONS, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op,
+                 Program, placed, StageCost, StageMemory, parse_step)
 from .expr import FUNCTIONS, MAX_INT, Eval, Env, compile_expr as _compile_expr, did_you_mean as _did_you_mean
 from .expr import compile_function
 from .expr import as_int as _int, as_nonneg as _nonneg, as_truth as _truth
 from .span import Span, span_text
 
-MAX_ACTIONS = 5_000_000
 MAX_ITERATIONS = 20_000_000
 MAX_RANKS = 65_536
 MAX_STAGES = 1_000_000

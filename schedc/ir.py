@@ -100,6 +100,8 @@ class Compound:
 Step = Action | Compound
 
 
+MAX_ACTIONS = 5_000_000  # the most actions a program may have, as written or as lowered
+
 DEFAULT_SPEED = 1.0  # a rank's speed when none is given (its times are the stage times)
 
 

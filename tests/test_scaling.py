@@ -137,3 +137,22 @@ def test_a_literal_rank_is_one_tree_node_whatever_its_length():
     assert _literal_tree_nodes(10) == _literal_tree_nodes(1000)
     program = compile_schedule(parse("schedule lit { stages 1 rank 0: 0F0 0F1 0B0 0B1 }", "lit.pp"))
     assert [str(a) for st in program.ranks[0] for a in st.parts] == ["0F0", "0F1", "0B0", "0B1"]
+
+
+def test_a_lowering_over_the_action_limit_is_refused_before_it_is_built(monkeypatch):
+    """1F1B at P=64, M=20000 (2.56M actions) lowers to 7.6M, over the 5M limit: a too-large error
+    counted up front, not a lowering that runs out of memory. Here at P=4, M=8: 64 actions and 96
+    sends and receives, against a limit of 100 and then 160."""
+    import pytest
+    import schedc
+    from schedc.errors import SchedcError
+    from schedc.passes import comms, lower, lower_for_torch
+    program = schedc.load("1f1b", {"P": 4, "M": 8})
+    monkeypatch.setattr(comms, "MAX_ACTIONS", 159)
+    for pipeline in (lower, lower_for_torch):
+        with pytest.raises(SchedcError) as err:
+            pipeline(program)
+        assert err.value.code == "too-large" and "160 actions" in err.value.diagnostics[0].message
+    monkeypatch.setattr(comms, "MAX_ACTIONS", 160)
+    lowered = lower(program)
+    assert lowered.num_actions == 160 and comms.within_limit(lowered) is lowered

@@ -6,13 +6,14 @@ order, one line each.
 from __future__ import annotations
 
 from ..ir import Program
-from .comms import insert_comms
+from .comms import insert_comms, within_limit
 from .stage_ops import add_reduce_grad, add_unshard_reshard
 
 
 def lower(program: Program) -> Program:
     """Compute level to communication level, ready to run on schedc's runtime."""
     for step in (
+        within_limit,  # the lowered size, counted before any of it is built: over MAX_ACTIONS is an error
         insert_comms,  # SEND/RECV for every value that crosses ranks, receives posted with their sender
     ):
         program = step(program)
@@ -25,6 +26,7 @@ def lower_for_torch(program: Program) -> Program:
     schedc's runtime scales gradients itself and has no FSDP, so only torch needs the stage actions.
     """
     for step in (
+        within_limit,  # the lowered size, counted before any of it is built: over MAX_ACTIONS is an error
         add_unshard_reshard,  # FSDP gather/free around each stage's compute, as torch's prefetch window
         add_reduce_grad,  # after a stage's last backward: torch scales gradients by 1/M here
         insert_comms,  # then communication, as torch's `_add_send_recv` does last
@@ -33,4 +35,4 @@ def lower_for_torch(program: Program) -> Program:
     return program
 
 
-__all__ = ["add_reduce_grad", "add_unshard_reshard", "insert_comms", "lower", "lower_for_torch"]
+__all__ = ["add_reduce_grad", "add_unshard_reshard", "insert_comms", "lower", "lower_for_torch", "within_limit"]

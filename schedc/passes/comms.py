@@ -11,9 +11,9 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from ..deps import delivers, message, needs, produces
+from ..deps import consumer_stage, delivers, message, needs, produces
 from ..errors import SchedcError
-from ..ir import Program
+from ..ir import MAX_ACTIONS, Program
 
 
 def insert_comms(program: Program) -> Program:
@@ -66,3 +66,24 @@ def insert_comms(program: Program) -> Program:
                         next_round.add(dest)
         this_round = list(next_round)
     return program.with_ranks(out)
+
+
+def within_limit(program: Program) -> Program:
+    """The lowered program's size, counted before any of it is built: every value that crosses
+    ranks adds a send and a receive; over MAX_ACTIONS is a `too-large` error, not a lowering that
+    runs out of memory. A program with its communication already written passes as it is."""
+    if program.level == "comms":
+        return program
+    S, placement = program.num_stages, program.placement
+    crossing = 0
+    for steps in program.ranks:
+        for st in steps:
+            for a in st.parts:
+                dest = consumer_stage(a, S)
+                if dest is not None and placement[dest] != placement[a.stage]:
+                    crossing += 1
+    total = program.num_actions + 2 * crossing
+    if total > MAX_ACTIONS:
+        raise SchedcError("too-large", f"lowering adds {2 * crossing:,} sends and receives: the program would "
+                          f"have {total:,} actions, beyond the limit of {MAX_ACTIONS:,}")
+    return program
