@@ -79,10 +79,17 @@ def consumer_stage(a: Action, num_stages: int) -> int | None:
     return None
 
 
+def remote_consumer(a: Action, placement: tuple[int, ...], num_stages: int) -> int | None:
+    """The stage that consumes a compute action's output on another rank (so it travels as a
+    message), if there is one."""
+    dest = consumer_stage(a, num_stages)
+    return None if dest is None or placement[dest] == placement[a.stage] else dest
+
+
 def message(a: Action, placement: tuple[int, ...], num_stages: int) -> tuple[Action, Action] | None:
     """The (send, receive) pair that carries a compute action's output to another rank, if any."""
-    dest = consumer_stage(a, num_stages)
-    if dest is None or placement[dest] == placement[a.stage]:
+    dest = remote_consumer(a, placement, num_stages)
+    if dest is None:
         return None
     if a.op is Op.F:
         return Action(Op.SEND_F, a.stage, a.microbatch, a.span), Action(Op.RECV_F, dest, a.microbatch, a.span)

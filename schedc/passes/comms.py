@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from ..deps import consumer_stage, delivers, message, needs, produces
+from ..deps import delivers, message, needs, produces, remote_consumer
 from ..errors import SchedcError
 from ..ir import MAX_ACTIONS, Program
 
@@ -75,13 +75,8 @@ def within_limit(program: Program) -> Program:
     if program.level == "comms":
         return program
     S, placement = program.num_stages, program.placement
-    crossing = 0
-    for steps in program.ranks:
-        for st in steps:
-            for a in st.parts:
-                dest = consumer_stage(a, S)
-                if dest is not None and placement[dest] != placement[a.stage]:
-                    crossing += 1
+    crossing = sum(remote_consumer(a, placement, S) is not None
+                   for steps in program.ranks for st in steps for a in st.parts)
     total = program.num_actions + 2 * crossing
     if total > MAX_ACTIONS:
         raise SchedcError("too-large", f"lowering adds {2 * crossing:,} sends and receives: the program would "
