@@ -430,12 +430,12 @@ def _limit(proof, path, m, assumed, bound, deadline) -> Part | None:
         return Part("memory limit", "unknown", f"the file's memory limit (line {lines}) needs a proved memory "
                     "bound, and there is none")
     enc = smt.Encoding(m, assumed)
+    size = smt.share(enc, spec)  # asked of Z3 once: the formula and the text below both read it
     try:
-        (what, formula, shown), = smt.over_limit(enc, lambda r: enc.int(bound, enc.at_rank(r)), spec)
+        (what, formula, shown), = smt.over_limit(enc, lambda r: enc.int(bound, enc.at_rank(r)), spec, size)
     except Unsupported as exc:
         return Part("memory limit", "unknown", f"the file's memory limit (line {lines}): {exc.reason}")
     verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown, smallest=True)
-    size = smt.share(enc, spec)
     scaled = (_text(bound) if size == 1 else f"{_fraction(size)} x ({_text(bound)})" if size is not None
               else f"R / S x ({_text(bound)})")
     if isinstance(verdict, solver.Proved):

@@ -870,15 +870,14 @@ def share(enc: Encoding, spec) -> Fraction | None:
     return None
 
 
-def over_limit(enc: Encoding, bound, spec):
-    """Some rank whose bound, in the file's sizes (a stage's activation size x `bound(rank)` live
-    activations), is over the file's memory limit for it (`spec.limits`, the last that names the
-    rank winning, as in the compiler): the memory check of `check` at every setting, given the
-    proved bound. A default size that varies (R / S with S not a fixed multiple of R) is a product
-    of quantities that vary: for a nonlinear model only."""
+def over_limit(enc: Encoding, bound, spec, act: Fraction | None):
+    """Some rank whose bound, in the file's sizes (a stage's activation size `act`, `share`'s
+    answer, x `bound(rank)` live activations), is over the file's memory limit for it (`spec.limits`,
+    the last that names the rank winning, as in the compiler): the memory check of `check` at every
+    setting, given the proved bound. A default size that varies (`act` None: R / S with S not a
+    fixed multiple of R) is a product of quantities that vary: for a nonlinear model only."""
     r = z3.Int("rank", enc.ctx)
     live = bound(r)
-    act = share(enc, spec)
     num, den = (enc.num(act.numerator), enc.num(act.denominator)) if act is not None else (enc.R, enc.S)
     if act is None and not enc.m.nonlinear:
         raise Unsupported("the default activation size R / S varies with the parameters: not linear")
