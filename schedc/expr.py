@@ -134,33 +134,20 @@ def _memoized(run: Eval, reads: tuple[str, ...]) -> Eval:
     return memoized
 
 
-def _children(e: ast.Expr) -> tuple:
-    if isinstance(e, ast.Call):
-        return e.args
-    if isinstance(e, ast.BinOp):
-        return (e.left, e.right)
-    if isinstance(e, ast.UnaryOp):
-        return (e.operand,)
-    if isinstance(e, ast.Ternary):
-        return (e.cond, e.then, e.orelse)
-    return ()
-
-
 def _calls_function(e: ast.Expr, scope: Scope) -> bool:
     """Whether `e` calls a `let` function."""
-    if isinstance(e, ast.Call) and scope.function(e.name) is not None:
-        return True
-    return any(_calls_function(c, scope) for c in _children(e))
+    return any(isinstance(n, ast.Call) and scope.function(n.name) is not None for n in ast.walk(e))
 
 
 def _reads(e: ast.Expr, scope: Scope) -> set[str]:
     """The names `e` reads from its environment, through the `let` functions it calls too (a called
     function's own parameters are bound by the call, so only its outer names count)."""
-    out = {e.name} if isinstance(e, ast.Var) else set()
-    if isinstance(e, ast.Call) and scope.function(e.name) is not None:
-        out |= set(scope.function(e.name)[1].outer)
-    for c in _children(e):
-        out |= _reads(c, scope)
+    out: set[str] = set()
+    for n in ast.walk(e):
+        if isinstance(n, ast.Var):
+            out.add(n.name)
+        elif isinstance(n, ast.Call) and scope.function(n.name) is not None:
+            out |= set(scope.function(n.name)[1].outer)
     return out
 
 
