@@ -20,7 +20,8 @@ from schedc.api import check, load  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.parse import parse  # noqa: E402
 from schedc.prove import prove  # noqa: E402
-from schedc.prove.prover import BOUNDED_MAX, BOUNDED_SETTINGS, _domain_only  # noqa: E402
+from schedc.prove.model import domain  # noqa: E402
+from schedc.prove.prover import BOUNDED_MAX, BOUNDED_SETTINGS  # noqa: E402
 from schedc.prove.search import settings  # noqa: E402
 from schedc.resources import builtin_schedules  # noqa: E402
 
@@ -30,7 +31,7 @@ QUICK = ("gpipe", "1f1b", "zb_h1", "dualpipev")
 def anchor(name: str) -> tuple[float, int]:
     """Seconds to compile and check every small setting, and how many there were."""
     path = builtin_schedules()[name]
-    m = _domain_only(parse(path.read_text(), str(path)))
+    m = domain(parse(path.read_text(), str(path)))
     began, count = time.perf_counter(), 0
     for params in settings(m, (), BOUNDED_MAX, BOUNDED_SETTINGS):
         try:

@@ -1,4 +1,4 @@
-"""Compile a parsed schedule (schedc/syntax.py) into a `Program` (schedc/ir.py).
+"""Expand a schedule's loop-level IR (schedc/loops.py) into a `Program` (schedc/ir.py).
 
 Binds parameters (defaults, `--param` overrides), checks `require` constraints, resolves names
 statically (an unknown name is an error even on a path never taken), evaluates placement and the
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from . import loops as ir_loops
 from . import syntax as ast
 from .errors import SchedcError
 from .ir import (DEFAULT_SPEED, MAX_ACTIONS, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op,
@@ -25,10 +26,6 @@ MAX_STAGES = 1_000_000
 MAX_MICROBATCHES = 1_000_000
 
 ACTION_OPS = {op.value: op for op in Op}
-COST_KEYS = {"F", "B", "I", "W"}
-GLOBAL_COST_KEYS = COST_KEYS | {"latency", "bandwidth"}
-RANK_COST_KEYS = {"speed"}
-MEMORY_KEYS = {"act", "weight", "out"}
 
 
 def compile_schedule(tree: ast.Schedule, params: Mapping[str, int] | None = None, *,
@@ -42,7 +39,18 @@ def compile_schedule(tree: ast.Schedule, params: Mapping[str, int] | None = None
     if not strict:
         declared = {p.name for p in tree.params}
         overrides = {k: v for k, v in overrides.items() if k in declared}
-    return _Compiler(tree).run(overrides)
+    return expand(ir_loops.build(tree), overrides)
+
+
+Seen = Callable[[int, int, "Action | Compound", dict], None]
+
+
+def expand(loops: ir_loops.Loops, params: Mapping[str, int], seen: Seen | None = None) -> Program:
+    """The Program of the loop-level IR at these parameter values. `seen(rank, site, step, env)`,
+    if given, hears of every step as it is made, before `order greedy` (if any) reorders a rank:
+    the call site (loops.Site.index) and the names in scope there with their values (the prover's
+    concrete instances are these)."""
+    return _Compiler(loops, seen).run(dict(params))
 
 
 @dataclass
@@ -118,6 +126,7 @@ class _Scope:
 
 
 STATE = "\x00rank-state"  # env key of the per-rank counters; no source name can collide
+RANK = "\x00rank"  # env key of the rank being expanded (for `seen`)
 
 
 class _RankState:
@@ -153,14 +162,16 @@ def _uses_next(node) -> bool:
 
 
 class _Compiler:
-    def __init__(self, tree: ast.Schedule):
-        self.tree = tree
+    def __init__(self, loops: ir_loops.Loops, seen: Seen | None = None):
+        self.loops = loops
+        self.tree = loops.tree
         self.budget = _Budget()
-        self.counting = _uses_next(tree.items)
+        self.counting = _uses_next(loops.tree.items)
+        self.seen = seen
 
     # ---- the whole schedule ----
     def run(self, overrides: dict[str, int]) -> Program:
-        tree = self.tree
+        tree, loops = self.tree, self.loops
         env: Env = {}
         scope = _Scope()
         known = {p.name for p in tree.params}
@@ -186,41 +197,22 @@ class _Compiler:
             env[p.name] = value
 
         decls: dict[str, tuple[int, Span]] = {}
-        order: ast.Order | None = None
-        placement: ast.Placement | None = None
-        annotations: list[ast.Annotation] = []
-        bodies: list[ast.RankBody | ast.RankLiteral] = []
-        for item in tree.items:
+        for item in loops.header:
             if isinstance(item, ast.Let):
                 self.let(item, scope)(env, [])
             elif isinstance(item, ast.Require):
                 self.require(item, scope, env)
-            elif isinstance(item, ast.Decl):
-                if item.what in decls:
-                    raise SchedcError("duplicate-decl", f"'{item.what}' is declared twice", item.span)
-                decls[item.what] = (self.int_value(item.value, scope, env, item.what), item.span)
-            elif isinstance(item, ast.Placement):
-                if placement is not None:
-                    raise SchedcError("duplicate-decl", "'place' is declared twice", item.span)
-                placement = item
-            elif isinstance(item, ast.Annotation):
-                _check_setting_names(item)
-                annotations.append(item)
-            elif isinstance(item, ast.Order):
-                if order is not None:
-                    raise SchedcError("duplicate-decl", "'order' is declared twice", item.span)
-                order = item
             else:
-                bodies.append(item)
+                decls[item.what] = (self.int_value(item.value, scope, env, item.what), item.span)
 
-        num_ranks = self.num_ranks(decls, env, bodies)
-        rank_lists = self.rank_bodies(bodies, num_ranks, scope, env)
-        num_stages = self.count("stages", decls, MAX_STAGES, rank_lists, placement,
+        num_ranks = self.num_ranks(decls, env, loops.bodies)
+        rank_lists = self.rank_bodies(loops, num_ranks, scope, env)
+        num_stages = self.count("stages", decls, MAX_STAGES, rank_lists, loops.placement,
                                 lambda a: a.stage)
         num_mb = self.count("microbatches", decls, MAX_MICROBATCHES, rank_lists, None,
                             lambda a: a.microbatch, param="M", env=env)
-        stage_to_rank = self.placement(placement, num_stages, num_ranks, scope, env, rank_lists)
-        notes = self.annotations(annotations, num_stages, num_ranks, scope, env)
+        stage_to_rank = self.placement(loops.placement, num_stages, num_ranks, scope, env, rank_lists)
+        notes = self.annotations(loops.annotations, num_stages, num_ranks, scope, env)
         program = Program(
             name=tree.name,
             num_ranks=num_ranks,
@@ -232,7 +224,7 @@ class _Compiler:
             annotations=notes,
             source=tree.span.file,
         )
-        return self.reorder(program, order, scope, env) if order is not None else program
+        return self.reorder(program, loops.order, scope, env) if loops.order is not None else program
 
     def reorder(self, program: Program, order: ast.Order, scope: _Scope, env: Env) -> Program:
         from .order import KINDS, greedy_order
@@ -276,8 +268,8 @@ class _Compiler:
         elif "P" in env:
             value, span = env["P"], self.tree.params[[p.name for p in self.tree.params].index("P")].span
         else:
-            indices = [b.index for b in bodies if b.index is not None]
-            if not indices or any(b.index is None for b in bodies):
+            indices = [b.rank for b in bodies if b.rank is not None]
+            if not indices or any(b.rank is None for b in bodies):
                 raise SchedcError("missing-decl", "say how many ranks there are: add `ranks N` "
                                   "(or a parameter P)", self.tree.name_span)
             value, span = max(indices) + 1, self.tree.name_span
@@ -304,44 +296,38 @@ class _Compiler:
             raise SchedcError("range", f"the number of {what} must be in 1..{limit:,}, got {value}", span)
         return value
 
-    def rank_bodies(self, bodies, num_ranks: int, scope: _Scope, env: Env) -> list[list]:
-        generic = None
-        specific: dict[int, ast.RankBody | ast.RankLiteral] = {}
-        for b in bodies:
-            if isinstance(b, ast.RankBody) and b.var is not None:
-                if generic is not None:
-                    raise SchedcError("duplicate-decl", "only one `rank NAME { ... }` body is allowed; "
-                                      "write `rank 0 { ... }` for one rank", b.span)
-                generic = b
-            else:
-                if b.index >= num_ranks:
-                    raise SchedcError("range", f"rank {b.index} is out of range: the schedule has "
-                                      f"{num_ranks} rank(s)", b.span)
-                if b.index in specific:
-                    raise SchedcError("duplicate-decl", f"rank {b.index} is defined twice", b.span,
-                                      [f"first defined at {specific[b.index].span}"])
-                specific[b.index] = b
-        generic_run = None
+    def rank_bodies(self, loops: ir_loops.Loops, num_ranks: int, scope: _Scope, env: Env) -> list[list]:
+        specific = {b.rank: b for b in loops.specific}
+        for b in loops.specific:
+            if b.rank >= num_ranks:
+                raise SchedcError("range", f"rank {b.rank} is out of range: the schedule has "
+                                  f"{num_ranks} rank(s)", b.span)
+        generic, generic_run = loops.generic, None
         if generic is not None:
             inner = scope.child()
             inner.define(generic.var, generic.span)
-            generic_run = self.block(generic.body, inner)
-        compiled = {i: self.block(b.body, scope.child()) for i, b in specific.items()
-                    if isinstance(b, ast.RankBody)}
+            generic_run = self.block(generic.nodes, inner)
+        compiled = {b.rank: self.block(b.nodes, scope.child()) for b in loops.specific if not b.literal}
+        seen = self.seen
         out: list[list] = []
         for rank in range(num_ranks):
             steps: list = []
             body = specific.get(rank)
-            if isinstance(body, ast.RankLiteral):
-                steps = [self.literal(a) for a in body.actions]
+            if body is not None and body.literal:
+                steps = [self.literal(site.action) for site in body.nodes]
+                if seen is not None:
+                    for site, step in zip(body.nodes, steps):
+                        seen(rank, site.index, step, env)
             elif body is not None:
                 local = dict(env)
                 local[STATE] = _RankState()
+                local[RANK] = rank
                 compiled[rank](local, steps)
             elif generic_run is not None:
                 local = dict(env)
                 local[generic.var] = rank
                 local[STATE] = _RankState()
+                local[RANK] = rank
                 generic_run(local, steps)
             else:
                 raise SchedcError("missing-rank", f"rank {rank} has no body: add `rank {rank} {{ ... }}` "
@@ -446,14 +432,14 @@ class _Compiler:
                 r(env, out)
         return run
 
-    def stmt(self, s, scope: _Scope) -> Run:
+    def stmt(self, s: ir_loops.Node, scope: _Scope) -> Run:
         if isinstance(s, ast.Let):
             return self.let(s, scope)
-        if isinstance(s, ast.For):
+        if isinstance(s, ir_loops.Loop):
             return self.for_(s, scope)
-        if isinstance(s, ast.If):
+        if isinstance(s, ir_loops.Branch):
             return self.if_(s, scope)
-        return self.do(s.call, scope)
+        return self.do(s, scope)
 
     def let(self, s: ast.Let, scope: _Scope) -> Run:
         if s.params is not None:
@@ -477,7 +463,7 @@ class _Compiler:
         scope.functions[s.name] = (s.params, body, s.span)
         return lambda env, out: None
 
-    def for_(self, s: ast.For, scope: _Scope) -> Run:
+    def for_(self, s: ir_loops.Loop, scope: _Scope) -> Run:
         start, stop = self.expr(s.start, scope), self.expr(s.stop, scope)
         step = self.expr(s.step, scope) if s.step is not None else None
         inner = scope.child()
@@ -497,8 +483,8 @@ class _Compiler:
                 body(env, out)
         return run
 
-    def if_(self, s: ast.If, scope: _Scope) -> Run:
-        branches = [(self.expr(c, scope), c.span, self.block(b, scope.child())) for c, b in s.branches]
+    def if_(self, s: ir_loops.Branch, scope: _Scope) -> Run:
+        branches = [(self.expr(c, scope), c.span, self.block(b, scope.child())) for c, b in s.arms]
         orelse = self.block(s.orelse, scope.child())
 
         def run(env, out):
@@ -509,7 +495,8 @@ class _Compiler:
             orelse(env, out)
         return run
 
-    def do(self, call: ast.Call, scope: _Scope) -> Run:
+    def do(self, site: ir_loops.Site, scope: _Scope) -> Run:
+        call, index, seen = site.action, site.index, self.seen
         if call.name in ("group", "overlap"):
             kind = CompoundKind.GROUP if call.name == "group" else CompoundKind.OVERLAP_F_B
             if not call.args or (kind is CompoundKind.OVERLAP_F_B and len(call.args) != 2):
@@ -538,6 +525,8 @@ class _Compiler:
                 budget.add_action(span)
                 step = Compound(kind, tuple(p(env) for p in parts), span)
                 out.append(step)
+                if seen is not None:
+                    seen(env[RANK], index, step, env)
                 if counting:
                     for a in step.parts:
                         env[STATE].note(a)
@@ -559,6 +548,8 @@ class _Compiler:
                 return
             budget.add_action(span)
             out.append(a)
+            if seen is not None:
+                seen(env[RANK], index, a, env)
             if counting:
                 env[STATE].note(a)
         return run
@@ -617,19 +608,3 @@ def _is_next(arg, scope: _Scope) -> bool:
 def _is_next_w(call, scope: _Scope) -> bool:
     """`W(next)`: the weight gradient of the oldest I on this rank that has no W yet."""
     return isinstance(call, ast.Call) and call.name == "W" and len(call.args) == 1 and _is_next(call.args[0], scope)
-
-
-def _check_setting_names(item: ast.Annotation) -> None:
-    allowed = _allowed_keys(item.what, item.scope)
-    for s in item.settings:
-        if s.name not in allowed:
-            raise SchedcError("unknown-setting", f"'{s.name}' is not a {item.what} setting"
-                              f"{' for a ' + item.scope if item.scope else ''}; expected one of "
-                              f"{', '.join(sorted(allowed))}{_did_you_mean(s.name, allowed)}", s.span)
-
-
-def _allowed_keys(what: str, scope: str | None) -> set[str]:
-    if what == "cost":
-        return {None: GLOBAL_COST_KEYS, "stage": COST_KEYS, "rank": RANK_COST_KEYS}[scope]
-    return {None: MEMORY_KEYS | {"limit"}, "stage": MEMORY_KEYS, "rank": {"limit"}}[scope]
-

@@ -1,8 +1,9 @@
 """The one evaluator of the language's expressions: integers, `+ - * // %` (floor division and
 modulo, as in Python), `min max abs`, comparisons, `and or not`, `C ? A : B` and `let` functions.
 
-`compile_expr` turns an expression into a closure once; the compiler runs it per rank and the
-prover's concrete instances (schedc/prove/sample.py) run the same closures, so both mean one thing.
+`compile_expr` turns an expression into a closure once; the compiler runs it per rank, and the
+prover evaluates its assumptions, bounds and constant folding with the same closures (its concrete
+instances are the compiler's own expansion), so both mean one thing.
 """
 from __future__ import annotations
 

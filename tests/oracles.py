@@ -320,3 +320,39 @@ def same_rank_inversion(program: Program) -> bool:
 def check(program: Program, semantics: str = "rendezvous"):
     """`schedc.check` (the fast path included: same-rank inversions once slipped through it)."""
     return schedc.check(program, semantics=semantics)
+
+
+def frames_instances(m, params) -> list[list[tuple[int, int, int]]]:
+    """Per rank, (statement index, stage, microbatch) of a prover model's statements enumerated by
+    their frames alone (guards, lets, loops, the path's static order), independently of the
+    compiler: an oracle for what the symbolic proof reads (expressions by schedc's evaluator)."""
+    from schedc.prove.model import GuardFrame, LetFrame
+    from schedc.prove.sample import evaluate
+    env0 = dict(params)
+    for let in m.globals:
+        env0[let.name] = evaluate(let.value, env0, m.functions)
+    out = []
+    for r in range(evaluate(m.ranks, env0, m.functions)):
+        found = []
+
+        def walk(x, k, env, iters):
+            if k == len(x.frames):
+                it = iter(iters)
+                key = tuple(next(it) if t[0] == "l" else t[1] for t in x.path)
+                found.append((key, x.index, evaluate(x.stage, env, m.functions),
+                              evaluate(x.microbatch, env, m.functions)))
+                return
+            f = x.frames[k]
+            if isinstance(f, LetFrame):
+                walk(x, k + 1, {**env, f.name: evaluate(f.value, env, m.functions)}, iters)
+            elif isinstance(f, GuardFrame):
+                if bool(evaluate(f.cond, env, m.functions)) == f.holds:
+                    walk(x, k + 1, env, iters)
+            else:
+                step = 1 if f.step is None else evaluate(f.step, env, m.functions)
+                for v in range(evaluate(f.start, env, m.functions), evaluate(f.stop, env, m.functions), step):
+                    walk(x, k + 1, {**env, f.var: v}, iters + [-v if f.reversed else v])
+        for x in m.stmts:
+            walk(x, 0, {**env0, m.rank_var: r}, [])
+        out.append([(i, s, mb) for _, i, s, mb in sorted(found)])
+    return out

@@ -14,10 +14,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from schedc.parse import parse
+from schedc import syntax as ast
 from schedc.prove import prove
 from schedc.prove import prover as prover_module
 from schedc.prove.model import model
-from schedc.prove.sample import agrees_with_compiler, evaluate, instances
+from schedc.prove.sample import evaluate, instances
+
+from oracles import frames_instances
 from schedc.prove.search import _edges, peaks
 from schedc.resources import builtin_schedules
 import schedc
@@ -292,7 +295,10 @@ def test_when_nonlinear_arithmetic_does_not_decide_each_small_value_is_proved_an
     assert pinned.certificate["arithmetic"] == "linear"
 
 
-def test_the_model_lists_what_the_compiler_compiles():
+def test_the_statements_frames_describe_what_the_compiler_expands():
+    """The prover's instances are the compiler's expansion of the one IR; the statements' frames,
+    which the symbolic proof reads, must list the same actions (statement by statement, in order)."""
+    from schedc.prove.model import pins, unroll
     for name in ["gpipe", "1f1b", "zb_h1", "zbv", "interleaved_1f1b", "looped_bfs"]:
         m = model_of(name)
         for P in range(1, 6):
@@ -301,7 +307,13 @@ def test_the_model_lists_what_the_compiler_compiles():
                     program = schedc.load(name, {"P": P, "M": M, "V": 2}, strict_params=False)
                 except SchedcError:
                     continue
-                assert agrees_with_compiler(m, dict(program.params), program) is None, (name, P, M)
+                params = dict(program.params)
+                for mm in (m, unroll(m, pins([ast.BinOp("==", ast.Var(p, None), ast.Num(v, None), None)
+                                               for p, v in params.items() if p == "V"]))):
+                    got = [[(i.stmt.index, i.stage, i.microbatch) for i in rank] for rank in instances(mm, params)]
+                    assert got == frames_instances(mm, params), (name, P, M)
+                    compiled = [[(a.stage, a.microbatch) for st in rank for a in st.parts] for rank in program.ranks]
+                    assert [[(s, mb) for _, s, mb in rank] for rank in got] == compiled, (name, P, M)
 
 
 @pytest.mark.parametrize("argv, message", [

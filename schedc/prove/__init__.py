@@ -1,7 +1,8 @@
 """Proofs for every size: `prove(schedule, assumptions=..., memory=...)` -> proved, refuted or unknown.
 
-model.py reads a parametric schedule as statements over loop domains, sample.py enumerates them at
-small sizes, search.py fits certificates, smt.py (all of the prover's Z3) checks them for every
+model.py reads a parametric schedule's loop-level IR (schedc/loops.py) as statements over loop
+domains, sample.py lists their instances at small sizes (the compiler's expansion of the same IR),
+search.py fits certificates, smt.py (all of the prover's Z3) checks them for every
 setting, prover.py puts it together and command.py is `schedc prove`. The names below load on first
 use (PEP 562), so the CLI can register `schedc prove` without loading Z3 or numpy.
 """

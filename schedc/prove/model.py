@@ -1,17 +1,19 @@
 """A parametric schedule as statements over loop domains: the form a proof for every P and M needs.
 
-`model(tree)` turns the rank bodies into `Stmt`s, one per action call site: the frames around it
-(lets, loops, guards, outermost first; `rank N` lists get a guard `r == N`), its path (for the order
-of a rank's list) and its stage and microbatch expressions, all still source expressions. The
-fragment is what a proof can reason about: F/B/I/W actions with explicit microbatches, alone or as
-the two parts of an `overlap(...)` step (one statement each, sharing one step), no `order` and no
-`next`; anything else raises `Unsupported` with the reason and its place.
+`model(tree)` reads the schedule's loop-level IR (schedc/loops.py, the one the compiler expands)
+as `Stmt`s, one per action call site (and part of an overlap): the frames around it (lets, loops,
+guards, outermost first; `rank N` lists get a guard `r == N`), its path (for the order of a rank's
+list) and its stage and microbatch expressions, all still source expressions. The fragment is what
+a proof can reason about: F/B/I/W actions with explicit microbatches, alone or as the two parts of
+an `overlap(...)` step (one statement each, sharing one step), no `order` and no `next`; anything
+else raises `Unsupported` with the reason and its place.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
+from .. import loops as ir_loops
 from .. import syntax as ast
 from ..span import Span
 
@@ -63,6 +65,9 @@ class Stmt:
     path: tuple[tuple[str, int], ...]  # ("s", static position), ("l", loop id), ("c", part), outermost first
     span: Span
     step: int = -1  # the statement whose step this one shares (the first part of an overlap), else index
+    site: int = -1  # the IR's call site (loops.Site.index) this statement is (a part of)
+    part: int = 0  # which part of the site's step (an overlap's second action: 1)
+    fixed: tuple[tuple[str, int], ...] = ()  # loop variables `unroll` fixed in this variant, with values
 
     @property
     def key(self) -> int:
@@ -91,39 +96,33 @@ class Model:
     stmts: tuple[Stmt, ...]
     nonlinear: bool = False  # products of quantities that vary allowed (Z3's nonlinear arithmetic)
     annotations: tuple[ast.Annotation, ...] = ()  # `cost ...` and `memory ...`, in file order
+    loops: ir_loops.Loops | None = None  # the IR it was read from: what its concrete instances expand
+
+
+def domain(tree: ast.Schedule) -> Model:
+    """The parameters, requirements, lets and functions alone: enough to enumerate the settings of
+    a schedule whose statements the proof cannot cover."""
+    loops = ir_loops.build(tree)
+    params = tuple(p.name for p in tree.params)
+    requires = tuple(c.cond for i in loops.header if isinstance(i, ast.Require) for c in i.constraints)
+    lets = tuple(LetFrame(i.name, i.value) for i in loops.header if isinstance(i, ast.Let) and i.params is None)
+    functions = {i.name: (i.params, i.value) for i in loops.header if isinstance(i, ast.Let) and i.params is not None}
+    one = ast.Num(1, tree.span)
+    return Model(tree.name, params, requires, lets, functions, one, one, one, "loop", None, None, "r", (),
+                 loops=loops)
 
 
 def model(tree: ast.Schedule) -> Model:
-    params = tuple(p.name for p in tree.params)
-    requires, lets, decls, functions, annotations = [], [], {}, {}, []
-    placement, body, specific = None, None, []
-    for item in tree.items:
-        if isinstance(item, ast.Require):
-            requires.extend(c.cond for c in item.constraints)
-        elif isinstance(item, ast.Let):
-            if item.params is not None:
-                functions[item.name] = (item.params, item.value)
-            else:
-                lets.append(LetFrame(item.name, item.value))
-        elif isinstance(item, ast.Decl):
-            decls[item.what] = item.value
-        elif isinstance(item, ast.Placement):
-            placement = item
-        elif isinstance(item, ast.Order):
-            raise Unsupported("its order is computed by `order greedy(...)`, an algorithm; a proof for every "
-                              "size needs the order written as loops", item.span)
-        elif isinstance(item, ast.Annotation):
-            annotations.append(item)
-        elif isinstance(item, ast.RankBody) and item.var is not None:
-            if body is not None:
-                raise Unsupported("more than one generic rank body", item.span)
-            body = item
-        else:  # `rank 0 { ... }` or `rank 0: 0F0 ...`: that rank's own list
-            specific.append(item)
+    loops = ir_loops.build(tree)
+    base = domain(tree)
+    params, decls, placement = base.params, dict(loops.decls), loops.placement
+    if loops.order is not None:
+        raise Unsupported("its order is computed by `order greedy(...)`, an algorithm; a proof for every "
+                          "size needs the order written as loops", loops.order.span)
 
     def decl(what, param):
         if what in decls:
-            return decls[what]
+            return decls[what].value
         if param in params:
             return ast.Var(param, tree.span)
         raise Unsupported(f"`{what}` is not declared and there is no parameter {param}", tree.span)
@@ -131,64 +130,67 @@ def model(tree: ast.Schedule) -> Model:
     if placement is None or placement.kind not in ("loop", "vshape", "expr"):
         raise Unsupported("the placement must be `place loop`, `place vshape` or `place s -> expr`",
                           placement.span if placement is not None else tree.span)
-    rank_var = body.var if body is not None else "r"
-    builder = _Builder(functions)
-    for k, item in enumerate(specific):  # rank N's own list: its statements hold where r == N only
-        only = (GuardFrame(ast.BinOp("==", ast.Var(rank_var, item.span), ast.Num(item.index, item.span),
-                                     item.span), True),)
-        if isinstance(item, ast.RankBody):
-            builder.block(item.body, only, (("s", k),))
+    generic, specific = loops.generic, loops.specific
+    rank_var = generic.var if generic is not None else "r"
+    builder = _Builder(dict(base.functions))
+    for body in specific:  # rank N's own list: its statements hold where r == N only
+        only = (GuardFrame(ast.BinOp("==", ast.Var(rank_var, body.span), ast.Num(body.rank, body.span),
+                                     body.span), True),)
+        if body.literal:
+            builder.literal(body.nodes, only, (("s", body.position),))
         else:
-            builder.literal(item, only, (("s", k),))
-    if body is not None:  # every other rank
-        others = tuple(GuardFrame(ast.BinOp("==", ast.Var(rank_var, b.span), ast.Num(b.index, b.span), b.span),
+            builder.block(body.nodes, only, (("s", body.position),))
+    if generic is not None:  # every other rank
+        others = tuple(GuardFrame(ast.BinOp("==", ast.Var(rank_var, b.span), ast.Num(b.rank, b.span), b.span),
                                   False) for b in specific)
-        builder.block(body.body, others, (("s", len(specific)),))
+        builder.block(generic.nodes, others, (("s", generic.position),))
     if "stages" not in decls:  # the compiler would count them from the actions
         raise Unsupported("declare `stages E`: the proof needs the number of stages as an expression", tree.span)
-    if body is None and specific:  # only `rank N` lists: count what they say, as the compiler does
+    counted = {}
+    if generic is None and specific:  # only `rank N` lists: count what they say, as the compiler does
         if "ranks" not in decls and "P" not in params:
-            decls["ranks"] = ast.Num(max(item.index for item in specific) + 1, tree.span)
+            counted["ranks"] = ast.Num(max(b.rank for b in specific) + 1, tree.span)
         numbers = [x.microbatch.value for x in builder.stmts if isinstance(x.microbatch, ast.Num)]
         if "microbatches" not in decls and "M" not in params and len(numbers) == len(builder.stmts) and numbers:
-            decls["microbatches"] = ast.Num(max(numbers) + 1, tree.span)
-    return Model(tree.name, params, tuple(requires), tuple(lets), functions, decl("ranks", "P"),
-                 decls["stages"], decl("microbatches", "M"), placement.kind, placement.var,
-                 placement.expr, rank_var, tuple(builder.stmts), annotations=tuple(annotations))
+            counted["microbatches"] = ast.Num(max(numbers) + 1, tree.span)
+    return replace(base, ranks=counted.get("ranks") or decl("ranks", "P"), stages=decls["stages"].value,
+                   microbatches=counted.get("microbatches") or decl("microbatches", "M"),
+                   placement=placement.kind, place_var=placement.var, place_expr=placement.expr,
+                   rank_var=rank_var, stmts=tuple(builder.stmts), functions=builder.functions,
+                   annotations=loops.annotations)
 
 
 class _Builder:
     def __init__(self, functions):
         self.functions = functions
         self.stmts: list[Stmt] = []
-        self.loops = 0
 
-    def block(self, stmts, frames, path):
+    def block(self, nodes, frames, path):
         frames = list(frames)
-        for k, s in enumerate(stmts):
+        for k, s in enumerate(nodes):
             here = path + (("s", k),)
             if isinstance(s, ast.Let):
                 if s.params is not None:  # inlined where called; names resolve the same there
                     self.functions[s.name] = (s.params, s.value)
                 else:
                     frames.append(LetFrame(s.name, s.value))
-            elif isinstance(s, ast.For):
-                self.loops += 1
-                loop = LoopFrame(self.loops, s.var, s.start, s.stop, s.step, s.reversed)
+            elif isinstance(s, ir_loops.Loop):
+                loop = LoopFrame(s.id, s.var, s.start, s.stop, s.step, s.reversed)
                 self.block(s.body, tuple(frames) + (loop,), here + (("l", loop.loop),))
-            elif isinstance(s, ast.If):
+            elif isinstance(s, ir_loops.Branch):
                 before: list[GuardFrame] = []
-                for b, (cond, stmts_b) in enumerate(s.branches):
-                    self.block(stmts_b, tuple(frames) + tuple(before) + (GuardFrame(cond, True),),
+                for b, (cond, nodes_b) in enumerate(s.arms):
+                    self.block(nodes_b, tuple(frames) + tuple(before) + (GuardFrame(cond, True),),
                                here + (("s", b),))
                     before.append(GuardFrame(cond, False))
-                self.block(s.orelse, tuple(frames) + tuple(before), here + (("s", len(s.branches)),))
+                self.block(s.orelse, tuple(frames) + tuple(before), here + (("s", len(s.arms)),))
             else:
-                self.action(s.call, tuple(frames), here)
+                self.action(s, tuple(frames), here)
 
-    def literal(self, item: ast.RankLiteral, frames, path):
+    def literal(self, sites, frames, path):
         from ..ir import ActionSyntaxError, Compound, parse_step
-        for k, lit in enumerate(item.actions):
+        for k, site in enumerate(sites):
+            lit = site.action
             try:
                 step = parse_step(lit.text, lit.span)
             except ActionSyntaxError as exc:
@@ -200,21 +202,26 @@ class _Builder:
                 for c, a in enumerate(step.parts):
                     self.stmts.append(Stmt(len(self.stmts), a.op.value, ast.Num(a.stage, lit.span),
                                            ast.Num(a.microbatch, lit.span), frames,
-                                           path + (("s", k), ("c", c)), lit.span, first))
+                                           path + (("s", k), ("c", c)), lit.span, first, site.index, c))
                 continue
             if step.op.value not in KINDS:
                 raise Unsupported(f"{lit.text}: the proof covers compute actions F, B, I, W", lit.span)
             self.stmts.append(Stmt(len(self.stmts), step.op.value, ast.Num(step.stage, lit.span),
-                                   ast.Num(step.microbatch, lit.span), frames, path + (("s", k),), lit.span))
+                                   ast.Num(step.microbatch, lit.span), frames, path + (("s", k),), lit.span,
+                                   site=site.index))
 
-    def action(self, call: ast.Call, frames, path, step: int = -1):
-        if call.name == "overlap" and step < 0:  # one step, two statements: part 0 keys the pair
+    def action(self, site: ir_loops.Site, frames, path):
+        call = site.action
+        if call.name == "overlap":  # one step, two statements: part 0 keys the pair
             first = len(self.stmts)
             for c, part in enumerate(call.args):
-                if not isinstance(part, ast.Call) or part.name == "overlap":
+                if not isinstance(part, ast.Call) or part.name in ("overlap", "group"):
                     raise Unsupported("overlap(...) of something other than two actions", call.span)
-                self.action(part, frames, path + (("c", c),), first)
+                self.call(part, frames, path + (("c", c),), first, site.index, c)
             return
+        self.call(call, frames, path, -1, site.index, 0)
+
+    def call(self, call: ast.Call, frames, path, step: int, site: int, part: int):
         if call.name == "group":
             raise Unsupported("group(...): communication is inserted by schedc, outside the proof", call.span)
         if call.name not in KINDS:
@@ -224,7 +231,7 @@ class _Builder:
             raise Unsupported(f"{call.name} with `next` numbering: the microbatch must be an expression",
                               call.span)
         self.stmts.append(Stmt(len(self.stmts), call.name, call.args[0], call.args[1], frames, path, call.span,
-                               step))
+                               step, site, part))
 
 
 def rank_lets(m: Model) -> tuple[LetFrame, ...]:
@@ -320,40 +327,41 @@ def unroll(m: Model, consts: dict[str, int]) -> Model:
     out: list[Stmt] = []
     parts: dict[int, list[int]] = {}  # statement -> the indices of its variants in `out`
     for stmt in m.stmts:
-        variants = [((), dict(env0), {})]  # (frames, known values, loop id -> static position)
+        variants = [((), dict(env0), {}, ())]  # (frames, known values, loop id -> static position, fixed)
         for f in stmt.frames:
             nxt = []
-            for frames, env, where in variants:
+            for frames, env, where, fixed in variants:
                 if isinstance(f, LetFrame):
                     v = known(f.value, env)
                     env2 = {k: x for k, x in env.items() if k != f.name}
                     if v is not None:
                         env2[f.name] = v
-                    nxt.append((frames + (f,), env2, where))
+                    nxt.append((frames + (f,), env2, where, fixed))
                 elif isinstance(f, GuardFrame):
                     v = known(f.cond, env)
                     if v is None:
-                        nxt.append((frames + (f,), env, where))
+                        nxt.append((frames + (f,), env, where, fixed))
                     elif bool(v) == f.holds:
-                        nxt.append((frames, env, where))
+                        nxt.append((frames, env, where, fixed))
                 else:
                     a, b = known(f.start, env), known(f.stop, env)
                     k = 1 if f.step is None else known(f.step, env)
                     rng = range(a, b, k) if None not in (a, b, k) and k != 0 else None
                     if rng is None or len(rng) > MAX_UNROLL:
-                        nxt.append((frames + (f,), {x: y for x, y in env.items() if x != f.var}, where))
+                        nxt.append((frames + (f,), {x: y for x, y in env.items() if x != f.var}, where, fixed))
                         continue
                     for pos, v in enumerate(reversed(rng) if f.reversed else rng):
                         nxt.append((frames + (LetFrame(f.var, ast.Num(v, stmt.span)),), {**env, f.var: v},
-                                    {**where, f.loop: pos}))
+                                    {**where, f.loop: pos}, fixed + ((f.var, v),)))
             variants = nxt
         made = []
-        for j, (frames, _, where) in enumerate(variants):
+        for j, (frames, _, where, fixed) in enumerate(variants):
             path = tuple(("s", where[t[1]]) if t[0] == "l" and t[1] in where else t for t in stmt.path)
             # an overlap's second part: its variants pair with its first part's, in the same order
             step = -1 if stmt.step < 0 else (len(out) if stmt.step == stmt.index else parts[stmt.step][j])
             made.append(len(out))
-            out.append(Stmt(len(out), stmt.kind, stmt.stage, stmt.microbatch, frames, path, stmt.span, step))
+            out.append(Stmt(len(out), stmt.kind, stmt.stage, stmt.microbatch, frames, path, stmt.span, step,
+                            stmt.site, stmt.part, fixed))
         parts[stmt.index] = made
     return replace(m, stmts=tuple(out))
 

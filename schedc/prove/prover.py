@@ -18,8 +18,8 @@ from .. import solver, syntax as ast
 from ..errors import SchedcError
 from . import smt
 from .given import check_assumptions, check_bound
-from .model import LetFrame, Model, Unsupported, memory_spec, model, pins, rank_lets, unroll
-from .sample import Stop, agrees_with_compiler, base_env, evaluate, feature_names, rank_env
+from .model import Model, Unsupported, domain, memory_spec, model, pins, rank_lets, unroll
+from .sample import Stop, base_env, evaluate, feature_names, rank_env
 from .search import ConcreteFailure, cegis_timing, infer_bound, inside, peaks, setting_text, settings, unit_peaks
 
 BOUNDED_MAX = 8         # each parameter of the concrete sweep runs over 0..BOUNDED_MAX
@@ -106,7 +106,7 @@ def _prove(source: str, assumptions, memory, deadline: solver.Deadline, certific
         m = unroll(model(tree), pins(assumed))
         unsupported = None
     except Unsupported as exc:
-        m, unsupported = _domain_only(tree), exc
+        m, unsupported = domain(tree), exc
     for name in ast.names_in(assumed):
         if name not in m.params:
             raise SchedcError("usage", f"--assume names '{name}', which is not a parameter of {tree.name} "
@@ -250,16 +250,6 @@ def _unknown(proof: Proof, start: float, reason: str) -> Proof:
     return _done(proof, start)
 
 
-def _domain_only(tree: ast.Schedule) -> Model:
-    """Enough of a model to enumerate settings of a schedule the proof cannot cover."""
-    params = tuple(p.name for p in tree.params)
-    requires = tuple(c.cond for i in tree.items if isinstance(i, ast.Require) for c in i.constraints)
-    lets = tuple(LetFrame(i.name, i.value) for i in tree.items if isinstance(i, ast.Let) and i.params is None)
-    funcs = {i.name: (i.params, i.value) for i in tree.items if isinstance(i, ast.Let) and i.params is not None}
-    one = ast.Num(1, tree.span)
-    return Model(tree.name, params, requires, lets, funcs, one, one, one, "loop", None, None, "r", ())
-
-
 def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, deadline):
     """Check small settings concretely, smallest first; the first failure, or None."""
     from ..api import check, load
@@ -313,19 +303,10 @@ def _over_bound(m: Model, expr, params, got) -> dict | None:
 
 
 def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
-    from ..api import load
     for hi in range(6, 13):  # the smallest SAMPLES settings; a narrow domain (M >= 2P) reaches further
         samples = settings(m, assumed, hi, SAMPLES)
         if len(samples) >= SAMPLES:
             break
-    for params in samples[:12]:  # the model must mean what the compiler means
-        try:
-            program = load(str(path), params)
-        except SchedcError:
-            continue
-        differs = agrees_with_compiler(m, params, program)
-        if differs:
-            raise Unsupported(f"the symbolic model disagrees with the compiler at {params}: {differs}")
     names = {x.index: feature_names(m, x) for x in m.stmts}
     log("  well-formedness")
     proof.parts.append(_well_formed(proof, path, m, assumed, deadline))

@@ -1,9 +1,10 @@
 """Concrete instances of a model: every statement's instances at given parameters, in rank order.
 
-What the certificate search learns from (small sizes, by enumeration) and how the model is held to
-the compiler: `instances(model, params)` must list exactly the actions `compile_schedule` makes,
-rank by rank, in the same order (`agrees_with_compiler`). `features` are the values a certificate
-function may use: 1, the parameters, the rank, the lets in scope and the loop variables.
+What the certificate search learns from (small sizes). `instances(model, params)` are the actions
+the compiler makes when it expands the model's IR (compiler.expand), each matched to the statement
+of its call site, so the proof and the compiler cannot mean two things. `features` are the values
+a certificate function may use: 1, the parameters, the rank, the lets in scope and the loop
+variables.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from .. import syntax as ast
 from ..errors import SchedcError
 from ..expr import compile_expr, compile_function
-from .model import GuardFrame, LetFrame, LoopFrame, Model, Stmt, rank_lets
+from .model import LetFrame, LoopFrame, Model, Stmt, rank_lets
 
 MAX_INSTANCES = 200_000
 CHECK_EVERY = 4096  # instances listed between looks at the clock
@@ -28,13 +29,13 @@ class Instance:
     rank: int
     stage: int
     microbatch: int
-    key: tuple  # orders a rank's instances
+    key: tuple[int, int]  # (step in the rank's list, part of the step): orders a rank's instances
     features: tuple[int, ...]
 
     @property
-    def step(self) -> tuple:
-        """Equal for the two parts of one overlap step (their keys differ in the part only)."""
-        return (self.stmt.key, self.key[:-1]) if self.stmt.step >= 0 else (self.stmt.index, self.key)
+    def step(self) -> int:
+        """The step's place in its rank's list: equal for the two parts of one overlap step."""
+        return self.key[0]
 
 
 def evaluate(e: ast.Expr, env: dict, functions: dict):
@@ -124,73 +125,43 @@ def products(m: Model, feats: list) -> list:
 
 
 def instances(m: Model, params: dict[str, int], deadline=None) -> list[list[Instance]]:
-    """Every rank's instances in the order the rank runs them (`deadline`, a solver.Deadline:
-    looked at every CHECK_EVERY instances, raising TimeUp once the command's limit passed)."""
-    env0 = base_env(m, params)
-    num_ranks = evaluate(m.ranks, env0, m.functions)
-    if num_ranks > MAX_INSTANCES:
-        raise Stop("too many ranks")
-    out = []
+    """Every rank's instances in the order the rank runs them: the compiler's expansion of the
+    model's IR at `params` (`deadline`, a solver.Deadline: looked at every CHECK_EVERY instances,
+    raising TimeUp once the command's limit passed). Stop when the setting does not compile or
+    is too large to list."""
+    from ..compiler import expand
+    variants: dict[tuple[int, int], list[Stmt]] = {}  # (site, part) -> its statements (unroll's variants)
+    for x in m.stmts:
+        variants.setdefault((x.site, x.part), []).append(x)
+    base = [1, *(params[p] for p in m.params)]
+    out: dict[int, list[Instance]] = {}
     count = 0
-    for r in range(num_ranks):
-        if deadline is not None:
+
+    def seen(rank, site, step, env):
+        nonlocal count
+        found = out.setdefault(rank, [])
+        n = found[-1].key[0] + 1 if found else 0
+        for part, a in enumerate(step.parts):
+            x = _variant(variants.get((site, part), ()), env)
+            feats = base + [rank] + [int(env[f.name if isinstance(f, LetFrame) else f.var])
+                                     for f in x.frames if isinstance(f, (LetFrame, LoopFrame))]
+            found.append(Instance(x, rank, a.stage, a.microbatch, (n, part), tuple(feats + products(m, feats))))
+        count += len(step.parts)
+        if count > MAX_INSTANCES:
+            raise Stop("too many instances")
+        if deadline is not None and count % CHECK_EVERY < len(step.parts):
             deadline.check()
-        found = []
-        for stmt in m.stmts:
-            for inst in _of(m, stmt, {**env0, m.rank_var: r}, r):
-                count += 1
-                if count > MAX_INSTANCES:
-                    raise Stop("too many instances")
-                if deadline is not None and count % CHECK_EVERY == 0:
-                    deadline.check()
-                found.append(inst)
-        found.sort(key=lambda i: i.key)
-        out.append(found)
-    return out
+
+    try:
+        program = expand(m.loops, params, seen)
+    except SchedcError as exc:
+        raise Stop(exc.diagnostics[0].message) from None
+    return [out.get(r, []) for r in range(program.num_ranks)]
 
 
-def _of(m: Model, stmt: Stmt, env: dict, rank: int):
-    fn = m.functions
-    base = [1, *(env[p] for p in m.params), rank]
-
-    def walk(k, env, feats, iters):
-        if k == len(stmt.frames):
-            key, it = [], iter(iters)
-            for tok in stmt.path:
-                key.append(next(it) if tok[0] == "l" else tok[1])
-            plain = base + feats
-            yield Instance(stmt, rank, evaluate(stmt.stage, env, fn), evaluate(stmt.microbatch, env, fn),
-                           tuple(key), tuple(plain + products(m, plain)))
-            return
-        f = stmt.frames[k]
-        if isinstance(f, LetFrame):
-            v = evaluate(f.value, env, fn)
-            yield from walk(k + 1, {**env, f.name: v}, feats + [int(v)], iters)
-        elif isinstance(f, GuardFrame):
-            if bool(evaluate(f.cond, env, fn)) == f.holds:
-                yield from walk(k + 1, env, feats, iters)
-        else:
-            a, b = evaluate(f.start, env, fn), evaluate(f.stop, env, fn)
-            step = 1 if f.step is None else evaluate(f.step, env, fn)
-            if step == 0:
-                raise Stop("a loop step of 0")
-            rng = range(a, b, step)
-            if len(rng) > MAX_INSTANCES:
-                raise Stop("too many instances")
-            for v in rng:
-                yield from walk(k + 1, {**env, f.var: v}, feats + [v], iters + [-v if f.reversed else v])
-
-    yield from walk(0, env, [], [])
-
-
-def agrees_with_compiler(m: Model, params: dict[str, int], program) -> str | None:
-    """None if the model lists the compiled program's actions; else what differs."""
-    got = instances(m, params)
-    if len(got) != program.num_ranks:
-        return f"{len(got)} ranks, the compiler has {program.num_ranks}"
-    for r, (mine, steps) in enumerate(zip(got, program.ranks)):
-        theirs = [(a.op.value, a.stage, a.microbatch) for st in steps for a in st.parts]
-        ours = [(i.stmt.kind, i.stage, i.microbatch) for i in mine]
-        if ours != theirs:
-            return f"rank {r}: the model lists {ours[:6]}..., the compiler {theirs[:6]}..."
-    return None
+def _variant(stmts, env) -> Stmt:
+    """The statement (of a site's variants after `unroll`) whose fixed loop values are env's."""
+    for x in stmts:
+        if all(env.get(var) == v for var, v in x.fixed):
+            return x
+    raise Stop("an action the model has no statement for")  # the unrolled guards disagree with the compiler
