@@ -11,31 +11,29 @@ from .ir import Action, Op
 
 Value = tuple[str, int, int]
 
+# The rule as data (the functions below read it, and so does the numpy fast path, verify/fast.py):
+MAKES = {Op.F: "act", Op.B: "grad", Op.I: "grad"}  # the value of its own (stage, microbatch) an action makes
+NEEDS = {  # each (kind, offset): the value of that kind of stage s + offset, same microbatch, where that stage exists
+    Op.F: (("act", -1),),
+    Op.B: (("act", 0), ("grad", 1)),
+    Op.I: (("act", 0), ("grad", 1)),
+    Op.W: (("grad", 0),),
+    Op.SEND_F: (("act", 0),),
+    Op.SEND_B: (("grad", 0),),
+}
+DELIVERS = {Op.RECV_F: ("act", -1), Op.RECV_B: ("grad", 1)}  # a receive at stage s brings (kind, s + offset)
+
 
 def produces(a: Action) -> Value | None:
     """The value a compute action makes, if any."""
-    if a.op is Op.F:
-        return ("act", a.stage, a.microbatch)
-    if a.op is Op.I or a.op is Op.B:
-        return ("grad", a.stage, a.microbatch)
-    return None
+    kind = MAKES.get(a.op)
+    return None if kind is None else (kind, a.stage, a.microbatch)
 
 
 def needs(a: Action, num_stages: int) -> tuple[Value, ...]:
     """The values an action needs present on its rank before it can run."""
-    s, m, op = a.stage, a.microbatch, a.op
-    if op is Op.F:
-        return (("act", s - 1, m),) if s > 0 else ()
-    if op is Op.B or op is Op.I:
-        own = ("act", s, m)
-        return (own, ("grad", s + 1, m)) if s < num_stages - 1 else (own,)
-    if op is Op.W:
-        return (("grad", s, m),)
-    if op is Op.SEND_F:
-        return (("act", s, m),)
-    if op is Op.SEND_B:
-        return (("grad", s, m),)
-    return ()
+    s, m = a.stage, a.microbatch
+    return tuple((kind, s + off, m) for kind, off in NEEDS.get(a.op, ()) if 0 <= s + off < num_stages)
 
 
 def producer(v: Value, backward: Op = Op.B) -> tuple[Op, int, int]:
@@ -47,36 +45,39 @@ def producer(v: Value, backward: Op = Op.B) -> tuple[Op, int, int]:
 
 def delivers(a: Action) -> Value | None:
     """The value a receive brings to its rank (named by the receiving stage)."""
-    if a.op is Op.RECV_F:
-        return ("act", a.stage - 1, a.microbatch)
-    if a.op is Op.RECV_B:
-        return ("grad", a.stage + 1, a.microbatch)
-    return None
+    rule = DELIVERS.get(a.op)
+    return None if rule is None else (rule[0], a.stage + rule[1], a.microbatch)
 
 
 def payload(a: Action) -> Value | None:
     """What travels with a send or receive; a matched pair is consistent iff payloads agree."""
     if a.op is Op.SEND_F or a.op is Op.SEND_B:
-        return ("act" if a.op is Op.SEND_F else "grad", a.stage, a.microbatch)
+        ((kind, _),) = NEEDS[a.op]
+        return (kind, a.stage, a.microbatch)
     return delivers(a)
 
 
-_PEER_OFFSET = {Op.SEND_F: 1, Op.RECV_F: -1, Op.SEND_B: -1, Op.RECV_B: 1}
+# the offset of the stage that consumes a value made on another stage: "act" of s is F(s+1)'s, "grad" of s is s-1's
+_CROSS = {kind: off for op in MAKES for kind, off in NEEDS[op] if off}
+_SENDS = {NEEDS[op][0][0]: op for op in (Op.SEND_F, Op.SEND_B)}  # the send that carries a kind of value
+_RECEIVES = {kind: op for op, (kind, _) in DELIVERS.items()}  # the receive that brings it
+PEER_OFFSET = {**{op: -_CROSS[NEEDS[op][0][0]] for op in (Op.SEND_F, Op.SEND_B)},
+                **{op: off for op, (_, off) in DELIVERS.items()}}
 
 
 def peer_stage(a: Action) -> int | None:
     """The stage on the other end of a send or receive."""
-    offset = _PEER_OFFSET.get(a.op)
+    offset = PEER_OFFSET.get(a.op)
     return None if offset is None else a.stage + offset
 
 
 def consumer_stage(a: Action, num_stages: int) -> int | None:
     """The stage that consumes the value a compute action produces, if another stage does."""
-    if a.op is Op.F and a.stage < num_stages - 1:
-        return a.stage + 1
-    if (a.op is Op.I or a.op is Op.B) and a.stage > 0:
-        return a.stage - 1
-    return None
+    kind = MAKES.get(a.op)
+    if kind is None:
+        return None
+    dest = a.stage - _CROSS[kind]
+    return dest if 0 <= dest < num_stages else None
 
 
 def remote_consumer(a: Action, placement: tuple[int, ...], num_stages: int) -> int | None:
@@ -91,9 +92,8 @@ def message(a: Action, placement: tuple[int, ...], num_stages: int) -> tuple[Act
     dest = remote_consumer(a, placement, num_stages)
     if dest is None:
         return None
-    if a.op is Op.F:
-        return Action(Op.SEND_F, a.stage, a.microbatch, a.span), Action(Op.RECV_F, dest, a.microbatch, a.span)
-    return Action(Op.SEND_B, a.stage, a.microbatch, a.span), Action(Op.RECV_B, dest, a.microbatch, a.span)
+    kind = MAKES[a.op]
+    return Action(_SENDS[kind], a.stage, a.microbatch, a.span), Action(_RECEIVES[kind], dest, a.microbatch, a.span)
 
 
 def value_name(v: Value) -> str:

@@ -1,7 +1,7 @@
 """The fast path of `schedc check`: decide with array arithmetic that every check passes.
 
 The same rules as schedc/lint.py, schedc/verify/channels.py, graph.py and memory.py, asked as
-whole-array questions (numpy): indices and placement, one F and one B or I+W per (stage,
+whole-array questions (numpy), the dependencies read from deps.py's tables: indices and placement, one F and one B or I+W per (stage,
 microbatch) in order, a receive before every remote use and a send after every remote producer,
 FIFO payload matching, then the run itself over the happens-before prerequisites, and peak
 activations. It answers only "all clear" (with the numbers) or "look closer": anything unusual
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import deps
 from ..ir import Compound, Op, Program
 from .channels import Semantics
 from .execute import run_ranks
@@ -26,6 +27,26 @@ _CODE = {op: i for i, op in enumerate(_OPS)}
 F, B, I, W = (_CODE[o] for o in (Op.F, Op.B, Op.I, Op.W))
 SF, RF, SB, RB = (_CODE[o] for o in (Op.SEND_F, Op.RECV_F, Op.SEND_B, Op.RECV_B))
 MAX_CELLS = 4_000_000  # stage x microbatch tables above this go to the detailed checks
+assert deps.NEEDS[Op.B] == deps.NEEDS[Op.I]  # below, "the backward" (B, or I where split) stands for both
+SEND_OF = {deps.NEEDS[o][0][0]: o for o in (Op.SEND_F, Op.SEND_B)}  # the send that carries a kind of value
+RECEIVE_OF = {v: o for o, v in deps.DELIVERS.items()}  # (kind, offset) -> the receive that brings it
+
+
+@dataclass(frozen=True)
+class Link:
+    """One need of deps.NEEDS as arrays over (stage, microbatch): the consumer's steps at stages
+    lo..hi-1, the producer's steps at those stages + off, the ranks of both, and where the
+    consumer exists (None: everywhere)."""
+
+    kind: str
+    off: int
+    consumer: np.ndarray
+    producer: np.ndarray
+    c_rank: np.ndarray
+    p_rank: np.ndarray
+    exists: np.ndarray | None
+    lo: int
+    hi: int
 
 
 @dataclass(frozen=True)
@@ -61,8 +82,10 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
     is_comm = (op == SF) | (op == RF) | (op == SB) | (op == RB)
     compute = (op == F) | (op == B) | (op == I) | (op == W)
     if is_comm.any():
-        offset = np.where((op == SF) | (op == RB), 1, -1)
-        peer = stage + offset
+        offset = np.zeros(len(_OPS), dtype=np.int64)
+        for o, k in deps.PEER_OFFSET.items():
+            offset[_CODE[o]] = k
+        peer = stage + offset[op]
         if ((is_comm & ((peer < 0) | (peer >= S))).any()
                 or (is_comm & (placement[np.clip(peer, 0, S - 1)] == rank)).any()):
             return None
@@ -81,22 +104,22 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
     pos = pos.reshape(4, S, M)
     posF, posB, posI, posW = pos
     back = np.where(full, posB, posI)  # the step that makes the input gradient
-    if (back <= posF).any() or (split & (posW <= posI)).any():
-        return None
-    cross_f = placement[:-1] != placement[1:]  # boundary s -> s+1 crosses ranks
-    local = ~cross_f[:, None]  # adjacent stages on one rank: the producer must come first there
-    if S > 1 and ((local & (posF[:-1] >= posF[1:])).any() or (local & (back[1:] >= back[:-1])).any()):
-        return None  # a step before its own rank's producer: the detailed checks explain
+    links = _links({"act": posF, "grad": back}, ((Op.F, posF, None), (Op.B, back, None), (Op.W, posW, split)),
+                   placement, S)
+    for link in links:  # a need met on the consumer's own rank: its producer must come first there
+        same = (link.c_rank == link.p_rank)[:, None]
+        if link.exists is not None:
+            same = same & link.exists
+        if (same & (link.producer >= link.consumer)).any():
+            return None  # a step before its own rank's producer: the detailed checks explain
     if is_comm.any():
-        if not _communication(op, stage, mb, rank, step, gid, is_comm, posF, back, cross_f, S, M, R):
+        if not _communication(op, stage, mb, step, is_comm, links, S, M):
             return None
         prereq = _message_waits(op, stage, mb, rank, step, gid, is_comm, semantics, R)
         if prereq is None:
             return None
     else:
-        prereq = _data_waits(posF, back, cross_f, placement, lengths, S, M)
-        if prereq is None:
-            return None
+        prereq = _data_waits(links, lengths)
     if not _runs(prereq, lengths):
         return None
     peaks, peak_steps = _peaks(program, op, stage, rank, step, R)
@@ -135,29 +158,47 @@ def _arrays(program: Program):
             rank, step, gid, lengths)
 
 
-def _communication(op, stage, mb, rank, step, gid, is_comm, posF, back, cross_f, S, M, R) -> bool:
-    """Exactly the messages the compute needs, each received before use and sent after made."""
-    ckind = np.select([op == SF, op == RF, op == SB, op == RB], [0, 1, 2, 3], -1)
+def _links(made, consumers, placement, S) -> list[Link]:
+    """deps.NEEDS over the position tables: `made` maps a value kind to the steps that make it,
+    `consumers` lists (op, its steps, where it exists) for F, the backward and W."""
+    out = []
+    for op, steps, exists in consumers:
+        for kind, off in deps.NEEDS[op]:
+            lo, hi = max(0, -off), min(S, S - off)
+            if lo >= hi:
+                continue
+            out.append(Link(kind, off, steps[lo:hi], made[kind][lo + off:hi + off], placement[lo:hi],
+                            placement[lo + off:hi + off], None if exists is None else exists[lo:hi], lo, hi))
+    return out
+
+
+def _communication(op, stage, mb, step, is_comm, links, S, M) -> bool:
+    """Exactly the messages the compute needs, each received before use and sent after made: a
+    need across ranks is a send of the value after its producer, on the producer's stage, and a
+    receive of it before its consumer, on the consumer's stage (deps.NEEDS, DELIVERS)."""
+    comm = (Op.SEND_F, Op.RECV_F, Op.SEND_B, Op.RECV_B)
+    ckind = np.select([op == _CODE[o] for o in comm], list(range(len(comm))), -1)
     key = ((ckind * S + stage) * M + mb)[is_comm]
-    counts = np.bincount(key, minlength=4 * S * M).reshape(4, S, M)
+    counts = np.bincount(key, minlength=len(comm) * S * M).reshape(len(comm), S, M)
     if (counts > 1).any():
         return False
-    pos = np.full(4 * S * M, -1, dtype=np.int64)
+    pos = np.full(len(comm) * S * M, -1, dtype=np.int64)
     pos[key] = step[is_comm]
-    pos = pos.reshape(4, S, M)
-    need = np.zeros((S, M), dtype=bool)
-    need[:-1] = cross_f[:, None]  # stage s sends F to s+1 / s+1 sends B back to s
-    # SEND_F(s) after F(s); RECV_F(s+1) before F(s+1); SEND_B(s+1) after its backward; RECV_B(s) before its
-    want = {0: need, 1: np.roll(need, 1, axis=0), 2: np.roll(need, 1, axis=0), 3: need}
-    for k, mask in want.items():
-        if not (counts[k] == mask).all():
+    pos = pos.reshape(len(comm), S, M)
+    want = np.zeros((len(comm), S, M), dtype=bool)
+    for link in links:
+        if link.off == 0:
+            continue
+        cross = np.broadcast_to((link.c_rank != link.p_rank)[:, None], link.consumer.shape)
+        if link.exists is not None:
+            cross = cross & link.exists
+        recv, send = comm.index(RECEIVE_OF[(link.kind, link.off)]), comm.index(SEND_OF[link.kind])
+        want[recv, link.lo:link.hi] |= cross
+        want[send, link.lo + link.off:link.hi + link.off] |= cross
+        if not (np.where(cross, pos[recv, link.lo:link.hi] < link.consumer, True).all()
+                and np.where(cross, pos[send, link.lo + link.off:link.hi + link.off] > link.producer, True).all()):
             return False
-    sf, rf, sb, rb = pos
-    ok = (np.where(need, sf > posF, True).all()
-          and np.where(want[1], rf < posF, True).all()
-          and np.where(want[2], sb > back, True).all()
-          and np.where(want[3], rb < back, True).all())
-    return bool(ok)
+    return bool((counts == want).all())
 
 
 def _message_waits(op, stage, mb, rank, step, gid, is_comm, semantics, R):
@@ -194,22 +235,20 @@ def _message_waits(op, stage, mb, rank, step, gid, is_comm, semantics, R):
     return waits
 
 
-def _data_waits(posF, back, cross_f, placement, lengths, S, M):
+def _data_waits(links, lengths):
     """Compute level: a step waits for the producer of a value made on another rank."""
     base = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     waits = []
-    if S > 1:
-        # F(s+1, m) needs F(s, m); the backward of s needs the backward of s+1
-        for consumer, producer, cons_stage, prod_stage in (
-                (posF[1:], posF[:-1], np.arange(1, S), np.arange(S - 1)),
-                (back[:-1], back[1:], np.arange(S - 1), np.arange(1, S))):
-            c_rank = placement[cons_stage][:, None].repeat(M, axis=1)
-            p_rank = placement[prod_stage][:, None].repeat(M, axis=1)
-            same = c_rank == p_rank
-            if (same & (producer >= consumer)).any():
-                return None  # waits for a later step of its own rank: the detailed checks explain
-            cross = ~same
-            waits.append(((base[c_rank] + consumer)[cross], p_rank[cross], producer[cross]))
+    for link in links:
+        cross = np.broadcast_to((link.c_rank != link.p_rank)[:, None], link.consumer.shape)
+        if link.exists is not None:
+            cross = cross & link.exists
+        if not cross.any():
+            continue
+        M = link.consumer.shape[1]
+        c_rank = np.repeat(link.c_rank[:, None], M, axis=1)
+        p_rank = np.repeat(link.p_rank[:, None], M, axis=1)
+        waits.append(((base[c_rank] + link.consumer)[cross], p_rank[cross], link.producer[cross]))
     return waits
 
 
