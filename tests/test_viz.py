@@ -224,6 +224,28 @@ def test_a_compute_level_deadlock_is_drawn_too():
     assert by_class(root, "rect", "cycle") and by_class(root, "path", "wait")
 
 
+def test_the_program_order_memory_strip_follows_the_one_memory_rule():
+    """An I whose `weight` exceeds `act` adds memory as it frees (after the step's allocations):
+    the picture's strip is verify/memory.py's count, not its own walk."""
+    from schedc.verify.memory import activations_along, stage_sizes
+    program = compile_text("""schedule crossed {
+      memory act = 1, weight = 3
+      rank 0: 0F0 0I0 0W0 0F1 0I1 0W1
+      rank 1: 1F1 1I1 1W1 1F0 1I0 1W0
+    }""")
+    report = schedc.check(program)
+    assert report.deadlock is not None
+    scene = build_scene(program, report)
+    assert scene.mode == "step"
+    act, weight, _ = stage_sizes(program)
+    for r, steps in enumerate(program.ranks):
+        want = [(0.0, 0.0)]
+        for x, (during, after) in enumerate(activations_along([st.parts for st in steps], act, weight)):
+            want += [(float(x), during), (float(x + 1), after)]
+        assert list(scene.memory[r]) == want
+    assert scene.memory[0][3] == (1.0, 1.0)  # I(0,0) runs with 1 held; it leaves 3 (1 - (1 - 3))
+
+
 def test_buffered_semantics_that_the_simulator_cannot_time_still_show_the_rendezvous_cycle():
     program = schedc.load(str(KNOWN / "pytorch_172668.pp"))
     report = schedc.check(program, semantics="eager")

@@ -49,7 +49,7 @@ def activation_delta(program: Program, op: Op, stage: int) -> float:
 
 def activation_deltas(program: Program) -> dict[Op, list[float]]:
     """`activation_delta` of every compute op on every stage: {op: [delta of stage 0, ...]}."""
-    return _deltas(*_stage_sizes(program)[:2])
+    return _deltas(*stage_sizes(program)[:2])
 
 
 def _deltas(act, weight) -> dict[Op, list[float]]:
@@ -57,7 +57,7 @@ def _deltas(act, weight) -> dict[Op, list[float]]:
     return {op: [op_delta(op, a, w) for a, w in zip(act, weight)] for op in (Op.F, Op.B, Op.I, Op.W)}
 
 
-def _stage_sizes(program: Program) -> tuple[list[float], list[float], list[float]]:
+def stage_sizes(program: Program) -> tuple[list[float], list[float], list[float]]:
     """(act, weight, out) of every stage, from the program's annotations."""
     mems = [program.annotations.memory_of(s) for s in range(program.num_stages)]
     return [m.act for m in mems], [m.weight for m in mems], [m.out for m in mems]
@@ -81,7 +81,7 @@ class _Sizes:
 
     @classmethod
     def of(cls, program: Program) -> "_Sizes":
-        return cls(*_stage_sizes(program))
+        return cls(*stage_sizes(program))
 
     def message(self, a: Action) -> float:
         """`message_size` from the table."""
@@ -203,7 +203,7 @@ def _inserted_op(st) -> Op | None:
 
 def peak_activation(program: Program) -> tuple[float, ...]:
     """Peak live activations per rank along its order (no buffers)."""
-    act, weight, _ = _stage_sizes(program)
+    act, weight, _ = stage_sizes(program)
     return tuple(float(peak_activations([st.parts for st in steps], act, weight)) for steps in program.ranks)
 
 
@@ -211,12 +211,18 @@ def peak_activations(steps, act, weight) -> float:
     """Peak live activations along one rank's steps (each a sequence of actions), stage s's sizes
     being `act[s]` and `weight[s]`: inside a step, allocations come before frees. Integer sizes
     give an integer (synth's memory units, prove's unit sizes)."""
-    live, peak = _Live(_Sizes(act, weight, [0] * len(act))), 0
+    return max((during for during, _ in activations_along(steps, act, weight)), default=0)
+
+
+def activations_along(steps, act, weight):
+    """For each step (a sequence of actions) of one rank, in order: (live activations while it
+    runs, after its allocations; live activations once it has finished, after its frees)."""
+    live = _Live(_Sizes(act, weight, [0] * len(act)))
     for parts in steps:
         live.allocate(parts)
-        peak = max(peak, live.act)
+        during = live.act
         live.free(parts)
-    return peak
+        yield during, live.act
 
 
 def step_memory(program: Program) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
@@ -317,6 +323,18 @@ def _live_at(run: _Run, sizes: _Sizes, r: int, x: int, sent) -> _Live:
     live.allocate(steps[x].parts)
     live.unmatched = tuple(sent)
     return live
+
+
+def live_activations(program: Program, rank: int, step: int) -> list[tuple[int, int]]:
+    """The (stage, microbatch) of the forwards whose activations the rank holds while step `step`
+    of its list runs (after that step's allocations, before its frees), by the one rule above."""
+    live = _Live(_Sizes.of(program), detail=True)
+    steps = program.ranks[rank]
+    for st in steps[:step]:
+        live.allocate(st.parts)
+        live.free(st.parts)
+    live.allocate(steps[step].parts)
+    return sorted(k for k, v in live.acts.items() if v > 1e-12)
 
 
 def _num(x: float):

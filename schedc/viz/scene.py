@@ -328,7 +328,7 @@ def _message_arrows(scene: Scene, timeline) -> None:
 
 def _program_order(scene: Scene, program: Program, report, structural) -> None:
     """One cell per step; the steps where ranks stop, the wait-for cycle, and what never ran."""
-    from ..verify.memory import activation_delta
+    from ..verify.memory import activations_along, stage_sizes
     deadlock = report.deadlock
     if deadlock is None and not structural and not _rendezvous_checked(report):
         # the checks passed under buffered sends, but the simulator times rendezvous sends
@@ -358,14 +358,12 @@ def _program_order(scene: Scene, program: Program, report, structural) -> None:
     scene.rows, scene.row_labels = rows, [f"rank {r}" for r in rows]
     scene.extent = (float(lo), float(max(hi, lo + 1)))
     chunks = chunk_of(program)
+    act, weight, _ = stage_sizes(program)
     for r in rows:
         steps = program.ranks[r]
-        live, series = 0.0, [(float(lo), 0.0)]
-        for x, st in enumerate(steps):
-            deltas = [activation_delta(program, a.op, a.stage) if 0 <= a.stage < program.num_stages else 0.0
-                      for a in st.parts]
-            during = live + sum(d for d in deltas if d > 0)
-            live += sum(deltas)
+        series = [(float(lo), 0.0)]
+        counted = [[a for a in st.parts if 0 <= a.stage < program.num_stages] for st in steps]
+        for x, (st, (during, live)) in enumerate(zip(steps, activations_along(counted, act, weight))):
             if not lo <= x < hi:
                 continue
             b = _block(scene, chunks, r, x, st, float(x), float(x + 1))
@@ -530,7 +528,8 @@ def _mark_findings(scene: Scene, program: Program, report, timeline) -> None:
         scene.moments.append(Moment(pk.rank, step.x0, f"{_num(pk.memory)} > limit {_num(limit)}"))
         forwards = {(a.stage, a.microbatch): b for b in scene.blocks if b.rank == pk.rank
                     for a in program.ranks[b.rank][b.step].parts if a.op is Op.F}
-        for key in _live_activations(program, pk.rank, pk.step):
+        from ..verify.memory import live_activations
+        for key in live_activations(program, pk.rank, pk.step):
             b = forwards.get(key)
             if b is not None and b.mark == "":
                 b.mark, b.note = "live", f"live when rank {pk.rank} goes over its memory limit"
@@ -542,21 +541,6 @@ def _violation_note(pk, report) -> str:
     at = f" ({describe(pk.action)})" if pk.action is not None else ""
     return (f"memory: rank {pk.rank} at step {pk.step}{at} holds {_num(pk.memory)}, over its limit of "
             f"{_num(limit)}; live: " + "; ".join(pk.live))
-
-
-def _live_activations(program: Program, rank: int, step: int) -> list[tuple[int, int]]:
-    """The forwards whose activations are held while step `step` of the rank runs (before its frees)."""
-    from ..verify.memory import activation_delta
-    held: dict[tuple[int, int], float] = {}
-    for x, st in enumerate(program.ranks[rank][: step + 1]):
-        for a in st.parts:
-            if a.microbatch is None or not a.op.is_compute or not 0 <= a.stage < program.num_stages:
-                continue
-            d = activation_delta(program, a.op, a.stage)
-            key = (a.stage, a.microbatch)
-            if d > 0 or x < step:
-                held[key] = held.get(key, 0.0) + d
-    return sorted(k for k, v in held.items() if v > 1e-12)
 
 
 def _summary(program: Program, report, timeline) -> list[RankSummary]:
