@@ -12,17 +12,18 @@ from functools import cached_property
 from typing import NamedTuple
 
 from ..deps import payload, peer_stage, produces
-from ..ir import Action, Op
+from ..ir import COMPUTE, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, Action, CompoundKind, Op
 
 FORMAT = "schedc-program"
 VERSION = 1
 
-COMPUTE_OPS = ("F", "B", "I", "W")
-SEND_OPS = ("SEND_F", "SEND_B")
-RECV_OPS = ("RECV_F", "RECV_B")
+# The op names of schedc/ir.py, as the table spells them (strings: the table is data in a file)
+COMPUTE_OPS = tuple(op.value for op in Op if op in COMPUTE)
+SEND_OPS = tuple(op.value for op in Op if op in SENDS)
+RECV_OPS = tuple(op.value for op in Op if op in RECVS)
 COMM_OPS = SEND_OPS + RECV_OPS
-STAGE_OPS = ("UNSHARD", "RESHARD", "REDUCE_GRAD")
-COMPOUNDS = ("GROUP", "OVERLAP_F_B")
+STAGE_OPS = tuple(op.value for op in Op if op in IR_STAGE_OPS)
+COMPOUNDS = tuple(kind.value for kind in CompoundKind)
 # The stage on the other end of a send or receive, from the one rule (schedc/deps.py: a receive is
 # named by the stage that receives; SEND_F(s) meets RECV_F(s+1), SEND_B(s) meets RECV_B(s-1)).
 PEER_STAGE = {op: peer_stage(Action(Op[op], 0, 0)) for op in COMM_OPS}
