@@ -71,7 +71,7 @@ def _parser(stdout: TextIO) -> _Parser:
                             "BW = full backward)")
 
     def checking(q):
-        q.add_argument("--semantics", default="rendezvous", help="rendezvous (default), eager, or bounded:K")
+        q.add_argument("--semantics", default="rendezvous", help="rendezvous (default), eager, bounded:K, or a backend: nccl, gloo")
         q.add_argument("--engine", choices=["native", "z3"], default="native",
                        help="deadlock check: the native executor (default) or the Z3 solver")
         q.add_argument("--timeout", type=float, default=30.0, metavar="S", help="solver timeout in seconds")

@@ -15,7 +15,8 @@ from .outputs import rounded
 from .ir import RECVS, Action, Program, describe, format_step
 from .lint import display_step, lint
 from .verify.deadlock import Deadlock, disagreement, find_deadlock, render_grid
-from .verify.execute import RENDEZVOUS, Semantics, channels
+from .verify.channels import BACKENDS
+from .verify.execute import RENDEZVOUS, Semantics, channels, execute
 from .verify.fast import quick_check
 from .verify.memory import Peak, peak_activation, peak_memory
 
@@ -148,14 +149,32 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: s
         dl = report.deadlock
         first = dl.cycle[0] if dl.cycle else None
         report.errors.append(Diagnostic(
-            "deadlock", f"deadlock under {semantics} sends: {dl.cause}",
-            first.action.span if first else None, rank=first.rank if first else None,
+            "deadlock", f"deadlock under {semantics.phrase()}: {dl.cause}",
+            first.action.span if first else None, _other_backends(program, semantics, chans),
+            rank=first.rank if first else None,
             step=display_step(first.action, first.step) if first else None))
         return report
     if report.mismatches:
         return report
     _memory(report, chans, memory_limit)
     return report
+
+
+def _other_backends(program: Program, semantics: Semantics, chans) -> tuple[str, ...]:
+    """A deadlock's verdict is about its semantics: say what the runtimes' backends make of the
+    program (posted and awaited as torch's runtime does), when that differs."""
+    if program.level != "comms":
+        return ()
+    verdicts = []
+    for kind in BACKENDS:
+        if kind == semantics.kind:
+            continue
+        other = Semantics(kind)
+        verdicts.append(f"under {kind} it {'completes' if execute(program, other, chans).finished else 'deadlocks too'}")
+    if not any(v.endswith("completes") for v in verdicts):
+        return ()
+    return (f"this verdict is under {semantics} semantics; {' and '.join(verdicts)} (--semantics "
+            "nccl|gloo: sends and receives posted and awaited as torch's runtime does)",)
 
 
 def _match(report: Report, chans) -> None:

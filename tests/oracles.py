@@ -356,3 +356,109 @@ def frames_instances(m, params) -> list[list[tuple[int, int, int]]]:
             walk(x, 0, {**env0, m.rank_var: r}, [])
         out.append([(i, s, mb) for _, i, s, mb in sorted(found)])
     return out
+
+
+def posted_run(program, backend: str) -> bool:
+    """Does a comms-level program finish under a backend (`nccl` or `gloo`), as torch's runtime
+    runs it: sends and receives are posted at their place without blocking; F waits for the
+    receive of its input activation, B and I for that of their input gradient; under nccl each
+    rank's operations with one peer run on one stream in issue order, a pair completing once both
+    have been reached on their streams, and the run ends only when every stream is empty; under
+    gloo a receive completes once its send is posted. Written from the rule alone, as a fixpoint."""
+    R, S = program.num_ranks, program.num_stages
+    ops = []  # (rank, step, action, channel, k): every send and receive, k-th on its channel
+    count: dict = {}
+    for r, steps in enumerate(program.ranks):
+        for i, st_ in enumerate(steps):
+            for a in st_.parts:
+                if a.op in (Op.SEND_F, Op.SEND_B):
+                    ch = ("s", r, _peer_rank(program, a))
+                elif a.op in (Op.RECV_F, Op.RECV_B):
+                    ch = ("r", _peer_rank(program, a), r)
+                else:
+                    continue
+                k = count.get(ch, 0)
+                count[ch] = k + 1
+                ops.append((r, i, a, ch, k))
+    by_key = {(ch, k): (r, i) for r, i, a, ch, k in ops}
+
+    def partner(ch, k):
+        kind, src, dst = ch
+        return by_key.get((("r" if kind == "s" else "s", src, dst), k))
+
+    streams: dict = {}  # (rank, peer) -> list of lane steps, each a list of (step, channel, k)
+    for r, i, a, ch, k in ops:
+        peer = ch[2] if ch[0] == "s" else ch[1]
+        lane = streams.setdefault((r, peer), [])
+        if lane and lane[-1][0][0] == i:
+            lane[-1].append((i, ch, k))
+        else:
+            lane.append([(i, ch, k)])
+    lane_step = {}  # (channel, k) -> (lane, index)
+    for key, lane in streams.items():
+        for j, group in enumerate(lane):
+            for i, ch, k in group:
+                lane_step[(ch, k)] = (key, j)
+    head = {key: 0 for key in streams}  # lane steps completed
+    pc = [0] * R
+    # the receive on each rank that brings each value it needs: value -> (channel, k)
+    brings = {}
+    for r, i, a, ch, k in ops:
+        if ch[0] == "r":
+            v = ("F", a.stage - 1, a.microbatch) if a.op is Op.RECV_F else ("G", a.stage + 1, a.microbatch)
+            brings[(r, v)] = (ch, k)
+
+    def needed(a):
+        s, m = a.stage, a.microbatch
+        if a.op is Op.F:
+            return [("F", s - 1, m)] if s > 0 else []
+        if a.op in (Op.B, Op.I):
+            return [("G", s + 1, m)] if s < S - 1 else []
+        return []
+
+    def reached(ch, k):  # the operation is posted and, under nccl, has been at the head of its stream
+        where = by_key.get((ch, k))
+        if where is None or pc[where[0]] <= where[1]:
+            return False
+        if backend == "gloo":
+            return True
+        lane, j = lane_step[(ch, k)]
+        return head[lane] >= j
+
+    def done(ch, k):  # the operation has completed
+        if backend == "gloo":
+            return reached(ch, k) and partner(ch, k) is not None and reached(*_other(ch, k))
+        lane, j = lane_step[(ch, k)]
+        return head[lane] > j
+
+    def _other(ch, k):
+        return ((("r" if ch[0] == "s" else "s"),) + ch[1:], k)
+
+    progress = True
+    while progress:
+        progress = False
+        for r in range(R):
+            while pc[r] < len(program.ranks[r]):
+                ok = True
+                for a in program.ranks[r][pc[r]].parts:
+                    for v in needed(a):
+                        got = brings.get((r, v))
+                        if got is not None and not done(*got):
+                            ok = False
+                if not ok:
+                    break
+                pc[r] += 1
+                progress = True
+        if backend == "nccl":
+            for key, lane in streams.items():
+                while head[key] < len(lane):
+                    group = lane[head[key]]
+                    if not all(pc[key[0]] > i and partner(ch, k) is not None and reached(*_other(ch, k))
+                               for i, ch, k in group):
+                        break
+                    head[key] += 1
+                    progress = True
+    finished = all(pc[r] == len(program.ranks[r]) for r in range(R))
+    if backend == "nccl":
+        finished = finished and all(head[key] == len(lane) for key, lane in streams.items())
+    return finished

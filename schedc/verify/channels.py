@@ -1,8 +1,12 @@
 """Send semantics and channels: every send and receive, in posting order per ordered rank pair.
 
 The k-th send on a channel meets its k-th receive (FIFO, as NCCL and gloo pair point-to-point
-messages). `Semantics` is `rendezvous` (a send completes with its receive), `eager` (sends never
-block) or `bounded` with K messages of buffer per channel.
+messages). `Semantics` is one of the abstract ones, where a send or receive blocks at its place:
+`rendezvous` (a send completes with its receive), `eager` (sends never block) or `bounded` with K
+messages of buffer per channel; or a backend, where a send or receive is posted at its place and
+completes later, awaited as torch's runtime awaits it (a receive by the action that needs its
+value, a send at the end of the step): `nccl` (a rank pair's operations run on one stream in issue
+order) or `gloo` (operations progress independently; sends are buffered). docs/semantics.md.
 """
 from __future__ import annotations
 
@@ -14,24 +18,40 @@ from ..errors import SchedcError
 from ..ir import Action, Op, Program
 
 
+BACKENDS = ("nccl", "gloo")
+
+
 @dataclass(frozen=True)
 class Semantics:
-    """`rendezvous` (buffer 0), `eager` (unbounded), or `bounded` with `buffer` messages per channel."""
+    """`rendezvous` (buffer 0), `eager` (unbounded), `bounded` with `buffer` messages per channel,
+    or a backend, `nccl` or `gloo`, whose operations are posted and awaited (`posted`)."""
 
     kind: str = "rendezvous"
     buffer: int = 0
 
     @staticmethod
     def parse(text: str) -> "Semantics":
-        if text == "rendezvous":
-            return Semantics("rendezvous", 0)
-        if text == "eager":
-            return Semantics("eager", 0)
+        if text in ("rendezvous", "eager") or text in BACKENDS:
+            return Semantics(text, 0)
         if text.startswith("bounded:") and text[8:].isdigit():
             k = int(text[8:])
             return Semantics("bounded", k) if k > 0 else Semantics("rendezvous", 0)
-        raise SchedcError("usage", f"unknown semantics {text!r}; expected rendezvous, eager or "
-                          "bounded:K (K a positive integer)", where="--semantics")
+        raise SchedcError("usage", f"unknown semantics {text!r}; expected rendezvous, eager, bounded:K "
+                          "(K a positive integer), nccl or gloo", where="--semantics")
+
+    @property
+    def posted(self) -> bool:
+        """Operations are posted at their place and awaited later (a backend), rather than blocking there."""
+        return self.kind in BACKENDS
+
+    def phrase(self) -> str:
+        """How a verdict names the semantics it is under: "rendezvous sends", "nccl (posted and awaited
+        as torch's runtime does; one stream per rank pair)"."""
+        if self.kind == "nccl":
+            return "nccl (operations posted and awaited as torch's runtime does; one stream per rank pair)"
+        if self.kind == "gloo":
+            return "gloo (operations posted and awaited as torch's runtime does; sends buffered)"
+        return f"{self} sends"
 
     def __str__(self) -> str:
         return f"bounded:{self.buffer}" if self.kind == "bounded" else self.kind

@@ -56,16 +56,20 @@ def find_deadlock(program: Program, semantics: Semantics, chans: Channels | None
         return None
     cycle = shortest_cycle(outcome)
     min_buffer = None
-    if program.level == "comms" and semantics.kind != "eager" and any(
+    if program.level == "comms" and semantics.kind not in ("eager", "gloo", "nccl") and any(
             w.reason in ("recv-not-posted", "buffer-full") for w in cycle):
         min_buffer = _smallest_buffer(program, chans, semantics)
-    stuck = {r: outcome.pcs[r] for r in outcome.waits}
+    R = program.num_ranks
+    stuck = {r: outcome.pcs[r] for r in outcome.waits if r < R}
+    for n, waits in outcome.waits.items():  # a rank past its list whose stream never drains waits there
+        if n >= R and waits and waits[0].rank not in stuck:
+            stuck[waits[0].rank] = waits[0].step
     return Deadlock(semantics, cycle, stuck, _cause(cycle, min_buffer), min_buffer)
 
 
 def shortest_cycle(outcome: Outcome) -> tuple[Wait, ...]:
     """The shortest cycle in the wait-for graph of stuck ranks (or the longest chain if none)."""
-    edges: dict[int, list[Wait]] = {r: [w for w in ws if w.on_rank is not None] for r, ws in outcome.waits.items()}
+    edges: dict[int, list[Wait]] = {n: [w for w in ws if w.on is not None] for n, ws in outcome.waits.items()}
     best: list[Wait] | None = None
     for start in list(edges)[:256]:
         parent: dict[int, Wait | None] = {start: None}
@@ -74,19 +78,19 @@ def shortest_cycle(outcome: Outcome) -> tuple[Wait, ...]:
         while queue and found is None:
             r = queue.popleft()
             for w in edges.get(r, []):
-                if w.on_rank == start:
+                if w.on == start:
                     found = w
                     break
-                if w.on_rank not in parent and w.on_rank in edges:
-                    parent[w.on_rank] = w
-                    queue.append(w.on_rank)
+                if w.on not in parent and w.on in edges:
+                    parent[w.on] = w
+                    queue.append(w.on)
         if found is None:
             continue
         path = [found]
-        node = found.rank
+        node = found.at
         while parent[node] is not None:
             path.append(parent[node])
-            node = parent[node].rank
+            node = parent[node].at
         path.reverse()
         if best is None or len(path) < len(best):
             best = path
@@ -117,9 +121,31 @@ def _what(w: Wait) -> str:
             return f"rank {w.rank} waits at {describe(w.action)} for something that never comes"
         other = "a receive" if w.reason != "send-not-posted" else "a send"
         return f"rank {w.rank} waits at {describe(w.action)} for {other} on rank {w.on_rank} that never comes"
+    if w.node is not None:  # an nccl stream's head
+        peer = f"the stream of ranks {min(w.rank, w.on_rank)} and {max(w.rank, w.on_rank)}" if w.on_rank != w.rank \
+            else f"rank {w.rank}'s own list"
+        if w.reason == "partner-queued":
+            return (f"on rank {w.rank}'s stream to rank {w.on_rank}, {describe(w.action)} waits for its partner "
+                    f"{describe(w.on_action)}, which is queued on rank {w.on_rank}'s stream behind an earlier operation")
+        if w.reason == "not-posted":
+            return f"on rank {w.rank}'s stream, {describe(w.action)} waits for rank {w.rank} to post it"
+        return (f"on rank {w.rank}'s stream, {describe(w.action)} waits for rank {w.on_rank} to post "
+                f"{describe(w.on_action)} ({peer})")
+    if w.reason == "recv-not-done":
+        return (f"rank {w.rank} waits at {describe(w.action)} for {describe(w.on_action)} to complete on its "
+                f"stream to rank {_peer_of(w)}")
+    if w.reason == "partner-queued":
+        return (f"rank {w.rank} waits at {describe(w.action)} for rank {w.on_rank}'s {describe(w.on_action)}, "
+                "queued on its stream")
     verb = {"recv-not-posted": "to post", "send-not-posted": "to post", "buffer-full": "to drain the channel at",
             "value": "to run"}[w.reason]
     return f"rank {w.rank} waits at {describe(w.action)} for rank {w.on_rank} {verb} {describe(w.on_action)}"
+
+
+def _peer_of(w: Wait) -> str:
+    from ..deps import peer_stage
+    stage = peer_stage(w.on_action)
+    return f"the rank of stage {stage}" if stage is not None else "its peer"
 
 
 def _cause(cycle: tuple[Wait, ...], min_buffer: int | None) -> str:
@@ -137,6 +163,12 @@ def _cause(cycle: tuple[Wait, ...], min_buffer: int | None) -> str:
             plural = "message is" if min_buffer == 1 else "messages are"
             return f"{lead}; safe only if at least {min_buffer} {plural} buffered on {chans_text}"
         return lead
+    if len(cycle) >= 2 and all(w.reason == "partner-queued" and w.node is not None for w in cycle):
+        # nccl streams: each pair of partners sits behind the other's head, in issue order
+        order = "; ".join(f"rank {n.rank} issues {describe(n.action)} before {describe(w.on_action)} on its stream "
+                          f"to rank {w.rank}" for w, n in zip(cycle, cycle[1:] + cycle[:1]))
+        return (f"{order}: each operation at the head of a stream waits for a partner queued behind the other "
+                "(nccl runs a rank pair's operations in the order they were issued)")
     text = "; ".join(_what(w) for w in cycle)
     if len(cycle) >= 2 and all(w.on_rank is not None for w in cycle) and cycle[-1].on_rank == cycle[0].rank:
         text += " - a cycle"

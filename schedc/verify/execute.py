@@ -17,7 +17,7 @@ from .graph import Constraints, constraints
 __all__ = ["RENDEZVOUS", "Channels", "Endpoint", "Outcome", "Semantics", "Wait", "channels", "execute"]
 
 _REASON = {"data": "value", "recv-posted": "recv-not-posted", "send-posted": "send-not-posted",
-           "buffer": "buffer-full"}
+           "buffer": "buffer-full", "posted": "not-posted", "recv-done": "recv-not-done"}
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,22 @@ class Wait:
     rank: int
     step: int
     action: Action
-    reason: str  # recv-not-posted | send-not-posted | buffer-full | value | never
+    reason: str  # recv-not-posted | send-not-posted | buffer-full | value | never | stream-order | recv-not-done
     on_rank: int | None = None
     on_step: int | None = None
     on_action: Action | None = None
+    node: int | None = None  # under nccl: the stream (graph.Lane) whose head this is, as a node of the graph
+    on_node: int | None = None  # ... or the stream it waits on
+
+    @property
+    def at(self) -> int:
+        """The node that waits: its rank, or its stream."""
+        return self.rank if self.node is None else self.node
+
+    @property
+    def on(self) -> int | None:
+        """The node waited for."""
+        return self.on_rank if self.on_node is None else self.on_node
 
 
 @dataclass(frozen=True)
@@ -38,7 +50,8 @@ class Outcome:
     finished: bool
     semantics: Semantics
     pcs: tuple[int, ...]  # where each rank stopped (== its length when it finished)
-    waits: dict[int, tuple[Wait, ...]]  # for each stuck rank, what its current step waits for
+    waits: dict[int, tuple[Wait, ...]]  # for each stuck node (rank, or nccl stream), what its current step waits for
+    lanes: tuple[int, ...] = ()  # under nccl: where each stream stopped
 
 
 def execute(program: Program, semantics: Semantics = RENDEZVOUS, chans: Channels | None = None,
@@ -47,8 +60,8 @@ def execute(program: Program, semantics: Semantics = RENDEZVOUS, chans: Channels
     cons = cons or constraints(program, semantics, chans or channels(program))
     prereq, never = cons.prereq, cons.never
     R = program.num_ranks
-    lengths = [len(s) for s in program.ranks]
-    limit = [len(s) for s in program.ranks]
+    lengths = cons.lengths()
+    limit = list(lengths)
     for (r, i) in never:  # a rank cannot pass a step whose wait nothing meets
         limit[r] = min(limit[r], i)
     starts, tq, tj = [0], [], []
@@ -60,8 +73,8 @@ def execute(program: Program, semantics: Semantics = RENDEZVOUS, chans: Channels
             starts.append(len(tq))
     pc = run_ranks(lengths, limit, starts, tq, tj)
     finished = pc == lengths
-    waits = {r: tuple(_waits(program, cons, r, pc)) for r in range(R) if pc[r] < lengths[r]}
-    return Outcome(finished, semantics, tuple(pc), waits)
+    waits = {n: tuple(_waits(program, cons, n, pc)) for n in range(len(lengths)) if pc[n] < lengths[n]}
+    return Outcome(finished, semantics, tuple(pc[:R]), waits, tuple(pc[R:]))
 
 
 def run_ranks(lengths: list[int], limit: list[int], starts: list[int], tq: list[int], tj: list[int]) -> list[int]:
@@ -101,25 +114,39 @@ def run_ranks(lengths: list[int], limit: list[int], starts: list[int], tq: list[
     return pc
 
 
-def _waits(program: Program, cons: Constraints, r: int, pc: list[int]):
-    i = pc[r]
-    parts = program.ranks[r][i].parts
-    if (r, i) in cons.never:
-        _, k = cons.never[(r, i)]
-        yield Wait(r, i, parts[k], "never")
-    for q, j, why, k in cons.prereq[r][i]:
-        if pc[q] <= j:
-            target = j if why == "data" else j + 1  # a posted-type wait names the partner step itself
-            on = program.ranks[q][target].parts
-            yield Wait(r, i, parts[k], _REASON[why], q, target, _partner(on, parts[k]))
+def _waits(program: Program, cons: Constraints, n: int, pc: list[int]):
+    """What node n (a rank, or an nccl stream) waits for at the step where it stopped."""
+    i = pc[n]
+    rank, step, _ = cons.where((n, i))
+    node = None if n < cons.ranks else n
+    parts = program.ranks[rank][step].parts
+    if (n, i) in cons.never:
+        _, k = cons.never[(n, i)]
+        yield Wait(rank, step, parts[k], "never", node=node)
+    for q, j, why, k in cons.prereq[n][i]:
+        if pc[q] > j:
+            continue
+        if q >= cons.ranks:  # a stream: the receive awaited has not completed, or the partner is queued
+            reason, at = ("recv-not-done", j) if why == "recv-done" else ("partner-queued", j + 1)
+            on_rank, on_step, _ = cons.where((q, at))
+            on = _partner(program.ranks[on_rank][on_step].parts, parts[k])
+            yield Wait(rank, step, parts[k], reason, on_rank, on_step, on, node, q)
+            continue
+        # a posted semantics names the partner's posting step itself; a blocking one the step before it
+        target = j if why in ("data", "posted") or cons.posted else j + 1
+        on = program.ranks[q][target].parts
+        yield Wait(rank, step, parts[k], _REASON[why], q, target, _partner(on, parts[k]), node)
 
 
 def _partner(parts, action: Action) -> Action:
     """Inside the partner step, the action this one waits for (the matching comm, if any)."""
-    from ..deps import payload
+    from ..deps import needs, payload
     want = payload(action)
     for a in parts:
         if a.op.is_comm and payload(a) == want:
+            return a
+    for a in parts:  # the receive whose value a compute action awaits
+        if a.op.is_comm and payload(a) in needs(action, 1 << 62):  # (as if every stage existed)
             return a
     for a in parts:
         if a.op.is_comm:

@@ -1,21 +1,31 @@
-"""The happens-before constraints of a program under a send semantics (DESIGN.md).
+"""The happens-before constraints of a program under a send semantics (docs/semantics.md).
 
 One event per step, its completion. A step completes after the step before it on its rank and
 after every prerequisite: data made on another rank (compute level), and, for each matched
 message, "a send completes only after its receive is posted" (rendezvous; bounded:K pairs the
 k-th send with the (k-K)-th receive) and "a receive completes only after its send is posted".
-Posting a step means finishing the one before it. The program finishes iff the constraints can all
-hold (the graph has no cycle); `never` marks waits that nothing can meet. The executor, the Z3
-engine and the memory check all read these constraints, so the rule is written once.
+Posting a step means finishing the one before it.
+
+Under a backend (`nccl`, `gloo`) sends and receives are posted, never blocking their rank: a
+communication step completes as soon as its rank reaches it, and the action that needs a
+received value waits for the receive to complete. Under `gloo` that is when its send is posted
+(sends are buffered). Under `nccl` each rank's operations with one peer run on one stream (a
+`Lane`, an extra row of steps after the ranks) in issue order, and a matched pair completes when
+both are at the head of their streams; the run is over only when every stream is, as torch's
+runtime waits for its sends at the end of the step.
+
+The program finishes iff the constraints can all hold (the graph has no cycle); `never` marks waits
+that nothing can meet. The executor, the Z3 engine and the memory check all read these
+constraints, so the rule is written once.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..deps import needs, produces
+from ..deps import delivers, needs, produces
 from ..ir import Program
-from .channels import Channels, Semantics
+from .channels import Channels, Endpoint, Semantics
 
 Step = tuple[int, int]  # (rank, index)
 
@@ -34,11 +44,39 @@ class Impossible:
 
 
 @dataclass(frozen=True)
+class Lane:
+    """One rank's operations with one peer under `nccl`: a stream that runs them in issue order.
+    Each of its steps is the operations one step of the rank posts (a group posts several)."""
+
+    rank: int
+    peer: int
+    steps: tuple[tuple[Endpoint, ...], ...]
+
+
+@dataclass(frozen=True)
 class Constraints:
-    """`prereq[r][i]`: (rank, step, why, part) that must complete before step i of rank r."""
+    """`prereq[n][i]`: (node, step, why, part) that must complete before step i of node n; the
+    nodes are the ranks, then the lanes (`lanes[n - R]`, R the number of ranks)."""
 
     prereq: list[list[list[tuple[int, int, str, int]]]]
     never: dict[Step, tuple[str, int]]
+    lanes: tuple[Lane, ...] = ()
+    posted: bool = False  # a backend's: a posting step completes on reach, and edges name it, not the step before
+
+    @property
+    def ranks(self) -> int:
+        return len(self.prereq) - len(self.lanes)
+
+    def lengths(self) -> list[int]:
+        return [len(steps) for steps in self.prereq]
+
+    def where(self, step: Step) -> tuple[int, int, int]:
+        """(rank, step, part) in the program of a node's step (a lane's: its first operation's)."""
+        n, i = step
+        if n < self.ranks:
+            return n, i, 0
+        e = self.lanes[n - self.ranks].steps[i][0]
+        return e.rank, e.step, e.part
 
     def edges(self) -> Iterator[Edge]:
         for r, steps in enumerate(self.prereq):
@@ -56,23 +94,9 @@ def constraints(program: Program, semantics: Semantics, chans: Channels) -> Cons
     prereq = [[[] for _ in steps] for steps in program.ranks]
     never: dict[Step, tuple[str, int]] = {}
     if program.level == "compute":
-        producer = {}
-        for r, steps in enumerate(program.ranks):
-            for i, st in enumerate(steps):
-                for a in st.parts:
-                    v = produces(a)
-                    if v is not None and v not in producer:
-                        producer[v] = (r, i)
-        S = program.num_stages
-        for r, steps in enumerate(program.ranks):
-            for i, st in enumerate(steps):
-                for k, a in enumerate(st.parts):
-                    for v in needs(a, S):
-                        src = producer.get(v)
-                        if src is None:
-                            never.setdefault((r, i), (f"needs {v}, which no action produces", k))
-                        elif src[0] != r or src[1] >= i:  # earlier on the same rank: program order has it
-                            prereq[r][i].append((src[0], src[1], "data", k))
+        _data(program, prereq, never)
+    if semantics.posted:
+        return _posted(program, semantics, chans, prereq, never)
     buffer = semantics.buffer if semantics.kind == "bounded" else 0
     eager = semantics.kind == "eager"
     for ch, sends in chans.sends.items():
@@ -98,3 +122,101 @@ def constraints(program: Program, semantics: Semantics, chans: Channels) -> Cons
             for e in recvs:
                 never.setdefault((e.rank, e.step), ("waits for a send that is never posted", e.part))
     return Constraints(prereq, never)
+
+
+def _data(program: Program, prereq, never) -> None:
+    """Compute level: a step waits for the producer of each value it needs from another rank."""
+    producer = {}
+    for r, steps in enumerate(program.ranks):
+        for i, st in enumerate(steps):
+            for a in st.parts:
+                v = produces(a)
+                if v is not None and v not in producer:
+                    producer[v] = (r, i)
+    S = program.num_stages
+    for r, steps in enumerate(program.ranks):
+        for i, st in enumerate(steps):
+            for k, a in enumerate(st.parts):
+                for v in needs(a, S):
+                    src = producer.get(v)
+                    if src is None:
+                        never.setdefault((r, i), (f"needs {v}, which no action produces", k))
+                    elif src[0] != r or src[1] >= i:  # earlier on the same rank: program order has it
+                        prereq[r][i].append((src[0], src[1], "data", k))
+
+
+def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, never) -> Constraints:
+    """The backends: posting never blocks; the action that needs a received value waits for the
+    receive to complete; under nccl, streams per rank pair (lanes) complete operations in order."""
+    partner: dict[tuple[int, int, int], Endpoint] = {}
+    for ch, sends in chans.sends.items():
+        for send, recv in zip(sends, chans.recvs.get(ch, ())):
+            partner[send[:3]] = recv
+            partner[recv[:3]] = send
+    lanes, lane_of = _lanes(program, chans) if semantics.kind == "nccl" else ((), {})
+    R = len(prereq)
+    prereq.extend([[] for _ in lane.steps] for lane in lanes)
+    for n, lane in enumerate(lanes, R):
+        for j, ops in enumerate(lane.steps):
+            for e in ops:
+                pre = prereq[n][j]
+                pre.append((e.rank, e.step, "posted", e.part))  # its rank has posted it
+                p = partner.get(e[:3])
+                if p is None:
+                    what = "receive" if e.channel[0] == e.rank else "send"
+                    never.setdefault((n, j), (f"waits for a {what} that is never posted", e.part))
+                    continue
+                pn, pj = lane_of[p[:3]]
+                why = "recv-posted" if e.channel[0] == e.rank else "send-posted"
+                pre.append((p.rank, p.step, why, e.part))  # the partner is posted ...
+                if pj > 0:
+                    pre.append((pn, pj - 1, why, e.part))  # ... and at the head of its stream
+    S = program.num_stages
+    for ch, recvs in chans.recvs.items():
+        for recv in recvs:
+            v = delivers(recv.action)
+            consumer = _consumer(program, recv, v, S)
+            if consumer is None:
+                continue
+            x, k = consumer
+            send = partner.get(recv[:3])
+            if send is None:
+                never.setdefault((recv.rank, x), ("waits for a send that is never posted", k))
+            elif lanes:
+                n, j = lane_of[recv[:3]]
+                prereq[recv.rank][x].append((n, j, "recv-done", k))
+            else:  # gloo: the receive completes once its send is posted (sends are buffered)
+                prereq[recv.rank][x].append((send.rank, send.step, "send-posted", k))
+    return Constraints(prereq, never, lanes, True)
+
+
+def _consumer(program: Program, recv: Endpoint, value, num_stages: int) -> tuple[int, int] | None:
+    """(step, part) of the first action after the receive, on its rank, that needs its value."""
+    steps = program.ranks[recv.rank]
+    for x in range(recv.step + 1, len(steps)):
+        for k, a in enumerate(steps[x].parts):
+            if a.op.is_compute and value in needs(a, num_stages):
+                return x, k
+    return None
+
+
+def _lanes(program: Program, chans: Channels):
+    """The nccl streams: per rank and peer, its sends and receives with that peer in issue order,
+    one lane step per program step; and where each operation sits ((rank, step, part) -> (node, step))."""
+    ops: dict[tuple[int, int], list[Endpoint]] = {}
+    for table in (chans.sends, chans.recvs):
+        for (a, b), endpoints in table.items():
+            for e in endpoints:
+                ops.setdefault((e.rank, b if e.rank == a else a), []).append(e)
+    lanes, lane_of = [], {}
+    R = program.num_ranks
+    for (rank, peer) in sorted(ops):
+        steps: list[list[Endpoint]] = []
+        for e in sorted(ops[(rank, peer)], key=lambda e: (e.step, e.part)):
+            if steps and steps[-1][0].step == e.step:
+                steps[-1].append(e)
+            else:
+                steps.append([e])
+            lane_of[e[:3]] = (R + len(lanes), len(steps) - 1)
+        lanes.append(Lane(rank, peer, tuple(tuple(s) for s in steps)))
+    return tuple(lanes), lane_of

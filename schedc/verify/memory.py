@@ -352,7 +352,8 @@ def _unmatched_sends(program: Program, semantics: Semantics, chans: Channels) ->
     for (a, b), sends in chans.sends.items():
         recvs = chans.recvs.get((a, b), [])
         for k, send in enumerate(sends):
-            recv_posted_at = recvs[k].step - 1 if k < len(recvs) else None
+            # posting a step is finishing the one before it, or, under a backend, reaching it
+            recv_posted_at = recvs[k].step - (0 if semantics.posted else 1) if k < len(recvs) else None
             for x in range(send.step, len(program.ranks[a])):
                 # the receive is certainly posted once b's step before it happens-before a's step x
                 known = reach[b].get((a, x - 1), -1) if x > 0 else -1

@@ -26,13 +26,14 @@ def prove_deadlock_free(program: Program, semantics: Semantics, chans: Channels 
     if cons.never:
         return Refuted(core=tuple(cons.impossible()), why="some step waits for something that never comes")
     edges = [e for e in cons.edges() if e.why != "order"]
-    steps = sum(len(s) for s in program.ranks)
+    lengths = cons.lengths()  # the ranks, then (under nccl) the streams
+    steps = sum(lengths)
     if steps > MAX_STEPS:
         return Unknown(f"{steps:,} steps is beyond the solver limit of {MAX_STEPS:,}; use --engine native")
     ctx = context()
     solver = make(ctx, timeout_s, logic="QF_IDL")
     solver.set("core.minimize", True)
-    t = [[z3.Int(f"t_{r}_{i}", ctx) for i in range(len(s))] for r, s in enumerate(program.ranks)]
+    t = [[z3.Int(f"t_{n}_{i}", ctx) for i in range(length)] for n, length in enumerate(lengths)]
     for row in t:
         if row:
             solver.add(row[0] >= 1)

@@ -86,7 +86,7 @@ def _title(program, report) -> str:
     params = ", ".join(f"{k}={v}" for k, v in program.params)
     head = program.name + (f" ({params})" if params else "")
     if report.deadlock is not None:
-        return f"{head}: deadlock under {report.semantics} sends (the cycle in red)"
+        return f"{head}: deadlock under {report.semantics.phrase()} (the cycle in red)"
     if report.ok is False:
         return f"{head}: checks fail ({', '.join(sorted({d.code for d in report.errors}))})"
     return f"{head}: dependencies (grey: program order, black: data, blue dashed: send/receive posting)"
@@ -113,7 +113,9 @@ def _edges(program, report):
     from ..verify.graph import constraints
     try:
         cons = constraints(program, report.semantics, channels(program))
-        edges = [(e.before, e.after, e.why) for e in cons.edges()]
+        # an nccl stream's step is drawn as the step of the rank that posts its operation
+        edges = [(cons.where(e.before)[:2], cons.where(e.after)[:2], e.why) for e in cons.edges()]
+        edges = [(b, a, why) for b, a, why in edges if b != a]
     except (IndexError, KeyError, ValueError):  # indices out of range: the structure check has said so
         edges = [((r, x - 1), (r, x), "order") for r, s in enumerate(program.ranks) for x in range(1, len(s))]
     seen = set()
