@@ -1,4 +1,4 @@
-"""README's table of error codes lists exactly the codes schedc can emit, read from the code.
+"""The table of error codes in docs/errors.md lists exactly the codes schedc can emit, read from the code.
 
 A code is the first argument of `SchedcError(...)`, `Diagnostic(...)` or of a call with a code and a
 message to any function whose first parameter is `code` (lint's `Findings.add`). In the first two a
@@ -75,17 +75,17 @@ def emitted_codes() -> dict[str, set[str]]:
     return out
 
 
-def readme_codes() -> list[str]:
-    """The codes in README's table (the rows after its `| code | exit | meaning |` header)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def documented_codes() -> list[str]:
+    """The codes in docs/errors.md's table (the rows after its `| code | exit | meaning |` header)."""
+    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
     table = text[text.index("| code | exit | meaning |"):].split("\n\n", 1)[0]
     return re.findall(r"^\| `([a-z-]+)` \|", table, re.M)
 
 
-def test_the_readme_lists_exactly_the_codes_schedc_emits():
-    emitted, listed = emitted_codes(), readme_codes()
+def test_the_docs_list_exactly_the_codes_schedc_emits():
+    emitted, listed = emitted_codes(), documented_codes()
     assert len(listed) == len(set(listed)), "a code is listed twice"
     missing = {c: sorted(w) for c, w in emitted.items() if c not in listed}
-    assert not missing, f"emitted, not in README's table: {missing}"
-    assert not set(listed) - set(emitted), f"in README's table, never emitted: {set(listed) - set(emitted)}"
+    assert not missing, f"emitted, not in docs/errors.md's table: {missing}"
+    assert not set(listed) - set(emitted), f"in docs/errors.md's table, never emitted: {set(listed) - set(emitted)}"
     assert any("lint.py" in w for w in emitted["missing-send"])  # the scan reads lint's Findings.add too

@@ -4,8 +4,8 @@ The docstring examples run; every option is validated when a strategy is made; g
 are valid by the independent oracles of tests/oracles.py and honour their options; they shrink to
 the fewest ranks and microbatches; every mutation is rejected by schedc and by the oracles; the
 assertions fail with schedc's report; and a ten-line test file finds a deliberately broken pass and
-shrinks it to a two-rank, one-microbatch counterexample. examples/test_my_schedule.py (the README's
-example) runs here too.
+shrinks it to a two-rank, one-microbatch counterexample. examples/test_my_schedule.py (the example
+in docs/testing.md) runs here too.
 """
 from __future__ import annotations
 
@@ -377,10 +377,10 @@ def test_a_ten_line_test_finds_a_broken_pass_and_shrinks_it(tmp_path):
     assert "step    0" in report and "rank 0  [0RECV_B0]" in report  # the grid, blocked steps marked
 
 
-def test_the_readme_example_file_runs_and_is_the_one_in_the_readme():
+def test_the_example_file_runs_and_is_the_one_in_the_docs():
     path = ROOT / "examples" / "test_my_schedule.py"
     text = path.read_text(encoding="utf-8")
-    assert text.strip() in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert text.strip() in (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
     example = _import(path, "test_my_schedule")
     tests = [getattr(example, n) for n in dir(example) if n.startswith("test_")]
     assert len(tests) >= 3
