@@ -1,6 +1,6 @@
 """How schedc writes what it outputs: files that appear whole or not at all, with the permissions a
 new file usually gets, and JSON that is valid JSON. Every command's `-o`, `--trace`, `--viz` and
-`--json` goes through here (README "Output files").
+`--json` goes through here (docs/cli.md, "Output files").
 
 A regular file (or a new one) is written to a temporary file in its folder and renamed over it: a
 new file gets 0666 less the umask, a replaced one keeps its mode, and a failure leaves nothing

@@ -3,7 +3,7 @@
 Structure first (schedc/lint.py); when the structure is sound, payload matching, deadlock freedom
 under the chosen send semantics (the native executor, or Z3 with `engine="z3"`), and memory per
 rank against its limit (schedc/verify/). `Report.to_dict()` is the JSON of `schedc check --json`
-(documented in the README); `ok` is True, False, or None when a solver could not decide.
+(documented in docs/checks.md); `ok` is True, False, or None when a solver could not decide.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ and M); tests/data/zb_h2_greedy.pp is the `order greedy(prefer = [I, F, W], memo
 replaced, list-scheduled at unit costs. What holds between the two: the same per-rank order, step
 for step (kind, stage and microbatch of every action), at every P <= 8 and M <= 24 and at a few
 larger settings. So every number the greedy form gave (makespan and peaks under any costs, the
-gallery picture, the comparisons in README.md) is the explicit form's too.
+gallery picture, the comparisons in the docs) is the explicit form's too.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ to four further on each time round) and splits the order into a head (the warm-u
 found), the loop, and a tail (the cool-down, microbatches counted back from M). `generalise`
 writes that as a schedule with parameter M, then keeps it only if it compiles to the very same
 order at the M it was found for and checks clean at every M from the smallest that works to a few
-beyond. `schedc prove` can then prove it for every M (README, "Synthesising a schedule").
+beyond. `schedc prove` can then prove it for every M (docs/synth.md).
 """
 from __future__ import annotations
 
