@@ -44,10 +44,13 @@ def resolve(path_or_name: str) -> Path:
 
 
 def load_text(text: str, name: str, fmt: str = "pp", params: Mapping[str, int] | None = None,
-              notation: str = "current", strict_params: bool = True) -> Program:
+              notation: str = "current", strict_params: bool = True, forward_only: bool = False) -> Program:
     """The program in `text`, read from the file `name`: its `source` is `name` whatever the text
-    says (an IR file names the schedule it was compiled from), so reports name the file given."""
+    says (an IR file names the schedule it was compiled from), so reports name the file given.
+    `forward_only` declares it forward-only, as a schedule's `forward only` line does (for a CSV)."""
     program = _read(text, name, fmt, params, notation, strict_params)
+    if forward_only and not program.forward_only:
+        program = replace(program, forward_only=True)
     return program if program.source == name else replace(program, source=name)
 
 
@@ -69,11 +72,13 @@ def _read(text: str, name: str, fmt: str, params, notation: str, strict_params: 
 
 
 def load(path_or_name: str, params: Mapping[str, int] | None = None, *, fmt: str | None = None,
-         notation: str = "current", strict_params: bool = True) -> Program:
-    """Load and compile a schedule: a built-in name, a .pp file, a PyTorch .csv, or an IR .json."""
+         notation: str = "current", strict_params: bool = True, forward_only: bool = False) -> Program:
+    """Load and compile a schedule: a built-in name, a .pp file, a PyTorch .csv, or an IR .json
+    (`forward_only`: declare it forward-only, e.g. a CSV of an inference schedule)."""
     path = resolve(str(path_or_name))
     shown = str(path_or_name) if Path(str(path_or_name)).is_file() else str(path)
-    return load_text(read_text(path), shown, fmt or detect_format(str(path)), params, notation, strict_params)
+    return load_text(read_text(path), shown, fmt or detect_format(str(path)), params, notation, strict_params,
+                     forward_only)
 
 
 def check(program: Program, *, semantics: str | Semantics = "rendezvous", engine: str = "native",
@@ -98,6 +103,6 @@ def to_torch_csv(program: Program, level: str = "comms") -> str:
     return rows(program, level).dumps()
 
 
-def from_torch_csv(path: str, *, notation: str = "current") -> Program:
-    """Read a PyTorch schedule CSV (either form) into a Program."""
-    return load(path, fmt="torch-csv", notation=notation)
+def from_torch_csv(path: str, *, notation: str = "current", forward_only: bool = False) -> Program:
+    """Read a PyTorch schedule CSV (either form) into a Program (`forward_only`: an inference schedule)."""
+    return load(path, fmt="torch-csv", notation=notation, forward_only=forward_only)

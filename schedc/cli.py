@@ -69,6 +69,9 @@ def _parser(stdout: TextIO) -> _Parser:
         q.add_argument("--notation", choices=["current", "legacy"], default="current",
                        help="PyTorch CSV notation: current (B = full backward) or legacy (B = backward-input, "
                             "BW = full backward)")
+        q.add_argument("--forward-only", action="store_true",
+                       help="the schedule runs forwards alone (inference): no backward is expected, as a "
+                            "schedule's `forward only` line says")
 
     def checking(q):
         q.add_argument("--semantics", default="rendezvous", help="rendezvous (default), eager, bounded:K, or a backend: nccl, gloo")

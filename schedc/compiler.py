@@ -223,6 +223,7 @@ class _Compiler:
             params=tuple((p.name, env[p.name]) for p in tree.params),
             annotations=notes,
             source=tree.span.file,
+            forward_only=loops.forward_only is not None,
         )
         return self.reorder(program, loops.order, scope, env) if loops.order is not None else program
 

@@ -227,6 +227,7 @@ class Program:
     params: tuple[tuple[str, int], ...] = ()
     annotations: Annotations = Annotations()
     source: str | None = None
+    forward_only: bool = False  # no backward: inference or evaluation (docs/semantics.md, "Forward-only")
 
     def __post_init__(self):
         # Every stage has its times and sizes, whoever built the program (the compiler, a CSV, JSON,

@@ -1,7 +1,8 @@
 """Fast structural checks of a Program, each finding located (file:line:col, rank and step).
 
 Indices in range; every action on the rank its stage is placed on; exactly one F and one B or
-one I + one W per (stage, microbatch), duplicates reported, not merged; every value an action needs
+one I + one W per (stage, microbatch) (a forward-only program: one F and no backward), duplicates
+reported, not merged; every value an action needs
 made on its rank before it, by the one rule of schedc/deps.py at both levels (F before B/I, I before
 W, F(s-1,m) before F(s,m) when both stages share a rank); for explicit communication, a receive
 before every consumer of a remote value and a send after every producer of one. Deadlock and
@@ -141,6 +142,9 @@ def _counts(p: Program, out: Findings) -> None:
     has = {op: set() for op in (Op.F, Op.B, Op.I, Op.W)}
     for op, s, m in first:
         has[op].add((s, m))
+    if p.forward_only:
+        _forward_only(p, out, first, has)
+        return
     F, B, I, W = has[Op.F], has[Op.B], has[Op.I], has[Op.W]
     legacy_pairs = (B & W) - I
     if legacy_pairs and not I:
@@ -162,6 +166,29 @@ def _counts(p: Program, out: Findings) -> None:
     out.count_dropped("missing", _missing_count(p, F, backward) - listed)
 
 
+def _forward_only(p: Program, out: Findings, first: dict, has: dict) -> None:
+    """A forward-only program: one F per (stage, microbatch), and no backward at all."""
+    for (op, s, m), (rank, step, a) in first.items():
+        if op is not Op.F:
+            out.add("forward-only", f"{describe(a)} in a forward-only schedule: it runs forwards alone, "
+                    "with no backward", rank, step, a)
+    F = has[Op.F]
+    missing = p.num_stages * p.num_microbatches - len(F)
+    listed = 0
+    for s in range(p.num_stages):
+        if listed == MAX_PER_CODE or not missing:
+            break
+        for m in range(p.num_microbatches):
+            if (s, m) not in F:
+                home = p.placement[s]
+                out.add("missing", f"F({s},{m}) is missing: every stage runs one forward per microbatch",
+                        home, len(p.ranks[home]), None)
+                listed += 1
+                if listed == MAX_PER_CODE:
+                    break
+    out.count_dropped("missing", missing - listed)
+
+
 def _pair_findings(p: Program, out: Findings, first: dict, pairs, has: dict) -> None:
     """`missing` and `mixed-backward` findings of the given (stage, microbatch) pairs."""
     F, B, I, W = has[Op.F], has[Op.B], has[Op.I], has[Op.W]
@@ -177,8 +204,11 @@ def _pair_findings(p: Program, out: Findings, first: dict, pairs, has: dict) -> 
             out.add("mixed-backward", f"stage {s}, microbatch {m} has both B and I/W; use one B or "
                     "one I and one W", rank, step, a)
         elif sm not in B and sm not in I and sm not in W:
+            hint = () if B or I or W else ("no action is a backward: if the schedule runs forwards alone "
+                                           "(inference), declare it with a `forward only` line, or "
+                                           "--forward-only for a CSV",)
             out.add("missing", f"the backward of stage {s}, microbatch {m} is missing (no B({s},{m}), "
-                    f"and no I({s},{m}) + W({s},{m}))", rank, step, a)
+                    f"and no I({s},{m}) + W({s},{m}))", rank, step, a, notes=hint)
         elif (sm in I) != (sm in W):
             there, missing = ("I", "W") if sm in I else ("W", "I")
             out.add("missing", f"{missing}({s},{m}) is missing: {there}({s},{m}) needs its partner",

@@ -1,7 +1,7 @@
 """The loop-level IR: a schedule's meaning before its parameters have values, built once per tree.
 
 `build(tree)` sorts the items (parameters, the header of lets, requirements and declarations in
-file order, placement, order, annotations), checks what needs no values (duplicates, setting
+file order, placement, order, annotations, `forward only`), checks what needs no values (duplicates, setting
 names), and turns the rank bodies into nodes over loop domains with every action call site and
 every loop numbered once. The compiler expands this IR into a Program at given parameters
 (schedc/compiler.py); the prover reads the same IR as statements with their frames
@@ -83,6 +83,7 @@ class Loops:
     annotations: tuple[ast.Annotation, ...]
     bodies: tuple[Body, ...]  # the `rank N` bodies in file order, then the generic one
     num_sites: int
+    forward_only: ast.ForwardOnly | None = None
 
     @property
     def name(self) -> str:
@@ -118,7 +119,7 @@ def build(tree: ast.Schedule) -> Loops:
 
 def _build(tree: ast.Schedule) -> Loops:
     header, decls, annotations = [], {}, []
-    placement = order = generic = None
+    placement = order = generic = forward = None
     specific: dict[int, ast.RankBody | ast.RankLiteral] = {}
     for item in tree.items:
         if isinstance(item, (ast.Let, ast.Require)):
@@ -139,6 +140,10 @@ def _build(tree: ast.Schedule) -> Loops:
             if order is not None:
                 raise SchedcError("duplicate-decl", "'order' is declared twice", item.span)
             order = item
+        elif isinstance(item, ast.ForwardOnly):
+            if forward is not None:
+                raise SchedcError("duplicate-decl", "'forward only' is declared twice", item.span)
+            forward = item
         elif isinstance(item, ast.RankBody) and item.var is not None:
             if generic is not None:
                 raise SchedcError("duplicate-decl", "only one `rank NAME { ... }` body is allowed; "
@@ -149,6 +154,9 @@ def _build(tree: ast.Schedule) -> Loops:
                 raise SchedcError("duplicate-decl", f"rank {item.index} is defined twice", item.span,
                                   [f"first defined at {specific[item.index].span}"])
             specific[item.index] = item
+    if order is not None and forward is not None:
+        raise SchedcError("order", "`order greedy(...)` orders a training schedule's forwards and backwards; "
+                          "a forward-only schedule lists its forwards as they run", order.span)
     numbering = _Numbering()
     bodies = []
     for k, item in enumerate(specific.values()):
@@ -160,7 +168,7 @@ def _build(tree: ast.Schedule) -> Loops:
     if generic is not None:
         bodies.append(Body(None, generic.var, numbering.block(generic.body), False, len(specific), generic.span))
     return Loops(tree, tuple(header), decls, placement, order, tuple(annotations), tuple(bodies),
-                 numbering.sites)
+                 numbering.sites, forward)
 
 
 class _Numbering:

@@ -242,6 +242,9 @@ class _ToAst(Transformer):
     def order_decl(self, meta, children):
         return ast.Order(tuple(children), self._span(meta))
 
+    def forward_only_decl(self, meta, children):
+        return ast.ForwardOnly(self._span(meta))
+
     def order_value(self, meta, children):
         name, value = children
         return ast.OrderOption(str(name), value, (), self._span(meta))

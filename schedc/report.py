@@ -76,6 +76,7 @@ class Report:
             "stages": p.num_stages,
             "microbatches": p.num_microbatches,
             "level": p.level,
+            **({"forward_only": True} if p.forward_only else {}),  # (the key appears only when so)
             "actions": p.num_actions,
             "semantics": str(self.semantics),
             "engine": self.engine,
@@ -98,7 +99,7 @@ class Report:
         p = self.program
         verdict = {True: "ok", None: f"UNKNOWN ({self.unknown})"}.get(self.ok, f"FAILED ({len(self.errors)} error(s))")
         text = (f"{p.name}: {p.num_ranks} ranks, {p.num_stages} stages, {p.num_microbatches} microbatches, "
-                f"{p.num_actions} actions ({p.level} level); {verdict}")
+                f"{p.num_actions} actions ({p.level} level{', forward only' if p.forward_only else ''}); {verdict}")
         if self.peak_activation:
             text += "\n  peak activation per rank: [" + ", ".join(str(_number(x)) for x in self.peak_activation) + "]"
         if self.peak_memory:

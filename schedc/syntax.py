@@ -195,7 +195,14 @@ class Order:
     span: Span
 
 
-Item = Require | Decl | Placement | Annotation | Let | Order | RankBody | RankLiteral
+@dataclass(frozen=True)
+class ForwardOnly:
+    """`forward only`: the schedule runs forwards alone (inference, evaluation); no backward."""
+
+    span: Span
+
+
+Item = Require | Decl | Placement | Annotation | Let | Order | ForwardOnly | RankBody | RankLiteral
 
 
 @dataclass(frozen=True)

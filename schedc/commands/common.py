@@ -22,7 +22,8 @@ def load(name: str, args, values=None, strict=True):
     """A schedule by name or path with the parameter values (ignored for CSV and JSON inputs)."""
     from ..api import detect_format, load as load_program
     fmt = args.format or detect_format(name)
-    return load_program(name, values if fmt == "pp" else None, fmt=fmt, notation=args.notation, strict_params=strict)
+    return load_program(name, values if fmt == "pp" else None, fmt=fmt, notation=args.notation, strict_params=strict,
+                        forward_only=getattr(args, "forward_only", False))
 
 
 def run_checks(program, args):

@@ -31,6 +31,7 @@ def ir_to_dict(program: Program) -> dict:
         "microbatches": program.num_microbatches,
         "placement": list(program.placement),
         "level": program.level,
+        "forward_only": program.forward_only,
         "annotations": {
             "stage_costs": [vars(c) for c in ann.stage_costs],
             "stage_memory": [vars(m) for m in ann.stage_memory],
@@ -95,4 +96,5 @@ def _program(data) -> Program:
     params = _need(data.get("params") or {}, dict, "params")
     return Program(str(_need(data["schedule"], str, "schedule")), ranks, stages, mbs, placement, steps,
                    tuple((str(k), _need(v, int, "a parameter")) for k, v in params.items()), notes,
-                   data.get("source") if isinstance(data.get("source"), str) else None)
+                   data.get("source") if isinstance(data.get("source"), str) else None,
+                   _need(data.get("forward_only", False), bool, "forward_only"))

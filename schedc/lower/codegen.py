@@ -100,6 +100,9 @@ def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredP
     `verified` records the send semantics the schedule was checked under (None: not checked).
     """
     from ..passes import lower
+    if program.forward_only:
+        raise SchedcError("usage", f"{program.name} is forward-only: schedc's runtime trains (forward and "
+                          "backward); a forward-only schedule is checked, simulated and drawn, not run yet")
     table = table_of(lower(program), verified)
     source = render_program(table)
     sends = sum(a.is_send for steps in table.ranks for st in steps for a in parts(st))

@@ -119,6 +119,9 @@ def model(tree: ast.Schedule) -> Model:
     if loops.order is not None:
         raise Unsupported("its order is computed by `order greedy(...)`, an algorithm; a proof for every "
                           "size needs the order written as loops", loops.order.span)
+    if loops.forward_only is not None:
+        raise Unsupported("a forward-only schedule: the proof covers training schedules (each forward "
+                          "with its backward)", loops.forward_only.span)
 
     def decl(what, param):
         if what in decls:

@@ -59,7 +59,7 @@ class Clear:
 
 def quick_check(program: Program, semantics: Semantics, limits: dict[int, float] | None) -> Clear | None:
     """`Clear` when every default check surely holds, else None (run the detailed checks)."""
-    if semantics.kind == "bounded" or semantics.posted:
+    if semantics.kind == "bounded" or semantics.posted or program.forward_only:
         return None
     S, M, R = program.num_stages, program.num_microbatches, program.num_ranks
     if S * M > MAX_CELLS:

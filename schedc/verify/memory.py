@@ -70,18 +70,21 @@ def message_size(program: Program, a: Action) -> float:
 
 class _Sizes:
     """Per-stage sizes, looked up once: each message's (`out`), and what each compute op allocates
-    (`grows[op][s]`, F) or frees (`frees[op][s]`, B, I, W). `_Sizes.of(program)`: the program's."""
+    (`grows[op][s]`, F) or frees (`frees[op][s]`, B, I, W; in a forward-only program, F frees what
+    it allocated as its step ends: nothing is kept for a backward). `_Sizes.of(program)`: the program's."""
 
-    def __init__(self, act, weight, out):
+    def __init__(self, act, weight, out, forward_only: bool = False):
         self.out = list(out)
         self.stages = len(self.out)
         deltas = _deltas(act, weight)
         self.grows = {Op.F: deltas[Op.F]}
         self.frees = {op: [-d for d in deltas[op]] for op in (Op.B, Op.I, Op.W)}
+        if forward_only:
+            self.frees[Op.F] = list(deltas[Op.F])
 
     @classmethod
     def of(cls, program: Program) -> "_Sizes":
-        return cls(*stage_sizes(program))
+        return cls(*stage_sizes(program), forward_only=program.forward_only)
 
     def message(self, a: Action) -> float:
         """`message_size` from the table."""
@@ -204,20 +207,21 @@ def _inserted_op(st) -> Op | None:
 def peak_activation(program: Program) -> tuple[float, ...]:
     """Peak live activations per rank along its order (no buffers)."""
     act, weight, _ = stage_sizes(program)
-    return tuple(float(peak_activations([st.parts for st in steps], act, weight)) for steps in program.ranks)
+    return tuple(float(peak_activations([st.parts for st in steps], act, weight, program.forward_only))
+                 for steps in program.ranks)
 
 
-def peak_activations(steps, act, weight) -> float:
+def peak_activations(steps, act, weight, forward_only: bool = False) -> float:
     """Peak live activations along one rank's steps (each a sequence of actions), stage s's sizes
     being `act[s]` and `weight[s]`: inside a step, allocations come before frees. Integer sizes
     give an integer (synth's memory units, prove's unit sizes)."""
-    return max((during for during, _ in activations_along(steps, act, weight)), default=0)
+    return max((during for during, _ in activations_along(steps, act, weight, forward_only)), default=0)
 
 
-def activations_along(steps, act, weight):
+def activations_along(steps, act, weight, forward_only: bool = False):
     """For each step (a sequence of actions) of one rank, in order: (live activations while it
     runs, after its allocations; live activations once it has finished, after its frees)."""
-    live = _Live(_Sizes(act, weight, [0] * len(act)))
+    live = _Live(_Sizes(act, weight, [0] * len(act), forward_only))
     for parts in steps:
         live.allocate(parts)
         during = live.act

@@ -363,7 +363,8 @@ def _program_order(scene: Scene, program: Program, report, structural) -> None:
         steps = program.ranks[r]
         series = [(float(lo), 0.0)]
         counted = [[a for a in st.parts if 0 <= a.stage < program.num_stages] for st in steps]
-        for x, (st, (during, live)) in enumerate(zip(steps, activations_along(counted, act, weight))):
+        for x, (st, (during, live)) in enumerate(zip(steps, activations_along(counted, act, weight,
+                                                                                     program.forward_only))):
             if not lo <= x < hi:
                 continue
             b = _block(scene, chunks, r, x, st, float(x), float(x + 1))
