@@ -146,7 +146,10 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend")
     q.add_argument("--steps", type=int, default=5, metavar="K", help="training steps (default 5)")
     q.add_argument("--timeout", type=float, default=300.0, metavar="S",
-                   help="watchdog: a send or receive waiting longer stops the run (default 300)")
+                   help="watchdog: an action, a send or receive, or a phase of training (make_batch, the "
+                        "optimizer step) taking longer stops the run (default 300)")
+    q.add_argument("--trace", metavar="FILE", help="write the measured timeline of every rank as a Chrome trace / "
+                   "Perfetto JSON (the layout of `schedc sim --trace`), also when the run is stopped")
     q.add_argument("--profile", metavar="OUT.json", help="write measured per-stage F/I/W/B times and message sizes")
     q.add_argument("--no-verify", action="store_true", help="run without checking the schedule first")
     q.add_argument("--semantics", default="rendezvous", help="send semantics to verify under (default rendezvous)")

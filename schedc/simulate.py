@@ -141,6 +141,10 @@ class Timeline:
     makespan: float
     messages: Messages = field(repr=False)
     mismatches: int = 0  # matched send/receive pairs whose payloads differ (see `schedc check`)
+    # posted[r][x]: when step x of rank r had posted its sends and receives (its posting overhead
+    # over); at the compute level, when a step's output was posted to the rank that consumes it.
+    # 0 for a step that posts nothing. (Traces draw a message from its send's post.)
+    posted: tuple = field(default=(), repr=False)
 
     @property
     def bubble_ratio(self) -> float:
@@ -241,7 +245,7 @@ class _Rank:
     """One rank's state while it runs."""
 
     __slots__ = ("r", "steps", "pc", "free", "speed", "have", "waiting", "start", "end",
-                 "busy", "posted", "open", "arrival", "ready", "inbox")
+                 "busy", "posted", "open", "arrival", "ready", "inbox", "post_at")
 
     def __init__(self, r: int, steps, speed: float):
         n = len(steps)
@@ -250,6 +254,7 @@ class _Rank:
         self.have: dict[int, float] = {}  # value key -> when the value is present on this rank
         self.waiting = None  # the value key this rank waits for, if any
         self.start, self.end = [0.0] * n, [0.0] * n
+        self.post_at = array("d", bytes(8 * n))  # Timeline.posted
         self.busy = 0.0
         self.posted, self.open, self.arrival = -1, 0, 0.0  # the comm step being posted
         self.ready = 0.0  # when that step's posting overhead is over
@@ -323,7 +328,8 @@ class _Simulator:
         _finite(makespan, self.R)
         col = lambda name: tuple(tuple(getattr(rk, name)) for rk in self.ranks)  # noqa: E731
         return Timeline(self.program, self.level, self.overlap, col("start"), col("end"),
-                        tuple(rk.busy for rk in self.ranks), makespan, msgs, self.mismatches)
+                        tuple(rk.busy for rk in self.ranks), makespan, msgs, self.mismatches,
+                        tuple(rk.post_at for rk in self.ranks))
 
     def advance(self, rk: _Rank) -> None:
         """Run a rank from where it stopped until it ends or waits."""
@@ -427,6 +433,7 @@ class _Simulator:
         ch = rk.r * self.R + plan[1]
         if self.overheads:
             t += self.overheads.get(ch, 0.0)
+        rk.post_at[x] = t
         other = self.pend_recv.get(ch)
         if not other:
             self.pend_send.setdefault(ch, deque()).append((rk, x, key - plan[3], plan, t))
@@ -445,6 +452,7 @@ class _Simulator:
         ch = plan[1] * self.R + rk.r
         if self.overheads:
             t += self.overheads.get(ch, 0.0)
+        rk.post_at[x] = t
         other = self.pend_send.get(ch)
         if not other:
             self.pend_recv.setdefault(ch, deque()).append((rk, x, base, plan, t))
@@ -479,6 +487,7 @@ class _Simulator:
             t += sum(self.overheads.get(r * self.R + plan[1] if plan[0] else plan[1] * self.R + r, 0.0)
                      for _, plan in members)
         rk.posted, rk.open, rk.arrival, rk.ready = x, len(members), t, t
+        rk.post_at[x] = t
         for base, plan in members:
             if plan[0]:
                 ch = r * self.R + plan[1]
@@ -555,6 +564,7 @@ class _Simulator:
         dest, size = route
         if self.overheads:  # the producer posts the send
             end += self.overheads.get(rk.r * self.R + dest, 0.0)
+        rk.post_at[x] = end
         if self.plain:
             departure, arrival = end, end + self.latency
         else:

@@ -17,7 +17,6 @@ import schedc
 import schedc.api
 from conftest import compile_text
 from schedc.costs import Costs, load_costs, parse_cost_option, profile_costs, toml_costs
-from schedc.interop.chrome_trace import chrome_trace
 from schedc.ir import StageCost
 from schedc.lint import lint
 from schedc.passes import lower
@@ -543,67 +542,7 @@ def test_costs_compose():
     assert Costs().apply(program).annotations == program.annotations
 
 
-# ---- Chrome trace ----
-def check_trace(tl):
-    """Structural checks every viewer relies on; returns the X events by (rank, step)."""
-    doc = json.loads(json.dumps(chrome_trace(tl)))
-    events = doc["traceEvents"]
-    assert {e["ph"] for e in events} <= {"M", "X", "s", "f", "b", "e", "C"}
-    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
-    assert names == {r: f"rank {r}" for r in range(tl.program.num_ranks)}
-    assert {e["pid"] for e in events} == {0}
-    slices = {}
-    for e in events:
-        if e["ph"] == "X":
-            assert e["dur"] >= 0 and e["ts"] >= 0
-            slices[(e["tid"], e["args"]["step"])] = e
-    assert len(slices) == sum(len(steps) for steps in tl.program.ranks)
-    for (r, x), e in slices.items():  # slices on one track never overlap
-        nxt = slices.get((r, x + 1))
-        assert nxt is None or e["ts"] + e["dur"] <= nxt["ts"] + 1e-6
-    starts = {e["id"]: e for e in events if e["ph"] == "s"}
-    ends = {e["id"]: e for e in events if e["ph"] == "f"}
-    assert len(starts) == len(ends) == len(tl.messages) == sum(e["ph"] == "s" for e in events)
-    pairs = []
-    for i, m in enumerate(tl.messages):
-        s, f = starts[i], ends[i]
-        assert (s["name"], s["cat"]) == (f["name"], f["cat"]) and f["bp"] == "e"
-        src, dst = slices[(m.src_rank, m.src_step)], slices[(m.dst_rank, m.dst_step)]
-        assert s["tid"] == m.src_rank and src["ts"] <= s["ts"] <= src["ts"] + src["dur"]
-        assert f["tid"] == m.dst_rank and dst["ts"] <= f["ts"] <= dst["ts"] + dst["dur"]
-        pairs.append((src["name"], dst["name"]))
-    return pairs
-
-
-def test_trace_pairs_each_send_with_its_receive():
-    tl = simulate(lower(load("1f1b", "F=1,B=2,latency=0.25", P=3, M=4)))
-    pairs = check_trace(tl)
-    assert len(pairs) == 2 * 2 * 4  # 2 boundaries x (activation + gradient) x 4 microbatches
-    for send, recv in pairs:  # SEND_F(s,m) meets RECV_F(s+1,m); SEND_B(s,m) meets RECV_B(s-1,m)
-        kind, s, m = send[:6], *map(int, send[7:-1].split(","))
-        assert recv == (f"RECV_F({s + 1},{m})" if kind == "SEND_F" else f"RECV_B({s - 1},{m})")
-    transfers = [e for e in chrome_trace(tl)["traceEvents"] if e.get("cat") == "transfer"]
-    assert len(transfers) == 2 * len(pairs)  # latency 0.25: every message is in flight a while
-
-
-def test_trace_at_the_compute_level_goes_from_producer_to_consumer():
-    tl = simulate(load("interleaved_1f1b", P=2, V=2, M=4))
-    pairs = check_trace(tl)
-    for src, dst in pairs:
-        op, s, m = src[0], *map(int, src[2:-1].split(","))
-        assert dst == (f"F({s + 1},{m})" if op == "F" else f"B({s - 1},{m})")
-    assert len(pairs) == 2 * 3 * 4  # every one of the 3 stage boundaries crosses ranks (place loop)
-
-
-def test_trace_of_compounds_and_memory_counters():
-    p = compile_text("schedule o {\n rank 0: 0F0 (0F1;0B0)OVERLAP_F_B 0B1\n rank 1: 1F0 1B0 1F1 1B1\n}")
-    tl = simulate(p)
-    check_trace(tl)
-    events = chrome_trace(tl)["traceEvents"]
-    pair = next(e for e in events if e["ph"] == "X" and e["args"]["kind"] == "OVERLAP_F_B")
-    assert pair["name"] == "OVERLAP_F_B(F(0,1), B(0,0))" and pair["args"]["parts"] == ["F(0,1)", "B(0,0)"]
-    counters = [e["args"]["live"] for e in events if e["ph"] == "C" and e["name"] == "memory rank 0"]
-    assert max(counters) == tl.peak_memory[0] == 2 and counters[-1] == 0
+# ---- Chrome trace: tests/test_trace.py ----
 
 
 # ---- the command line ----

@@ -1,91 +1,289 @@
-"""A simulated timeline as Chrome trace / Perfetto JSON (ui.perfetto.dev, chrome://tracing).
+"""Timelines as Chrome trace / Perfetto JSON (ui.perfetto.dev): simulated (`chrome_trace`) or measured
+by `schedc run --trace` (`measured_trace`), in one layout, so the two open side by side.
 
-One process, one track (tid) per rank; a complete event ("ph": "X") per step, named like `F(2,3)`;
-a flow arrow ("ph": "s" then "f", same id) per message from the send (at the compute level, the
-producer) to the receive (the consumer); data in flight as async slices when a message takes time;
-live activations per rank as counters. `chrome_trace(timeline)` returns the JSON object.
+Each rank is a process, `rank R`, with two tracks: `compute` (F, B, I, W, OVERLAP_F_B; in a run also
+make_batch and the optimizer step) and `communication` (the posting of each send and receive, named
+as the action; `wait X` while the rank is blocked on a message; UNSHARD, RESHARD, REDUCE_GRAD; and two
+instants per message, `SEND_F(0,1) posted` when its send is posted and `RECV_F(1,1) done` when its
+receive completes). A compute-level program shows the messages its lowering adds, under the same
+names. Every message is a flow arrow from its `posted` instant to its `done` instant (flow events v2:
+`bind_id` with `flow_out` / `flow_in`; viewers draw from the end of the first slice to the start of
+the second, and both are instants, so the arrow runs exactly from the post to the completion and
+never back in time). Live memory per rank is a counter. Timestamps are microseconds.
 """
 from __future__ import annotations
 
-from ..ir import Compound, describe
+import json
+import math
+from typing import Iterable
+
+from ..deps import delivers, message, needs, payload, produces
+from ..ir import COMM, COMPUTE, RECVS, SENDS, Compound, describe
 from ..outputs import dumps_json
 from ..simulate import Timeline
 
-PID = 0
+COMPUTE_TRACK, COMM_TRACK = 0, 1
+TRACK_NAMES = ("compute", "communication")
+_EPS = 1e-12
 
 
+def pid_of(rank: int) -> int:
+    """The trace's process id of a rank (1-based: viewers treat pid 0 as the idle process)."""
+    return rank + 1
+
+
+def tid_of(rank: int, track: int) -> int:
+    """The thread id of one of a rank's tracks, unique over the whole trace."""
+    return 2 * rank + 1 + track
+
+
+class _Trace:
+    """The events of one trace: metadata for R ranks, slices, flows; times in the source's unit."""
+
+    def __init__(self, title: str, ranks: Iterable[int], scale: float):
+        self.scale = scale
+        self.events: list[dict] = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": title}}]
+        self.meta: list[dict] = []
+        for r in ranks:
+            self.meta.append({"name": "process_name", "ph": "M", "pid": pid_of(r), "args": {"name": f"rank {r}"}})
+            self.meta.append({"name": "process_sort_index", "ph": "M", "pid": pid_of(r), "args": {"sort_index": r}})
+            for track, name in enumerate(TRACK_NAMES):
+                self.meta.append({"name": "thread_name", "ph": "M", "pid": pid_of(r), "tid": tid_of(r, track),
+                                  "args": {"name": name}})
+                self.meta.append({"name": "thread_sort_index", "ph": "M", "pid": pid_of(r), "tid": tid_of(r, track),
+                                  "args": {"sort_index": track}})
+        self.timed: list[dict] = []
+        self._flows = 0
+
+    def us(self, t: float) -> float:
+        return round(t * self.scale, 3)
+
+    def slice(self, rank: int, track: int, name: str, cat: str, t0: float, t1: float, args: dict) -> dict:
+        ts, te = self.us(t0), self.us(max(t0, t1))
+        event = {"name": name, "cat": cat, "ph": "X", "pid": pid_of(rank), "tid": tid_of(rank, track), "ts": ts,
+                 "dur": round(te - ts, 3), "args": {"rank": rank, **args}}
+        self.timed.append(event)
+        return event
+
+    def flow(self, out: dict, into: dict) -> None:
+        """An arrow from the end of slice `out` to the start of slice `into`."""
+        self._flows += 1
+        out.update(bind_id=self._flows, flow_out=True)
+        into.update(bind_id=self._flows, flow_in=True)
+
+    def finish(self, other: dict) -> dict:
+        # time order; at equal times an arrow's first slice before its second (importers bind a flow's
+        # end only to a flow already begun), and a slice before the slices it holds
+        self.timed.sort(key=lambda e: (e["ts"], 1 if e.get("flow_in") else 0, -e.get("dur", 0)))
+        return {"traceEvents": self.events + self.meta + self.timed, "displayTimeUnit": "ms", "otherData": other}
+
+
+# ---- simulated ----
 def chrome_trace(timeline: Timeline, *, scale: float = 1e6) -> dict:
-    """The trace as a JSON-ready dict. Timestamps are microseconds: simulated time x `scale` (the
-    default reads simulated time as seconds)."""
+    """The simulated timeline as a JSON-ready dict. Timestamps are microseconds: simulated time x
+    `scale` (the default reads simulated time as seconds)."""
     program = timeline.program
-
-    def us(t: float) -> float:
-        return round(t * scale, 3)
-
-    out_of: dict[tuple[int, int], list[int]] = {}
-    into: dict[tuple[int, int], list[int]] = {}
-    for i, m in enumerate(timeline.messages):
-        if m.dst_step >= 0:
-            out_of.setdefault((m.src_rank, m.src_step), []).append(i)
-            into.setdefault((m.dst_rank, m.dst_step), []).append(i)
-
-    events: list[dict] = [{"name": "process_name", "ph": "M", "pid": PID, "args": {
-        "name": f"schedc {program.name} ({timeline.level} level, overlap {'on' if timeline.overlap else 'off'})"}}]
+    tr = _Trace(f"schedc {program.name} (simulated, {timeline.level} level, overlap "
+                f"{'on' if timeline.overlap else 'off'})", range(program.num_ranks), scale)
+    messages = list(timeline.messages)
+    names = [_names(timeline, m) for m in messages]
+    arriving: list[dict] = [{} for _ in range(program.num_ranks)]  # rank -> value -> the message bringing it
+    sends: list[dict] = [{} for _ in range(program.num_ranks)]  # compute level: rank -> step -> its messages
+    for i, m in enumerate(messages):
+        arriving[m.dst_rank][m.value] = i
+        if timeline.level == "compute":
+            sends[m.src_rank].setdefault(m.src_step, []).append(i)
     for r in range(program.num_ranks):
-        events.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": r, "args": {"name": f"rank {r}"}})
-        events.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": r, "args": {"sort_index": r}})
-
-    for r, x, st, start, end in timeline.steps():
-        ts, te = us(start), us(end)
-        parts = st.parts
-        if isinstance(st, Compound):
-            name = f"{st.kind.value}(" + ", ".join(describe(a) for a in parts) + ")"
-            args = {"kind": st.kind.value, "stage": [a.stage for a in parts],
-                    "microbatch": [a.microbatch for a in parts], "parts": [describe(a) for a in parts]}
-        else:
-            name = describe(st)
-            args = {"kind": st.op.value, "stage": st.stage, "microbatch": st.microbatch}
-        args.update(rank=r, step=x, start=start, end=end)
-        events.append({"name": name, "cat": args["kind"], "ph": "X", "pid": PID, "tid": r, "ts": ts,
-                       "dur": round(te - ts, 3), "args": args})
-        # flow events right after their slice, strictly inside it when it has a length, so every
-        # viewer binds them to this slice
-        inside = round((ts + te) / 2, 3) if te - ts >= 0.002 else ts
-        for i in out_of.get((r, x), ()):
-            events.append(_flow("s", i, timeline, r, inside))
-        for i in into.get((r, x), ()):
-            events.append({**_flow("f", i, timeline, r, inside), "bp": "e"})
-
-    for i, m in enumerate(timeline.messages):
-        if m.arrival > m.departure:
-            name = _message_name(m)
-            common = {"name": name, "cat": "transfer", "pid": PID, "id": len(timeline.messages) + i,
-                      "args": {"from_rank": m.src_rank, "to_rank": m.dst_rank}}
-            events.append({**common, "ph": "b", "ts": us(m.departure)})
-            events.append({**common, "ph": "e", "ts": us(m.arrival)})
-
+        _rank_steps(tr, timeline, r, messages, names, arriving[r], sends[r])
+    _messages(tr, timeline, messages, names)
     for r in range(program.num_ranks):
         for t, live in timeline.memory(r):
-            events.append({"name": f"memory rank {r}", "ph": "C", "pid": PID, "ts": us(t),
-                           "args": {"live": live}})
+            tr.timed.append({"name": f"memory rank {r}", "ph": "C", "pid": pid_of(r), "ts": tr.us(t),
+                             "args": {"live": live}})
+    return tr.finish({"schedule": program.name, "params": dict(program.params), "source": "simulated",
+                      "level": timeline.level, "overlap": timeline.overlap, "makespan": timeline.makespan,
+                      "bubble_ratio": timeline.bubble_ratio, "time_scale_us": scale, "messages": len(messages)})
 
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"schedule": program.name, "params": dict(program.params), "level": timeline.level,
-                          "overlap": timeline.overlap, "makespan": timeline.makespan,
-                          "bubble_ratio": timeline.bubble_ratio, "time_scale_us": scale}}
+
+def _rank_steps(tr: _Trace, timeline: Timeline, r: int, messages: list, names: list, arriving: dict,
+                sends: dict) -> None:
+    """One rank's steps: compute slices, the posting of its sends and receives, its waits."""
+    program = timeline.program
+    starts, ends = timeline.start[r], timeline.end[r]
+    posts = timeline.posted[r] if timeline.posted else [0.0] * len(starts)
+    free = 0.0  # when the rank was released by its previous step
+    for x, st in enumerate(program.ranks[r]):
+        start, end = starts[x], ends[x]
+        base = {"step": x, "start": start, "end": end}
+        if all(a.op in COMPUTE for a in st.parts):
+            came = [arriving[v] for a in st.parts for v in needs(a, program.num_stages) if v in arriving]
+            if came and start > free + _EPS:  # idle: waiting for the input that came last
+                last = max(came, key=lambda i: messages[i].arrival)
+                tr.slice(r, COMM_TRACK, f"wait {names[last][1]}", "wait", free, start,
+                         {"step": x, "message": _value_text(messages[last].value)})
+            name, args = _step_name(st)
+            tr.slice(r, COMPUTE_TRACK, name, args["kind"], start, end, {**args, **base})
+            free = end
+            for i in sends.get(x, ()):  # compute level: the output leaves as its lowering sends it
+                m = messages[i]
+                tr.slice(r, COMM_TRACK, names[i][0], "post", end, posts[x],
+                         {**_message_args(names[i][0], m), "step": x})
+                free = max(free, posts[x])
+                if not timeline.overlap and m.arrival > posts[x]:  # held until it has arrived
+                    tr.slice(r, COMM_TRACK, f"wait {names[i][0]}", "wait", posts[x], m.arrival, {"step": x})
+                    free = max(free, m.arrival)
+        elif all(a.op in COMM for a in st.parts):
+            for a in st.parts:
+                tr.slice(r, COMM_TRACK, describe(a), "post", start, posts[x],
+                         {"kind": a.op.value, "stage": a.stage, "microbatch": a.microbatch,
+                          "group": isinstance(st, Compound), **base})
+            if end > posts[x] + _EPS:  # overlap off: the rank is held until its messages have arrived
+                tr.slice(r, COMM_TRACK, f"wait {_step_name(st)[0]}", "wait", posts[x], end, {"step": x})
+            free = end
+        else:  # UNSHARD, RESHARD, REDUCE_GRAD: collectives, free in this model
+            for a in st.parts:
+                tr.slice(r, COMM_TRACK, describe(a), "collective", start, end, {"kind": a.op.value, "stage": a.stage,
+                                                                               **base})
+            free = end
+
+
+def _messages(tr: _Trace, timeline: Timeline, messages: list, names: list) -> None:
+    """Each message: the instant its send is posted, the instant its receive completes, the arrow
+    between them, and the data in flight (an async slice on the receiving rank)."""
+    for i, m in enumerate(messages):
+        p = timeline.posted[m.src_rank][m.src_step] if timeline.posted else m.departure
+        sent = tr.slice(m.src_rank, COMM_TRACK, f"{names[i][0]} posted", "posted", p, p,
+                        {**_message_args(names[i][0], m), "posted": p, "step": m.src_step})
+        where = {"step": m.dst_step} if timeline.level == "comms" else {"consumer_step": m.dst_step}
+        done = tr.slice(m.dst_rank, COMM_TRACK, f"{names[i][1]} done", "done", m.arrival, m.arrival,
+                        {**_message_args(names[i][1], m), "departure": m.departure, "arrival": m.arrival, **where})
+        tr.flow(sent, done)
+        if m.arrival > m.departure:
+            common = {"name": f"{_value_text(m.value)} {m.src_rank}->{m.dst_rank}", "cat": "transfer",
+                      "pid": pid_of(m.dst_rank), "id": i + 1, "args": {"from_rank": m.src_rank, "to_rank": m.dst_rank}}
+            tr.timed.append({**common, "ph": "b", "ts": tr.us(m.departure)})
+            tr.timed.append({**common, "ph": "e", "ts": tr.us(m.arrival)})
 
 
 def dumps_trace(timeline: Timeline, *, scale: float = 1e6) -> str:
     return dumps_json(chrome_trace(timeline, scale=scale), separators=(",", ":")) + "\n"
 
 
-def _message_name(m) -> str:
-    kind, s, mb = m.value
-    return f"{'activation' if kind == 'act' else 'gradient'} ({s},{mb}) {m.src_rank}->{m.dst_rank}"
+def _step_name(st) -> tuple[str, dict]:
+    """`F(2,3)` or `OVERLAP_F_B(F(0,1), B(0,0))`, and the step's args."""
+    if isinstance(st, Compound):
+        parts = st.parts
+        return (f"{st.kind.value}(" + ", ".join(describe(a) for a in parts) + ")",
+                {"kind": st.kind.value, "stage": [a.stage for a in parts],
+                 "microbatch": [a.microbatch for a in parts], "parts": [describe(a) for a in parts]})
+    return describe(st), {"kind": st.op.value, "stage": st.stage, "microbatch": st.microbatch}
 
 
-def _flow(phase: str, i: int, timeline: Timeline, rank: int, ts: float) -> dict:
-    m = timeline.messages[i]
-    # viewers pair "s" and "f" by (id, cat, name): keep them equal for both ends
-    return {"name": _message_name(m), "cat": "message", "ph": phase, "id": i, "pid": PID, "tid": rank, "ts": ts,
-            "args": {"departure": m.departure, "arrival": m.arrival}}
+def _names(timeline: Timeline, m) -> tuple[str, str]:
+    """The send and the receive that carry message m, as the program (or its lowering) names them."""
+    program = timeline.program
+    src, dst = program.ranks[m.src_rank][m.src_step], None
+    if timeline.level == "compute":
+        made = next(a for a in src.parts if produces(a) == m.value)
+        send, recv = message(made, program.placement, program.num_stages)
+        return describe(send), describe(recv)
+    dst = program.ranks[m.dst_rank][m.dst_step]
+    send = next((a for a in src.parts if a.op in SENDS and payload(a) == m.value), src.parts[0])
+    recv = next((a for a in dst.parts if a.op in RECVS and delivers(a) == m.value), dst.parts[0])
+    return describe(send), describe(recv)
+
+
+def _message_args(name: str, m) -> dict:
+    return {"kind": name.split("(")[0], "value": _value_text(m.value), "from_rank": m.src_rank, "to_rank": m.dst_rank}
+
+
+def _value_text(value) -> str:
+    kind, s, mb = value
+    return f"{'activation' if kind == 'act' else 'gradient'} ({s},{mb})"
+
+
+# ---- measured ----
+_FIELDS = {"rank": ("host", "sync", "schedule"), "compute": ("k", "x", "name", "t0", "t1"),
+           "phase": ("k", "name", "t0", "t1"), "post": ("k", "x", "name", "t0", "t1", "value"),
+           "wait": ("k", "x", "name", "t0", "t1"), "done": ("k", "x", "name", "t", "value"),
+           "collective": ("k", "x", "name", "t0", "t1"), "stop": ("t", "report", "name", "since", "kind")}
+
+
+def read_part(text: str) -> list[dict]:
+    """One rank's event lines (schedc/runtime/trace.py); a line cut short by a stop, or one this
+    reader does not know, is left out."""
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and all(key in record for key in _FIELDS.get(record.get("ev"), ("?",))):
+            records.append(record)
+    return records
+
+
+def measured_trace(parts: dict[int, list[dict]], *, title: str = "", stopped: dict | None = None) -> dict:
+    """The trace of a run from its ranks' event lines (`read_part`), by rank. The ranks of one host
+    share its monotonic clock; each host's time 0 is when its ranks left the barrier they pass
+    together at the start. `stopped` (from the launcher: which ranks ended how) goes to otherData."""
+    heads = {r: next((rec for rec in recs if rec["ev"] == "rank"), None) for r, recs in parts.items()}
+    ranks = sorted(r for r, head in heads.items() if head is not None)
+    origin: dict[str, float] = {}
+    for r in ranks:
+        host = heads[r]["host"]
+        origin[host] = min(origin.get(host, math.inf), heads[r]["sync"])
+    schedule = next((heads[r]["schedule"] for r in ranks), "")
+    tr = _Trace(title or f"schedc {schedule} (measured by schedc run)", ranks, 1e6)
+    sends: dict[tuple, dict] = {}
+    completions: dict[tuple, dict] = {}
+    stops = []
+    for r in ranks:
+        zero = origin[heads[r]["host"]]
+        for rec in parts[r]:
+            ev = rec["ev"]
+            args = {"train_step": rec.get("k"), "step": rec.get("x")}
+            if ev == "compute":
+                tr.slice(r, COMPUTE_TRACK, rec["name"], rec["name"].split("(")[0], rec["t0"] - zero, rec["t1"] - zero,
+                         args)
+            elif ev == "phase":
+                tr.slice(r, COMPUTE_TRACK, rec["name"], "phase", rec["t0"] - zero, rec["t1"] - zero,
+                         {"train_step": rec.get("k")})
+            elif ev == "post":
+                value = tuple(rec["value"])
+                kind = rec["name"].split("(")[0]
+                slice_ = tr.slice(r, COMM_TRACK, rec["name"], "post", rec["t0"] - zero, rec["t1"] - zero,
+                                  {**args, "kind": kind, "value": _value_text(value), "peer": rec.get("peer")})
+                if kind.startswith("SEND"):  # posted when the data's send was issued
+                    at = rec.get("at", rec["t0"]) - zero
+                    sends[(rec["k"], value)] = tr.slice(r, COMM_TRACK, f"{rec['name']} posted", "posted", at, at,
+                                                        slice_["args"])
+            elif ev == "wait":
+                tr.slice(r, COMM_TRACK, rec["name"], "wait", rec["t0"] - zero, rec["t1"] - zero, args)
+            elif ev == "done":
+                value = tuple(rec["value"])
+                completions[(rec["k"], value)] = tr.slice(r, COMM_TRACK, rec["name"], "done", rec["t"] - zero,
+                                                          rec["t"] - zero, {**args, "value": _value_text(value)})
+            elif ev == "collective":
+                tr.slice(r, COMM_TRACK, rec["name"], "collective", rec["t0"] - zero, rec["t1"] - zero, args)
+            elif ev == "stop":
+                track = COMM_TRACK if rec["kind"] in ("wait", "communication") else COMPUTE_TRACK
+                tr.slice(r, track, rec["name"], "unfinished", rec["since"] - zero, rec["t"] - zero,
+                         {"unfinished": True, "stopped_by": "watchdog"})
+                tr.timed.append({"name": "the watchdog stops the run", "cat": "watchdog", "ph": "i", "s": "p",
+                                 "pid": pid_of(r), "tid": tid_of(r, track), "ts": tr.us(rec["t"] - zero),
+                                 "args": {"report": rec["report"]}})
+                stops.append({"rank": r, "name": rec["name"], "at_us": tr.us(rec["t"] - zero),
+                              "report": rec["report"]})
+    for key, out in sends.items():
+        into = completions.get(key)
+        if into is not None:
+            tr.flow(out, into)
+    hosts = sorted(origin)
+    return tr.finish({"schedule": schedule, "source": "measured", "ranks": ranks,
+                      "missing_ranks": sorted(set(parts) - set(ranks)), "hosts": len(hosts),
+                      "clock": "each host's monotonic clock, time 0 when its ranks left the starting barrier",
+                      "watchdog": stops, "stopped": stopped, "messages": sum(k in completions for k in sends)})
+
+
+__all__ = ["chrome_trace", "dumps_trace", "measured_trace", "read_part", "pid_of", "tid_of"]

@@ -1,9 +1,10 @@
 """The runtime a lowered program runs on: torch.distributed point-to-point, one handler per action.
 
 `table` (pure Python) reads and validates a program's action table; `interpreter` runs one rank's
-table for a training step; `watchdog` stops a stuck run with a report; `entry` is the `main()` a
-generated program calls; `launch` starts local ranks for `schedc run` (pure Python). Submodules
-load lazily: importing this package does not import torch.
+table for a training step; `watchdog` stops a stuck run with a report; `trace` records each rank's
+events for `schedc run --trace`; `entry` is the `main()` a generated program calls; `launch` starts
+local ranks for `schedc run` and `backends` says whether a backend can run here (both pure Python,
+torch only to ask about NCCL). Submodules load lazily: importing this package does not import torch.
 """
 from __future__ import annotations
 

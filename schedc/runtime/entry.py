@@ -3,8 +3,9 @@
 Reads the rank from the launcher's environment (torchrun or `schedc run`), imports the user's model
 (`--model pkg.mod:build_stages`), joins the process group, trains `--steps` steps through the
 interpreter, prints step time and loss per step (on the rank of the last stage), and with
-`--profile` writes measured per-stage times and message sizes (`profile.py`). Exit codes: 0 done,
-1 an action failed, 2 bad usage or model, 124 the watchdog stopped the run.
+`--profile` writes measured per-stage times and message sizes (`profile.py`), with `--trace-dir`
+every event of the rank (`trace.py`). Exit codes: 0 done, 1 an action failed, 2 bad usage or model,
+124 the watchdog stopped the run.
 """
 from __future__ import annotations
 
@@ -20,12 +21,15 @@ from typing import Callable
 
 import torch
 
+from .backends import problem as backend_problem
 from .interpreter import PipelineInterpreter, StepFailure
 from .profile import build_profile, write_profile
-from .table import Table, TableError, load_table
+from .table import Table, TableError, load_table, parts
+from .trace import Recorder, step_name
 from .watchdog import EXIT_TIMEOUT, Watchdog
 
 EXIT_FAILED = 1
+BUILD_LIMIT = 600.0  # seconds the watchdog allows for building the model, when --timeout is shorter
 EXIT_USAGE = 2
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -57,6 +61,8 @@ def load_model(spec: str) -> Model:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UsageError(f"--model {spec!r}: cannot import {module_name}: {exc}") from None
+    except Exception as exc:  # the module itself fails (a syntax error, an exception at import)
+        raise UsageError(f"--model {spec!r}: importing {module_name} failed: {_one_line(exc)}") from None
     build = getattr(module, fn_name, None)
     if not callable(build):
         raise UsageError(f"--model {spec!r}: {module_name} has no function {fn_name}")
@@ -67,8 +73,22 @@ def load_model(spec: str) -> Model:
     return Model(build, module.loss_fn, module.make_batch, getattr(module, "make_optimizer", None))
 
 
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:500]}" if text else type(exc).__name__
+
+
 def build_modules(model: Model, stage_ids, num_stages: int, dtype=None, device=None) -> dict[int, torch.nn.Module]:
-    built = model.build_stages(list(stage_ids), num_stages)
+    try:
+        built = model.build_stages(list(stage_ids), num_stages)
+    except Exception as exc:
+        raise UsageError(f"build_stages({list(stage_ids)}, {num_stages}) failed: {_one_line(exc)}") from None
+    if not isinstance(built, (list, tuple, dict)):
+        raise UsageError(f"build_stages({list(stage_ids)}, {num_stages}) returned a {type(built).__name__}; "
+                         "expected a list of nn.Module, one per stage id")
+    if isinstance(built, dict) and not all(s in built for s in stage_ids):
+        raise UsageError(f"build_stages({list(stage_ids)}, {num_stages}) returned a dict without stage(s) "
+                         f"{[s for s in stage_ids if s not in built]}")
     built = [built[s] for s in stage_ids] if isinstance(built, dict) else list(built)
     if len(built) != len(stage_ids):
         raise UsageError(f"build_stages({list(stage_ids)}, {num_stages}) returned {len(built)} modules")
@@ -101,9 +121,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="cast the model and float inputs")
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate, unless the model defines make_optimizer")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S",
-                   help="watchdog: stop the run when a send or receive waits longer (default 300 s)")
+                   help="watchdog: stop the run when an action, a send or receive or a training phase "
+                        "takes longer (default 300 s)")
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
     p.add_argument("--profile", metavar="OUT.json", help="write per-stage F/I/W/B times and message sizes")
+    p.add_argument("--trace-dir", metavar="DIR",
+                   help="write this rank's events to DIR/rank<R>.jsonl as they happen (schedc run --trace "
+                        "merges them into one Perfetto trace)")
     p.add_argument("--quiet", action="store_true", help="no per-step lines")
     return p
 
@@ -120,6 +144,10 @@ def main(program: dict, ranks, argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"schedc runtime: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C under torchrun reaches every rank: one line each, no traceback
+        sys.stderr.write(f"schedc runtime: rank {os.environ.get('RANK', '?')} interrupted\n")
+        sys.stderr.flush()
+        os._exit(130)
 
 
 def _env_int(name: str, default: int | None = None) -> int:
@@ -143,39 +171,75 @@ def _main(table: Table, args) -> int:
     if world != table.num_ranks:
         raise UsageError(f"the schedule has {table.num_ranks} ranks but WORLD_SIZE is {world} "
                          f"(use --nproc-per-node={table.num_ranks})")
+    local_rank = _env_int("LOCAL_RANK", 0)
+    why = backend_problem(args.backend, local_rank + 1)
+    if why:
+        raise UsageError(why)
     if "OMP_NUM_THREADS" in os.environ:
         torch.set_num_threads(max(1, _env_int("OMP_NUM_THREADS")))
     device = None
     if args.backend == "nccl":
-        device = torch.device("cuda", _env_int("LOCAL_RANK", 0))
+        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
+    recorder = _recorder(args.trace_dir, rank, table) if args.trace_dir else None
+    watchdog = Watchdog(args.timeout, rank=rank)
+    if recorder is not None:
+        watchdog.on_stop.append(lambda report, cur: _stop_line(recorder, report, cur))
+    # building may take long (a checkpoint to load): at least BUILD_LIMIT seconds, not stuck for ever
+    watchdog.phase("building the model (load_model and build_stages)", limit=BUILD_LIMIT)
     model = load_model(args.model)
     dtype = DTYPES.get(args.dtype) if args.dtype else None
     stage_ids = table.stages_of(rank)
     modules = build_modules(model, stage_ids, table.num_stages, dtype, device)
     params = [p for m in modules.values() for p in m.parameters() if p.requires_grad]
-    optimizer = (model.make_optimizer(params) if model.make_optimizer is not None
-                 else torch.optim.SGD(params, lr=args.lr)) if params else None
+    try:
+        optimizer = (model.make_optimizer(params) if model.make_optimizer is not None
+                     else torch.optim.SGD(params, lr=args.lr)) if params else None
+    except Exception as exc:
+        raise UsageError(f"the optimizer could not be made: {_one_line(exc)}") from None
+    watchdog.end()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
     # The group's own timeout is a backstop behind the watchdog, which reports first.
-    dist.init_process_group(args.backend, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=args.timeout + 30))
-    watchdog = Watchdog(args.timeout)
-    interp = PipelineInterpreter(table, rank, modules, model.loss_fn, device=device, watchdog=watchdog)
+    try:
+        dist.init_process_group(args.backend, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=args.timeout + 30))
+        if recorder is not None:  # every rank leaves the barrier together: the trace's common time 0
+            dist.barrier()
+            recorder.start(time.perf_counter())
+    except Exception as exc:
+        sys.stderr.write(f"schedc runtime: rank {rank} could not join the process group ({args.backend}, "
+                         f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}): {_one_line(exc)}\n")
+        return EXIT_FAILED
+    interp = PipelineInterpreter(table, rank, modules, model.loss_fn, device=device, watchdog=watchdog,
+                                 trace=recorder)
     last = table.placement[-1] == rank
     batch_size = args.batch_size or 8 * table.num_microbatches
     times = []
+
+    def phase(name: str, k: int, fn, *a):
+        """Run one phase of training step k outside the program, watched and (with a trace) recorded."""
+        watchdog.phase(f"in {name} (training step {k})")
+        t0 = time.perf_counter()
+        out = fn(*a)
+        if recorder is not None:
+            recorder.phase(k, name, t0, time.perf_counter())
+        watchdog.end()
+        return out
+
+    def optimize():
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
     try:
         for step in range(args.steps):
-            inputs, targets = model.make_batch(step, batch_size)
+            inputs, targets = phase("make_batch", step + 1, model.make_batch, step, batch_size)
             xs = split(inputs, table.num_microbatches, dtype, device) if 0 in stage_ids else None
             ys = split(targets, table.num_microbatches, dtype, device) if last else None
             t0 = time.perf_counter()
             losses = interp.step(xs, ys)
             if optimizer is not None:  # the optimizer-step hook: gradients of the whole batch are ready
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                phase("the optimizer step", step + 1, optimize)
             dt = time.perf_counter() - t0
             times.append(dt)
             if last and not args.quiet:
@@ -185,14 +249,16 @@ def _main(table: Table, args) -> int:
             skip = 1 if args.steps > 1 else 0  # the first step learns shapes and warms up
             mine = interp_profile(interp, skip)
             gathered = [None] * world if rank == 0 else None
-            dist.gather_object(mine, gathered, dst=0)
+            phase("gathering the profile on rank 0", args.steps, dist.gather_object, mine, gathered, 0)
             if rank == 0:
                 write_profile(args.profile, build_profile(gathered))
         if last and not args.quiet:
             steady = times[1:] or times
             print(f"median step time {statistics.median(steady) * 1e3:.2f} ms over {len(steady)} step(s) "
                   f"({table.schedule!r}, {table.num_ranks} ranks, {table.num_microbatches} microbatches)", flush=True)
+        watchdog.phase("at the final barrier (waiting for the other ranks to finish)")
         dist.barrier()
+        watchdog.close()
     except StepFailure as exc:
         sys.stdout.flush()
         sys.stderr.write(f"schedc runtime: {exc}\n")
@@ -200,11 +266,38 @@ def _main(table: Table, args) -> int:
         os._exit(EXIT_FAILED)  # peers see the connection close; do not wait in teardown
     except Exception as exc:  # a failure outside the actions (data, optimizer, profile)
         sys.stdout.flush()
-        sys.stderr.write(f"schedc runtime: rank {rank} failed: {type(exc).__name__}: {exc}\n")
+        sys.stderr.write(f"schedc runtime: rank {rank} failed: {_one_line(exc)}\n")
         sys.stderr.flush()
         os._exit(EXIT_FAILED)
+    if recorder is not None:
+        recorder.close()
     dist.destroy_process_group()
     return 0
+
+
+def _recorder(folder: str, rank: int, table: Table) -> Recorder:
+    try:
+        os.makedirs(folder, exist_ok=True)
+        return Recorder(os.path.join(folder, f"rank{rank}.jsonl"), rank=rank, ranks=table.num_ranks,
+                        schedule=table.schedule)
+    except OSError as exc:
+        raise UsageError(f"--trace-dir {folder!r}: {exc.strerror or exc}") from None
+
+
+def _stop_line(recorder: Recorder, report: str, cur) -> None:
+    """The trace's last line when the watchdog stops the run: what ran or waited, since when."""
+    since, interp, at, index, action, why, _ = cur
+    now = time.perf_counter()
+    began = now - (time.monotonic() - since)  # the watchdog's clock is time.monotonic
+    if why == "phase":
+        name, kind = str(action).removeprefix("in "), "phase"
+    elif why == "run":
+        st = interp.steps[at]
+        name = step_name(st)
+        kind = "compute" if all(p.op in ("F", "B", "I", "W") for p in parts(st)) else "communication"
+    else:
+        name, kind = f"wait {action}{' (shape)' if why == 'header' else ''}", "wait"
+    recorder.stop(now, report, name, began, kind)
 
 
 def interp_profile(interp: PipelineInterpreter, skip_steps: int) -> dict:

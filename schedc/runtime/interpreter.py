@@ -6,10 +6,12 @@ operation) and waited for where a consumer needs the value; every send is waited
 ends. Receive buffers are allocated from shapes learned in the first step (the first message of each
 stage boundary and direction is preceded by a small shape header). `B` is one backward; `I` computes
 input gradients only and `W` the weight gradients later (`backward.py`); gradients accumulate over
-microbatches, each microbatch's loss scaled by 1/M.
+microbatches, each microbatch's loss scaled by 1/M. The watchdog times every action and every wait;
+with a `Recorder` (`trace`, runtime/trace.py) every action, post, wait and completion is recorded.
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable, NamedTuple, Sequence
 
@@ -17,6 +19,7 @@ import torch
 
 from .backward import backward_input as split_backward_input, backward_weight as split_backward_weight
 from .table import Compound, Instr, Table, parts, partners, value_name
+from .trace import Recorder, step_name
 from .watchdog import Watchdog
 
 # Shape header: [dtype code, ndim, dim0, ..., dim7], int64, sent before the first message of each
@@ -62,7 +65,8 @@ class PipelineInterpreter:
     """
 
     def __init__(self, table: Table, rank: int, modules: dict[int, torch.nn.Module], loss_fn: Callable,
-                 *, group=None, device: torch.device | str | None = None, watchdog: Watchdog | None = None):
+                 *, group=None, device: torch.device | str | None = None, watchdog: Watchdog | None = None,
+                 trace: Recorder | None = None):
         import torch.distributed as dist
         self.table, self.rank = table, rank
         self.steps = table.ranks[rank]
@@ -78,6 +82,8 @@ class PipelineInterpreter:
         self._peer = (lambda r: r) if group is None else (lambda r: dist.get_group_rank(group, r))
         self.device = torch.device(device) if device is not None else None
         self.watchdog = watchdog or Watchdog(None)
+        self.trace = trace
+        self._span = None  # [first start, last end] of the compute of an OVERLAP_F_B being run
         self.partners = {(x, i): p for (r, x, i), p in partners(table).items() if r == rank}
         self._shapes: dict[tuple[str, int], tuple[torch.Size, torch.dtype]] = {}  # learned, kept across steps
         self._headed: set[tuple[str, int]] = set()  # (kind, stage) whose header this rank has sent
@@ -113,25 +119,35 @@ class PipelineInterpreter:
         self._losses: list = []
         self._compute = self._waited = self._posting = 0.0
         handlers = self.handlers
+        dog = self.watchdog
         index = 0
         began = time.perf_counter()
         try:
             for index, st in enumerate(self.steps):
                 self._index = index
+                dog.running(self, index)
                 if isinstance(st, Compound):
                     if st.kind == "GROUP":  # posted together: sends first, so no member waits on another
                         for a in sorted(st.parts, key=lambda a: not a.is_send):
                             handlers[a.op](a)
                     else:
+                        self._span = [math.inf, -math.inf]
                         for a in st.parts:
                             handlers[a.op](a)
+                        span, self._span = self._span, None
+                        if self.trace is not None:
+                            self.trace.compute(self.train_step, index, step_name(st), *span)
                 else:
                     handlers[st.op](st)
             index = len(self.steps)
+            dog.end()
             self._finish()
         except Exception as exc:
             raise StepFailure(self.rank, index, self.steps[index] if index < len(self.steps) else "end of step",
                               self.train_step, exc, self.context(index)) from exc
+        finally:
+            dog.end()
+            self._span = None
         self.step_log.append(StepTime(began, time.perf_counter(), self._compute, self._waited, self._posting))
         return self._losses
 
@@ -152,6 +168,9 @@ class PipelineInterpreter:
     # ---- handlers, one per action kind ----
     def nothing(self, a: Instr) -> None:
         """UNSHARD, RESHARD, REDUCE_GRAD: no FSDP here, and gradients are already scaled by 1/M."""
+        if self.trace is not None:
+            t = time.perf_counter()
+            self.trace.collective(self.train_step, self._index, str(a), t, t)
 
     def forward(self, a: Instr) -> None:
         s, m = a.stage, a.microbatch
@@ -174,7 +193,7 @@ class PipelineInterpreter:
                 raise ScheduleError(f"stage {s} returned {type(y).__name__}; a stage must return one tensor")
             self._values[("act", s, m)] = y
             self.message_bytes[s] = y.numel() * y.element_size()
-        self._record("F", s, t0)
+        self._record(a, t0)
         self._out[(s, m)] = y
 
     def _output_grad(self, a: Instr):
@@ -194,7 +213,7 @@ class PipelineInterpreter:
         torch.autograd.backward(out, grad)
         if leaf is not None:
             self._values[("grad", s, m)] = leaf.grad
-        self._record("B", s, t0)
+        self._record(a, t0)
 
     def backward_input(self, a: Instr) -> None:
         s, m = a.stage, a.microbatch
@@ -204,7 +223,7 @@ class PipelineInterpreter:
         if g is not None:
             self._values[("grad", s, m)] = g
         self._pending_w[(s, m)] = work
-        self._record("I", s, t0)
+        self._record(a, t0)
 
     def backward_weight(self, a: Instr) -> None:
         s, m = a.stage, a.microbatch
@@ -213,7 +232,7 @@ class PipelineInterpreter:
             raise ScheduleError(f"{a} before I({s},{m})")
         t0 = time.perf_counter()
         split_backward_weight(work)
-        self._record("W", s, t0)
+        self._record(a, t0)
 
     def send(self, a: Instr) -> None:
         value = a.value()
@@ -235,6 +254,8 @@ class PipelineInterpreter:
         work = self.pg.send([t], peer, 0)
         t2 = clock()
         self._posting += t2 - t0
+        if self.trace is not None:
+            self.trace.post(self.train_step, self._index, str(a), t0, t2, value, a.peer, at=t1)
         rec = [self.train_step, "S", value, a.peer, t1, t2, 0.0, 0.0]
         self.comm_log.append(rec)
         self._sends.append((work, t, self._index, a, rec))
@@ -255,6 +276,8 @@ class PipelineInterpreter:
         work = self.pg.recv([buf], peer, 0)
         t2 = clock()
         self._posting += t2 - t1
+        if self.trace is not None:
+            self.trace.post(self.train_step, self._index, str(a), t1, t2, value, a.peer)
         rec = [self.train_step, "R", value, a.peer, t1, t2, 0.0, 0.0]
         self.comm_log.append(rec)
         self._arriving[value] = (work, buf, self._index, a, rec)
@@ -282,20 +305,31 @@ class PipelineInterpreter:
             try:
                 work.wait()
             finally:
-                dog.end()
+                dog.resume()
         t1 = time.perf_counter()
         self._waited += t1 - t0
         if rec is not None:
             rec[6], rec[7] = t0, t1
+        if self.trace is not None:  # a shape header's wait is named apart from its message's
+            header = why == "header" or (why == "send" and rec is None)
+            self.trace.wait(self.train_step, index, f"{a} (shape)" if header else str(a), t0, t1)
+            if why == "recv":
+                self.trace.done(self.train_step, index, str(a), t1, a.value())
 
-    def _record(self, op: str, stage: int, t0: float) -> None:
-        dt = time.perf_counter() - t0
+    def _record(self, a: Instr, t0: float) -> None:
+        t1 = time.perf_counter()
+        dt = t1 - t0
         self._compute += dt
-        times = self.times.get((op, stage))
+        key = (a.op, a.stage)
+        times = self.times.get(key)
         if times is None:
-            self.times[(op, stage)] = [dt]
+            self.times[key] = [dt]
         else:
             times.append(dt)
+        if self._span is not None:  # a part of an OVERLAP_F_B: one slice for the step
+            self._span[0], self._span[1] = min(self._span[0], t0), max(self._span[1], t1)
+        elif self.trace is not None:
+            self.trace.compute(self.train_step, self._index, str(a), t0, t1)
 
     def context(self, index: int, width: int = 5) -> str:
         """The rank's steps around `index`, compact, with that step in brackets."""

@@ -1,9 +1,13 @@
 """Start R local ranks of a command, as torchrun does on one node, and leave no orphans.
 
 Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (a free
-port) and OMP_NUM_THREADS=1 unless set; its output is forwarded line by line. When a rank fails,
-the others get `grace` seconds to finish or report, then are terminated; every rank also dies with
-the launcher (PR_SET_PDEATHSIG on Linux). Pure Python: no torch in the launching process.
+port) and OMP_NUM_THREADS=1 unless set; its output is forwarded line by line, its input is empty.
+When a rank fails, the others get `grace` seconds to finish or report, then are terminated. Each
+rank leads its own process group, so Ctrl-C reaches the launcher alone (which stops the ranks, with
+no traceback from each), and whatever a rank started (the model's workers) is stopped with it: once
+the ranks have ended, however they ended, every process left in their groups is terminated, then
+killed. A rank also dies with the launcher (PR_SET_PDEATHSIG on Linux), and SIGTERM to the launcher
+stops the ranks as Ctrl-C does. Pure Python: no torch in the launching process.
 """
 from __future__ import annotations
 
@@ -72,18 +76,19 @@ def launch(command: Sequence[str], nproc: int, *, stdout: TextIO | None = None, 
     procs: list[subprocess.Popen] = []
     threads = []
     preexec = _pdeathsig()
+    restore = _terminate_as_interrupt()
     try:
         for rank in range(nproc):
             env_r = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
-            p = subprocess.Popen(list(command), env=env_r, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, bufsize=1, preexec_fn=preexec)
+            p = subprocess.Popen(list(command), env=env_r, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, bufsize=1, preexec_fn=preexec, process_group=0)
             procs.append(p)
             for pipe, stream in ((p.stdout, stdout), (p.stderr, stderr)):
                 t = threading.Thread(target=_forward, args=(pipe, stream, lock), daemon=True)
                 t.start()
                 threads.append(t)
         start, failed_at = time.monotonic(), None
-        while any(p.poll() is None for p in procs):
+        while None in [p.poll() for p in procs]:  # every rank polled: a failure behind a running rank counts
             now = time.monotonic()
             if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
                 failed_at = now  # one failed: the others get `grace` seconds to report or finish
@@ -95,6 +100,8 @@ def launch(command: Sequence[str], nproc: int, *, stdout: TextIO | None = None, 
     except BaseException:
         _stop(procs)
         raise
+    finally:
+        restore()
     killed = tuple(r for r, p in enumerate(procs) if p.poll() is None)
     _stop(procs)
     for t in threads:
@@ -103,9 +110,12 @@ def launch(command: Sequence[str], nproc: int, *, stdout: TextIO | None = None, 
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
+    """Terminate the ranks still running and every process in their groups, then kill what is left
+    after 3 seconds; wait for the ranks."""
     for p in procs:
         if p.poll() is None:
             p.terminate()
+        _signal_group(p.pid, signal.SIGTERM)
     end = time.monotonic() + 3
     for p in procs:
         try:
@@ -113,3 +123,34 @@ def _stop(procs: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+    while any(_group_alive(p.pid) for p in procs) and time.monotonic() < end:
+        time.sleep(0.02)
+    for p in procs:
+        _signal_group(p.pid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is empty (or no longer ours)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _terminate_as_interrupt():
+    """While the ranks run, SIGTERM to the launcher raises KeyboardInterrupt (so the ranks and their
+    groups are stopped on the way out, as for Ctrl-C). Returns the function that restores the handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)

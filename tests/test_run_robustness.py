@@ -1,0 +1,226 @@
+"""`schedc run` with ordinary bad input: a rank that hangs in compute is stopped by the watchdog with
+a report naming it; no process of the run (ranks, or what the model started) outlives a failure,
+Ctrl-C or SIGTERM; a backend that cannot run, a bad argument or an output that cannot be written is
+one line and an exit code before any rank starts; a broken model module is one line, not a
+traceback. One spawn of two torch ranks; the launcher's own tests use plain Python children.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def processes_with(marker: str) -> list[int]:
+    """Processes whose command line holds `marker`."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker.encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def _no_spawn(monkeypatch):
+    import schedc.runtime.launch
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a rank was started")
+    monkeypatch.setattr(schedc.runtime.launch, "launch", refuse)
+
+
+# ---- before any rank starts ----
+def test_nccl_without_cuda_is_one_line_before_any_rank_starts(run_cli, monkeypatch):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    _no_spawn(monkeypatch)
+    code, out, err = run_cli("run", "1f1b", "--param", "P=2,M=2", "--model", "examples.mlp:build_stages",
+                             "--backend", "nccl", "--steps", "1")
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1 and "error[usage]" in err and "--backend nccl needs CUDA GPUs" in err, err
+    assert "--backend gloo runs on CPUs" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--batch-size", "3"], "--batch-size 3: expected a positive multiple of the 2 microbatches"),
+    (["--batch-size", "0"], "--batch-size 0: expected a positive multiple"),
+    (["--lr", "nan"], "--lr nan: expected a finite learning rate"),
+    (["--trace", "{tmp}"], "is a folder; give a file name"),
+    (["--profile", "{tmp}/file/profile.json"], "cannot write there"),
+    (["--trace", "t.json", "--print-torchrun"], "--trace needs a local run"),
+])
+def test_bad_arguments_are_one_line_before_any_rank_starts(run_cli, monkeypatch, tmp_path, extra, message):
+    _no_spawn(monkeypatch)
+    (tmp_path / "file").write_text("")
+    code, out, err = run_cli("run", "1f1b", "--param", "P=2,M=2", "--model", "examples.mlp:build_stages",
+                             "--steps", "1", *[e.format(tmp=tmp_path) for e in extra])
+    assert code == 2 and message in err and err.count("\n") == 1, (out, err)
+
+
+def test_a_broken_model_module_is_bad_usage_not_a_traceback(tmp_path, monkeypatch):
+    from schedc.runtime.entry import UsageError, build_modules, load_model
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / f"raises_{tmp_path.name}.py").write_text("raise RuntimeError('no GPU here')\n")
+    with pytest.raises(UsageError, match=r"importing raises_\S+ failed: RuntimeError: no GPU here"):
+        load_model(f"raises_{tmp_path.name}:build")
+    (tmp_path / f"builds_{tmp_path.name}.py").write_text(textwrap.dedent("""\
+        def build(ids, n):
+            raise ValueError("bad width")
+        def loss_fn(y, t): pass
+        def make_batch(k, n): pass
+        def nothing(ids, n):
+            return None
+    """))
+    model = load_model(f"builds_{tmp_path.name}:build")
+    with pytest.raises(UsageError, match=r"build_stages\(\[1\], 2\) failed: ValueError: bad width"):
+        build_modules(model, [1], 2)
+    model = load_model(f"builds_{tmp_path.name}:nothing")
+    with pytest.raises(UsageError, match=r"returned a NoneType; expected a list of nn.Module"):
+        build_modules(model, [1], 2)
+
+
+# ---- the watchdog, without torch ----
+def _python(code: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def test_the_watchdog_stops_a_phase_and_a_hang_that_holds_the_gil():
+    t0 = time.monotonic()
+    res = _python("from schedc.runtime.watchdog import Watchdog\nimport time\n"
+                  "w = Watchdog(0.5, rank=3)\nw.phase('in make_batch (training step 2)')\ntime.sleep(60)\n")
+    assert res.returncode == 124, res.stderr
+    first, second = res.stderr.splitlines()
+    assert first.startswith("schedc watchdog: rank 3 spent 0.") and first.endswith(
+        " s in make_batch (training step 2) (limit 0.5 s) and stops the run")
+    assert second == "  rank 3 was in make_batch (training step 2), outside its program, and that has not returned"
+    # native code that never releases the GIL starves the watchdog's thread: faulthandler ends the
+    # rank `backstop` (2 s) after the timeout (1 s), with its stack
+    res = _python("from schedc.runtime.watchdog import Watchdog\nimport ctypes, time\n"
+                  "w = Watchdog(1.0, rank=0)\nw.phase('in a native call')\ntime.sleep(0.2)\n"
+                  "ctypes.PyDLL(None).sleep(60)\n")
+    assert res.returncode == 1 and "Timeout (0:00:0" in res.stderr and 'File "<string>", line 6' in res.stderr
+    assert time.monotonic() - t0 < 20
+
+
+# ---- the launcher, with plain Python ranks ----
+RANK = """\
+import os, subprocess, sys, time
+marker = sys.argv[1]
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", marker])
+open(os.path.join(sys.argv[2], os.environ["RANK"]), "w").write(str(child.pid))
+if os.environ["RANK"] == sys.argv[3]:
+    sys.exit(1)
+time.sleep(120)
+"""
+
+
+def _rank_script(tmp_path: Path) -> Path:
+    script = tmp_path / "rank.py"
+    script.write_text(RANK)
+    return script
+
+
+def test_no_process_outlives_a_failed_launch(tmp_path):
+    from schedc.runtime.launch import launch
+    marker = f"schedc-test-{uuid.uuid4().hex}"
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.monotonic()
+    done = launch([sys.executable, str(_rank_script(tmp_path)), marker, str(tmp_path), "1"], 3,
+                  stdout=out, stderr=err, grace=1.0)
+    assert done.returncodes[1] == 1 and done.returncodes[0] < 0 and done.returncodes[2] < 0, done
+    assert done.killed == (0, 2) and time.monotonic() - t0 < 15
+    assert not processes_with(marker)  # the ranks' children are gone too
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_stops_every_rank_and_what_they_started(tmp_path, how):
+    """Ctrl-C at a terminal signals the foreground process group: the launcher's, not the ranks'
+    (each leads its own), so the launcher alone is interrupted and stops them and their children."""
+    marker = f"schedc-test-{uuid.uuid4().hex}"
+    code = (f"import sys\nfrom schedc.runtime.launch import launch\n"
+            f"try:\n    launch([sys.executable, {str(_rank_script(tmp_path))!r}, {marker!r}, {str(tmp_path)!r}, '-'],"
+            f" 2)\n"
+            f"except KeyboardInterrupt:\n    print('interrupted', file=sys.stderr)\n    sys.exit(130)\n")
+    launcher = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        deadline = time.monotonic() + 20
+        while not ((tmp_path / "0").exists() and (tmp_path / "1").exists()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(processes_with(marker)) == 5  # the launcher, two ranks and their two children
+        os.killpg(launcher.pid, how)  # what the terminal does (SIGINT), or a supervisor (SIGTERM)
+        out, err = launcher.communicate(timeout=20)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert launcher.returncode == 130 and err == "interrupted\n", err
+    assert not processes_with(marker)
+
+
+# ---- one run on gloo ----
+HANGING = """\
+import subprocess, sys, time
+import torch
+
+def build_stages(ids, num_stages):
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "{marker}"])  # a model's worker
+    return [Stage(s) for s in ids]
+
+class Stage(torch.nn.Module):
+    def __init__(self, s):
+        super().__init__()
+        self.s, self.lin = s, torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        if self.s == 1:
+            time.sleep(3600)  # the forward of stage 1 never returns
+        return self.lin(x)
+
+def loss_fn(y, t):
+    return ((y - t) ** 2).mean()
+
+def make_batch(step, n):
+    return torch.randn(n, 4), torch.randn(n, 4)
+"""
+
+
+def test_a_hanging_compute_is_stopped_with_a_report_a_trace_and_no_orphans(tmp_path, monkeypatch, run_cli):
+    marker = f"schedc-test-{uuid.uuid4().hex}"
+    module = f"hanging_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(HANGING.replace("{marker}", marker))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    trace = tmp_path / "stopped.json"
+    t0 = time.monotonic()
+    code, out, err = run_cli("run", "1f1b", "--param", "P=2,M=2", "--model", f"{module}:build_stages",
+                             "--steps", "1", "--timeout", "2", "--batch-size", "4", "--trace", str(trace))
+    assert code == 1, (out, err)
+    assert "schedc watchdog: rank 1 ran F(1,0) for " in err, err
+    assert ("    F(1,0) has not returned: the forward of stage 1 on microbatch 0 hangs or is far slower than "
+            "the timeout") in err
+    assert "rank 1, training step 1, at program step 1 (F(1,0)):" in err
+    assert "rank 1 was stopped by the watchdog" in err and "Traceback" not in err
+    assert f"schedc run: wrote the trace {trace} (up to the watchdog stop: " in err and "rank 1 at F(1,0)" in err
+    assert time.monotonic() - t0 < 60
+    assert not processes_with(marker)  # the model's workers went with their ranks
+    doc = json.loads(trace.read_text())
+    assert any(s["rank"] == 1 and s["name"] == "F(1,0)" for s in doc["otherData"]["watchdog"])
+    hung = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["name"] == "F(1,0)"]
+    assert len(hung) == 1 and hung[0]["args"]["unfinished"] and hung[0]["dur"] >= 1.9e6
+    names = [e["name"] for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 2]
+    assert names[:1] == ["make_batch"] and "RECV_F(1,0) done" in names  # what rank 1 did up to the stop
