@@ -7,7 +7,7 @@ compiled once into closures and then run per rank. Resource limits make huge inp
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from . import loops as ir_loops
@@ -24,6 +24,7 @@ MAX_ITERATIONS = 20_000_000
 MAX_RANKS = 65_536
 MAX_STAGES = 1_000_000
 MAX_MICROBATCHES = 1_000_000
+MAX_REPLICAS = 4096
 
 ACTION_OPS = {op.value: op for op in Op}
 
@@ -127,6 +128,7 @@ class _Scope:
 
 STATE = "\x00rank-state"  # env key of the per-rank counters; no source name can collide
 RANK = "\x00rank"  # env key of the rank being expanded (for `seen`)
+SEEN = "\x00seen"  # env key of `seen` while the first replica is expanded (None for the others)
 
 
 class _RankState:
@@ -206,7 +208,9 @@ class _Compiler:
                 decls[item.what] = (self.int_value(item.value, scope, env, item.what), item.span)
 
         num_ranks = self.num_ranks(decls, env, loops.bodies)
-        rank_lists = self.rank_bodies(loops, num_ranks, scope, env)
+        replicas = self.replicas(decls)
+        by_replica = self.rank_bodies(loops, num_ranks, scope, env, replicas)
+        rank_lists = by_replica[0]
         num_stages = self.count("stages", decls, MAX_STAGES, rank_lists, loops.placement,
                                 lambda a: a.stage)
         num_mb = self.count("microbatches", decls, MAX_MICROBATCHES, rank_lists, None,
@@ -224,8 +228,21 @@ class _Compiler:
             annotations=notes,
             source=tree.span.file,
             forward_only=loops.forward_only is not None,
+            replicas=tuple(tuple(tuple(steps) for steps in lists) for lists in by_replica[1:]),
         )
-        return self.reorder(program, loops.order, scope, env) if loops.order is not None else program
+        if loops.order is None:
+            return program
+        ordered = [self.reorder(program.replica(d), loops.order, scope, env) for d in range(program.dp)]
+        return replace(ordered[0], replicas=tuple(p.ranks for p in ordered[1:]))
+
+    def replicas(self, decls) -> int:
+        """`replicas D`: how many data-parallel replicas of the pipeline run (1 by default)."""
+        if "replicas" not in decls:
+            return 1
+        value, span = decls["replicas"]
+        if not 1 <= value <= MAX_REPLICAS:
+            raise SchedcError("range", f"the number of replicas must be in 1..{MAX_REPLICAS}, got {value}", span)
+        return value
 
     def reorder(self, program: Program, order: ast.Order, scope: _Scope, env: Env) -> Program:
         from .order import KINDS, greedy_order
@@ -297,7 +314,9 @@ class _Compiler:
             raise SchedcError("range", f"the number of {what} must be in 1..{limit:,}, got {value}", span)
         return value
 
-    def rank_bodies(self, loops: ir_loops.Loops, num_ranks: int, scope: _Scope, env: Env) -> list[list]:
+    def rank_bodies(self, loops: ir_loops.Loops, num_ranks: int, scope: _Scope, env: Env,
+                    replicas: int = 1) -> list[list[list]]:
+        """Per replica, per rank, the steps (the generic body may name its replica: `rank r, replica d`)."""
         specific = {b.rank: b for b in loops.specific}
         for b in loops.specific:
             if b.rank >= num_ranks:
@@ -307,33 +326,42 @@ class _Compiler:
         if generic is not None:
             inner = scope.child()
             inner.define(generic.var, generic.span)
+            if generic.replica is not None:
+                inner.define(generic.replica, generic.span)
             generic_run = self.block(generic.nodes, inner)
         compiled = {b.rank: self.block(b.nodes, scope.child()) for b in loops.specific if not b.literal}
-        seen = self.seen
-        out: list[list] = []
-        for rank in range(num_ranks):
-            steps: list = []
-            body = specific.get(rank)
-            if body is not None and body.literal:
-                steps = [self.literal(site.action) for site in body.nodes]
-                if seen is not None:
-                    for site, step in zip(body.nodes, steps):
-                        seen(rank, site.index, step, env)
-            elif body is not None:
-                local = dict(env)
-                local[STATE] = _RankState()
-                local[RANK] = rank
-                compiled[rank](local, steps)
-            elif generic_run is not None:
-                local = dict(env)
-                local[generic.var] = rank
-                local[STATE] = _RankState()
-                local[RANK] = rank
-                generic_run(local, steps)
-            else:
-                raise SchedcError("missing-rank", f"rank {rank} has no body: add `rank {rank} {{ ... }}` "
-                                  "or a `rank r { ... }` for all ranks", self.tree.name_span)
-            out.append(steps)
+        out: list[list[list]] = []
+        for d in range(replicas):
+            seen = self.seen if d == 0 else None
+            lists: list[list] = []
+            for rank in range(num_ranks):
+                steps: list = []
+                body = specific.get(rank)
+                if body is not None and body.literal:
+                    steps = [self.literal(site.action) for site in body.nodes]
+                    if seen is not None:
+                        for site, step in zip(body.nodes, steps):
+                            seen(rank, site.index, step, env)
+                elif body is not None:
+                    local = dict(env)
+                    local[STATE] = _RankState()
+                    local[RANK] = rank
+                    local[SEEN] = seen
+                    compiled[rank](local, steps)
+                elif generic_run is not None:
+                    local = dict(env)
+                    local[generic.var] = rank
+                    if generic.replica is not None:
+                        local[generic.replica] = d
+                    local[STATE] = _RankState()
+                    local[RANK] = rank
+                    local[SEEN] = seen
+                    generic_run(local, steps)
+                else:
+                    raise SchedcError("missing-rank", f"rank {rank} has no body: add `rank {rank} {{ ... }}` "
+                                      "or a `rank r { ... }` for all ranks", self.tree.name_span)
+                lists.append(steps)
+            out.append(lists)
         return out
 
     def literal(self, a: ast.LiteralAction):
@@ -497,7 +525,7 @@ class _Compiler:
         return run
 
     def do(self, site: ir_loops.Site, scope: _Scope) -> Run:
-        call, index, seen = site.action, site.index, self.seen
+        call, index, reporting = site.action, site.index, self.seen is not None
         if call.name in ("group", "overlap"):
             kind = CompoundKind.GROUP if call.name == "group" else CompoundKind.OVERLAP_F_B
             if not call.args or (kind is CompoundKind.OVERLAP_F_B and len(call.args) != 2):
@@ -526,8 +554,8 @@ class _Compiler:
                 budget.add_action(span)
                 step = Compound(kind, tuple(p(env) for p in parts), span)
                 out.append(step)
-                if seen is not None:
-                    seen(env[RANK], index, step, env)
+                if reporting and env[SEEN] is not None:
+                    env[SEEN](env[RANK], index, step, env)
                 if counting:
                     for a in step.parts:
                         env[STATE].note(a)
@@ -549,8 +577,8 @@ class _Compiler:
                 return
             budget.add_action(span)
             out.append(a)
-            if seen is not None:
-                seen(env[RANK], index, a, env)
+            if reporting and env[SEEN] is not None:
+                env[SEEN](env[RANK], index, a, env)
             if counting:
                 env[STATE].note(a)
         return run

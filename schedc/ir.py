@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator, Mapping
 
 from .span import Span
@@ -228,6 +228,9 @@ class Program:
     annotations: Annotations = Annotations()
     source: str | None = None
     forward_only: bool = False  # no backward: inference or evaluation (docs/semantics.md, "Forward-only")
+    # data parallelism: the steps of the other replicas of the pipeline (replica 1, 2, ...), each like
+    # `ranks`; replica d's pipeline rank p is rank d * num_ranks + p of the job (docs/semantics.md, "Collectives")
+    replicas: tuple[tuple[tuple[Step, ...], ...], ...] = ()
 
     def __post_init__(self):
         # Every stage has its times and sizes, whoever built the program (the compiler, a CSV, JSON,
@@ -238,6 +241,24 @@ class Program:
 
     def rank_of(self, stage: int) -> int:
         return self.placement[stage]
+
+    @property
+    def dp(self) -> int:
+        """How many data-parallel replicas of the pipeline run (1: none besides this one)."""
+        return 1 + len(self.replicas)
+
+    def replica(self, d: int) -> "Program":
+        """Replica d's pipeline alone, as a program of its own (replica 0 is `ranks`)."""
+        return replace(self, ranks=self.replicas[d - 1] if d else self.ranks, replicas=())
+
+    def one_pipeline(self, what: str) -> "Program":
+        """This program, if it is one pipeline; a data-parallel job (`replicas`) is an error for
+        `what` (a command that does not model replicas yet), said before any work."""
+        if self.replicas:
+            from .errors import SchedcError
+            raise SchedcError("usage", f"{self.name} runs {self.dp} data-parallel replicas; {what} handles one "
+                              "pipeline so far (schedc check verifies the whole job)")
+        return self
 
     @property
     def level(self) -> str:

@@ -63,7 +63,8 @@ Node = ast.Let | Loop | Branch | Site
 @dataclass(frozen=True)
 class Body:
     """A rank body: `rank N { .. }` / `rank N: 0F0 ..` (`rank` set) or the generic `rank r { .. }`
-    (`var` set) for every rank without its own. `position` is its place among the bodies."""
+    (`var` set) for every rank without its own, `replica` naming the data-parallel replica it runs
+    in (`rank r, replica d { .. }`). `position` is its place among the bodies."""
 
     rank: int | None
     var: str | None
@@ -71,6 +72,7 @@ class Body:
     literal: bool
     position: int
     span: Span
+    replica: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,8 @@ def _build(tree: ast.Schedule) -> Loops:
         else:
             bodies.append(Body(item.index, None, numbering.block(item.body), False, k, item.span))
     if generic is not None:
-        bodies.append(Body(None, generic.var, numbering.block(generic.body), False, len(specific), generic.span))
+        bodies.append(Body(None, generic.var, numbering.block(generic.body), False, len(specific), generic.span,
+                           generic.replica))
     return Loops(tree, tuple(header), decls, placement, order, tuple(annotations), tuple(bodies),
                  numbering.sites, forward)
 

@@ -225,6 +225,9 @@ class _ToAst(Transformer):
     def microbatches_decl(self, meta, children):
         return ast.Decl("microbatches", children[0], self._span(meta))
 
+    def replicas_decl(self, meta, children):
+        return ast.Decl("replicas", children[0], self._span(meta))
+
     def place_loop(self, meta, children):
         return ast.Placement("loop", None, None, (), self._span(meta))
 
@@ -277,6 +280,10 @@ class _ToAst(Transformer):
     def rank_generic(self, meta, children):
         var, body = children
         return ast.RankBody(str(var), None, body, self._span(meta))
+
+    def rank_generic_replica(self, meta, children):
+        var, replica, body = children
+        return ast.RankBody(str(var), None, body, self._span(meta), str(replica))
 
     def _int(self, tok: Token) -> int:
         if len(tok) > MAX_DIGITS:

@@ -59,6 +59,7 @@ class Report:
     peak_memory: tuple[Peak, ...] = ()
     memory_limit: tuple[float | None, ...] = ()
     memory_violations: list[Peak] = field(default_factory=list)
+    replicas: int = 1  # a data-parallel job: `program` is the whole job, replica after replica
 
     @property
     def ok(self) -> bool | None:
@@ -76,7 +77,8 @@ class Report:
             "stages": p.num_stages,
             "microbatches": p.num_microbatches,
             "level": p.level,
-            **({"forward_only": True} if p.forward_only else {}),  # (the key appears only when so)
+            **({"forward_only": True} if p.forward_only else {}),  # (these keys appear only when so)
+            **({"replicas": self.replicas} if self.replicas > 1 else {}),
             "actions": p.num_actions,
             "semantics": str(self.semantics),
             "engine": self.engine,
@@ -99,7 +101,9 @@ class Report:
         p = self.program
         verdict = {True: "ok", None: f"UNKNOWN ({self.unknown})"}.get(self.ok, f"FAILED ({len(self.errors)} error(s))")
         text = (f"{p.name}: {p.num_ranks} ranks, {p.num_stages} stages, {p.num_microbatches} microbatches, "
-                f"{p.num_actions} actions ({p.level} level{', forward only' if p.forward_only else ''}); {verdict}")
+                f"{p.num_actions} actions ({p.level} level{', forward only' if p.forward_only else ''}"
+                f"{f', {self.replicas} replicas of {p.num_ranks // self.replicas} ranks' if self.replicas > 1 else ''}"
+                f"); {verdict}")
         if self.peak_activation:
             text += "\n  peak activation per rank: [" + ", ".join(str(_number(x)) for x in self.peak_activation) + "]"
         if self.peak_memory:
@@ -128,6 +132,8 @@ def _peak_dict(pk: Peak, limit) -> dict:
 def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str = "native",
                timeout_s: float = 30.0, memory_limit: dict[int, float] | None = None,
                file: str | None = None, fast: bool = True) -> Report:
+    if program.dp > 1:
+        return _check_job(program, semantics, memory_limit, file if file is not None else program.source, engine)
     report = Report(program, file if file is not None else program.source, semantics, engine)
     if fast and engine == "native":  # the array fast path; what it cannot clear gets the detailed checks
         clear = quick_check(program, semantics, memory_limit)
@@ -159,6 +165,72 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: s
         return report
     _memory(report, chans, memory_limit)
     return report
+
+
+def _check_job(program: Program, semantics: Semantics, limits, file, engine) -> Report:
+    """A pipeline x data-parallel job (`replicas D`): each replica's structure and messages, the
+    order of every data-parallel group's collectives, then deadlock freedom and memory of the whole
+    job, whose rank d * P + p is replica d's pipeline rank p (schedc/verify/mesh.py). The native
+    executor decides (the Z3 engine checks one pipeline)."""
+    from dataclasses import replace
+    from .verify.mesh import job, order_findings
+    P = program.num_ranks
+    replicas = [program.replica(d) for d in range(program.dp)]
+    flat, cons = job(program, semantics)
+    report = Report(flat, file, semantics, "native", replicas=program.dp)
+    for d, replica in enumerate(replicas):
+        report.errors.extend(_in_replica(diag, d, P) for diag in lint(replica))
+    if report.errors:
+        return report
+    report.peak_activation = tuple(x for r in replicas for x in peak_activation(r))
+    for d, replica in enumerate(replicas):
+        chans = channels(replica)
+        before = len(report.mismatches)
+        _match(report, chans)
+        report.mismatches[before:] = [replace(m, send_rank=d * P + m.send_rank, recv_rank=d * P + m.recv_rank)
+                                      for m in report.mismatches[before:]]
+    report.errors.extend(order_findings(program))
+    if report.errors:
+        return report
+    report.deadlock = find_deadlock(flat, semantics, cons=cons)
+    if report.deadlock is not None:
+        dl = report.deadlock
+        first = dl.cycle[0] if dl.cycle else None
+        report.errors.append(Diagnostic(
+            "deadlock", f"deadlock under {semantics.phrase()}: {dl.cause}",
+            first.action.span if first else None,
+            (f"ranks are numbered replica by replica: rank d * {P} + p is pipeline rank p of replica d",),
+            rank=first.rank if first else None, step=display_step(first.action, first.step) if first else None))
+        return report
+    if report.mismatches:
+        return report
+    report.peak_memory = tuple(replace(pk, rank=d * P + pk.rank) for d, r in enumerate(replicas)
+                               for pk in peak_memory(r, semantics, channels(r)))
+    given = {d * P + r: v for d in range(program.dp) for r, v in program.annotations.memory_limit}
+    given.update(limits or {})
+    report.memory_limit = tuple(given.get(r) for r in range(flat.num_ranks))
+    for pk in report.peak_memory:
+        limit = report.memory_limit[pk.rank]
+        if limit is not None and pk.memory > limit + 1e-9:
+            report.memory_violations.append(pk)
+            report.errors.append(Diagnostic(
+                "memory", f"rank {pk.rank}, step {display_step(pk.action, pk.step)}: memory reaches "
+                f"{_number(pk.memory)}{_moment(pk)}, over the limit of {_number(limit)}",
+                pk.action.span if pk.action is not None else None, ("live: " + "; ".join(pk.live),),
+                rank=pk.rank, step=display_step(pk.action, pk.step)))
+    return report
+
+
+def _in_replica(diag: Diagnostic, d: int, P: int) -> Diagnostic:
+    """A finding about one replica's pipeline, told with the job's rank number."""
+    from dataclasses import replace
+    if diag.rank is None:
+        return replace(diag, message=f"replica {d}: {diag.message}")
+    head = f"rank {diag.rank}, "
+    message = diag.message
+    if message.startswith(head):
+        message = f"rank {d * P + diag.rank} (replica {d}), " + message[len(head):]
+    return replace(diag, message=message, rank=d * P + diag.rank)
 
 
 def _other_backends(program: Program, semantics: Semantics, chans) -> tuple[str, ...]:

@@ -213,7 +213,7 @@ def simulate(program: Program, *, overlap: bool = True,
     """Time a program under its cost annotations. `links` overrides latency and bandwidth for some
     channels, keyed by (sending rank, receiving rank). Raises SchedcError("deadlock") if some rank
     cannot reach the end of its list."""
-    sim = _Simulator(program, overlap, links or {})
+    sim = _Simulator(program.one_pipeline("the simulator"), overlap, links or {})
     collecting = gc.isenabled()
     gc.disable()  # the run makes many small acyclic objects; the collector would rescan the program
     try:

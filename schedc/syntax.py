@@ -121,7 +121,7 @@ class Require:
 
 @dataclass(frozen=True)
 class Decl:
-    """`stages E`, `ranks E`, `microbatches E`."""
+    """`stages E`, `ranks E`, `microbatches E`, `replicas E`."""
 
     what: str
     value: Expr
@@ -157,12 +157,14 @@ class Annotation:
 
 @dataclass(frozen=True)
 class RankBody:
-    """`rank r { ... }` (var set, for every rank) or `rank 2 { ... }` (index set)."""
+    """`rank r { ... }` (var set, for every rank), `rank r, replica d { ... }` (and the data-parallel
+    replica's index named) or `rank 2 { ... }` (index set)."""
 
     var: str | None
     index: int | None
     body: tuple[Stmt, ...]
     span: Span
+    replica: str | None = None
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,8 @@ def ir_to_dict(program: Program) -> dict:
             "bandwidth": ann.bandwidth,
         },
         "actions": [[format_step(st) for st in steps] for steps in program.ranks],
+        **({"replicas": [[[format_step(st) for st in steps] for steps in ranks] for ranks in program.replicas]}
+           if program.replicas else {}),  # data parallelism: replicas 1, 2, ... (replica 0 is "actions")
         "lines": [[st.span.line if st.span is not None else None for st in steps] for steps in program.ranks],
     }
 
@@ -82,6 +84,12 @@ def _program(data) -> Program:
     if len(rows) != ranks or len(placement) != stages or any(not 0 <= r < ranks for r in placement):
         raise ValueError("'actions' needs one list per rank and 'placement' one rank per stage")
     steps = tuple(tuple(parse_step(_need(t, str, "an action")) for t in _need(row, list, "actions")) for row in rows)
+    replicas = tuple(
+        tuple(tuple(parse_step(_need(t, str, "an action")) for t in _need(row, list, "replicas")) for row in
+              _need(rows_d, list, "replicas"))
+        for rows_d in _need(data.get("replicas", []), list, "replicas"))
+    if any(len(r) != ranks for r in replicas):
+        raise ValueError("each of 'replicas' needs one list per rank")
     ann = _need(data.get("annotations") or {}, dict, "annotations")
     notes = Annotations(
         tuple(StageCost(**{k: float(_need(v, (int, float), k)) for k, v in _need(c, dict, "a stage cost").items()})
@@ -97,4 +105,4 @@ def _program(data) -> Program:
     return Program(str(_need(data["schedule"], str, "schedule")), ranks, stages, mbs, placement, steps,
                    tuple((str(k), _need(v, int, "a parameter")) for k, v in params.items()), notes,
                    data.get("source") if isinstance(data.get("source"), str) else None,
-                   _need(data.get("forward_only", False), bool, "forward_only"))
+                   _need(data.get("forward_only", False), bool, "forward_only"), replicas)

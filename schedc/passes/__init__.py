@@ -12,6 +12,7 @@ from .stage_ops import add_reduce_grad, add_unshard_reshard
 
 def lower(program: Program) -> Program:
     """Compute level to communication level, ready to run on schedc's runtime."""
+    program.one_pipeline("lowering")
     for step in (
         within_limit,  # the lowered size, counted before any of it is built: over MAX_ACTIONS is an error
         insert_comms,  # SEND/RECV for every value that crosses ranks, receives posted with their sender
@@ -25,6 +26,7 @@ def lower_for_torch(program: Program) -> Program:
 
     schedc's runtime scales gradients itself and has no FSDP, so only torch needs the stage actions.
     """
+    program.one_pipeline("lowering")
     for step in (
         within_limit,  # the lowered size, counted before any of it is built: over MAX_ACTIONS is an error
         add_unshard_reshard,  # FSDP gather/free around each stage's compute, as torch's prefetch window

@@ -119,6 +119,8 @@ def model(tree: ast.Schedule) -> Model:
     if loops.order is not None:
         raise Unsupported("its order is computed by `order greedy(...)`, an algorithm; a proof for every "
                           "size needs the order written as loops", loops.order.span)
+    if "replicas" in loops.decls or (loops.generic is not None and loops.generic.replica is not None):
+        raise Unsupported("a data-parallel job (`replicas`): the proof covers one pipeline", tree.span)
     if loops.forward_only is not None:
         raise Unsupported("a forward-only schedule: the proof covers training schedules (each forward "
                           "with its backward)", loops.forward_only.span)

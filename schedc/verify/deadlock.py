@@ -49,14 +49,17 @@ def _wait_dict(program: Program, w: Wait) -> dict:
     }
 
 
-def find_deadlock(program: Program, semantics: Semantics, chans: Channels | None = None) -> Deadlock | None:
-    chans = chans or channels(program)
-    outcome = execute(program, semantics, chans)
+def find_deadlock(program: Program, semantics: Semantics, chans: Channels | None = None,
+                  cons=None) -> Deadlock | None:
+    """The deadlock of a program under a semantics, or None; `cons`: its constraints, when the caller
+    built them (a data-parallel job's, verify/mesh.py)."""
+    chans = chans or (None if cons is not None else channels(program))
+    outcome = execute(program, semantics, chans, cons)
     if outcome.finished:
         return None
     cycle = shortest_cycle(outcome)
     min_buffer = None
-    if program.level == "comms" and semantics.kind not in ("eager", "gloo", "nccl") and any(
+    if cons is None and program.level == "comms" and semantics.kind not in ("eager", "gloo", "nccl") and any(
             w.reason in ("recv-not-posted", "buffer-full") for w in cycle):
         min_buffer = _smallest_buffer(program, chans, semantics)
     R = program.num_ranks
@@ -137,6 +140,9 @@ def _what(w: Wait) -> str:
     if w.reason == "partner-queued":
         return (f"rank {w.rank} waits at {describe(w.action)} for rank {w.on_rank}'s {describe(w.on_action)}, "
                 "queued on its stream")
+    if w.reason == "collective-not-reached":
+        return (f"rank {w.rank} waits at the collective {describe(w.action)} for rank {w.on_rank} to reach its "
+                f"partner {describe(w.on_action)}")
     verb = {"recv-not-posted": "to post", "send-not-posted": "to post", "buffer-full": "to drain the channel at",
             "value": "to run"}[w.reason]
     return f"rank {w.rank} waits at {describe(w.action)} for rank {w.on_rank} {verb} {describe(w.on_action)}"

@@ -17,7 +17,8 @@ from .graph import Constraints, constraints
 __all__ = ["RENDEZVOUS", "Channels", "Endpoint", "Outcome", "Semantics", "Wait", "channels", "execute"]
 
 _REASON = {"data": "value", "recv-posted": "recv-not-posted", "send-posted": "send-not-posted",
-           "buffer": "buffer-full", "posted": "not-posted", "recv-done": "recv-not-done"}
+           "buffer": "buffer-full", "posted": "not-posted", "recv-done": "recv-not-done",
+           "collective": "collective-not-reached"}
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,8 @@ class Wait:
     rank: int
     step: int
     action: Action
-    reason: str  # recv-not-posted | send-not-posted | buffer-full | value | never | stream-order | recv-not-done
+    reason: str  # recv-not-posted | send-not-posted | buffer-full | value | never | partner-queued |
+    # recv-not-done | not-posted | collective-not-reached
     on_rank: int | None = None
     on_step: int | None = None
     on_action: Action | None = None
@@ -133,7 +135,7 @@ def _waits(program: Program, cons: Constraints, n: int, pc: list[int]):
             yield Wait(rank, step, parts[k], reason, on_rank, on_step, on, node, q)
             continue
         # a posted semantics names the partner's posting step itself; a blocking one the step before it
-        target = j if why in ("data", "posted") or cons.posted else j + 1
+        target = j if why in ("data", "posted") or cons.posted and why != "collective" else j + 1
         on = program.ranks[q][target].parts
         yield Wait(rank, step, parts[k], _REASON[why], q, target, _partner(on, parts[k]), node)
 

@@ -1,0 +1,123 @@
+"""Data parallelism and collectives: the replicas of a pipeline, and the collectives that join them.
+
+A program with `replicas D` runs D copies of its pipeline of P ranks; replica d's pipeline rank p
+is rank d * P + p of the job. UNSHARD, RESHARD and REDUCE_GRAD are collectives over the
+data-parallel group of the rank that issues them: the ranks that hold the same pipeline rank in
+every replica (one process group per pipeline rank, as a pipeline x data-parallel device mesh
+makes it). The k-th collective a member issues on its group meets the k-th of every other member
+and completes once all of them have reached it; so members must issue a group's collectives in one
+order, the same operation on the same stage (`order_findings`), and the job's happens-before graph
+is the replicas' graphs joined by those waits (`job`). docs/semantics.md, "Collectives".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..errors import Diagnostic
+from ..ir import STAGE_OPS, Action, Program, describe
+from .channels import Semantics, channels
+from .graph import Constraints, Lane, constraints
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One collective as one member issues it: job rank, step, part of the step, the action."""
+
+    rank: int
+    step: int
+    part: int
+    action: Action
+
+
+def groups(program: Program) -> dict[int, dict[int, list[Issue]]]:
+    """Pipeline rank p -> each member (job rank d * P + p) -> its collectives, in issue order."""
+    P = program.num_ranks
+    out: dict[int, dict[int, list[Issue]]] = {}
+    for d in range(program.dp):
+        for p, steps in enumerate(program.replica(d).ranks):
+            mine = out.setdefault(p, {}).setdefault(d * P + p, [])
+            for x, st in enumerate(steps):
+                for k, a in enumerate(st.parts):
+                    if a.op in STAGE_OPS:
+                        mine.append(Issue(d * P + p, x, k, a))
+    return out
+
+
+def order_findings(program: Program) -> list[Diagnostic]:
+    """Where the members of a data-parallel group issue its collectives in different orders (or
+    different numbers of them): the k-th of one would meet another operation, or wait forever."""
+    out = []
+    P = program.num_ranks
+    for p, members in sorted(groups(program).items()):
+        first, *others = sorted(members)
+        ours = members[first]
+        names = ", ".join(str(m) for m in sorted(members))
+        for m in others:
+            theirs = members[m]
+            for k, (a, b) in enumerate(zip(ours, theirs)):
+                if (a.action.op, a.action.stage) != (b.action.op, b.action.stage):
+                    out.append(Diagnostic(
+                        "collective-order",
+                        f"rank {m} (replica {m // P}), step {b.step}: its collective #{k + 1} on the data-parallel "
+                        f"group of ranks {names} is {describe(b.action)}, but rank {first}'s is "
+                        f"{describe(a.action)}: the group's k-th collectives meet, so they would combine "
+                        "different tensors, or hang", b.action.span,
+                        (f"rank {first} issues it at step {a.step}" + _at(a.action),), rank=m, step=b.step))
+                    break
+            else:
+                if len(ours) != len(theirs):
+                    short, long_ = (m, first) if len(theirs) < len(ours) else (first, m)
+                    extra = members[long_][len(members[short])]
+                    out.append(Diagnostic(
+                        "collective-order",
+                        f"rank {long_} (replica {long_ // P}), step {extra.step}: {describe(extra.action)} is its "
+                        f"collective #{len(members[short]) + 1} on the data-parallel group of ranks {names}, and "
+                        f"rank {short} issues only {len(members[short])}: it waits forever",
+                        extra.action.span, rank=long_, step=extra.step))
+    return out
+
+
+def _at(a: Action) -> str:
+    return "" if a.span is None else f" ({a.span.file}:{a.span.line})"
+
+
+def job(program: Program, semantics: Semantics) -> tuple[Program, Constraints]:
+    """The whole job as one program (replica after replica: rank d * P + p) and its happens-before
+    constraints: each replica's, and for each collective the wait for every other member of its
+    group to reach its partner (the member's collective of the same number)."""
+    P, D = program.num_ranks, program.dp
+    replicas = [program.replica(d) for d in range(D)]
+    per = [constraints(r, semantics, channels(r)) for r in replicas]
+    R = P * D
+    base, total = [], R
+    for c in per:
+        base.append(total)
+        total += len(c.lanes)
+
+    def node(d: int, n: int) -> int:
+        return d * P + n if n < P else base[d] + n - P
+
+    prereq: list = [None] * total
+    never: dict = {}
+    lanes: list[Lane] = []
+    for d, c in enumerate(per):
+        for n, steps in enumerate(c.prereq):
+            prereq[node(d, n)] = [[(node(d, q), j, why, k) for q, j, why, k in pre] for pre in steps]
+        for (n, i), v in c.never.items():
+            never[(node(d, n), i)] = v
+        lanes.extend(Lane(d * P + lane.rank, d * P + lane.peer, tuple(
+            tuple(e._replace(rank=d * P + e.rank, channel=(d * P + e.channel[0], d * P + e.channel[1])) for e in ops)
+            for ops in lane.steps)) for lane in c.lanes)
+    for members in groups(program).values():
+        for m, issues in members.items():
+            for k, issue in enumerate(issues):
+                for m2, others in members.items():
+                    if m2 == m:
+                        continue
+                    if k >= len(others):
+                        never.setdefault((m, issue.step), (f"waits for rank {m2}'s collective #{k + 1}, which it "
+                                                           "never issues", issue.part))
+                    elif others[k].step > 0:  # reached once its rank finished the step before
+                        prereq[m][issue.step].append((m2, others[k].step - 1, "collective", issue.part))
+    flat = replace(program, num_ranks=R, ranks=tuple(steps for r in replicas for steps in r.ranks), replicas=())
+    return flat, Constraints(prereq, never, tuple(lanes), any(c.posted for c in per))

@@ -1,0 +1,131 @@
+"""Pipeline x data parallelism (`replicas D`) and the collectives that join the replicas.
+
+UNSHARD, RESHARD and REDUCE_GRAD are collectives over a pipeline rank's data-parallel group (the
+ranks holding it in every replica). Replicas that issue them in different orders are refused with
+both actions named; a member that issues fewer waits forever; a collective placed where it waits
+on work that waits on it is a deadlock whose cycle runs through both kinds of wait; identical
+replicas check clean, and one pipeline (D = 1) means what it meant before.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import schedc
+from schedc.interop.ir_json import dumps_ir, read_ir_json
+from schedc.ir import Op
+from schedc.span import span_text
+from schedc.verify.mesh import groups, order_findings
+
+from conftest import compile_text
+
+
+def job(body: str, D: int = 2, P: int = 2, M: int = 2, stages: str = "P", extra: str = "") -> schedc.Program:
+    return compile_text(f"""schedule dp(P = {P}, M = {M}) {{
+      stages {stages}
+      place loop
+      replicas {D}
+      {extra}
+      rank r, replica d {{ {body} }}
+    }}""")
+
+
+ONE_F_ONE_B = "for m in 0 .. M { F(r, m) } for m in reversed(0 .. M) { B(r, m) } REDUCE_GRAD(r)"
+
+
+@pytest.mark.parametrize("D", [1, 2, 3])
+@pytest.mark.parametrize("semantics", ["rendezvous", "eager", "nccl", "gloo"])
+def test_identical_replicas_check_clean_and_count_the_job(D, semantics):
+    program = job(ONE_F_ONE_B, D=D)
+    assert program.dp == D and program.num_ranks == 2
+    report = schedc.check(program, semantics=semantics)
+    assert report.ok, report.render()
+    assert report.program.num_ranks == 2 * D and len(report.peak_memory) == 2 * D
+    data = report.to_dict()
+    assert data["ranks"] == 2 * D and data.get("replicas", 1) == D
+    if D > 1:
+        assert f"{D} replicas of 2 ranks" in report.summary()
+
+
+def test_groups_are_the_pipeline_ranks_across_replicas():
+    found = groups(job(ONE_F_ONE_B, D=3))
+    assert sorted(found) == [0, 1] and sorted(found[1]) == [1, 3, 5]
+    assert [i.action.op for i in found[1][5]] == [Op.REDUCE_GRAD]
+
+
+def test_replicas_that_reduce_in_different_orders_are_refused():
+    body = ("for m in 0 .. M { F(r, m) F(r + P, m) } for m in 0 .. M { B(r + P, m) B(r, m) } "
+            "if d == 0 { REDUCE_GRAD(r) REDUCE_GRAD(r + P) } else { REDUCE_GRAD(r + P) REDUCE_GRAD(r) }")
+    report = schedc.check(job(body, stages="2 * P"))
+    codes = [d.code for d in report.errors]
+    assert codes == ["collective-order", "collective-order"]
+    first = report.errors[0]
+    assert first.rank == 2 and "REDUCE_GRAD(2)" in first.message and "rank 0's is REDUCE_GRAD(0)" in first.message
+    assert span_text(first.span) == "REDUCE_GRAD(r + P)"
+    assert "else" in first.span.source.line_text(first.span.line)[:first.span.column]  # replica 1's own order
+    assert "rank 0 issues it at step" in first.notes[0]
+
+
+def test_a_member_that_issues_fewer_collectives_is_refused():
+    report = schedc.check(job("for m in 0 .. M { F(r, m) } for m in 0 .. M { B(r, m) } "
+                              "if d == 0 { REDUCE_GRAD(r) }"))
+    assert {d.code for d in report.errors} == {"collective-order"}
+    assert "rank 2 issues only 0: it waits forever" in report.errors[0].message
+
+
+def test_a_collective_that_waits_on_work_that_waits_on_it_deadlocks():
+    # replica 0's rank 0 and replica 1's rank 1 reduce first; the others at the end
+    body = "if r == d { REDUCE_GRAD(r) } for m in 0 .. M { F(r, m) } for m in 0 .. M { B(r, m) } " \
+           "if r != d { REDUCE_GRAD(r) }"
+    report = schedc.check(job(body))
+    assert report.deadlock is not None
+    reasons = {w.reason for w in report.deadlock.cycle}
+    assert reasons == {"collective-not-reached", "value"}  # collectives and data in one cycle
+    assert {w.rank for w in report.deadlock.cycle} == {0, 1, 2, 3}
+    assert "waits at the collective REDUCE_GRAD(0) for rank 2 to reach its partner" in report.errors[0].message
+    assert "rank d * 2 + p is pipeline rank p of replica d" in report.errors[0].notes[0]
+
+
+def test_a_structural_error_names_the_replica_and_the_jobs_rank():
+    report = schedc.check(job("for m in 0 .. M { F(r, m) } if d == 0 { for m in 0 .. M { B(r, m) } } "
+                              "REDUCE_GRAD(r)"))
+    messages = [d.message for d in report.errors if d.code == "missing"]
+    assert messages and all("(replica 1)" in m for m in messages)
+    assert {d.rank for d in report.errors if d.code == "missing"} <= {2, 3}
+
+
+def test_a_memory_limit_in_the_file_holds_for_every_replica():
+    report = schedc.check(job(ONE_F_ONE_B, extra="memory rank 0: limit = 1"))
+    assert [pk.rank for pk in report.memory_violations] == [0, 2]
+
+
+def test_the_job_survives_ir_json_and_other_commands_say_what_they_handle(run_cli, tmp_path):
+    body = "for m in 0 .. M { F(r, m) } for m in 0 .. M { B(r, m) } if d == 0 { REDUCE_GRAD(r) }"
+    program = job(body)
+    again = read_ir_json(dumps_ir(program), "again.json")
+    assert again.replicas == program.replicas and again.dp == 2
+    assert [d.message for d in order_findings(again)] == [d.message for d in order_findings(program)] != []
+    path = tmp_path / "dp.pp"
+    path.write_text(f"schedule dp(P = 2, M = 2) {{ stages P\n place loop\n replicas 2\n rank r, replica d {{ "
+                    f"{ONE_F_ONE_B} }} }}")
+    code, out, err = run_cli("sim", str(path))
+    assert code == 2 and "2 data-parallel replicas; the simulator handles one pipeline" in err
+    code, out, _ = run_cli("check", str(path), "--json")
+    assert code == 0 and json.loads(out)["replicas"] == 2
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.permutations(range(4)), st.permutations(range(4)), st.sampled_from(["rendezvous", "gloo"]))
+def test_collective_orders_agree_exactly_when_the_replicas_agree(order0, order1, semantics):
+    """Four stages on two ranks reduce in an order each replica picks: refused iff the orders of
+    some group differ; otherwise the job checks clean."""
+    def reduce(order):
+        return " ".join(f"if r == {s % 2} {{ REDUCE_GRAD({s}) }}" for s in order)
+    body = (f"for m in 0 .. M {{ F(r, m) F(r + P, m) }} for m in 0 .. M {{ B(r + P, m) B(r, m) }} "
+            f"if d == 0 {{ {reduce(order0)} }} else {{ {reduce(order1)} }}")
+    report = schedc.check(job(body, stages="2 * P"), semantics=semantics)
+    same = all([s for s in order0 if s % 2 == p] == [s for s in order1 if s % 2 == p] for p in (0, 1))
+    assert report.ok is same, report.render()
+    assert same or {d.code for d in report.errors} == {"collective-order"}
