@@ -79,7 +79,18 @@ def _parser(stdout: TextIO) -> _Parser:
                        help="deadlock check: the native executor (default) or the Z3 solver")
         q.add_argument("--timeout", type=float, default=30.0, metavar="S", help="solver timeout in seconds")
         q.add_argument("--memory-limit", metavar="N|R=N,...",
-                       help="memory limit per rank: one number, or rank=limit pairs, e.g. 0=4,1=3")
+                       help="memory limit per rank: one number, or rank=limit pairs, e.g. 0=4,1=3 (with a model "
+                            "and hardware description: GiB, or sizes such as 80GiB)")
+
+    def describing(q):
+        from .hardware import preset_list
+        q.add_argument("--model", metavar="NAME", help="count in seconds and GiB for this model preset: "
+                       + preset_list("model") + " (docs/units.md)")
+        q.add_argument("--hardware", metavar="NAME", help="the accelerator preset: " + preset_list("hardware"))
+        q.add_argument("--link", metavar="NAME", help="the link between ranks (default: the accelerator's): "
+                       + preset_list("link"))
+        q.add_argument("--setup", metavar="FILE", help="a model and hardware description, TOML or JSON: tables "
+                       "[model], [hardware], [link], each a preset and keys on top")
 
     q = sub.add_parser("list", help="built-in schedules and their parameters", stdout=stdout)
     q.add_argument("--json", action="store_true", help="one JSON object per schedule")
@@ -99,6 +110,7 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--viz", metavar="OUT.svg|OUT.html|OUT.png",
                    help="also draw the schedule; a failing one with its counterexample (one input)")
     checking(q)
+    describing(q)
 
     q = sub.add_parser("export", help="write a schedule in another format", stdout=stdout)
     common(q)
@@ -117,6 +129,7 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--no-overlap", action="store_true", help="communication holds the ranks it involves")
     q.add_argument("--json", action="store_true", help="print one JSON object")
     q.add_argument("--trace", metavar="FILE", help="write a Chrome trace / Perfetto JSON of the timeline")
+    describing(q)
     q = sub.add_parser("compare", help="rank schedules for one setting by makespan, with bubble and peak memory",
                        stdout=stdout)
     q.add_argument("inputs", nargs="*", metavar="FILE|NAME",
@@ -128,10 +141,12 @@ def _parser(stdout: TextIO) -> _Parser:
                    help="costs for every stage of every schedule, as written (not divided by V), e.g. "
                         "F=1,I=1,W=1; applied after --costs")
     q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")
-    q.add_argument("--memory-limit", type=float, metavar="N",
-                   help="mark (and rank last) schedules whose peak memory on some rank exceeds N")
+    q.add_argument("--memory-limit", metavar="N",
+                   help="mark (and rank last) schedules whose peak memory on some rank exceeds N (with a "
+                        "description: GiB, or a size such as 80GiB; default the accelerator's memory)")
     q.add_argument("--no-overlap", action="store_true", help="communication holds the ranks it involves")
     q.add_argument("--json", action="store_true", help="print one JSON object per schedule, best first")
+    describing(q)
 
     from .prove.command import add_parser as add_prove
     add_prove(sub, stdout)
@@ -148,9 +163,9 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--timeout", type=float, default=300.0, metavar="S",
                    help="watchdog: an action, a send or receive, or a phase of training (make_batch, the "
                         "optimizer step) taking longer stops the run (default 300)")
+    q.add_argument("--profile", metavar="OUT.json", help="write measured per-stage F/I/W/B times and message sizes")
     q.add_argument("--trace", metavar="FILE", help="write the measured timeline of every rank as a Chrome trace / "
                    "Perfetto JSON (the layout of `schedc sim --trace`), also when the run is stopped")
-    q.add_argument("--profile", metavar="OUT.json", help="write measured per-stage F/I/W/B times and message sizes")
     q.add_argument("--no-verify", action="store_true", help="run without checking the schedule first")
     q.add_argument("--semantics", default="rendezvous", help="send semantics to verify under (default rendezvous)")
     q.add_argument("--batch-size", type=int, metavar="N", help="samples per step (default 8 x microbatches)")
@@ -175,6 +190,7 @@ def _parser(stdout: TextIO) -> _Parser:
                    help="costs for every stage, e.g. F=1,I=1,W=1,B=2; applied after --costs")
     q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")
     checking(q)
+    describing(q)
 
     q = sub.add_parser("synth", help="find the fastest schedule for P, M, costs and a memory cap (Z3)",
                        stdout=stdout)

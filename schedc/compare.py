@@ -5,11 +5,14 @@ declares, checks it, simulates it (schedc/simulate.py) and returns rows sorted b
 schedule whose `require` refuses the setting, or that fails its checks, is listed with the reason;
 over a memory limit it is marked, not hidden. Every schedule splits the same model because every
 command's default times and sizes do (a stage takes its share of a rank-sized chunk,
-schedc/ir.py `default_share`); costs the user gives are taken as written. What `schedc compare` prints.
+schedc/ir.py `default_share`); costs the user gives are taken as written. Under a model and hardware
+description (`costs.derived`, schedc/hardware.py) times are seconds and sizes GiB, each row adds its
+ranks' model states, and a schedule fits when every rank's total is within the limit (by default the
+accelerator's memory): the first row that fits is the fastest that does. What `schedc compare` prints.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from .errors import SchedcError
@@ -25,23 +28,43 @@ class Row:
     peak_memory: tuple[float, ...] = ()
     over_limit: bool = False
     skipped: str | None = None  # why there are no numbers
+    model_states: tuple[float, ...] | None = None  # GiB per rank, under a description (None: unit counts)
+    fastest: bool = False  # under a description: the fastest schedule that fits
 
     @property
     def peak(self) -> float | None:
         return max(self.peak_memory) if self.peak_memory else None
 
+    @property
+    def total_memory(self) -> tuple[float, ...]:
+        """Per rank, model states and peak memory together (under a description; else peak memory)."""
+        if self.model_states is None or not self.peak_memory:
+            return self.peak_memory
+        return tuple(a + b for a, b in zip(self.model_states, self.peak_memory))
+
     def to_dict(self) -> dict:
         shown = (lambda x: None if x is None else rounded(x))
-        return {"schedule": self.name, "params": dict(self.params), "makespan": shown(self.makespan),
-                "bubble_ratio": shown(self.bubble_ratio), "peak_memory": [rounded(x) for x in self.peak_memory],
-                "peak": shown(self.peak), "over_limit": self.over_limit, "skipped": self.skipped}
+        out = {"schedule": self.name, "params": dict(self.params), "makespan": shown(self.makespan),
+               "bubble_ratio": shown(self.bubble_ratio), "peak_memory": [rounded(x) for x in self.peak_memory],
+               "peak": shown(self.peak), "over_limit": self.over_limit, "skipped": self.skipped}
+        if self.model_states is not None:
+            total = self.total_memory
+            out.update({"units": {"time": "s", "memory": "GiB"}, "model_states": [rounded(x) for x in self.model_states],
+                        "total_memory": [rounded(x) for x in total], "total": shown(max(total) if total else None),
+                        "fits": self.skipped is None and not self.over_limit, "fastest": self.fastest})
+        return out
 
 
 def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float | None = None,
             overlap: bool = True) -> list[Row]:
-    """One row per schedule: fitting ones first by makespan, then those over the limit, then skipped."""
+    """One row per schedule: fitting ones first by makespan, then those over the limit, then skipped.
+    Under a description (`costs.derived`) `memory_limit` is GiB on all a rank holds, by default the
+    accelerator's memory."""
     from .api import check, load
     from .simulate import simulate
+    setup = getattr(costs, "derived", None)
+    if setup is not None and memory_limit is None:
+        memory_limit = setup.memory
     rows = []
     for name in names:
         try:
@@ -52,6 +75,10 @@ def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float
             rows.append(Row(name, tuple(params.items()), skipped=exc.diagnostics[0].message))
             continue
         used = program.params
+        if setup is not None and program.num_stages > setup.model.layers:
+            rows.append(Row(name, used, skipped=f"{program.num_stages} stages, more than {setup.model.name}'s "
+                            f"{setup.model.layers} layers"))
+            continue
         if costs is not None:
             program = costs.apply(program)
         report = check(program)
@@ -61,26 +88,43 @@ def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float
             continue
         timeline = simulate(program, overlap=overlap, links=costs.links(program) if costs is not None else None)
         peaks = tuple(pk.memory for pk in report.peak_memory)
-        over = memory_limit is not None and max(peaks, default=0.0) > memory_limit + 1e-9
-        rows.append(Row(name, used, timeline.makespan, timeline.bubble_ratio, peaks, over))
-    return sorted(rows, key=lambda r: (r.skipped is not None, r.over_limit,
-                                       r.makespan if r.makespan is not None else 0.0, r.name))
+        row = Row(name, used, timeline.makespan, timeline.bubble_ratio, peaks,
+                  model_states=setup.model_states(program) if setup is not None else None)
+        over = memory_limit is not None and max(row.total_memory, default=0.0) > memory_limit + 1e-9
+        rows.append(replace(row, over_limit=over))
+    rows.sort(key=lambda r: (r.skipped is not None, r.over_limit, r.makespan if r.makespan is not None else 0.0,
+                             r.name))
+    if setup is not None and rows and rows[0].skipped is None and not rows[0].over_limit:
+        rows[0] = replace(rows[0], fastest=True)
+    return rows
 
 
-def render(rows: list[Row]) -> str:
-    """The table `schedc compare` prints."""
+def render(rows: list[Row], limit: float | None = None) -> str:
+    """The table `schedc compare` prints; under a description, in seconds and GiB (each rank's model
+    states and peak memory together), then the fastest schedule that fits within `limit` GiB."""
+    described = any(r.model_states is not None for r in rows)
+
     def fmt(x):
-        return "-" if x is None else (f"{x:g}" if isinstance(x, float) else str(x))
-    head = ["schedule", "params", "makespan", "bubble", "peak", "peak memory per rank"]
+        if x is None:
+            return "-"
+        return (f"{x:.4g}" if described else f"{x:g}") if isinstance(x, float) else str(x)
+    head = (["schedule", "params", "time (s)", "bubble", "peak (GiB)", "model states + activations and buffers, "
+             "GiB per rank"] if described else ["schedule", "params", "makespan", "bubble", "peak", "peak memory per rank"])
     body = []
     for r in rows:
         params = " ".join(f"{k}={v}" for k, v in r.params)
         if r.skipped is not None:
             body.append([r.name, params, "-", "-", "-", f"skipped: {r.skipped}"])
             continue
-        per_rank = "[" + ", ".join(fmt(float(x)) for x in r.peak_memory) + "]"
-        body.append([r.name, params, fmt(r.makespan), f"{r.bubble_ratio:.3f}", fmt(r.peak),
+        memory = r.total_memory
+        per_rank = "[" + ", ".join(fmt(float(x)) for x in memory) + "]"
+        body.append([r.name, params, fmt(r.makespan), f"{r.bubble_ratio:.3f}", fmt(max(memory) if memory else None),
                      per_rank + ("  over the memory limit" if r.over_limit else "")])
     widths = [max(len(row[i]) for row in [head] + body) for i in range(len(head) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1] for row in [head] + body]
+    if described:
+        within = f" within {limit:.4g} GiB per rank" if limit is not None else ""
+        best = next((r for r in rows if r.fastest), None)
+        lines.append(f"fastest that fits{within}: {best.name} ({' '.join(f'{k}={v}' for k, v in best.params)}), "
+                     f"{best.makespan:.4g} s" if best is not None else f"no schedule fits{within}")
     return "\n".join(line.rstrip() for line in lines)

@@ -5,19 +5,23 @@ profile JSON (what the runtime measures) sets per-stage times and message costs.
 returns a new Program whose annotations carry them (they override the schedule's own `cost` and
 `memory` lines); per-channel links and the overlap setting go to the simulator. Every value is
 taken as written (docs/semantics.md, "Units"), except that a profile measured on n stages is split
-over a schedule with V x n stages: each chunk gets 1/V of its stage's times and sizes.
+over a schedule with V x n stages: each chunk gets 1/V of its stage's times and sizes. A model and
+hardware description (schedc/hardware.py, `derived`) gives every stage seconds and GiB beneath them.
 """
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from .errors import SchedcError
 from .inputs import integer, loads_json, read_text, too_long_number
 from .ir import Program
-from .simulate import Link
 from .span import Source, Span
+
+if TYPE_CHECKING:
+    from .simulate import Link
 
 TIME_KEYS = ("F", "B", "I", "W")
 MEMORY_KEYS = ("act", "weight", "out")
@@ -44,6 +48,7 @@ class Costs:
     overlap: bool | None = None
     overhead: float | None = None  # every channel: rank time to post one send or receive
     measured: int = 0  # a profile's number of stages (its `stages` are split over V x measured); 0: as written
+    derived: object = None  # a hardware.Setup: every stage's seconds and GiB, beneath the settings above
 
     def then(self, other: "Costs") -> "Costs":
         """These settings with `other` applied on top (a cost file, then --cost)."""
@@ -59,14 +64,17 @@ class Costs:
                      other.bandwidth if other.bandwidth is not None else self.bandwidth,
                      tuple(sorted(channels.items())), other.overlap if other.overlap is not None else self.overlap,
                      other.overhead if other.overhead is not None else self.overhead,
-                     other.measured or self.measured)
+                     other.measured or self.measured, other.derived or self.derived)
 
     def apply(self, program: Program) -> Program:
         """A new Program whose annotations carry these settings. For each stage the settings of
-        `[stage.N]` win over the top-level ones, which win over the schedule's. When I or W is set
-        and B is not, B becomes I + W; when act is set and weight is not, weight becomes act."""
+        `[stage.N]` win over the top-level ones, which win over a description's, which win over the
+        schedule's. When I or W is set and B is not, B becomes I + W; when act is set and weight is
+        not, weight becomes act. Under a description the schedule's own memory limits, in its units,
+        are dropped (limits then come in GiB, from the command line or the accelerator)."""
         S, R = program.num_stages, program.num_ranks
         per_stage = self.stage_settings(program)
+        base = self.derived.stage_settings(S) if self.derived is not None else {}
         for r, _ in self.speeds:
             if not 0 <= r < R:
                 raise SchedcError("costs", f"rank {r} is not a rank of {program.name} (0..{R - 1})",
@@ -77,16 +85,20 @@ class Costs:
         ann = program.annotations
         times, memory = [], []
         for s in range(S):
-            given = {**dict(self.every), **per_stage.get(s, {})}
+            given = {**base.get(s, {}), **dict(self.every), **per_stage.get(s, {})}
             times.append(ann.cost_of(s).with_settings(given))
             memory.append(ann.memory_of(s).with_settings(given))
         speed = list(ann.speeds(R))
         for r, v in self.speeds:
             speed[r] = v
+        latency, bandwidth = ann.latency, ann.bandwidth
+        if self.derived is not None:
+            latency, bandwidth = self.derived.latency, self.derived.bandwidth
+            ann = replace(ann, memory_limit=())
         return replace(program, annotations=replace(
             ann, stage_costs=tuple(times), stage_memory=tuple(memory), rank_speed=tuple(speed),
-            latency=ann.latency if self.latency is None else self.latency,
-            bandwidth=ann.bandwidth if self.bandwidth is None else self.bandwidth))
+            latency=latency if self.latency is None else self.latency,
+            bandwidth=bandwidth if self.bandwidth is None else self.bandwidth))
 
     def stage_settings(self, program: Program) -> dict[int, dict[str, float]]:
         """The settings of each of the program's stages that has some: a cost file's as written; a
@@ -110,6 +122,7 @@ class Costs:
     def links(self, program: Program) -> dict[tuple[int, int], Link]:
         """Per-channel links for the simulator (unset fields from the program's latency/bandwidth and
         from the top-level overhead); with a top-level overhead, every channel between two ranks."""
+        from .simulate import Link
         ann = program.annotations
         every = self.overhead or 0.0
         chans = dict(self.channels)

@@ -2,8 +2,9 @@
 `--memory-limit`, `--costs`/`--cost`, and time limits in seconds.
 
 `params(["P=4,M=8"])` is `{"P": 4, "M": 8}` (as is `params(["P=4", "M=8"])`); `memory_limit("8")`
-is 8.0 for every rank and `memory_limit("0=4,1=3")` is `{0: 4.0, 1: 3.0}`; bad text is a usage
-error that names the option.
+is 8.0 for every rank and `memory_limit("0=4,1=3")` is `{0: 4.0, 1: 3.0}`; under a model and
+hardware description (sizes in GiB) `memory_limit("80GiB", sized=True)` is 80.0. Bad text is a
+usage error that names the option.
 """
 from __future__ import annotations
 
@@ -44,34 +45,53 @@ def params(pairs: list[str]) -> dict[str, int]:
     return out
 
 
-def costs(files: str | None, settings: list[str], label: str = "the schedule"):
-    """The costs of --costs FILE, then each --cost K=V,... (later ones win); None if neither is given
-    (`label` names where the costs come from when only --cost is)."""
-    if not (files or settings):
+def costs(files: str | None, settings: list[str], label: str = "the schedule", setup=None):
+    """The costs of a model and hardware description (`setup`, schedc/hardware.py), then --costs
+    FILE, then each --cost K=V,... (later ones win); None if none is given (`label` names where the
+    costs come from when only --cost is)."""
+    if not (files or settings or setup):
         return None
     from .costs import Costs, load_costs, parse_cost_option
-    out = load_costs(files) if files else Costs(label)
+    out = Costs(setup.source, derived=setup) if setup is not None else None
+    if files:
+        out = load_costs(files) if out is None else out.then(load_costs(files))
+    out = out or Costs(label)
     for text in settings:
         out = out.then(parse_cost_option(text))
     return out
 
 
-def memory_limit(text: str | None):
+def memory_limit(text: str | None, sized: bool = False):
+    """One limit for every rank (a float) or {rank: limit}. With `sized` (the sizes are GiB, from a
+    model and hardware description) a value may carry a unit, `80GiB`, `512MiB`, `80GB`, and a plain
+    number is GiB; without, sizes are the schedule's own units and a unit is a usage error."""
     if text is None:
         return None
     try:
         if "=" not in text:
-            out = float(text)
-            values = [out]
-        else:
-            out = {}
-            for part in text.split(","):
-                rank, value = part.split("=")
-                out[int(rank)] = float(value)
-            values = list(out.values())
-        if not all(math.isfinite(v) and v >= 0 for v in values):
-            raise ValueError
+            return _limit(text, text, sized)
+        out = {}
+        for part in text.split(","):
+            rank, value = part.split("=")
+            out[int(rank)] = _limit(value, text, sized)
         return out
     except ValueError:
         raise SchedcError("usage", f"--memory-limit {text!r}: expected a non-negative number or rank=limit "
                           "pairs, e.g. 8 or 0=4,1=3", where="--memory-limit") from None
+
+
+def _limit(value: str, text: str, sized: bool) -> float:
+    """One value of --memory-limit (ValueError for text that is not a size at all)."""
+    from .units import GIB, size
+    if not value.strip() or not any(c.isdigit() for c in value) and value.strip().lower() not in ("inf", "nan"):
+        raise ValueError
+    q = size(value, f"--memory-limit {text!r}", "usage", "--memory-limit")
+    if q.unit is None:
+        return q.value
+    if not sized:
+        raise SchedcError("usage", f"--memory-limit {text!r}: a size in {q.unit} needs sizes in bytes, from a model "
+                          "and hardware description (check, sim, compare and viz take --model and --hardware, or "
+                          "--setup FILE: docs/units.md); without one, sizes count the schedule's units (one unit: a "
+                          "microbatch's activations of a rank-sized chunk), so give a plain number",
+                          where="--memory-limit")
+    return q.value / GIB

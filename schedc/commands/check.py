@@ -9,7 +9,7 @@ from ..inputs import integer
 from ..options import memory_limit
 from ..outputs import dumps_json
 from ..progress import progress
-from . import common
+from . import common, described
 
 
 _SWEEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)\.\.(-?\d+)")
@@ -22,35 +22,49 @@ def run(args, stdout, stderr) -> int:
     from ..verify.execute import Semantics
     params = common.params(args.param)
     Semantics.parse(args.semantics)  # a bad value is a usage error before any work
-    memory_limit(args.memory_limit)
+    setup = common.description(args)  # seconds and GiB from a model and hardware description, or None
+    limit = memory_limit(args.memory_limit, sized=setup is not None)
     if args.viz and (args.sweep or len(args.inputs) != 1):
         raise SchedcError("usage", "--viz draws one schedule: give one input and no --sweep", where="--viz")
     if args.viz:
         common.picture_suffix(Path(args.viz), dag=False)
     if args.sweep:
-        return _sweep(args, params, stdout, stderr)
+        return _sweep(args, params, stdout, stderr, setup)
     worst = EXIT_OK
     for name in args.inputs:
         try:
             # one --param list for several schedules: each takes the parameters it declares
-            program = common.load(name, args, params, strict=len(args.inputs) == 1)
+            program = _described(common.load(name, args, params, strict=len(args.inputs) == 1), setup)
         except SchedcError as e:
             worst = EXIT_INPUT
             stderr.write(e.render() + "\n")
             if args.json:
                 stdout.write(common.input_error_json(e, name) + "\n")
             continue
-        report = common.run_checks(program, args)
+        report = common.run_checks(program, args, setup)
+        if setup is not None:
+            described.explain(report, setup, limit)
         worst = common.worse(worst, common.exit_of(report))
         if args.json:
-            stdout.write(dumps_json(report.to_dict()) + "\n")
+            extra = described.check_fields(report, setup, limit) if setup is not None else {}
+            stdout.write(dumps_json({**report.to_dict(), **extra}) + "\n")
         else:
-            stdout.write(report.summary() + "\n")
+            stdout.write((described.check_text(report, setup, limit) if setup is not None else report.summary())
+                         + "\n")
             if report.ok is not True:
                 stdout.write(report.render() + "\n")
         if args.viz:
-            common.write_picture(program, report, Path(args.viz), stderr)
+            units = described.picture_units(setup, program, limit) if setup is not None else None
+            common.write_picture(program, report, Path(args.viz), stderr, units=units)
     return worst
+
+
+def _described(program, setup):
+    """The program in seconds and GiB under a description (schedc/costs.py puts them on it)."""
+    if setup is None:
+        return program
+    from ..costs import Costs
+    return Costs(setup.source, derived=setup).apply(program)
 
 
 def _bound(m: re.Match, group: int) -> int:
@@ -58,9 +72,10 @@ def _bound(m: re.Match, group: int) -> int:
     return integer(m.group(group), f"--sweep {m.group(1)}", where="--sweep")
 
 
-def _sweep(args, params, stdout, stderr) -> int:
+def _sweep(args, params, stdout, stderr, setup=None) -> int:
     """Check every combination of the swept parameter ranges; a table, then the first failure."""
     import itertools
+    limit = memory_limit(args.memory_limit, sized=setup is not None)
     if len(args.inputs) != 1:
         raise SchedcError("usage", "--sweep checks one schedule at a time", where="--sweep")
     ranges = {}
@@ -93,14 +108,18 @@ def _sweep(args, params, stdout, stderr) -> int:
             if args.json:
                 stdout.write(dumps_json({"params": instance, "excluded": e.diagnostics[0].message}) + "\n")
             continue
-        report = common.run_checks(program, args)
+        program = _described(program, setup)
+        report = common.run_checks(program, args, setup)
+        if setup is not None:
+            described.explain(report, setup, limit)
         code = common.exit_of(report)
         worst = common.worse(worst, code)
         results[values] = {EXIT_OK: ".", EXIT_UNKNOWN: "?"}.get(code, "X")
         if code == EXIT_FAIL and first_failure is None:
             first_failure = report
         if args.json:
-            stdout.write(dumps_json(report.to_dict()) + "\n")
+            extra = described.check_fields(report, setup, limit) if setup is not None else {}
+            stdout.write(dumps_json({**report.to_dict(), **extra}) + "\n")
     if all(v == "-" for v in results.values()):
         raise SchedcError("usage", "every instance of the sweep is excluded by the schedule's require; "
                           "nothing was checked", where="--sweep")
@@ -111,7 +130,9 @@ def _sweep(args, params, stdout, stderr) -> int:
                      "'-' excluded by require)\n")
         if first_failure is not None:
             stdout.write(f"first failure, at {dict(first_failure.program.params)}:\n")
-            stdout.write(first_failure.summary() + "\n" + first_failure.render() + "\n")
+            summary = (described.check_text(first_failure, setup, limit) if setup is not None
+                       else first_failure.summary())
+            stdout.write(summary + "\n" + first_failure.render() + "\n")
     return worst
 
 

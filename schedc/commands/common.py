@@ -13,9 +13,16 @@ params = options.params  # the commands' --param reader
 write_all = write_files  # the writer cli.py hands to `schedc synth`
 
 
-def costs(args):
-    """The costs of --costs then --cost, or None (schedc/options.py)."""
-    return options.costs(args.costs, args.cost)
+def costs(args, setup=None):
+    """The costs of a description (`setup`), then --costs, then --cost, or None (schedc/options.py)."""
+    return options.costs(args.costs, args.cost, setup=setup)
+
+
+def description(args):
+    """The model and hardware description of --setup, --model, --hardware and --link, or None
+    (schedc/hardware.py)."""
+    from ..hardware import describe
+    return describe(args.setup, model=args.model, hardware=args.hardware, link=args.link)
 
 
 def load(name: str, args, values=None, strict=True):
@@ -26,14 +33,19 @@ def load(name: str, args, values=None, strict=True):
                         forward_only=getattr(args, "forward_only", False))
 
 
-def run_checks(program, args):
+def run_checks(program, args, setup=None):
+    """Check `program` under the command's options; under a description (`setup`) the memory limit
+    is in GiB (the accelerator's memory by default) and each rank's model states come off it."""
     from ..api import check
     seconds(args.timeout, "--timeout")
-    limit = memory_limit(args.memory_limit)
+    limit = memory_limit(args.memory_limit, sized=setup is not None)
     if isinstance(limit, dict) and any(not 0 <= r < program.num_ranks for r in limit):
         bad = next(r for r in limit if not 0 <= r < program.num_ranks)
         raise SchedcError("usage", f"--memory-limit names rank {bad}, but {program.name} has ranks "
                           f"0..{program.num_ranks - 1}", where="--memory-limit")
+    if setup is not None:
+        from .described import room
+        limit = room(setup, program, limit)
     return check(program, semantics=args.semantics, engine=args.engine, timeout=args.timeout, memory_limit=limit)
 
 

@@ -1,9 +1,8 @@
 """`schedc compare`: rank schedules for one setting by makespan (schedc/compare.py)."""
 from __future__ import annotations
 
-import math
-
 from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
+from ..options import memory_limit
 from ..outputs import dumps_json
 from . import common
 
@@ -13,21 +12,25 @@ def run(args, stdout, stderr) -> int:
     from ..compare import compare, render
     from ..resources import builtin_schedules
     names = args.inputs or list(builtin_schedules())
-    if args.memory_limit is not None and not (math.isfinite(args.memory_limit) and args.memory_limit >= 0):
-        raise SchedcError("usage", f"--memory-limit {args.memory_limit}: expected a non-negative number",
-                          where="--memory-limit")
-    costs = common.costs(args)
+    setup = common.description(args)  # seconds and GiB from a model and hardware description, or None
+    limit = memory_limit(args.memory_limit, sized=setup is not None)
+    if isinstance(limit, dict):
+        raise SchedcError("usage", f"--memory-limit {args.memory_limit!r}: compare takes one limit for every rank, "
+                          "e.g. 8 (or 80GiB with a model and hardware description)", where="--memory-limit")
+    if setup is not None and limit is None:
+        limit = setup.memory  # the accelerator's
+    costs = common.costs(args, setup)
     overlap = not args.no_overlap and (costs is None or costs.overlap is not False)
-    rows = compare(names, common.params(args.param), costs=costs, memory_limit=args.memory_limit, overlap=overlap)
+    rows = compare(names, common.params(args.param), costs=costs, memory_limit=limit, overlap=overlap)
     if args.json:
         for row in rows:
             stdout.write(dumps_json(row.to_dict()) + "\n")
     else:
-        stdout.write(render(rows) + "\n")
+        stdout.write(render(rows, limit) + "\n")
     fitting = [r for r in rows if r.skipped is None and not r.over_limit]
     if not fitting:
-        stderr.write("schedc: no schedule runs in this setting" +
-                     (f" within memory {args.memory_limit:g}" if args.memory_limit is not None else "") + "\n")
+        within = f" within memory {limit:.4g}{' GiB' if setup is not None else ''}" if limit is not None else ""
+        stderr.write(f"schedc: no schedule runs in this setting{within}\n")
         return EXIT_FAIL
     return EXIT_OK
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
 from ..outputs import dumps_json
-from . import common
+from . import common, described
 
 
 def run(args, stdout, stderr) -> int:
@@ -12,7 +12,8 @@ def run(args, stdout, stderr) -> int:
     from ..interop.chrome_trace import dumps_trace
     from ..lint import lint
     from ..simulate import simulate
-    costs = common.costs(args) or Costs("the schedule")
+    setup = common.description(args)  # seconds and GiB from a model and hardware description, or None
+    costs = common.costs(args, setup) or Costs("the schedule")
     program = common.load(args.input, args, common.params(args.param))
     program = costs.apply(program)
     overlap = False if args.no_overlap else costs.overlap is not False
@@ -37,7 +38,10 @@ def run(args, stdout, stderr) -> int:
     if args.trace:
         written = common.write_file(args.trace, dumps_trace(timeline))
     if args.json:
-        stdout.write(dumps_json(_sim_dict(args.input, timeline, costs, written)) + "\n")
+        extra = described.sim_fields(timeline, setup) if setup is not None else {}
+        stdout.write(dumps_json({**_sim_dict(args.input, timeline, costs, written), **extra}) + "\n")
+    elif setup is not None:
+        stdout.write(described.sim_text(timeline, setup, written) + "\n")
     else:
         stdout.write(_sim_text(timeline, written) + "\n")
     if timeline.mismatches:

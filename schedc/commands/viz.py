@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import EXIT_OK
-from . import common
+from . import common, described
 
 
 def run(args, stdout, stderr) -> int:
@@ -12,13 +12,20 @@ def run(args, stdout, stderr) -> int:
     picture is written, whatever the checks found."""
     common.picture_suffix(Path(args.output), args.dag)
     program = common.load(args.input, args, common.params(args.param))
-    overlap, links = True, None
-    costs = common.costs(args)
+    overlap, links, units = True, None, None
+    setup = common.description(args)  # seconds and GiB from a model and hardware description, or None
+    costs = common.costs(args, setup)
     if costs is not None:
         program = costs.apply(program)
         overlap, links = costs.overlap is not False, costs.links(program)
-    report = common.run_checks(program, args)
-    stdout.write(report.summary() + "\n")
+    report = common.run_checks(program, args, setup)
+    if setup is not None:
+        limit = common.memory_limit(args.memory_limit, sized=True)
+        described.explain(report, setup, limit)
+        units = described.picture_units(setup, program, limit)
+        stdout.write(described.check_text(report, setup, limit) + "\n")
+    else:
+        stdout.write(report.summary() + "\n")
     if report.ok is not True:  # visible, though viz still exits 0
         for d in report.errors:
             stdout.write(f"  error[{d.code}]: {d.message}\n")
@@ -26,6 +33,6 @@ def run(args, stdout, stderr) -> int:
         stdout.write(f"  the schedule {verdict}; the picture shows why (schedc viz exits 0 all the same: "
                      "schedc check gives the exit code)\n")
     common.write_picture(program, report, Path(args.output), stderr, dag=args.dag, arrows=args.arrows,
-                         overlap=overlap, links=links)
+                         overlap=overlap, links=links, units=units)
     return EXIT_OK
 

@@ -15,21 +15,24 @@ __all__ = ["AGGREGATE_BINS", "MAX_BLOCKS", "MAX_ROWS", "Rendered", "Scene", "bui
 
 
 def timeline_svg(program, report=None, *, timeline=None, arrows: bool = False, overlap: bool = True,
-                 links=None) -> str:
-    """The timeline as SVG text, from `report` and `timeline` (checked and simulated here if None)."""
+                 links=None, units=None) -> str:
+    """The timeline as SVG text, from `report` and `timeline` (checked and simulated here if None);
+    `units` (schedc/units.py `Units`) labels times and sizes, as under a model and hardware description."""
     from .svg import render_svg
-    return render_svg(build_scene(program, report, timeline=timeline, arrows=arrows, overlap=overlap, links=links))
+    return render_svg(build_scene(program, report, timeline=timeline, arrows=arrows, overlap=overlap, links=links,
+                                  units=units))
 
 
 def timeline_html(program, report=None, *, timeline=None, arrows: bool = False, overlap: bool = True,
-                  links=None) -> str:
+                  links=None, units=None) -> str:
     """The timeline as one HTML page, from `report` and `timeline` (checked and simulated here if None)."""
     from .html import render_html
-    return render_html(build_scene(program, report, timeline=timeline, arrows=arrows, overlap=overlap, links=links))
+    return render_html(build_scene(program, report, timeline=timeline, arrows=arrows, overlap=overlap, links=links,
+                                   units=units))
 
 
 def render(program, report, suffix: str, *, dag: bool = False, timeline=None, arrows: bool = False,
-           overlap: bool = True, links=None):
+           overlap: bool = True, links=None, units=None):
     """What to write for an output file ending in `suffix`: (data, note). `data` is str or bytes; a
     dependency graph without graphviz's `dot` comes back as its .dot source, with a note saying so
     (`Rendered.suffix` is then ".dot"), and a PNG timeline without a converter as its SVG (".svg").
@@ -38,7 +41,7 @@ def render(program, report, suffix: str, *, dag: bool = False, timeline=None, ar
     if dag:
         from .dag import render_dag
         return render_dag(program, report, suffix)
-    options = {"timeline": timeline, "arrows": arrows, "overlap": overlap, "links": links}
+    options = {"timeline": timeline, "arrows": arrows, "overlap": overlap, "links": links, "units": units}
     if suffix == ".svg":
         return Rendered(timeline_svg(program, report, **options), suffix)
     if suffix == ".html":

@@ -114,10 +114,11 @@ def render_html(scene: Scene) -> str:
 
 def _summary_table(scene: Scene) -> str:
     timed = scene.makespan is not None
+    t, m = (f" ({scene.units.time})", f", {scene.units.memory}") if scene.units is not None else ("", "")
     head = ["rank", "steps", "actions"]
     if timed:
-        head += ["busy", "idle", "utilisation", "peak memory (simulated)"]
-    head += ["peak memory (checked, worst case)", "limit"]
+        head += [f"busy{t}", f"idle{t}", "utilisation", f"peak memory (simulated{m})"]
+    head += [f"peak memory (checked, worst case{m})", f"limit{' (' + m[2:] + ')' if m else ''}"]
     rows = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
     for s in scene.summary:
         cells = [s.rank, s.steps, s.actions]
@@ -128,7 +129,8 @@ def _summary_table(scene: Scene) -> str:
         rows.append("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")
     rows.append("</table>")
     if timed:
-        rows.append(f"<p>makespan {_num(scene.makespan)}, bubble ratio {scene.bubble:.4f} "
+        rows.append(f"<p>makespan {_num(scene.makespan)}{' ' + scene.units.time if scene.units else ''}, "
+                    f"bubble ratio {scene.bubble:.4f} "
                     "(1 - total busy / (ranks x makespan))</p>")
     return "\n".join(rows)
 

@@ -131,6 +131,7 @@ class Scene:
     peak: float | None = None
     errors: list[str] = field(default_factory=list)  # the check's findings, rendered
     grid: str = ""  # the check's rank-by-step grid of a deadlock
+    units: object = None  # schedc/units.py `Units` the numbers are labelled with (None: the schedule's units)
 
     @property
     def kinds(self) -> list[str]:
@@ -142,10 +143,11 @@ class Scene:
 
 
 def build_scene(program: Program, report=None, *, timeline=None, arrows: bool = False, overlap: bool = True,
-                links=None) -> Scene:
+                links=None, units=None) -> Scene:
     """The Scene of a program, drawn from what the caller computed: its report (checked here only if
     not given) and its simulated timeline (simulated here only if not given and the run can be
-    timed; None when it cannot finish). `overlap` and `links` are the simulator's settings."""
+    timed; None when it cannot finish). `overlap` and `links` are the simulator's settings; `units`
+    (schedc/units.py) labels times and sizes, its note heads the notes."""
     if report is None:
         from ..api import check
         report = check(program)
@@ -159,7 +161,7 @@ def build_scene(program: Program, report=None, *, timeline=None, arrows: bool = 
             untimed = "deadlock"
     elif untimed is not None:
         timeline = None
-    scene = _frame(program, report, timeline, untimed)
+    scene = _frame(program, report, timeline, untimed, units)
     if timeline is None:
         _program_order(scene, program, report, structural)
     elif program.num_actions and (sum(len(s) for s in program.ranks) > MAX_BLOCKS or program.num_ranks > MAX_ROWS):
@@ -189,8 +191,9 @@ _UNTIMED = {
 }
 
 
-def _frame(program: Program, report, timeline, untimed: str | None) -> Scene:
+def _frame(program: Program, report, timeline, untimed: str | None, units=None) -> Scene:
     params = ", ".join(f"{k}={v}" for k, v in program.params)
+    t, m = (f" {units.time}", f" {units.memory}") if units is not None else ("", "")
     title = program.name + (f" ({params})" if params else "")
     sizes = (f"{program.num_ranks} ranks, {program.num_stages} stages, {program.num_microbatches} microbatches, "
              f"{program.num_actions} actions")
@@ -198,13 +201,13 @@ def _frame(program: Program, report, timeline, untimed: str | None) -> Scene:
         peaks = timeline.peak_memory
         peak = max(peaks, default=0.0)
         who = peaks.index(peak) if peaks else 0
-        metrics = (f"makespan {_num(timeline.makespan)} · bubble {timeline.bubble_ratio:.1%} · "
-                   f"peak memory {_num(peak)} (rank {who}) · {sizes}")
-        mode, x_label, extent = "time", "time", (0.0, max(timeline.makespan, 1e-9))
+        metrics = (f"makespan {_num(timeline.makespan)}{t} · bubble {timeline.bubble_ratio:.1%} · "
+                   f"peak memory {_num(peak)}{m} (rank {who}) · {sizes}")
+        mode, x_label, extent = "time", "time" + (f" ({units.time})" if units else ""), (0.0, max(timeline.makespan, 1e-9))
         makespan, bubble = timeline.makespan, timeline.bubble_ratio
     else:
         peak = max(report.peak_activation, default=None)
-        metrics = (_UNTIMED[untimed or "deadlock"] + (f" · peak activation {_num(peak)}" if peak is not None else "") + f" · {sizes}")
+        metrics = (_UNTIMED[untimed or "deadlock"] + (f" · peak activation {_num(peak)}{m}" if peak is not None else "") + f" · {sizes}")
         mode, x_label, extent = "step", "step", (0.0, 1.0)
         makespan = bubble = None
     verdict, ok = _verdict(report)
@@ -216,6 +219,9 @@ def _frame(program: Program, report, timeline, untimed: str | None) -> Scene:
                   program.num_microbatches, max(ranks_held, default=1), title, metrics, verdict, ok,
                   list(range(program.num_ranks)), [f"rank {r}" for r in range(program.num_ranks)],
                   extent, x_label, makespan=makespan, bubble=bubble, peak=peak)
+    scene.units = units
+    if units is not None and units.note:
+        scene.notes.append(units.note)
     scene.errors = [d.render() for d in report.errors]
     if report.deadlock is not None:
         from ..verify.deadlock import render_grid

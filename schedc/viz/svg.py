@@ -13,6 +13,7 @@ from .scene import Block, Scene
 from .text import escape
 
 LEFT, RIGHT = 78, 96  # room for "rank 12" and "peak 13"
+UNITS_RIGHT = 64  # and for "peak 50.78 GiB / 43.92 GiB" when sizes have a unit
 ROW_H, MEM_H, GAP = 22, 14, 9
 TOP_TITLE = 22
 MIN_BLOCK_PX = 18  # the shortest compute block is at least this wide, so two digits fit
@@ -48,7 +49,7 @@ class _Layout:
         px = max(px, MIN_WIDTH / span)
         self.px, self.lo = px, lo
         self.plot_w = span * px
-        self.width = LEFT + self.plot_w + RIGHT
+        self.width = LEFT + self.plot_w + RIGHT + (UNITS_RIGHT if scene.units is not None else 0)
         self.chars = int((self.width - LEFT - 10) / TEXT_CHAR_PX)  # characters of text per line
         self.header = [("title", scene.title)] + [("metrics", t) for t in _wrap(scene.metrics, self.chars)]
         if scene.verdict:
@@ -164,7 +165,8 @@ def _rows(out: list[str], scene: Scene, L: _Layout) -> None:
             out.append(f'<line class="limit" x1="{LEFT}" x2="{_f(LEFT + L.plot_w)}" y1="{_f(ly)}" y2="{_f(ly)}" '
                        f'stroke="{palette.ALARM}" stroke-dasharray="4,3" stroke-width="1"/>')
         if peak is not None:
-            text = f"peak {_num(peak)}" + (f" / {_num(limit)}" if limit is not None else "")
+            u = f" {scene.units.memory}" if scene.units is not None else ""
+            text = f"peak {_num(peak)}{u}" + (f" / {_num(limit)}{u}" if limit is not None else "")
             out.append(f'<text class="peak" x="{_f(LEFT + L.plot_w + 6)}" y="{_f(my + MEM_H - 3)}" '
                        f'font-size="10" fill="#2E6F9A">{escape(text)}</text>')
 
