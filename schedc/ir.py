@@ -23,6 +23,8 @@ class Op(str, enum.Enum):
     B  full backward (I then W, fused)             SEND_B / RECV_B  input gradient of s to s-1
     I  backward for inputs (gradient for s-1)      UNSHARD / RESHARD  FSDP gather / free (no mb)
     W  backward for weights (needs I)              REDUCE_GRAD        gradient reduction (no mb)
+                                                   REDUCE_TIED        all-reduce of the weights tied
+                                                                      between the first and last stage
     A receive is named by the stage that receives (PyTorch's convention).
     """
 
@@ -37,6 +39,7 @@ class Op(str, enum.Enum):
     UNSHARD = "UNSHARD"
     RESHARD = "RESHARD"
     REDUCE_GRAD = "REDUCE_GRAD"
+    REDUCE_TIED = "REDUCE_TIED"  # schedc's own: torch's runtime has no such action
 
     # Enum's own __hash__ is a Python-level call; hashing as the str value is C-fast and agrees
     # with equality (Op.F == "F"). Every dict and set keyed by ops or actions depends on this.
@@ -59,7 +62,7 @@ COMPUTE = frozenset({Op.F, Op.B, Op.I, Op.W})
 SENDS = frozenset({Op.SEND_F, Op.SEND_B})
 RECVS = frozenset({Op.RECV_F, Op.RECV_B})
 COMM = SENDS | RECVS
-STAGE_OPS = frozenset({Op.UNSHARD, Op.RESHARD, Op.REDUCE_GRAD})
+STAGE_OPS = frozenset({Op.UNSHARD, Op.RESHARD, Op.REDUCE_GRAD, Op.REDUCE_TIED})
 
 
 class CompoundKind(str, enum.Enum):
@@ -291,7 +294,7 @@ class Program:
 
 
 # ---- compact text form ----
-_ACTION_RE = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|BW|F|B|I|W)(\d*)")
+_ACTION_RE = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|REDUCE_TIED|BW|F|B|I|W)(\d*)")
 _COMPOUND_RE = re.compile(r"\((.*)\)([A-Z_]+)")
 
 

@@ -99,6 +99,10 @@ def _indices(p: Program, out: Findings) -> None:
             out.add("bad-index", f"{describe(a)}: microbatch {a.microbatch} is out of range 0..{M - 1}",
                     rank, step, a)
             continue
+        if a.op is Op.REDUCE_TIED and a.stage not in (0, S - 1):
+            out.add("bad-index", f"{describe(a)}: the tied all-reduce joins the first and the last stage "
+                    f"(0 and {S - 1}); stage {a.stage} is neither", rank, step, a)
+            continue
         home = placement[a.stage]
         if home != rank:
             out.add("wrong-rank", f"{describe(a)} runs on rank {rank}, but stage {a.stage} is placed "
@@ -121,7 +125,8 @@ def _bad_candidates(p: Program):
         for step, st in enumerate(steps):
             for a in st.parts:
                 s, m = a.stage, a.microbatch
-                if not (0 <= s < S and (m is None or 0 <= m < M) and placement[s] == rank) or a.op.is_comm:
+                if not (0 <= s < S and (m is None or 0 <= m < M) and placement[s] == rank) or a.op.is_comm \
+                        or a.op is Op.REDUCE_TIED:
                     yield rank, step, a
 
 

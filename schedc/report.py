@@ -18,6 +18,7 @@ from .verify.deadlock import Deadlock, disagreement, find_deadlock, render_grid
 from .verify.channels import BACKENDS
 from .verify.execute import RENDEZVOUS, Semantics, channels, execute
 from .verify.fast import quick_check
+from .verify.mesh import joins_ranks
 from .verify.memory import Peak, peak_activation, peak_memory
 
 ENGINES = ("native", "z3")
@@ -132,7 +133,7 @@ def _peak_dict(pk: Peak, limit) -> dict:
 def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str = "native",
                timeout_s: float = 30.0, memory_limit: dict[int, float] | None = None,
                file: str | None = None, fast: bool = True) -> Report:
-    if program.dp > 1:
+    if joins_ranks(program):  # replicas, or a tied all-reduce between two ranks: a question about the job
         return _check_job(program, semantics, memory_limit, file if file is not None else program.source, engine)
     report = Report(program, file if file is not None else program.source, semantics, engine)
     if fast and engine == "native":  # the array fast path; what it cannot clear gets the detailed checks
@@ -174,12 +175,12 @@ def _check_job(program: Program, semantics: Semantics, limits, file, engine) -> 
     executor decides (the Z3 engine checks one pipeline)."""
     from dataclasses import replace
     from .verify.mesh import job, order_findings
-    P = program.num_ranks
+    P, D = program.num_ranks, program.dp
     replicas = [program.replica(d) for d in range(program.dp)]
     flat, cons = job(program, semantics)
     report = Report(flat, file, semantics, "native", replicas=program.dp)
     for d, replica in enumerate(replicas):
-        report.errors.extend(_in_replica(diag, d, P) for diag in lint(replica))
+        report.errors.extend(_in_replica(diag, d, P) if D > 1 else diag for diag in lint(replica))
     if report.errors:
         return report
     report.peak_activation = tuple(x for r in replicas for x in peak_activation(r))
@@ -199,7 +200,8 @@ def _check_job(program: Program, semantics: Semantics, limits, file, engine) -> 
         report.errors.append(Diagnostic(
             "deadlock", f"deadlock under {semantics.phrase()}: {dl.cause}",
             first.action.span if first else None,
-            (f"ranks are numbered replica by replica: rank d * {P} + p is pipeline rank p of replica d",),
+            (f"ranks are numbered replica by replica: rank d * {P} + p is pipeline rank p of replica d",)
+            if D > 1 else (),
             rank=first.rank if first else None, step=display_step(first.action, first.step) if first else None))
         return report
     if report.mismatches:

@@ -51,8 +51,9 @@ def test_identical_replicas_check_clean_and_count_the_job(D, semantics):
 
 def test_groups_are_the_pipeline_ranks_across_replicas():
     found = groups(job(ONE_F_ONE_B, D=3))
-    assert sorted(found) == [0, 1] and sorted(found[1]) == [1, 3, 5]
-    assert [i.action.op for i in found[1][5]] == [Op.REDUCE_GRAD]
+    assert sorted(k for k in found if k[0] == "dp") == [("dp", 0), ("dp", 1)] and sorted(found[("dp", 1)]) == [1, 3, 5]
+    assert [i.action.op for i in found[("dp", 1)][5]] == [Op.REDUCE_GRAD]
+    assert sorted(found[("tied", 2)]) == [4, 5]  # replica 2's ranks of the first and the last stage
 
 
 def test_replicas_that_reduce_in_different_orders_are_refused():
@@ -129,3 +130,38 @@ def test_collective_orders_agree_exactly_when_the_replicas_agree(order0, order1,
     same = all([s for s in order0 if s % 2 == p] == [s for s in order1 if s % 2 == p] for p in (0, 1))
     assert report.ok is same, report.render()
     assert same or {d.code for d in report.errors} == {"collective-order"}
+
+
+TIED = """schedule tied {{
+  rank 0: 0F0 0SEND_F0 {early}0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1{late}
+  rank 1: 1RECV_F0 1F0 1RECV_F1 1B0 1SEND_B0 1F1 1B1 1SEND_B1 1REDUCE_TIED
+}}"""
+
+
+@pytest.mark.parametrize("semantics", ["rendezvous", "eager", "nccl", "gloo"])
+def test_a_tied_all_reduce_that_waits_on_a_message_that_waits_on_it_is_refused(semantics):
+    stuck = schedc.check(compile_text(TIED.format(early="0REDUCE_TIED ", late="")), semantics=semantics)
+    assert stuck.deadlock is not None
+    assert any(w.reason == "collective-not-reached" and w.action.op is Op.REDUCE_TIED for w in stuck.deadlock.cycle)
+    assert "REDUCE_TIED(0) for rank 1 to reach its partner REDUCE_TIED(1)" in stuck.errors[0].message
+    fine = schedc.check(compile_text(TIED.format(early="", late=" 0REDUCE_TIED")), semantics=semantics)
+    assert fine.ok, fine.render()
+
+
+def test_the_tied_all_reduce_joins_only_the_first_and_last_stage():
+    report = schedc.check(compile_text("schedule t { stages 3\n place [0, 1, 0]\n rank 0: 0F0 2F0 2B0 0B0 0REDUCE_TIED\n"
+                                       " rank 1: 1F0 1B0 1REDUCE_TIED }"))
+    assert [d.code for d in report.errors] == ["bad-index"]
+    assert "stage 1 is neither" in report.errors[0].message
+    # both ends on one rank (a V shape): a group of one, which completes at once
+    vshape = schedc.check(compile_text("schedule v { stages 4\n place vshape\n ranks 2\n"
+                                       " rank 0: 0F0 3F0 3B0 0REDUCE_TIED 0B0 3REDUCE_TIED\n"
+                                       " rank 1: 1F0 2F0 2B0 1B0 }"))
+    assert vshape.ok, vshape.render()
+
+
+def test_torch_has_no_tied_all_reduce_so_export_says_so():
+    program = compile_text(TIED.format(early="", late=" 0REDUCE_TIED"))
+    with pytest.raises(schedc.SchedcError) as exc:
+        schedc.to_torch_csv(program)
+    assert "REDUCE_TIED" in exc.value.diagnostics[0].message

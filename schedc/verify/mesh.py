@@ -4,17 +4,19 @@ A program with `replicas D` runs D copies of its pipeline of P ranks; replica d'
 is rank d * P + p of the job. UNSHARD, RESHARD and REDUCE_GRAD are collectives over the
 data-parallel group of the rank that issues them: the ranks that hold the same pipeline rank in
 every replica (one process group per pipeline rank, as a pipeline x data-parallel device mesh
-makes it). The k-th collective a member issues on its group meets the k-th of every other member
-and completes once all of them have reached it; so members must issue a group's collectives in one
-order, the same operation on the same stage (`order_findings`), and the job's happens-before graph
-is the replicas' graphs joined by those waits (`job`). docs/semantics.md, "Collectives".
+makes it). REDUCE_TIED is the all-reduce of the weights the first and the last stage share (a tied
+embedding), over the ranks of those two stages in one replica. The k-th collective a member issues
+on its group meets the k-th of every other member and completes once all of them have reached it;
+so members must issue a group's collectives in one order, the same operation (on the same stage,
+for a data-parallel group) (`order_findings`), and the job's happens-before graph is the replicas'
+graphs joined by those waits (`job`). docs/semantics.md, "Collectives".
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from ..errors import Diagnostic
-from ..ir import STAGE_OPS, Action, Program, describe
+from ..ir import STAGE_OPS, Action, Op, Program, describe
 from .channels import Semantics, channels
 from .graph import Constraints, Lane, constraints
 
@@ -29,18 +31,43 @@ class Issue:
     action: Action
 
 
-def groups(program: Program) -> dict[int, dict[int, list[Issue]]]:
-    """Pipeline rank p -> each member (job rank d * P + p) -> its collectives, in issue order."""
-    P = program.num_ranks
-    out: dict[int, dict[int, list[Issue]]] = {}
+def groups(program: Program) -> dict[tuple, dict[int, list[Issue]]]:
+    """Each group -> each member (a job rank) -> its collectives on the group, in issue order. A
+    group is ("dp", p), the data-parallel group of pipeline rank p (members d * P + p), or ("tied",
+    d), replica d's ranks of the first and the last stage (REDUCE_TIED)."""
+    P, S = program.num_ranks, program.num_stages
+    out: dict[tuple, dict[int, list[Issue]]] = {}
+    ends = {program.placement[0], program.placement[S - 1]} if S else set()
     for d in range(program.dp):
+        for p in ends:
+            out.setdefault(("tied", d), {})[d * P + p] = []
         for p, steps in enumerate(program.replica(d).ranks):
-            mine = out.setdefault(p, {}).setdefault(d * P + p, [])
+            out.setdefault(("dp", p), {}).setdefault(d * P + p, [])
             for x, st in enumerate(steps):
                 for k, a in enumerate(st.parts):
                     if a.op in STAGE_OPS:
-                        mine.append(Issue(d * P + p, x, k, a))
+                        key = ("tied", d) if a.op is Op.REDUCE_TIED else ("dp", p)
+                        out.setdefault(key, {}).setdefault(d * P + p, []).append(Issue(d * P + p, x, k, a))
     return out
+
+
+def joins_ranks(program: Program) -> bool:
+    """Does some collective have more than one member (replicas, or a tied all-reduce between two
+    ranks)? Then deadlock freedom is a question about the job (`job`), not each pipeline alone."""
+    return program.dp > 1 or any(len(members) > 1 and any(members.values())
+                                 for key, members in groups(program).items() if key[0] == "tied")
+
+
+def _signature(key, a: Action):
+    """What must agree between the members' k-th collectives: the operation, and on a data-parallel
+    group its stage too (the tied all-reduce names each member's own end of the model)."""
+    return (a.op, a.stage) if key[0] == "dp" else (a.op,)
+
+
+def _group_name(key, members) -> str:
+    names = ", ".join(str(m) for m in sorted(members))
+    return f"the data-parallel group of ranks {names}" if key[0] == "dp" else \
+        f"the tied-weight group of ranks {names} (first and last stage)"
 
 
 def order_findings(program: Program) -> list[Diagnostic]:
@@ -48,18 +75,18 @@ def order_findings(program: Program) -> list[Diagnostic]:
     different numbers of them): the k-th of one would meet another operation, or wait forever."""
     out = []
     P = program.num_ranks
-    for p, members in sorted(groups(program).items()):
+    for key, members in sorted(groups(program).items()):
         first, *others = sorted(members)
         ours = members[first]
-        names = ", ".join(str(m) for m in sorted(members))
+        group = _group_name(key, members)
         for m in others:
             theirs = members[m]
             for k, (a, b) in enumerate(zip(ours, theirs)):
-                if (a.action.op, a.action.stage) != (b.action.op, b.action.stage):
+                if _signature(key, a.action) != _signature(key, b.action):
                     out.append(Diagnostic(
                         "collective-order",
-                        f"rank {m} (replica {m // P}), step {b.step}: its collective #{k + 1} on the data-parallel "
-                        f"group of ranks {names} is {describe(b.action)}, but rank {first}'s is "
+                        f"rank {m} (replica {m // P}), step {b.step}: its collective #{k + 1} on {group} is "
+                        f"{describe(b.action)}, but rank {first}'s is "
                         f"{describe(a.action)}: the group's k-th collectives meet, so they would combine "
                         "different tensors, or hang", b.action.span,
                         (f"rank {first} issues it at step {a.step}" + _at(a.action),), rank=m, step=b.step))
@@ -71,7 +98,7 @@ def order_findings(program: Program) -> list[Diagnostic]:
                     out.append(Diagnostic(
                         "collective-order",
                         f"rank {long_} (replica {long_ // P}), step {extra.step}: {describe(extra.action)} is its "
-                        f"collective #{len(members[short]) + 1} on the data-parallel group of ranks {names}, and "
+                        f"collective #{len(members[short]) + 1} on {group}, and "
                         f"rank {short} issues only {len(members[short])}: it waits forever",
                         extra.action.span, rank=long_, step=extra.step))
     return out

@@ -30,7 +30,7 @@ _RUN_CODES = frozenset({"mismatch", "unmatched", "deadlock", "memory"})
 _WAIT_LABEL = {"recv-not-posted": "waits for its receive", "send-not-posted": "waits for its send",
                "buffer-full": "channel full", "value": "waits for the value", "never": "never comes"}
 _COMM_LABEL = {Op.SEND_F: "→F", Op.RECV_F: "←F", Op.SEND_B: "→B", Op.RECV_B: "←B"}
-_STAGE_LABEL = {Op.UNSHARD: "U", Op.RESHARD: "R", Op.REDUCE_GRAD: "RG"}
+_STAGE_LABEL = {Op.UNSHARD: "U", Op.RESHARD: "R", Op.REDUCE_GRAD: "RG", Op.REDUCE_TIED: "RT"}
 
 
 @dataclass
