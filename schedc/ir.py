@@ -25,6 +25,8 @@ class Op(str, enum.Enum):
     W  backward for weights (needs I)              REDUCE_GRAD        gradient reduction (no mb)
                                                    REDUCE_TIED        all-reduce of the weights tied
                                                                       between the first and last stage
+    WAIT_SEND_F / WAIT_RECV_F / WAIT_SEND_B / WAIT_RECV_B: wait here for that send or receive, posted
+    earlier on this rank, to complete (under a backend, where operations are posted and awaited).
     A receive is named by the stage that receives (PyTorch's convention).
     """
 
@@ -40,6 +42,10 @@ class Op(str, enum.Enum):
     RESHARD = "RESHARD"
     REDUCE_GRAD = "REDUCE_GRAD"
     REDUCE_TIED = "REDUCE_TIED"  # schedc's own: torch's runtime has no such action
+    WAIT_SEND_F = "WAIT_SEND_F"  # the waits are schedc's own too (torch awaits by its convention)
+    WAIT_RECV_F = "WAIT_RECV_F"
+    WAIT_SEND_B = "WAIT_SEND_B"
+    WAIT_RECV_B = "WAIT_RECV_B"
 
     # Enum's own __hash__ is a Python-level call; hashing as the str value is C-fast and agrees
     # with equality (Op.F == "F"). Every dict and set keyed by ops or actions depends on this.
@@ -63,6 +69,9 @@ SENDS = frozenset({Op.SEND_F, Op.SEND_B})
 RECVS = frozenset({Op.RECV_F, Op.RECV_B})
 COMM = SENDS | RECVS
 STAGE_OPS = frozenset({Op.UNSHARD, Op.RESHARD, Op.REDUCE_GRAD, Op.REDUCE_TIED})
+WAITS = {Op.WAIT_SEND_F: Op.SEND_F, Op.WAIT_RECV_F: Op.RECV_F, Op.WAIT_SEND_B: Op.SEND_B,
+         Op.WAIT_RECV_B: Op.RECV_B}  # a wait -> the operation it waits for (same stage and microbatch)
+SCHEDC_ONLY = frozenset({Op.REDUCE_TIED, *WAITS})  # actions torch's runtime has no name for
 
 
 class CompoundKind(str, enum.Enum):
@@ -294,7 +303,7 @@ class Program:
 
 
 # ---- compact text form ----
-_ACTION_RE = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|REDUCE_TIED|BW|F|B|I|W)(\d*)")
+_ACTION_RE = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|WAIT_SEND_F|WAIT_RECV_F|WAIT_SEND_B|WAIT_RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|REDUCE_TIED|BW|F|B|I|W)(\d*)")
 _COMPOUND_RE = re.compile(r"\((.*)\)([A-Z_]+)")
 
 

@@ -14,7 +14,7 @@ from collections import defaultdict
 
 from .deps import consumer_stage, delivers, message, needs, payload, peer_stage, produces, value_name
 from .errors import Diagnostic
-from .ir import COMPUTE, SENDS, Action, Op, Program, describe
+from .ir import COMPUTE, SENDS, WAITS, Action, Op, Program, describe
 
 MAX_PER_CODE = 20
 MAX_PAIRS = 10_000_000  # (stage, microbatch) pairs a program can have and still fit the action limit
@@ -80,6 +80,7 @@ def lint(program: Program) -> list[Diagnostic]:
         return out.result()  # the checks below assume valid indices
     _counts(program, out)
     _inputs(program, out)
+    _waits(program, out)
     if program.level == "comms":
         _communication(program, out)
     return out.result()
@@ -270,6 +271,30 @@ def _inputs(p: Program, out: Findings) -> None:
                 v = delivers(a) or produces(a)
                 if v is not None:
                     available.add(v)
+
+
+def _waits(p: Program, out: Findings) -> None:
+    """An explicit wait (WAIT_RECV_F(s, m), ...) waits for that send or receive, posted earlier on
+    its own rank."""
+    for rank, steps in enumerate(p.ranks):
+        posted: dict = {}
+        for step, st in enumerate(steps):
+            for a in st.parts:
+                if a.op.is_comm:
+                    posted.setdefault((a.op, a.stage, a.microbatch), (step, a))
+        for step, st in enumerate(steps):
+            for a in st.parts:
+                target = WAITS.get(a.op)
+                if target is None:
+                    continue
+                what = describe(Action(target, a.stage, a.microbatch))
+                at = posted.get((target, a.stage, a.microbatch))
+                if at is None:
+                    out.add("missing", f"{describe(a)} waits for {what}, which rank {rank} never posts", rank, step, a)
+                elif at[0] >= step:
+                    out.add("order", f"{describe(a)} waits for {what}, which comes "
+                            f"{'in the same step' if at[0] == step else f'later, at step {display_step(at[1], at[0])}'}",
+                            rank, step, a)
 
 
 def _arrivals(steps) -> dict:

@@ -311,7 +311,8 @@ class _Simulator:
             Op.F: self.compute, Op.B: self.compute, Op.I: self.compute, Op.W: self.compute,
             Op.SEND_F: self.send, Op.SEND_B: self.send, Op.RECV_F: self.recv, Op.RECV_B: self.recv,
             Op.UNSHARD: self.stage_op, Op.RESHARD: self.stage_op, Op.REDUCE_GRAD: self.stage_op,
-            Op.REDUCE_TIED: self.stage_op,
+            Op.REDUCE_TIED: self.stage_op, Op.WAIT_SEND_F: self.stage_op, Op.WAIT_RECV_F: self.stage_op,
+            Op.WAIT_SEND_B: self.stage_op, Op.WAIT_RECV_B: self.stage_op,  # waits: free here (docs/sim.md)
             CompoundKind.OVERLAP_F_B: self.overlap_f_b, CompoundKind.GROUP: self.group,
         }
 

@@ -128,3 +128,44 @@ def test_backend_verdicts_agree_with_the_oracle_and_nest(variant, engine):
     assert verdict["nccl"] or not verdict["rendezvous"], label  # rendezvous => nccl
     assert verdict["gloo"] or not verdict["nccl"], label  # nccl => gloo
     assert verdict["gloo"] or not verdict["eager"], label  # eager => gloo
+
+
+def test_an_explicit_wait_makes_the_rank_wait_where_it_stands():
+    early = compile_text("""schedule early {
+      rank 0: 0RECV_B0 0WAIT_RECV_B0 0F0 0SEND_F0 0B0
+      rank 1: 1RECV_F0 1F0 1B0 1SEND_B0
+    }""")
+    report = schedc.check(early, semantics="gloo")  # without the wait it completes (above)
+    assert report.deadlock is not None
+    waits = {(w.rank, w.reason) for w in report.deadlock.cycle}
+    assert (0, "send-not-posted") in waits
+    nccl = schedc.check(early, semantics="nccl")
+    assert nccl.deadlock.stuck[0] == 1  # at the wait, not at B(0,0) as without it
+    late = compile_text("""schedule late {
+      rank 0: 0RECV_B0 0F0 0SEND_F0 0WAIT_SEND_F0 0WAIT_RECV_B0 0B0
+      rank 1: 1RECV_F0 1WAIT_RECV_F0 1F0 1B0 1SEND_B0 1WAIT_SEND_B0
+    }""")
+    assert schedc.check(late, semantics="gloo").ok
+    for semantics in ("rendezvous", "eager"):  # blocking at their place: a wait finds them done
+        assert schedc.check(late, semantics=semantics).deadlock is not None
+        assert schedc.check(compile_text(PREFETCH), semantics=semantics).deadlock is not None
+
+
+def test_a_wait_needs_its_operation_posted_before_it_on_its_rank():
+    report = schedc.check(compile_text("""schedule w {
+      rank 0: 0F0 0WAIT_SEND_F0 0SEND_F0 0RECV_B0 0B0
+      rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1WAIT_RECV_B0
+    }"""))
+    found = {(d.code, d.rank) for d in report.errors}
+    assert found == {("order", 0), ("missing", 1)}
+    assert "WAIT_SEND_F(0,0) waits for SEND_F(0,0), which comes later, at step 2" in report.render()
+    assert "WAIT_RECV_B(1,0) waits for RECV_B(1,0), which rank 1 never posts" in report.render()
+
+
+def test_waits_are_schedc_only_and_export_says_so():
+    late = compile_text("schedule w { rank 0: 0F0 0SEND_F0 0WAIT_SEND_F0 0RECV_B0 0B0\n"
+                        " rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 }")
+    assert schedc.check(late).ok
+    with pytest.raises(schedc.SchedcError) as exc:
+        schedc.to_torch_csv(late)
+    assert "WAIT_SEND_F" in exc.value.diagnostics[0].message

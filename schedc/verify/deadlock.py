@@ -134,9 +134,9 @@ def _what(w: Wait) -> str:
             return f"on rank {w.rank}'s stream, {describe(w.action)} waits for rank {w.rank} to post it"
         return (f"on rank {w.rank}'s stream, {describe(w.action)} waits for rank {w.on_rank} to post "
                 f"{describe(w.on_action)} ({peer})")
-    if w.reason == "recv-not-done":
+    if w.reason in ("recv-not-done", "send-not-done"):
         return (f"rank {w.rank} waits at {describe(w.action)} for {describe(w.on_action)} to complete on its "
-                f"stream to rank {_peer_of(w)}")
+                f"stream to {_peer_of(w)}")
     if w.reason == "partner-queued":
         return (f"rank {w.rank} waits at {describe(w.action)} for rank {w.on_rank}'s {describe(w.on_action)}, "
                 "queued on its stream")

@@ -129,7 +129,8 @@ def _waits(program: Program, cons: Constraints, n: int, pc: list[int]):
         if pc[q] > j:
             continue
         if q >= cons.ranks:  # a stream: the receive awaited has not completed, or the partner is queued
-            reason, at = ("recv-not-done", j) if why == "recv-done" else ("partner-queued", j + 1)
+            reason, at = {"recv-done": ("recv-not-done", j), "send-done": ("send-not-done", j)}.get(
+                why, ("partner-queued", j + 1))
             on_rank, on_step, _ = cons.where((q, at))
             on = _partner(program.ranks[on_rank][on_step].parts, parts[k])
             yield Wait(rank, step, parts[k], reason, on_rank, on_step, on, node, q)

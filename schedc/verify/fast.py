@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import deps
-from ..ir import Compound, Op, Program
+from ..ir import SCHEDC_ONLY, Compound, Op, Program
 from .channels import Semantics
 from .execute import run_ranks
 from .memory import Peak, activation_deltas
@@ -26,6 +26,7 @@ _OPS = list(Op)
 _CODE = {op: i for i, op in enumerate(_OPS)}
 F, B, I, W = (_CODE[o] for o in (Op.F, Op.B, Op.I, Op.W))
 SF, RF, SB, RB = (_CODE[o] for o in (Op.SEND_F, Op.RECV_F, Op.SEND_B, Op.RECV_B))
+_SCHEDC_ONLY = [_CODE[o] for o in SCHEDC_ONLY]  # explicit waits and the tied all-reduce: the detailed checks
 MAX_CELLS = 4_000_000  # stage x microbatch tables above this go to the detailed checks
 assert deps.NEEDS[Op.B] == deps.NEEDS[Op.I]  # below, "the backward" (B, or I where split) stands for both
 SEND_OF = {deps.NEEDS[o][0][0]: o for o in (Op.SEND_F, Op.SEND_B)}  # the send that carries a kind of value
@@ -72,6 +73,8 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
     if arrays is None:
         return None
     op, stage, mb, rank, step, gid, lengths = arrays
+    if np.isin(op, _SCHEDC_ONLY).any():
+        return None
     placement = np.asarray(program.placement, dtype=np.int64)
     # indices in range, actions on their stage's rank
     has_mb = mb >= 0

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..deps import delivers, needs, produces
-from ..ir import Program
+from ..ir import WAITS, Op, Program
 from .channels import Channels, Endpoint, Semantics
 
 Step = tuple[int, int]  # (rank, index)
@@ -187,7 +187,32 @@ def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, nev
                 prereq[recv.rank][x].append((n, j, "recv-done", k))
             else:  # gloo: the receive completes once its send is posted (sends are buffered)
                 prereq[recv.rank][x].append((send.rank, send.step, "send-posted", k))
+    _explicit_waits(program, chans, partner, lane_of, prereq, never)
     return Constraints(prereq, never, lanes, True)
+
+
+def _explicit_waits(program: Program, chans: Channels, partner, lane_of, prereq, never) -> None:
+    """WAIT_SEND_F(s, m) and the others: the step waits for that operation, posted earlier on its
+    rank, to complete (under nccl, on its stream; under gloo a receive once its send is posted, and
+    a send at once)."""
+    mine = {(e.rank, e.action.op, e.action.stage, e.action.microbatch): e
+            for table in (chans.sends, chans.recvs) for endpoints in table.values() for e in endpoints}
+    for r, steps in enumerate(program.ranks):
+        for x, st in enumerate(steps):
+            for k, a in enumerate(st.parts):
+                target = WAITS.get(a.op)
+                e = None if target is None else mine.get((r, target, a.stage, a.microbatch))
+                if e is None:
+                    continue  # not a wait, or one that waits for nothing (the structure check says so)
+                other = partner.get(e[:3])
+                if lane_of:
+                    n, j = lane_of[e[:3]]
+                    prereq[r][x].append((n, j, "recv-done" if target in (Op.RECV_F, Op.RECV_B) else "send-done", k))
+                elif target in (Op.RECV_F, Op.RECV_B):
+                    if other is None:
+                        never.setdefault((r, x), ("waits for a send that is never posted", k))
+                    else:
+                        prereq[r][x].append((other.rank, other.step, "send-posted", k))
 
 
 def _consumer(program: Program, recv: Endpoint, value, num_stages: int) -> tuple[int, int] | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SchedcError
-from ..ir import Action, Compound, CompoundKind, Op, Program, Step, describe, format_step
+from ..ir import WAITS, Action, Compound, CompoundKind, Op, Program, Step, describe, format_step
 
 MAX_BLOCKS = 10_000  # more steps than this are aggregated (an SVG of ~250 bytes per block stays < 3 MB)
 MAX_ROWS = 128  # more ranks than this are aggregated into groups of ranks
@@ -265,7 +265,7 @@ def kind_of(step: Step) -> str:
         return "OVERLAP" if step.kind is CompoundKind.OVERLAP_F_B else "COMM"
     if step.op.is_compute:
         return step.op.value
-    return "COMM" if step.op.is_comm else "STAGE"
+    return "COMM" if step.op.is_comm or step.op in WAITS else "STAGE"
 
 
 def _label(step: Step, mode: str) -> str:
