@@ -105,6 +105,7 @@ def _user_call(e: ast.Call, scope: Scope) -> Eval:
 
 
 MEMO_SIZE = 4096  # entries kept per memoized function body before its cache starts again
+MAX_CALL_NESTING = 500  # a `let` function's expression nested at most this deep, through the functions it calls
 
 
 def compile_function(params: tuple[str, ...], body: ast.Expr, scope: Scope) -> Eval:
@@ -112,12 +113,42 @@ def compile_function(params: tuple[str, ...], body: ast.Expr, scope: Scope) -> E
     function is memoized on the values of the names it reads (its parameters and outer names), so
     a chain of functions each calling the previous one twice costs one evaluation per function,
     not 2^n; a body without such calls is cheap and runs as is."""
+    nesting = _nesting(body, scope)
+    if nesting > MAX_CALL_NESTING:
+        raise SchedcError("too-large", f"through the `let` functions it calls, this expression nests {nesting} "
+                          f"levels deep; at most {MAX_CALL_NESTING}", body.span)
     run = compile_expr(body, scope)
     outer = tuple(sorted(_reads(body, scope) - set(params)))
     if _calls_function(body, scope):
         run = _memoized(run, tuple(params) + outer)
     run.outer = outer  # what a caller's memo key must include of this function
+    run.nesting = nesting  # how deep its evaluation nests, through the functions it calls
     return run
+
+
+def _nesting(e: ast.Expr, scope: Scope) -> int:
+    """How many levels an expression's evaluation nests: its own tree, and below a call of a `let`
+    function, that function's nesting (its arguments are evaluated before, not inside, the call)."""
+    deepest, stack = 0, [(e, 1)]
+    while stack:
+        n, d = stack.pop()
+        deepest = max(deepest, d)
+        if isinstance(n, ast.Call) and scope.function(n.name) is not None:
+            deepest = max(deepest, d + scope.function(n.name)[1].nesting)
+        stack.extend((c, d + 1) for c in _children(n))
+    return deepest
+
+
+def _children(n) -> tuple:
+    if isinstance(n, ast.BinOp):
+        return (n.left, n.right)
+    if isinstance(n, ast.UnaryOp):
+        return (n.operand,)
+    if isinstance(n, ast.Ternary):
+        return (n.cond, n.then, n.orelse)
+    if isinstance(n, ast.Call):
+        return n.args
+    return ()
 
 
 def _memoized(run: Eval, reads: tuple[str, ...]) -> Eval:

@@ -290,7 +290,7 @@ def _table(page: str, header: str) -> list[list[str]]:
 
 
 def test_the_limits_page_states_schedcs_limits():
-    from schedc import compiler, ir, lint, parse
+    from schedc import compiler, expr, ir, lint, parse
     from schedc.inputs import MAX_DIGITS
     from schedc.viz.dag import MAX_DAG_STEPS
     limits = {row[0]: row[1] for row in _table("limits.md", "| what | limit |")}
@@ -303,6 +303,7 @@ def test_the_limits_page_states_schedcs_limits():
         "stage x microbatch pairs (`check`)": f"{lint.MAX_PAIRS:,}",
         "source text": f"{parse.MAX_SOURCE_BYTES:,} bytes",
         "nesting of the text": f"{parse.MAX_DEPTH} levels",
+        "nesting of a `let` function, through the functions it calls": f"{expr.MAX_CALL_NESTING} levels",
         "integers in an option or a cost file's key": f"{MAX_DIGITS} digits",
         "findings listed per code": f"{lint.MAX_PER_CODE}",
         "dependency graph (`viz --dag`)": f"{MAX_DAG_STEPS:,} steps",

@@ -73,6 +73,29 @@ def _tries(monkeypatch, P: int) -> int:
     return calls[0]
 
 
+def test_a_function_chain_too_deep_to_evaluate_is_a_clear_error_at_its_line(run_cli, tmp_path):
+    """Evaluation recurses through `let` functions: a chain nested past MAX_CALL_NESTING is refused
+    where it is defined (no RecursionError); one within it compiles and proves."""
+    from schedc.expr import MAX_CALL_NESTING
+
+    def chain(n):
+        lets = [f"  let f{i}(x) = f{i - 1}(x) + 1" for i in range(1, n + 1)]
+        return "\n".join(["schedule fns(P = 2, M = 2) {", "  stages P", "  place loop", "  let f0(x) = x",
+                          *lets, f"  let top = f{n}(0)", "  rank r { for m in 0 .. M { F(r, m) } "
+                          "for m in 0 .. M { B(r, m) } }", "}"])
+    deep = tmp_path / "deep.pp"
+    deep.write_text(chain(1500))
+    for command in ("check", "prove"):
+        code, out, err = run_cli(command, str(deep))
+        assert code == 2 and "error[too-large]" in err and "Traceback" not in err + out, command
+        line = int(err.split(":")[1])
+        assert 4 < line < 4 + MAX_CALL_NESTING  # the first function past the limit, not the end of the file
+    fits = tmp_path / "fits.pp"
+    fits.write_text(chain(200))
+    assert run_cli("check", str(fits))[0] == 0
+    assert run_cli("prove", str(fits), "--timeout", "60")[0] == 0
+
+
 def test_communication_insertion_is_linear_in_ranks(monkeypatch):
     # the drain runs one rank per round: a pass that tried every rank each round was quadratic
     small, large = _tries(monkeypatch, 256), _tries(monkeypatch, 512)

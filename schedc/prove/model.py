@@ -107,6 +107,9 @@ def domain(tree: ast.Schedule) -> Model:
     requires = tuple(c.cond for i in loops.header if isinstance(i, ast.Require) for c in i.constraints)
     lets = tuple(LetFrame(i.name, i.value) for i in loops.header if isinstance(i, ast.Let) and i.params is None)
     functions = {i.name: (i.params, i.value) for i in loops.header if isinstance(i, ast.Let) and i.params is not None}
+    if functions:  # compiled once here, in order: one nested too deep to evaluate is an input error
+        from .sample import Names
+        Names(functions).function(next(reversed(functions)))
     one = ast.Num(1, tree.span)
     return Model(tree.name, params, requires, lets, functions, one, one, one, "loop", None, None, "r", (),
                  loops=loops)

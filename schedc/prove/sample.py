@@ -77,9 +77,15 @@ class Names:
         if name not in self.functions:
             return None
         if name not in self.compiled:
-            params, body = self.functions[name]
             inner = self if self.names is None else Names(self.functions)  # resolved with the schedule
-            self.compiled[name] = tuple(params), compile_function(tuple(params), body, inner), None
+            # in definition order, up to this one: a function calls only those defined before it,
+            # so each finds its callees compiled (no recursion, however long the chain)
+            for other, (params, body) in self.functions.items():
+                if other not in inner.compiled:
+                    inner.compiled[other] = tuple(params), compile_function(tuple(params), body, inner), None
+                if other == name:
+                    break
+            self.compiled[name] = inner.compiled[name]
         return self.compiled[name]
 
     def all_names(self) -> list[str]:
