@@ -61,8 +61,8 @@ def _read(text: str, name: str, fmt: str, params, notation: str, strict_params: 
     if fmt != "pp" and params:
         raise SchedcError("usage", "--param applies to .pp schedules only", where="--param")
     if fmt == "torch-csv":
-        from .interop.torch_csv import read_torch_csv
-        return read_torch_csv(text, name, notation=notation).to_program()
+        from .interop.torch_csv import program_from_csv
+        return program_from_csv(text, name, notation=notation)
     if fmt == "ir-json":
         from .interop.ir_json import read_ir_json
         return read_ir_json(text, name)

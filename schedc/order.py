@@ -22,7 +22,29 @@ from .verify.memory import activation_delta
 KINDS = {"F": Op.F, "B": Op.B, "I": Op.I, "W": Op.W}
 
 
+MAX_CACHED_ACTIONS = 4_000  # orders of programs up to this size are kept: the same program, the same order
+MAX_CACHED = 32  # orders kept; then the cache starts again
+_ORDERED: dict[tuple, Program] = {}
+
+
 def greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, span: Span) -> Program:
+    """The program with each rank's actions in greedy order (the module's docstring). The order of
+    a small program is computed once: a built-in loaded again, or a property test's thousands of
+    calls, find it made. The key holds the actions' spans, so a report still points at the file
+    the program came from."""
+    if program.num_actions > MAX_CACHED_ACTIONS:
+        return _greedy_order(program, prefer, cap, span)
+    key = (program, tuple(a.span for _, _, a in program.actions()), program.source, prefer, cap)
+    hit = _ORDERED.get(key)
+    if hit is None:
+        hit = _greedy_order(program, prefer, cap, span)
+        if len(_ORDERED) >= MAX_CACHED:
+            _ORDERED.clear()
+        _ORDERED[key] = hit
+    return hit
+
+
+def _greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, span: Span) -> Program:
     ann = program.annotations
     rank_of_kind = {op: i for i, op in enumerate(prefer)}
     queues: list[dict[tuple[Op, int], deque]] = []

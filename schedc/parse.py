@@ -27,8 +27,30 @@ def parser() -> Lark:
                 propagate_positions=True, maybe_placeholders=True)
 
 
+MAX_CACHED_BYTES = 50_000  # texts up to this size are parsed once: the same text gives the same tree
+MAX_CACHED = 64  # trees kept (the built-ins, and a few files): then the cache starts again
+_PARSED: dict[tuple[str, str], ast.Schedule] = {}
+
+
 def parse(text: str, name: str = "<input>") -> ast.Schedule:
-    """Parse one schedule file's text; raise SchedcError on a syntax error."""
+    """Parse one schedule file's text; raise SchedcError on a syntax error.
+
+    The tree is immutable, so a text parsed before (a built-in loaded again, a property test's
+    thousands of calls) gives the same tree back, and the loop-level IR built from it (loops.py)
+    is reused too."""
+    key = (text, name)
+    hit = _PARSED.get(key)
+    if hit is not None:
+        return hit
+    tree = _parse(text, name)
+    if len(text) <= MAX_CACHED_BYTES:
+        if len(_PARSED) >= MAX_CACHED:
+            _PARSED.clear()
+        _PARSED[key] = tree
+    return tree
+
+
+def _parse(text: str, name: str) -> ast.Schedule:
     source = Source(name, text)
     if len(text) > MAX_SOURCE_BYTES:
         raise SchedcError("too-large", f"source is {len(text)} bytes; the limit is {MAX_SOURCE_BYTES}",

@@ -5,6 +5,7 @@ checkout they are the top-level `grammar/` and `schedules/` folders beside this 
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -25,4 +26,10 @@ def schedules_dir() -> Path:
 
 def builtin_schedules() -> dict[str, Path]:
     """Built-in schedule name (the file stem) -> path, sorted by name."""
-    return {p.stem: p for p in sorted(schedules_dir().glob("*.pp"))}
+    return dict(_listed(schedules_dir()))
+
+
+@lru_cache(maxsize=4)
+def _listed(folder: Path) -> tuple[tuple[str, Path], ...]:
+    """The schedules shipped in `folder`, listed once (every `load` of a built-in asks)."""
+    return tuple((p.stem, p) for p in sorted(folder.glob("*.pp")))

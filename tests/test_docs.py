@@ -296,7 +296,7 @@ def test_the_limits_page_states_schedcs_limits():
     limits = {row[0]: row[1] for row in _table("limits.md", "| what | limit |")}
     expected = {
         "actions a schedule expands to": f"{ir.MAX_ACTIONS:,}",
-        "actions of the lowered program (its sends and receives too)": f"{ir.MAX_ACTIONS:,}",
+        "actions of the lowered program (its sends and receives too)": f"{ir.MAX_LOWERED_ACTIONS:,}",
         "loop iterations": f"{compiler.MAX_ITERATIONS:,}",
         "ranks": f"{compiler.MAX_RANKS:,}",
         "stages, microbatches": f"{compiler.MAX_STAGES:,} each",

@@ -11,6 +11,7 @@ import csv
 import io
 from dataclasses import dataclass
 
+from ..columns import OPS, Columns, columns_of
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
 from ..ir import ActionSyntaxError, Compound, CompoundKind, Program, Step, format_step, parse_step, placed
@@ -21,13 +22,16 @@ NOTATIONS = ("current", "legacy")
 
 @dataclass(frozen=True)
 class TorchCsv:
-    """The cells of a PyTorch schedule CSV: a row per rank; `None` is an empty (idle) cell."""
+    """The cells of a PyTorch schedule CSV: a row per rank; `None` is an empty (idle) cell. The rows
+    of a lowering are its columns (schedc/columns.py), written without making their actions."""
 
     rows: tuple[tuple[Step | None, ...], ...]
     name: str = "<csv>"
 
     def dumps(self) -> str:
         """The file text exactly as torch's `_dump_csv` writes it (csv module, CRLF rows)."""
+        if isinstance(self.rows, Columns) and not self.rows.compounds:
+            return _dumps_columns(self.rows)
         buf = io.StringIO(newline="")
         writer = csv.writer(buf)
         for row in self.rows:
@@ -66,6 +70,31 @@ class TorchCsv:
             ranks=ranks,
             source=self.name,
         )
+
+
+def program_from_csv(text: str, name: str = "<csv>", *, notation: str = "current") -> Program:
+    """`read_torch_csv(text, name, notation=notation).to_program()`: the common file read at once
+    into columns (csv_columns.py), anything else cell by cell."""
+    if notation == "current":
+        from .csv_columns import read_columns
+        program = read_columns(text, name, _stem(name), (MAX_RANKS, MAX_STAGES, MAX_MICROBATCHES))
+        if program is not None:
+            return program
+    return read_torch_csv(text, name, notation=notation).to_program()
+
+
+def _dumps_columns(cols: Columns) -> str:
+    """`TorchCsv.dumps` of rows held as columns, without making their actions: cells are plain
+    `2F0` texts (no compounds), which the csv module writes unquoted."""
+    names = [op.value for op in OPS]
+    lines = []
+    for r in range(len(cols)):
+        lo, hi = cols.starts[r], cols.starts[r + 1]
+        stages = map(str, cols.stage[lo:hi].tolist())
+        ops = map(names.__getitem__, cols.op[lo:hi].tolist())
+        mbs = ["" if m < 0 else str(m) for m in cols.microbatch[lo:hi].tolist()]
+        lines.append(",".join(map("".join, zip(stages, ops, mbs))) + "\r\n")
+    return "".join(lines)
 
 
 def _stem(name: str) -> str:
@@ -147,6 +176,9 @@ def to_torch_csv(program: Program, level: str = "comms") -> TorchCsv:
     if level == "comms":
         from ..passes import lower_for_torch
         program = lower_for_torch(program)
+    held = columns_of(program)
+    if level == "comms" and held is not None and not held.compounds:
+        return TorchCsv(held, program.name)  # no groups to flatten: the rows are the columns
     rows = []
     for steps in program.ranks:
         row: list[Step] = []

@@ -11,6 +11,7 @@ import gc
 import math
 from dataclasses import dataclass
 
+from ..columns import columns_of
 from ..errors import SchedcError
 from ..ir import WAITS, Compound as IrCompound, Op, Program
 from ..runtime.table import (COMM_OPS, PEER_STAGE, Compound, Instr, Table, TableError, load_table, parts)
@@ -76,15 +77,17 @@ def table_of(program: Program, verified: str | None = None) -> Table:
         op = a.op.value
         return Instr(op, a.stage, a.microbatch, _peer(placement, op, a.stage) if op in COMM_OPS else None)
 
+    held = columns_of(program)  # a rank's steps held as columns are made for this and not kept
     ranks = tuple(tuple(Compound(st.kind.value, tuple(instr(p) for p in st.parts)) if isinstance(st, IrCompound)
-                        else instr(st) for st in steps) for steps in program.ranks)
-    table = Table(program.name, dict(program.params), program.num_ranks, program.num_stages,
-                  program.num_microbatches, tuple(placement), ranks, verified)
+                        else instr(st) for st in (held.made(r) if held is not None else program.ranks[r]))
+                  for r in range(program.num_ranks))
+    meta, data = Table(program.name, dict(program.params), program.num_ranks, program.num_stages,
+                       program.num_microbatches, tuple(placement), ranks, verified).to_data()
+    del ranks  # (one copy of the steps at a time: big programs hold millions)
     try:  # the table must read back exactly as the runtime will read it
-        again = load_table(*table.to_data())
+        return load_table(meta, data)
     except TableError as exc:
         raise SchedcError("bad-comm", f"the lowered program is not runnable: {exc}") from None
-    return again
 
 
 def _peer(placement: tuple[int, ...], op: str, stage: int) -> int:
@@ -128,18 +131,19 @@ def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredP
 
 def render_program(table: Table) -> str:
     meta, ranks = table.to_data()
-    lines = [HEADER, "PROGRAM = " + _literal(meta, indent=0) + "\n", "\n", "RANKS = [\n"]
+    head = HEADER + "PROGRAM = " + _literal(meta, indent=0) + "\n" + "\n" + "RANKS = [\n"
+    blocks = []
     for r, steps in enumerate(ranks):
         stages = ", ".join(str(s) for s in table.stages_of(r)) or "none"
-        lines.append(f"    # rank {int(r)}: stages {stages}; {len(steps)} steps\n    [\n")
+        lines = [f"    # rank {int(r)}: stages {stages}; {len(steps)} steps\n    [\n"]
         for x, (data, st) in enumerate(zip(steps, table.ranks[r])):
             text = _literal(data)
             lines.append(f"        {text},{' ' * max(1, 40 - len(text))}# {int(x):>4}  {_comment(st)}\n")
         lines.append("    ],\n")
-    lines.append("]\n")
-    source = "".join(lines) + FOOTER
-    _check_source(source, meta, ranks)
-    return source
+        blocks.append("".join(lines))
+    tail = "]\n" + FOOTER
+    _check_source(head, blocks, tail, meta, ranks)
+    return head + "".join(blocks) + tail
 
 
 def _comment(step) -> str:
@@ -176,23 +180,28 @@ def _literal(value, indent: int | None = None) -> str:
     raise TypeError(f"cannot embed a {type(value).__name__} in a program")
 
 
-def _check_source(source: str, meta: dict, ranks: list) -> None:
+def _check_source(head: str, blocks: list[str], tail: str, meta: dict, ranks: list) -> None:
     """Belt and braces: the text parses, its only statements are the template's, and its literals
-    evaluate to exactly the table. The collector is paused meanwhile: a parse making millions of
-    nodes would otherwise run full collections over all of them, quadratic in the program."""
+    evaluate to exactly the table. The template with RANKS empty is parsed whole; each rank's block
+    (a list literal and comments) is evaluated alone, so the work and memory go with one rank at a
+    time, not with the whole program. The collector is paused meanwhile: a parse making millions
+    of nodes would otherwise run full collections over all of them, quadratic in the program."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        _check_parsed(ast.parse(source), meta, ranks)
+        _check_parsed(ast.parse(head + tail), meta)
+        for r, (block, steps) in enumerate(zip(blocks, ranks, strict=True)):
+            if ast.literal_eval("[\n" + block + "]") != [steps]:
+                raise RuntimeError(f"internal error: the generated program's steps of rank {r} differ from its table")
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _check_parsed(tree: ast.Module, meta: dict, ranks: list) -> None:
+def _check_parsed(tree: ast.Module, meta: dict) -> None:
     shapes = [type(node).__name__ for node in tree.body]
     if shapes != ["Expr", "ImportFrom", "Assign", "Assign", "FunctionDef", "If"]:
         raise RuntimeError(f"internal error: the generated program has statements {shapes}")
     program_node, ranks_node = tree.body[2].value, tree.body[3].value
-    if ast.literal_eval(program_node) != meta or ast.literal_eval(ranks_node) != ranks:
+    if ast.literal_eval(program_node) != meta or ast.literal_eval(ranks_node) != []:
         raise RuntimeError("internal error: the generated program's literals differ from its table")

@@ -5,6 +5,7 @@ order, one line each.
 """
 from __future__ import annotations
 
+from ..columns import held_as_columns
 from ..ir import Program
 from .comms import insert_comms, within_limit
 from .stage_ops import add_reduce_grad, add_unshard_reshard
@@ -14,7 +15,8 @@ def lower(program: Program) -> Program:
     """Compute level to communication level, ready to run on schedc's runtime."""
     program.one_pipeline("lowering")
     for step in (
-        within_limit,  # the lowered size, counted before any of it is built: over MAX_ACTIONS is an error
+        held_as_columns,  # the steps as integer columns (schedc/columns.py), read as arrays by the passes below
+        within_limit,  # the lowered size, counted before any of it is built: over MAX_LOWERED_ACTIONS is an error
         insert_comms,  # SEND/RECV for every value that crosses ranks, receives posted with their sender
     ):
         program = step(program)
@@ -28,9 +30,10 @@ def lower_for_torch(program: Program) -> Program:
     """
     program.one_pipeline("lowering")
     for step in (
-        within_limit,  # the lowered size, counted before any of it is built: over MAX_ACTIONS is an error
+        within_limit,  # the lowered size, counted before any of it is built: over MAX_LOWERED_ACTIONS is an error
         add_unshard_reshard,  # FSDP gather/free around each stage's compute, as torch's prefetch window
         add_reduce_grad,  # after a stage's last backward: torch scales gradients by 1/M here
+        held_as_columns,  # the steps as integer columns, read as arrays by the last pass
         insert_comms,  # then communication, as torch's `_add_send_recv` does last
     ):
         program = step(program)

@@ -36,15 +36,14 @@ def add_unshard_reshard(program: Program, max_active_stages: int = MAX_ACTIVE_ST
 
 
 def _unshard_reshard(steps, window: int) -> list[Step]:
-    computes = [_computes(st) for st in steps]
+    upcoming = _upcoming([_computes(st) for st in steps], window)
     # a set, updated in torch's order: torch evicts in the set's iteration order, and so do we
     active: set[int] = set()
     out: list[Step] = []
-    for i, step in enumerate(steps):
-        if computes[i]:
-            upcoming = _next_stages(computes[i:], window)
-            evict = [s for s in active if s not in upcoming]
-            fetch = [s for s in upcoming if s not in active]
+    for step, stages in zip(steps, upcoming):
+        if stages is not None:
+            evict = [s for s in active if s not in stages]
+            fetch = [s for s in stages if s not in active]
             for s in evict:
                 active.remove(s)
                 out.append(Action(Op.RESHARD, s))
@@ -56,16 +55,24 @@ def _unshard_reshard(steps, window: int) -> list[Step]:
     return out
 
 
-def _next_stages(computes, count: int) -> list[int]:
-    """The first `count` distinct stages computed on from here (a compound's stages all count)."""
-    stages: list[int] = []
-    for parts in computes:
-        for a in parts:
-            if a.stage not in stages:
-                stages.append(a.stage)
-        if len(stages) >= count:
-            break
-    return stages
+def _upcoming(computes: list[tuple[Action, ...]], count: int) -> list[list[int] | None]:
+    """For each step that computes, the first `count` distinct stages computed on from it (torch's
+    `next_stage_indices`: whole steps, so a compound may give one more); None for the others.
+
+    Built from the last step back, each from the next one's (stages with the step that first
+    computes on them): linear in the steps, where scanning ahead from each step was quadratic."""
+    out: list[list[int] | None] = [None] * len(computes)
+    ahead: list[tuple[int, int]] = []  # (stage, step) from the step after
+    for i in range(len(computes) - 1, -1, -1):
+        if not computes[i]:
+            continue
+        own = list(dict.fromkeys(a.stage for a in computes[i]))
+        merged = [(s, i) for s in own] + [(s, j) for s, j in ahead if s not in own]
+        cut = next((k + 1 for k in range(max(count, 1) - 1, len(merged))
+                    if k + 1 == len(merged) or merged[k + 1][1] != merged[k][1]), len(merged))
+        ahead = merged[:cut]
+        out[i] = [s for s, _ in ahead]
+    return out
 
 
 def add_reduce_grad(program: Program) -> Program:

@@ -17,12 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import deps
-from ..ir import SCHEDC_ONLY, Compound, Op, Program
+from ..columns import OPS, as_columns, columns_of
+from ..ir import SCHEDC_ONLY, Op, Program
 from .channels import Semantics
 from .execute import run_ranks
 from .memory import Peak, activation_deltas
 
-_OPS = list(Op)
+_OPS = list(OPS)  # op codes are schedc/columns.py's
 _CODE = {op: i for i, op in enumerate(_OPS)}
 F, B, I, W = (_CODE[o] for o in (Op.F, Op.B, Op.I, Op.W))
 SF, RF, SB, RB = (_CODE[o] for o in (Op.SEND_F, Op.RECV_F, Op.SEND_B, Op.RECV_B))
@@ -131,33 +132,30 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
     for r, limit in program.annotations.memory_limit:
         if peaks[r] > limit + 1e-9:
             return None
+    step_at = _steps(program)
     peak_memory = tuple(
-        Peak(r, peaks[r], int(peak_steps[r]), program.ranks[r][int(peak_steps[r])].parts[0] if peaks[r] > 0 else None, ())
+        Peak(r, peaks[r], int(peak_steps[r]), step_at(r, int(peak_steps[r])).parts[0] if peaks[r] > 0 else None, ())
         if peaks[r] > 0 else Peak(r, 0.0, 0, None, ()) for r in range(R))
     return Clear(tuple(peaks), peak_memory)
 
 
+def _steps(program: Program):
+    """`step_at(rank, index)`: one step of a rank, made alone when the program holds columns."""
+    held = columns_of(program)
+    return held.step if held is not None else (lambda r, i: program.ranks[r][i])
+
+
 def _arrays(program: Program):
-    """Flat per-action arrays (op, stage, microbatch or -1, rank, step, global step id)."""
-    code = _CODE
-    ops, stages, mbs, ranks, steps = [], [], [], [], []
-    lengths = []
-    for r, row in enumerate(program.ranks):
-        lengths.append(len(row))
-        if any(type(st) is Compound for st in row):
-            return None  # groups and overlapped pairs: the detailed checks
-        ops.extend([code[a.op] for a in row])
-        stages.extend([a.stage for a in row])
-        mbs.extend([-1 if a.microbatch is None else a.microbatch for a in row])
-        ranks.append(np.full(len(row), r, dtype=np.int64))
-        steps.append(np.arange(len(row), dtype=np.int64))
-    if not ops:
-        return None
-    rank = np.concatenate(ranks)
-    step = np.concatenate(steps)
-    base = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    gid = base[rank] + step
-    return (np.asarray(ops, dtype=np.int64), np.asarray(stages, dtype=np.int64), np.asarray(mbs, dtype=np.int64),
+    """Flat per-action arrays (op, stage, microbatch or -1, rank, step, global step id), read from
+    the program's columns (schedc/columns.py: held so, or read once from its actions)."""
+    held = as_columns(program)
+    if held.compounds or not len(held.op):
+        return None  # groups and overlapped pairs: the detailed checks
+    lengths = np.diff(held.starts).tolist()
+    rank = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    gid = np.arange(len(held.op), dtype=np.int64)
+    step = gid - np.asarray(held.starts[:-1], dtype=np.int64)[rank]
+    return (held.op.astype(np.int64), held.stage.astype(np.int64), held.microbatch.astype(np.int64),
             rank, step, gid, lengths)
 
 
@@ -279,6 +277,16 @@ def _peaks(program, op, stage, rank, step, R):
     delta = table[op, stage]
     peaks, where = [0.0] * R, [0] * R
     starts = np.searchsorted(rank, np.arange(R + 1))
+    longest = int(np.diff(starts).max(initial=0))
+    if R * longest <= 4 * len(delta) + 4096:  # ranks of similar lengths: every rank's sums at once
+        grid = np.zeros((R, longest))  # each row a rank's deltas, then zeros (a sum that stays)
+        grid[rank, step] = delta
+        run = np.cumsum(grid, axis=1)  # row by row, in order: the same sums as one rank's cumsum
+        k = run.argmax(axis=1)  # the first step at the peak
+        top = run[np.arange(R), k]
+        for r in np.flatnonzero(top > 0).tolist():
+            peaks[r], where[r] = float(top[r]), int(k[r])
+        return peaks, where
     for r in range(R):
         d = delta[starts[r]:starts[r + 1]]
         if not len(d):

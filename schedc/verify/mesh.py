@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..columns import has_op
 from ..errors import Diagnostic
 from ..ir import STAGE_OPS, Action, Op, Program, describe
 from .channels import Semantics, channels
@@ -54,6 +55,8 @@ def groups(program: Program) -> dict[tuple, dict[int, list[Issue]]]:
 def joins_ranks(program: Program) -> bool:
     """Does some collective have more than one member (replicas, or a tied all-reduce between two
     ranks)? Then deadlock freedom is a question about the job (`job`), not each pipeline alone."""
+    if program.dp == 1 and not has_op(program, Op.REDUCE_TIED):  # (asked of every check: no pass over the steps)
+        return False
     return program.dp > 1 or any(len(members) > 1 and any(members.values())
                                  for key, members in groups(program).items() if key[0] == "tied")
 

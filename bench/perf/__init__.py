@@ -1,0 +1,341 @@
+"""Issue 21's measurements: schedc against torch 2.13 on the same input, side by side in one run.
+
+Each `measure_*` function returns `Row`s: what was measured, schedc's figure, the torch figure from
+the same run (or the reference it is compared with), their ratio and the goal. The scripts in bench/
+(file_to_verdict.py, lowering.py, small_programs.py, scale.py, perf_table.py) print them; torch is
+imported here only, never by schedc's core. Times are medians of alternated repeats, so both sides
+see the same load on a shared machine.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+ROOT = Path(__file__).resolve().parents[2]  # (this is bench/perf/__init__.py)
+GB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured target: schedc's figure and the reference measured in the same run."""
+
+    target: str  # what is measured
+    case: str  # on what
+    ours: float  # schedc's figure (`unit`)
+    theirs: float | None  # torch's figure (or the reference size's), same unit; None: no reference
+    unit: str
+    goal: float | None  # the ratio ours / theirs must be at most this (or `ours` itself, when `absolute`)
+    absolute: bool = False  # the goal bounds `ours`, not the ratio
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.theirs in (None, 0) else self.ours / self.theirs
+
+    @property
+    def met(self) -> str:
+        if self.goal is None:
+            return "-"
+        value = self.ours if self.absolute else self.ratio
+        return "-" if value is None else ("yes" if value <= self.goal else "NO")
+
+
+def median_pair(ours, theirs, repeat: int) -> tuple[float, float]:
+    """Median seconds of `ours()` and `theirs()`, run alternately `repeat` times (after one warm-up each)."""
+    ours(), theirs()
+    a, b = [], []
+    for _ in range(repeat):
+        a.append(_seconds(ours))
+        b.append(_seconds(theirs))
+    return statistics.median(a), statistics.median(b)
+
+
+def median_of(fn, repeat: int) -> float:
+    fn()
+    return statistics.median(_seconds(fn) for _ in range(repeat))
+
+
+def _seconds(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def repeats_for(seconds_each: float, budget: float = 2.0, most: int = 300) -> int:
+    """How many repeats fit a time budget (at least 3, an odd number for a true median)."""
+    n = max(3, min(most, int(budget / max(seconds_each, 1e-6))))
+    return n | 1
+
+
+# ---- torch's side ----
+def torch_schedules():
+    from torch.distributed.pipelining import schedules
+    return schedules
+
+
+def torch_actions(program):
+    """The program's steps as torch `_Action`s, rank by rank (made before any timing)."""
+    from schedc.ir import format_step
+    ts = torch_schedules()
+    return {r: [ts._Action.from_str(format_step(st)) for st in steps] for r, steps in enumerate(program.ranks)}
+
+
+def torch_file_to_verdict(path: str) -> None:
+    """What torch does with a schedule CSV: read it as `_load_csv` does (csv.reader, `_Action.from_str`
+    per cell), `_validate_schedule` (which also infers the stage -> rank mapping), then
+    `_simulate_comms_compute` (the dry run that finds deadlocks)."""
+    ts = torch_schedules()
+    with open(path, newline="") as f:
+        actions = {rank: [ts._Action.from_str(s) for s in row] for rank, row in enumerate(csv.reader(f))}
+    cells = [a for row in actions.values() for a in row if a is not None]
+    num_stages = 1 + max(a.stage_index for a in cells)
+    num_mbs = 1 + max(a.microbatch_index for a in cells if a.microbatch_index is not None)
+    mapping = ts._validate_schedule(actions, len(actions), num_stages, num_mbs)
+    ts._simulate_comms_compute(actions, mapping.__getitem__, num_stages)
+
+
+# ---- schedc's side ----
+def lowered_csv(name: str, params: dict, folder: str) -> tuple[str, int]:
+    """The built-in lowered by schedc (sends and receives explicit, as torch's runtime runs a
+    `compute_comms` CSV) written as a PyTorch CSV; its path and number of actions."""
+    import schedc
+    from schedc.interop.torch_csv import TorchCsv
+    from schedc.passes import lower
+    program = lower(schedc.load(name, params))
+    path = os.path.join(folder, f"{name}_{'_'.join(f'{k}{v}' for k, v in params.items())}.csv")
+    with open(path, "w", newline="") as f:
+        f.write(TorchCsv(program.ranks).dumps())
+    return path, program.num_actions
+
+
+def schedc_file_to_verdict(path: str) -> None:
+    import schedc
+    report = schedc.check(schedc.from_torch_csv(path))
+    if report.ok is not True:
+        raise SystemExit(f"schedc check failed on {path}:\n{report.render()}")
+
+
+# ---- the measurements ----
+def measure_file_to_verdict(sizes=((64, 1024), (4, 8)), budget: float = 6.0) -> list[Row]:
+    """Read + full default check of a 1F1B CSV lowered to the communication level, against torch's
+    read + `_validate_schedule` + `_simulate_comms_compute` on the same file (goal: <= 0.25)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for P, M in sizes:
+            path, n = lowered_csv("1f1b", {"P": P, "M": M}, folder)
+            each = _seconds(lambda: torch_file_to_verdict(path))
+            ours, theirs = median_pair(lambda: schedc_file_to_verdict(path), lambda: torch_file_to_verdict(path),
+                                       repeats_for(each, budget))
+            rows.append(Row("file to verdict", f"1F1B P={P} M={M} CSV ({n:,} actions)", ours, theirs, "s", 0.25))
+    return rows
+
+
+def measure_lowering(P: int = 64, M: int = 1024, budget: float = 8.0) -> list[Row]:
+    """`schedc.passes.lower` against torch's `_add_send_recv` on the same compute schedule (goal: <= 0.3)."""
+    import schedc
+    from schedc.passes import lower
+    ts = torch_schedules()
+    program = schedc.load("1f1b", {"P": P, "M": M})
+    actions = torch_actions(program)
+    placement = program.placement
+
+    def theirs():
+        ts._add_send_recv({r: list(a) for r, a in actions.items()}, placement.__getitem__, program.num_stages)
+
+    each = _seconds(theirs)
+    ours, torch_s = median_pair(lambda: lower(program), theirs, repeats_for(each, budget, most=15))
+    n = lower(program).num_actions
+    return [Row("lowering", f"1F1B P={P} M={M} ({program.num_actions:,} -> {n:,} actions)", ours, torch_s, "s", 0.3)]
+
+
+def measure_linear_shapes(budget: float = 6.0) -> list[Row]:
+    """Compile and lowering of gpipe at P=65536, M=2 against the same number of actions at P=64,
+    M=2048 (linear in actions and ranks: a ratio near 1; goal <= 1.5, for noise)."""
+    import schedc
+    from schedc.passes import lower
+    wide, deep = {"P": 65536, "M": 2}, {"P": 64, "M": 2048}
+    rows = []
+    compile_wide, compile_deep = median_pair(lambda: schedc.load("gpipe", wide), lambda: schedc.load("gpipe", deep), 3)
+    rows.append(Row("compile, linear in ranks", "gpipe P=65536 M=2 vs P=64 M=2048 (262,144 actions each)",
+                    compile_wide, compile_deep, "s", 1.5, note="reference: the same actions at P=64"))
+    a, b = schedc.load("gpipe", wide), schedc.load("gpipe", deep)
+    lower_wide, lower_deep = median_pair(lambda: lower(a), lambda: lower(b), 3)
+    rows.append(Row("lowering, linear in ranks", "gpipe P=65536 M=2 vs P=64 M=2048", lower_wide, lower_deep, "s", 1.5,
+                    note="reference: the same actions at P=64"))
+    return rows
+
+
+# built-in -> (torch class, V) of the same schedule; zb_h1 and zb_h2 have no class in torch
+TORCH_CLASSES = {
+    "gpipe": ("ScheduleGPipe", 1),
+    "1f1b": ("Schedule1F1B", 1),
+    "interleaved_1f1b": ("ScheduleInterleaved1F1B", 2),
+    "looped_bfs": ("ScheduleLoopedBFS", 2),
+    "interleaved_zero_bubble": ("ScheduleInterleavedZeroBubble", 2),
+    "zbv": ("ScheduleZBVZeroBubble", 2),
+    "dualpipev": ("ScheduleDualPipeV", 2),
+}
+
+
+class _MockStage:
+    """What torch's schedule constructors read of a stage (no process group, no model)."""
+
+    def __init__(self, stage_index: int, num_stages: int, group_size: int, group_rank: int):
+        self.stage_index, self.num_stages = stage_index, num_stages
+        self.group_size, self.group_rank = group_size, group_rank
+        self.is_first, self.is_last = stage_index == 0, stage_index == num_stages - 1
+        self.submod = None
+        self.stage_index_to_group_rank: dict[int, int] = {}
+
+
+def torch_construct_and_validate(name: str, P: int, M: int, actions) -> None:
+    """torch building its own schedule of that name for rank 0 (every rank's order is computed:
+    the multi-stage classes also validate it and add communication, `_prepare_schedule_with_comms`),
+    then `_validate_schedule` of the same compute schedule as schedc's (`actions`, made before)."""
+    ts = torch_schedules()
+    cls_name, V = TORCH_CLASSES[name]
+    cls = getattr(ts, cls_name)
+    if V == 1:
+        cls(_MockStage(0, P, P, 0), M)
+    else:
+        ids = (0, 2 * P - 1) if name in ("zbv", "dualpipev") else tuple(v * P for v in range(V))
+        cls([_MockStage(s, V * P, P, 0) for s in ids], M)
+    ts._validate_schedule(actions, P, V * P, M)
+
+
+def measure_small_programs(names=None, P: int = 4, M: int = 8, budget: float = 1.0) -> list[Row]:
+    """Load (name resolved, file read, parsed once, compiled) + full default check of each built-in at
+    P=4, M=8, against torch constructing and validating the same schedule (goal: <= 1 ms)."""
+    import schedc
+    from schedc.resources import builtin_schedules
+    rows = []
+    for name in names or builtin_schedules():
+        params = {"P": P, "M": M, "V": 2}
+
+        def ours():
+            report = schedc.check(schedc.load(name, params, strict_params=False))
+            assert report.ok, name
+        ours()
+        program = schedc.load(name, params, strict_params=False)
+        if name in TORCH_CLASSES:
+            compute = torch_actions(program)
+            theirs = lambda: torch_construct_and_validate(name, P, M, compute)  # noqa: E731
+            mine, torch_s = median_pair(ours, theirs, repeats_for(_seconds(ours), budget))
+        else:
+            mine, torch_s = median_of(ours, repeats_for(_seconds(ours), budget)), None
+        rows.append(Row("small program: load + check", f"{name} P={P} M={M} ({program.num_actions} actions)",
+                        mine * 1e3, None if torch_s is None else torch_s * 1e3, "ms", 1.0, absolute=True,
+                        note="" if torch_s is not None else "no torch class"))
+    return rows
+
+
+MEMORY_CAP = 3 * GB  # address space a measured child may take (it fails rather than crowd a shared machine)
+TIME_CAP = 1800  # seconds
+
+
+def _capped() -> None:
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
+def run_measured(argv: list[str]) -> tuple[float, float, str]:
+    """Run schedc's command line with ARGV in a child (at most MEMORY_CAP of address space and
+    TIME_CAP seconds); its wall seconds, peak RSS (bytes) and first output line."""
+    code = ("import resource, sys, time; from schedc.cli import main; t = time.perf_counter(); "
+            "rc = main(sys.argv[1:], sys.stdout, sys.stderr); "
+            "sys.stderr.write(f'\\n@@ {time.perf_counter() - t} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n'); "
+            "sys.exit(rc)")
+    try:
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT,
+                              preexec_fn=_capped, timeout=TIME_CAP)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"schedc {' '.join(argv)} took over {TIME_CAP} s") from None
+    marks = [line for line in done.stderr.splitlines() if line.startswith("@@ ")]
+    if done.returncode != 0 or not marks:
+        said = [line for line in done.stderr.strip().splitlines() if line and not line.startswith("@@ ")]
+        spent = f" after {float(marks[-1].split()[1]):.0f} s at {int(marks[-1].split()[2]) / (1 << 20):.2f} GB" \
+            if marks else ""
+        raise RuntimeError(f"failed (exit {done.returncode}){spent}, with at most {MEMORY_CAP / GB:.0f} GB of "
+                           f"address space: {said[-1] if said else '(no message)'}")
+    seconds, rss_kb = marks[-1].split()[1:]
+    return float(seconds), int(rss_kb) * 1024, (done.stdout.strip().splitlines() or [""])[0]
+
+
+def measure_scale(big: int = 20000, small: int = 1024, commands=("check", "compile")) -> list[Row]:
+    """`schedc check` / `compile -o` of 1F1B at P=64, M=`big` against M=`small` (the 389k-action
+    case at the communication level): time per action within 1.5x of the small case's, and peak
+    memory within 2 GB."""
+    rows = []
+    for command in commands:
+        runs = {}
+        for M in (small, big):
+            argv = [command, "1f1b", "--param", "P=64", "--param", f"M={M}"]
+            with tempfile.TemporaryDirectory() as out:
+                if command == "compile":
+                    argv += ["-o", out]
+                try:
+                    runs[M] = run_measured(argv)
+                except RuntimeError as exc:
+                    runs[M] = exc
+        case = f"1F1B P=64 M={big} vs M={small}"
+        if any(isinstance(r, Exception) for r in runs.values()):
+            M, why = next((M, str(r)) for M, r in runs.items() if isinstance(r, Exception))
+            rows.append(Row(f"scale: {command}", case, float("nan"), None, "s", None, note=f"M={M}: {why[:200]}"))
+            continue
+        (t_small, rss_small, _), (t_big, rss_big, _) = runs[small], runs[big]
+        per = big / small
+        rows.append(Row(f"scale: {command} time / size ratio", case, t_big / per, t_small, "s", 1.5,
+                        note=f"{t_big:.1f} s at M={big}, {t_small:.2f} s at M={small}, {per:.1f}x the actions"))
+        rows.append(Row(f"scale: {command} peak memory", f"1F1B P=64 M={big}", rss_big / GB, None, "GB", 2.0,
+                        absolute=True, note=f"{rss_small / GB:.2f} GB at M={small}"))
+    return rows
+
+
+def measure_runtime(steps: int = 8) -> list[Row]:
+    """bench/runtime_vs_torch.py's geometric-mean step-time ratio (goal: <= 0.8), from its output."""
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "runtime_vs_torch.py"), "--steps", str(steps)],
+                          capture_output=True, text=True, cwd=ROOT)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("geometric mean ratio")), None)
+    if line is None:
+        return [Row("runtime step time", "runtime_vs_torch.py", float("nan"), None, "ratio", None,
+                    note=f"did not finish ({done.returncode})")]
+    ratio = float(line.split(":")[1].split()[0])
+    return [Row("runtime step time (geometric mean)", "bench/runtime_vs_torch.py, 7 schedules, 4 gloo ranks",
+                ratio, 1.0, "ratio", 0.8)]
+
+
+# ---- tables ----
+HEADER = ("target", "case", "schedc", "torch / reference", "ratio", "goal", "met")
+
+
+def cells(row: Row) -> tuple[str, ...]:
+    fmt = (lambda x: f"{x:.3g}")
+    ours = fmt(row.ours) + f" {row.unit}"
+    theirs = "-" if row.theirs is None else fmt(row.theirs) + f" {row.unit}"
+    ratio = "-" if row.ratio is None else f"{row.ratio:.2f}"
+    goal = "-" if row.goal is None else (f"<= {row.goal:g} {row.unit}" if row.absolute else f"<= {row.goal:g}")
+    case = row.case + (f" ({row.note})" if row.note else "")
+    return row.target, case, ours, theirs, ratio, goal, row.met
+
+
+def text_table(rows: list[Row]) -> str:
+    table = [HEADER] + [cells(r) for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(HEADER))]
+    out = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in table]
+    out.insert(1, "-" * len(out[0]))
+    return "\n".join(out)
+
+
+def markdown_table(rows: list[Row]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells(r)) + " |" for r in rows]
+    return "\n".join(lines)

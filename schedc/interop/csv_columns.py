@@ -1,0 +1,164 @@
+"""Read a PyTorch schedule CSV straight into columns (schedc/columns.py), a whole file at a time.
+
+The common file (plain ASCII cells like `2F0` and `1SEND_F3`, commas, `\\n` or `\\r\\n` rows) is
+parsed with array arithmetic over its bytes; anything else (quotes, spaces, compounds, the legacy
+notation, a cell that does not parse, sizes over the limits) returns None, and the cell-by-cell
+reader of torch_csv.py reads it and explains what is wrong. Both give the same program.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..columns import CODE, NO_MICROBATCH, Columns
+from ..ir import MAX_INDEX_DIGITS, Op, Program, placed
+from ..span import Source, Span
+
+COMMA, NEWLINE, CR = ord(","), ord("\n"), ord("\r")
+MAX_LETTERS = 12  # an op name packs into an int64 at 5 bits a letter (REDUCE_GRAD has 11)
+CHUNK = 1 << 20  # bytes parsed at a time (whole rows), so the work arrays stay small for big files
+_DIGIT, _LETTER, _SEP = (np.zeros(256, dtype=bool) for _ in range(3))  # byte classes
+_DIGIT[np.frombuffer(b"0123456789", np.uint8)] = True
+_LETTER[np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ_", np.uint8)] = True
+_SEP[[COMMA, NEWLINE]] = True
+
+
+def _pack(name: str) -> int:
+    """An op name as one integer: its letters (A-Z as 1-26, `_` as 27) in base 32."""
+    value = 0
+    for ch in name:
+        value = value * 32 + (27 if ch == "_" else ord(ch) - 64)
+    return value
+
+
+_OP_KEYS = {_pack(op.value): op for op in Op}
+_KEYS = np.array(sorted(_OP_KEYS), dtype=np.int64)
+_KEY_CODE = np.array([CODE[_OP_KEYS[k]] for k in _KEYS.tolist()], dtype=np.int8)
+_KEY_HAS_MB = np.array([_OP_KEYS[k].has_microbatch for k in _KEYS.tolist()], dtype=bool)
+
+
+class CsvSpans:
+    """The span of each action read from a CSV (its row, column, width and step), made when asked for."""
+
+    __slots__ = ("source", "row", "column", "width", "step")
+
+    def __init__(self, source: Source, row, column, width, step):
+        self.source, self.row, self.column, self.width, self.step = source, row, column, width, step
+
+    def take(self, index) -> "CsvSpans":
+        """The spans of the actions at `index` (an array of positions)."""
+        return CsvSpans(self.source, *(a[index] for a in (self.row, self.column, self.width, self.step)))
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            rows, cols, widths, steps = (a[i].tolist() for a in (self.row, self.column, self.width, self.step))
+            return [Span(self.source, r + 1, c, r + 1, c + w, r, s) for r, c, w, s in zip(rows, cols, widths, steps)]
+        r, c = int(self.row[i]), int(self.column[i])
+        return Span(self.source, r + 1, c, r + 1, c + int(self.width[i]), r, int(self.step[i]))
+
+
+def read_columns(text: str, name: str, program_name: str, limits: tuple[int, int, int]) -> Program | None:
+    """The program in a CSV's `text`, or None when the cell-by-cell reader must read it. `limits`:
+    the most ranks, stages and microbatches (beyond them, that reader says so)."""
+    try:
+        b = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    except UnicodeEncodeError:
+        return None
+    cr = np.flatnonzero(b == CR)
+    if len(cr):  # a "\r" ends a row (right before "\n", or at the end of the file), or the file is unusual
+        after = np.append(b, NEWLINE)[cr + 1]
+        if (after != NEWLINE).any():
+            return None
+        b = np.delete(b, cr)
+    if not len(b):
+        return None
+    if b[-1] != NEWLINE:
+        b = np.append(b, np.uint8(NEWLINE))
+    if not (_DIGIT | _LETTER | _SEP)[b].all():
+        return None  # quotes, spaces, compounds, lower case: the cell-by-cell reader
+    parts = []
+    for lo, hi, first_row in _chunks(b):
+        part = _cells(b[lo:hi])
+        if part is None:
+            return None
+        part[0] += first_row
+        parts.append(part)
+    row, column, width, step, stage, key, mb, mb_digits = (np.concatenate(p) for p in zip(*parts))
+    at = np.searchsorted(_KEYS, key).clip(0, len(_KEYS) - 1)
+    if (_KEYS[at] != key).any():
+        return None  # not an op name (BW, a typo): the cell-by-cell reader explains
+    if (_KEY_HAS_MB[at] != mb_digits).any():
+        return None  # a microbatch missing or extra
+    num_ranks = int(np.count_nonzero(b == NEWLINE))
+    max_ranks, max_stages, max_mbs = limits
+    if not len(stage) or num_ranks > max_ranks or stage.max() >= max_stages or mb.max() >= max_mbs:
+        return None
+    num_stages = int(stage.max()) + 1
+    placement = list(placed("loop", num_stages, num_ranks))
+    stages, first = np.unique(stage, return_index=True)  # every action runs on the rank of its stage
+    for s, r in zip(stages.tolist(), row[first].tolist()):
+        placement[s] = r
+    source = Source(name, text)
+    ranks = Columns(_KEY_CODE[at], stage, np.where(mb_digits, mb, NO_MICROBATCH),
+                    np.searchsorted(row, np.arange(num_ranks + 1)), CsvSpans(source, row, column, width, step))
+    return Program(name=program_name, num_ranks=num_ranks, num_stages=num_stages,
+                   num_microbatches=max(int(mb.max()) + 1, 1), placement=tuple(placement), ranks=ranks, source=name)
+
+
+def _chunks(b: np.ndarray):
+    """(lo, hi, first row) of stretches of whole rows of about CHUNK bytes."""
+    lo, row = 0, 0
+    while lo < len(b):
+        hi = len(b) if lo + CHUNK >= len(b) else lo + CHUNK + int(np.argmax(b[lo + CHUNK:] == NEWLINE)) + 1
+        yield lo, hi, row
+        row += int(np.count_nonzero(b[lo:hi] == NEWLINE))
+        lo = hi
+
+
+def _cells(b: np.ndarray):
+    """Per nonempty cell of the bytes `b` (rows ending in "\\n"): its row, 1-based column, width and
+    step (its place in the row, empty cells counted), and the three runs it must be made of, digits,
+    letters and maybe digits: the stage, the op name packed by `_pack`, the microbatch and whether
+    it has one. None if a cell is not made so, or an index has too many digits."""
+    sep = _SEP[b]
+    ends = np.flatnonzero(sep)  # cell i is b[ends[i-1] + 1 : ends[i]]
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    newline = b[ends] == NEWLINE
+    row_of_cell = np.cumsum(newline) - newline
+    row_first_cell = np.flatnonzero(np.concatenate([[True], newline[:-1]]))
+    step_of_cell = np.arange(len(ends)) - row_first_cell[row_of_cell]
+    line_start = starts[row_first_cell][row_of_cell]
+    full = ends > starts
+    cell = np.flatnonzero(full)
+    if not len(cell):  # blank rows and empty cells only
+        return [row_of_cell[cell]] + [np.zeros(0, dtype=np.int64)] * 6 + [np.zeros(0, dtype=bool)]
+    # runs of digits or letters inside the cells: where each begins, its kind, and its place in its cell
+    inside = np.flatnonzero(~sep)
+    kind = _DIGIT[b[inside]]  # True: a digit, False: a letter
+    new_cell = np.zeros(len(b), dtype=bool)
+    new_cell[starts[full]] = True
+    begins = new_cell[inside] | np.concatenate([[True], kind[1:] != kind[:-1]])
+    run_start = np.flatnonzero(begins)
+    run_cell = np.cumsum(new_cell[inside])[run_start] - 1  # index among the nonempty cells
+    run_place = np.arange(len(run_start)) - np.flatnonzero(new_cell[inside][run_start])[run_cell]
+    run_digit = kind[run_start]
+    run_len = np.diff(np.append(run_start, len(inside)))
+    runs = np.bincount(run_cell, minlength=int(full.sum()))
+    expect_digit = run_place != 1  # digits, letters, digits
+    if ((runs < 2) | (runs > 3)).any() or (run_digit != expect_digit).any():
+        return None
+    if (run_len[run_digit] > MAX_INDEX_DIGITS).any() or (run_len[~run_digit] > MAX_LETTERS).any():
+        return None
+    # each run's value: digits in base 10, letters packed in base 32 (`_pack`)
+    run_of = np.cumsum(begins) - 1
+    from_end = run_start[run_of] + run_len[run_of] - 1 - np.arange(len(inside))
+    byte = b[inside].astype(np.int64)
+    weight = np.where(kind, (byte - ord("0")) * 10 ** from_end,
+                      np.where(byte == ord("_"), 27, byte - 64) << (5 * from_end))
+    value = np.add.reduceat(weight, run_start)
+    first_run = np.flatnonzero(run_place == 0)
+    n = len(first_run)
+    has_mb = runs == 3
+    mb = np.zeros(n, dtype=np.int64)
+    mb[has_mb] = value[first_run[has_mb] + 2]
+    return [row_of_cell[cell], starts[cell] - line_start[cell] + 1, ends[cell] - starts[cell], step_of_cell[cell],
+            value[first_run], value[first_run + 1], mb, has_mb]
