@@ -3,7 +3,7 @@
 Run `python bench/synth.py` (`--quick`: the P=4, M=8 rows only). For each setting and cap
 (P, 1.5P and 2P-1 activations per rank) it runs `schedc synth`'s search and simulates ZB-H1,
 ZB-H2 and 1F1B under the same costs; a built-in whose peak memory is over the cap is marked `*`
-(it does not qualify). Then it says whether each target of issue 8 is met, and why not if not:
+(it does not qualify). Then it says whether each target is met, and why not if not:
   1. P=4, M=8, t_F = t_I = t_W = 1: provably optimal (gap 0) within 60 s;
   2. P=8, M=16, same costs: at least as good as ZB-H1 at the same memory within 120 s;
   3. a last stage twice as slow: strictly better than every built-in that fits the cap.

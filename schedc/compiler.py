@@ -158,17 +158,12 @@ class _RankState:
         return self.count.get((stage, kind), 0)
 
 
-def _uses_next(node) -> bool:
-    """Does the schedule say `next` anywhere (so emitted actions must be counted)?"""
-    return "next" in ast.names_in(node)
-
-
 class _Compiler:
     def __init__(self, loops: ir_loops.Loops, seen: Seen | None = None):
         self.loops = loops
         self.tree = loops.tree
         self.budget = _Budget()
-        self.counting = _uses_next(loops.tree.items)
+        self.counting = loops.uses_next
         self.seen = seen
 
     # ---- the whole schedule ----

@@ -86,6 +86,7 @@ class Loops:
     bodies: tuple[Body, ...]  # the `rank N` bodies in file order, then the generic one
     num_sites: int
     forward_only: ast.ForwardOnly | None = None
+    uses_next: bool = False  # does the schedule say `next` anywhere (so expansion counts the actions it emits)?
 
     @property
     def name(self) -> str:
@@ -171,7 +172,7 @@ def _build(tree: ast.Schedule) -> Loops:
         bodies.append(Body(None, generic.var, numbering.block(generic.body), False, len(specific), generic.span,
                            generic.replica))
     return Loops(tree, tuple(header), decls, placement, order, tuple(annotations), tuple(bodies),
-                 numbering.sites, forward)
+                 numbering.sites, forward, "next" in ast.names_in(tree.items))
 
 
 class _Numbering:
