@@ -433,7 +433,7 @@ def test_dependency_graph_clusters_ranks_and_draws_the_cycle_in_red():
     assert "subgraph cluster_0" in source and "subgraph cluster_1" in source
     assert source.count("r0s") >= 8 and source.count("r1s") >= 8
     red = [ln for ln in source.splitlines() if "waits for" in ln]
-    assert len(red) == 2 and all(palette.ALARM in ln for ln in red)
+    assert len(red) == 2 and all(palette.ALARM_DARK in ln for ln in red)  # the timeline's red, not B's vermillion
     blocked = [ln for ln in source.splitlines() if "penwidth=3" in ln]
     assert len(blocked) == 2 and all(palette.ALARM_DARK in ln for ln in blocked)  # the blocked steps outlined
 
@@ -441,8 +441,9 @@ def test_dependency_graph_clusters_ranks_and_draws_the_cycle_in_red():
 def test_dependency_graph_edges_are_the_verifiers_constraints():
     program = schedc.load("1f1b", {"P": 2, "M": 2})
     source = dependency_graph(program).source
-    # 8 steps: 6 program-order edges and 4 cross-rank data edges (2 activations, 2 gradients)
-    edges = [ln for ln in source.splitlines() if "->" in ln]
+    # 8 steps: 6 program-order edges and 4 cross-rank data edges (2 activations, 2 gradients); the
+    # invisible edge that puts rank 1's row under rank 0's is no constraint
+    edges = [ln for ln in source.splitlines() if "->" in ln and "style=invis" not in ln]
     assert len(edges) == 10
 
 
@@ -681,7 +682,7 @@ def test_the_gallery_shows_dependency_graphs_compared_by_their_dot_source(tmp_pa
     svg.write_text(svg.read_text(encoding="utf-8").replace('<g id="graph0"', '<g id="graph0" data-x="1"'),
                    encoding="utf-8")
     assert stale(gallery, files) == []  # another graphviz: other bytes, same source
-    changed = dict(files, **{"dag_1f1b.dot": files["dag_1f1b.dot"].replace("rankdir=LR", "rankdir=TB")})
+    changed = dict(files, **{"dag_1f1b.dot": files["dag_1f1b.dot"].replace("rankdir=TB", "rankdir=LR")})
     assert stale(gallery, changed) == ["dag_1f1b.dot: out of date", "dag_1f1b.svg: not drawn from the current dag_1f1b.dot"]
     svg.unlink()
     (gallery / "dag_old.dot").write_text("digraph {}", encoding="utf-8")
@@ -692,3 +693,457 @@ def test_gallery_has_no_machine_paths():
     from schedc.viz.gallery import build
     for name, text in build().items():
         assert str(ROOT) not in text, name
+
+
+# ---- counterexample arrows keep off the blocked steps' labels (issue 20, item 7) ----
+def _ring(P: int, M: int) -> str:
+    """Interleaved forwards where rank 0 starts with its second stage: each rank waits for the one
+    above it and rank 0 for the last, a wait-for cycle through every rank (rank 0's arrow passes
+    all the others)."""
+    rows = []
+    for r in range(P):
+        steps = [f"{P}F0"] if r == 0 else []
+        steps += [f"{r}F{m}" for m in range(M)] + [f"{r + P}F{m}" for m in range(M) if (r, m) != (0, 0)]
+        steps += [f"{r + P}B{m}" for m in range(M)] + [f"{r}B{m}" for m in range(M)]
+        rows.append(f"  rank {r}: " + " ".join(steps))
+    return f"schedule ring{P} {{\n  stages {2 * P}\n  microbatches {M}\n  place loop\n" + "\n".join(rows) + "\n}\n"
+
+
+COUNTEREXAMPLES = {
+    "pytorch_172668": lambda: schedc.load(str(KNOWN / "pytorch_172668.pp")),
+    "compute_level": lambda: compile_text("schedule crossed {\n rank 0: 0F0 0B0 0F1 0B1\n rank 1: 1F1 1B1 1F0 1B0\n}"),
+    "ring_of_4": lambda: compile_text(_ring(4, 1)),
+    "ring_of_4_narrow_cells": lambda: compile_text(_ring(4, 8)),  # 34-pixel cells, "→F1"-wide labels
+    "ring_of_8": lambda: compile_text(_ring(8, 2)),
+    "tagless_order": lambda: schedc.load(str(KNOWN / "tagless_order.pp")),
+    "megatron_interleaved_p2": lambda: schedc.load(str(KNOWN / "megatron_interleaved_p2.pp")),
+}
+
+_WIDEST_EM = 0.85  # no glyph of a label (digits, F B I W U R G, arrows, |) is wider than this, in DejaVu Sans
+
+
+def _label_boxes(root: ET.Element, marks: set[str]) -> list[tuple[tuple[float, float, float, float], str]]:
+    """The label text boxes of the steps marked with one of `marks`, estimated on the large side
+    (every character as wide as the widest), each with the step's rank and step."""
+    cells = []
+    for b in blocks(root):
+        if marks & set(b.get("class").split()):
+            x, y, w, h = (float(b.get(k)) for k in ("x", "y", "width", "height"))
+            cells.append((x, y, w, h, f"rank {b.get('data-rank')}, step {b.get('data-step')}"))
+    out = []
+    for t in by_class(root, "text", "lbl"):
+        tx, ty, size = float(t.get("x")), float(t.get("y")), float(t.get("font-size"))
+        for x, y, w, h, where in cells:
+            if abs(tx - (x + w / 2)) < 0.06 and y <= ty <= y + h:
+                half = len(t.text) * _WIDEST_EM * size / 2
+                out.append(((tx - half, ty - 0.8 * size, tx + half, ty + 0.25 * size), f"{where} ({t.text})"))
+    return out
+
+
+def _path_points(d: str) -> list[tuple[float, float]]:
+    """Points along an SVG path of absolute M, L, Q and C commands, at least one per pixel."""
+    import math
+    import re
+    tokens = re.findall(r"[MLQC]|-?\d+(?:\.\d+)?", d)
+    points, at, cmd, i = [], None, None, 0
+    while i < len(tokens):
+        if tokens[i] in "MLQC":
+            cmd, i = tokens[i], i + 1
+            continue
+        n = {"M": 1, "L": 1, "Q": 2, "C": 3}[cmd]
+        ctrl = [(float(tokens[i + 2 * k]), float(tokens[i + 2 * k + 1])) for k in range(n)]
+        i += 2 * n
+        if cmd == "M":
+            at = ctrl[0]
+            points.append(at)
+            continue
+        seg = [at, *ctrl]
+        steps = max(2, math.ceil(sum(math.dist(p, q) for p, q in zip(seg, seg[1:]))))
+        for k in range(1, steps + 1):
+            t = k / steps
+            pts = seg
+            while len(pts) > 1:  # de Casteljau
+                pts = [(p[0] + (q[0] - p[0]) * t, p[1] + (q[1] - p[1]) * t) for p, q in zip(pts, pts[1:])]
+            points.append(pts[0])
+        at = seg[-1]
+    return points
+
+
+def _arrowhead(points) -> list[tuple[float, float]]:
+    """Points covering the arrowhead at the path's end: 10 px long, 5 px either side (the marker
+    `alarm` is 4.5 strokes of 2.2 px), its tip a pixel past the end."""
+    import math
+    (x0, y0), (x1, y1) = points[-4], points[-1]
+    n = math.dist((x0, y0), (x1, y1)) or 1.0
+    ux, uy = (x1 - x0) / n, (y1 - y0) / n
+    out = []
+    for along in range(-9, 2):
+        spread = 5 * (1 - (along + 9) / 10)
+        for side in (-spread, 0.0, spread):
+            out.append((x1 + ux * along - uy * side, y1 + uy * along + ux * side))
+    return out
+
+
+def _inside(p, box, margin) -> bool:
+    return box[0] - margin < p[0] < box[2] + margin and box[1] - margin < p[1] < box[3] + margin
+
+
+@pytest.mark.parametrize("case", sorted(COUNTEREXAMPLES))
+def test_counterexample_arrows_do_not_cross_the_blocked_steps_labels(case):
+    """No segment of a wait-for (or crossed-pair) arrow, nor its head or its number, passes over the
+    label of a blocked (or crossed) step: computed from the SVG, label boxes against the arrows'
+    paths sampled every pixel, with the stroke's half width as margin."""
+    program = COUNTEREXAMPLES[case]()
+    root = parse(timeline_svg(program, schedc.check(program)))
+    assert root.get("data-mode") == "step"
+    paths = by_class(root, "path", "wait") + by_class(root, "path", "cross")
+    assert paths
+    boxes = _label_boxes(root, {"cycle", "blocked", "crossed"})
+    assert boxes  # the steps have labels to keep off
+    for path in paths:
+        points = _path_points(path.get("d"))
+        half = float(path.get("stroke-width")) / 2
+        for box, where in boxes:
+            over = [p for p in points if _inside(p, box, half)]
+            assert not over, f"arrow {path.get('d')} passes over the label of {where} at {over[0]}"
+            assert not [p for p in _arrowhead(points) if _inside(p, box, 0)], f"arrowhead over {where}"
+    numbers = by_class(root, "rect", "arrow-num")
+    assert len(numbers) >= 1
+    for n in numbers:
+        x, y, w, h = (float(n.get(k)) for k in ("x", "y", "width", "height"))
+        for box, where in boxes:
+            assert not (x < box[2] and box[0] < x + w and y < box[3] and box[1] < y + h), f"number over {where}"
+
+
+def test_each_arrow_leaves_its_blocked_step_and_ends_at_the_step_it_waits_for():
+    """The route still says what the cycle says: from the edge of each blocked step to the edge of
+    the step it waits for (rank 0 of the ring waits for rank 3, passing ranks 1 and 2)."""
+    program = compile_text(_ring(4, 1))
+    report = schedc.check(program)
+    root = parse(timeline_svg(program, report))
+    rects = {(int(b.get("data-rank")), int(b.get("data-step"))):
+             [float(b.get(k)) for k in ("x", "y", "width", "height")] for b in blocks(root)}
+
+    def on_edge(p, rank, step):
+        x, y, w, h = rects[(rank, step)]
+        return x <= p[0] <= x + w and (abs(p[1] - y) < 0.06 or abs(p[1] - (y + h)) < 0.06)
+
+    waits = by_class(root, "path", "wait")
+    assert len(waits) == len(report.deadlock.cycle) == 4
+    for w, path in zip(report.deadlock.cycle, waits):
+        points = _path_points(path.get("d"))
+        assert on_edge(points[0], w.rank, w.step) and on_edge(points[-1], w.on_rank, w.on_step)
+    labels = sorted(t.text for t in by_class(root, "text", "arrow-label"))
+    assert labels == ["1", "2", "3", "4"]
+
+
+_GEOMETRY_SCRIPT = """
+<script>
+(function () {
+  var bad = [], checked = 0;
+  var blocked = [];
+  document.querySelectorAll("rect.blk.cycle, rect.blk.blocked, rect.blk.crossed").forEach(function (r) {
+    blocked.push(r.getBBox());
+  });
+  var labels = [];
+  document.querySelectorAll("text.lbl").forEach(function (t) {
+    var b = t.getBBox(), cx = b.x + b.width / 2, cy = b.y + b.height / 2;
+    blocked.forEach(function (c) {
+      if (cx > c.x && cx < c.x + c.width && cy > c.y && cy < c.y + c.height) { labels.push([t.textContent, b]); }
+    });
+  });
+  document.querySelectorAll("path.arrow").forEach(function (p) {
+    var half = p.getAttribute("stroke-width") / 2, n = p.getTotalLength();
+    for (var s = 0; s <= n; s += 0.5) {
+      var q = p.getPointAtLength(s);
+      labels.forEach(function (l) {
+        var b = l[1];
+        if (q.x > b.x - half && q.x < b.x + b.width + half && q.y > b.y - half && q.y < b.y + b.height + half) {
+          bad.push(l[0] + "@" + q.x.toFixed(1) + "," + q.y.toFixed(1));
+        }
+      });
+      checked++;
+    }
+  });
+  document.body.setAttribute("data-labels", String(labels.length));
+  document.body.setAttribute("data-checked", String(checked));
+  document.body.setAttribute("data-over", bad.slice(0, 5).join(" "));
+})();
+</script>
+"""
+
+
+@pytest.mark.parametrize("case", ["pytorch_172668", "ring_of_4_narrow_cells"])
+def test_counterexample_arrows_keep_off_the_labels_as_chromium_draws_them(case, tmp_path):
+    """The same, with the browser's own geometry: the label boxes from its fonts (getBBox) and the
+    arrows from its path lengths (getPointAtLength)."""
+    _chromium_or_skip()
+    import re
+    program = COUNTEREXAMPLES[case]()
+    page = tmp_path / "arrows.html"
+    page.write_text("<!DOCTYPE html><html><body>" + timeline_svg(program, schedc.check(program)) + _GEOMETRY_SCRIPT
+                    + "</body></html>", encoding="utf-8")
+    dom = run_page(page.as_uri(), dump_dom=True)
+    labels = int(re.search(r'data-labels="(\d+)"', dom.stdout).group(1))
+    checked = int(re.search(r'data-checked="(\d+)"', dom.stdout).group(1))
+    over = re.search(r'data-over="([^"]*)"', dom.stdout).group(1)
+    assert labels >= 2 and checked > 100
+    assert over == "", f"arrows over blocked steps' labels: {over}"
+
+
+# ---- the dependency graph: ranks as rows, rank 0 on top; the cycle red (issue 20, item 7) ----
+def _hue_saturation(colour: str) -> tuple[float, float]:
+    import colorsys
+    r, g, b = (int(colour[k:k + 2], 16) / 255 for k in (1, 3, 5))
+    h, _, s = colorsys.rgb_to_hls(r, g, b)
+    return h * 360, s
+
+
+DAG_CASES = {
+    "pytorch_172668": lambda: schedc.load(str(KNOWN / "pytorch_172668.pp")),  # drew rank 1 on top
+    "interleaved_1f1b": lambda: builtin("interleaved_1f1b", P=4, M=4),  # drew rank 3 above rank 2
+    "ring_of_4": lambda: compile_text(_ring(4, 1)),  # drew the ranks bottom to top
+    "tagless_order": lambda: schedc.load(str(KNOWN / "tagless_order.pp")),
+}
+
+
+def test_the_dependency_graph_source_lays_ranks_out_as_rows_in_order():
+    """In the .dot source: each rank's cluster is one row (rank=same, its steps chained in program
+    order), invisible edges stack the rows rank 0 first, and no edge between ranks moves a row."""
+    import re
+    program = DAG_CASES["interleaved_1f1b"]()
+    source = dependency_graph(program).source
+    assert "rankdir=TB" in source
+    for r in range(program.num_ranks):
+        cluster = source[source.index(f"subgraph cluster_{r} {{"):]
+        assert "rank=same" in cluster[:cluster.index("}")]
+    chain = re.findall(r"r(\d+)s0 -> r(\d+)s0 \[style=invis", source)
+    assert chain == [(str(r), str(r + 1)) for r in range(program.num_ranks - 1)]
+    for a, b, attrs in re.findall(r"r(\d+)s\d+ -> r(\d+)s\d+ \[(.*)\]", source):
+        if a != b and "invis" not in attrs:
+            assert "constraint=false" in attrs
+
+
+def test_the_dependency_graph_cycle_and_crossed_pairs_are_red_in_the_source():
+    """"The cycle in red": a red (hue within 15 degrees of pure red, saturated) that is not the fill
+    of any kind of step (the old vermillion was the colour of every B)."""
+    from schedc.viz.dag import RED
+    hue, sat = _hue_saturation(RED)
+    assert (hue < 15 or hue > 345) and sat > 0.6
+    assert RED not in {palette.fill(k, c, 3) for k in palette.KIND_COLOUR for c in range(3)}
+    for case, marker, count in (("pytorch_172668", "waits for", 2), ("tagless_order", "crossed", 2)):
+        program = DAG_CASES[case]()
+        lines = [ln for ln in dependency_graph(program, schedc.check(program)).source.splitlines()
+                 if marker in ln and "->" in ln]
+        assert len(lines) == count and all(f'color="{RED}"' in ln for ln in lines), lines
+
+
+@pytest.mark.parametrize("case", sorted(DAG_CASES))
+def test_the_dependency_graph_draws_rank_0_on_top_and_the_cycle_red(case):
+    """In the SVG dot draws: the rank clusters top to bottom in rank order, each rank's steps left to
+    right in program order, and the cycle's (or crossed pairs') edges stroked red."""
+    import re
+    from schedc.viz.dag import RED
+    _dot_or_skip()
+    program = DAG_CASES[case]()
+    report = schedc.check(program)
+    svg = render(program, report, ".svg", dag=True).data
+    root = parse(svg)
+    groups = {g.find("s:title", NS).text: g for g in root.iter(f"{{{NS['s']}}}g")
+              if g.get("class") in ("cluster", "node", "edge")}
+
+    def top(g):  # the smallest y of the group's outline (dot's SVG: y grows downwards)
+        shape = next(e for e in g.iter() if e.tag in (f"{{{NS['s']}}}path", f"{{{NS['s']}}}polygon"))
+        text = shape.get("d") or shape.get("points")
+        return min(float(v) for v in re.findall(r"-?\d+(?:\.\d+)?", text)[1::2])
+
+    def centre_x(g):  # a node's label (inside the link dot wraps a node with a tooltip in)
+        return float(next(g.iter(f"{{{NS['s']}}}text")).get("x"))
+
+    tops = [top(groups[f"cluster_{r}"]) for r in range(program.num_ranks)]
+    assert tops == sorted(tops) and len(set(tops)) == len(tops), f"rows top to bottom: {tops}"
+    for r, steps in enumerate(program.ranks):
+        xs = [centre_x(groups[f"r{r}s{x}"]) for x in range(len(steps))]
+        assert xs == sorted(xs), f"rank {r} in program order"
+    red = [(w.rank, w.step, w.on_rank, w.on_step) for w in report.deadlock.cycle] if report.deadlock else [
+        (m.send_rank, m.send_step, m.recv_rank, m.recv_step) for m in report.mismatches]
+    for a, x, b, y in red:
+        edges = [g for name, g in groups.items() if name == f"r{a}s{x}->r{b}s{y}"]
+        strokes = {p.get("stroke").upper() for g in edges for p in g.iter(f"{{{NS['s']}}}path")}
+        assert RED.upper() in strokes, (a, x, b, y, strokes)
+
+
+# ---- the memory strip's scale, the HTML page fitting the window, each finding once ----
+def test_the_memory_strip_has_a_scale_in_units_of_activation_memory():
+    program = builtin("1f1b")
+    root = parse(timeline_svg(program))
+    strips = by_class(root, "rect", "memrow")
+    scales = [g for g in root.iter(f"{{{NS['s']}}}g") if g.get("class") == "memscale"]
+    assert len(scales) == len(strips) == 4
+    for strip, scale in zip(strips, scales):
+        y0 = float(strip.get("y"))
+        y1 = y0 + float(strip.get("height"))
+        ticks = [float(t.get("y1")) for t in scale.findall("s:line", NS)]
+        assert ticks == [y0, y1]  # a tick at the strip's top and one at its bottom
+        labels = [t.text for t in scale.findall("s:text", NS)]
+        assert labels == ["4 units", "0"]  # the most any rank holds (rank 0's peak), and zero
+    legend = [t.text for t in root.iter(f"{{{NS['s']}}}text") if "live memory" in (t.text or "")]
+    assert legend == ["live memory, in units of activation memory"]
+    # the scale is the strip's: rank 0's memory reaches its top, rank 3's (peak 1) a quarter of the way
+    for rank, share in ((0, 1.0), (3, 0.25)):
+        path = by_class(root, "path", "mem")[rank].get("d")
+        ys = [float(v) for v in __import__("re").findall(r"[ML]-?[\d.]+,(-?[\d.]+)", path)]
+        y0 = float(strips[rank].get("y"))
+        height = float(strips[rank].get("height"))
+        assert min(ys) == pytest.approx(y0 + height * (1 - share), abs=0.06)
+
+
+def test_the_memory_strip_scale_speaks_gib_under_a_model_description(run_cli, tmp_path):
+    out = tmp_path / "zbv.html"
+    code, _, err = run_cli("viz", "zbv", "--param", "P=4,M=8", "--model", "llama2-7b", "--hardware", "h100-80gb",
+                           "-o", str(out))
+    assert code == 0, err
+    page = out.read_text(encoding="utf-8")
+    root = parse(page[page.index("<svg"):page.index("</svg>") + len("</svg>")])
+    tops = [t.text for t in by_class(root, "text", "memtick") if t.text != "0"]
+    assert len(tops) == 4 and all(t.endswith(" GiB") for t in tops)
+    assert float(tops[0].split()[0]) > 40  # tens of GiB of activations, not units
+    assert any(t.text == "live memory, in GiB" for t in root.iter(f"{{{NS['s']}}}text"))
+
+
+_FIT_PAGE = """<!DOCTYPE html><html><body style="margin:0">
+%s
+<script>
+window.addEventListener("load", function () {
+  var out = [];
+  document.querySelectorAll("iframe").forEach(function (f) {
+    var d = f.contentDocument, root = d.documentElement, chart = d.getElementById("chart");
+    var svg = chart.querySelector("svg").getBoundingClientRect();
+    var row = [f.width, root.scrollWidth - root.clientWidth, chart.scrollWidth - chart.clientWidth,
+               Math.round(svg.right - root.clientWidth), d.body.getAttribute("data-schedc")];
+    var zoom = d.getElementById("zoom"), scaled = !zoom.hidden;
+    if (scaled) { zoom.click(); }  // at full size the picture scrolls inside its frame, not the page
+    row.push(scaled ? (chart.scrollWidth > chart.clientWidth) + "/" + (root.scrollWidth - root.clientWidth) : "-");
+    out.push(row.join(":"));
+  });
+  document.body.setAttribute("data-fit", out.join(" "));
+});
+</script></body></html>"""
+
+
+@pytest.mark.parametrize("source", ["1f1b_P8_M32", "deadlock"])
+def test_the_html_page_fits_the_window_at_common_widths(source, tmp_path):
+    """At 1024, 1280, 1366 and 1920 pixels the page does not scroll sideways and the picture (4,000 px
+    wide for 1F1B at P=8, M=32) is inside the window: it is scaled to it."""
+    _chromium_or_skip()
+    import html
+    import re
+    program = builtin("1f1b", P=8, M=32) if source != "deadlock" else compile_text(_ring(4, 8))
+    report = timeline_html(program)
+    frames = "".join(f'<iframe width="{w}" height="700" srcdoc="{html.escape(report, quote=True)}"></iframe>'
+                     for w in (1024, 1280, 1366, 1920))
+    page = tmp_path / "fit.html"
+    page.write_text(_FIT_PAGE % frames, encoding="utf-8")
+    dom = run_page(page.as_uri(), dump_dom=True, size=(2000, 800))
+    assert dom.console == [], dom.console
+    fit = re.search(r'data-fit="([^"]*)"', dom.stdout).group(1).split()
+    assert len(fit) == 4, fit
+    natural = float(parse(report[report.index("<svg"):report.index("</svg>") + 6]).get("width"))
+    for row in fit:
+        width, page_over, chart_over, svg_over, state, zoomed = row.split(":")
+        assert state == "rendered", row
+        assert int(page_over) <= 0 and int(chart_over) <= 0 and int(svg_over) <= 0, f"scrolls sideways: {row}"
+        # scaled down, the page offers the full size, which scrolls in the chart's frame only
+        assert (zoomed != "-") == (natural > int(width) - 46), row
+        assert zoomed in ("-", "true/0"), row
+
+
+def _visible_text(page: str) -> list[str]:
+    """The text a reader sees on a page, one entry per element's text, without scripts, styles and
+    hover titles."""
+    from html.parser import HTMLParser
+
+    class Text(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.hidden, self.out = 0, []
+
+        def handle_starttag(self, tag, attrs):
+            self.hidden += tag in ("script", "style", "title")
+
+        def handle_endtag(self, tag):
+            self.hidden -= tag in ("script", "style", "title")
+
+        def handle_data(self, data):
+            if not self.hidden and data.strip():
+                self.out += [ln.strip() for ln in data.splitlines() if ln.strip()]
+    parser = Text()
+    parser.feed(page)
+    return parser.out
+
+
+SEVERAL_FINDINGS = {
+    "crossed_pairs": lambda: (schedc.load(str(KNOWN / "tagless_order.pp")), {}),
+    "eight_crossed_pairs": lambda: (schedc.load(str(KNOWN / "megatron_interleaved_p2.pp")), {}),
+    "memory_violations": lambda: (builtin("1f1b"), {"memory_limit": 2}),
+    "deadlock_cycle_of_4": lambda: (compile_text(_ring(4, 1)), {}),
+    "broken_structure": lambda: (compile_text("schedule broken {\n rank 0: 0F0 0F0 0B0 0B0\n rank 1: 1F0 1B0\n}"), {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SEVERAL_FINDINGS))
+def test_each_finding_appears_once_on_the_html_page(case):
+    program, options = SEVERAL_FINDINGS[case]()
+    report = schedc.check(program, **options)
+    assert len(report.errors) >= 2 or report.deadlock is not None
+    page = timeline_html(program, report)
+    text = _visible_text(page)
+    whole = "\n".join(text)
+    for d in report.errors:
+        assert whole.count(d.message) == 1, f"{d.message!r} appears {whole.count(d.message)} times"
+    # the source lines quoted under findings on one line of the file are alike; the findings are not
+    long_lines = [t for t in text if len(t) > 40 and not __import__("re").match(r"\d*\s*\|", t)]
+    repeated = {t for t in long_lines if long_lines.count(t) > 1}
+    assert not repeated, f"told more than once: {sorted(repeated)}"
+    flowing = " ".join(" ".join(text).split())  # the text as read, lines wrapped in the picture joined
+    for note in build_scene(program, report).notes:  # the picture's notes: at most once (a finding's is told by it)
+        assert flowing.count(" ".join(note.split())) <= 1, f"{note!r} is told more than once"
+    if report.deadlock is not None:
+        assert whole.count(report.deadlock.cause) == 1
+        for n in range(1, len(report.deadlock.cycle) + 1):
+            assert sum(t.startswith(f"({n}) rank") for t in text) == 1  # each arrow explained once
+    if report.mismatches:  # the picture's numbers lead to the findings
+        assert sum("(1)" in t for t in text) == 1 and "(1) " in page
+
+
+@pytest.mark.parametrize("case", sorted(SEVERAL_FINDINGS))
+def test_each_finding_appears_once_in_the_svg(case):
+    program, options = SEVERAL_FINDINGS[case]()
+    report = schedc.check(program, **options)
+    root = parse(timeline_svg(program, report))
+    notes = [t.text for t in by_class(root, "text", "note")]
+    header = [t.text for t in root.iter(f"{{{NS['s']}}}text") if t.get("class") in ("title", "metrics", "verdict")]
+    whole = " ".join(" ".join(s.split()) for s in notes + header)
+    if report.deadlock is not None:  # the cause under the picture, not also in the verdict
+        assert whole.count(" ".join(report.deadlock.cause.split())) == 1
+    lines = [n for n in notes if len(n) > 40]
+    assert len(lines) == len(set(lines))
+
+
+def test_an_arrow_within_one_row_dips_under_it_clear_of_the_labels():
+    """A wait on the same rank (an nccl stream's queue) leaves and enters through the bottom edges
+    and stays in the band under the row; several arrows on one edge leave it apart."""
+    from schedc.viz.route import Cell, Rows, route, text_box
+    rows = Rows(top=100, pitch=64, height=22, left=78, right=800)
+    a, b, c = (Cell(78 + 34 * k, 100, 112 + 34 * k, 122, 0) for k in (0, 3, 5))
+    labels = [(text_box("→F1", 10.5, cell.cx, 115), 0) for cell in (a, b, c)]
+    routes = route([(a, b, "1"), (a, c, "2"), (c, c, "")], rows, labels, [(x, True) for x in (a, b, c)])
+    for r in routes:
+        points = _path_points(r.d)
+        assert all(p[1] >= 122 - 0.06 for p in points)  # under the row: never over a step of it
+        assert max(p[1] for p in points) < 164  # above the next row
+        for box, _ in labels:
+            assert not any(_inside(p, box, 1.1) for p in points)
+    starts = [_path_points(r.d)[0][0] for r in routes[:2]]
+    assert abs(starts[0] - starts[1]) >= 8  # two arrows leave rank 0's first step apart
+    assert routes[0].badge and routes[1].badge and routes[2].badge is None

@@ -1,10 +1,13 @@
 """The dependency graph of a program through graphviz: one node per step, ranks as clusters.
 
-Edges are the happens-before constraints the verifier uses (schedc/verify/graph.py): program order
-(grey), data (black), and "a send completes only after its receive is posted" and back (blue,
-dashed). The wait-for cycle of a deadlock is drawn in red over it, its blocked steps outlined; crossed
-pairs and memory violations are outlined too. Without graphviz's `dot` the .dot source is returned
-with a note on how to install it.
+Laid out as the timeline is: each rank a row (a cluster whose nodes share one of dot's ranks, in
+program order from left to right), rank 0 on top and the others under it in order, which invisible
+edges between the rows' first steps fix, so no edge between ranks can reorder the rows. Edges are
+the happens-before constraints the verifier uses (schedc/verify/graph.py): program order (grey),
+data (black), and "a send completes only after its receive is posted" and back (blue, dashed). The
+wait-for cycle of a deadlock is drawn in red over it, its blocked steps outlined; crossed pairs and
+memory violations are outlined too. Without graphviz's `dot` the .dot source is returned with a
+note on how to install it.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ _EDGE = {
     "send-posted": {"color": palette.OKABE_ITO["blue"], "style": "dashed", "weight": "0", "arrowsize": "0.6"},
     "buffer": {"color": palette.OKABE_ITO["sky_blue"], "style": "dashed", "weight": "0", "arrowsize": "0.6"},
 }
+RED = palette.ALARM_DARK  # the wait-for cycle and crossed pairs: the timeline arrows' red, no step's fill
 
 
 def _node(r: int, x: int) -> str:
@@ -45,7 +49,7 @@ def dependency_graph(program, report=None):
                           where="--dag")
     marks = _marks(program, report)
     g = graphviz.Digraph(name=dot(program.name), graph_attr={  # every text through dot(): shown as is
-        "rankdir": "LR", "newrank": "true", "nodesep": "0.15", "ranksep": "0.25", "fontname": "Helvetica",
+        "rankdir": "TB", "newrank": "true", "nodesep": "0.15", "ranksep": "0.35", "fontname": "Helvetica",
         "label": dot(_title(program, report)), "labelloc": "t", "fontsize": "14"},
         node_attr={"shape": "box", "style": "filled,rounded", "fontname": "Helvetica", "fontsize": "10",
                    "height": "0.3", "margin": "0.05,0.02"},
@@ -54,7 +58,7 @@ def dependency_graph(program, report=None):
     V = max(chunks, default=0) + 1
     for r, rank_steps in enumerate(program.ranks):
         with g.subgraph(name=f"cluster_{r}", graph_attr={"label": f"rank {r}", "color": "#BBBBBB",
-                                                         "style": "rounded"}) as c:
+                                                         "style": "rounded", "rank": "same"}) as c:
             for x, st in enumerate(rank_steps):
                 first = st.parts[0]
                 chunk = chunks[first.stage] if 0 <= first.stage < len(chunks) else 0
@@ -64,21 +68,27 @@ def dependency_graph(program, report=None):
                          "tooltip": dot(tooltip)}
                 mark = marks.get((r, x))
                 if mark:
-                    attrs.update({"color": palette.ALARM_DARK, "penwidth": "3", "tooltip": dot(tooltip + "; " + mark)})
+                    attrs.update({"color": RED, "penwidth": "3", "tooltip": dot(tooltip + "; " + mark)})
                 else:
                     attrs["color"] = "#FFFFFF"
                 c.node(_node(r, x), **attrs)
+    rows = [r for r, steps in enumerate(program.ranks) if steps]
+    for above, below in zip(rows, rows[1:]):  # the rows in rank order, top to bottom
+        g.edge(_node(above, 0), _node(below, 0), style="invis", weight="0")
     for before, after, why in _edges(program, report):
-        g.edge(_node(*before), _node(*after), **_EDGE.get(why, _EDGE["data"]))
+        # an edge between ranks may point up (a gradient): it must not move the rows, nor one
+        # against program order the steps of a row
+        across = {} if before[0] == after[0] and before[1] < after[1] else {"constraint": "false"}
+        g.edge(_node(*before), _node(*after), **_EDGE.get(why, _EDGE["data"]), **across)
     if report.deadlock is not None:
         for n, w in enumerate(report.deadlock.cycle, 1):
             if w.on_rank is None or w.on_step is None:
                 continue
-            g.edge(_node(w.rank, w.step), _node(w.on_rank, w.on_step), color=palette.ALARM, penwidth="2.5",
-                   fontcolor=palette.ALARM_DARK, label=f"({n}) waits for", constraint="false")
+            g.edge(_node(w.rank, w.step), _node(w.on_rank, w.on_step), color=RED, penwidth="2.5",
+                   fontcolor=RED, label=f"({n}) waits for", constraint="false")
     for m in report.mismatches[:20]:
-        g.edge(_node(m.send_rank, m.send_step), _node(m.recv_rank, m.recv_step), color=palette.ALARM,
-               style="dashed", penwidth="2", fontcolor=palette.ALARM_DARK, label="crossed", constraint="false")
+        g.edge(_node(m.send_rank, m.send_step), _node(m.recv_rank, m.recv_step), color=RED,
+               style="dashed", penwidth="2", fontcolor=RED, label="crossed", constraint="false")
     return g
 
 

@@ -56,7 +56,8 @@ class Block:
 
 @dataclass(frozen=True)
 class Arrow:
-    """From (rank, x) to (rank, x); `kind` is msg (a message), wait (the wait-for cycle) or cross."""
+    """From (rank, x) to (rank, x); `kind` is msg (a message), wait (the wait-for cycle) or cross.
+    A wait or cross arrow joins two steps (`src_step`, `dst_step`): it is routed around the labels."""
 
     src_rank: int
     src_x: float
@@ -64,6 +65,19 @@ class Arrow:
     dst_x: float
     kind: str
     label: str = ""
+    src_step: int | None = None
+    dst_step: int | None = None
+
+
+@dataclass
+class Finding:
+    """One finding of the check, once: its diagnostic as the check renders it (with its source line),
+    the number the picture marks it with ("" if none) and the picture's note on it ("" if none)."""
+
+    code: str
+    text: str
+    number: str = ""
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -129,7 +143,7 @@ class Scene:
     makespan: float | None = None
     bubble: float | None = None
     peak: float | None = None
-    errors: list[str] = field(default_factory=list)  # the check's findings, rendered
+    findings: list[Finding] = field(default_factory=list)  # the check's findings, each once
     grid: str = ""  # the check's rank-by-step grid of a deadlock
     units: object = None  # schedc/units.py `Units` the numbers are labelled with (None: the schedule's units)
 
@@ -222,7 +236,7 @@ def _frame(program: Program, report, timeline, untimed: str | None, units=None) 
     scene.units = units
     if units is not None and units.note:
         scene.notes.append(units.note)
-    scene.errors = [d.render() for d in report.errors]
+    scene.findings = [Finding(d.code, d.render()) for d in report.errors]
     if report.deadlock is not None:
         from ..verify.deadlock import render_grid
         scene.grid = render_grid(program, report.deadlock)
@@ -238,14 +252,23 @@ def _verdict(report) -> tuple[str, bool | None]:
         return f"checks hold under {sem} sends", True
     if report.ok is None:
         return f"checks could not decide: {report.unknown}", None
-    if report.deadlock is not None:
-        return f"DEADLOCK under {sem} sends: {report.deadlock.cause}", False
     codes = []
     for d in report.errors:
         if d.code not in codes:
             codes.append(d.code)
-    counts = ", ".join(f"{sum(d.code == c for d in report.errors)} {c}" for c in codes)
+    counts = ", ".join(f"{sum(d.code == c for d in report.errors)} {c}" for c in codes if c != "deadlock")
+    if report.deadlock is not None:  # its cause is a finding: told once, under the picture
+        return f"DEADLOCK under {sem} sends" + (f" (and {counts})" if counts else ""), False
     return f"FAILED under {sem} sends: {counts}", False
+
+
+def _explain(scene: Scene, code: str, k: int, note: str, number: str = "") -> None:
+    """The picture's note on the k-th finding of `code` (the check reports them in the order the
+    scene marks them): added to the notes, and kept with the finding so a page shows it once."""
+    scene.notes.append(note)
+    found = [f for f in scene.findings if f.code == code]
+    if k < len(found):
+        found[k].note, found[k].number = note, number
 
 
 # ---- blocks ----
@@ -383,8 +406,8 @@ def _program_order(scene: Scene, program: Program, report, structural) -> None:
         scene.memory[r] = tuple(series)
     scene.memory_max = max([v for pts in scene.memory.values() for _, v in pts] + list(scene.limits.values()) + [0.0])
     by_pos = {(b.rank, b.step): b for b in scene.blocks}
-    if deadlock is not None:
-        scene.notes.append(f"deadlock: {deadlock.cause}")
+    if deadlock is report.deadlock and deadlock is not None:
+        _explain(scene, "deadlock", 0, f"deadlock: {deadlock.cause}")
     for n, w in enumerate(cycle, 1):
         b = by_pos.get((w.rank, w.step))
         label = _WAIT_LABEL.get(w.reason, w.reason)
@@ -398,7 +421,8 @@ def _program_order(scene: Scene, program: Program, report, structural) -> None:
             b.mark, b.note = "cycle", f"blocked ({n}): {text}"
         drawn = w.on_rank is not None and w.on_step is not None and w.rank in rows and w.on_rank in rows
         if drawn:
-            scene.arrows.append(Arrow(w.rank, w.step + 0.5, w.on_rank, w.on_step + 0.5, "wait", str(n)))
+            scene.arrows.append(Arrow(w.rank, w.step + 0.5, w.on_rank, w.on_step + 0.5, "wait", str(n),
+                                      w.step, w.on_step))
         scene.notes.append(f"({n}) {text}")
     for d in structural[:MAX_MARKED]:
         if d.rank is None or d.step is None or d.rank not in rows:
@@ -502,11 +526,11 @@ def _cumulative(starts, ends, edges):
 # ---- findings marked in either mode ----
 def _mark_findings(scene: Scene, program: Program, report, timeline) -> None:
     if scene.mode == "aggregate":
-        for m in report.mismatches[:MAX_MARKED]:
-            scene.notes.append(f"crossed: rank {m.recv_rank} step {m.recv_step} {describe(m.recv)} receives "
-                               f"{describe(m.send)} from rank {m.send_rank} step {m.send_step}")
-        for pk in report.memory_violations[:MAX_MARKED]:
-            scene.notes.append(_violation_note(pk, report))
+        for k, m in enumerate(report.mismatches[:MAX_MARKED]):
+            _explain(scene, "mismatch", k, f"crossed: rank {m.recv_rank} step {m.recv_step} {describe(m.recv)} "
+                     f"receives {describe(m.send)} from rank {m.send_rank} step {m.send_step}")
+        for k, pk in enumerate(report.memory_violations[:MAX_MARKED]):
+            _explain(scene, "memory", k, _violation_note(pk, report))
         return
     by_pos = {(b.rank, b.step): b for b in scene.blocks}
 
@@ -525,9 +549,9 @@ def _mark_findings(scene: Scene, program: Program, report, timeline) -> None:
                 b.mark, b.note = "crossed", note
         a, c = centre(m.send_rank, m.send_step), centre(m.recv_rank, m.recv_step)
         if a is not None and c is not None:
-            scene.arrows.append(Arrow(m.send_rank, a, m.recv_rank, c, "cross", str(n)))
-        scene.notes.append(note)
-    for pk in report.memory_violations[:MAX_MARKED]:
+            scene.arrows.append(Arrow(m.send_rank, a, m.recv_rank, c, "cross", str(n), m.send_step, m.recv_step))
+        _explain(scene, "mismatch", n - numbered - 1, note, str(n))
+    for k, pk in enumerate(report.memory_violations[:MAX_MARKED]):
         step = by_pos.get((pk.rank, pk.step))
         if step is None:
             continue
@@ -540,7 +564,7 @@ def _mark_findings(scene: Scene, program: Program, report, timeline) -> None:
             b = forwards.get(key)
             if b is not None and b.mark == "":
                 b.mark, b.note = "live", f"live when rank {pk.rank} goes over its memory limit"
-        scene.notes.append(_violation_note(pk, report))
+        _explain(scene, "memory", k, _violation_note(pk, report))
 
 
 def _violation_note(pk, report) -> str:

@@ -1,4 +1,5 @@
-"""Lay out a Scene as one SVG document: a row per rank, its memory strip, arrows, axis, legend, notes.
+"""Lay out a Scene as one SVG document: a row per rank, its memory strip and that strip's scale,
+arrows (a counterexample's routed around the steps' labels by route.py), axis, legend, notes.
 
 Every block is a `<rect class="blk KIND">` carrying its rank, step, kind, stage, microbatch, chunk,
 start and end as data attributes (the golden tests and the HTML page read them); its hover text is
@@ -9,12 +10,14 @@ from __future__ import annotations
 import math
 
 from . import palette
+from .route import BADGE_FONT, BADGE_R, Cell, Rows, badge_half_width, route, text_box
 from .scene import Block, Scene
 from .text import escape
 
 LEFT, RIGHT = 78, 96  # room for "rank 12" and "peak 13"
 UNITS_RIGHT = 64  # and for "peak 50.78 GiB / 43.92 GiB" when sizes have a unit
 ROW_H, MEM_H, GAP = 22, 14, 9
+ARROW_GAP = 28  # the gap under a row of a program-order picture with arrows: room for them and their numbers
 TOP_TITLE = 22
 MIN_BLOCK_PX = 18  # the shortest compute block is at least this wide, so two digits fit
 STEP_PX = 34  # a cell of a program-order picture
@@ -24,6 +27,8 @@ FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
 CHAR_PX = 6.2  # width of one digit at the largest label size, for deciding whether a label fits
 LABEL_SIZES = (10.5, 9, 7.5)  # font sizes of a block's label, largest first
 TEXT_CHAR_PX = 6.6  # average width of a character of 11-12 px text, for wrapping
+BOLD_CHAR_PX = 7.6  # and of 12 px bold text (the verdict)
+SCALE_FONT = 8  # the memory strip's scale
 
 
 def _f(v: float) -> str:
@@ -33,7 +38,7 @@ def _f(v: float) -> str:
 
 
 class _Layout:
-    def __init__(self, scene: Scene):
+    def __init__(self, scene: Scene, header: bool = True):
         self.scene = scene
         lo, hi = scene.extent
         span = max(hi - lo, 1e-9)
@@ -53,9 +58,13 @@ class _Layout:
         self.chars = int((self.width - LEFT - 10) / TEXT_CHAR_PX)  # characters of text per line
         self.header = [("title", scene.title)] + [("metrics", t) for t in _wrap(scene.metrics, self.chars)]
         if scene.verdict:
-            self.header += [("verdict", t) for t in _wrap(scene.verdict, self.chars)[:4]]
-        self.top = TOP_TITLE + 17 * (len(self.header) - 1) + 22
-        self.pitch = ROW_H + MEM_H + GAP
+            bold = int(self.chars * TEXT_CHAR_PX / BOLD_CHAR_PX)
+            self.header += [("verdict", t) for t in _wrap(scene.verdict, bold)[:4]]
+        if not header:
+            self.header = []
+        self.top = TOP_TITLE + 17 * (len(self.header) - 1) + 22 if self.header else 12
+        routed = any(a.kind != "msg" for a in scene.arrows)
+        self.pitch = ROW_H + MEM_H + (ARROW_GAP if routed else GAP)
         self.rows = {r: i for i, r in enumerate(scene.rows)}
         self.rows_h = self.pitch * len(scene.rows)
 
@@ -69,10 +78,11 @@ class _Layout:
         return self.top + i * self.pitch
 
 
-def render_svg(scene: Scene, *, titles: bool = True) -> str:
+def render_svg(scene: Scene, *, titles: bool = True, header: bool = True, notes: bool = True) -> str:
     """The Scene as SVG text. `titles=False` leaves out the per-block `<title>` (the HTML page shows
-    its own hover box)."""
-    L = _Layout(scene)
+    its own hover box); `header=False` the title, metrics and verdict, and `notes=False` the notes
+    under the picture (the HTML page writes them as text that wraps with the window)."""
+    L = _Layout(scene, header)
     out: list[str] = []
     body: list[str] = []
     _rows(body, scene, L)
@@ -85,7 +95,8 @@ def render_svg(scene: Scene, *, titles: bool = True) -> str:
     y = L.top + L.rows_h
     y = _axis(body, scene, L, y)
     y = _legend(body, scene, L, y + 8)
-    y = _notes(body, scene, L, y + 6)
+    if notes:
+        y = _notes(body, scene, L, y + 6)
     width = L.width
     height = y + 10
     out.append(f'<svg xmlns="http://www.w3.org/2000/svg" width="{_f(width)}" height="{_f(height)}" '
@@ -169,6 +180,28 @@ def _rows(out: list[str], scene: Scene, L: _Layout) -> None:
             text = f"peak {_num(peak)}{u}" + (f" / {_num(limit)}{u}" if limit is not None else "")
             out.append(f'<text class="peak" x="{_f(LEFT + L.plot_w + 6)}" y="{_f(my + MEM_H - 3)}" '
                        f'font-size="10" fill="#2E6F9A">{escape(text)}</text>')
+        _memory_scale(out, scene, my, mem_max)
+
+
+def _memory_unit(scene: Scene, value: float) -> str:
+    """What the memory strips count in: GiB under a model and hardware description, else the
+    schedule's units of activation memory."""
+    if scene.units is not None:
+        return scene.units.memory
+    return "unit" if value == 1 else "units"
+
+
+def _memory_scale(out: list[str], scene: Scene, my: float, mem_max: float) -> None:
+    """The strip's scale, left of it: a tick at 0 and one at the top (the most memory any strip
+    shows), labelled with the unit."""
+    g = ['<g class="memscale" fill="#2E6F9A" stroke="#2E6F9A" font-size="%s" text-anchor="end">' % SCALE_FONT]
+    for value, y, dy in ((mem_max, my, 6.2), (0.0, my + MEM_H, 0.0)):
+        g.append(f'<line x1="{LEFT - 3}" x2="{LEFT}" y1="{_f(y)}" y2="{_f(y)}" stroke-width="0.8"/>')
+        text = f"{_num(value)} {_memory_unit(scene, value)}" if value else "0"
+        g.append(f'<text class="memtick" x="{LEFT - 5}" y="{_f(y + dy)}" stroke="none" data-value="{value:.6g}">'
+                 f"{escape(text)}</text>")
+    g.append("</g>")
+    out.append("".join(g))
 
 
 _MARK_STYLE = {
@@ -180,19 +213,26 @@ _MARK_STYLE = {
 }
 
 
+def _drawn(scene: Scene, L: _Layout, b: Block) -> tuple[float, float, float, float, float | None]:
+    """Where a block is drawn (x, y, width, height) and the font size of its label (None: no label)."""
+    y = L.y(b.rank)
+    x0 = L.x(b.x0)
+    w = (b.x1 - b.x0) * L.px
+    tick = b.kind in ("COMM", "STAGE") and scene.mode != "step"
+    if tick:  # posting a send or receive takes (almost) no time: a mark along the row's top
+        return x0, y, max(w, 2.0), ROW_H * 0.4, None
+    w = max(w, 1.0)
+    return x0, y, w, ROW_H, _label_size(b.label, w) if b.label else None
+
+
+def _label_baseline(L: _Layout, rank: int) -> float:
+    return L.y(rank) + ROW_H / 2 + 4
+
+
 def _blocks(out: list[str], scene: Scene, L: _Layout, titles: bool) -> None:
     for b in scene.blocks:
-        y = L.y(b.rank)
         colour = palette.fill(b.kind, b.chunk, scene.chunks)
-        x0 = L.x(b.x0)
-        w = (b.x1 - b.x0) * L.px
-        tick = b.kind in ("COMM", "STAGE") and scene.mode != "step"
-        if tick:  # posting a send or receive takes (almost) no time: a mark along the row's top
-            w = max(w, 2.0)
-            h, yy = ROW_H * 0.4, y
-        else:
-            w = max(w, 1.0)
-            h, yy = ROW_H, y
+        x0, yy, w, h, size = _drawn(scene, L, b)
         if b.mark == "not-run":
             colour = palette.mix(colour, "#FFFFFF", 0.7)
         if b.mark in _MARK_STYLE:
@@ -212,11 +252,10 @@ def _blocks(out: list[str], scene: Scene, L: _Layout, titles: bool) -> None:
             out.append(f"<rect {attrs}><title>{escape(hover_text(scene, b))}</title></rect>")
         else:
             out.append(f"<rect {attrs}/>")
-        size = _label_size(b.label, w) if b.label and not tick else None
         if size is not None:
             fg = palette.text_colour(colour)
-            out.append(f'<text class="lbl" x="{_f(x0 + w / 2)}" y="{_f(y + ROW_H / 2 + 4)}" text-anchor="middle" '
-                       f'font-size="{size}" fill="{fg}">{escape(b.label)}</text>')
+            out.append(f'<text class="lbl" x="{_f(x0 + w / 2)}" y="{_f(_label_baseline(L, b.rank))}" '
+                       f'text-anchor="middle" font-size="{size}" fill="{fg}">{escape(b.label)}</text>')
 
 
 def _label_size(label: str, width: float) -> float | None:
@@ -261,37 +300,65 @@ def _moments(out: list[str], scene: Scene, L: _Layout) -> None:
 
 
 def _arrows(out: list[str], scene: Scene, L: _Layout) -> None:
+    routed = []
     for a in scene.arrows:
         if a.src_rank not in L.rows or a.dst_rank not in L.rows:
+            continue
+        if a.kind != "msg":
+            routed.append(a)
             continue
         down = L.rows[a.dst_rank] >= L.rows[a.src_rank]
         y1 = L.y(a.src_rank) + (ROW_H if down else 0)
         y2 = L.y(a.dst_rank) + (0 if down else ROW_H)
         x1, x2 = L.x(a.src_x), L.x(a.dst_x)
-        if a.kind == "msg":
-            out.append(f'<line class="arrow msg" x1="{_f(x1)}" y1="{_f(y1)}" x2="{_f(x2)}" y2="{_f(y2)}" '
-                       'stroke="#444444" stroke-opacity="0.55" stroke-width="0.8" marker-end="url(#head)">'
-                       f"<title>{escape(a.label)}</title></line>")
-            continue
-        # from the middle of the waiting (or sending) cell to the edge of the other one
-        y1 = L.y(a.src_rank) + ROW_H / 2
-        if a.src_rank == a.dst_rank:
-            y1 = y2 = L.y(a.src_rank)
-        mx, my = (x1 + x2) / 2, (y1 + y2) / 2
-        bend = 14 if a.kind == "wait" else -14
-        cx, cy = mx + bend, my - (24 if a.src_rank == a.dst_rank else 0)
+        out.append(f'<line class="arrow msg" x1="{_f(x1)}" y1="{_f(y1)}" x2="{_f(x2)}" y2="{_f(y2)}" '
+                   'stroke="#444444" stroke-opacity="0.55" stroke-width="0.8" marker-end="url(#head)">'
+                   f"<title>{escape(a.label)}</title></line>")
+    if routed:
+        _routed(out, scene, L, routed)
+
+
+def _routed(out: list[str], scene: Scene, L: _Layout, arrows) -> None:
+    """The wait-for cycle's arrows and crossed pairs: from step to step around the labels (route.py),
+    each numbered where its number covers no label."""
+    cells, labels, drawn = {}, [], []
+    for b in scene.blocks:
+        x0, y0, w, h, size = _drawn(scene, L, b)
+        cell = Cell(x0, y0, x0 + w, y0 + h, L.rows[b.rank])
+        cells[(b.rank, b.step)] = cell
+        drawn.append((cell, b.mark in _MARK_STYLE))
+        if size is not None:
+            labels.append((text_box(b.label, size, x0 + w / 2, _label_baseline(L, b.rank)), cell.row))
+
+    def cell_of(rank: int, step: int | None, x: float) -> Cell:
+        found = cells.get((rank, step))
+        if found is not None:
+            return found
+        y = L.y(rank)  # not drawn (outside the window shown): a cell's width at x
+        return Cell(L.x(x) - L.px / 2, y, L.x(x) + L.px / 2, y + ROW_H, L.rows[rank])
+
+    # arrows between the same two steps (two crossed pairs of one grouped step) are drawn as one, "3,4"
+    joined: dict[tuple, list] = {}
+    for a in arrows:
+        joined.setdefault((a.kind, a.src_rank, a.src_step, a.src_x, a.dst_rank, a.dst_step, a.dst_x), []).append(a)
+    arrows = [group[0] for group in joined.values()]
+    numbers = [",".join(a.label for a in group if a.label) for group in joined.values()]
+    ends = [(cell_of(a.src_rank, a.src_step, a.src_x), cell_of(a.dst_rank, a.dst_step, a.dst_x), n)
+            for a, n in zip(arrows, numbers)]
+    routes = route(ends, Rows(L.top, L.pitch, ROW_H, LEFT, LEFT + L.plot_w), labels, drawn)
+    for a, n, r in zip(arrows, numbers, routes):
         dash = ' stroke-dasharray="5,3"' if a.kind == "cross" else ""
-        out.append(f'<path class="arrow {a.kind}" d="M{_f(x1)},{_f(y1)}Q{_f(cx)},{_f(cy)} {_f(x2)},{_f(y2)}" '
-                   f'fill="none" stroke="{palette.ALARM_DARK}" stroke-width="2.2"{dash} marker-end="url(#alarm)">'
-                   f"<title>{escape(a.label)}</title></path>")
-        if a.label:  # a number, explained in the notes under the picture
-            t = 0.3  # along the curve, nearer the waiting step, so crossing arrows keep their numbers apart
-            lx = (1 - t) ** 2 * x1 + 2 * (1 - t) * t * cx + t * t * x2
-            ly = (1 - t) ** 2 * y1 + 2 * (1 - t) * t * cy + t * t * y2
-            out.append(f'<circle class="arrow-num" cx="{_f(lx)}" cy="{_f(ly)}" r="7" fill="#FFFFFF" '
-                       f'stroke="{palette.ALARM_DARK}" stroke-width="1.5"/>')
-            out.append(f'<text class="arrow-label" x="{_f(lx)}" y="{_f(ly + 3.5)}" text-anchor="middle" '
-                       f'font-size="10" font-weight="bold" fill="{palette.ALARM_DARK}">{escape(a.label)}</text>')
+        out.append(f'<path class="arrow {a.kind}" d="{r.d}" fill="none" stroke="{palette.ALARM_DARK}" '
+                   f'stroke-width="2.2"{dash} marker-end="url(#alarm)"><title>{escape(n)}</title></path>')
+    for n, r in zip(numbers, routes):  # the numbers over every line, explained in the notes
+        if n and r.badge is not None:
+            lx, ly = r.badge
+            hw = badge_half_width(n)
+            out.append(f'<rect class="arrow-num" x="{_f(lx - hw)}" y="{_f(ly - BADGE_R)}" width="{_f(2 * hw)}" '
+                       f'height="{_f(2 * BADGE_R)}" rx="{BADGE_R}" fill="#FFFFFF" stroke="{palette.ALARM_DARK}" '
+                       'stroke-width="1.5"/>')
+            out.append(f'<text class="arrow-label" x="{_f(lx)}" y="{_f(ly + 3.3)}" text-anchor="middle" '
+                       f'font-size="{BADGE_FONT}" font-weight="bold" fill="{palette.ALARM_DARK}">{escape(n)}</text>')
 
 
 def _axis(out: list[str], scene: Scene, L: _Layout, y: float) -> float:
@@ -303,14 +370,16 @@ def _axis(out: list[str], scene: Scene, L: _Layout, y: float) -> float:
     first = math.ceil(lo / step) * step
     t = first
     count = 0
+    after = LEFT + L.plot_w + 6  # where the axis's name goes: past the last tick's number
     while t <= hi + 1e-9 and count < 400:
         x = L.x(t)
         out.append(f'<line x1="{_f(x)}" x2="{_f(x)}" y1="{_f(y)}" y2="{_f(y + 4)}" stroke="#555555"/>')
         out.append(f'<text class="tick" x="{_f(x)}" y="{_f(y + 15)}" text-anchor="middle" font-size="10">'
                    f"{_num(t)}</text>")
+        after = max(after, x + len(_num(t)) * 3.4 + 5)
         t = first + (count + 1) * step
         count += 1
-    out.append(f'<text x="{_f(LEFT + L.plot_w + 6)}" y="{_f(y + 15)}" font-size="10" fill="#555555">'
+    out.append(f'<text x="{_f(after)}" y="{_f(y + 15)}" font-size="10" fill="#555555">'
                f"{scene.x_label}</text>")
     return y + 22
 
@@ -332,7 +401,8 @@ def _legend(out: list[str], scene: Scene, L: _Layout, y: float) -> float:
         items.append((f'fill="{palette.fill("F", 1, 2)}" stroke="{palette.KIND_COLOUR["F"]}" stroke-width="1.5"',
                       "later chunk (lighter)"))
     items.append(('fill="url(#idle)"', "idle"))
-    items.append((f'fill="{palette.MEMORY}" fill-opacity="0.55"', "live memory"))
+    unit = scene.units.memory if scene.units is not None else "units of activation memory"
+    items.append((f'fill="{palette.MEMORY}" fill-opacity="0.55"', f"live memory, in {unit}"))
     marks = {b.mark for b in scene.blocks}
     if "cycle" in marks or "blocked" in marks:
         items.append((f'fill="#FFFFFF" stroke="{palette.ALARM_DARK}" stroke-width="3"', "blocked (on the cycle)"))
