@@ -1,4 +1,4 @@
-"""Regenerate the performance table of issue 21: every target, schedc against torch in one run.
+"""Regenerate bench/README.md's performance table: every target, schedc against torch in one run.
 
     python bench/perf_table.py [--quick] [--runtime] [--write]
 
@@ -7,7 +7,7 @@ scale; with `--runtime` also bench/runtime_vs_torch.py, a few minutes) and print
 markdown table, each figure beside the torch figure (or the reference) measured in the same run.
 `--write` puts the table between `<!-- perf-table:start -->` and `<!-- perf-table:end -->` in
 bench/README.md; without the markers it prints the table and says so. `--quick` measures smaller
-cases (minutes less, and not the issue's sizes: for trying the script, not for the README).
+cases (minutes less, and not the table's sizes: for trying the script, not for the README).
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     ap.add_argument("--write", action="store_true", help=f"write the table into {README.relative_to(perf.ROOT)}")
     args = ap.parse_args(argv)
     if args.quick and args.write:
-        ap.error("--write puts the issue's sizes in the README: drop --quick")
+        ap.error("--write puts the full sizes in the README: drop --quick")
     t0 = time.perf_counter()
     rows = measure(args.quick, args.runtime)
     text = section(rows, time.perf_counter() - t0)

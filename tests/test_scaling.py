@@ -5,7 +5,11 @@ shape (linear, not quadratic or exponential), or that a limit is an error before
 """
 from __future__ import annotations
 
+import pytest
+
+import schedc
 from schedc import syntax as ast
+from schedc.errors import SchedcError
 from schedc.compiler import compile_schedule
 from schedc.parse import parse
 from schedc.prove.model import model
@@ -305,3 +309,16 @@ def test_a_schedule_loaded_again_is_parsed_once_and_its_greedy_order_made_once(m
         with pytest.raises(SchedcError):
             parse.parse("schedule broken {", "broken.pp")
     assert calls["parse"] <= 3
+
+
+def test_a_runnable_program_too_large_to_write_is_refused_and_compile_writes_the_rest(run_cli, tmp_path,
+                                                                                       monkeypatch):
+    from schedc.lower import codegen
+    monkeypatch.setattr(codegen, "MAX_RUNNABLE_ACTIONS", 100)  # 1F1B at P=4, M=16 lowers to 304 actions
+    code, out, err = run_cli("compile", "1f1b", "--param", "P=4,M=16", "-o", str(tmp_path / "out"))
+    assert code == 0 and "no runnable program" in err and "at most 100" in err
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written == ["1f1b.csv", "1f1b.json", "1f1b.svg"]
+    with pytest.raises(SchedcError) as exc:
+        codegen.lower_to_torch(schedc.load("1f1b", {"P": 4, "M": 16}))
+    assert exc.value.code == "too-large"

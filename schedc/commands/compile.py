@@ -41,7 +41,7 @@ def _lowered_source(program, report, stderr) -> str | None:
     try:
         return lower_to_torch(program, verified=str(report.semantics) if report.ok else None).source
     except SchedcError as e:
-        if report.ok:
+        if report.ok and e.code != "too-large":
             raise
         stderr.write(f"schedc: no runnable program: {e.diagnostics[0].message}\n")
         return None

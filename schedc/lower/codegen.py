@@ -97,22 +97,31 @@ def _peer(placement: tuple[int, ...], op: str, stage: int) -> int:
     return placement[other] if 0 <= other < len(placement) else -1
 
 
+MAX_RUNNABLE_ACTIONS = 2_000_000  # the most actions (sends and receives too) a generated program holds
+
+
 def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredProgram:
     """Insert communication (if the program has none) and render the runnable program.
 
     `verified` records the send semantics the schedule was checked under (None: not checked).
     """
+    from ..columns import has_op
     from ..passes import lower
-    if any(a.op is Op.REDUCE_TIED for steps in program.ranks for st in steps for a in st.parts):
+    if has_op(program, Op.REDUCE_TIED):
         raise SchedcError("usage", f"{program.name} has a tied all-reduce (REDUCE_TIED): schedc's runtime trains "
                           "models without tied weights so far; check and simulate it, run it without")
-    if any(a.op in WAITS for steps in program.ranks for st in steps for a in st.parts):
+    if any(has_op(program, wait) for wait in WAITS):
         raise SchedcError("usage", f"{program.name} has explicit waits (WAIT_...): schedc's runtime awaits by "
                           "torch's convention so far; check and simulate it, run it without")
     if program.forward_only:
         raise SchedcError("usage", f"{program.name} is forward-only: schedc's runtime trains (forward and "
                           "backward); a forward-only schedule is checked, simulated and drawn, not run yet")
-    table = table_of(lower(program), verified)
+    lowered = lower(program)
+    if lowered.num_actions > MAX_RUNNABLE_ACTIONS:
+        raise SchedcError("too-large", f"the runnable program would hold {lowered.num_actions:,} actions as Python "
+                          f"source; at most {MAX_RUNNABLE_ACTIONS:,} (about 1 GB to write): use fewer microbatches, "
+                          "or run the lowered CSV with torch's runtime (schedc export --to torch-csv)")
+    table = table_of(lowered, verified)
     source = render_program(table)
     sends = sum(a.is_send for steps in table.ranks for st in steps for a in parts(st))
     metadata = {
