@@ -105,6 +105,7 @@ class Loops:
         return tuple(b for b in self.bodies if b.var is None)
 
 
+_ONCE = {ast.Placement: "place", ast.Order: "order", ast.ForwardOnly: "forward only"}  # declared at most once
 _BUILT: dict[int, tuple[ast.Schedule, Loops]] = {}  # id(tree) -> (tree, its IR): one build per tree
 
 
@@ -122,7 +123,8 @@ def build(tree: ast.Schedule) -> Loops:
 
 def _build(tree: ast.Schedule) -> Loops:
     header, decls, annotations = [], {}, []
-    placement = order = generic = forward = None
+    once: dict[type, object] = {}
+    generic = None
     specific: dict[int, ast.RankBody | ast.RankLiteral] = {}
     for item in tree.items:
         if isinstance(item, (ast.Let, ast.Require)):
@@ -132,21 +134,13 @@ def _build(tree: ast.Schedule) -> Loops:
                 raise SchedcError("duplicate-decl", f"'{item.what}' is declared twice", item.span)
             decls[item.what] = item
             header.append(item)
-        elif isinstance(item, ast.Placement):
-            if placement is not None:
-                raise SchedcError("duplicate-decl", "'place' is declared twice", item.span)
-            placement = item
+        elif type(item) in _ONCE:
+            if type(item) in once:
+                raise SchedcError("duplicate-decl", f"'{_ONCE[type(item)]}' is declared twice", item.span)
+            once[type(item)] = item
         elif isinstance(item, ast.Annotation):
             check_setting_names(item)
             annotations.append(item)
-        elif isinstance(item, ast.Order):
-            if order is not None:
-                raise SchedcError("duplicate-decl", "'order' is declared twice", item.span)
-            order = item
-        elif isinstance(item, ast.ForwardOnly):
-            if forward is not None:
-                raise SchedcError("duplicate-decl", "'forward only' is declared twice", item.span)
-            forward = item
         elif isinstance(item, ast.RankBody) and item.var is not None:
             if generic is not None:
                 raise SchedcError("duplicate-decl", "only one `rank NAME { ... }` body is allowed; "
@@ -157,6 +151,7 @@ def _build(tree: ast.Schedule) -> Loops:
                 raise SchedcError("duplicate-decl", f"rank {item.index} is defined twice", item.span,
                                   [f"first defined at {specific[item.index].span}"])
             specific[item.index] = item
+    placement, order, forward = (once.get(kind) for kind in _ONCE)
     if order is not None and forward is not None:
         raise SchedcError("order", "`order greedy(...)` orders a training schedule's forwards and backwards; "
                           "a forward-only schedule lists its forwards as they run", order.span)

@@ -211,15 +211,7 @@ def _check_job(program: Program, semantics: Semantics, limits, file, engine) -> 
     given = {d * P + r: v for d in range(program.dp) for r, v in program.annotations.memory_limit}
     given.update(limits or {})
     report.memory_limit = tuple(given.get(r) for r in range(flat.num_ranks))
-    for pk in report.peak_memory:
-        limit = report.memory_limit[pk.rank]
-        if limit is not None and pk.memory > limit + 1e-9:
-            report.memory_violations.append(pk)
-            report.errors.append(Diagnostic(
-                "memory", f"rank {pk.rank}, step {display_step(pk.action, pk.step)}: memory reaches "
-                f"{_number(pk.memory)}{_moment(pk)}, over the limit of {_number(limit)}",
-                pk.action.span if pk.action is not None else None, ("live: " + "; ".join(pk.live),),
-                rank=pk.rank, step=display_step(pk.action, pk.step)))
+    _over_limits(report)
     return report
 
 
@@ -302,6 +294,11 @@ def _memory(report: Report, chans, limits: dict[int, float] | None) -> None:
     p = report.program
     report.peak_memory = peak_memory(p, report.semantics, chans)
     report.memory_limit = _limits(p, limits)
+    _over_limits(report)
+
+
+def _over_limits(report: Report) -> None:
+    """A `memory` finding for each rank whose peak (`report.peak_memory`) is over its limit."""
     for pk in report.peak_memory:
         limit = report.memory_limit[pk.rank]
         if limit is not None and pk.memory > limit + 1e-9:
