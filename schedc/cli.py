@@ -127,6 +127,9 @@ def _parser(stdout: TextIO) -> _Parser:
                         "bandwidth, overhead); applied after --costs")
     q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")
     q.add_argument("--no-overlap", action="store_true", help="communication holds the ranks it involves")
+    q.add_argument("--semantics", default="rendezvous",
+                   help="which runs exist: rendezvous (default), eager, bounded:K, or a backend, nccl or gloo, "
+                        "whose sends and receives are timed as posted and awaited")
     q.add_argument("--json", action="store_true", help="print one JSON object")
     q.add_argument("--trace", metavar="FILE", help="write a Chrome trace / Perfetto JSON of the timeline")
     describing(q)
@@ -167,7 +170,9 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--trace", metavar="FILE", help="write the measured timeline of every rank as a Chrome trace / "
                    "Perfetto JSON (the layout of `schedc sim --trace`), also when the run is stopped")
     q.add_argument("--no-verify", action="store_true", help="run without checking the schedule first")
-    q.add_argument("--semantics", default="rendezvous", help="send semantics to verify under (default rendezvous)")
+    q.add_argument("--semantics", default="rendezvous",
+                   help="send semantics to verify under (default rendezvous): eager, bounded:K, or the backend's, "
+                        "nccl or gloo; the runtime always posts and awaits as the backends do")
     q.add_argument("--batch-size", type=int, metavar="N", help="samples per step (default 8 x microbatches)")
     q.add_argument("--dtype", choices=["bfloat16", "float16", "float32", "float64"], help="model and input dtype")
     q.add_argument("--lr", type=float, metavar="LR", help="SGD learning rate unless the model defines make_optimizer")

@@ -51,7 +51,9 @@ MEMORY_RUN = "timed"  # `peak_memory` is the peak of the one simulated run (chec
 # Deadlock is the rendezvous semantics of schedc/verify/execute.py: a rank cannot go past a send or
 # receive (or group) before its partners are posted, so a program is simulated exactly when `schedc
 # check` finds it deadlock-free under rendezvous. With overlap on, that order decides which runs
-# exist, not when steps start: times follow the asynchronous rule above.
+# exist, not when steps start: times follow the asynchronous rule above. Under another semantics
+# (`simulate(..., semantics=)`), a comms-level program is timed by schedc/simulate_graph.py on that
+# semantics' own graph, by the same rule (and, under nccl, its streams).
 #
 # Nothing else is shared, so every time is the maximum of the times it waits for. The simulator
 # therefore handles events (a step can start, a message is matched) in dependency order, not time
@@ -145,6 +147,7 @@ class Timeline:
     # over); at the compute level, when a step's output was posted to the rank that consumes it.
     # 0 for a step that posts nothing. (Traces draw a message from its send's post.)
     posted: tuple = field(default=(), repr=False)
+    semantics: str = "rendezvous"  # the send semantics the run was timed under (docs/sim.md)
 
     @property
     def bubble_ratio(self) -> float:
@@ -205,15 +208,30 @@ class Timeline:
         return {"level": self.level, "overlap": self.overlap, "makespan": rounded(self.makespan),
                 "bubble_ratio": rounded(self.bubble_ratio), "busy": [rounded(x) for x in self.busy],
                 "idle": [rounded(x) for x in self.idle], "peak_memory": [rounded(x) for x in self.peak_memory],
-                "memory_run": MEMORY_RUN, "messages": len(self.messages), "mismatches": self.mismatches}
+                "memory_run": MEMORY_RUN, "messages": len(self.messages), "mismatches": self.mismatches,
+                "semantics": self.semantics}
 
 
 def simulate(program: Program, *, overlap: bool = True,
-             links: Mapping[tuple[int, int], Link] | None = None) -> Timeline:
+             links: Mapping[tuple[int, int], Link] | None = None, semantics=None) -> Timeline:
     """Time a program under its cost annotations. `links` overrides latency and bandwidth for some
-    channels, keyed by (sending rank, receiving rank). Raises SchedcError("deadlock") if some rank
-    cannot reach the end of its list."""
-    sim = _Simulator(program.one_pipeline("the simulator"), overlap, links or {})
+    channels, keyed by (sending rank, receiving rank). `semantics` (a name as `check` takes it, or a
+    Semantics; default rendezvous) decides which runs exist: under another, a communication-level
+    program is timed on that semantics' graph (schedc/simulate_graph.py). Raises
+    SchedcError("deadlock") if some rank cannot reach the end of its list under it."""
+    from .verify.channels import Semantics
+    if semantics is not None and not isinstance(semantics, Semantics):
+        semantics = Semantics.parse(str(semantics))
+    program = program.one_pipeline("the simulator")
+    if semantics is not None and semantics.kind != "rendezvous":
+        if not overlap:
+            raise SchedcError("usage", f"without overlap (--no-overlap, or overlap = false in the costs) a send or "
+                              f"receive holds its rank until its message has arrived; under {semantics} they are "
+                              "timed as posted (isend / irecv): simulate with overlap, or under rendezvous")
+        if program_level(program) == "comms":
+            from .simulate_graph import simulate_graph
+            return simulate_graph(program, semantics, links or {})
+    sim = _Simulator(program, overlap, links or {}, str(semantics or "rendezvous"))
     collecting = gc.isenabled()
     gc.disable()  # the run makes many small acyclic objects; the collector would rescan the program
     try:
@@ -268,9 +286,11 @@ class _Simulator:
     """The interpreter: one handler per kind of step, each returning when the rank is free again,
     or None when the step must wait (the rank is resumed when what it waits for is known)."""
 
-    def __init__(self, program: Program, overlap: bool, links: Mapping[tuple[int, int], Link]):
+    def __init__(self, program: Program, overlap: bool, links: Mapping[tuple[int, int], Link],
+                 semantics: str = "rendezvous"):
         self.program = program
         self.overlap = overlap
+        self.semantics = semantics
         self.level = program_level(program)
         self.explicit = self.level == "comms"
         ann = program.annotations
@@ -331,7 +351,7 @@ class _Simulator:
         col = lambda name: tuple(tuple(getattr(rk, name)) for rk in self.ranks)  # noqa: E731
         return Timeline(self.program, self.level, self.overlap, col("start"), col("end"),
                         tuple(rk.busy for rk in self.ranks), makespan, msgs, self.mismatches,
-                        tuple(rk.post_at for rk in self.ranks))
+                        tuple(rk.post_at for rk in self.ranks), self.semantics)
 
     def advance(self, rk: _Rank) -> None:
         """Run a rank from where it stopped until it ends or waits."""

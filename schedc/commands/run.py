@@ -1,8 +1,9 @@
 """`schedc run`: verify, lower and run a schedule on local ranks, or print the torchrun line.
 
-Arguments, the backend and the output paths are checked before any rank starts; `--trace` merges
-the events every rank wrote as it ran (schedc/runtime/trace.py) into one Perfetto trace, also when
-the run failed, was stopped by the watchdog or interrupted.
+Arguments, the backend (and that the semantics verified under holds on it: runtime/backends.py)
+and the output paths are checked before any rank starts; `--trace` merges the events every rank
+wrote as it ran (schedc/runtime/trace.py) into one Perfetto trace, also when the run failed, was
+stopped by the watchdog or interrupted.
 """
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ def run(args, stdout, stderr) -> int:
         if path and not args.print_torchrun:
             _writable(path, flag)
     semantics = Semantics.parse(args.semantics)
+    from ..runtime.backends import not_vouched, vouches
+    if not args.no_verify and not vouches(str(semantics), args.backend):
+        raise SchedcError("usage", f"--semantics {semantics} with --backend {args.backend}: "
+                          f"{not_vouched(str(semantics), args.backend)} (--semantics nccl)", where="--semantics")
     program = common.load(args.input, args, common.params(args.param))
     nproc = program.num_ranks if args.nproc is None else args.nproc
     if nproc != program.num_ranks:

@@ -12,6 +12,8 @@ def run(args, stdout, stderr) -> int:
     from ..interop.chrome_trace import dumps_trace
     from ..lint import lint
     from ..simulate import simulate
+    from ..verify.channels import Semantics
+    semantics = Semantics.parse(args.semantics)  # a bad value is a usage error before any work
     setup = common.description(args)  # seconds and GiB from a model and hardware description, or None
     costs = common.costs(args, setup) or Costs("the schedule")
     program = common.load(args.input, args, common.params(args.param))
@@ -29,7 +31,7 @@ def run(args, stdout, stderr) -> int:
     if found:  # times of a schedule that is not sound mean nothing
         return fail(found)
     try:
-        timeline = simulate(program, overlap=overlap, links=costs.links(program))
+        timeline = simulate(program, overlap=overlap, links=costs.links(program), semantics=semantics)
     except SchedcError as e:
         if e.code != "deadlock":
             raise
@@ -74,7 +76,8 @@ def _sim_text(timeline, trace) -> str:
     params = ", ".join(f"{k}={v}" for k, v in p.params)
     lines = [f"{p.name}{f' ({params})' if params else ''}: {p.num_ranks} ranks, {p.num_stages} stages, "
              f"{p.num_microbatches} microbatches, {p.num_actions} actions, {timeline.level} level, "
-             f"overlap {'on' if timeline.overlap else 'off'}",
+             f"overlap {'on' if timeline.overlap else 'off'}"
+             + (f", under {timeline.semantics}" if timeline.semantics != "rendezvous" else ""),
              f"  makespan {num(timeline.makespan)}, bubble ratio {timeline.bubble_ratio:.4f}",
              "  rank        busy        idle  peak memory"]
     for r, (busy, idle, peak) in enumerate(zip(timeline.busy, timeline.idle, timeline.peak_memory)):

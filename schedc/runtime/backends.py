@@ -3,7 +3,8 @@
 `problem(backend, nproc)` is None when it can, or one line saying why not: torch missing, a build
 without distributed support, NCCL without CUDA or with fewer GPUs than local ranks. `schedc run`
 asks it in the launching process (torch is imported only for nccl) and each rank asks it again, so
-a torchrun launch fails the same way, with one line instead of a traceback.
+a torchrun launch fails the same way, with one line instead of a traceback. `vouches(semantics,
+backend)` says whether a verdict under a semantics holds for a run on a backend.
 """
 from __future__ import annotations
 
@@ -30,3 +31,17 @@ def problem(backend: str, nproc: int) -> str | None:
         return (f"--backend nccl: {nproc} local rank(s) need one GPU each, and this machine has {found}; "
                 "run fewer ranks per node, or --backend gloo")
     return None
+
+
+def vouches(semantics: str, backend: str) -> bool:
+    """Does a program that completes under `semantics` complete when run on `backend`? The runtime
+    posts and awaits as the backends do, and the semantics nest (docs/semantics.md): rendezvous =>
+    nccl => gloo, bounded:K => eager => gloo. So every verdict holds on gloo, and on nccl only one
+    under rendezvous or nccl (eager's and gloo's sends need not wait for their stream)."""
+    return backend != "nccl" or semantics in ("rendezvous", "nccl")
+
+
+def not_vouched(semantics: str, backend: str) -> str:
+    """Why a verdict under `semantics` says nothing about a run on `backend` (see `vouches`)."""
+    return (f"a program that completes under {semantics} can hang on {backend}, which runs a rank's "
+            "operations with one peer in issue order on one stream; verify under nccl or rendezvous")

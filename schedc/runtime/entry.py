@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from .backends import problem as backend_problem
+from .backends import not_vouched, problem as backend_problem, vouches
 from .interpreter import PipelineInterpreter, StepFailure
 from .profile import build_profile, write_profile
 from .table import Table, TableError, load_table, parts
@@ -181,6 +181,9 @@ def _main(table: Table, args) -> int:
     if args.backend == "nccl":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
+    if rank == 0 and table.verified and not vouches(table.verified, args.backend):
+        sys.stderr.write(f"schedc runtime: warning: this program was verified under {table.verified}, and "
+                         f"{not_vouched(table.verified, args.backend)}\n")
     recorder = _recorder(args.trace_dir, rank, table) if args.trace_dir else None
     watchdog = Watchdog(args.timeout, rank=rank)
     if recorder is not None:
@@ -296,7 +299,7 @@ def _stop_line(recorder: Recorder, report: str, cur) -> None:
         name = step_name(st)
         kind = "compute" if all(p.op in ("F", "B", "I", "W") for p in parts(st)) else "communication"
     else:
-        name, kind = f"wait {action}{' (shape)' if why == 'header' else ''}", "wait"
+        name, kind = f"wait {action}", "wait"
     recorder.stop(now, report, name, began, kind)
 
 

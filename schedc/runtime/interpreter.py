@@ -1,13 +1,16 @@
 """Run one rank's action table for a training step: one handler per action kind (torch.fx style).
 
-`PipelineInterpreter.step(inputs, targets)` walks the rank's steps in order. Point-to-point messages
-are posted where the table puts them (`isend`/`irecv` on the process group, one work handle per
-operation) and waited for where a consumer needs the value; every send is waited for before the step
-ends. Receive buffers are allocated from shapes learned in the first step (the first message of each
-stage boundary and direction is preceded by a small shape header). `B` is one backward; `I` computes
-input gradients only and `W` the weight gradients later (`backward.py`); gradients accumulate over
-microbatches, each microbatch's loss scaled by 1/M. The watchdog times every action and every wait;
-with a `Recorder` (`trace`, runtime/trace.py) every action, post, wait and completion is recorded.
+`PipelineInterpreter.step(inputs, targets)` walks the rank's steps in order and runs them as the
+backends `nccl` and `gloo` of docs/semantics.md say, as torch's `_PipelineScheduleRuntime` does: a
+send or receive is posted where the table puts it (`isend`/`irecv`, one work handle per operation)
+and never blocks there; F waits for the receive of its input activation, B and I for that of their
+input gradient, and every send is waited for as the step ends. Receive buffers are allocated from
+shapes learned once, before the first step, stage by stage in model order (`_learn_shapes`, as
+torch's stage initialisation does), so no receive waits at its place, in the first step either.
+`B` is one backward; `I` computes input gradients only and `W` the weight gradients later
+(`backward.py`); gradients accumulate over microbatches, each microbatch's loss scaled by 1/M. The
+watchdog times every action and every wait; with a `Recorder` (`trace`, runtime/trace.py) every
+action, post, wait and completion is recorded.
 """
 from __future__ import annotations
 
@@ -22,13 +25,14 @@ from .table import Compound, Instr, Table, parts, partners, value_name
 from .trace import Recorder, step_name
 from .watchdog import Watchdog
 
-# Shape header: [dtype code, ndim, dim0, ..., dim7], int64, sent before the first message of each
-# (direction, stage) in a run, so the receiver can allocate its buffer.
+# Shape header: [dtype code, ndim, dim0, ..., dim7], int64: a stage's output shape, sent to the rank
+# of the next stage before the first step (`_learn_shapes`), on its own tag (messages use tag 0).
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
            torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)
 _DTYPE_CODE = {d: i for i, d in enumerate(_DTYPES)}
 _MAX_DIMS = 8
 _HEADER = 2 + _MAX_DIMS
+DATA_TAG, SHAPE_TAG = 0, 1
 
 
 class StepTime(NamedTuple):
@@ -48,12 +52,14 @@ class ScheduleError(RuntimeError):
 
 
 class StepFailure(RuntimeError):
-    """An action failed: the rank, the program step, the action, the training step, and why."""
+    """An action failed: the rank, the program step, the action, the training step, and why (index
+    -1: before the first action, while learning the shapes of the messages)."""
 
     def __init__(self, rank: int, index: int, step, train_step: int, cause: BaseException, context: str):
         self.rank, self.index, self.step, self.train_step, self.cause = rank, index, step, train_step, cause
+        where = f"at program step {index} ({step})" if index >= 0 else f"before its first action ({step})"
         super().__init__(
-            f"rank {rank} failed at program step {index} ({step}) in training step {train_step}: "
+            f"rank {rank} failed {where} in training step {train_step}: "
             f"{type(cause).__name__}: {cause}\n  rank {rank}'s program: {context}")
 
 
@@ -85,8 +91,8 @@ class PipelineInterpreter:
         self.trace = trace
         self._span = None  # [first start, last end] of the compute of an OVERLAP_F_B being run
         self.partners = {(x, i): p for (r, x, i), p in partners(table).items() if r == rank}
-        self._shapes: dict[tuple[str, int], tuple[torch.Size, torch.dtype]] = {}  # learned, kept across steps
-        self._headed: set[tuple[str, int]] = set()  # (kind, stage) whose header this rank has sent
+        # (kind, stage) -> (shape, dtype) of the messages this rank receives, learned before the first step
+        self._shapes: dict[tuple[str, int], tuple[torch.Size, torch.dtype]] | None = None
         self.handlers = {"F": self.forward, "B": self.backward, "I": self.backward_input, "W": self.backward_weight,
                          "SEND_F": self.send, "SEND_B": self.send, "RECV_F": self.recv, "RECV_B": self.recv,
                          "UNSHARD": self.nothing, "RESHARD": self.nothing, "REDUCE_GRAD": self.nothing}
@@ -94,7 +100,7 @@ class PipelineInterpreter:
         self.times: dict[tuple[str, int], list[float]] = {}
         self.message_bytes: dict[int, int] = {}
         self.train_step = 0
-        # measured communication, one record per message and side (header messages not included):
+        # measured communication, one record per message and side (the shape headers not included):
         # [training step, "S" | "R", value, peer rank, posted, post returned, wait began, wait ended]
         # (perf_counter seconds), and per training step where its time went (`StepTime`)
         self.comm_log: list[list] = []
@@ -122,12 +128,20 @@ class PipelineInterpreter:
         dog = self.watchdog
         index = 0
         began = time.perf_counter()
+        if self._shapes is None:
+            try:
+                self._shapes = self._learn_shapes()
+            except Exception as exc:
+                raise StepFailure(self.rank, -1, "learning the message shapes", self.train_step, exc,
+                                  self.context(0)) from exc
+            finally:
+                dog.end()
         try:
             for index, st in enumerate(self.steps):
                 self._index = index
                 dog.running(self, index)
                 if isinstance(st, Compound):
-                    if st.kind == "GROUP":  # posted together: sends first, so no member waits on another
+                    if st.kind == "GROUP":  # posted together, none blocking (sends first)
                         for a in sorted(st.parts, key=lambda a: not a.is_send):
                             handlers[a.op](a)
                     else:
@@ -150,6 +164,83 @@ class PipelineInterpreter:
             self._span = None
         self.step_log.append(StepTime(began, time.perf_counter(), self._compute, self._waited, self._posting))
         return self._losses
+
+    def _learn_shapes(self) -> dict:
+        """The shape and dtype of every message this rank will receive, learned before the first
+        step as torch's stage initialisation learns them (stage.py, `_forward_metadata_inference`):
+        stage by stage in model order, a stage of this rank takes its input's shape (stage 0:
+        microbatch 0; a stage whose predecessor is on another rank: a header from that rank, on
+        SHAPE_TAG), runs its forward once on zeros of that shape (no autograd; the RNG and the
+        module's buffers are restored, so training is unchanged) and sends its output's shape to
+        the rank of the next stage. The chain follows model order, so it cannot deadlock whatever
+        the schedule; the gradient coming back has the activation's shape. No receive then waits
+        at its place for a shape: every step runs as posted."""
+        table, rank, dog = self.table, self.rank, self.watchdog
+        place = table.placement
+        shapes: dict = {}
+        sent = []
+        local, local_stage = None, -1  # the output shape of this rank's previous stage
+        for s in table.stages_of(rank):
+            if s == 0:
+                if self._inputs is None:
+                    raise ScheduleError(f"stage 0 needs the inputs, but rank {rank} was given none")
+                x = self._inputs[0]
+            else:
+                if place[s - 1] == rank:
+                    if local_stage != s - 1:
+                        raise ScheduleError(f"stage {s - 1} on rank {rank} made no output for stage {s}")
+                    shape, dtype = local
+                else:
+                    shape, dtype = shapes[("act", s - 1)] = self._shape_from(place[s - 1], s - 1)
+                x = torch.zeros(shape, dtype=dtype, device=self.device)
+            if s == self.S - 1:
+                continue
+            y = self._dry_forward(s, x)
+            local, local_stage = (y.shape, y.dtype), s
+            if place[s + 1] != rank:
+                shapes[("grad", s + 1)] = local  # the input gradient of stage s+1 has the activation's shape
+                header = _header(y).to(y.device)
+                sent.append((self.pg.send([header], self._peer(place[s + 1]), SHAPE_TAG), header, s))
+        for work, _, s in sent:
+            dog.phase(f"learning the message shapes before the first step, sending stage {s}'s output shape to "
+                      f"rank {place[s + 1]}")
+            t0 = time.perf_counter()
+            work.wait()
+            if self.trace is not None:
+                self.trace.wait(self.train_step, None, f"shape of stage {s}'s output to rank {place[s + 1]}",
+                                t0, time.perf_counter())
+        dog.end()
+        return shapes
+
+    def _shape_from(self, peer: int, stage: int) -> tuple[torch.Size, torch.dtype]:
+        """Receive the shape of `stage`'s output from `peer` (the pass before the first step)."""
+        self.watchdog.phase(f"learning the message shapes before the first step, waiting for stage {stage}'s "
+                            f"output shape from rank {peer}")
+        header = torch.empty(_HEADER, dtype=torch.int64, device=self.device)
+        t0 = time.perf_counter()
+        self.pg.recv([header], self._peer(peer), SHAPE_TAG).wait()
+        if self.trace is not None:
+            self.trace.wait(self.train_step, None, f"shape of stage {stage}'s output from rank {peer}", t0,
+                            time.perf_counter())
+        self.watchdog.end()
+        return _read_header(header)
+
+    def _dry_forward(self, s: int, x: torch.Tensor) -> torch.Tensor:
+        """Stage s's output on `x`, for its shape only: no autograd, and the random state and the
+        module's buffers (a BatchNorm's running statistics) as they were."""
+        module = self.modules[s]
+        self.watchdog.phase(f"learning the message shapes before the first step, running stage {s} once "
+                            "without gradients")
+        saved = [(b, b.detach().clone()) for b in module.buffers()]
+        devices = [self.device.index or 0] if self.device is not None and self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.no_grad():
+            y = module(x)
+            for b, value in saved:
+                b.copy_(value)
+        self.watchdog.end()
+        if not isinstance(y, torch.Tensor):
+            raise ScheduleError(f"stage {s} returned {type(y).__name__}; a stage must return one tensor")
+        return y
 
     def _finish(self) -> None:
         """Wait for every send; anything left over means the table is not a complete schedule."""
@@ -243,19 +334,13 @@ class PipelineInterpreter:
         if not t.is_contiguous():
             t = t.contiguous()
         peer = self._peer(a.peer)
-        key = (value[0], value[1])
         clock = time.perf_counter
-        t0 = clock()
-        if key not in self._headed:
-            self._headed.add(key)
-            header = _header(t).to(t.device)  # NCCL sends device tensors only
-            self._sends.append((self.pg.send([header], peer, 0), header, self._index, a, None))
         t1 = clock()
-        work = self.pg.send([t], peer, 0)
+        work = self.pg.send([t], peer, DATA_TAG)
         t2 = clock()
-        self._posting += t2 - t0
+        self._posting += t2 - t1
         if self.trace is not None:
-            self.trace.post(self.train_step, self._index, str(a), t0, t2, value, a.peer, at=t1)
+            self.trace.post(self.train_step, self._index, str(a), t1, t2, value, a.peer, at=t1)
         rec = [self.train_step, "S", value, a.peer, t1, t2, 0.0, 0.0]
         self.comm_log.append(rec)
         self._sends.append((work, t, self._index, a, rec))
@@ -265,15 +350,13 @@ class PipelineInterpreter:
         key = (value[0], value[1])
         peer = self._peer(a.peer)
         known = self._shapes.get(key)
-        if known is None:
-            header = torch.empty(_HEADER, dtype=torch.int64, device=self.device)
-            self._wait(self.pg.recv([header], peer, 0), self._index, a, "header")
-            known = self._shapes[key] = _read_header(header)
+        if known is None:  # the table's peer is always the rank of the stage on the other end
+            raise ScheduleError(f"{a}: no shape was learned for {value_name(value)}")
         shape, dtype = known
         clock = time.perf_counter
         t1 = clock()
         buf = torch.empty(shape, dtype=dtype, device=self.device)
-        work = self.pg.recv([buf], peer, 0)
+        work = self.pg.recv([buf], peer, DATA_TAG)
         t2 = clock()
         self._posting += t2 - t1
         if self.trace is not None:
@@ -296,6 +379,8 @@ class PipelineInterpreter:
         return buf
 
     def _wait(self, work, index: int, a: Instr, why: str, consumer: Instr | None = None, rec: list | None = None) -> None:
+        """Wait for the send or receive `a`, posted at step `index` (`why`: "send" at the end of the
+        step, "recv" for its `consumer`), watched by the watchdog."""
         dog = self.watchdog
         t0 = time.perf_counter()
         if dog.timeout is None:
@@ -310,9 +395,8 @@ class PipelineInterpreter:
         self._waited += t1 - t0
         if rec is not None:
             rec[6], rec[7] = t0, t1
-        if self.trace is not None:  # a shape header's wait is named apart from its message's
-            header = why == "header" or (why == "send" and rec is None)
-            self.trace.wait(self.train_step, index, f"{a} (shape)" if header else str(a), t0, t1)
+        if self.trace is not None:
+            self.trace.wait(self.train_step, index, str(a), t0, t1)
             if why == "recv":
                 self.trace.done(self.train_step, index, str(a), t1, a.value())
 
@@ -347,9 +431,6 @@ class PipelineInterpreter:
         if why == "send":
             return (f"waits for its {a} (posted at step {index}), carrying {value_name(a.value())}, "
                     f"to be received by {other}")
-        if why == "header":
-            return (f"waits at {a} for the shape of {value_name(a.value())} from rank {a.peer}, "
-                    f"sent by {other}")
         return (f"{consumer} waits for {a} (posted at step {index}): {value_name(a.value())} from rank "
                 f"{a.peer}, sent by {other}")
 
@@ -365,6 +446,6 @@ def _header(t: torch.Tensor) -> torch.Tensor:
 def _read_header(h: torch.Tensor) -> tuple[torch.Size, torch.dtype]:
     code, ndim, *dims = h.tolist()
     if not (0 <= code < len(_DTYPES) and 0 <= ndim <= _MAX_DIMS):
-        raise ScheduleError(f"received a malformed shape header {h.tolist()}: the messages on this channel "
-                            "are not in the order the table says (is the schedule verified?)")
+        raise ScheduleError(f"received a malformed shape header {h.tolist()} before the first step: is every "
+                            "rank running the same program?")
     return torch.Size(dims[:ndim]), _DTYPES[code]

@@ -32,8 +32,8 @@ class Watchdog:
         self._stream = stream
         self._exit = exit
         # (since, interpreter, current step, step of the send/recv, instr, why, consumer); why is
-        # "send", "recv" or "header" for a wait, "run" for an action, "phase" (instr is then the
-        # text, and consumer the phase's limit in seconds)
+        # "send" or "recv" for a wait, "run" for an action, "phase" (instr is then the text, and
+        # consumer the phase's limit in seconds)
         self._current = None
         self._running = None  # (interpreter, step) of the action being run, resumed after its waits
         self._thread = None

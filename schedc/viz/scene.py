@@ -239,7 +239,7 @@ def _frame(program: Program, report, timeline, untimed: str | None, units=None) 
     scene.findings = [Finding(d.code, d.render()) for d in report.errors]
     if report.deadlock is not None:
         from ..verify.deadlock import render_grid
-        scene.grid = render_grid(program, report.deadlock)
+        scene.grid = render_grid(report.program, report.deadlock)  # a data-parallel job's: its ranks are the job's
     scene.limits = {r: limit for r, limit in enumerate(report.memory_limit) if limit is not None}
     if not scene.limits:
         scene.limits = dict(program.annotations.memory_limit)

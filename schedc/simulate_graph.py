@@ -1,0 +1,229 @@
+"""Time a communication-level run under a semantics other than rendezvous (`schedc sim --semantics`):
+which runs exist is decided on the semantics' happens-before graph (schedc/verify/graph.py, with the
+nccl streams), and its nodes are timed in one topological sweep by simulate.py's rule, plus, under
+nccl, that an operation leaves only once the previous one of its rank pair is done on both streams.
+"""
+from __future__ import annotations
+
+from array import array
+from typing import TYPE_CHECKING, Mapping
+
+from .deps import needs, payload, produces, value_name
+from .errors import SchedcError
+from .ir import COMM, COMPUTE, RECVS, SENDS, WAITS, Compound, CompoundKind, Program, describe
+from .verify.channels import Semantics, channels
+from .verify.deadlock import find_deadlock
+from .verify.graph import constraints
+from .verify.memory import message_size
+
+if TYPE_CHECKING:
+    from .simulate import Timeline
+
+
+def simulate_graph(program: Program, semantics: Semantics, links: Mapping) -> Timeline:
+    """The timed run of a comms-level `program` under `semantics` (overlap on: posting is the only
+    rank time communication takes). `links`: (sending rank, receiving rank) -> simulate.Link.
+
+    Which runs exist is the question of `semantics`' own graph. Times follow simulate.py's
+    asynchronous rule, under which a rank's blocking at a send or receive never delays it (only a
+    consumer waits, for its data): that is the posted graph of gloo (eager, bounded:K and
+    rendezvous runs time as gloo's; nccl's adds its streams). An explicit wait waits under a
+    backend; under an abstract semantics its operation completed at its place, and it is free."""
+    from .simulate import Messages, Timeline, _finite
+    chans = channels(program)
+    timing = semantics if semantics.posted else Semantics("gloo")
+    cons = constraints(program, timing, chans)
+    dead = find_deadlock(program, semantics, chans, cons if timing == semantics else None)
+    if dead is not None:
+        raise _deadlock(program, semantics, dead)
+    R, S = program.num_ranks, program.num_stages
+    K = 2 * S  # value key: microbatch * K + 2 * stage + (0 act | 1 grad), as simulate.py's
+    ann = program.annotations
+    lat0, bw0 = float(ann.latency), float(ann.bandwidth)
+    link = {(a, b): (float(v.latency), float(v.bandwidth), float(v.overhead)) for (a, b), v in links.items()}
+    for (a, b), (_, _, over) in link.items():
+        if not (0 <= a < R and 0 <= b < R):
+            raise SchedcError("costs", f"channel {a}->{b} names a rank outside 0..{R - 1}")
+        if not over >= 0:
+            raise SchedcError("costs", f"channel {a}->{b} has overhead {over}; it must be non-negative")
+    speeds = []
+    for r in range(R):
+        speed = ann.speed_of(r)
+        if not speed > 0:
+            raise SchedcError("costs", f"rank {r} has speed {speed}; a rank's speed must be positive")
+        speeds.append(float(speed))
+
+    def key(v) -> int:
+        return v[2] * K + 2 * v[1] + (v[0] == "grad")
+
+    # every send and receive by (rank, step, part); its partner (FIFO per channel); its stream step
+    ends, partner = {}, {}
+    for table in (chans.sends, chans.recvs):
+        for endpoints in table.values():
+            for e in endpoints:
+                ends[e[:3]] = e
+    for ch, sends in chans.sends.items():
+        for send, recv in zip(sends, chans.recvs.get(ch, ())):
+            partner[send[:3]], partner[recv[:3]] = recv, send
+    lane_of = {e[:3]: (j, i) for j, lane in enumerate(cons.lanes) for i, ops in enumerate(lane.steps) for e in ops}
+    mine = {(e.rank, e.action.op, e.action.stage, e.action.microbatch): e for e in ends.values()}
+    lengths = cons.lengths()
+    start = [[0.0] * lengths[r] for r in range(R)]
+    end = [[0.0] * lengths[r] for r in range(R)]
+    post_at = [array("d", bytes(8 * lengths[r])) for r in range(R)]
+    done = [[0.0] * len(lane.steps) for lane in cons.lanes]  # nccl: when each stream step completed
+    busy = [0.0] * R
+    have = [dict() for _ in range(R)]  # value key -> when it is present on the rank
+    posted: dict = {}  # (rank, step, part) -> when that send or receive was posted
+    arrival: dict = {}  # (rank, step, part) of a receive -> when its message arrived
+    chan_free: dict = {}
+    msgs = array("d")
+    mismatches = 0
+    waits_block = semantics.posted
+
+    def travel(ch, size: float, when: float):
+        lat, bw = link.get(ch, (lat0, bw0, 0.0))[:2]
+        if size and bw:
+            departure = max(when, chan_free.get(ch, 0.0))
+            chan_free[ch] = departure + size / bw
+            return departure, departure + size / bw + lat
+        return when, when + lat
+
+    def message(send, recv, when: float) -> float:
+        """Time the message of a matched pair, ready to leave at `when`; returns its arrival."""
+        nonlocal mismatches
+        got = payload(recv.action)
+        if payload(send.action) != got:  # the receive expects another value: silent wrong data
+            mismatches += 1
+        departure, arrived = travel(send.channel, float(message_size(program, recv.action)), when)
+        arrival[recv[:3]] = arrived
+        msgs.extend((send.rank, send.step, recv.rank, recv.step, key(got), departure, arrived))
+        return arrived
+
+    for n, i in _topological(cons, lengths):
+        if n >= R:  # an nccl stream step: each operation leaves once both streams are at it
+            j = n - R
+            head = done[j][i - 1] if i else 0.0
+            finish = head
+            for e in cons.lanes[j].steps[i]:
+                other = partner[e[:3]]
+                send, recv = (e, other) if e.action.op in SENDS else (other, e)
+                t = arrival.get(recv[:3])
+                if t is None:  # the first of the two streams to get here times it
+                    pj, pi = lane_of[other[:3]]
+                    t = message(send, recv, max(head, posted[e[:3]], posted[other[:3]],
+                                                done[pj][pi - 1] if pi else 0.0))
+                finish = max(finish, t)
+            done[j][i] = finish
+            for e in cons.lanes[j].steps[i]:
+                if e.action.op in RECVS:  # torch waits for the step's work: the value is there now
+                    have[e.rank][key(payload(e.action))] = finish
+            continue
+        r = n
+        st = program.ranks[r][i]
+        parts = st.parts
+        t = end[r][i - 1] if i else 0.0
+        first = parts[0].op
+        if first in COMPUTE:  # F, B, I, W, or an OVERLAP_F_B pair: once its inputs are here
+            for a in parts:
+                for v in needs(a, S):
+                    tv = have[r].get(key(v))
+                    if tv is None:  # a structural error `schedc check` names (sim checks first)
+                        raise SchedcError("deadlock", f"the program deadlocks: rank {r} stops at step {i}, "
+                                          f"{describe(a)}: it needs {value_name(v)}, which never reaches rank {r}",
+                                          a.span)
+                    t = max(t, tv)
+            d = sum(float(getattr(ann.cost_of(a.stage), a.op.value)) for a in parts) / speeds[r]
+            if not d >= 0:
+                raise SchedcError("costs", f"rank {r}, step {i}: a negative time ({d})")
+            start[r][i], end[r][i] = t, t + d
+            busy[r] += d
+            for a in parts:
+                v = produces(a)
+                if v is not None:
+                    have[r][key(v)] = t + d
+            continue
+        if first in COMM:  # a send or receive, or a group: posted, and the rank goes on
+            if st.__class__ is Compound and st.kind is not CompoundKind.GROUP:
+                raise SchedcError("bad-action", f"rank {r}, step {i}: {st.kind.value} holds communication")
+            for a in parts:
+                if a.op in SENDS:
+                    t = max(t, have[r].get(key(payload(a)), 0.0))
+            start[r][i] = t
+            members = [ends[(r, i, k)] for k in range(len(parts))]
+            t += sum(link.get(e.channel, (0.0, 0.0, 0.0))[2] for e in members)
+            post_at[r][i] = end[r][i] = t
+            for e in members:
+                posted[e[:3]] = t
+                other = partner.get(e[:3])
+                if other is None or cons.lanes or other[:3] not in posted:
+                    continue  # never matched, timed by its streams, or timed when its partner is posted
+                send, recv = (e, other) if e.action.op in SENDS else (other, e)
+                have[recv.rank][key(payload(recv.action))] = message(send, recv, max(t, posted[other[:3]]))
+            continue
+        # UNSHARD, RESHARD, REDUCE_GRAD, REDUCE_TIED: free; a wait, under a backend, for its operation
+        for a in parts:
+            target = WAITS.get(a.op)
+            if target is None or not waits_block:
+                continue
+            e = mine.get((r, target, a.stage, a.microbatch))
+            if e is None or e.step > i:  # waits for nothing (the structure check says so)
+                continue
+            if cons.lanes:
+                j, x = lane_of[e[:3]]
+                t = max(t, done[j][x])
+            elif target in RECVS:  # gloo: a send completes at once
+                t = max(t, arrival[e[:3]])
+        start[r][i] = end[r][i] = t
+    arrivals = list(memoryview(msgs)[6::7])
+    makespan = max([end[r][-1] for r in range(R) if lengths[r]] + arrivals + [d[-1] for d in done if d] + [0.0])
+    _finite(makespan, R)
+    return Timeline(program, "comms", True, tuple(map(tuple, start)), tuple(map(tuple, end)), tuple(busy),
+                    makespan, Messages(msgs.tobytes(), K), mismatches, tuple(post_at), str(semantics))
+
+
+def _topological(cons, lengths) -> list[tuple[int, int]]:
+    """Every node (rank or stream, step) after its predecessor and its prerequisites (the graph is
+    acyclic: the deadlock check came first)."""
+    base = []
+    total = 0
+    for n, length in enumerate(lengths):
+        base.append(total)
+        total += length
+    indeg = [0] * total
+    succ: list[list[int]] = [[] for _ in range(total)]
+    for n, steps in enumerate(cons.prereq):
+        b = base[n]
+        for i, pre in enumerate(steps):
+            if i:
+                succ[b + i - 1].append(b + i)
+                indeg[b + i] += 1
+            for q, j, _, _ in pre:
+                succ[base[q] + j].append(b + i)
+                indeg[b + i] += 1
+    node = []
+    for n, length in enumerate(lengths):
+        node.extend((n, i) for i in range(length))
+    ready = [g for g in range(total) if indeg[g] == 0]
+    out = []
+    while ready:
+        g = ready.pop()
+        out.append(node[g])
+        for h in succ[g]:
+            indeg[h] -= 1
+            if not indeg[h]:
+                ready.append(h)
+    if len(out) != total:  # the deadlock check says otherwise: a bug, not the user's
+        raise AssertionError("the happens-before graph has a cycle the deadlock check did not find")
+    return out
+
+
+def _deadlock(program: Program, semantics: Semantics, dead) -> SchedcError:
+    from .lint import display_step
+    first = dead.cycle[0] if dead.cycle else None
+    notes = [f"rank {r} stops at step {display_step(program.ranks[r][x].parts[0], x)}, "
+             f"{', '.join(describe(a) for a in program.ranks[r][x].parts)}"
+             for r, x in sorted(dead.stuck.items())[:8] if x < len(program.ranks[r])]
+    notes.append(f"`schedc check --semantics {semantics}` shows the wait-for cycle")
+    return SchedcError("deadlock", f"the program deadlocks under {semantics.phrase()}: {dead.cause}",
+                       first.action.span if first else None, notes)
