@@ -169,3 +169,18 @@ def test_waits_are_schedc_only_and_export_says_so():
     with pytest.raises(schedc.SchedcError) as exc:
         schedc.to_torch_csv(late)
     assert "WAIT_SEND_F" in exc.value.diagnostics[0].message
+
+
+def test_under_gloo_a_send_awaited_where_it_stands_waits_for_its_receive():
+    from schedc.verify.channels import Semantics, channels
+    from schedc.verify.graph import constraints
+    program = compile_text("""schedule w {
+      rank 0: 0F0 0SEND_F0 0WAIT_SEND_F0 0RECV_B0 0B0
+      rank 1: 1F0x
+    }""".replace("1F0x", "1RECV_F0 1F0 1B0 1SEND_B0"))
+    assert schedc.check(program, semantics="gloo").ok  # its receive is posted at once
+    cons = constraints(program, Semantics("gloo"), channels(program))
+    assert (1, 0, "recv-posted", 0) in cons.prereq[0][2]  # the wait needs rank 1's RECV_F(1,0) posted
+    unposted = program.with_ranks([program.ranks[0], program.ranks[1][1:]])  # no RECV_F(1,0) at all
+    cons = constraints(unposted, Semantics("gloo"), channels(unposted))
+    assert cons.never[(0, 2)][0] == "waits for a receive that is never posted"

@@ -193,8 +193,8 @@ def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, nev
 
 def _explicit_waits(program: Program, chans: Channels, partner, lane_of, prereq, never) -> None:
     """WAIT_SEND_F(s, m) and the others: the step waits for that operation, posted earlier on its
-    rank, to complete (under nccl, on its stream; under gloo a receive once its send is posted, and
-    a send at once)."""
+    rank, to complete (under nccl, on its stream; under gloo once its partner is posted: gloo's
+    transport sends a message when its receiver is ready)."""
     mine = {(e.rank, e.action.op, e.action.stage, e.action.microbatch): e
             for table in (chans.sends, chans.recvs) for endpoints in table.values() for e in endpoints}
     for r, steps in enumerate(program.ranks):
@@ -208,11 +208,12 @@ def _explicit_waits(program: Program, chans: Channels, partner, lane_of, prereq,
                 if lane_of:
                     n, j = lane_of[e[:3]]
                     prereq[r][x].append((n, j, "recv-done" if target in (Op.RECV_F, Op.RECV_B) else "send-done", k))
-                elif target in (Op.RECV_F, Op.RECV_B):
-                    if other is None:
-                        never.setdefault((r, x), ("waits for a send that is never posted", k))
-                    else:
-                        prereq[r][x].append((other.rank, other.step, "send-posted", k))
+                elif other is None:
+                    what = "send" if target in (Op.RECV_F, Op.RECV_B) else "receive"
+                    never.setdefault((r, x), (f"waits for a {what} that is never posted", k))
+                else:
+                    why = "send-posted" if target in (Op.RECV_F, Op.RECV_B) else "recv-posted"
+                    prereq[r][x].append((other.rank, other.step, why, k))
 
 
 def _consumer(program: Program, recv: Endpoint, value, num_stages: int) -> tuple[int, int] | None:
