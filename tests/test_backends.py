@@ -184,3 +184,12 @@ def test_under_gloo_a_send_awaited_where_it_stands_waits_for_its_receive():
     unposted = program.with_ranks([program.ranks[0], program.ranks[1][1:]])  # no RECV_F(1,0) at all
     cons = constraints(unposted, Semantics("gloo"), channels(unposted))
     assert cons.never[(0, 2)][0] == "waits for a receive that is never posted"
+
+
+def test_a_picture_under_a_backend_is_timed_as_posted():
+    from schedc.viz import build_scene
+    program = compile_text(PREFETCH)
+    scene = build_scene(program, schedc.check(program, semantics="gloo"), arrows=True)
+    assert scene.mode == "time" and scene.makespan is not None
+    assert scene.arrows  # the messages, drawn from departure to arrival
+    assert build_scene(program, schedc.check(program, semantics="nccl")).mode == "step"  # deadlock: program order

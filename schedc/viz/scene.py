@@ -170,7 +170,7 @@ def build_scene(program: Program, report=None, *, timeline=None, arrows: bool = 
     untimed = ("structure" if structural else "deadlock" if report.deadlock is not None else
                "mismatch" if report.mismatches else None)
     if timeline is None and untimed is None:
-        timeline = _simulate(program, overlap, links)
+        timeline = _simulate(program, overlap, links, report.semantics)
         if timeline is None:
             untimed = "deadlock"
     elif untimed is not None:
@@ -187,10 +187,11 @@ def build_scene(program: Program, report=None, *, timeline=None, arrows: bool = 
     return scene
 
 
-def _simulate(program: Program, overlap: bool, links):
+def _simulate(program: Program, overlap: bool, links, semantics=None):
+    """The timed run under the report's semantics (a backend times posted and awaited operations)."""
     from ..simulate import simulate
     try:
-        return simulate(program, overlap=overlap, links=links)
+        return simulate(program, overlap=overlap, links=links, semantics=semantics)
     except SchedcError as e:
         if e.code in ("deadlock", "bad-index", "bad-action"):
             return None
