@@ -160,7 +160,15 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--model", required=True, metavar="PKG.MOD:FN",
                    help="the model: build_stages(stage_ids, num_stages) in an importable module that also "
                         "defines loss_fn and make_batch, e.g. examples.mlp:build_stages")
-    q.add_argument("--nproc", type=int, metavar="R", help="local ranks to start (default: the schedule's ranks)")
+    q.add_argument("--nproc", type=int, metavar="R", help="ranks to start on this node (default: the schedule's "
+                   "ranks, divided by --nnodes)")
+    q.add_argument("--nnodes", type=int, default=1, metavar="N",
+                   help="nodes the run spans, each starting --nproc ranks (default 1); as torchrun's --nnodes")
+    q.add_argument("--node-rank", type=int, metavar="K",
+                   help="this node's rank, 0..N-1: it runs global ranks K*R..K*R+R-1 (with --print-torchrun: "
+                        "print node K's line only)")
+    q.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+                   help="rendezvous: node 0's address and a free port there (needed with --nnodes > 1)")
     q.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend")
     q.add_argument("--steps", type=int, default=5, metavar="K", help="training steps (default 5)")
     q.add_argument("--timeout", type=float, default=300.0, metavar="S",

@@ -185,7 +185,7 @@ def test_a_program_refuses_a_world_of_the_wrong_size(tmp_path):
     res = subprocess.run([sys.executable, str(path), "--model", "examples.mlp:build_stages"], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2
-    assert "the schedule has 2 ranks but WORLD_SIZE is 3 (use --nproc-per-node=2)" in res.stderr
+    assert "the schedule has 2 ranks but WORLD_SIZE is 3 (nodes x --nproc-per-node must be 2)" in res.stderr
     res = subprocess.run([sys.executable, str(path), "--help"], env=env, cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0 and "--model" in res.stdout

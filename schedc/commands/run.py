@@ -1,5 +1,10 @@
 """`schedc run`: verify, lower and run a schedule on local ranks, or print the torchrun line.
 
+On several nodes (`--nnodes N --node-rank K --rdzv-endpoint HOST:PORT`, with `--nproc R` ranks per
+node), each node's `schedc run` starts global ranks K*R..K*R+R-1, which meet at the endpoint (node 0
+hosts the store there), as torchrun's static rendezvous does; `--print-torchrun` prints each node's
+torchrun line.
+
 Arguments, the backend (and that the semantics verified under holds on it: runtime/backends.py)
 and the output paths are checked before any rank starts; `--trace` merges the events every rank
 wrote as it ran (schedc/runtime/trace.py) into one Perfetto trace, also when the run failed, was
@@ -40,16 +45,14 @@ def run(args, stdout, stderr) -> int:
     for flag, path in (("--profile", args.profile), ("--trace", trace)):
         if path and not args.print_torchrun:
             _writable(path, flag)
+    nnodes, node_rank, endpoint = _nodes(args)
     semantics = Semantics.parse(args.semantics)
     from ..runtime.backends import not_vouched, vouches
     if not args.no_verify and not vouches(str(semantics), args.backend):
         raise SchedcError("usage", f"--semantics {semantics} with --backend {args.backend}: "
                           f"{not_vouched(str(semantics), args.backend)} (--semantics nccl)", where="--semantics")
     program = common.load(args.input, args, common.params(args.param))
-    nproc = program.num_ranks if args.nproc is None else args.nproc
-    if nproc != program.num_ranks:
-        raise SchedcError("usage", f"--nproc {nproc}: {program.name} runs on {program.num_ranks} ranks",
-                          where="--nproc")
+    nproc = _nproc(args.nproc, nnodes, program)
     M = program.num_microbatches
     if args.batch_size is not None and (args.batch_size < 1 or args.batch_size % M):
         raise SchedcError("usage", f"--batch-size {args.batch_size}: expected a positive multiple of the "
@@ -79,11 +82,22 @@ def run(args, stdout, stderr) -> int:
     name = f"{common.safe_stem(program.name)}_program.py"
     if args.print_torchrun:
         (path,) = common.write_files(Path(args.output), {name: lowered.source})
-        stdout.write(shlex.join(lowered.torchrun_command(str(path), args.model, rank_args[2:])) + "\n")
+        command = lowered.torchrun_command(str(path), args.model, rank_args[2:])
+        nodes = range(nnodes) if node_rank is None else [node_rank]
+        for k in nodes:
+            stdout.write(shlex.join(_torchrun_nodes(command, nproc, nnodes, k, args.rdzv_endpoint)) + "\n")
         return EXIT_OK
     from ..runtime.launch import launch
-    progress(stderr, prefix="schedc run: ")(f"starting {nproc} rank(s) ({args.backend}, {args.steps} step(s)); "
-                                            "each rank loads torch and the model first")
+    node_rank = node_rank or 0
+    first = node_rank * nproc  # this node's global ranks: first .. first + nproc - 1
+    where = (f" on node {node_rank} of {nnodes}, global ranks {first}..{first + nproc - 1} of {nnodes * nproc}, "
+             f"rendezvous at {args.rdzv_endpoint}" if nnodes > 1 else "")
+    progress(stderr, prefix="schedc run: ")(f"starting {nproc} rank(s){where} ({args.backend}, {args.steps} "
+                                            "step(s)); each rank loads torch and the model first")
+    placed = dict(nnodes=nnodes, node_rank=node_rank)
+    if endpoint is not None:
+        placed.update(master_addr=endpoint[0], master_port=endpoint[1])
+    local_ranks = range(first, first + nproc)
     with tempfile.TemporaryDirectory(prefix="schedc-run-") as folder:
         (path,) = common.write_files(Path(folder), {name: lowered.source})
         parts = Path(folder, "trace")
@@ -91,20 +105,83 @@ def run(args, stdout, stderr) -> int:
             rank_args += ["--trace-dir", str(parts)]
         try:
             done = launch([sys.executable, str(path), *rank_args], nproc, stdout=stdout, stderr=stderr,
-                          grace=min(args.timeout, 30.0) + 5.0)
+                          grace=min(args.timeout, 30.0) + 5.0, **placed)
         except KeyboardInterrupt:  # the ranks are stopped; keep what they recorded
             if trace:
-                _write_trace(trace, parts, nproc, None, stderr)
+                _write_trace(trace, parts, local_ranks, None, stderr)
             raise
         if trace:
-            _write_trace(trace, parts, nproc, done, stderr)
+            _write_trace(trace, parts, local_ranks, done, stderr)
     if done.ok:
         return EXIT_OK
-    how = [f"rank {r} " + (_RANK_EXITS.get(code, f"exited with {code}") if code >= 0 else
-                           f"was stopped (signal {-code})") for r, code in enumerate(done.returncodes) if code != 0]
-    stderr.write("schedc: the run failed: " + "; ".join(how) + " (every rank exited)\n")
+    how = [f"rank {first + r} " + (_RANK_EXITS.get(code, f"exited with {code}") if code >= 0 else
+                                   f"was stopped (signal {-code})")
+           for r, code in enumerate(done.returncodes) if code != 0]
+    every = f"every rank of node {node_rank} exited" if nnodes > 1 else "every rank exited"
+    stderr.write("schedc: the run failed: " + "; ".join(how) + f" ({every})\n")
     # every failing rank rejected its arguments or model: bad input, not a failed run
     return EXIT_INPUT if all(code in (0, 2) for code in done.returncodes) else EXIT_FAIL
+
+
+def _nodes(args) -> tuple[int, int | None, tuple[str, int] | None]:
+    """--nnodes, --node-rank and --rdzv-endpoint, checked: (nodes, this node's rank or None, (host, port))."""
+    nnodes, node_rank = args.nnodes, args.node_rank
+    if nnodes < 1:
+        raise SchedcError("usage", f"--nnodes {nnodes}: expected at least 1 node", where="--nnodes")
+    if node_rank is not None and not 0 <= node_rank < nnodes:
+        raise SchedcError("usage", f"--node-rank {node_rank}: expected 0..{nnodes - 1} for --nnodes {nnodes}",
+                          where="--node-rank")
+    endpoint = None if args.rdzv_endpoint is None else _endpoint(args.rdzv_endpoint)
+    if nnodes > 1 and endpoint is None:
+        raise SchedcError("usage", f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (node 0's address and a "
+                          "free port there, the same on every node)", where="--rdzv-endpoint")
+    if nnodes > 1 and node_rank is None and not args.print_torchrun:
+        raise SchedcError("usage", f"--nnodes {nnodes} needs this node's --node-rank (0..{nnodes - 1})",
+                          where="--node-rank")
+    return nnodes, node_rank, endpoint
+
+
+def _endpoint(text: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets) -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in host):
+        raise SchedcError("usage", f"--rdzv-endpoint {text}: expected HOST:PORT, e.g. 10.0.0.1:29500 (node 0's "
+                          "address and a free port, 1..65535)", where="--rdzv-endpoint")
+    return host, int(port)
+
+
+def _nproc(nproc: int | None, nnodes: int, program) -> int:
+    """The ranks per node: --nproc, or the schedule's ranks split evenly over the nodes; all the nodes'
+    ranks together must be the schedule's."""
+    total = program.num_ranks * program.dp  # a data-parallel job: every replica's pipeline
+    if nproc is None:
+        if total % nnodes:
+            raise SchedcError("usage", f"--nnodes {nnodes}: {program.name} runs on {total} ranks, which do not "
+                              f"split evenly over {nnodes} nodes (give --nproc for each node)", where="--nnodes")
+        return total // nnodes
+    if nproc < 1:
+        raise SchedcError("usage", f"--nproc {nproc}: expected at least 1 rank", where="--nproc")
+    if nproc * nnodes != total:
+        if nnodes == 1:
+            raise SchedcError("usage", f"--nproc {nproc}: {program.name} runs on {total} ranks", where="--nproc")
+        raise SchedcError("usage", f"--nproc {nproc} on each of --nnodes {nnodes} is {nproc * nnodes} ranks, but "
+                          f"{program.name} runs on {total} ranks", where="--nproc")
+    return nproc
+
+
+def _torchrun_nodes(command: list[str], nproc: int, nnodes: int, node_rank: int, endpoint: str | None) -> list[str]:
+    """The one-node torchrun command (`torchrun --nproc-per-node=R PROGRAM ARGS...`) for node
+    `node_rank` of `nnodes`, meeting at `endpoint` (torchrun's default static rendezvous: node 0 hosts
+    it, and node K runs global ranks K*R..K*R+R-1)."""
+    head, rest = command[0], command[2 if command[1].startswith("--nproc-per-node=") else 1:]
+    options = [f"--nproc-per-node={nproc}"]
+    if nnodes > 1:
+        options = [f"--nnodes={nnodes}", f"--node-rank={node_rank}", *options]
+    if endpoint is not None:
+        options.append(f"--rdzv-endpoint={endpoint}")
+    return [head, *options, *rest]
 
 
 def _writable(path: str, flag: str) -> None:
@@ -121,12 +198,12 @@ def _writable(path: str, flag: str) -> None:
                           where=flag)
 
 
-def _write_trace(path: str, parts: Path, nproc: int, done, stderr) -> None:
-    """Merge the ranks' event files into the trace at `path`, and say how complete it is."""
+def _write_trace(path: str, parts: Path, ranks, done, stderr) -> None:
+    """Merge the (global) ranks' event files into the trace at `path`, and say how complete it is."""
     from ..interop.chrome_trace import measured_trace, read_part
     from ..outputs import dumps_json
     events = {}
-    for r in range(nproc):
+    for r in ranks:
         try:
             events[r] = read_part(Path(parts, f"rank{r}.jsonl").read_text(encoding="utf-8", errors="replace"))
         except OSError:

@@ -27,7 +27,9 @@ RANKS holds, for each rank, the steps it runs in order, with every message expli
                                      I backward for inputs, W backward for weights
     (op, stage, microbatch, peer)    SEND_F / RECV_F / SEND_B / RECV_B; peer is the rank on the
                                      other end; a receive is named by the stage that receives
-    (op, stage)                      UNSHARD / RESHARD / REDUCE_GRAD (no-ops in this runtime)
+    (op, stage)                      UNSHARD / RESHARD (no-ops in this runtime) / REDUCE_GRAD
+                                     (with replicas: the stage's gradients averaged over its
+                                     data-parallel group; else a no-op)
     ("GROUP", (step, ...))           sends and receives posted together
     ("OVERLAP_F_B", (step, ...))     a forward and a backward run as one action
 
@@ -36,7 +38,8 @@ send between two ranks meets the k-th receive. Run it on every rank, for example
 
     torchrun --nproc-per-node=RANKS this_file.py --model pkg.module:build_stages
 
-(RANKS = PROGRAM["ranks"]), or `schedc run`; or import it and call main(argv).
+(RANKS = PROGRAM["ranks"]; with PROGRAM["replicas"] = D, rank d * P + p runs replica d's pipeline
+rank p on its share of the batch), or `schedc run`; or import it and call main(argv).
 `python this_file.py --help` lists the options. It needs only torch and schedc.runtime.
 """
 from schedc.runtime.entry import main as _run
@@ -70,19 +73,27 @@ class LoweredProgram:
 
 
 def table_of(program: Program, verified: str | None = None) -> Table:
-    """The runtime table of a communication-level program (peers resolved from the placement)."""
-    placement = program.placement
+    """The runtime table of a communication-level program (peers resolved from the placement). A
+    data-parallel job gives one list per job rank, replica after replica (rank d * P + p), each
+    replica's peers inside it."""
+    P = program.num_ranks
+    ranks = []
+    for d in range(program.dp):
+        placement = tuple(d * P + r for r in program.placement)
+        one = program.replica(d)
 
-    def instr(a) -> Instr:
-        op = a.op.value
-        return Instr(op, a.stage, a.microbatch, _peer(placement, op, a.stage) if op in COMM_OPS else None)
+        def instr(a, placement=placement) -> Instr:
+            op = a.op.value
+            return Instr(op, a.stage, a.microbatch, _peer(placement, op, a.stage) if op in COMM_OPS else None)
 
-    held = columns_of(program)  # a rank's steps held as columns are made for this and not kept
-    ranks = tuple(tuple(Compound(st.kind.value, tuple(instr(p) for p in st.parts)) if isinstance(st, IrCompound)
-                        else instr(st) for st in (held.made(r) if held is not None else program.ranks[r]))
-                  for r in range(program.num_ranks))
-    meta, data = Table(program.name, dict(program.params), program.num_ranks, program.num_stages,
-                       program.num_microbatches, tuple(placement), ranks, verified).to_data()
+        held = columns_of(one)  # a rank's steps held as columns are made for this and not kept
+        ranks.extend(tuple(Compound(st.kind.value, tuple(instr(p) for p in st.parts)) if isinstance(st, IrCompound)
+                           else instr(st) for st in (held.made(r) if held is not None else one.ranks[r]))
+                     for r in range(P))
+    ranks = tuple(ranks)
+    meta, data = Table(program.name, dict(program.params), P * program.dp, program.num_stages,
+                       program.num_microbatches, tuple(program.placement), ranks, verified,
+                       program.dp).to_data()
     del ranks  # (one copy of the steps at a time: big programs hold millions)
     try:  # the table must read back exactly as the runtime will read it
         return load_table(meta, data)
@@ -117,8 +128,9 @@ def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredP
         raise SchedcError("usage", f"{program.name} is forward-only: schedc's runtime trains (forward and "
                           "backward); a forward-only schedule is checked, simulated and drawn, not run yet")
     lowered = lower(program)
-    if lowered.num_actions > MAX_RUNNABLE_ACTIONS:
-        raise SchedcError("too-large", f"the runnable program would hold {lowered.num_actions:,} actions as Python "
+    actions = sum(lowered.replica(d).num_actions for d in range(lowered.dp))
+    if actions > MAX_RUNNABLE_ACTIONS:
+        raise SchedcError("too-large", f"the runnable program would hold {actions:,} actions as Python "
                           f"source; at most {MAX_RUNNABLE_ACTIONS:,} (about 1 GB to write): use fewer microbatches, "
                           "or run the lowered CSV with torch's runtime (schedc export --to torch-csv)")
     table = table_of(lowered, verified)
@@ -131,6 +143,7 @@ def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredP
         "stages": table.num_stages,
         "microbatches": table.num_microbatches,
         "placement": list(table.placement),
+        "replicas": table.replicas,
         "steps": [len(steps) for steps in table.ranks],
         "messages": sends,
         "verified": verified,
@@ -144,7 +157,9 @@ def render_program(table: Table) -> str:
     blocks = []
     for r, steps in enumerate(ranks):
         stages = ", ".join(str(s) for s in table.stages_of(r)) or "none"
-        lines = [f"    # rank {int(r)}: stages {stages}; {len(steps)} steps\n    [\n"]
+        where = (f" (replica {int(table.replica_of(r))}, pipeline rank {int(r % table.pipeline_ranks)})"
+                 if table.replicas > 1 else "")
+        lines = [f"    # rank {int(r)}{where}: stages {stages}; {len(steps)} steps\n    [\n"]
         for x, (data, st) in enumerate(zip(steps, table.ranks[r])):
             text = _literal(data)
             lines.append(f"        {text},{' ' * max(1, 40 - len(text))}# {int(x):>4}  {_comment(st)}\n")

@@ -5,6 +5,8 @@ order, one line each.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..columns import held_as_columns
 from ..ir import Program
 from .comms import insert_comms, within_limit
@@ -12,8 +14,16 @@ from .stage_ops import add_reduce_grad, add_unshard_reshard
 
 
 def lower(program: Program) -> Program:
-    """Compute level to communication level, ready to run on schedc's runtime."""
-    program.one_pipeline("lowering")
+    """Compute level to communication level, ready to run on schedc's runtime. A data-parallel job
+    (`replicas`) is lowered replica by replica (messages stay inside a replica) and joined again:
+    the result holds each replica's lowered steps, replica 0 in `ranks`, the others in `replicas`."""
+    if program.replicas:
+        lowered = [_lower_one(program.replica(d)) for d in range(program.dp)]
+        return replace(lowered[0], replicas=tuple(r.ranks for r in lowered[1:]))
+    return _lower_one(program)
+
+
+def _lower_one(program: Program) -> Program:
     for step in (
         held_as_columns,  # the steps as integer columns (schedc/columns.py), read as arrays by the passes below
         within_limit,  # the lowered size, counted before any of it is built: over MAX_LOWERED_ACTIONS is an error

@@ -4,7 +4,9 @@ Reads the rank from the launcher's environment (torchrun or `schedc run`), impor
 (`--model pkg.mod:build_stages`), joins the process group, trains `--steps` steps through the
 interpreter, prints step time and loss per step (on the rank of the last stage), and with
 `--profile` writes measured per-stage times and message sizes (`profile.py`), with `--trace-dir`
-every event of the rank (`trace.py`). Exit codes: 0 done, 1 an action failed, 2 bad usage or model,
+every event of the rank (`trace.py`). A data-parallel table (`replicas` D > 1): job rank d * P + p
+runs replica d's pipeline rank p on the d-th of D equal slices of the batch, and each pipeline
+rank's D ranks get a process group of their own for REDUCE_GRAD. Exit codes: 0 done, 1 an action failed, 2 bad usage or model,
 124 the watchdog stopped the run.
 """
 from __future__ import annotations
@@ -113,11 +115,40 @@ def split(batch, M: int, dtype=None, device=None) -> list:
     return list(batch.split(batch.shape[0] // M))
 
 
+def make_dp_group(table: Table, rank: int, timeout: float):
+    """This rank's data-parallel process group: every rank makes one group per pipeline rank p (its
+    ranks d * P + p), in the same order, as `dist.new_group` requires, and keeps its own."""
+    import torch.distributed as dist
+    mine = None
+    for p in range(table.pipeline_ranks):
+        group = dist.new_group(list(table.dp_group(p)), timeout=datetime.timedelta(seconds=timeout))
+        if rank in table.dp_group(p):
+            mine = group
+    return mine
+
+
+def replica_share(batch, table: Table, rank: int, size: int):
+    """Rank `rank`'s replica's slice of a whole-batch tensor of `size` samples: replica d of D gets
+    samples d * size / D .. (d + 1) * size / D - 1 (the whole batch without replicas)."""
+    D = table.replicas
+    return batch if D == 1 else _share(batch, table.replica_of(rank), size // D, size)
+
+
+def _share(batch, d: int, share: int, size: int):
+    """Replica d's slice of a whole-batch tensor: samples d * share .. (d + 1) * share - 1."""
+    if not isinstance(batch, torch.Tensor):
+        raise UsageError(f"make_batch must return tensors, got {type(batch).__name__}")
+    if batch.shape[0] != size:
+        raise UsageError(f"make_batch returned {batch.shape[0]} samples for a batch of {size}")
+    return batch[d * share:(d + 1) * share]
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="Run one rank of a schedc-lowered pipeline program.")
     p.add_argument("--model", required=True, metavar="PKG.MOD:FN", help="build_stages(stage_ids, num_stages)")
     p.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
-    p.add_argument("--batch-size", type=int, default=None, help="samples per step (default 8 x microbatches)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="samples per step, over all replicas (default 8 x microbatches x replicas)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="cast the model and float inputs")
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate, unless the model defines make_optimizer")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S",
@@ -169,8 +200,8 @@ def _main(table: Table, args) -> int:
     world = _env_int("WORLD_SIZE", 1)
     rank = _env_int("RANK", 0)
     if world != table.num_ranks:
-        raise UsageError(f"the schedule has {table.num_ranks} ranks but WORLD_SIZE is {world} "
-                         f"(use --nproc-per-node={table.num_ranks})")
+        raise UsageError(f"the schedule has {table.num_ranks} ranks but WORLD_SIZE is {world} (nodes x "
+                         f"--nproc-per-node must be {table.num_ranks})")
     local_rank = _env_int("LOCAL_RANK", 0)
     why = backend_problem(args.backend, local_rank + 1)
     if why:
@@ -214,10 +245,23 @@ def _main(table: Table, args) -> int:
         sys.stderr.write(f"schedc runtime: rank {rank} could not join the process group ({args.backend}, "
                          f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}): {_one_line(exc)}\n")
         return EXIT_FAILED
+    D, M = table.replicas, table.num_microbatches
+    dp_group = None
+    if D > 1:  # one group per pipeline rank, made by every rank in the same order (as new_group requires)
+        try:
+            watchdog.phase("making the data-parallel process groups")
+            dp_group = make_dp_group(table, rank, args.timeout + 30)
+            watchdog.end()
+        except Exception as exc:
+            sys.stderr.write(f"schedc runtime: rank {rank} could not make its data-parallel group: {_one_line(exc)}\n")
+            return EXIT_FAILED
     interp = PipelineInterpreter(table, rank, modules, model.loss_fn, device=device, watchdog=watchdog,
-                                 trace=recorder)
-    last = table.placement[-1] == rank
-    batch_size = args.batch_size or 8 * table.num_microbatches
+                                 trace=recorder, dp_group=dp_group)
+    last = table.rank_of(table.num_stages - 1, rank) == rank
+    replica = table.replica_of(rank)
+    batch_size = args.batch_size or 8 * M * D
+    if batch_size % (M * D):
+        raise UsageError(f"--batch-size {batch_size}: expected a multiple of {M} microbatches x {D} replicas")
     times = []
 
     def phase(name: str, k: int, fn, *a):
@@ -237,15 +281,22 @@ def _main(table: Table, args) -> int:
     try:
         for step in range(args.steps):
             inputs, targets = phase("make_batch", step + 1, model.make_batch, step, batch_size)
-            xs = split(inputs, table.num_microbatches, dtype, device) if 0 in stage_ids else None
-            ys = split(targets, table.num_microbatches, dtype, device) if last else None
+            if D > 1:
+                inputs, targets = (replica_share(t, table, rank, batch_size) for t in (inputs, targets))
+            xs = split(inputs, M, dtype, device) if 0 in stage_ids else None
+            ys = split(targets, M, dtype, device) if last else None
             t0 = time.perf_counter()
             losses = interp.step(xs, ys)
             if optimizer is not None:  # the optimizer-step hook: gradients of the whole batch are ready
                 phase("the optimizer step", step + 1, optimize)
             dt = time.perf_counter() - t0
             times.append(dt)
-            if last and not args.quiet:
+            if last and D > 1 and not args.quiet:  # the mean loss over the whole batch, on replica 0
+                mean = torch.stack(losses).mean().detach()
+                phase("averaging the loss over the replicas", step + 1, dist.all_reduce, mean, dist.ReduceOp.SUM,
+                      dp_group)
+                losses = [mean / D]
+            if last and replica == 0 and not args.quiet:
                 loss = torch.stack(losses).mean().item()
                 print(f"step {step + 1}/{args.steps}  {dt * 1e3:8.2f} ms  loss {loss:.6f}", flush=True)
         if args.profile:
@@ -255,10 +306,11 @@ def _main(table: Table, args) -> int:
             phase("gathering the profile on rank 0", args.steps, dist.gather_object, mine, gathered, 0)
             if rank == 0:
                 write_profile(args.profile, build_profile(gathered))
-        if last and not args.quiet:
+        if last and replica == 0 and not args.quiet:
             steady = times[1:] or times
+            dp = f" ({D} replicas of {table.pipeline_ranks})" if D > 1 else ""
             print(f"median step time {statistics.median(steady) * 1e3:.2f} ms over {len(steady)} step(s) "
-                  f"({table.schedule!r}, {table.num_ranks} ranks, {table.num_microbatches} microbatches)", flush=True)
+                  f"({table.schedule!r}, {table.num_ranks} ranks{dp}, {table.num_microbatches} microbatches)", flush=True)
         watchdog.phase("at the final barrier (waiting for the other ranks to finish)")
         dist.barrier()
         watchdog.close()
@@ -327,4 +379,5 @@ def interp_profile(interp: PipelineInterpreter, skip_steps: int) -> dict:
             "comm": comm, "steps": steps, "host": socket.gethostname(), "cores": cores}
 
 
-__all__ = ["EXIT_FAILED", "EXIT_TIMEOUT", "EXIT_USAGE", "Model", "build_modules", "load_model", "main", "split"]
+__all__ = ["EXIT_FAILED", "EXIT_TIMEOUT", "EXIT_USAGE", "Model", "build_modules", "load_model", "main",
+           "make_dp_group", "replica_share", "split"]

@@ -8,7 +8,10 @@ input gradient, and every send is waited for as the step ends. Receive buffers a
 shapes learned once, before the first step, stage by stage in model order (`_learn_shapes`, as
 torch's stage initialisation does), so no receive waits at its place, in the first step either.
 `B` is one backward; `I` computes input gradients only and `W` the weight gradients later
-(`backward.py`); gradients accumulate over microbatches, each microbatch's loss scaled by 1/M. The
+(`backward.py`); gradients accumulate over microbatches, each microbatch's loss scaled by 1/M. In
+a data-parallel job (`table.replicas` > 1) `REDUCE_GRAD(s)` averages stage s's gradients over the
+rank's data-parallel group (`dp_group`), where the table puts it, and a stage the step did not
+reduce is reduced as the step ends (`_reduce_rest`). The
 watchdog times every action and every wait; with a `Recorder` (`trace`, runtime/trace.py) every
 action, post, wait and completion is recorded.
 """
@@ -67,14 +70,18 @@ class PipelineInterpreter:
     """Executes `table.ranks[rank]` over `modules` (stage index -> nn.Module) on this rank.
 
     `loss_fn(output, target)` is applied on the last stage; `group` is the process group (default:
-    the world); `watchdog` stops the run when a wait exceeds its timeout.
+    the world); `dp_group` the process group of the rank's data-parallel group (`table.dp_group`),
+    needed when the table has replicas; `watchdog` stops the run when a wait exceeds its timeout.
     """
 
     def __init__(self, table: Table, rank: int, modules: dict[int, torch.nn.Module], loss_fn: Callable,
                  *, group=None, device: torch.device | str | None = None, watchdog: Watchdog | None = None,
-                 trace: Recorder | None = None):
+                 trace: Recorder | None = None, dp_group=None):
         import torch.distributed as dist
+        if table.replicas > 1 and dp_group is None:
+            raise ValueError(f"the table runs {table.replicas} replicas: rank {rank} needs its data-parallel group")
         self.table, self.rank = table, rank
+        self.dp_group = dp_group if table.replicas > 1 else None
         self.steps = table.ranks[rank]
         self.S, self.M = table.num_stages, table.num_microbatches
         missing = [s for s in table.stages_of(rank) if s not in modules]
@@ -95,7 +102,8 @@ class PipelineInterpreter:
         self._shapes: dict[tuple[str, int], tuple[torch.Size, torch.dtype]] | None = None
         self.handlers = {"F": self.forward, "B": self.backward, "I": self.backward_input, "W": self.backward_weight,
                          "SEND_F": self.send, "SEND_B": self.send, "RECV_F": self.recv, "RECV_B": self.recv,
-                         "UNSHARD": self.nothing, "RESHARD": self.nothing, "REDUCE_GRAD": self.nothing}
+                         "UNSHARD": self.nothing, "RESHARD": self.nothing,
+                         "REDUCE_GRAD": self.reduce_grad if self.dp_group is not None else self.nothing}
         # measured per (op, stage): compute seconds per action; bytes of each stage's output message
         self.times: dict[tuple[str, int], list[float]] = {}
         self.message_bytes: dict[int, int] = {}
@@ -123,6 +131,8 @@ class PipelineInterpreter:
         self._out: dict = {}  # (s, m) -> stage output (or scaled-by-nothing loss) awaiting backward
         self._pending_w: dict = {}  # (s, m) -> what I left for W (schedc/runtime/backward.py)
         self._losses: list = []
+        self._backwards: dict = {}  # stage -> microbatches whose weight gradients are in (B or W done)
+        self._reduced: set = set()  # stages whose gradients this step averaged over the data-parallel group
         self._compute = self._waited = self._posting = 0.0
         handlers = self.handlers
         dog = self.watchdog
@@ -176,7 +186,7 @@ class PipelineInterpreter:
         the schedule; the gradient coming back has the activation's shape. No receive then waits
         at its place for a shape: every step runs as posted."""
         table, rank, dog = self.table, self.rank, self.watchdog
-        place = table.placement
+        place = tuple(table.rank_of(s, rank) for s in range(self.S))  # job ranks of this rank's replica
         shapes: dict = {}
         sent = []
         local, local_stage = None, -1  # the output shape of this rank's previous stage
@@ -255,6 +265,22 @@ class PipelineInterpreter:
         if left:
             raise ScheduleError("; ".join(left[:5]) + (f"; and {len(left) - 5} more" if len(left) > 5 else ""))
         self._values.clear()
+        if self.dp_group is not None:
+            self._reduce_rest()
+
+    def _reduce_rest(self) -> None:
+        """A data-parallel job whose schedule leaves a stage's gradients unreduced: average them as
+        the step ends, stage by stage in model order (every member of the group holds the same
+        stages and, verified, reduced the same ones already, so the group's collectives match)."""
+        group = ", ".join(str(r) for r in self.table.dp_group(self.rank))
+        for s in self.table.stages_of(self.rank):
+            if s not in self._reduced:
+                self.watchdog.phase(f"averaging stage {s}'s gradients over the data-parallel group of ranks "
+                                    f"{group} as the step ends (REDUCE_GRAD({s}), added by the runtime)")
+                try:
+                    self.reduce_grad(Instr("REDUCE_GRAD", s))
+                finally:
+                    self.watchdog.end()
 
     # ---- handlers, one per action kind ----
     def nothing(self, a: Instr) -> None:
@@ -262,6 +288,39 @@ class PipelineInterpreter:
         if self.trace is not None:
             t = time.perf_counter()
             self.trace.collective(self.train_step, self._index, str(a), t, t)
+
+    def reduce_grad(self, a: Instr) -> None:
+        """REDUCE_GRAD(s) in a data-parallel job: the all-reduce (average) of stage s's gradients over
+        this rank's data-parallel group, issued here and waited for here (a collective completes
+        once every member has reached it). Every backward of the stage must have run before it."""
+        import torch.distributed as dist
+        s = a.stage
+        done = self._backwards.get(s, 0)
+        if done < self.M:
+            raise ScheduleError(f"{a} averages stage {s}'s gradients over its data-parallel group after only "
+                                f"{done} of its {self.M} backwards: the rest would be left out of the average")
+        if s in self._reduced:
+            raise ScheduleError(f"{a}: stage {s}'s gradients were already averaged in this step")
+        self._reduced.add(s)
+        params = self.params.get(s, [])
+        t0 = time.perf_counter()
+        if params:
+            for p in params:
+                if p.grad is None:  # a parameter this step did not reach still takes part (zeros)
+                    p.grad = torch.zeros_like(p)
+            grads = [p.grad for p in params]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.dp_group)
+            flat.div_(self.table.replicas)
+            offset = 0
+            for g in grads:
+                n = g.numel()
+                g.copy_(flat[offset:offset + n].view_as(g))
+                offset += n
+        t1 = time.perf_counter()
+        self._waited += t1 - t0
+        if self.trace is not None:
+            self.trace.collective(self.train_step, self._index, str(a), t0, t1)
 
     def forward(self, a: Instr) -> None:
         s, m = a.stage, a.microbatch
@@ -304,6 +363,7 @@ class PipelineInterpreter:
         torch.autograd.backward(out, grad)
         if leaf is not None:
             self._values[("grad", s, m)] = leaf.grad
+        self._backwards[s] = self._backwards.get(s, 0) + 1
         self._record(a, t0)
 
     def backward_input(self, a: Instr) -> None:
@@ -323,6 +383,7 @@ class PipelineInterpreter:
             raise ScheduleError(f"{a} before I({s},{m})")
         t0 = time.perf_counter()
         split_backward_weight(work)
+        self._backwards[s] = self._backwards.get(s, 0) + 1
         self._record(a, t0)
 
     def send(self, a: Instr) -> None:

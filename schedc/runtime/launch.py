@@ -1,8 +1,11 @@
 """Start R local ranks of a command, as torchrun does on one node, and leave no orphans.
 
-Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (a free
-port) and OMP_NUM_THREADS=1 unless set; its output is forwarded line by line, its input is empty.
-When a rank fails, the others get `grace` seconds to finish or report, then are terminated. Each
+Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR and
+MASTER_PORT (a free port on one node) and OMP_NUM_THREADS=1 unless set. On node K of N nodes
+(`node_rank`, `nnodes`, the rendezvous endpoint as `master_addr` and `master_port`), the local ranks
+are the global ranks K*R .. K*R+R-1 of N*R, as torchrun's static rendezvous numbers them; global
+rank 0 (on node 0) hosts the process group's store at the endpoint. A rank's output is forwarded
+line by line, its input is empty. When a rank fails, the others get `grace` seconds to finish or report, then are terminated. Each
 rank leads its own process group, so Ctrl-C reaches the launcher alone (which stops the ranks, with
 no traceback from each), and whatever a rank started (the model's workers) is stopped with it: once
 the ranks have ended, however they ended, every process left in their groups is terminated, then
@@ -24,10 +27,10 @@ from typing import Sequence, TextIO
 
 @dataclass(frozen=True)
 class Launched:
-    """How the ranks ended: one exit code per rank (negative: killed by that signal)."""
+    """How the ranks ended: one exit code per local rank (negative: killed by that signal)."""
 
     returncodes: tuple[int, ...]
-    killed: tuple[int, ...]  # ranks the launcher had to stop
+    killed: tuple[int, ...]  # (local) ranks the launcher had to stop
 
     @property
     def ok(self) -> bool:
@@ -64,22 +67,30 @@ def _forward(pipe, stream: TextIO, lock: threading.Lock) -> None:
 
 def launch(command: Sequence[str], nproc: int, *, stdout: TextIO | None = None, stderr: TextIO | None = None,
            grace: float = 10.0, env: dict | None = None, cwd: str | None = None,
-           deadline: float | None = None) -> Launched:
-    """Run `command` as ranks 0..nproc-1 and wait for all of them (at most `deadline` seconds, if
-    given: then every rank still running is stopped)."""
+           deadline: float | None = None, nnodes: int = 1, node_rank: int = 0,
+           master_addr: str = "127.0.0.1", master_port: int | None = None) -> Launched:
+    """Run `command` as this node's `nproc` ranks (global ranks node_rank*nproc .. +nproc-1 of
+    nnodes*nproc; on one node 0..nproc-1, with a free port unless `master_port` is given) and wait for
+    all of them (at most `deadline` seconds, if given: then every rank still running is stopped).
+    `Launched.returncodes` is by local rank."""
+    if not (nproc >= 1 and nnodes >= 1 and 0 <= node_rank < nnodes):
+        raise ValueError(f"launch: {nproc} rank(s) on node {node_rank} of {nnodes}")
+    if nnodes > 1 and master_port is None:
+        raise ValueError("launch: several nodes need the rendezvous endpoint's port")
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     base = dict(os.environ if env is None else env)
     base.setdefault("OMP_NUM_THREADS", "1")
-    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(nproc),
-                LOCAL_WORLD_SIZE=str(nproc), PYTHONUNBUFFERED="1")
+    base.update(MASTER_ADDR=master_addr, MASTER_PORT=str(free_port() if master_port is None else master_port),
+                WORLD_SIZE=str(nnodes * nproc), LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK=str(node_rank),
+                GROUP_WORLD_SIZE=str(nnodes), PYTHONUNBUFFERED="1")
     lock = threading.Lock()
     procs: list[subprocess.Popen] = []
     threads = []
     preexec = _pdeathsig()
     restore = _terminate_as_interrupt()
     try:
-        for rank in range(nproc):
-            env_r = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
+        for local in range(nproc):
+            env_r = dict(base, RANK=str(node_rank * nproc + local), LOCAL_RANK=str(local))
             p = subprocess.Popen(list(command), env=env_r, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, bufsize=1, preexec_fn=preexec, process_group=0)
             procs.append(p)

@@ -4,6 +4,10 @@ Pure Python (no torch), so the code generator, the launcher and the runtime shar
 the table. A step is `(op, stage, microbatch)` for compute, `(op, stage, microbatch, peer)` for a
 send or receive (`peer` is the rank on the other end), `(op, stage)` for UNSHARD / RESHARD /
 REDUCE_GRAD, or `(kind, (step, ...))` for a GROUP or OVERLAP_F_B compound.
+
+A data-parallel job (`replicas` D > 1) holds D copies of a pipeline of P ranks: `num_ranks` is the
+job's D * P, job rank d * P + p runs replica d's pipeline rank p, `placement` maps a stage to its
+pipeline rank p, and a send or receive names its peer in the job (inside its own replica).
 """
 from __future__ import annotations
 
@@ -100,9 +104,27 @@ class Table:
     placement: tuple[int, ...]
     ranks: tuple[tuple[Step, ...], ...]
     verified: str | None = None
+    replicas: int = 1  # data-parallel replicas of the pipeline; num_ranks = replicas * pipeline_ranks
+
+    @property
+    def pipeline_ranks(self) -> int:
+        """P, the ranks of one pipeline (num_ranks without replicas)."""
+        return self.num_ranks // self.replicas
+
+    def replica_of(self, rank: int) -> int:
+        return rank // self.pipeline_ranks
+
+    def rank_of(self, stage: int, rank: int) -> int:
+        """The job rank holding `stage` in the replica of job rank `rank`."""
+        return self.replica_of(rank) * self.pipeline_ranks + self.placement[stage]
+
+    def dp_group(self, rank: int) -> tuple[int, ...]:
+        """The data-parallel group of job rank `rank`: the ranks holding its pipeline rank in every replica."""
+        P = self.pipeline_ranks
+        return tuple(d * P + rank % P for d in range(self.replicas))
 
     def stages_of(self, rank: int) -> tuple[int, ...]:
-        return self._stages_by_rank.get(rank, ())
+        return self._stages_by_rank.get(rank % self.pipeline_ranks, ())
 
     @cached_property
     def _stages_by_rank(self) -> dict[int, tuple[int, ...]]:
@@ -117,6 +139,8 @@ class Table:
         meta = {"format": FORMAT, "version": VERSION, "schedule": self.schedule, "params": dict(self.params),
                 "ranks": self.num_ranks, "stages": self.num_stages, "microbatches": self.num_microbatches,
                 "placement": list(self.placement), "verified": self.verified}
+        if self.replicas != 1:  # (a one-pipeline program's literal is as it always was)
+            meta["replicas"] = self.replicas
         return meta, [[_step_data(st) for st in steps] for steps in self.ranks]
 
 
@@ -149,17 +173,22 @@ def load_table(program: dict, ranks) -> Table:
     R = _int(program.get("ranks"), "ranks", 1, 1 << 20)
     S = _int(program.get("stages"), "stages", 1, 1 << 24)
     M = _int(program.get("microbatches"), "microbatches", 1, 1 << 24)
+    D = _int(program.get("replicas", 1), "replicas", 1, R + 1)
+    if R % D:
+        raise TableError(f"{R} ranks do not hold {D} replicas of one pipeline")
+    P = R // D
     placement = program.get("placement")
     if not isinstance(placement, (list, tuple)) or len(placement) != S:
         raise TableError(f"placement: expected a list of {S} ranks")
-    placement = tuple(_int(r, f"placement of stage {s}", 0, R) for s, r in enumerate(placement))
+    placement = tuple(_int(r, f"placement of stage {s}", 0, P) for s, r in enumerate(placement))
     if not isinstance(ranks, (list, tuple)) or len(ranks) != R:
         raise TableError(f"expected one list of steps per rank ({R})")
     out = []
     for r, steps in enumerate(ranks):
         if not isinstance(steps, (list, tuple)):
             raise TableError(f"rank {r}: expected a list of steps")
-        out.append(tuple(_step(st, r, x, S, M, placement) for x, st in enumerate(steps)))
+        here = placement if r < P else tuple(r // P * P + p for p in placement)  # job ranks in r's replica
+        out.append(tuple(_step(st, r, x, S, M, here) for x, st in enumerate(steps)))
     schedule = program.get("schedule")
     params = program.get("params") or {}
     verified = program.get("verified")
@@ -167,7 +196,7 @@ def load_table(program: dict, ranks) -> Table:
         raise TableError("schedule and verified must be strings")
     if not isinstance(params, dict) or not all(isinstance(k, str) and type(v) is int for k, v in params.items()):
         raise TableError("params must map names to integers")
-    return Table(schedule, dict(params), R, S, M, placement, tuple(out), verified)
+    return Table(schedule, dict(params), R, S, M, placement, tuple(out), verified, D)
 
 
 def _step(data, rank: int, index: int, S: int, M: int, placement) -> Step:
@@ -251,7 +280,8 @@ def value_name(value: tuple[str, int, int]) -> str:
 
 
 def to_program(table: Table):
-    """The table as a schedc IR Program, to verify what will run (imports schedc's core, not torch)."""
+    """The table as a schedc IR Program, to verify what will run (imports schedc's core, not torch);
+    a data-parallel table gives a program with `replicas`."""
     from ..ir import Action, Compound as IrCompound, CompoundKind, Op, Program
 
     def ir(a: Instr):
@@ -259,5 +289,7 @@ def to_program(table: Table):
 
     ranks = tuple(tuple(IrCompound(CompoundKind(st.kind), tuple(ir(p) for p in st.parts))
                         if isinstance(st, Compound) else ir(st) for st in steps) for steps in table.ranks)
-    return Program(table.schedule, table.num_ranks, table.num_stages, table.num_microbatches,
-                   table.placement, ranks, tuple(sorted(table.params.items())))
+    P = table.pipeline_ranks
+    return Program(table.schedule, P, table.num_stages, table.num_microbatches,
+                   table.placement, ranks[:P], tuple(sorted(table.params.items())),
+                   replicas=tuple(ranks[d * P:(d + 1) * P] for d in range(1, table.replicas)))
