@@ -1,10 +1,12 @@
 """schedc's one door to Z3: the `z3` handle (imported on the first query, never by `import schedc`),
-a fresh context per query or encoding, solvers with the fixed seed and their per-query timeout, and
-the one vocabulary of answers: `Proved`, `Refuted` (with what refutes it) or `Unknown` (with why),
-and the one wall-clock `Deadline` a command passes down to every query and every long loop.
+fresh contexts, solvers with the fixed seed, the answers `Proved`, `Refuted` or `Unknown`, and the one
+`Deadline` a command gives every query and long loop: a deterministic `Budget` of Z3 resource units
+(the same answers on a busy machine as on an idle one), within the wall clock as the outer guard.
 """
 from __future__ import annotations
 
+import gc
+import math
 import os
 import signal
 import threading
@@ -40,7 +42,7 @@ class Proved:
 @dataclass(frozen=True)
 class Refuted:
     """The claim fails: at the parameter values `params`, with `detail` (named values there) and
-    `least` (False: asked for the smallest, but time ran out before it was shown smallest); `why`,
+    `least` (False: asked for the smallest, but the budget ran out before it was shown smallest); `why`,
     in words, when it fails without a model; `core`, what cannot all hold, for an unsat core."""
 
     params: dict = field(default_factory=dict)
@@ -52,7 +54,7 @@ class Refuted:
 
 @dataclass(frozen=True)
 class Unknown:
-    """No answer (the solver gave up, ran out of time, or the query is beyond it): never "fine"."""
+    """No answer (the solver gave up, ran out of its budget, or the query is beyond it): never "fine"."""
 
     reason: str
 
@@ -97,7 +99,14 @@ def _interrupted() -> None:
 
 
 TIME_LIMIT = "time limit"  # how an `Unknown` (or a stopped search) says the wall clock ran out
+BUDGET = "solver budget exhausted"  # how an `Unknown` says a deterministic budget ran out
 POLL_S = 0.05  # how often a running query looks at the clock and for Ctrl-C
+RLIMIT_MAX = 2**32 - 1  # Z3 keeps a query's rlimit in 32 bits
+
+
+def clock() -> float:
+    """The wall clock every Deadline reads (time.monotonic; a test may slow it down or speed it up)."""
+    return time.monotonic()
 
 
 class TimeUp(Exception):
@@ -109,44 +118,75 @@ class TimeUp(Exception):
         self.seconds = seconds
 
 
+class Budget:
+    """Solver work allowed, in Z3 resource units (its `rlimit` count: steps of work, the same on a
+    busy machine as on an idle one, for one Z3 version), named for the message when it runs out.
+    A budget made by `Deadline.share` spends its parent's too, so the queries of a step together
+    never pass the step's share, nor the shares above it. `units` None: no limit of its own."""
+
+    def __init__(self, units: int | None = None, name: str = "", parent: "Budget | None" = None):
+        self.units, self.name, self.parent, self.spent = units, name, parent, 0
+
+    def left(self) -> int | None:
+        """Units left here and above (None: no limit anywhere)."""
+        mine = None if self.units is None else max(0, self.units - self.spent)
+        up = self.parent.left() if self.parent is not None else None
+        return up if mine is None else mine if up is None else min(mine, up)
+
+    def spend(self, units: int) -> None:
+        self.spent += units
+        if self.parent is not None:
+            self.parent.spend(units)
+
+    def exhausted(self) -> str | None:
+        """Why no work is left, naming the first budget from here up that ran out; else None."""
+        b = self
+        while b is not None:
+            if b.units is not None and b.spent >= b.units:
+                return f"{BUDGET}: {b.units:,} Z3 resource units for {b.name}"
+            b = b.parent
+        return None
+
+
 @dataclass(frozen=True)
 class Deadline:
-    """When work must end: `at` (this step's share of the time, time.monotonic()) within `end`
-    (the command's own limit, `seconds` after it started). Passing `end` raises TimeUp at the next
-    `check` (loops call it) or stops the running query; passing only `at` makes queries short."""
+    """The limits a command passes down to every query and every long loop: `budget`, the solver
+    work this step may spend (deterministic: a query that runs out of it is `Unknown` with the
+    budget named, on any machine), within `end`, the command's own wall-clock limit (`seconds`
+    after it started: the outer guard; passing it raises TimeUp at the next `check`, which loops
+    call, or stops the running query)."""
 
-    at: float
     end: float
     seconds: float
+    budget: Budget = field(default_factory=Budget)
 
     @classmethod
     def after(cls, seconds: float) -> "Deadline":
-        now = time.monotonic()
-        return cls(now + seconds, now + seconds, seconds)
+        return cls(clock() + seconds, seconds)
 
-    def within(self, seconds: float) -> "Deadline":
-        """This step's share: at most `seconds` from now, never past this deadline."""
-        return replace(self, at=min(self.at, time.monotonic() + seconds))
+    @classmethod
+    def only(cls, units: int, name: str) -> "Deadline":
+        """A budget and no clock: for a small query no command waits on (a fact of an encoding)."""
+        return cls(math.inf, math.inf).share(units, name)
+
+    def share(self, units: int, name: str) -> "Deadline":
+        """This step's share: at most `units` of solver work (`name` says whose, when it runs out),
+        drawn from this deadline's budget, within the same clock."""
+        return replace(self, budget=Budget(units, name, self.budget))
 
     def left(self) -> float:
-        """Seconds left of this step's share (negative once it passed)."""
-        return min(self.at, self.end) - time.monotonic()
+        """Seconds left on the command's clock (negative once it passed)."""
+        return self.end - clock()
 
-    def expired(self) -> bool:
-        return self.left() <= 0
+    def exhausted(self) -> str | None:
+        """Why this step's budget has no work left (see Budget.exhausted), else None."""
+        return self.budget.exhausted()
 
     def check(self) -> None:
         """Raise TimeUp once the command's own limit has passed (or a Ctrl-C kept by `ctrl_c`)."""
         _interrupted()
-        if time.monotonic() >= self.end:
+        if clock() >= self.end:
             raise TimeUp(self.seconds)
-
-    def query(self, cap: float | None = None, floor: float = 1.0) -> float:
-        """Seconds one query may take: what is left of this share, at most `cap`, at least `floor`
-        (a share that ran out still lets a query try), never past the command's limit (TimeUp)."""
-        self.check()
-        share = max(floor, self.left() if cap is None else min(cap, self.left()))
-        return min(share, self.end - time.monotonic())
 
 
 def context():
@@ -154,19 +194,20 @@ def context():
     return z3.Context()
 
 
-def make(ctx, timeout_s: float | None = None, logic: str | None = None):
-    """A solver in ctx (for `logic`, if given) with the fixed seed and, if given, its timeout."""
-    s = z3.SolverFor(logic, ctx=ctx) if logic else z3.Solver(ctx=ctx)
-    s.set(random_seed=SEED)
+def make(ctx, timeout_s: float | None = None, logic: str | None = None, nonlinear: bool = False, seed: int = 0):
+    """A solver in ctx (for `logic`, if given; for nonlinear integer arithmetic, `nonlinear_tactic`'s)
+    with the fixed seed (plus `seed`, for a restart on another path). `timeout_s`, a wall-clock cap,
+    is for `check --engine z3` alone (its `--timeout`); prove and synth budget their queries in
+    resource units instead (`check` with a Deadline's budget), so that verdicts do not depend on load."""
+    if nonlinear:
+        s = nonlinear_tactic(ctx).solver()
+    else:
+        s = z3.SolverFor(logic, ctx=ctx) if logic else z3.Solver(ctx=ctx)
+    s.set(random_seed=SEED + seed)
     s.set("ctrl_c", False)  # Ctrl-C reaches Python (see `check`), which interrupts the query
     if timeout_s is not None:
-        limit(s, timeout_s)
+        s.set(timeout=max(1, int(timeout_s * 1000)))  # Z3 counts milliseconds, at least one
     return s
-
-
-def limit(s, timeout_s: float) -> None:
-    """The wall-clock time s's next checks may take (Z3 counts milliseconds, at least one)."""
-    s.set(timeout=max(1, int(timeout_s * 1000)))
 
 
 def watched(items, deadline: Deadline, every: int = 1024):
@@ -178,17 +219,73 @@ def watched(items, deadline: Deadline, every: int = 1024):
         yield item
 
 
+SMT_CONFLICTS = 20_000  # the SMT core's first attempt at a nonlinear problem (Z3's own cuts it after 2 s)
+NLSAT_CONFLICTS = 20_000  # nlsat's attempt after it (Z3's own cuts it after 3 s)
+
+
+def nonlinear_tactic(ctx):
+    """Z3's own strategy for nonlinear integer problems (its `qfnia` tactic: a preamble of
+    simplifications, an attempt by bit-blasting, the SMT core, nlsat, the SMT core again) with the
+    attempts it cuts off by wall-clock time (2 s, 3 s) cut off by counted conflicts instead: with
+    those, the work a query took, and so its answer near a budget, depended on the machine's load.
+    Every limit left is counted (conflicts, steps, memory); the query's budget bounds the whole."""
+    def t(name, *params):
+        tactic = z3.Tactic(name, ctx)
+        return z3.With(tactic, *params) if params else tactic
+
+    preamble = z3.Then(t("simplify"), t("propagate-values"), t("solve-eqs"),
+                       t("ctx-simplify", "max_depth", 30, "max_steps", 5_000_000),
+                       t("simplify", "pull_cheap_ite", True, "local_ctx", True, "local_ctx_limit", 10_000_000),
+                       t("elim-uncnstr"), z3.OrElse(t("cofactor-term-ite"), t("skip")))
+    bits = z3.With(z3.Then(t("simplify"), t("propagate-values"),
+                           t("simplify", "local_ctx", True, "local_ctx_limit", 10_000_000),
+                           t("max-bv-sharing"), t("bit-blast", "max_memory", 100),
+                           t("sat", "max_memory", 100, "max_conflicts", 500)),
+                   "flat", False, "hi_div0", True, "elim_and", True, "blast_distinct", True)
+    by_bits = z3.Then(t("simplify", "hoist_mul", True), t("nla2bv", "nla2bv_max_bv_size", 64),
+                      z3.OrElse(bits, t("skip")), t("fail-if-undecided"))
+    som = t("simplify", "som", True)
+    smt_first = z3.Then(som, t("smt", "max_conflicts", SMT_CONFLICTS), t("fail-if-undecided"))
+    nlsat = z3.Then(som, t("qfnra-nlsat", "max_conflicts", NLSAT_CONFLICTS), t("fail-if-undecided"))
+    return z3.Then(t("simplify"), preamble, z3.OrElse(by_bits, smt_first, nlsat, z3.Then(som, t("smt"))))
+
+
 def check(s, *assumptions, deadline: Deadline | None = None):
-    """s.check(*assumptions), watched (see `watch`): Ctrl-C or the command's limit passing
-    interrupts the query (Z3 then stops within milliseconds) and is raised here."""
-    return watch(lambda: s.check(*assumptions), deadline, stop=s.ctx.interrupt)
+    """s.check(*assumptions) within `deadline`'s budget, which it spends (Z3's rlimit: the query
+    stops, `unknown`, where its units run out; with none left it is not asked), watched (see
+    `watch`): Ctrl-C or the command's limit passing interrupts the query (Z3 then stops within
+    milliseconds) and is raised here. Without a deadline, no budget and no clock."""
+    if deadline is None:
+        return watch(lambda: s.check(*assumptions), None, stop=s.ctx.interrupt)
+    deadline.check()  # the clock, before each query: a loop of quick ones (a descent) ends on time too
+    units = deadline.budget.left()
+    if units == 0:
+        return z3.unknown
+    s.set("rlimit", 0 if units is None else min(units, RLIMIT_MAX))  # 0: no limit
+    before = _count(s)
+    verdict = watch(lambda: s.check(*assumptions), deadline, stop=s.ctx.interrupt)
+    deadline.budget.spend(_count(s) - before)
+    return verdict
+
+
+def reason(s, deadline: Deadline | None = None) -> str:
+    """Why s's last check answered unknown: the budget that ran out, named (see Budget.exhausted),
+    else Z3's own reason."""
+    return (deadline.exhausted() if deadline is not None else None) or s.reason_unknown()
+
+
+def _count(s) -> int:
+    """Z3's resource count in s's context so far (it only grows)."""
+    stats = s.statistics()
+    return stats.get_key_value("rlimit count") if "rlimit count" in stats.keys() else 0
 
 
 def watch(work, deadline: Deadline | None = None, stop=None):
     """work() run in a worker thread (Z3 and HiGHS release the GIL) so the main thread keeps
     watching: Ctrl-C (KeyboardInterrupt) or the command's limit passing (TimeUp) is raised within
     POLL_S, whatever the solver is doing, after `stop()` (then the worker is waited for; without
-    `stop` it is left to end by its own time limit, a daemon thread)."""
+    `stop` it is left to end by its own time limit, a daemon thread). Python's garbage collector
+    waits meanwhile."""
     out: list = [None, None]
 
     def run():
@@ -198,6 +295,10 @@ def watch(work, deadline: Deadline | None = None, stop=None):
             out[1] = exc
 
     worker = threading.Thread(target=run, name="schedc-solver", daemon=True)
+    collecting = gc.isenabled()
+    gc.disable()  # no garbage collection while the worker runs: it could free Z3 terms from this thread in
+    # the middle of a query (a context is not thread-safe), at a moment that depends on timing, which
+    # changes how Z3 numbers later terms, so the work and answers of later queries: not deterministic
     worker.start()
     try:
         while worker.is_alive():
@@ -210,6 +311,9 @@ def watch(work, deadline: Deadline | None = None, stop=None):
             stop()
             worker.join()
         raise
+    finally:
+        if collecting:
+            gc.enable()
     if out[1] is not None:
         raise out[1]
     return out[0]

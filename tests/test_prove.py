@@ -232,6 +232,7 @@ def test_interleaved_1f1b_is_proved_for_every_p_v_m_with_its_warm_up_as_the_memo
     assert "rank 0 holds 45 activations at its peak; the bound min(total, warm + 1, 40) is 40" in out
 
 
+@pytest.mark.slow  # 20-70 s
 def test_interleaved_zero_bubble_is_proved_for_every_p_v_m_by_the_search():
     """Its timing is found by the integer program (HiGHS) from sampled rows; the first memory bound
     guessed from the samples, min(P * V, V * M), fails at P=2, V=2, M=3: that refutes the guess, not
@@ -284,7 +285,7 @@ def test_a_saved_nonlinear_certificate_is_rechecked_and_a_broken_one_is_not_a_pr
 
 
 def test_when_nonlinear_arithmetic_does_not_decide_each_small_value_is_proved_and_labelled_so(monkeypatch):
-    monkeypatch.setattr(prover_module, "NONLINEAR_SECONDS", 0.0)  # Z3's nonlinear attempt: out of time at once
+    monkeypatch.setattr(prover_module, "NONLINEAR_UNITS", 0)  # Z3's nonlinear attempt: out of budget at once
     got = prove("looped_bfs")
     assert got.verdict == "unknown" and "not linear" in got.reason and got.bounded["ok"]
     (case,) = [p for p in got.parts if p.name == "each V in 1..4"]
@@ -524,7 +525,7 @@ def test_interleaved_1f1b_order_has_a_timing_that_z3_checks_for_every_setting():
 
 
 def test_the_smallest_counterexample_is_the_least_sum_then_the_least_of_each_parameter_in_turn():
-    """As the bounded sweep orders settings; and with no time left for the descent, the model found
+    """As the bounded sweep orders settings; and with no budget left for the descent, the model found
     is returned marked as not shown to be the least."""
     import z3
     from schedc.prove import smt
@@ -537,5 +538,5 @@ def test_the_smallest_counterexample_is_the_least_sum_then_the_least_of_each_par
     s.add(P + M >= 10, P >= 2)
     assert s.check() == z3.sat
     model = s.model()
-    _, least = smt._least(s, model, P + M, until=Deadline.after(0.0))
+    _, least = smt._least(s, model, P + M, until=Deadline.after(30).share(0, "no descent"))
     assert least is False

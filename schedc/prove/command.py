@@ -57,7 +57,7 @@ def render(proof) -> str:
         setting = setting_text(cex["params"])
         within = f" with {cex['within']}" if cex.get("within") else ""
         which = "smallest failing setting" if cex.get("smallest", True) else \
-            "a failing setting, not shown to be the smallest: Z3 ran out of time"
+            "a failing setting, not shown to be the smallest: the search for a smaller one ran out of its budget"
         lines = [f"{proof.schedule}: refuted at {setting} ({which}{within}; {cex['property']})"]
         if cex.get("summary"):
             lines.append("  " + cex["summary"])
@@ -88,7 +88,7 @@ def render(proof) -> str:
         largest = ", ".join(f"{k} <= {v}" for k, v in b["largest"].items())
         label = "also checked concretely" if proof.verdict == "proved" else "bounded check, not a proof"
         lines.append(f"  {label}: {b['settings']} settings ({largest}), all clean")
-    lines.append(f"  {proof.seconds:.1f} s")
+    lines.append(f"  {proof.seconds:.1f} s, {proof.units:,} Z3 resource units")
     return "\n".join(lines)
 
 

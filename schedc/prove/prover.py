@@ -24,6 +24,9 @@ from .search import ConcreteFailure, cegis_timing, infer_bound, inside, peaks, s
 
 BOUNDED_MAX = 8         # each parameter of the concrete sweep runs over 0..BOUNDED_MAX
 BOUNDED_SETTINGS = 250  # at most this many settings, smallest first
+BOUNDED_STEPS = 200_000  # and no new setting once the checked programs hold this many steps in all (a
+# count, not a time, so every machine checks the same settings): the built-ins' sweeps hold 650 (dualpipev)
+# to 22,000 (interleaved zero bubble) steps and take about a second
 SAMPLES = 25            # settings the certificates are fitted to
 
 
@@ -48,12 +51,14 @@ class Proof:
     bounded: dict | None = None
     reason: str | None = None
     seconds: float = 0.0
+    units: int = 0  # the solver's work, in Z3 resource units: unlike the seconds, the same on any machine
 
     def to_dict(self) -> dict:
         return {"schedule": self.schedule, "assumptions": list(self.assumptions), "verdict": self.verdict,
                 "parts": [vars(p) for p in self.parts], "memory_bound": self.memory_bound,
                 "certificate": self.certificate, "counterexample": self.counterexample,
-                "bounded": self.bounded, "reason": self.reason, "seconds": round(self.seconds, 3)}
+                "bounded": self.bounded, "reason": self.reason, "seconds": round(self.seconds, 3),
+                "solver_units": self.units}
 
 
 def parse_condition(text: str, what: str) -> ast.Expr:
@@ -75,12 +80,14 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
     (expressions such as "M >= P") and its requires; `memory` is the bound to prove (default: the
     simplest that fits), `certificate` a saved one to re-check instead of searching, `log` gets
     progress lines. Raises SchedcError for bad input; every other outcome is in the Proof: past
-    `timeout` seconds, `unknown` with a reason that starts "time limit"."""
+    `timeout` seconds, `unknown` with a reason that starts "time limit". The solver's work is
+    budgeted in deterministic units (the *_UNITS below), so the same input gives the same outcome on
+    any machine, unless the wall clock stops it first."""
     return _prove(source, assumptions, memory, solver.Deadline.after(timeout), certificate, log)
 
 
 def _prove(source: str, assumptions, memory, deadline: solver.Deadline, certificate, log) -> Proof:
-    """`prove` within `deadline`, the one clock every step below is given (a share of it, or all)."""
+    """`prove` within `deadline`, the one clock every step below is given, with a budget of its own."""
     from ..api import read_text, resolve
     from ..parse import parse
     start = time.monotonic()
@@ -120,9 +127,11 @@ def _prove(source: str, assumptions, memory, deadline: solver.Deadline, certific
         raise SchedcError("usage", f"the assumptions and {tree.name}'s requires admit no setting at all, so "
                           "there is nothing to prove", where="--assume")
     try:
-        return _decide(proof, path, tree, m, unsupported, assumed, bound, deadline, certificate, log, start)
+        done = _decide(proof, path, tree, m, unsupported, assumed, bound, deadline, certificate, log, start)
     except solver.TimeUp as exc:
-        return _unknown(proof, start, str(exc))
+        done = _unknown(proof, start, str(exc))
+    done.units = deadline.budget.spent
+    return done
 
 
 def _timed_out(proof: Proof) -> bool:
@@ -150,9 +159,9 @@ def _decide(proof, path, tree, m, unsupported, assumed, bound, deadline, certifi
         why = "" if nonlinear_cert else f"not linear: {exc.reason}" + (f" (line {exc.span.line})" if exc.span else "")
         log("  not linear: trying Z3's nonlinear integer arithmetic")
         other = Proof(proof.schedule, proof.assumptions, bounded=proof.bounded)
-        # at most NONLINEAR_SECONDS (half of what is left): when Z3 cannot decide, the cases below get
-        # the rest; a certificate to re-check needs no search and no cases, so it gets all the time there is
-        until = deadline if nonlinear_cert else deadline.within(min(NONLINEAR_SECONDS, deadline.left() / 2))
+        # at most NONLINEAR_UNITS of solver work in all: when Z3 cannot decide, the cases below run
+        # next; a certificate to re-check needs no search and no cases, so its queries have no such cap
+        until = deadline if nonlinear_cert else deadline.share(NONLINEAR_UNITS, "the attempt in nonlinear arithmetic")
         try:
             _symbolic(other, path, replace(m, nonlinear=True), assumed, bound, until, certificate, log)
             failed = next((p.detail for p in other.parts if p.status != "proved"), None)
@@ -187,9 +196,18 @@ def read_certificate(path) -> dict:
     return cert
 
 
-NONLINEAR_SECONDS = 180.0  # the longest the nonlinear attempt may take (interleaved ZB: 35-60 s on 2 cores)
-QUERY_SECONDS = 150.0  # the longest one well-formedness query may take (interleaved ZB's range: ~35 s alone)
-ONE_QUERY_SECONDS = 60.0  # the longest any other query may take
+# Solver budgets, in Z3 resource units (its `rlimit` count, see schedc/solver.py): deterministic, so
+# the same input gives the same verdict and certificate on a busy machine as on an idle one (the
+# wall clock, `--timeout`, is only the outer guard). Measured with z3 5.4 over every proof in
+# tests/test_prove*.py and tests/test_synth*.py: Z3 does 1M to 20M units a second here, and one
+# nonlinear query takes from 3M to 160M units by the seed and by what the process did before (its
+# memory layout), so these keep far more headroom than the largest measurement:
+WELL_FORMED_UNITS = 1_000_000_000  # one well-formedness query: a nonlinear "stage index in range"
+# takes 6M to 160M (interleaved 1F1B, interleaved zero bubble); every linear one under 1.2M (dualpipev)
+QUERY_UNITS = 300_000_000  # any other query (memory, limits, annotations, a certificate's re-check):
+# the largest takes 9.4M, 57M in all with its restarts (a memory bound of interleaved zero bubble)
+NONLINEAR_UNITS = 2_500_000_000  # the whole attempt in nonlinear arithmetic, fits included: interleaved
+# zero bubble's takes 147M to 292M, interleaved 1F1B's 11M to 220M, looped BFS's 3M to 48M
 CASES = range(1, 5)  # a parameter that makes the schedule nonlinear is tried at each of these values
 
 
@@ -222,8 +240,6 @@ def _cases(proof, path, tree, assumed, bound, deadline, exc, log) -> None:
             if sub.verdict == "refuted":
                 proof.verdict, proof.counterexample = "refuted", {**sub.counterexample, "within": f"{name} == {k}"}
                 return
-            if deadline.expired():
-                return
             if {p.status for p in sub.parts} != {"proved"}:
                 break
             results.append((k, sub.memory_bound))
@@ -253,10 +269,10 @@ def _unknown(proof: Proof, start: float, reason: str) -> Proof:
 def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, deadline):
     """Check small settings concretely, smallest first; the first failure, or None."""
     from ..api import check, load
-    checked, largest = 0, {}
-    share = deadline.within(max(1.0, min(30.0, deadline.left() / 4)))
+    checked, largest, steps_checked = 0, {}, 0
     for params in settings(m, assumed, BOUNDED_MAX, BOUNDED_SETTINGS):
-        if share.expired():
+        deadline.check()
+        if steps_checked >= BOUNDED_STEPS:
             break
         try:
             program = load(str(path), params)
@@ -266,6 +282,7 @@ def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, deadline):
             return {"params": params, "property": "compile error",
                     "report": "\n".join(d.render() for d in exc.diagnostics)}
         checked += 1
+        steps_checked += sum(len(rank) for rank in program.ranks)
         for k, v in params.items():
             largest[k] = max(largest.get(k, v), v)
         report = check(program)
@@ -416,7 +433,7 @@ def _limit(proof, path, m, assumed, bound, deadline) -> Part | None:
         (what, formula, shown), = smt.over_limit(enc, lambda r: enc.int(bound, enc.at_rank(r)), spec, size)
     except Unsupported as exc:
         return Part("memory limit", "unknown", f"the file's memory limit (line {lines}): {exc.reason}")
-    verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown, smallest=True)
+    verdict = enc.run(formula, _one(deadline), shown, smallest=True)
     scaled = (_text(bound) if size == 1 else f"{_fraction(size)} x ({_text(bound)})" if size is not None
               else f"R / S x ({_text(bound)})")
     if isinstance(verdict, solver.Proved):
@@ -459,7 +476,7 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
                         ("exists", "every stage runs F and B (or I and W) of every microbatch")):
         enc = smt.Encoding(m, assumed)
         for x, y, formula, shown in smt.well_formed(enc, which):
-            verdict = enc.run(formula, deadline.within(QUERY_SECONDS), shown)
+            verdict = enc.run(formula, deadline.share(WELL_FORMED_UNITS, "one well-formedness query"), shown)
             if isinstance(verdict, solver.Unknown):
                 return Part("well-formed", "unknown", f"Z3 gave up on '{text}' ({verdict.reason})")
             if isinstance(verdict, solver.Refuted):
@@ -476,7 +493,7 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
         return Part("well-formed", "unknown", f"an annotation the proof cannot evaluate: {exc.reason}"
                     + (f" (line {exc.span.line})" if exc.span else ""))
     for (what, item, _), formula, shown in annotations:
-        verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown, smallest=True)
+        verdict = enc.run(formula, _one(deadline), shown, smallest=True)
         if isinstance(verdict, solver.Refuted):
             cex = _concrete(path, m, verdict.params, what=f"annotation: {what}")
             if cex is not None:
@@ -489,7 +506,7 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
     if m.nonlinear:
         enc = smt.Encoding(m, assumed)
         for formula in smt.divisors(enc):
-            verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), domain=False)
+            verdict = enc.run(formula, _one(deadline), domain=False)
             if not isinstance(verdict, solver.Proved):
                 return Part("well-formed", "unknown", "a division by a quantity that varies may divide by zero or "
                             "less" + (f" (at {verdict.params})" if isinstance(verdict, solver.Refuted) else ""))
@@ -497,10 +514,15 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
                 "once, on the rank that holds it")
 
 
+def _one(deadline: solver.Deadline) -> solver.Deadline:
+    """One query's share of the solver's work (QUERY_UNITS)."""
+    return deadline.share(QUERY_UNITS, "one query")
+
+
 def _check_timing(m, assumed, timing, names, deadline, refute=None):
     enc = smt.Encoding(m, assumed)
     for what, formula, shown in smt.timing(enc, timing, names):
-        verdict = enc.run(formula, deadline, shown)
+        verdict = enc.run(formula, _one(deadline), shown)
         if isinstance(verdict, solver.Unknown):
             return f"Z3 gave up on a timing obligation ({verdict.reason})"
         if isinstance(verdict, solver.Refuted):
@@ -535,7 +557,7 @@ def _check_memory(m, assumed, expr, deadline, capacity: bool, ordered: bool = Fa
     except Unsupported as exc:
         return f"counting in rank order: {why}; and by capacity: {exc.reason}", "capacity"
     for what, formula, shown in obligations:
-        verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown, smallest=True)
+        verdict = enc.run(formula, _one(deadline), shown, smallest=True)
         if isinstance(verdict, solver.Unknown):
             return f"Z3 gave up on the memory bound ({verdict.reason})", "capacity"
         if isinstance(verdict, solver.Refuted):
@@ -555,7 +577,7 @@ def _in_rank_order(m, enc, expr, bound, deadline, ordered):
     if not ordered and (why := _frees_follow(enc, deadline)) is not None:
         return why
     for what, formula, shown in smt.counted(enc, bound):
-        verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown, smallest=True)
+        verdict = enc.run(formula, _one(deadline), shown, smallest=True)
         if isinstance(verdict, solver.Unknown):
             return f"Z3 gave up on the memory bound ({verdict.reason})"
         if isinstance(verdict, solver.Refuted):
@@ -570,7 +592,7 @@ def _in_rank_order(m, enc, expr, bound, deadline, ordered):
 
 def _frees_follow(enc, deadline):
     for what, formula, shown in smt.frees_follow(enc):
-        verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown)
+        verdict = enc.run(formula, _one(deadline), shown)
         if not isinstance(verdict, solver.Proved):
             return (f"a free may come before its forward ({_action_text(what[1])}, line {what[1].span.line})"
                     if isinstance(verdict, solver.Refuted) else f"Z3 gave up on the order of frees ({verdict.reason})")
@@ -585,7 +607,7 @@ def _per_stage(m, enc, expr, bound, deadline):
         for direction in (1, -1):
             failed = None
             for what, formula, shown in smt.memory_order(enc, kinds, direction):
-                verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown)
+                verdict = enc.run(formula, _one(deadline), shown)
                 if isinstance(verdict, solver.Unknown):
                     return f"Z3 gave up on the order of the {label} ({verdict.reason})"
                 if isinstance(verdict, solver.Refuted):
@@ -601,7 +623,7 @@ def _per_stage(m, enc, expr, bound, deadline):
                     "this proof needs")
     worst = None
     for what, formula, shown in smt.memory(enc, bound, tuple(directions)):
-        verdict = enc.run(formula, deadline.within(ONE_QUERY_SECONDS), shown, smallest=True)
+        verdict = enc.run(formula, _one(deadline), shown, smallest=True)
         if isinstance(verdict, solver.Unknown):
             return f"Z3 gave up on the memory bound ({verdict.reason})"
         if isinstance(verdict, solver.Refuted):
@@ -620,7 +642,7 @@ def _per_stage(m, enc, expr, bound, deadline):
 
 def _confirmed(m: Model, expr, verdict, deadline) -> dict | None:
     """Z3's memory counterexample if the concrete count confirms it (Stop: too large to count),
-    marked `smallest: false` when Z3 ran out of time before showing that no smaller setting fails."""
+    marked `smallest: false` when Z3's budget ran out before showing that no smaller setting fails."""
     over = _over_bound(m, expr, verdict.params, peaks(m, verdict.params, deadline))
     if over and not verdict.least:
         over = {**over, "smallest": False}
@@ -658,15 +680,14 @@ LEAST_PAIRS = 2_000_000  # the most work spent looking for a smaller failing set
 def _least_failing(path, m: Model, assumed, cex: dict, deadline) -> dict:
     """The smallest failing setting at or below the failing one in `cex`: every setting before it
     (by sum of parameters, then each parameter in turn, as the sweep and Z3's descent order them) is
-    checked concretely, within LEAST_PAIRS of work and `deadline`; marked `smallest: false` when
-    either runs out."""
+    checked concretely, within LEAST_PAIRS of work (marked `smallest: false` when it runs out) and
+    `deadline`'s clock (TimeUp)."""
     target = tuple(cex["params"][p] for p in m.params)
     spent = 0
     for values in _by_size(len(m.params), sum(target)):
         if values >= target and sum(values) == sum(target):
             return cex
-        if deadline.expired():
-            return {**cex, "smallest": False}
+        deadline.check()
         params = dict(zip(m.params, values))
         if not inside(m, assumed, params):
             continue

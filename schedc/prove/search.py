@@ -190,7 +190,8 @@ def cegis_timing(m: Model, assumptions, samples, deadline, log, rounds: int = 30
     of each counterexample as a row. `refute(params)` checks each setting a candidate fails at
     concretely (a counterexample dict, or None); a failing one raises ConcreteFailure. A nonlinear model's certificate is first sought with products
     by the number of ranks only (a rank's time scales with P), then with every product; its sampled
-    rows join the fit lazily, the most violated first (a few hundred decide what thousands would)."""
+    rows join the fit lazily, the most violated first (a few hundred decide what thousands would).
+    The narrower template gets TEMPLATE_UNITS of `deadline`'s solver work, the last what is left."""
     if m.nonlinear:  # rows join lazily, so more settings cost little and tell more
         samples = samples + [p for p in settings(m, assumptions, POOL_MAX, POOL_SETTINGS) if p not in samples]
     pool = timing_rows(m, samples)
@@ -198,8 +199,8 @@ def cegis_timing(m: Model, assumptions, samples, deadline, log, rounds: int = 30
     why = "no timing template"
     templates = _templates(m, names)
     for n, allowed in enumerate(templates):
-        share = deadline.left() * (2 / 3 if n < len(templates) - 1 else 1)  # narrowest: most
-        cert, why = _cegis(m, assumptions, pool, names, allowed, deadline.within(share), log, rounds, refute)
+        share = deadline if n == len(templates) - 1 else deadline.share(TEMPLATE_UNITS, "a narrower timing template")
+        cert, why = _cegis(m, assumptions, pool, names, allowed, share, log, rounds, refute)
         if cert is not None:
             return cert, None
     return None, why
@@ -224,15 +225,14 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds, refute):
     fitter.add(active)
     round_ = 0
     while round_ < rounds:
-        if deadline.expired():
-            deadline.check()
-            return None, "out of time while searching for a timing certificate"
-        found = fitter.solve(deadline.within(_fit_time(bounds)))
-        while found is None and len(bounds) > 1 and not deadline.expired():
-            bounds.pop(0)  # rows only grow: a smaller bound cannot work again (or took too long)
+        if (spent := deadline.exhausted()) is not None:
+            return None, f"{spent}, while searching for a timing certificate"
+        found = fitter.solve(_fit_share(deadline, bounds))
+        while found is None and len(bounds) > 1 and deadline.exhausted() is None:
+            bounds.pop(0)  # rows only grow: a smaller bound cannot work again (or ran out of its budget)
             fitter = _fit(m, bounds, allowed)
             fitter.add(active)
-            found = fitter.solve(deadline.within(_fit_time(bounds)))
+            found = fitter.solve(_fit_share(deadline, bounds))
         if found is None:
             return None, ("no affine timing (in the parameters, the rank, the lets and the loop variables, "
                           f"coefficients up to {FIT_BOUNDS[-1]}, constants up to {LAST_CONSTANT}) "
@@ -251,8 +251,9 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds, refute):
         # small numbers, which keep the fit fast), then anywhere
         for box in ((BOX, None) if m.nonlinear else (None,)):
             for (x, y, _edge), formula, shown in smt.timing(enc, cert, names):
-                verdict = enc.run(enc.within(formula, box), deadline if box is None else deadline.within(BOX_SECONDS),
-                                  shown, smallest=not m.nonlinear)
+                share = (deadline.share(TIMING_UNITS, "one timing obligation") if box is None
+                         else deadline.share(BOX_UNITS, "one timing obligation among small settings"))
+                verdict = enc.run(enc.within(formula, box), share, shown, smallest=not m.nonlinear)
                 if isinstance(verdict, solver.Unknown):
                     if box is not None:
                         continue
@@ -275,7 +276,18 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds, refute):
 
 
 POOL_MAX, POOL_SETTINGS = 10, 80  # a nonlinear model's pool of sampled settings
-BOX, BOX_SECONDS = 24, 5.0  # a nonlinear model's counterexamples: first with every parameter at most BOX
+BOX = 24  # a nonlinear model's counterexamples: first with every parameter at most BOX
+# Solver budgets in Z3 resource units (deterministic: see schedc/solver.py and the measurements beside
+# prover.py's budgets, over every proof in tests/test_prove*.py and tests/test_synth*.py):
+TIMING_UNITS = 300_000_000  # one timing obligation: the largest takes 5.2M (interleaved 1F1B), but a
+# nonlinear one's work varies tenfold with the seed and the process's history
+BOX_UNITS = 10_000_000  # one among small settings (nonlinear): the largest takes 0.4M (looped BFS);
+# out of budget, the obligation is asked again without the box
+TEMPLATE_UNITS = 1_000_000_000  # a nonlinear model's narrower template (products by P only), checks and
+# fits: interleaved zero bubble's search takes 100M to 150M, interleaved 1F1B's 1M to 37M
+FIT_UNITS = 150_000_000  # one Z3 fit (linear models) at a bound that is not the last: the largest that
+# succeeds takes 36M (a synthesised loop form), zbv's 10M; one that does not gives way to the next bound
+LAST_FIT_UNITS = 1_200_000_000  # the fit at the last bound, the search's last chance
 FIRST_ROWS = 64  # the sampled rows the fit starts from (the smallest settings' edges come first)
 ROWS_PER_FIT = 100  # at most this many violated sampled rows join the fit at a time
 
@@ -291,12 +303,18 @@ def _fit(m: Model, bounds, allowed):
     first action may sit a few steps in). A linear model keeps Z3's fit: any solution of its rows
     will do, and Z3's tend to hold beyond the samples where the smallest, tight ones do not."""
     constant = LAST_CONSTANT if len(bounds) == 1 else (max(8, bounds[0]) if allowed is not None else None)
-    return (ilp.Fit if m.nonlinear else smt.Fit)(bounds[0], constant, allowed)
+    if m.nonlinear:
+        return ilp.Fit(bounds[0], constant, allowed, nodes=ilp.LAST_NODES if len(bounds) == 1 else ilp.NODES)
+    return smt.Fit(bounds[0], constant, allowed)
 
 
-def _fit_time(bounds) -> float:
-    """Seconds for one fit: a small bound that is slow to decide gives way to the next one."""
-    return 120.0 if len(bounds) == 1 else 10.0
+def _fit_share(deadline, bounds):
+    """One fit's share: a small bound that is slow to decide gives way to the next one. Z3's fit
+    spends resource units (FIT_UNITS, LAST_FIT_UNITS); the integer program counts its nodes
+    instead (ilp.NODES, ilp.LAST_NODES, given where `_fit` makes it)."""
+    last = len(bounds) == 1
+    return deadline.share(LAST_FIT_UNITS if last else FIT_UNITS,
+                          "the timing fit at its last bound" if last else f"the timing fit at bound {bounds[0]}")
 
 
 def _names(m: Model) -> dict:

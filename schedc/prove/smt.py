@@ -3,8 +3,8 @@
 An obligation is a formula whose models are counterexamples (a setting of the parameters, ranks
 and loop variables where a certificate fails); `unsat` means it holds for every setting. Each
 `Encoding` (one batch of obligations) and each `Fit` has its own fresh context; every query gets a
-fixed seed and a timeout (schedc/solver.py, which owns Z3), and answers `Proved` (it holds), `Refuted`
-(at a setting) or `Unknown` (Z3 gave up). Also here: fitting
+fixed seed and a budget of Z3 resource units (schedc/solver.py, which owns Z3), and answers `Proved`
+(it holds), `Refuted` (at a setting) or `Unknown` (Z3 gave up, or the budget ran out). Also here: fitting
 certificate coefficients to sampled instances (a small integer program). A linear model accepts
 linear arithmetic only (a product of two non-constants, or a division by one, is `Unsupported`);
 a nonlinear one (`Model.nonlinear`) accepts both, a division as fresh quotient and remainder.
@@ -21,7 +21,10 @@ from .sample import products
 from .model import (GuardFrame, LetFrame, Model, Stmt, Unsupported, literal, one_body, order_pairs, pins, rank_lets,
                     shared_loops, stages_apart)
 
-FACT_SECONDS = 5.0  # the time Z3 may take over a fact the encoding needs itself (stages per rank, no setting)
+# The work Z3 may spend on a fact the encoding needs itself (stages = k x ranks, no setting at all), in
+# resource units: the largest measured over the built-in proofs is 41K (interleaved 1F1B's `stages V *
+# P == k * P`, answered sat); about 50x that, well under a second. Out of it, the fact is not known.
+FACT_UNITS = 2_000_000
 
 
 class Encoding:
@@ -38,6 +41,8 @@ class Encoding:
         # 0 <= j < b; those made while building an instance are its own (quantified with it)
         self._side: tuple[list, list] = ([], [])
         self._divided: dict = {}  # (a, b) -> (q, j) of the divisions in scope
+        self._calls: dict = {}  # the `let` function calls in scope (see `_call`)
+        self._reads: dict = {}  # `let` function name -> the outer names its body reads
         self._remainders: dict = {}  # id of j -> (j, b): j is a remainder of a division by b
         self._ranks: set = set()  # ids of the instances' rank variables (0 <= r < R)
         self._outer: list = []  # the side conditions of the schedule-level divisions
@@ -87,8 +92,7 @@ class Encoding:
         if isinstance(e, ast.Call):
             args = [self.int(a, env) for a in e.args]
             if e.name in self.m.functions:
-                names, body = self.m.functions[e.name]
-                return self.term(body, {**env, **dict(zip(names, args))})
+                return self._call(e.name, args, env)
             if e.name == "abs":
                 (a,) = args
                 return z3.If(a >= 0, a, -a)
@@ -122,6 +126,32 @@ class Encoding:
             return q2 if e.op == "//" else j2 * x + j1
         q, j = self.divmod(a, b)
         return q if e.op == "//" else j
+
+    def _call(self, name: str, args: list, env: dict):
+        """A `let` function's body at these arguments, built once per distinct arguments and values
+        of the outer names it reads, within a scope (as the divisions are: a call may divide), so a
+        chain of functions each calling the previous one twice builds each body once, not 2^n
+        times. The memo keeps the terms its key names by id, so no id is reused while it stands."""
+        outer = [env.get(n) for n in self._outer_names(name)]
+        key = (name, tuple(a.get_id() for a in args), tuple(-1 if t is None else t.get_id() for t in outer))
+        if key not in self._calls:
+            names, body = self.m.functions[name]
+            self._calls[key] = (args, outer, self.term(body, {**env, **dict(zip(names, args))}))
+        return self._calls[key][2]
+
+    def _outer_names(self, name: str) -> tuple:
+        """The names a `let` function's body reads besides its parameters, through the functions it
+        calls too (the language's functions see their caller's names)."""
+        if name not in self._reads:
+            params, body = self.m.functions[name]
+            out = []
+            for n in ast.walk(body):
+                if isinstance(n, ast.Var):
+                    out.append(n.name)
+                elif isinstance(n, ast.Call) and n.name in self.m.functions and n.name != name:
+                    out.extend(self._outer_names(n.name))
+            self._reads[name] = tuple(dict.fromkeys(x for x in out if x not in params))
+        return self._reads[name]
 
     def divmod(self, a, b):
         """Floor quotient and remainder of a by a positive b (made once per a, b in a scope): by a
@@ -168,6 +198,7 @@ class Encoding:
         variables, cons = [r], [r >= 0, r < self.R]
         outside, self._side = self._side, (variables, cons)  # its divisions' variables are its own
         divided, self._divided = self._divided, dict(self._divided)
+        calls, self._calls = self._calls, dict(self._calls)
         env = {**self.env, self.m.rank_var: r}
         feats = [self.num(1), *self.params.values(), r]
         order = {}
@@ -196,7 +227,7 @@ class Encoding:
                 feats.append(v)
                 order[f.loop] = -v if f.reversed else v
         stage, mb = self.int(stmt.stage, env), self.int(stmt.microbatch, env)
-        self._side, self._divided = outside, divided
+        self._side, self._divided, self._calls = outside, divided, calls
         feats += products(self.m, feats)
         return Inst(stmt, r, tuple(variables), tuple(cons), stage, mb, tuple(feats), order)
 
@@ -328,6 +359,7 @@ class Encoding:
                 cut = (loop, at, frame.reversed, static is True or (static is None and inclusive))
         outside, self._side = self._side, ([], [])
         divided, self._divided = self._divided, dict(self._divided)
+        calls, self._calls = self._calls, dict(self._calls)
         try:
             env = {**self.env, self.m.rank_var: r}
             bounds: dict = {}  # id of a loop variable -> (variable, [lower bounds], [upper bounds])
@@ -368,7 +400,7 @@ class Encoding:
                 total = z3.If(z3.And(*factors), total, self.num(0))
             return total, list(made)
         finally:
-            self._side, self._divided = outside, divided
+            self._side, self._divided, self._calls = outside, divided, calls
 
     def _narrow(self, atom, bounds, factors, span) -> None:
         """Fold one comparison into the loop intervals (or the 0/1 factors, if it names no loop)."""
@@ -408,13 +440,15 @@ class Encoding:
         and the lets at the top of the rank body (Unsupported if those divide by what varies)."""
         env = {**self.env, self.m.rank_var: r}
         outside, self._side = self._side, ([], [])
+        scope = self._divided, self._calls  # what is made here leaves with its side conditions
+        self._divided, self._calls = dict(self._divided), dict(self._calls)
         try:
             for let in rank_lets(self.m):
                 env[let.name] = self.term(let.value, env)
             if self._side[1]:
                 raise Unsupported("a memory bound in lets that divide by a quantity that varies")
         finally:
-            self._side = outside
+            self._side, (self._divided, self._calls) = outside, scope
         return env
 
     def owned(self, r):
@@ -448,9 +482,9 @@ class Encoding:
         return self.proves(z3.BoolVal(False, self.ctx))
 
     def proves(self, claim) -> bool:
-        s = solver.make(self.ctx, FACT_SECONDS)
+        s = solver.make(self.ctx, nonlinear=self.m.nonlinear)
         s.add(*self.domain, z3.Not(claim))
-        return solver.check(s) == z3.unsat
+        return solver.check(s, deadline=solver.Deadline.only(FACT_UNITS, "a fact the encoding needs")) == z3.unsat
 
     def within(self, formula, box: int | None):
         """formula with every parameter at most `box` (None: formula itself)."""
@@ -465,26 +499,22 @@ class Encoding:
     def run(self, formula, deadline: solver.Deadline, show: dict | None = None, smallest: bool = False,
             domain: bool = True):
         """Proved, Unknown, or Refuted at a setting, asked within `deadline` (solver.Deadline: this
-        query's share, and the command's limit, which raises TimeUp); with `smallest`, the setting
-        with the least sum of parameters and, among those, the lexicographically least (the order
-        the bounded sweep visits settings in), found by asking for smaller ones until there are
-        none. With `domain` False, `formula` is asked alone: it holds the facts it needs (see
-        `divisors`)."""
-        timeout_s = deadline.query()
-        s = solver.make(self.ctx, timeout_s)
-        s.add(*(self.domain if domain else ()), formula)
-        verdict = solver.check(s, deadline=deadline)
+        query's share of solver work, and the command's limit, which raises TimeUp); with
+        `smallest`, the setting with the least sum of parameters and, among those, the
+        lexicographically least (the order the bounded sweep visits settings in), found by asking
+        for smaller ones until there are none, within what is left of the same share. With
+        `domain` False, `formula` is asked alone: it holds the facts it needs (see `divisors`)."""
+        s, verdict = self._ask([*(self.domain if domain else ()), formula], deadline)
         if verdict == z3.unsat:
             return Proved()
         if verdict == z3.unknown:
-            return Unknown(s.reason_unknown())
+            return Unknown(solver.reason(s, deadline))
         model = s.model()
         least = True
-        if smallest:  # within the same time as the first answer: the descent cannot multiply it
-            until = deadline.within(timeout_s)
+        if smallest:  # within the query's own share: the descent cannot multiply it
             size = z3.Sum([self.num(0)] + list(self.params.values()))
             for term in (size, *self.params.values()):  # the sum first, then each parameter in turn
-                model, least = _least(s, model, term, until)
+                model, least = _least(s, model, term, deadline)
                 if not least:
                     break
                 s.add(term == model.eval(term, model_completion=True))
@@ -493,15 +523,39 @@ class Encoding:
         return Refuted(params, detail, least)
 
 
+    def _ask(self, assertions, deadline: solver.Deadline):
+        """(the solver, its verdict) on the assertions within `deadline`. A nonlinear model's query
+        is asked in attempts, each a fresh solver with a seed of its own and a cap that doubles
+        from FIRST_ATTEMPT, the last with what is left of the share: Z3's nonlinear search can
+        wander on one path for long where another soon ends (Z3's own strategy restarts on the
+        wall clock; these restarts are counted, so they end alike on every machine)."""
+        seed = 0
+        while True:
+            left = deadline.budget.left()
+            cap = FIRST_ATTEMPT << seed if self.m.nonlinear and left is not None else None
+            last = cap is None or cap >= left
+            s = solver.make(self.ctx, nonlinear=self.m.nonlinear, seed=seed)
+            s.add(*assertions)
+            share = deadline if last else deadline.share(cap, "an attempt")
+            verdict = solver.check(s, deadline=share)
+            if last or verdict != z3.unknown or not share.exhausted():
+                return s, verdict
+            seed += 1
+
+
+# A nonlinear query's first attempt (see Encoding._ask), in Z3 resource units: most queries of the
+# built-in proofs end within it; the largest need 11M to 84M by the seed and by what ran before in the
+# process (interleaved 1F1B's "stage in range"), and one restart often ends what one path would not
+FIRST_ATTEMPT = 10_000_000
+
+
 def _least(s, model, term, until: solver.Deadline):
     """(a model of s with term as small as it can be, True), asking for each smaller value in turn;
-    (the smallest model found, False) when `until` passes or Z3 cannot tell first."""
+    (the smallest model found, False) when `until`'s budget runs out or Z3 cannot tell first."""
     while True:
-        left = until.left()
-        if left <= 0:
+        if until.exhausted():
             return model, False
         s.push()
-        solver.limit(s, left)
         s.add(term < model.eval(term, model_completion=True))
         verdict = solver.check(s, deadline=until)
         if verdict == z3.sat:
@@ -597,8 +651,8 @@ class Fit:
             self.solver.add(total >= 1)
 
     def solve(self, deadline: solver.Deadline):
-        """{key: {feature index: coefficient}}, or None (no such coefficients, or out of time)."""
-        solver.limit(self.solver, deadline.query(floor=0.1))
+        """{key: {feature index: coefficient}}, or None (no such coefficients, or none found within
+        `deadline`'s budget)."""
         if solver.check(self.solver, deadline=deadline) != z3.sat:
             return None
         model = self.solver.model()

@@ -124,6 +124,9 @@ class Table:
         return tuple(d * P + rank % P for d in range(self.replicas))
 
     def stages_of(self, rank: int) -> tuple[int, ...]:
+        """The stages job rank `rank` holds (none for a rank outside the job)."""
+        if not 0 <= rank < self.num_ranks:
+            return ()
         return self._stages_by_rank.get(rank % self.pipeline_ranks, ())
 
     @cached_property

@@ -58,7 +58,7 @@ def header(outcome: Outcome, command: str | None) -> list[str]:
     p, best = outcome.problem, outcome.best
     caps = ", ".join("none" if c is None else number(c) for c in p.cap_given)
     status = ("optimal (proved: no schedule is shorter)" if outcome.optimal else
-              f"not proven optimal ({_why(outcome)}); gap {outcome.gap:.1%}")
+              f"not proven optimal ({why_stopped(outcome)}); gap {outcome.gap:.1%}")
     return [f"# Synthesised by `schedc synth`{f': {command}' if command else ''}",
             f"# P={p.P}, M={p.M}, placement {p.placement}, {p.S} stages; memory limit per rank: {caps}",
             *(f"# costs {line}" for line in describe_costs(p)),
@@ -103,6 +103,8 @@ def _stage_settings(ann, s: int) -> tuple[str, str]:
             f"act = {number(m.act)}, weight = {number(m.weight)}" + (f", out = {number(m.out)}" if m.out else ""))
 
 
-def _why(outcome: Outcome) -> str:
-    return {"time-limit": "stopped at the time limit", "interrupted": "interrupted"}.get(
-        outcome.stopped or "", f"the solver gave up: {outcome.stopped}")
+def why_stopped(outcome: Outcome) -> str:
+    """Why the search stopped before it proved its best optimal: the clock, Ctrl-C, or why its last
+    unknown query was (a budget that ran out, named)."""
+    gave_up = next((q.why for q in reversed(outcome.queries) if q.answer == "unknown"), "the solver gave up")
+    return {"time-limit": "stopped at the time limit", "interrupted": "interrupted"}.get(outcome.stopped or "", gave_up)

@@ -2,7 +2,8 @@
 
 Start from the best quick schedule (schedc/synth/start.py); ask the solver whether makespan <= T
 for T halfway between what is proved impossible and what is found, shrinking one side each time.
-Every schedule the solver finds is re-timed by the simulator. A time limit or Ctrl-C stops the
+Every schedule the solver finds is re-timed by the simulator. Each query has a budget of solver
+work in Z3 resource units (the same answers on any machine); the time limit or Ctrl-C stops the
 search with the best found so far, its proven bound and the gap, never called optimal unless proved.
 """
 from __future__ import annotations
@@ -20,6 +21,12 @@ from .solver import decide
 from .start import candidates
 
 DEFAULT_TIME_LIMIT_S = 60.0
+# Each query's budget in Z3 resource units (deterministic, see schedc/solver.py). The queries of
+# tests/test_synth*.py take at most 5.1M units (P=4, M=8, vshape, memory 2: 0.3 s); at about 17M
+# units a second, these are some 12 s and 60 s on this machine, where --time-limit's 60 s default
+# is the outer guard.
+QUERY_UNITS = 200_000_000  # a query in the middle of the bisection, so that a hard one leaves time for the rest
+PATIENT_UNITS = 1_000_000_000  # the query just below the best, and the second pass over what was unknown
 
 
 @dataclass(frozen=True)
@@ -66,8 +73,8 @@ class Infeasible:
 
 def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
                progress: Callable[[str], None] | None = None) -> Outcome | Infeasible:
-    """The best schedule found within `time_limit_s` (one solver.Deadline for every step); the time
-    limit or Ctrl-C stops the search with the best so far."""
+    """The best schedule found within `time_limit_s` (one solver.Deadline for every step), each query
+    within its budget of solver work; the time limit or Ctrl-C stops the search with the best so far."""
     began = time.monotonic()
     deadline = Deadline.after(time_limit_s)
     why = _too_small(problem)
@@ -83,22 +90,19 @@ def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     queries: list[Query] = []
     stopped = None
     low = proven  # below `low` is proved impossible or (after an unknown) left for later
-    patient = False  # a second pass over what was unknown, each query with all the time left
+    patient = False  # a second pass over what was unknown, each query with PATIENT_UNITS
     try:
         while True:
             if low >= best.units:
                 if proven >= best.units or patient:
                     break
                 low, patient = proven, True
-            left = deadline.left()
-            if left <= 0.05:
-                stopped = "time-limit"
-                break
+            deadline.check()  # TimeUp: the time limit, below
             T = (low + best.units - 1) // 2 if best.units - low > 1 else low
-            # a query in the middle gets half the time left, so a hard one leaves time for the rest
-            budget = left if patient or T + 1 >= best.units else max(left / 2, min(left, 1.0))
+            share = (deadline.share(PATIENT_UNITS, "a last query") if patient or T + 1 >= best.units
+                     else deadline.share(QUERY_UNITS, "one query in the bisection"))
             t0 = time.monotonic()
-            answer = decide(problem, graph, T, deadline=deadline.within(budget), hint=best.starts)
+            answer = decide(problem, graph, T, deadline=share, hint=best.starts)
             spent = time.monotonic() - t0
             if isinstance(answer, Proved):
                 found = evaluate(problem, answer.witness, "the solver")
@@ -113,7 +117,7 @@ def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
                 queries.append(Query(T, "unsat", spent, answer.why))
             else:
                 queries.append(Query(T, "unknown", spent, answer.reason))
-                low = T + 1  # not proved; try the upper part with the time left
+                low = T + 1  # not proved; try the upper part first
             say(f"makespan <= {_t(problem, T)}? {queries[-1].answer} ({spent:.1f} s); best "
                 f"{_t(problem, best.units)}, bound {_t(problem, proven)}")
             if queries[-1].answer == "unknown" and patient:
@@ -123,7 +127,7 @@ def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     except KeyboardInterrupt:
         stopped = "interrupted"
     if stopped is None and proven < best.units:
-        stopped = "time-limit" if deadline.left() <= 0.05 else "solver-unknown"
+        stopped = "solver-unknown"  # a query's budget ran out (or Z3 gave up); the clock raises TimeUp
     return Outcome(problem, best, start, proven, time.monotonic() - began, stopped, tuple(queries))
 
 

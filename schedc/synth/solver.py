@@ -4,13 +4,14 @@ Each job gets an integer start within [head, T - duration - tail]; the graph's p
 difference constraints; two jobs of a rank that no precedence orders get one disjunction ("x
 ends before y starts, or y before x"), dropped to a single difference constraint when T leaves only
 one way. Memory caps that are not precedences are pseudo-Boolean sums over those ordering atoms.
-A fresh context per query, a fixed seed and a timeout (schedc/solver.py, which owns Z3); the answer
-is `Proved` (with each rank's order), `Refuted` (with why) or `Unknown`, which is never read as a no.
+A fresh context per query, a fixed seed and a budget of Z3 resource units (schedc/solver.py, which
+owns Z3); the answer is `Proved` (with each rank's order), `Refuted` (with why) or `Unknown`, which
+is never read as a no.
 """
 from __future__ import annotations
 
 from ..ir import Op
-from ..solver import Deadline, Proved, Refuted, Result, Unknown, check, context, limit, make, value, watched, z3
+from ..solver import Deadline, Proved, Refuted, Result, Unknown, check, context, make, value, watched, z3
 from ..verify.memory import op_delta
 from .graph import Graph
 from .problem import KINDS, Problem
@@ -23,8 +24,8 @@ def count_pairs(problem: Problem, graph: Graph) -> int:
 
 
 def decide(problem: Problem, graph: Graph, T: int, *, deadline: Deadline, hint=None) -> Result:
-    """Decide makespan <= T within `deadline` (this query's share; the command's limit passing
-    raises TimeUp, while the query is built as while Z3 runs, and Ctrl-C KeyboardInterrupt):
+    """Decide makespan <= T within `deadline` (this query's share of solver work; the command's
+    limit passing raises TimeUp, while the query is built as while Z3 runs, and Ctrl-C KeyboardInterrupt):
     `Proved(witness)` with witness[r] rank r's jobs by start time, or `Refuted(why=...)`: no
     schedule (in increasing microbatch order, which loses nothing) has it. `hint`: start per job to
     try first."""
@@ -71,7 +72,6 @@ def decide(problem: Problem, graph: Graph, T: int, *, deadline: Deadline, hint=N
                 solver.set_initial_value(start[u], min(max(v, lo[u]), hi[u]))
         except z3.Z3Exception:
             pass
-    limit(solver, deadline.query(floor=0.05))  # what is left of its share once it is built
     verdict = check(solver, deadline=deadline)
     if verdict == z3.sat:
         model = solver.model()
@@ -82,7 +82,7 @@ def decide(problem: Problem, graph: Graph, T: int, *, deadline: Deadline, hint=N
         return Proved(tuple(tuple(r) for r in rows))
     if verdict == z3.unsat:
         return Refuted(why="the solver proved it")
-    return Unknown(f"the solver gave up: {solver.reason_unknown()}")
+    return Unknown(deadline.exhausted() or f"the solver gave up: {solver.reason_unknown()}")
 
 
 def _free_pairs(problem: Problem, graph: Graph):

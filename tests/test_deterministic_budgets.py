@@ -1,0 +1,167 @@
+"""Verdicts that do not depend on machine load (issue 19): `prove` and `synth` budget solver work in
+deterministic units (Z3's resource count, HiGHS's nodes) and keep the wall clock as the outer guard
+only. A clock that crawls or races changes neither verdict nor certificate; a tiny budget gives
+`unknown` naming it, every time; the same proof in two processes gives the same JSON.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from schedc import solver
+from schedc.prove import prove
+from schedc.prove import prover as prover_module
+from schedc.synth import search as synth_search
+from schedc.synth.problem import build_problem
+from schedc.synth.search import synthesize
+
+DAY = 86_400  # the outer limit when the clock is scaled: far beyond what any run here takes
+SCALED = """
+import json, sys
+from schedc import solver
+from schedc.prove import prove
+real, factor = solver.clock, float(sys.argv[2])
+began = real()
+solver.clock = lambda: began + (real() - began) * factor  # what every Deadline reads
+print(json.dumps(prove(sys.argv[1], timeout=86_400).to_dict()))
+"""
+
+
+def scale_clock(monkeypatch, factor: float) -> None:
+    """Make solver.clock, the time every Deadline reads, run `factor` times as fast as the real one."""
+    real = solver.clock
+    began = real()
+    monkeypatch.setattr(solver, "clock", lambda: began + (real() - began) * factor)
+
+
+def without_seconds(proof) -> dict:
+    """A proof's JSON but for the seconds it took (the one field the clock may change)."""
+    got = proof.to_dict()
+    assert got.pop("seconds") >= 0
+    return got
+
+
+def proved_with_clock(name: str, factor: float) -> dict:
+    """`prove(name)` in a fresh process whose clock runs `factor` times as fast as the real one (a
+    fresh process each: Z3's work depends on what the process did before), its JSON but the seconds."""
+    res = subprocess.run([sys.executable, "-c", SCALED, name, str(factor)], capture_output=True, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got.pop("seconds") >= 0
+    return got
+
+
+def same_but_for_layout(got: dict, want: dict) -> None:
+    """The same JSON, Z3's count of work within a thousandth (see the test of two processes below)."""
+    assert abs(got["solver_units"] - want["solver_units"]) <= want["solver_units"] // 1000
+    assert {**got, "solver_units": want["solver_units"]} == want
+
+
+@pytest.mark.parametrize("name, factors", [
+    # the clock crawls (nothing waits for it to move), and races (a minute of it passes in 60 ms, as on
+    # a machine a thousand times busier)
+    ("zb_h2", (1e-3, 1e3)),
+    pytest.param("looped_bfs", (1e3,), marks=pytest.mark.slow),  # nonlinear: Z3's tactic, HiGHS's nodes
+])
+def test_a_clock_that_crawls_or_races_changes_neither_verdict_nor_certificate(name, factors):
+    want = proved_with_clock(name, 1.0)
+    assert want["verdict"] == "proved" and want["solver_units"] > 0
+    for factor in factors:
+        same_but_for_layout(proved_with_clock(name, factor), want)  # verdict, certificate, sweep, work
+
+
+def test_a_tiny_budget_gives_unknown_naming_it_the_same_every_time(monkeypatch, run_cli):
+    monkeypatch.setattr(prover_module, "WELL_FORMED_UNITS", 50)
+    first, second = (without_seconds(prove("1f1b")) for _ in range(2))
+    assert first == second
+    assert first["verdict"] == "unknown"
+    assert "solver budget exhausted: 50 Z3 resource units for one well-formedness query" in first["reason"]
+    assert "time limit" not in first["reason"]
+    code, out, err = run_cli("prove", "1f1b", "-q")
+    assert code == 3 and "unknown: Z3 gave up on 'every stage and microbatch index is in range' (solver " \
+                         "budget exhausted: 50 Z3 resource units for one well-formedness query)" in out
+    assert "Traceback" not in err
+
+
+def test_the_clock_running_out_says_time_limit_not_budget():
+    proof = prove("zb_h2", timeout=0.05)
+    assert proof.verdict == "unknown" and proof.reason.startswith("time limit: stopped after the 0.05 s allowed")
+
+
+@pytest.mark.parametrize("name", ["zb_h2", pytest.param("interleaved_1f1b", marks=pytest.mark.slow)])
+def test_the_same_proof_in_two_processes_gives_the_same_json(name):
+    """Two processes (other hash seeds, other memory layouts): the same JSON but for the seconds, and
+    Z3's count of work within a thousandth. Z3's search reads the memory layout, which the system
+    randomises per process, so its count may differ by a few units in millions (interleaved 1F1B: 55.3M
+    units, two values 913 apart), never by what a timing-dependent answer costs (millions)."""
+    runs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "OMP_NUM_THREADS": "1"}
+        res = subprocess.run([sys.executable, "-m", "schedc", "prove", name, "-q", "--json"], capture_output=True,
+                             text=True, env=env, timeout=600)
+        assert res.returncode == 0, res.stderr
+        got = json.loads(res.stdout)
+        got.pop("seconds")
+        runs.append(got)
+    first, second = runs
+    assert first["verdict"] == "proved" and first["certificate"]["timing"]
+    same_but_for_layout(second, first)
+
+
+def test_a_share_spends_every_budget_above_it_and_names_the_first_that_ran_out():
+    top = solver.Deadline.after(DAY).share(100, "the step")
+    query = top.share(60, "one query")
+    assert query.budget.left() == 60 and top.budget.left() == 100
+    query.budget.spend(60)
+    assert query.exhausted() == "solver budget exhausted: 60 Z3 resource units for one query"
+    assert top.exhausted() is None and top.budget.left() == 40
+    assert top.share(60, "another query").budget.left() == 40  # never more than the step has left
+    top.share(60, "another query").budget.spend(45)
+    assert top.exhausted() == "solver budget exhausted: 100 Z3 resource units for the step"
+    assert solver.Deadline.after(DAY).budget.left() is None  # the command's own: no limit but the clock
+
+
+def test_a_query_with_no_budget_left_is_not_asked():
+    import z3
+    ctx = solver.context()
+    s = solver.make(ctx)
+    s.add(z3.Int("x", ctx) > 0)
+    spent = solver.Deadline.after(DAY).share(0, "nothing")
+    assert solver.check(s, deadline=spent) == z3.unknown
+    assert solver.reason(s, spent) == "solver budget exhausted: 0 Z3 resource units for nothing"
+    assert solver.check(s, deadline=solver.Deadline.after(DAY).share(10**6, "enough")) == z3.sat
+
+
+SMALL = dict(P=4, M=8, memory_limit=3)  # the solver finds a better schedule, then shows none is better
+
+
+def synth_outcome(**kw):
+    outcome = synthesize(build_problem(SMALL["P"], SMALL["M"], memory_limit=SMALL["memory_limit"]), **kw)
+    return (outcome.best.program(outcome.problem).ranks, outcome.bound, outcome.optimal, outcome.stopped,
+            [(q.T, q.answer, q.why) for q in outcome.queries])
+
+
+def test_synth_finds_the_same_with_a_crawling_or_racing_clock(monkeypatch):
+    want = synth_outcome(time_limit_s=DAY)
+    assert want[2] is True and len(want[4]) > 1  # optimal, after more than one query
+    for factor in (1e-3, 1e3):
+        with monkeypatch.context() as patch:
+            scale_clock(patch, factor)
+            assert synth_outcome(time_limit_s=DAY) == want, factor
+
+
+def test_synth_with_a_tiny_budget_stops_naming_it_the_same_every_time(monkeypatch, run_cli, tmp_path):
+    monkeypatch.setattr(synth_search, "QUERY_UNITS", 10)
+    monkeypatch.setattr(synth_search, "PATIENT_UNITS", 20)
+    first, second = synth_outcome(time_limit_s=DAY), synth_outcome(time_limit_s=DAY)
+    assert first == second
+    assert first[2] is False and first[3] == "solver-unknown"
+    whys = {why for _, answer, why in first[4] if answer == "unknown"}
+    assert "solver budget exhausted: 10 Z3 resource units for one query in the bisection" in whys
+    code, out, _ = run_cli("synth", "--param", "P=4", "--param", "M=8", "--memory-limit", "3")
+    assert code == 0 and "not proven optimal (solver budget exhausted: 20 Z3 resource units for a last query)" in out
