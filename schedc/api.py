@@ -30,12 +30,17 @@ def detect_format(path: str) -> str:
 def resolve(path_or_name: str) -> Path:
     """A file path, or the file of a built-in schedule."""
     path = Path(path_or_name)
-    if path.is_file():
-        return path
+    try:
+        if path.is_file():
+            return path
+        exists = path.exists()
+    except OSError as exc:  # a name the file system refuses (too long, ...)
+        raise SchedcError("io", f"cannot read {path_or_name[:80]!r}{'...' if len(path_or_name) > 80 else ''}: "
+                          f"{exc.strerror or exc}", where="input") from None
     builtins = builtin_schedules()
     if path_or_name in builtins:
         return builtins[path_or_name]
-    if path.exists():
+    if exists:
         raise SchedcError("io", f"{path_or_name} is not a file", where=path_or_name)
     from .expr import did_you_mean
     names = ", ".join(builtins)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -306,7 +307,8 @@ def _ir_bases() -> list[str]:
 
 IR_BASES = _ir_bases()
 JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2, 3), st.sampled_from([1.5, 10**30, "x", "0F0", ""]),
-                        st.lists(st.integers(-1, 3), max_size=3), st.just({}), st.just([["0F0"]]))
+                        st.lists(st.integers(-1, 3), max_size=3), st.builds(dict),
+                        st.builds(lambda: [["0F0"]]))  # fresh objects: a shared one could be put inside itself
 
 
 @st.composite
@@ -576,31 +578,190 @@ def _bench_fuzz():
     return module
 
 
-def test_bench_fuzz_runs_clean_and_reports(tmp_path, capsys):
+# What the fuzzer found and is not fixed yet, let through a short run by signature (each with a
+# test of its own, marked xfail).
+KNOWN_OPEN: dict = {}  # none open: the findings below are fixed
+
+
+def test_bench_fuzz_short_run_has_no_internal_errors_hangs_or_partial_files(tmp_path, capsys):
+    """A seeded run of every target, commands included: each input is counted in one class, and
+    none is an internal error, a hang or a partial file (but for the open findings above)."""
     fuzz = _bench_fuzz()
-    code = fuzz.main(["--examples", "300", "--seeds", "8", "--json", "--crashes", str(tmp_path)])
+    code = fuzz.main(["--examples", "260", "--seeds", "8", "--seed", "0", "--json", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     report = json.loads(out.strip().splitlines()[-1])
-    assert code == 0 and report["crashes"] == 0, out
-    assert report["inputs"] == 300 and sum(report["per_target"].values()) == 300
-    assert set(report["per_target"]) == {"parse", "pp", "csv", "cli"}
-    assert report["inputs_per_second"] > 0
-    assert out.startswith("schedc fuzz (random): 300 inputs in ")
+    assert report["inputs"] == 260 and sum(report["per_target"].values()) == 260
+    assert sum(report["classes"].values()) == 260 and set(report["classes"]) == set(fuzz.CLASSES)
+    assert set(report["per_target"]) == set(fuzz.TARGETS), report["per_target"]
+    assert out.startswith("schedc fuzz (random): 260 inputs in ")
+    bad = [f for f in report["distinct_failures"] if not any(known(f) for known in KNOWN_OPEN.values())]
+    assert not bad, out
+    assert code == (1 if report["failures"] else 0)
+    assert report["outcomes"].get("run stopped where the ranks would start", 0) + \
+        report["outcomes"].get("run exit 0", 0) > 0, "no `schedc run` got past its checks"
 
 
-def test_bench_fuzz_counts_what_is_not_a_located_schedc_error(tmp_path, monkeypatch):
+def test_bench_fuzz_counts_each_class_and_saves_a_reproducer(tmp_path, monkeypatch):
+    """The worker puts an input past its cap in `hang`, one that kills the worker or raises in
+    `internal`, and an unlocated error in `invalid`; each distinct failure gets a folder."""
+    from schedc.errors import SchedcError as Error
     fuzz = _bench_fuzz()
-    fz = fuzz.Fuzzer({"pp": ["schedule a {}"], "csv": ["0F0\r\n"]}, tmp_path, 0)
-    fz.one("parse", "schedule a {")  # a syntax error with its location: fine
-    assert fz.crash_count == 0
+
+    def die(text):
+        os._exit(3)
+
+    def unlocated(text):
+        fuzz._located(Error("csv", "no location"), "fuzz.pp")
 
     def boom(text):
         raise KeyError("stage")
-    monkeypatch.setattr(fuzz, "run_parse", boom)
-    fz.one("parse", "schedule a {")
-    unlocated = SchedcError("csv", "no location")
-    monkeypatch.setattr(fuzz, "run_pp", lambda text: fuzz._located(unlocated, "fuzz.pp"))
-    fz.one("pp", "x")
-    assert fz.crash_count == 2 and len(fz.crashes) == 2
-    assert any("KeyError" in sig for sig in fz.crashes)
-    assert len(list(tmp_path.glob("*.input"))) == 2 and len(list(tmp_path.glob("*.txt"))) == 2
+
+    def eat(text):
+        block = b"\x01" * (400 << 20)  # resident, and held while it waits
+        time.sleep(30)
+        return str(len(block))
+    for name, fn in {"sleep": lambda text: time.sleep(30), "die": die, "boom": boom, "unlocated": unlocated,
+                     "eat": eat}.items():
+        monkeypatch.setitem(fuzz.API, name, fn)
+    fz = fuzz.Fuzzer(tmp_path, memory_cap_mb=200)
+    got = {}
+    try:
+        for t in ["parse", "sleep", "parse", "die", "boom", "boom", "unlocated", "eat", "pp"]:
+            fz.cap = 1.5 if t == "sleep" else 30.0  # the memory cap must stop `eat`, not the clock
+            got[t] = fz.one({"target": t, "text": "schedule a {"})
+    finally:
+        fz.close()
+    assert got == {"parse": "ok", "sleep": "hang", "die": "internal", "boom": "internal", "unlocated": "invalid",
+                   "eat": "hang", "pp": "ok"}
+    assert fz.count == 9 and fz.per_class == {"ok": 3, "hang": 2, "internal": 3, "invalid": 1}
+    assert len(fz.failures) == 5 and fz.failures[next(s for s in fz.failures if "KeyError" in s)]["count"] == 2
+    assert any("memory cap" in f["detail"] for f in fz.failures.values())
+    folders = sorted(p.name for p in tmp_path.iterdir())
+    assert len(folders) == 5 and all((tmp_path / f / "repro.sh").is_file() for f in folders), folders
+
+
+def _classify(fuzz, argv, written, code=0, out="", before=None, why=False):
+    before = {"input.pp": b"x"} if before is None else before
+    cls, detail = fuzz.check_command({"target": argv[0], "argv": argv}, code, out, "", before, {**before, **written})
+    return (cls, detail) if why else cls
+
+
+def test_bench_fuzz_judges_the_files_a_command_writes():
+    fuzz = _bench_fuzz()
+    svg = b'<svg xmlns="http://www.w3.org/2000/svg" width="1" height="1"></svg>'
+    assert _classify(fuzz, ["viz", "input.pp", "-o", "out/x.svg"], {"out/x.svg": svg}) == "ok"
+    assert _classify(fuzz, ["viz", "input.pp", "-o", "out/x.svg"], {"out/x.svg": svg[:-3]}) == "invalid"
+    assert _classify(fuzz, ["viz", "input.pp", "-o", "out/x.svg"], {"out/.x.svg.k2j.tmp": b""}) == "partial"
+    assert _classify(fuzz, ["viz", "input.pp", "-o", "out/x.svg"], {"out/x.svg": svg}, code=2) == "partial"
+    assert _classify(fuzz, ["viz", "input.pp", "-o", "out/x.svg"], {}, code=4) == "internal"
+    assert _classify(fuzz, ["compile", "input.pp", "-o", "out"], {"out/a.svg": svg}, code=1) == "partial"
+    assert _classify(fuzz, ["compile", "input.pp", "-o", "out", "--force"], {"out/a.svg": svg}, code=1) == "ok"
+    assert _classify(fuzz, ["compile", "input.pp", "-o", "out"], {"out/a.svg": svg}) == "invalid"  # no IR
+    ir = dumps_ir(load_text(BUILTINS["gpipe"], "gpipe.pp")).encode()
+    assert _classify(fuzz, ["compile", "input.pp", "-o", "out"], {"out/a.svg": svg, "out/a.json": ir}) == "ok"
+    cls, why = _classify(fuzz, ["compile", "input.pp", "-o", "out"],
+                         {"out/a.svg": svg, "out/a.json": ir, "out/a_program.py": b"def f(:"}, why=True)
+    assert cls == "invalid" and "Python cannot parse" in why
+    assert _classify(fuzz, ["sim", "input.pp", "--json"], {}, out='{"makespan": NaN}\n') == "invalid"
+    assert _classify(fuzz, ["sim", "input.pp", "--json"], {}, out='{"makespan": null}\n') == "ok"
+    assert _classify(fuzz, ["sim", "input.pp", "--json"], {}, code=1) == "invalid"  # no JSON at all
+    assert _classify(fuzz, ["check", "input.pp", "--", "--json"], {}, code=2, out="text\n") == "ok"  # a file name
+    assert _classify(fuzz, ["sim", "input.pp", "--trace", "t"], {"t": b'{"traceEvents": [], "x": Infinity}'}) == \
+        "invalid"
+    assert _classify(fuzz, ["export", "input.pp", "--to", "ir-json"], {}, out='{"format": "schedc-ir"') == "invalid"
+    dot = b'digraph "a" {\n\tr0s0 [label="0F0"]\n\tr0s0 -> r0s1 [color="#000000"]\n}\n'
+    assert _classify(fuzz, ["viz", "input.pp", "--dag", "-o", "g.dot"], {"g.dot": dot}) == "ok"
+    injected = dot.replace(b'label="0F0"', b'label="a\\\\" URL="javascript:x" x="y"')
+    assert _classify(fuzz, ["viz", "input.pp", "--dag", "-o", "g.dot"], {"g.dot": injected}) == "invalid"
+    html = b"<html><script>var d = 1;</script><script>x = '<!--<script>'</script></html>"
+    assert _classify(fuzz, ["viz", "input.pp", "-o", "p.html"], {"p.html": html}) == "invalid"
+
+
+def test_bench_fuzz_stops_run_before_any_rank_starts(tmp_path):
+    """`schedc run` without --print-torchrun goes through its checks and stops where it would launch."""
+    fuzz = _bench_fuzz()
+    fz = fuzz.Fuzzer(tmp_path)
+    try:
+        cls = fz.one({"target": "run", "argv": ["run", "1f1b", "--param", "P=2,M=2", "--model",
+                                                "examples.mlp:build_stages", "--steps", "1"], "files": {}})
+        printed = fz.one({"target": "run", "argv": ["run", "gpipe", "--model", "examples.mlp:build_stages",
+                                                    "--print-torchrun", "-o", "out"], "files": {}})
+    finally:
+        fz.close()
+    assert (cls, printed) == ("ok", "ok"), fz.failures
+    assert set(fz.outcomes) <= {"run stopped where the ranks would start", "run exit 0", "run exit 2"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Findings of the fuzzer, fixed: each its reproducer
+# ---------------------------------------------------------------------------------------------
+DP_DEADLOCK = """schedule dp(P = 2, M = 2) {
+  stages P
+  place loop
+  replicas 2
+  rank r, replica d { if r == d { REDUCE_GRAD(r) } for m in 0 .. M { F(r, m) } for m in 0 .. M { B(r, m) }
+                      if r != d { REDUCE_GRAD(r) } }
+}
+"""
+
+
+@pytest.mark.parametrize("argv,codes", [(["viz", "dp.pp", "-o", "x.svg"], (0,)), (["viz", "dp.pp", "-o", "x.html"], (0,)),
+                                        (["check", "dp.pp", "--viz", "x.svg"], (1,)),
+                                        (["compile", "dp.pp", "--force", "-o", "build"], (1,))],
+                         ids=["viz-svg", "viz-html", "check-viz", "compile-force"])
+def test_a_data_parallel_deadlock_across_replicas_is_drawn(tmp_path, monkeypatch, argv, codes):
+    """The deadlock's ranks are the job's (replica 1's rank 0 is rank 2), while the picture draws one
+    pipeline: its step grid is the job's, as `check` prints it (was an IndexError, exit 4)."""
+    import xml.etree.ElementTree as ET
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dp.pp").write_text(DP_DEADLOCK, encoding="utf-8")
+    code, out, err = _cli(*argv)
+    assert code in codes and "internal error" not in err, (code, err)
+    for svg in tmp_path.rglob("*.svg"):
+        ET.parse(svg)
+    assert list(tmp_path.rglob("*.svg")) or list(tmp_path.rglob("*.html"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Findings of the fuzzer, each with its reproducer (all fixed)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv", [("check", "x" * 300), ("compare", "x" * 300), ("prove", "y" * 300)])
+def test_an_input_name_longer_than_the_file_system_allows_is_a_clean_error(argv):
+    code, out, err = _cli(*argv)
+    assert code == 2 and "Traceback" not in err and "internal error" not in err, (code, err)
+
+
+def _bounded(argv, seconds=30, memory=1 << 30):
+    """`schedc ARGV` in a process under a memory cap; (exit code, stderr), or None past `seconds`."""
+    script = textwrap.dedent(f"""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, ({memory}, {memory}))
+        from schedc.cli import main
+        sys.exit(main({list(argv)!r}))
+    """)
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return None
+    return done.returncode, done.stderr
+
+
+def test_synth_under_a_huge_memory_limit_stays_small_and_ends():
+    result = _bounded(["synth", "--param", "P=3,M=4", "--memory-limit", "1e308", "--time-limit", "1"])
+    assert result is not None and result[0] == 0, result
+
+
+def test_synth_refuses_to_write_a_cost_the_language_cannot_state(tmp_path):
+    out = tmp_path / "s.pp"
+    code, _, err = _cli("synth", "--param", "P=2,M=2", "--cost", "out=1e308", "-o", str(out), "--time-limit", "1")
+    assert code == 2 and "beyond what a schedule can state" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_synth_writes_a_schedule_that_checks_under_its_own_limit(tmp_path):
+    out = tmp_path / "s.pp"
+    code, _, err = _cli("synth", "--param", "P=2,M=4", "--cost", "act=2,weight=1,out=0.1", "--memory-limit", "2",
+                        "-o", str(out), "--time-limit", "1")
+    assert code == 0, err
+    report = schedc.check(load_text(out.read_text(encoding="utf-8"), "s.pp"))
+    assert report.ok, report.render()

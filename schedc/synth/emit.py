@@ -11,6 +11,8 @@ from .search import Outcome
 
 def number(x: float) -> str:
     """A number as the language reads it (integers, or decimals without an exponent)."""
+    if not abs(float(x)) <= 2 ** 62:  # beyond the language's range: shown as it is, never stated in a file
+        return f"{float(x):g}"
     if float(x).is_integer():
         return str(int(x))
     text = f"{x:.12f}".rstrip("0")
@@ -50,6 +52,12 @@ def to_pp(outcome: Outcome, command: str | None = None) -> str:
     for r, row in enumerate(outcome.best.program(p).ranks):
         body.append(f"  rank {r}: " + " ".join(str(a) for a in row))
     body.append("}")
+    too_large = [line.strip() for line in body if line.lstrip().startswith(("cost", "memory"))
+                 and "e+" in line]  # a number beyond the language's range (2^62) is shown with an exponent
+    if too_large:
+        from ..errors import SchedcError
+        raise SchedcError("costs", f"the schedule found cannot be written: {too_large[0]!r} is beyond what a "
+                          "schedule can state (at most 2^62); use smaller costs or sizes")
     return "\n".join(head + body) + "\n"
 
 
@@ -90,7 +98,16 @@ def settings(p: Problem, head: list[str]) -> list[str]:
         body.append(f"  cost latency = {number(p.seconds(lats.pop()))}")
     elif len(lats) > 1:
         head.append("# per-channel latencies are not part of the language: simulate with the same --costs file")
-    if len(set(p.cap_given)) == 1 and p.cap_given[0] is not None:
+    ann = p.program.annotations
+    from ..expr import MAX_INT
+    if any(c is not None and not c <= MAX_INT for c in p.cap_given):  # no schedule can reach it: not stated
+        head.append("# memory limit per rank beyond what a schedule can state (2^62), so none is written: "
+                    + ", ".join("-" if c is None else f"{float(c):g}" for c in p.cap_given))
+    elif any(ann.memory_of(s).out for s in range(p.program.num_stages)):
+        # synth caps activations; `check` also counts message buffers, so the limit is stated, not checked
+        head.append("# memory limit per rank (activations; the messages' buffers are not part of the cap): "
+                    + ", ".join("-" if c is None else number(c) for c in p.cap_given))
+    elif len(set(p.cap_given)) == 1 and p.cap_given[0] is not None:
         body.append(f"  memory limit = {number(p.cap_given[0])}")
     else:
         body += [f"  memory rank {r}: limit = {number(c)}" for r, c in enumerate(p.cap_given) if c is not None]

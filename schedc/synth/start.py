@@ -40,8 +40,8 @@ def sequential(problem: Problem):
 
 def greedy(problem: Problem):
     caps = [c for c in problem.cap if c is not None]
-    tops = [None] if not caps else sorted({min(caps) - k for k in range(4)} & set(range(1, min(caps) + 1)),
-                                          reverse=True)
+    top = min(caps) if caps else None
+    tops = [None] if top is None else sorted(k for k in (top, top - 1, top - 2, top - 3) if k >= 1)[::-1]
     listed = problem.program.with_ranks([[problem.jobs[u].action() for u in row] for row in sequential(problem)])
     for cap in tops:
         for prefer in PREFERENCES:
