@@ -1,7 +1,7 @@
 """Simulate a program in time: when every step starts and ends, the makespan, busy time, bubble, memory.
 
-DESIGN.md's cost model: per-stage times `t_F t_B t_I t_W` (the program's annotations; defaults F=I=W=1,
-B=I+W) divided by the rank's speed, a latency and a bandwidth per channel (ordered rank pair; a
+The cost model of docs/semantics.md ("Time"): per-stage times `t_F t_B t_I t_W` (the program's
+annotations; defaults F=I=W=1, B=I+W) divided by the rank's speed, a latency and a bandwidth per channel (ordered rank pair; a
 message's size is the `out` size of the stage whose output it carries), and whether communication
 overlaps compute. `simulate(program) -> Timeline`; a program that cannot finish raises
 SchedcError("deadlock"). Memory is schedc/verify/memory.py's count of each step (activations and
@@ -60,7 +60,7 @@ MEMORY_RUN = "timed"  # `peak_memory` is the peak of the one simulated run (chec
 # order: each rank runs until it waits for something not yet known, and is resumed when it is.
 # Every step, message and wake-up is handled once, so a run takes time linear in the program.
 # What an action needs and makes is asked of schedc/deps.py once per (op, stage) and reused for
-# every microbatch (DESIGN.md's dependencies never cross microbatches; checked when a plan is made).
+# every microbatch (dependencies never cross microbatches, docs/semantics.md; checked when a plan is made).
 
 
 class Message(NamedTuple):
