@@ -28,16 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WIDTH, DEPTH, BATCH, M, R = 512, 8, 64, 8, 4
 
-# built-in name -> (torch class, V, placement style)
-SCHEDULES = {
-    "gpipe": ("ScheduleGPipe", 1),
-    "1f1b": ("Schedule1F1B", 1),
-    "interleaved_1f1b": ("ScheduleInterleaved1F1B", 2),
-    "looped_bfs": ("ScheduleLoopedBFS", 2),
-    "interleaved_zero_bubble": ("ScheduleInterleavedZeroBubble", 2),
-    "zbv": ("ScheduleZBVZeroBubble", 2),
-    "dualpipev": ("ScheduleDualPipeV", 2),
-}
+from perf import TORCH_CLASSES as SCHEDULES  # noqa: E402  built-in -> (torch class, V), shared with perf_table
 
 
 def _stages(stage_ids, S):
