@@ -311,3 +311,11 @@ def test_check_says_its_peak_is_the_worst_run(run_cli):
     assert json.loads(out)["memory_run"] == "worst"
     code, out, _ = run_cli("check", "1f1b", "--semantics", "eager")
     assert "peak memory per rank (worst over every run eager allows, receive buffers included): [4, 3, 2, 1]" in out
+
+
+def test_a_sweep_whose_instances_hold_too_many_actions_in_all_stops_with_a_clear_error(run_cli, monkeypatch):
+    from schedc.commands import check as check_command
+    monkeypatch.setattr(check_command, "MAX_SWEEP_ACTIONS", 1000)  # 1F1B at P=4: 8 actions per microbatch
+    code, out, err = run_cli("check", "1f1b", "--param", "P=4", "--sweep", "M=1..100")
+    assert code == 2 and "error[too-large]" in err and "more than 1,000 actions in all" in err
+    assert "Traceback" not in err and "instance 16 of 100" in err  # 8 * (1 + ... + 15) = 960, 16 more crosses

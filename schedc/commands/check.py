@@ -16,6 +16,7 @@ _SWEEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)\.\.(-?\d+)")
 
 
 MAX_SWEEP = 100_000
+MAX_SWEEP_ACTIONS = 50_000_000  # the actions of all the instances a sweep checks, together
 
 
 def run(args, stdout, stderr) -> int:
@@ -95,6 +96,7 @@ def _sweep(args, params, stdout, stderr, setup=None) -> int:
     first_failure = None
     worst = EXIT_OK
     say = progress(stderr, quiet=args.json or total < 500)  # long sweeps only
+    work = 0
     for n, values in enumerate(itertools.product(*ranges.values()), 1):
         instance = {**params, **dict(zip(names, values))}
         if n % max(1, total // 10) == 0:
@@ -108,6 +110,11 @@ def _sweep(args, params, stdout, stderr, setup=None) -> int:
             if args.json:
                 stdout.write(dumps_json({"params": instance, "excluded": e.diagnostics[0].message}) + "\n")
             continue
+        work += program.num_actions
+        if work > MAX_SWEEP_ACTIONS:
+            raise SchedcError("too-large", f"the sweep's instances hold more than {MAX_SWEEP_ACTIONS:,} actions in "
+                              f"all (reached at instance {n} of {total}, {instance}); sweep fewer or smaller "
+                              "settings", where="--sweep")
         program = _described(program, setup)
         report = common.run_checks(program, args, setup)
         if setup is not None:
