@@ -188,11 +188,15 @@ def _writable(path: str, flag: str) -> None:
     """Refuse, before the run, an output that cannot be written after it: a folder, or a path under
     something that is not a writable folder."""
     target = Path(path)
-    if target.is_dir():
-        raise SchedcError("usage", f"{flag} {path}: is a folder; give a file name", where=flag)
-    folder = target.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    try:
+        if target.is_dir():
+            raise SchedcError("usage", f"{flag} {path}: is a folder; give a file name", where=flag)
+        folder = target.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+    except OSError as exc:  # a name the file system refuses (too long, ...)
+        raise SchedcError("usage", f"{flag} {path[:80]}{'...' if len(path) > 80 else ''}: {exc.strerror or exc}",
+                          where=flag) from None
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
         raise SchedcError("usage", f"{flag} {path}: cannot write there ({folder} is not a writable folder)",
                           where=flag)
