@@ -154,13 +154,7 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: s
     else:
         report.deadlock = find_deadlock(program, semantics, chans)
     if report.deadlock is not None:
-        dl = report.deadlock
-        first = dl.cycle[0] if dl.cycle else None
-        report.errors.append(Diagnostic(
-            "deadlock", f"deadlock under {semantics.phrase()}: {dl.cause}",
-            first.action.span if first else None, _other_backends(program, semantics, chans),
-            rank=first.rank if first else None,
-            step=display_step(first.action, first.step) if first else None))
+        _deadlock_finding(report, _other_backends(program, semantics, chans))
         return report
     if report.mismatches:
         return report
@@ -195,14 +189,8 @@ def _check_job(program: Program, semantics: Semantics, limits, file, engine) -> 
         return report
     report.deadlock = find_deadlock(flat, semantics, cons=cons)
     if report.deadlock is not None:
-        dl = report.deadlock
-        first = dl.cycle[0] if dl.cycle else None
-        report.errors.append(Diagnostic(
-            "deadlock", f"deadlock under {semantics.phrase()}: {dl.cause}",
-            first.action.span if first else None,
-            (f"ranks are numbered replica by replica: rank d * {P} + p is pipeline rank p of replica d",)
-            if D > 1 else (),
-            rank=first.rank if first else None, step=display_step(first.action, first.step) if first else None))
+        _deadlock_finding(report, (f"ranks are numbered replica by replica: rank d * {P} + p is pipeline rank p "
+                                   "of replica d",) if D > 1 else ())
         return report
     if report.mismatches:
         return report
@@ -213,6 +201,16 @@ def _check_job(program: Program, semantics: Semantics, limits, file, engine) -> 
     report.memory_limit = tuple(given.get(r) for r in range(flat.num_ranks))
     _over_limits(report)
     return report
+
+
+def _deadlock_finding(report: Report, notes: tuple[str, ...]) -> None:
+    """The `deadlock` finding of the report's deadlock, at the first wait of its cycle."""
+    dl = report.deadlock
+    first = dl.cycle[0] if dl.cycle else None
+    report.errors.append(Diagnostic(
+        "deadlock", f"deadlock under {report.semantics.phrase()}: {dl.cause}",
+        first.action.span if first else None, notes, rank=first.rank if first else None,
+        step=display_step(first.action, first.step) if first else None))
 
 
 def _in_replica(diag: Diagnostic, d: int, P: int) -> Diagnostic:
