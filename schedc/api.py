@@ -105,11 +105,10 @@ def check(program: Program, *, semantics: str | Semantics = "rendezvous", engine
 def to_torch_csv(program: Program, level: str = "comms") -> str:
     """The program as PyTorch's CSV text (`compute` = compute_only, `comms` = compute_comms)."""
     from .interop.torch_csv import to_torch_csv as rows
-    from .ir import SCHEDC_ONLY
-    own = next((a for steps in program.ranks for st in steps for a in st.parts if a.op in SCHEDC_ONLY), None)
-    if own is not None:
-        raise SchedcError("usage", f"{program.name} has {own.op.value} actions, which torch's runtime has no "
-                          "name for (it awaits by its own convention and has no tied all-reduce)", where="--to torch-csv")
+    from .ir import torch_cannot_run
+    why = torch_cannot_run(program)
+    if why is not None:
+        raise SchedcError("usage", why, where="--to torch-csv")
     return rows(program, level).dumps()
 
 

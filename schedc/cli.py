@@ -58,6 +58,8 @@ def _parser(stdout: TextIO) -> _Parser:
     p.add_argument("--version", action="version", version=f"schedc {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
+    from .ir import P2P_MODES
+
     def common(q, many=False):
         q.add_argument("inputs" if many else "input", nargs="+" if many else None, metavar="FILE|NAME",
                        help="a .pp schedule, a PyTorch .csv, a schedc .json, or a built-in name")
@@ -72,6 +74,10 @@ def _parser(stdout: TextIO) -> _Parser:
         q.add_argument("--forward-only", action="store_true",
                        help="the schedule runs forwards alone (inference): no backward is expected, as a "
                             "schedule's `forward only` line says")
+        q.add_argument("--p2p", choices=P2P_MODES,
+                       help="how messages travel, as a schedule's `p2p` line says: shared (one communicator and "
+                            "tag, torch's runtime; the default for a CSV), tagged (each message tagged with its "
+                            "payload) or split (activations and gradients on communicators of their own)")
 
     def checking(q):
         q.add_argument("--semantics", default="rendezvous", help="rendezvous (default), eager, bounded:K, or a backend: nccl, gloo")

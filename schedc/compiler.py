@@ -223,6 +223,7 @@ class _Compiler:
             annotations=notes,
             source=tree.span.file,
             forward_only=loops.forward_only is not None,
+            p2p=loops.p2p.mode if loops.p2p is not None else "shared",
             replicas=tuple(tuple(tuple(steps) for steps in lists) for lists in by_replica[1:]),
         )
         if loops.order is None:

@@ -72,6 +72,10 @@ STAGE_OPS = frozenset({Op.UNSHARD, Op.RESHARD, Op.REDUCE_GRAD, Op.REDUCE_TIED})
 WAITS = {Op.WAIT_SEND_F: Op.SEND_F, Op.WAIT_RECV_F: Op.RECV_F, Op.WAIT_SEND_B: Op.SEND_B,
          Op.WAIT_RECV_B: Op.RECV_B}  # a wait -> the operation it waits for (same stage and microbatch)
 SCHEDC_ONLY = frozenset({Op.REDUCE_TIED, *WAITS})  # actions torch's runtime has no name for
+# How point-to-point messages travel (docs/semantics.md, "Communicators and tags"): `shared`, one
+# communicator and one tag, as torch's runtime, Megatron and DeepSpeed send; `tagged`, each message
+# tagged with its payload; `split`, activations and gradients on communicators of their own.
+P2P_MODES = ("shared", "tagged", "split")
 
 
 class CompoundKind(str, enum.Enum):
@@ -258,6 +262,7 @@ class Program:
     # data parallelism: the steps of the other replicas of the pipeline (replica 1, 2, ...), each like
     # `ranks`; replica d's pipeline rank p is rank d * num_ranks + p of the job (docs/semantics.md, "Collectives")
     replicas: tuple[tuple[tuple[Step, ...], ...], ...] = ()
+    p2p: str = "shared"  # one of P2P_MODES: how messages pair (docs/semantics.md, "Communicators and tags")
 
     def __post_init__(self):
         # Every stage has its times and sizes, whoever built the program (the compiler, a CSV, JSON,
@@ -327,6 +332,20 @@ _COMPOUND_RE = re.compile(r"\((.*)\)([A-Z_]+)")
 
 
 MAX_INDEX_DIGITS = 9
+
+
+def torch_cannot_run(program: Program) -> str | None:
+    """Why torch's runtime cannot run the program as written, or None: actions it has no name for
+    (it awaits by its own convention and has no tied all-reduce), or messages it would pair otherwise
+    (it sends every message on one communicator with one tag)."""
+    own = next((a for steps in program.ranks for st in steps for a in st.parts if a.op in SCHEDC_ONLY), None)
+    if own is not None:
+        return (f"{program.name} has {own.op.value} actions, which torch's runtime has no name for (it awaits "
+                "by its own convention and has no tied all-reduce)")
+    if program.p2p != "shared":
+        return (f"{program.name} declares `p2p {program.p2p}`; torch's runtime sends every message on one "
+                "communicator with one tag, so it would pair them otherwise")
+    return None
 
 
 class ActionSyntaxError(ValueError):

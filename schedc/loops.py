@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from . import syntax as ast
 from .errors import SchedcError
 from .expr import did_you_mean
+from .ir import P2P_MODES
 from .span import Span
 
 COST_KEYS = {"F", "B", "I", "W"}
@@ -87,6 +88,7 @@ class Loops:
     num_sites: int
     forward_only: ast.ForwardOnly | None = None
     uses_next: bool = False  # does the schedule say `next` anywhere (so expansion counts the actions it emits)?
+    p2p: ast.P2P | None = None  # `p2p MODE` (None: shared)
 
     @property
     def name(self) -> str:
@@ -105,7 +107,8 @@ class Loops:
         return tuple(b for b in self.bodies if b.var is None)
 
 
-_ONCE = {ast.Placement: "place", ast.Order: "order", ast.ForwardOnly: "forward only"}  # declared at most once
+_ONCE = {ast.Placement: "place", ast.Order: "order", ast.ForwardOnly: "forward only",
+         ast.P2P: "p2p"}  # declared at most once
 _BUILT: dict[int, tuple[ast.Schedule, Loops]] = {}  # id(tree) -> (tree, its IR): one build per tree
 
 
@@ -151,7 +154,10 @@ def _build(tree: ast.Schedule) -> Loops:
                 raise SchedcError("duplicate-decl", f"rank {item.index} is defined twice", item.span,
                                   [f"first defined at {specific[item.index].span}"])
             specific[item.index] = item
-    placement, order, forward = (once.get(kind) for kind in _ONCE)
+    placement, order, forward, p2p = (once.get(kind) for kind in _ONCE)
+    if p2p is not None and p2p.mode not in P2P_MODES:
+        raise SchedcError("unknown-name", f"unknown p2p mode {p2p.mode!r}; expected {', '.join(P2P_MODES)}"
+                          f"{did_you_mean(p2p.mode, P2P_MODES)}", p2p.span)
     if order is not None and forward is not None:
         raise SchedcError("order", "`order greedy(...)` orders a training schedule's forwards and backwards; "
                           "a forward-only schedule lists its forwards as they run", order.span)
@@ -167,7 +173,7 @@ def _build(tree: ast.Schedule) -> Loops:
         bodies.append(Body(None, generic.var, numbering.block(generic.body), False, len(specific), generic.span,
                            generic.replica))
     return Loops(tree, tuple(header), decls, placement, order, tuple(annotations), tuple(bodies),
-                 numbering.sites, forward, "next" in ast.names_in(tree.items))
+                 numbering.sites, forward, "next" in ast.names_in(tree.items), p2p)
 
 
 class _Numbering:

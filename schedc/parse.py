@@ -270,6 +270,9 @@ class _ToAst(Transformer):
     def forward_only_decl(self, meta, children):
         return ast.ForwardOnly(self._span(meta))
 
+    def p2p_decl(self, meta, children):
+        return ast.P2P(str(children[0]), self._span(meta))
+
     def order_value(self, meta, children):
         name, value = children
         return ast.OrderOption(str(name), value, (), self._span(meta))

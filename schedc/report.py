@@ -7,7 +7,7 @@ rank against its limit (schedc/verify/). `Report.to_dict()` is the JSON of `sche
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .deps import delivers, payload, value_name
 from .errors import Diagnostic
@@ -15,7 +15,7 @@ from .outputs import rounded
 from .ir import RECVS, Action, Program, describe, format_step
 from .lint import display_step, lint
 from .verify.deadlock import Deadlock, disagreement, find_deadlock, render_grid
-from .verify.channels import BACKENDS
+from .verify.channels import BACKENDS, as_paired, describe_channel
 from .verify.execute import RENDEZVOUS, Semantics, channels, execute
 from .verify.fast import quick_check
 from .verify.mesh import joins_ranks
@@ -39,6 +39,7 @@ class Mismatch:
     recv_rank: int
     recv_step: int
     recv: Action
+    channel: tuple = ()  # the channel they pair on (channels.py)
 
     def to_dict(self) -> dict:
         return {"send_rank": self.send_rank, "send": format_step(self.send), "recv_rank": self.recv_rank,
@@ -61,6 +62,8 @@ class Report:
     memory_limit: tuple[float | None, ...] = ()
     memory_violations: list[Peak] = field(default_factory=list)
     replicas: int = 1  # a data-parallel job: `program` is the whole job, replica after replica
+    p2p: str = "shared"  # the program's `p2p` line (its messages pair as `program.p2p` says under this semantics)
+    notes: tuple[str, ...] = ()  # what the verdict assumes that the program does not say (channels.as_paired)
 
     @property
     def ok(self) -> bool | None:
@@ -80,6 +83,7 @@ class Report:
             "level": p.level,
             **({"forward_only": True} if p.forward_only else {}),  # (these keys appear only when so)
             **({"replicas": self.replicas} if self.replicas > 1 else {}),
+            **({"p2p": self.p2p} if self.p2p != "shared" else {}),
             "actions": p.num_actions,
             "semantics": str(self.semantics),
             "engine": self.engine,
@@ -96,6 +100,8 @@ class Report:
         }
         if self.witness is not None:
             out["witness"] = [list(row) for row in self.witness]
+        if self.notes:
+            out["notes"] = list(self.notes)
         return out
 
     def summary(self) -> str:
@@ -104,7 +110,8 @@ class Report:
         text = (f"{p.name}: {p.num_ranks} ranks, {p.num_stages} stages, {p.num_microbatches} microbatches, "
                 f"{p.num_actions} actions ({p.level} level{', forward only' if p.forward_only else ''}"
                 f"{f', {self.replicas} replicas of {p.num_ranks // self.replicas} ranks' if self.replicas > 1 else ''}"
-                f"); {verdict}")
+                f"{f', p2p {self.p2p}' if self.p2p != 'shared' else ''}); {verdict}")
+        text += "".join(f"\n  note: {n}" for n in self.notes)
         if self.peak_activation:
             text += "\n  peak activation per rank: [" + ", ".join(str(_number(x)) for x in self.peak_activation) + "]"
         if self.peak_memory:
@@ -133,9 +140,13 @@ def _peak_dict(pk: Peak, limit) -> dict:
 def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str = "native",
                timeout_s: float = 30.0, memory_limit: dict[int, float] | None = None,
                file: str | None = None, fast: bool = True) -> Report:
+    declared, (program, note) = program.p2p, as_paired(program, semantics)
     if joins_ranks(program):  # replicas, or a tied all-reduce between two ranks: a question about the job
-        return _check_job(program, semantics, memory_limit, file if file is not None else program.source, engine)
-    report = Report(program, file if file is not None else program.source, semantics, engine)
+        report = _check_job(program, semantics, memory_limit, file if file is not None else program.source, engine)
+        report.p2p, report.notes = declared, (note,) if note else ()
+        return report
+    report = Report(program, file if file is not None else program.source, semantics, engine,
+                    p2p=declared, notes=(note,) if note else ())
     if fast and engine == "native":  # the array fast path; what it cannot clear gets the detailed checks
         clear = quick_check(program, semantics, memory_limit)
         if clear is not None:
@@ -154,7 +165,7 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: s
     else:
         report.deadlock = find_deadlock(program, semantics, chans)
     if report.deadlock is not None:
-        _deadlock_finding(report, _other_backends(program, semantics, chans))
+        _deadlock_finding(report, _other_backends(program, semantics, chans, declared))
         return report
     if report.mismatches:
         return report
@@ -167,7 +178,6 @@ def _check_job(program: Program, semantics: Semantics, limits, file, engine) -> 
     order of every data-parallel group's collectives, then deadlock freedom and memory of the whole
     job, whose rank d * P + p is replica d's pipeline rank p (schedc/verify/mesh.py). The native
     executor decides (the Z3 engine checks one pipeline)."""
-    from dataclasses import replace
     from .verify.mesh import job, order_findings
     P, D = program.num_ranks, program.dp
     replicas = [program.replica(d) for d in range(program.dp)]
@@ -215,7 +225,6 @@ def _deadlock_finding(report: Report, notes: tuple[str, ...]) -> None:
 
 def _in_replica(diag: Diagnostic, d: int, P: int) -> Diagnostic:
     """A finding about one replica's pipeline, told with the job's rank number."""
-    from dataclasses import replace
     if diag.rank is None:
         return replace(diag, message=f"replica {d}: {diag.message}")
     head = f"rank {diag.rank}, "
@@ -225,7 +234,7 @@ def _in_replica(diag: Diagnostic, d: int, P: int) -> Diagnostic:
     return replace(diag, message=message, rank=d * P + diag.rank)
 
 
-def _other_backends(program: Program, semantics: Semantics, chans) -> tuple[str, ...]:
+def _other_backends(program: Program, semantics: Semantics, chans, declared: str) -> tuple[str, ...]:
     """A deadlock's verdict is about its semantics: say what the runtimes' backends make of the
     program (posted and awaited as torch's runtime does), when that differs."""
     if program.level != "comms":
@@ -235,23 +244,35 @@ def _other_backends(program: Program, semantics: Semantics, chans) -> tuple[str,
         if kind == semantics.kind:
             continue
         other = Semantics(kind)
-        verdicts.append(f"under {kind} it {'completes' if execute(program, other, chans).finished else 'deadlocks too'}")
-    if not any(v.endswith("completes") for v in verdicts):
-        return ()
-    return (f"this verdict is under {semantics} semantics; {' and '.join(verdicts)} (--semantics "
-            "nccl|gloo: sends and receives posted and awaited as torch's runtime does)",)
+        seen, _ = as_paired(replace(program, p2p=declared), other)
+        paired = chans if seen.p2p == program.p2p else channels(seen)
+        if any(payload(s.action) != payload(r.action) for s, r in paired.pairs()):
+            verdicts.append(f"under {kind} its messages pair otherwise and cross (NCCL ignores tags)")
+            continue
+        verdicts.append(f"under {kind} it {'completes' if execute(seen, other, paired).finished else 'deadlocks too'}")
+    notes = []
+    if any(v.endswith("completes") for v in verdicts):
+        notes.append(f"this verdict is under {semantics} semantics; {' and '.join(verdicts)} (--semantics "
+                     "nccl|gloo: sends and receives posted and awaited as torch's runtime does)")
+    if semantics.kind == "nccl" and declared == "shared":
+        split = replace(program, p2p="split")
+        if execute(split, semantics, channels(split)).finished:
+            notes.append("with activations and gradients on communicators of their own (a `p2p split` line, "
+                         "or --p2p split: a stream each) it completes under nccl")
+    return tuple(notes)
 
 
 def _match(report: Report, chans) -> None:
     for send, recv in chans.pairs():
         if payload(send.action) != payload(recv.action):
-            report.mismatches.append(Mismatch(send.rank, send.step, send.action, recv.rank, recv.step, recv.action))
+            report.mismatches.append(Mismatch(send.rank, send.step, send.action, recv.rank, recv.step, recv.action,
+                                              send.channel))
     for m in report.mismatches[:20]:
         step, send_step = display_step(m.recv, m.recv_step), display_step(m.send, m.send_step)
         report.errors.append(Diagnostic(
             "mismatch", f"rank {m.recv_rank}, step {step}: {describe(m.recv)} is paired with "
             f"{describe(m.send)} from rank {m.send_rank} (step {send_step}): messages pair in order on "
-            f"{m.send_rank}->{m.recv_rank}, so this receive gets the wrong tensor", m.recv.span,
+            f"{describe_channel(m.channel)}, so this receive gets the wrong tensor", m.recv.span,
             rank=m.recv_rank, step=step))
     for ep in chans.unmatched():
         kind = "send" if ep.action.op.name.startswith("SEND") else "receive"
@@ -259,7 +280,7 @@ def _match(report: Report, chans) -> None:
         step = display_step(ep.action, ep.step)
         report.errors.append(Diagnostic(
             "unmatched", f"rank {ep.rank}, step {step}: {describe(ep.action)} is {kind} number "
-            f"{ep.index + 1} on {ep.channel[0]}->{ep.channel[1]}, but that channel has no {other} "
+            f"{ep.index + 1} on {describe_channel(ep.channel)}, but that channel has no {other} "
             f"number {ep.index + 1}", ep.action.span, rank=ep.rank, step=step))
 
 

@@ -219,18 +219,23 @@ def simulate(program: Program, *, overlap: bool = True,
     Semantics; default rendezvous) decides which runs exist: under another, a communication-level
     program is timed on that semantics' graph (schedc/simulate_graph.py). Raises
     SchedcError("deadlock") if some rank cannot reach the end of its list under it."""
-    from .verify.channels import Semantics
+    from .verify.channels import Semantics, as_paired
     if semantics is not None and not isinstance(semantics, Semantics):
         semantics = Semantics.parse(str(semantics))
     program = program.one_pipeline("the simulator")
-    if semantics is not None and semantics.kind != "rendezvous":
+    if semantics is not None:
+        program, _ = as_paired(program, semantics)
+    # messages that pair other than in order per rank pair (`p2p tagged` or `split`) are timed on the graph
+    paired_by_graph = program.p2p != "shared" and program_level(program) == "comms"
+    if semantics is not None and semantics.kind != "rendezvous" or paired_by_graph:
         if not overlap:
             raise SchedcError("usage", f"without overlap (--no-overlap, or overlap = false in the costs) a send or "
-                              f"receive holds its rank until its message has arrived; under {semantics} they are "
-                              "timed as posted (isend / irecv): simulate with overlap, or under rendezvous")
+                              f"receive holds its rank until its message has arrived; under "
+                              f"{semantics or 'p2p ' + program.p2p} they are timed as posted (isend / irecv): "
+                              "simulate with overlap" + ("" if paired_by_graph else ", or under rendezvous"))
         if program_level(program) == "comms":
             from .simulate_graph import simulate_graph
-            return simulate_graph(program, semantics, links or {})
+            return simulate_graph(program, semantics or Semantics(), links or {})
     sim = _Simulator(program, overlap, links or {}, str(semantics or "rendezvous"))
     collecting = gc.isenabled()
     gc.disable()  # the run makes many small acyclic objects; the collector would rescan the program

@@ -95,7 +95,7 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping) -> Ti
         got = payload(recv.action)
         if payload(send.action) != got:  # the receive expects another value: silent wrong data
             mismatches += 1
-        departure, arrived = travel(send.channel, float(message_size(program, recv.action)), when)
+        departure, arrived = travel(send.channel[:2], float(message_size(program, recv.action)), when)
         arrival[recv[:3]] = arrived
         msgs.extend((send.rank, send.step, recv.rank, recv.step, key(got), departure, arrived))
         return arrived
@@ -151,7 +151,7 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping) -> Ti
                     t = max(t, have[r].get(key(payload(a)), 0.0))
             start[r][i] = t
             members = [ends[(r, i, k)] for k in range(len(parts))]
-            t += sum(link.get(e.channel, (0.0, 0.0, 0.0))[2] for e in members)
+            t += sum(link.get(e.channel[:2], (0.0, 0.0, 0.0))[2] for e in members)
             post_at[r][i] = end[r][i] = t
             for e in members:
                 posted[e[:3]] = t

@@ -204,7 +204,15 @@ class ForwardOnly:
     span: Span
 
 
-Item = Require | Decl | Placement | Annotation | Let | Order | ForwardOnly | RankBody | RankLiteral
+@dataclass(frozen=True)
+class P2P:
+    """`p2p MODE`: how point-to-point messages travel (`shared`, `tagged` or `split`)."""
+
+    mode: str
+    span: Span
+
+
+Item = Require | Decl | Placement | Annotation | Let | Order | ForwardOnly | P2P | RankBody | RankLiteral
 
 
 @dataclass(frozen=True)

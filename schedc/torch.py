@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from .errors import SchedcError
-from .ir import Program, format_step
+from .ir import Program, format_step, torch_cannot_run
 
 
 def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
@@ -35,6 +35,9 @@ def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
                           "they apply to a schedule's source")
     program = source if isinstance(source, Program) else _load(source, stages, n_microbatches, fmt, notation, params)
     _fits(program, stages, n_microbatches)
+    why = torch_cannot_run(program)
+    if why is not None:
+        raise SchedcError("usage", why)
     _verified(program, semantics)
     rows = to_torch_csv(program, "comms").rows
     runtime = _PipelineScheduleRuntime(list(stages), n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads)

@@ -364,17 +364,24 @@ def posted_run(program, backend: str) -> bool:
     receive of its input activation, B and I for that of their input gradient; under nccl each
     rank's operations with one peer run on one stream in issue order, a pair completing once both
     have been reached on their streams, and the run ends only when every stream is empty; under
-    gloo a receive completes once its send is posted. Written from the rule alone, as a fixpoint."""
+    gloo a receive completes once its send is posted. Under `p2p split` gradients travel on a
+    communicator of their own (a stream of their own under nccl); under `p2p tagged` a message's tag
+    is its payload, which gloo pairs by and NCCL ignores. Written from the rule alone, as a fixpoint."""
     R, S = program.num_ranks, program.num_stages
     ops = []  # (rank, step, action, channel, k): every send and receive, k-th on its channel
     count: dict = {}
+    split = getattr(program, "p2p", "shared") == "split"
+    tags = getattr(program, "p2p", "shared") == "tagged" and backend == "gloo"
     for r, steps in enumerate(program.ranks):
         for i, st_ in enumerate(steps):
             for a in st_.parts:
+                comm = int(split and a.op in (Op.SEND_B, Op.RECV_B))
                 if a.op in (Op.SEND_F, Op.SEND_B):
-                    ch = ("s", r, _peer_rank(program, a))
+                    value = ("F", a.stage, a.microbatch) if a.op is Op.SEND_F else ("G", a.stage, a.microbatch)
+                    ch = ("s", r, _peer_rank(program, a), comm, value if tags else None)
                 elif a.op in (Op.RECV_F, Op.RECV_B):
-                    ch = ("r", _peer_rank(program, a), r)
+                    value = ("F", a.stage - 1, a.microbatch) if a.op is Op.RECV_F else ("G", a.stage + 1, a.microbatch)
+                    ch = ("r", _peer_rank(program, a), r, comm, value if tags else None)
                 else:
                     continue
                 k = count.get(ch, 0)
@@ -383,13 +390,12 @@ def posted_run(program, backend: str) -> bool:
     by_key = {(ch, k): (r, i) for r, i, a, ch, k in ops}
 
     def partner(ch, k):
-        kind, src, dst = ch
-        return by_key.get((("r" if kind == "s" else "s", src, dst), k))
+        return by_key.get((("r" if ch[0] == "s" else "s",) + ch[1:], k))
 
-    streams: dict = {}  # (rank, peer) -> list of lane steps, each a list of (step, channel, k)
+    streams: dict = {}  # (rank, peer, communicator) -> list of lane steps, each a list of (step, channel, k)
     for r, i, a, ch, k in ops:
         peer = ch[2] if ch[0] == "s" else ch[1]
-        lane = streams.setdefault((r, peer), [])
+        lane = streams.setdefault((r, peer, ch[3]), [])
         if lane and lane[-1][0][0] == i:
             lane[-1].append((i, ch, k))
         else:

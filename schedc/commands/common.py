@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
@@ -29,8 +30,10 @@ def load(name: str, args, values=None, strict=True):
     """A schedule by name or path with the parameter values (ignored for CSV and JSON inputs)."""
     from ..api import detect_format, load as load_program
     fmt = args.format or detect_format(name)
-    return load_program(name, values if fmt == "pp" else None, fmt=fmt, notation=args.notation, strict_params=strict,
-                        forward_only=getattr(args, "forward_only", False))
+    program = load_program(name, values if fmt == "pp" else None, fmt=fmt, notation=args.notation,
+                           strict_params=strict, forward_only=getattr(args, "forward_only", False))
+    p2p = getattr(args, "p2p", None)
+    return program if p2p is None or p2p == program.p2p else replace(program, p2p=p2p)
 
 
 def run_checks(program, args, setup=None):

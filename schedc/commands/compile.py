@@ -10,6 +10,7 @@ from . import common
 def run(args, stdout, stderr) -> int:
     from ..interop.ir_json import dumps_ir
     from ..interop.torch_csv import to_torch_csv
+    from ..ir import torch_cannot_run
     program = common.load(args.input, args, common.params(args.param))
     report = common.run_checks(program, args)
     stdout.write(report.summary() + "\n")
@@ -20,8 +21,12 @@ def run(args, stdout, stderr) -> int:
             return common.exit_of(report)
     stem = common.safe_stem(program.name)
     outputs = {f"{stem}.json": dumps_ir(program)}
+    no_csv = torch_cannot_run(program)
+    if no_csv is not None:
+        stderr.write(f"schedc: no PyTorch CSV: {no_csv}\n")
     if program.level == "comms" or report.ok is not False:
-        outputs[f"{stem}.csv"] = to_torch_csv(program, "comms").dumps()
+        if no_csv is None:
+            outputs[f"{stem}.csv"] = to_torch_csv(program, "comms").dumps()
         source = _lowered_source(program, report, stderr)
         if source is not None:
             outputs[f"{stem}_program.py"] = source

@@ -1,7 +1,7 @@
 """`schedc export`: a schedule in another format (PyTorch CSV, IR JSON)."""
 from __future__ import annotations
 
-from ..errors import EXIT_FAIL, EXIT_OK
+from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
 from . import common
 
 
@@ -13,6 +13,10 @@ def run(args, stdout, stderr) -> int:
     else:
         from ..api import check
         from ..interop.torch_csv import to_torch_csv
+        from ..ir import torch_cannot_run
+        why = torch_cannot_run(program)
+        if why is not None:
+            raise SchedcError("usage", why + ": export it as IR JSON (--to ir-json)", where="--to torch-csv")
         if args.level == "comms" and program.level == "compute":
             report = check(program)
             if not report.ok:  # communication can only be inserted into a sound compute order

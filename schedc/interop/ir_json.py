@@ -10,7 +10,7 @@ import math
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
 from ..inputs import loads_json
-from ..ir import ActionSyntaxError, Annotations, Program, StageCost, StageMemory, format_step, parse_step
+from ..ir import P2P_MODES, ActionSyntaxError, Annotations, Program, StageCost, StageMemory, format_step, parse_step
 from ..outputs import dumps_json
 from ..span import Source, Span
 
@@ -32,6 +32,7 @@ def ir_to_dict(program: Program) -> dict:
         "placement": list(program.placement),
         "level": program.level,
         "forward_only": program.forward_only,
+        "p2p": program.p2p,
         "annotations": {
             "stage_costs": [vars(c) for c in ann.stage_costs],
             "stage_memory": [vars(m) for m in ann.stage_memory],
@@ -67,6 +68,13 @@ def _need(value, kind, what: str):
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"'{what}' must be a finite number")
     return value
+
+
+def _p2p(data) -> str:
+    mode = _need(data.get("p2p", "shared"), str, "p2p")
+    if mode not in P2P_MODES:
+        raise ValueError(f"'p2p' must be one of {', '.join(P2P_MODES)}")
+    return mode
 
 
 def _program(data) -> Program:
@@ -105,4 +113,4 @@ def _program(data) -> Program:
     return Program(str(_need(data["schedule"], str, "schedule")), ranks, stages, mbs, placement, steps,
                    tuple((str(k), _need(v, int, "a parameter")) for k, v in params.items()), notes,
                    data.get("source") if isinstance(data.get("source"), str) else None,
-                   _need(data.get("forward_only", False), bool, "forward_only"), replicas)
+                   _need(data.get("forward_only", False), bool, "forward_only"), replicas, _p2p(data))

@@ -93,7 +93,7 @@ def table_of(program: Program, verified: str | None = None) -> Table:
     ranks = tuple(ranks)
     meta, data = Table(program.name, dict(program.params), P * program.dp, program.num_stages,
                        program.num_microbatches, tuple(program.placement), ranks, verified,
-                       program.dp).to_data()
+                       program.dp, program.p2p).to_data()
     del ranks  # (one copy of the steps at a time: big programs hold millions)
     try:  # the table must read back exactly as the runtime will read it
         return load_table(meta, data)
@@ -144,6 +144,7 @@ def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredP
         "microbatches": table.num_microbatches,
         "placement": list(table.placement),
         "replicas": table.replicas,
+        "p2p": table.p2p,
         "steps": [len(steps) for steps in table.ranks],
         "messages": sends,
         "verified": verified,

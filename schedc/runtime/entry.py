@@ -255,8 +255,17 @@ def _main(table: Table, args) -> int:
         except Exception as exc:
             sys.stderr.write(f"schedc runtime: rank {rank} could not make its data-parallel group: {_one_line(exc)}\n")
             return EXIT_FAILED
+    grad_group = None
+    if table.p2p == "split":  # gradients travel on a communicator of their own (every rank makes it)
+        try:
+            watchdog.phase("making the gradients' process group (p2p split)")
+            grad_group = dist.new_group(list(range(table.num_ranks)), timeout=datetime.timedelta(seconds=args.timeout + 30))
+            watchdog.end()
+        except Exception as exc:
+            sys.stderr.write(f"schedc runtime: rank {rank} could not make the gradients' group: {_one_line(exc)}\n")
+            return EXIT_FAILED
     interp = PipelineInterpreter(table, rank, modules, model.loss_fn, device=device, watchdog=watchdog,
-                                 trace=recorder, dp_group=dp_group)
+                                 trace=recorder, dp_group=dp_group, grad_group=grad_group)
     last = table.rank_of(table.num_stages - 1, rank) == rank
     replica = table.replica_of(rank)
     batch_size = args.batch_size or 8 * M * D

@@ -71,15 +71,20 @@ class PipelineInterpreter:
 
     `loss_fn(output, target)` is applied on the last stage; `group` is the process group (default:
     the world); `dp_group` the process group of the rank's data-parallel group (`table.dp_group`),
-    needed when the table has replicas; `watchdog` stops the run when a wait exceeds its timeout.
+    needed when the table has replicas; `grad_group` the communicator of gradient messages, over
+    the same ranks as `group`, needed when the table's `p2p` is `split`; `watchdog` stops the run
+    when a wait exceeds its timeout. Under `p2p tagged` each message's tag names its payload.
     """
 
     def __init__(self, table: Table, rank: int, modules: dict[int, torch.nn.Module], loss_fn: Callable,
                  *, group=None, device: torch.device | str | None = None, watchdog: Watchdog | None = None,
-                 trace: Recorder | None = None, dp_group=None):
+                 trace: Recorder | None = None, dp_group=None, grad_group=None):
         import torch.distributed as dist
         if table.replicas > 1 and dp_group is None:
             raise ValueError(f"the table runs {table.replicas} replicas: rank {rank} needs its data-parallel group")
+        if table.p2p == "split" and grad_group is None:
+            raise ValueError(f"the table sends gradients on a communicator of their own (p2p split): rank {rank} "
+                             "needs it (grad_group)")
         self.table, self.rank = table, rank
         self.dp_group = dp_group if table.replicas > 1 else None
         self.steps = table.ranks[rank]
@@ -93,6 +98,10 @@ class PipelineInterpreter:
         self.pg = group if group is not None else dist.distributed_c10d._get_default_group()
         # group ranks of the table's global ranks (identity for the world group)
         self._peer = (lambda r: r) if group is None else (lambda r: dist.get_group_rank(group, r))
+        # gradients: on their own communicator under `p2p split` (its group ranks for the table's ranks)
+        self.pg_grad, self._peer_grad = self.pg, self._peer
+        if table.p2p == "split":
+            self.pg_grad, self._peer_grad = grad_group, (lambda r: dist.get_group_rank(grad_group, r))
         self.device = torch.device(device) if device is not None else None
         self.watchdog = watchdog or Watchdog(None)
         self.trace = trace
@@ -394,10 +403,10 @@ class PipelineInterpreter:
         t = t.detach()
         if not t.is_contiguous():
             t = t.contiguous()
-        peer = self._peer(a.peer)
+        pg, peer, tag = self._route(a)
         clock = time.perf_counter
         t1 = clock()
-        work = self.pg.send([t], peer, DATA_TAG)
+        work = pg.send([t], peer, tag)
         t2 = clock()
         self._posting += t2 - t1
         if self.trace is not None:
@@ -409,7 +418,7 @@ class PipelineInterpreter:
     def recv(self, a: Instr) -> None:
         value = a.value()
         key = (value[0], value[1])
-        peer = self._peer(a.peer)
+        pg, peer, tag = self._route(a)
         known = self._shapes.get(key)
         if known is None:  # the table's peer is always the rank of the stage on the other end
             raise ScheduleError(f"{a}: no shape was learned for {value_name(value)}")
@@ -417,7 +426,7 @@ class PipelineInterpreter:
         clock = time.perf_counter
         t1 = clock()
         buf = torch.empty(shape, dtype=dtype, device=self.device)
-        work = self.pg.recv([buf], peer, DATA_TAG)
+        work = pg.recv([buf], peer, tag)
         t2 = clock()
         self._posting += t2 - t1
         if self.trace is not None:
@@ -427,6 +436,16 @@ class PipelineInterpreter:
         self._arriving[value] = (work, buf, self._index, a, rec)
 
     # ---- helpers ----
+    def _route(self, a: Instr):
+        """(process group, peer's rank in it, tag) of a send or receive, by the table's `p2p`: one group
+        and DATA_TAG (`shared`), the payload as the tag (`tagged`), or gradients on their own group
+        (`split`)."""
+        if a.op in ("SEND_B", "RECV_B"):
+            pg, peer = self.pg_grad, self._peer_grad(a.peer)
+        else:
+            pg, peer = self.pg, self._peer(a.peer)
+        return pg, peer, (payload_tag(a.value(), self.S) if self.table.p2p == "tagged" else DATA_TAG)
+
     def _take(self, value, consumer: Instr) -> torch.Tensor:
         t = self._values.pop(value, None)
         if t is not None:
@@ -494,6 +513,13 @@ class PipelineInterpreter:
                     f"to be received by {other}")
         return (f"{consumer} waits for {a} (posted at step {index}): {value_name(a.value())} from rank "
                 f"{a.peer}, sent by {other}")
+
+
+def payload_tag(value: tuple[str, int, int], num_stages: int) -> int:
+    """The tag of a message under `p2p tagged`: its payload (kind, stage, microbatch) as one integer,
+    above DATA_TAG and SHAPE_TAG (lowering keeps it within 2**31: at most 10,000,000 stage x microbatch pairs)."""
+    kind, s, m = value
+    return 2 + 2 * (m * num_stages + s) + (kind == "grad")
 
 
 def _header(t: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import NamedTuple
 
 from ..deps import payload, peer_stage, produces
-from ..ir import COMPUTE, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, Action, CompoundKind, Op
+from ..ir import COMPUTE, P2P_MODES, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, Action, CompoundKind, Op
 
 FORMAT = "schedc-program"
 VERSION = 1
@@ -105,6 +105,7 @@ class Table:
     ranks: tuple[tuple[Step, ...], ...]
     verified: str | None = None
     replicas: int = 1  # data-parallel replicas of the pipeline; num_ranks = replicas * pipeline_ranks
+    p2p: str = "shared"  # how messages travel: schedc/ir.py P2P_MODES (docs/semantics.md, "Communicators and tags")
 
     @property
     def pipeline_ranks(self) -> int:
@@ -117,6 +118,13 @@ class Table:
     def rank_of(self, stage: int, rank: int) -> int:
         """The job rank holding `stage` in the replica of job rank `rank`."""
         return self.replica_of(rank) * self.pipeline_ranks + self.placement[stage]
+
+    def channel_of(self, a: Instr):
+        """What besides the rank pair a message travels on: under `split`, its communicator ("act"
+        for activations, "grad" for gradients); under `tagged`, its payload (the tag); else None."""
+        if self.p2p == "split":
+            return "grad" if a.op in ("SEND_B", "RECV_B") else "act"
+        return a.value() if self.p2p == "tagged" else None
 
     def dp_group(self, rank: int) -> tuple[int, ...]:
         """The data-parallel group of job rank `rank`: the ranks holding its pipeline rank in every replica."""
@@ -144,6 +152,8 @@ class Table:
                 "placement": list(self.placement), "verified": self.verified}
         if self.replicas != 1:  # (a one-pipeline program's literal is as it always was)
             meta["replicas"] = self.replicas
+        if self.p2p != "shared":
+            meta["p2p"] = self.p2p
         return meta, [[_step_data(st) for st in steps] for steps in self.ranks]
 
 
@@ -199,7 +209,10 @@ def load_table(program: dict, ranks) -> Table:
         raise TableError("schedule and verified must be strings")
     if not isinstance(params, dict) or not all(isinstance(k, str) and type(v) is int for k, v in params.items()):
         raise TableError("params must map names to integers")
-    return Table(schedule, dict(params), R, S, M, placement, tuple(out), verified, D)
+    p2p = program.get("p2p", "shared")
+    if p2p not in P2P_MODES:
+        raise TableError(f"p2p: expected one of {', '.join(P2P_MODES)}, got {p2p!r}")
+    return Table(schedule, dict(params), R, S, M, placement, tuple(out), verified, D, p2p)
 
 
 def _step(data, rank: int, index: int, S: int, M: int, placement) -> Step:
@@ -259,16 +272,17 @@ class Partner(NamedTuple):
 
 def partners(table: Table) -> dict[tuple[int, int, int], Partner]:
     """(rank, step, part) of each send or receive -> its partner: the k-th send on a channel (an
-    ordered rank pair) meets the k-th receive, as gloo and NCCL pair point-to-point messages."""
+    ordered rank pair, and under the table's `p2p` its communicator or tag) meets the k-th receive,
+    as gloo and NCCL pair point-to-point messages."""
     sends: dict = {}
     recvs: dict = {}
     for r, steps in enumerate(table.ranks):
         for x, st in enumerate(steps):
             for i, a in enumerate(parts(st)):
                 if a.is_send:
-                    sends.setdefault((r, a.peer), []).append((r, x, i, a))
+                    sends.setdefault((r, a.peer, table.channel_of(a)), []).append((r, x, i, a))
                 elif a.is_recv:
-                    recvs.setdefault((a.peer, r), []).append((r, x, i, a))
+                    recvs.setdefault((a.peer, r, table.channel_of(a)), []).append((r, x, i, a))
     out = {}
     for ch, ss in sends.items():
         for (sr, sx, si, sa), (rr, rx, ri, ra) in zip(ss, recvs.get(ch, [])):
@@ -295,4 +309,4 @@ def to_program(table: Table):
     P = table.pipeline_ranks
     return Program(table.schedule, P, table.num_stages, table.num_microbatches,
                    table.placement, ranks[:P], tuple(sorted(table.params.items())),
-                   replicas=tuple(ranks[d * P:(d + 1) * P] for d in range(1, table.replicas)))
+                   replicas=tuple(ranks[d * P:(d + 1) * P] for d in range(1, table.replicas)), p2p=table.p2p)

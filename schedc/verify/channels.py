@@ -1,7 +1,9 @@
-"""Send semantics and channels: every send and receive, in posting order per ordered rank pair.
+"""Send semantics and channels: every send and receive, in posting order per channel.
 
-The k-th send on a channel meets its k-th receive (FIFO, as NCCL and gloo pair point-to-point
-messages). `Semantics` is one of the abstract ones, where a send or receive blocks at its place:
+A channel is an ordered rank pair, and under the program's `p2p` mode also a communicator
+(`split`: activations and gradients each have their own) and a tag (`tagged`: each message's tag
+names its payload). The k-th send on a channel meets its k-th receive (FIFO, as NCCL and gloo pair
+point-to-point messages within a communicator and tag). `Semantics` is one of the abstract ones, where a send or receive blocks at its place:
 `rendezvous` (a send completes with its receive), `eager` (sends never block) or `bounded` with K
 messages of buffer per channel; or a backend, where a send or receive is posted at its place and
 completes later, awaited as torch's runtime awaits it (a receive by the action that needs its
@@ -13,7 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..deps import peer_stage
+from dataclasses import replace
+
+from ..deps import payload, peer_stage
 from ..errors import SchedcError
 from ..ir import Action, Op, Program
 
@@ -67,7 +71,7 @@ class Endpoint(NamedTuple):
     step: int
     part: int  # index inside its step (groups hold several)
     action: Action
-    channel: tuple[int, int]  # (sending rank, receiving rank)
+    channel: tuple  # (sending rank, receiving rank, communicator, tag): see `channels`
     index: int  # k: the k-th send (or receive) on the channel
 
 
@@ -94,11 +98,18 @@ _PEER = {op: peer_stage(Action(op, 0, 0)) for op in _SENDS_AND_RECVS}  # the one
 _IS_SEND = {op: op in (Op.SEND_F, Op.SEND_B) for op in _SENDS_AND_RECVS}
 
 
+GRADIENTS = 1  # the communicator of gradient messages under `p2p split` (activations: 0)
+
+
 def channels(program: Program) -> Channels:
+    """Every send and receive by channel: (sending rank, receiving rank, communicator, tag). The
+    communicator is 0, or under `p2p split` GRADIENTS for SEND_B / RECV_B; the tag is None, or under
+    `p2p tagged` the payload (so a receive meets the send of its own value, whatever their order)."""
     sends: dict = {}
     recvs: dict = {}
     placement = program.placement
     peer_of, is_send = _PEER, _IS_SEND
+    split, tagged = program.p2p == "split", program.p2p == "tagged"
     for rank, steps in enumerate(program.ranks):
         for step, st in enumerate(steps):
             for i, a in enumerate(st.parts):
@@ -106,11 +117,45 @@ def channels(program: Program) -> Channels:
                 if sending is None:
                     continue
                 peer = placement[a.stage + peer_of[a.op]]
+                comm = GRADIENTS if split and a.op in _GRADIENT_OPS else 0
+                tag = payload(a) if tagged else None
                 if sending:
-                    ch = (rank, peer)
+                    ch = (rank, peer, comm, tag)
                     table = sends.setdefault(ch, [])
                 else:
-                    ch = (peer, rank)
+                    ch = (peer, rank, comm, tag)
                     table = recvs.setdefault(ch, [])
                 table.append(Endpoint(rank, step, i, a, ch, len(table)))
     return Channels(sends, recvs)
+
+
+_GRADIENT_OPS = (Op.SEND_B, Op.RECV_B)
+NCCL_IGNORES_TAGS = ("NCCL ignores tags (torch: `tag is not supported with the NCCL backend`): under nccl the "
+                     "messages of a `p2p tagged` program pair in issue order per rank pair, as `p2p shared`")
+
+
+def as_paired(program: Program, semantics: Semantics) -> tuple[Program, str | None]:
+    """The program as the semantics pairs its messages, with a note where that is not what its
+    `p2p` line declares: NCCL drops tags, so under nccl a tagged program pairs as a shared one.
+    bounded:K with tags is refused: a buffer shared by messages that pair out of order is not
+    modelled."""
+    if program.p2p != "tagged":
+        return program, None
+    if semantics.kind == "nccl":
+        return replace(program, p2p="shared"), NCCL_IGNORES_TAGS
+    if semantics.kind == "bounded":
+        raise SchedcError("usage", f"{program.name} tags its messages (`p2p tagged`); bounded:K buffers are "
+                          "modelled for messages that pair in order only: check it under rendezvous, eager, "
+                          "gloo or nccl", where="--semantics")
+    return program, None
+
+
+def describe_channel(channel: tuple) -> str:
+    """`0->1`, `0->1 (gradient communicator)`, `0->1 (tag act 0,3)`: a channel as reports name it."""
+    src, dst, comm, tag = channel
+    text = f"{src}->{dst}"
+    if comm:
+        text += " (gradient communicator)"
+    if tag is not None:
+        text += f" (tag {tag[0]} {tag[1]},{tag[2]})"
+    return text

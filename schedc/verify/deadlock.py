@@ -104,6 +104,8 @@ def shortest_cycle(outcome: Outcome) -> tuple[Wait, ...]:
 
 
 def _smallest_buffer(program: Program, chans: Channels, semantics: Semantics) -> int | None:
+    if program.p2p == "tagged":
+        return None  # bounded buffers are modelled for messages that pair in order (channels.as_paired)
     if not execute(program, Semantics("eager"), chans).finished:
         return None
     lo, hi = max(1, semantics.buffer + 1), max((len(v) for v in chans.sends.values()), default=1)
@@ -174,7 +176,7 @@ def _cause(cycle: tuple[Wait, ...], min_buffer: int | None) -> str:
         order = "; ".join(f"rank {n.rank} issues {describe(n.action)} before {describe(w.on_action)} on its stream "
                           f"to rank {w.rank}" for w, n in zip(cycle, cycle[1:] + cycle[:1]))
         return (f"{order}: each operation at the head of a stream waits for a partner queued behind the other "
-                "(nccl runs a rank pair's operations in the order they were issued)")
+                "(nccl runs a rank pair's operations on one communicator in the order they were issued)")
     text = "; ".join(_what(w) for w in cycle)
     if len(cycle) >= 2 and all(w.on_rank is not None for w in cycle) and cycle[-1].on_rank == cycle[0].rank:
         text += " - a cycle"

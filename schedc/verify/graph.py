@@ -51,6 +51,7 @@ class Lane:
     rank: int
     peer: int
     steps: tuple[tuple[Endpoint, ...], ...]
+    comm: int = 0  # its communicator (`p2p split`: channels.GRADIENTS for gradients); each has its own stream
 
 
 @dataclass(frozen=True)
@@ -227,22 +228,23 @@ def _consumer(program: Program, recv: Endpoint, value, num_stages: int) -> tuple
 
 
 def _lanes(program: Program, chans: Channels):
-    """The nccl streams: per rank and peer, its sends and receives with that peer in issue order,
-    one lane step per program step; and where each operation sits ((rank, step, part) -> (node, step))."""
-    ops: dict[tuple[int, int], list[Endpoint]] = {}
+    """The nccl streams: per rank, peer and communicator, its sends and receives with that peer in
+    issue order (tags do not separate them: NCCL has none), one lane step per program step; and where
+    each operation sits ((rank, step, part) -> (node, step))."""
+    ops: dict[tuple[int, int, int], list[Endpoint]] = {}
     for table in (chans.sends, chans.recvs):
-        for (a, b), endpoints in table.items():
+        for (a, b, comm, _), endpoints in table.items():
             for e in endpoints:
-                ops.setdefault((e.rank, b if e.rank == a else a), []).append(e)
+                ops.setdefault((e.rank, b if e.rank == a else a, comm), []).append(e)
     lanes, lane_of = [], {}
     R = program.num_ranks
-    for (rank, peer) in sorted(ops):
+    for (rank, peer, comm) in sorted(ops):
         steps: list[list[Endpoint]] = []
-        for e in sorted(ops[(rank, peer)], key=lambda e: (e.step, e.part)):
+        for e in sorted(ops[(rank, peer, comm)], key=lambda e: (e.step, e.part)):
             if steps and steps[-1][0].step == e.step:
                 steps[-1].append(e)
             else:
                 steps.append([e])
             lane_of[e[:3]] = (R + len(lanes), len(steps) - 1)
-        lanes.append(Lane(rank, peer, tuple(tuple(s) for s in steps)))
+        lanes.append(Lane(rank, peer, tuple(tuple(s) for s in steps), comm))
     return tuple(lanes), lane_of

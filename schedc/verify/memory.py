@@ -353,8 +353,9 @@ def _unmatched_sends(program: Program, semantics: Semantics, chans: Channels) ->
     receivers = sorted({ch[1] for ch in chans.sends})
     reach = _reach(program, edges, receivers)
     out: dict = defaultdict(list)
-    for (a, b), sends in chans.sends.items():
-        recvs = chans.recvs.get((a, b), [])
+    for ch, sends in chans.sends.items():
+        a, b = ch[0], ch[1]
+        recvs = chans.recvs.get(ch, [])
         for k, send in enumerate(sends):
             # posting a step is finishing the one before it, or, under a backend, reaching it
             recv_posted_at = recvs[k].step - (0 if semantics.posted else 1) if k < len(recvs) else None

@@ -136,8 +136,9 @@ def job(program: Program, semantics: Semantics) -> tuple[Program, Constraints]:
         for (n, i), v in c.never.items():
             never[(node(d, n), i)] = v
         lanes.extend(Lane(d * P + lane.rank, d * P + lane.peer, tuple(
-            tuple(e._replace(rank=d * P + e.rank, channel=(d * P + e.channel[0], d * P + e.channel[1])) for e in ops)
-            for ops in lane.steps)) for lane in c.lanes)
+            tuple(e._replace(rank=d * P + e.rank, channel=(d * P + e.channel[0], d * P + e.channel[1], *e.channel[2:]))
+                  for e in ops)
+            for ops in lane.steps), lane.comm) for lane in c.lanes)
     for members in groups(program).values():
         for m, issues in members.items():
             for k, issue in enumerate(issues):

@@ -1,0 +1,311 @@
+"""Point-to-point communicators and tags (`p2p shared | tagged | split`, issue 18 deliverable 3).
+
+`tagged`: each message's tag names its payload, so a receive meets the send of its own value
+whatever their order; gloo honours tags and NCCL ignores them (the verdict under nccl pairs in
+issue order and says so). `split`: activations and gradients on communicators of their own, FIFO
+per rank pair and communicator, a stream each under nccl. The verdicts are held to an
+independent oracle (tests/oracles.py) on generated programs, and to what the runtime really does
+on gloo: one launch of two ranks runs every program, each on process groups of its own.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings, strategies as st
+
+import schedc
+from schedc.errors import SchedcError
+from schedc.strategies import lowered_programs
+from schedc.verify.channels import channels
+
+from conftest import compile_text
+from oracles import posted_run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PREFETCH = """schedule prefetch {
+  %s
+  rank 0: 0RECV_B0 0F0 0SEND_F0 0B0
+  rank 1: 1RECV_F0 1F0 1B0 1SEND_B0
+}"""
+# rank 0 sends F1's output before F0's; rank 1 receives F0's first: crossed when paired in order
+CROSSED = """schedule crossed {
+  %s
+  rank 0: 0F0 0F1 0SEND_F1 0SEND_F0 0RECV_B0 0RECV_B1 0B0 0B1
+  rank 1: 1RECV_F0 1RECV_F1 1F0 1F1 1B0 1B1 1SEND_B0 1SEND_B1
+}"""
+# interleaved on two ranks (stages 0, 2 on rank 0; 1, 3 on rank 1), one microbatch: rank 0 sends
+# activations (stages 0 and 2) and a gradient (stage 2 -> 1) to rank 1 on one channel; rank 1 posts
+# the gradient's receive before the second activation's: crossed unless they are on communicators
+# of their own
+KINDS = """schedule kinds {
+  %s
+  rank 0: 0F0 0SEND_F0 2RECV_F0 2F0 2SEND_F0 2RECV_B0 2B0 2SEND_B0 0RECV_B0 0B0
+  rank 1: 1RECV_F0 1F0 1SEND_F0 1RECV_B0 3RECV_F0 3F0 3B0 3SEND_B0 1B0 1SEND_B0
+}"""
+
+
+def program(text: str, mode: str | None):
+    return compile_text(text % (f"p2p {mode}" if mode else ""))
+
+
+def verdict(p, semantics: str) -> str:
+    r = schedc.check(p, semantics=semantics)
+    codes = sorted({d.code for d in r.errors})
+    return "ok" if r.ok else "+".join(codes)
+
+
+# ---- the language and the files ----
+def test_the_declaration_is_read_and_kept_in_every_format(tmp_path):
+    from schedc.interop.ir_json import dumps_ir, read_ir_json
+    from schedc.lower import lower_to_torch
+    from schedc.runtime.table import load_table, to_program
+    for mode in ("shared", "tagged", "split"):
+        p = program(CROSSED, mode)
+        assert p.p2p == mode
+        assert read_ir_json(dumps_ir(p), "x.json").p2p == mode
+        table = lower_to_torch(p).table
+        assert load_table(*table.to_data()).p2p == mode == to_program(table).p2p
+    assert program(CROSSED, None).p2p == "shared"
+
+
+def test_a_wrong_or_repeated_declaration_is_a_located_error():
+    with pytest.raises(SchedcError) as e:
+        program(CROSSED, "taged")
+    d = e.value.diagnostics[0]
+    assert d.code == "unknown-name" and "did you mean 'tagged'" in d.message and d.span.line == 2
+    with pytest.raises(SchedcError) as e:
+        compile_text(CROSSED % "p2p split\n  p2p tagged")
+    assert e.value.diagnostics[0].code == "duplicate-decl" and e.value.diagnostics[0].span.line == 3
+
+
+def test_an_ir_file_with_an_unknown_mode_is_refused():
+    from schedc.interop.ir_json import dumps_ir
+    text = dumps_ir(program(CROSSED, "split")).replace('"p2p": "split"', '"p2p": "carrier pigeon"')
+    with pytest.raises(SchedcError, match="'p2p' must be one of shared, tagged, split"):
+        schedc.api.load_text(text, "x.json", "ir-json")
+
+
+# ---- verdicts ----
+def test_separate_communicators_let_nccl_run_the_early_receive():
+    """Issue 18's prefetch hangs NCCL because the early RECV_B sits ahead of SEND_F on the pair's
+    one stream; with gradients on their own communicator each has its own stream."""
+    shared, split = program(PREFETCH, None), program(PREFETCH, "split")
+    assert verdict(shared, "nccl") == "deadlock" and verdict(split, "nccl") == "ok"
+    assert verdict(shared, "gloo") == verdict(split, "gloo") == "ok"
+    # blocking semantics block at the receive's place, whatever the communicators
+    assert verdict(split, "rendezvous") == "deadlock"
+    # the nccl verdict of the shared program says what split would do
+    notes = schedc.check(shared, semantics="nccl").errors[0].notes
+    assert any("a `p2p split` line" in n and "it completes under nccl" in n for n in notes), notes
+
+
+def test_tags_pair_by_payload_under_gloo_and_nccl_ignores_them():
+    shared, tagged = program(CROSSED, None), program(CROSSED, "tagged")
+    for semantics in ("rendezvous", "eager", "gloo", "nccl"):
+        assert verdict(shared, semantics) == "mismatch", semantics
+    assert verdict(tagged, "gloo") == verdict(tagged, "eager") == "ok"
+    # rendezvous: rank 0 blocks sending F1's output, which rank 1 receives only after F0's
+    assert verdict(tagged, "rendezvous") == "deadlock"
+    nccl = schedc.check(tagged, semantics="nccl")
+    assert [d.code for d in nccl.errors] == ["mismatch", "mismatch"]
+    assert nccl.to_dict()["p2p"] == "tagged" and "NCCL ignores tags" in nccl.to_dict()["notes"][0]
+    assert "p2p tagged" in nccl.summary() and "note: NCCL ignores tags" in nccl.summary()
+
+
+def test_split_communicators_keep_activations_and_gradients_apart():
+    shared, split = program(KINDS, None), program(KINDS, "split")
+    for semantics in ("gloo", "nccl", "eager"):
+        assert "mismatch" in verdict(shared, semantics), semantics
+    assert verdict(split, "gloo") == "ok"
+    # the early gradient receive blocks where it stands (eager), or heads its stream (nccl)
+    assert verdict(split, "eager") == verdict(split, "nccl") == "deadlock"
+
+
+def test_bounded_buffers_with_tags_are_refused_and_split_ones_count_per_communicator():
+    with pytest.raises(SchedcError, match="bounded:K buffers are modelled for messages that pair in order"):
+        schedc.check(program(CROSSED, "tagged"), semantics="bounded:2")
+    assert verdict(program(KINDS, "split"), "bounded:1") in ("ok", "deadlock")
+
+
+def test_a_crossed_pair_names_its_communicator():
+    text = """schedule back {
+      p2p split
+      rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0RECV_B1 0B0 0B1
+      rank 1: 1RECV_F0 1RECV_F1 1F0 1F1 1B1 1SEND_B1 1B0 1SEND_B0
+    }"""
+    r = schedc.check(compile_text(text), semantics="gloo")
+    messages = [d.message for d in r.errors if d.code == "mismatch"]
+    assert messages and all("messages pair in order on 1->0 (gradient communicator)" in m for m in messages), messages
+
+
+def test_the_deadlock_note_on_other_backends_reads_the_declaration():
+    """A tagged program's rendezvous deadlock: gloo honours the tags (it completes), NCCL does not."""
+    r = schedc.check(program(CROSSED, "tagged"))
+    (note,) = r.errors[0].notes
+    assert "under gloo it completes" in note and "under nccl its messages pair otherwise and cross" in note
+
+
+@st.composite
+def crossed_or_posted(draw, p):
+    """A lowered program with communication moved (receives earlier, sends later) and, sometimes,
+    two receives of one kind swapped, under a drawn p2p mode."""
+    from schedc.ir import Op
+    ranks = [list(steps) for steps in p.ranks]
+    for _ in range(draw(st.integers(1, 5))):
+        r = draw(st.integers(0, len(ranks) - 1))
+        comm = [i for i, step in enumerate(ranks[r]) if step.parts[0].op.is_comm]
+        if not comm:
+            continue
+        i = draw(st.sampled_from(comm))
+        step = ranks[r].pop(i)
+        j = draw(st.integers(0, i)) if step.parts[0].op in (Op.RECV_F, Op.RECV_B) else draw(st.integers(i, len(ranks[r])))
+        ranks[r].insert(j, step)
+    return replace(p.with_ranks(ranks), p2p=draw(st.sampled_from(["shared", "tagged", "split"])))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lowered_programs(min_ranks=2, max_ranks=3, max_microbatches=4, max_chunks=2).flatmap(crossed_or_posted))
+def test_backend_verdicts_agree_with_the_oracle_under_every_mode(p):
+    for semantics in ("nccl", "gloo"):
+        report = schedc.check(p, semantics=semantics)
+        if any(d.code != "deadlock" for d in report.errors):
+            event(f"{p.p2p} {semantics}: not a question of deadlock")
+            continue
+        event(f"{p.p2p} {semantics}: {'ok' if report.ok else 'deadlock'}")
+        assert (report.deadlock is None) == posted_run(p, semantics), (p.p2p, semantics, [list(map(str, r)) for r in p.ranks])
+
+
+@settings(max_examples=80, deadline=None)
+@given(lowered_programs(min_ranks=2, max_ranks=3, max_microbatches=4, max_chunks=2).flatmap(crossed_or_posted))
+def test_where_messages_pair_in_order_every_mode_pairs_them_alike(p):
+    """A tag or a communicator only matters where in-order pairing crosses payloads: otherwise every
+    mode makes the same pairs (so the same verdict under rendezvous and eager)."""
+    from schedc.deps import payload
+
+    def pairs(mode):
+        return sorted((s.rank, s.step, s.part, r.rank, r.step, r.part)
+                      for s, r in channels(replace(p, p2p=mode)).pairs())
+    shared = channels(replace(p, p2p="shared"))
+    tagged = channels(replace(p, p2p="tagged"))
+    assert all(payload(s.action) == payload(r.action) for s, r in tagged.pairs())
+    if all(payload(s.action) == payload(r.action) for s, r in shared.pairs()):
+        assert pairs("shared") == pairs("tagged") == pairs("split")
+        for semantics in ("rendezvous", "eager"):
+            assert {m: schedc.check(replace(p, p2p=m), semantics=semantics).ok for m in ("shared", "tagged", "split")} \
+                == dict.fromkeys(("shared", "tagged", "split"), schedc.check(replace(p, p2p="shared"), semantics=semantics).ok)
+
+
+# ---- simulation, export and compile ----
+def test_the_simulator_pairs_as_the_declaration_says():
+    from schedc.simulate import simulate
+    tagged = program(CROSSED, "tagged")
+    t = simulate(tagged, semantics="gloo")
+    assert t.mismatches == 0 and len(t.messages) == 4
+    assert simulate(program(KINDS, "split"), semantics="gloo").mismatches == 0
+    with pytest.raises(SchedcError, match="deadlock"):
+        simulate(tagged)  # rendezvous: the tagged crossing blocks rank 0's first send
+
+
+def test_torch_cannot_run_a_declaration_it_has_no_name_for(tmp_path, run_cli):
+    path = tmp_path / "kinds.pp"
+    path.write_text(KINDS % "p2p split")
+    code, out, err = run_cli("export", str(path), "--to", "torch-csv", "-o", str(tmp_path / "k.csv"))
+    assert code == 2 and "declares `p2p split`" in err and not (tmp_path / "k.csv").exists()
+    code, out, err = run_cli("compile", str(path), "--semantics", "gloo", "-o", str(tmp_path / "out"))
+    assert code == 0, err
+    written = sorted(f.name for f in (tmp_path / "out").iterdir())
+    assert written == ["kinds.json", "kinds.svg", "kinds_program.py"], written
+    assert "no PyTorch CSV" in err
+    with pytest.raises(SchedcError, match="declares `p2p split`"):
+        schedc.to_torch_csv(program(KINDS, "split"))
+
+
+# ---- the runtime on gloo ----
+def _run_case(case: dict, rank: int, group, grad) -> dict:
+    """Train one step of a program on this rank; the largest gradient error against the unsplit model."""
+    import torch
+
+    from examples import mlp
+    from schedc.runtime.entry import split
+    from schedc.runtime.interpreter import PipelineInterpreter
+    from schedc.runtime.table import load_table
+    from schedc.testing import as_double, reference_gradients
+
+    def build(ids, S):
+        return mlp.build_stages(ids, S, width=16, depth=max(4, 2 * S))
+    table = load_table(case["meta"], case["ranks"])
+    S, M = table.num_stages, table.num_microbatches
+    mine = table.stages_of(rank)
+    modules = {s: m.double() for s, m in zip(mine, build(list(mine), S))}
+    interp = PipelineInterpreter(table, rank, modules, mlp.loss_fn, group=group, grad_group=grad)
+    x, y = (as_double(t) for t in mlp.make_batch(0, 2 * M, width=16))
+    try:
+        interp.step(split(x, M) if 0 in mine else None, split(y, M) if S - 1 in mine else None)
+    except Exception as exc:  # noqa: BLE001 - crossed tensors of another shape: reported to the parent
+        return {"end": "failed", "error": f"{type(exc).__name__}: {exc}"}
+    _, ref = reference_gradients(build, mlp.loss_fn, S, x, y)
+    err = max((p.grad - g).abs().max().item() for s in mine for p, (_, g) in zip(modules[s].parameters(), ref[s]))
+    return {"end": "finished", "grad_err": err}
+
+
+def _worker(cases_path: str, out_dir: str) -> int:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    sys.path.insert(0, str(ROOT))
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    results = {}
+    for case in json.loads(Path(cases_path).read_text()):
+        group = dist.new_group(list(range(world)), timeout=datetime.timedelta(seconds=60))
+        grad = dist.new_group(list(range(world)), timeout=datetime.timedelta(seconds=60))
+        results[case["id"]] = _run_case(case, rank, group, grad)
+        dist.barrier()
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
+    dist.barrier()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def test_the_runtime_on_gloo_trains_what_the_checker_clears_and_crosses_what_it_refuses(tmp_path):
+    """Each program's gloo verdict against a real run: `ok` trains to the unsplit model's gradients,
+    `mismatch` completes with wrong ones."""
+    from schedc.lower import lower_to_torch
+    from schedc.runtime.launch import launch
+    cases = []
+    for name, text, mode in (("crossed, tagged", CROSSED, "tagged"), ("crossed, shared", CROSSED, None),
+                             ("kinds, split", KINDS, "split"),
+                             ("prefetch, split", PREFETCH, "split")):
+        p = program(text, mode)
+        meta, ranks = lower_to_torch(p).table.to_data()
+        cases.append({"id": name, "verdict": verdict(p, "gloo"), "meta": meta, "ranks": ranks, "steps": 1})
+    assert [c["verdict"] for c in cases] == ["ok", "mismatch", "ok", "ok"]
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    out, err = io.StringIO(), io.StringIO()
+    done = launch([sys.executable, str(Path(__file__).resolve()), "--worker", str(tmp_path / "cases.json"),
+                   str(tmp_path)], 2, stdout=out, stderr=err, grace=5, deadline=120, cwd=str(ROOT))
+    assert done.ok, f"ranks exited {done.returncodes}\n{out.getvalue()}\n{err.getvalue()}"
+    results = {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)}
+    for case in cases:
+        ends = [results[r][case["id"]] for r in range(2)]
+        assert all(e["end"] in ("finished", "failed") for e in ends), (case["id"], ends)
+        if case["verdict"] == "ok":
+            assert all(e["end"] == "finished" and e["grad_err"] <= 1e-10 for e in ends), (case["id"], ends)
+        else:  # crossed tensors: wrong gradients (or a shape error) somewhere
+            assert any(e["end"] == "failed" or e["grad_err"] > 1e-6 for e in ends), (case["id"], ends)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        sys.exit(_worker(sys.argv[2], sys.argv[3]))
+    sys.exit("usage: test_p2p.py --worker CASES.json OUTDIR")
