@@ -13,6 +13,7 @@ import io
 import json
 import os
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -228,14 +229,29 @@ def test_torch_cannot_run_a_declaration_it_has_no_name_for(tmp_path, run_cli):
 
 
 # ---- the runtime on gloo ----
+WATCHDOG_S = 2.0
+# explicit waits (tests/test_backends.py): `late` completes under gloo; `early` waits for its
+# gradient before it has sent the activation that gradient needs
+LATE = """schedule late {
+  rank 0: 0RECV_B0 0F0 0SEND_F0 0WAIT_SEND_F0 0WAIT_RECV_B0 0B0
+  rank 1: 1RECV_F0 1WAIT_RECV_F0 1F0 1B0 1SEND_B0 1WAIT_SEND_B0
+}"""
+EARLY = """schedule early {
+  rank 0: 0RECV_B0 0WAIT_RECV_B0 0F0 0SEND_F0 0B0
+  rank 1: 1RECV_F0 1F0 1B0 1SEND_B0
+}"""
+
+
 def _run_case(case: dict, rank: int, group, grad) -> dict:
-    """Train one step of a program on this rank; the largest gradient error against the unsplit model."""
-    import torch
+    """Train one step of a program on this rank in a thread under a watchdog: finished (with the
+    largest gradient error against the unsplit model), failed, or stopped by the watchdog (its report)."""
+    import threading
 
     from examples import mlp
     from schedc.runtime.entry import split
     from schedc.runtime.interpreter import PipelineInterpreter
     from schedc.runtime.table import load_table
+    from schedc.runtime.watchdog import Watchdog
     from schedc.testing import as_double, reference_gradients
 
     def build(ids, S):
@@ -244,15 +260,30 @@ def _run_case(case: dict, rank: int, group, grad) -> dict:
     S, M = table.num_stages, table.num_microbatches
     mine = table.stages_of(rank)
     modules = {s: m.double() for s, m in zip(mine, build(list(mine), S))}
-    interp = PipelineInterpreter(table, rank, modules, mlp.loss_fn, group=group, grad_group=grad)
+    dog = Watchdog(WATCHDOG_S, stream=io.StringIO(), exit=lambda code: None, rank=rank)
+    interp = PipelineInterpreter(table, rank, modules, mlp.loss_fn, group=group, grad_group=grad, watchdog=dog)
     x, y = (as_double(t) for t in mlp.make_batch(0, 2 * M, width=16))
-    try:
-        interp.step(split(x, M) if 0 in mine else None, split(y, M) if S - 1 in mine else None)
-    except Exception as exc:  # noqa: BLE001 - crossed tensors of another shape: reported to the parent
-        return {"end": "failed", "error": f"{type(exc).__name__}: {exc}"}
-    _, ref = reference_gradients(build, mlp.loss_fn, S, x, y)
-    err = max((p.grad - g).abs().max().item() for s in mine for p, (_, g) in zip(modules[s].parameters(), ref[s]))
-    return {"end": "finished", "grad_err": err}
+    out: dict = {}
+
+    def train():
+        try:
+            interp.step(split(x, M) if 0 in mine else None, split(y, M) if S - 1 in mine else None)
+        except Exception as exc:  # noqa: BLE001 - crossed tensors of another shape: reported to the parent
+            out.update(end="failed", error=f"{type(exc).__name__}: {exc}")
+            return
+        _, ref = reference_gradients(build, mlp.loss_fn, S, x, y)
+        out.update(end="finished", grad_err=max((p.grad - g).abs().max().item() for s in mine
+                                                for p, (_, g) in zip(modules[s].parameters(), ref[s])))
+
+    thread = threading.Thread(target=train, daemon=True)  # a stuck one never returns: left behind
+    thread.start()
+    deadline = time.monotonic() + 10 * WATCHDOG_S + 20
+    while thread.is_alive() and dog.fired is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if dog.fired is not None:
+        return {"end": "watchdog", "report": dog.fired}
+    dog.close()
+    return out if out else {"end": "hung"}
 
 
 def _worker(cases_path: str, out_dir: str) -> int:
@@ -266,7 +297,7 @@ def _worker(cases_path: str, out_dir: str) -> int:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     results = {}
-    for case in json.loads(Path(cases_path).read_text()):
+    for case in json.loads(Path(cases_path).read_text()):  # fresh groups for each: a stuck one is left
         group = dist.new_group(list(range(world)), timeout=datetime.timedelta(seconds=60))
         grad = dist.new_group(list(range(world)), timeout=datetime.timedelta(seconds=60))
         results[case["id"]] = _run_case(case, rank, group, grad)
@@ -274,22 +305,25 @@ def _worker(cases_path: str, out_dir: str) -> int:
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     dist.barrier()
     sys.stdout.flush()
-    os._exit(0)
+    os._exit(0)  # threads of stuck programs still wait on their groups
 
 
-def test_the_runtime_on_gloo_trains_what_the_checker_clears_and_crosses_what_it_refuses(tmp_path):
+def test_the_runtime_on_gloo_does_what_the_checker_says(tmp_path):
     """Each program's gloo verdict against a real run: `ok` trains to the unsplit model's gradients,
-    `mismatch` completes with wrong ones."""
+    `mismatch` completes with wrong ones, `deadlock` is stopped by the watchdog where the checker
+    says the rank is stuck. Tags, split communicators and explicit waits run as written."""
     from schedc.lower import lower_to_torch
     from schedc.runtime.launch import launch
     cases = []
     for name, text, mode in (("crossed, tagged", CROSSED, "tagged"), ("crossed, shared", CROSSED, None),
-                             ("kinds, split", KINDS, "split"),
-                             ("prefetch, split", PREFETCH, "split")):
-        p = program(text, mode)
+                             ("kinds, split", KINDS, "split"), ("prefetch, split", PREFETCH, "split"),
+                             ("late waits", LATE, None), ("early wait", EARLY, None)):
+        p = compile_text(text if "%s" not in text else text % (f"p2p {mode}" if mode else ""))
+        report = schedc.check(p, semantics="gloo")
         meta, ranks = lower_to_torch(p).table.to_data()
-        cases.append({"id": name, "verdict": verdict(p, "gloo"), "meta": meta, "ranks": ranks, "steps": 1})
-    assert [c["verdict"] for c in cases] == ["ok", "mismatch", "ok", "ok"]
+        stuck = {} if report.deadlock is None else {str(r): x for r, x in report.deadlock.stuck.items()}
+        cases.append({"id": name, "verdict": verdict(p, "gloo"), "meta": meta, "ranks": ranks, "stuck": stuck})
+    assert [c["verdict"] for c in cases] == ["ok", "mismatch", "ok", "ok", "ok", "deadlock"]
     (tmp_path / "cases.json").write_text(json.dumps(cases))
     out, err = io.StringIO(), io.StringIO()
     done = launch([sys.executable, str(Path(__file__).resolve()), "--worker", str(tmp_path / "cases.json"),
@@ -298,11 +332,16 @@ def test_the_runtime_on_gloo_trains_what_the_checker_clears_and_crosses_what_it_
     results = {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)}
     for case in cases:
         ends = [results[r][case["id"]] for r in range(2)]
-        assert all(e["end"] in ("finished", "failed") for e in ends), (case["id"], ends)
         if case["verdict"] == "ok":
             assert all(e["end"] == "finished" and e["grad_err"] <= 1e-10 for e in ends), (case["id"], ends)
-        else:  # crossed tensors: wrong gradients (or a shape error) somewhere
+        elif case["verdict"] == "mismatch":  # crossed tensors: wrong gradients (or a shape error) somewhere
+            assert all(e["end"] in ("finished", "failed") for e in ends), (case["id"], ends)
             assert any(e["end"] == "failed" or e["grad_err"] > 1e-6 for e in ends), (case["id"], ends)
+        else:  # every rank the checker calls stuck is stopped at that step
+            for r, e in enumerate(ends):
+                x = case["stuck"].get(str(r))
+                if x is not None:
+                    assert e["end"] == "watchdog" and f"at program step {x} (" in e["report"], (case["id"], r, e)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..columns import columns_of
 from ..errors import SchedcError
-from ..ir import WAITS, Compound as IrCompound, Op, Program
+from ..ir import Compound as IrCompound, Op, Program
 from ..runtime.table import (COMM_OPS, PEER_STAGE, Compound, Instr, Table, TableError, load_table, parts)
 
 HEADER = '''\
@@ -121,9 +121,6 @@ def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredP
     if has_op(program, Op.REDUCE_TIED):
         raise SchedcError("usage", f"{program.name} has a tied all-reduce (REDUCE_TIED): schedc's runtime trains "
                           "models without tied weights so far; check and simulate it, run it without")
-    if any(has_op(program, wait) for wait in WAITS):
-        raise SchedcError("usage", f"{program.name} has explicit waits (WAIT_...): schedc's runtime awaits by "
-                          "torch's convention so far; check and simulate it, run it without")
     if program.forward_only:
         raise SchedcError("usage", f"{program.name} is forward-only: schedc's runtime trains (forward and "
                           "backward); a forward-only schedule is checked, simulated and drawn, not run yet")

@@ -111,6 +111,8 @@ class PipelineInterpreter:
         self._shapes: dict[tuple[str, int], tuple[torch.Size, torch.dtype]] | None = None
         self.handlers = {"F": self.forward, "B": self.backward, "I": self.backward_input, "W": self.backward_weight,
                          "SEND_F": self.send, "SEND_B": self.send, "RECV_F": self.recv, "RECV_B": self.recv,
+                         "WAIT_RECV_F": self.wait_recv, "WAIT_RECV_B": self.wait_recv,
+                         "WAIT_SEND_F": self.wait_send, "WAIT_SEND_B": self.wait_send,
                          "UNSHARD": self.nothing, "RESHARD": self.nothing,
                          "REDUCE_GRAD": self.reduce_grad if self.dp_group is not None else self.nothing}
         # measured per (op, stage): compute seconds per action; bytes of each stage's output message
@@ -434,6 +436,29 @@ class PipelineInterpreter:
         rec = [self.train_step, "R", value, a.peer, t1, t2, 0.0, 0.0]
         self.comm_log.append(rec)
         self._arriving[value] = (work, buf, self._index, a, rec)
+
+    def wait_recv(self, a: Instr) -> None:
+        """WAIT_RECV_F, WAIT_RECV_B: wait here for that receive, posted earlier on this rank; its
+        value is then present for the action that needs it."""
+        value = a.value()
+        posted = self._arriving.pop(value, None)
+        if posted is None:
+            raise ScheduleError(f"{a} waits for the receive of {value_name(value)}, which rank {self.rank} has "
+                                "not posted (or has already used)")
+        work, buf, x, recv, rec = posted
+        self._wait(work, x, recv, "recv", a, rec)
+        self._values[value] = buf
+
+    def wait_send(self, a: Instr) -> None:
+        """WAIT_SEND_F, WAIT_SEND_B: wait here for that send, posted earlier on this rank (not again
+        as the step ends)."""
+        value = a.value()
+        k = next((k for k, sent in enumerate(self._sends) if sent[3].value() == value), None)
+        if k is None:
+            raise ScheduleError(f"{a} waits for the send of {value_name(value)}, which rank {self.rank} has not "
+                                "posted (or has already waited for)")
+        work, _tensor, x, send, rec = self._sends.pop(k)
+        self._wait(work, x, send, "send", a, rec)
 
     # ---- helpers ----
     def _route(self, a: Instr):

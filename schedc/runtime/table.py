@@ -1,7 +1,7 @@
 """The action table a lowered program carries, validated: one list of steps per rank.
 
 Pure Python (no torch), so the code generator, the launcher and the runtime share one reading of
-the table. A step is `(op, stage, microbatch)` for compute, `(op, stage, microbatch, peer)` for a
+the table. A step is `(op, stage, microbatch)` for compute and waits, `(op, stage, microbatch, peer)` for a
 send or receive (`peer` is the rank on the other end), `(op, stage)` for UNSHARD / RESHARD /
 REDUCE_GRAD, or `(kind, (step, ...))` for a GROUP or OVERLAP_F_B compound.
 
@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import NamedTuple
 
 from ..deps import payload, peer_stage, produces
-from ..ir import COMPUTE, P2P_MODES, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, Action, CompoundKind, Op
+from ..ir import COMPUTE, P2P_MODES, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, WAITS, Action, CompoundKind, Op
 
 FORMAT = "schedc-program"
 VERSION = 1
@@ -26,6 +26,7 @@ COMPUTE_OPS = tuple(op.value for op in Op if op in COMPUTE)
 SEND_OPS = tuple(op.value for op in Op if op in SENDS)
 RECV_OPS = tuple(op.value for op in Op if op in RECVS)
 COMM_OPS = SEND_OPS + RECV_OPS
+WAIT_OPS = {wait.value: op.value for wait, op in WAITS.items()}  # a wait -> the operation it awaits
 STAGE_OPS = tuple(op.value for op in Op if op in IR_STAGE_OPS)
 COMPOUNDS = tuple(kind.value for kind in CompoundKind)
 # The stage on the other end of a send or receive, from the one rule (schedc/deps.py: a receive is
@@ -54,11 +55,12 @@ class Instr(NamedTuple):
         return self.op in RECV_OPS
 
     def value(self) -> tuple[str, int, int] | None:
-        """What the action makes (compute) or carries (send / receive), by schedc/deps.py's rule:
-        `("act", s, m)` the output of F(s,m), `("grad", s, m)` the input gradient of I/B(s,m)."""
+        """What the action makes (compute) or carries (send / receive; a wait: the operation it awaits),
+        by schedc/deps.py's rule: `("act", s, m)` the output of F(s,m), `("grad", s, m)` the input
+        gradient of I/B(s,m)."""
         if self.microbatch is None:
             return None
-        a = Action(Op[self.op], self.stage, self.microbatch)
+        a = Action(Op[WAIT_OPS.get(self.op, self.op)], self.stage, self.microbatch)
         return produces(a) if a.op.is_compute else payload(a)
 
     def __str__(self) -> str:
@@ -235,7 +237,7 @@ def _instr(data, rank: int, where: str, S: int, M: int, placement) -> Instr:
     if not isinstance(data, (list, tuple)) or not data or not isinstance(data[0], str):
         raise TableError(f"{where}: expected a tuple starting with an op name, got {data!r}")
     op = data[0]
-    if op in COMPUTE_OPS:
+    if op in COMPUTE_OPS or op in WAIT_OPS:
         size = 3
     elif op in COMM_OPS:
         size = 4
