@@ -72,6 +72,10 @@ STAGE_OPS = frozenset({Op.UNSHARD, Op.RESHARD, Op.REDUCE_GRAD, Op.REDUCE_TIED})
 WAITS = {Op.WAIT_SEND_F: Op.SEND_F, Op.WAIT_RECV_F: Op.RECV_F, Op.WAIT_SEND_B: Op.SEND_B,
          Op.WAIT_RECV_B: Op.RECV_B}  # a wait -> the operation it waits for (same stage and microbatch)
 SCHEDC_ONLY = frozenset({Op.REDUCE_TIED, *WAITS})  # actions torch's runtime has no name for
+# Collectives over a process group (docs/semantics.md, "Collectives"): UNSHARD is FSDP's all-gather,
+# REDUCE_GRAD the gradients' reduction, REDUCE_TIED the tied weights' all-reduce. RESHARD is not one:
+# it frees the gathered parameters, "releasing memory (but doing no communication)" (torch's lowering).
+COLLECTIVES = frozenset({Op.UNSHARD, Op.REDUCE_GRAD, Op.REDUCE_TIED})
 # How point-to-point messages travel (docs/semantics.md, "Communicators and tags"): `shared`, one
 # communicator and one tag, as torch's runtime, Megatron and DeepSpeed send; `tagged`, each message
 # tagged with its payload; `split`, activations and gradients on communicators of their own.

@@ -165,3 +165,46 @@ def test_torch_has_no_tied_all_reduce_so_export_says_so():
     with pytest.raises(schedc.SchedcError) as exc:
         schedc.to_torch_csv(program)
     assert "REDUCE_TIED" in exc.value.diagnostics[0].message
+
+
+FSDP = """schedule fsdp(P = 2, M = 1) {
+  stages P
+  place loop
+  replicas 2
+  rank r, replica d {
+    if r == 0 {
+      if d == 0 { F(0, 0) SEND_F(0, 0) RECV_B(0, 0) UNSHARD(0) B(0, 0) }
+      else { UNSHARD(0) F(0, 0) SEND_F(0, 0) RECV_B(0, 0) B(0, 0) RESHARD(0) }
+    } else {
+      if d == 0 { UNSHARD(1) RECV_F(1, 0) F(1, 0) B(1, 0) SEND_B(1, 0) }
+      else { RECV_F(1, 0) UNSHARD(1) F(1, 0) B(1, 0) SEND_B(1, 0) }
+    }
+  }
+}"""
+
+
+def test_reshard_frees_memory_alone_and_is_not_a_collective():
+    """torch's lowering: RESHARD releases memory "but doing no communication", so members may
+    reshard in any order, or not at all, without a collective-order finding."""
+    program = compile_text(FSDP)
+    assert all(i.action.op is not Op.RESHARD for members in groups(program).values()
+               for issues in members.values() for i in issues)
+    assert order_findings(program) == []
+
+
+def test_under_a_backend_unshard_is_awaited_where_its_stage_computes():
+    """torch posts FSDP's all-gather at UNSHARD and waits for it at the stage's next compute: the
+    job's wait for the other member sits there. Blocking at its place, the same job deadlocks."""
+    from schedc.verify.mesh import job
+    from schedc.verify.channels import Semantics
+    program = compile_text(FSDP)
+    flat, cons = job(program, Semantics("gloo"))
+    # rank 2 (replica 1, pipeline rank 0): UNSHARD(0) at step 0, F(0,0) at step 1
+    assert not any(why.startswith("collective") for *_, why, _ in cons.prereq[2][0])
+    assert (0, 3, "collective-posted", 0) in cons.prereq[2][1]  # rank 0 has posted its UNSHARD(0)
+    _, blocking = job(program, Semantics("rendezvous"))
+    assert (0, 2, "collective", 0) in blocking.prereq[2][0]  # rank 0 has reached it (finished step 2)
+    assert schedc.check(program, semantics="gloo").ok and schedc.check(program, semantics="nccl").ok
+    report = schedc.check(program, semantics="rendezvous")
+    assert report.deadlock is not None
+    assert {w.reason for w in report.deadlock.cycle} >= {"collective-not-reached", "recv-not-posted"}

@@ -142,6 +142,9 @@ def _what(w: Wait) -> str:
     if w.reason == "partner-queued":
         return (f"rank {w.rank} waits at {describe(w.action)} for rank {w.on_rank}'s {describe(w.on_action)}, "
                 "queued on its stream")
+    if w.reason == "collective-not-posted":
+        return (f"rank {w.rank} waits at {describe(w.action)} for the all-gather its UNSHARD({w.action.stage}) "
+                f"began, which completes once rank {w.on_rank} posts its partner {describe(w.on_action)}")
     if w.reason == "collective-not-reached":
         return (f"rank {w.rank} waits at the collective {describe(w.action)} for rank {w.on_rank} to reach its "
                 f"partner {describe(w.on_action)}")

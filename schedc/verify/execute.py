@@ -18,7 +18,7 @@ __all__ = ["RENDEZVOUS", "Channels", "Endpoint", "Outcome", "Semantics", "Wait",
 
 _REASON = {"data": "value", "recv-posted": "recv-not-posted", "send-posted": "send-not-posted",
            "buffer": "buffer-full", "posted": "not-posted", "recv-done": "recv-not-done",
-           "collective": "collective-not-reached"}
+           "collective": "collective-not-reached", "collective-posted": "collective-not-posted"}
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Wait:
     step: int
     action: Action
     reason: str  # recv-not-posted | send-not-posted | buffer-full | value | never | partner-queued |
-    # recv-not-done | not-posted | collective-not-reached
+    # recv-not-done | not-posted | collective-not-reached | collective-not-posted
     on_rank: int | None = None
     on_step: int | None = None
     on_action: Action | None = None

@@ -1,15 +1,17 @@
 """Data parallelism and collectives: the replicas of a pipeline, and the collectives that join them.
 
 A program with `replicas D` runs D copies of its pipeline of P ranks; replica d's pipeline rank p
-is rank d * P + p of the job. UNSHARD, RESHARD and REDUCE_GRAD are collectives over the
-data-parallel group of the rank that issues them: the ranks that hold the same pipeline rank in
-every replica (one process group per pipeline rank, as a pipeline x data-parallel device mesh
-makes it). REDUCE_TIED is the all-reduce of the weights the first and the last stage share (a tied
+is rank d * P + p of the job. UNSHARD and REDUCE_GRAD are collectives over the data-parallel
+group of the rank that issues them: the ranks that hold the same pipeline rank in every replica
+(one process group per pipeline rank, as a pipeline x data-parallel device mesh makes it); RESHARD
+frees memory on its rank alone. REDUCE_TIED is the all-reduce of the weights the first and the last stage share (a tied
 embedding), over the ranks of those two stages in one replica. The k-th collective a member issues
 on its group meets the k-th of every other member and completes once all of them have reached it;
 so members must issue a group's collectives in one order, the same operation (on the same stage,
 for a data-parallel group) (`order_findings`), and the job's happens-before graph is the replicas'
-graphs joined by those waits (`job`). docs/semantics.md, "Collectives".
+graphs joined by those waits (`job`): at the collective's place, or under a backend, for UNSHARD
+(torch posts FSDP's all-gather and waits for it where the stage next computes), at that compute.
+docs/semantics.md, "Collectives".
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from ..columns import has_op
 from ..errors import Diagnostic
-from ..ir import STAGE_OPS, Action, Op, Program, describe
+from ..ir import COLLECTIVES, Action, Op, Program, describe
 from .channels import Semantics, channels
 from .graph import Constraints, Lane, constraints
 
@@ -46,7 +48,7 @@ def groups(program: Program) -> dict[tuple, dict[int, list[Issue]]]:
             out.setdefault(("dp", p), {}).setdefault(d * P + p, [])
             for x, st in enumerate(steps):
                 for k, a in enumerate(st.parts):
-                    if a.op in STAGE_OPS:
+                    if a.op in COLLECTIVES:
                         key = ("tied", d) if a.op is Op.REDUCE_TIED else ("dp", p)
                         out.setdefault(key, {}).setdefault(d * P + p, []).append(Issue(d * P + p, x, k, a))
     return out
@@ -139,16 +141,33 @@ def job(program: Program, semantics: Semantics) -> tuple[Program, Constraints]:
             tuple(e._replace(rank=d * P + e.rank, channel=(d * P + e.channel[0], d * P + e.channel[1], *e.channel[2:]))
                   for e in ops)
             for ops in lane.steps), lane.comm) for lane in c.lanes)
+    flat_ranks = tuple(steps for r in replicas for steps in r.ranks)
     for members in groups(program).values():
         for m, issues in members.items():
             for k, issue in enumerate(issues):
+                step, part, posted = issue.step, issue.part, False
+                if semantics.posted and issue.action.op is Op.UNSHARD:  # awaited where the stage computes
+                    at = _next_compute(flat_ranks[m], issue.step, issue.action.stage)
+                    if at is not None:
+                        (step, part), posted = at, True
                 for m2, others in members.items():
                     if m2 == m:
                         continue
                     if k >= len(others):
-                        never.setdefault((m, issue.step), (f"waits for rank {m2}'s collective #{k + 1}, which it "
-                                                           "never issues", issue.part))
+                        never.setdefault((m, step), (f"waits for rank {m2}'s collective #{k + 1}, which it "
+                                                     "never issues", part))
+                    elif posted:  # the all-gather completes once every member has posted its part
+                        prereq[m][step].append((m2, others[k].step, "collective-posted", part))
                     elif others[k].step > 0:  # reached once its rank finished the step before
-                        prereq[m][issue.step].append((m2, others[k].step - 1, "collective", issue.part))
-    flat = replace(program, num_ranks=R, ranks=tuple(steps for r in replicas for steps in r.ranks), replicas=())
+                        prereq[m][step].append((m2, others[k].step - 1, "collective", part))
+    flat = replace(program, num_ranks=R, ranks=flat_ranks, replicas=())
     return flat, Constraints(prereq, never, tuple(lanes), any(c.posted for c in per))
+
+
+def _next_compute(steps, after: int, stage: int) -> tuple[int, int] | None:
+    """(step, part) of the first compute action of `stage` after step `after` on a rank."""
+    for x in range(after + 1, len(steps)):
+        for k, a in enumerate(steps[x].parts):
+            if a.op.is_compute and a.stage == stage:
+                return x, k
+    return None
