@@ -109,7 +109,7 @@ def to_torch_csv(program: Program, level: str = "comms") -> str:
     why = torch_cannot_run(program)
     if why is not None:
         raise SchedcError("usage", why, where="--to torch-csv")
-    return rows(program, level).dumps()
+    return rows(program.replica(0), level).dumps()  # (identical replicas: torch runs this on each)
 
 
 def from_torch_csv(path: str, *, notation: str = "current", forward_only: bool = False) -> Program:

@@ -340,8 +340,12 @@ MAX_INDEX_DIGITS = 9
 
 def torch_cannot_run(program: Program) -> str | None:
     """Why torch's runtime cannot run the program as written, or None: actions it has no name for
-    (it awaits by its own convention and has no tied all-reduce), or messages it would pair otherwise
-    (it sends every message on one communicator with one tag)."""
+    (it awaits by its own convention and has no tied all-reduce), messages it would pair otherwise
+    (it sends every message on one communicator with one tag), or replicas that differ (it runs one
+    schedule on every data-parallel replica: the CSV of a job is its replica 0's)."""
+    if any(steps != program.ranks for steps in program.replicas):
+        return (f"{program.name}'s data-parallel replicas run different schedules; torch's runtime runs one "
+                "schedule on every replica")
     own = next((a for steps in program.ranks for st in steps for a in st.parts if a.op in SCHEDC_ONLY), None)
     if own is not None:
         return (f"{program.name} has {own.op.value} actions, which torch's runtime has no name for (it awaits "

@@ -15,7 +15,7 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Iterator, Mapping, NamedTuple
 
@@ -148,6 +148,12 @@ class Timeline:
     # 0 for a step that posts nothing. (Traces draw a message from its send's post.)
     posted: tuple = field(default=(), repr=False)
     semantics: str = "rendezvous"  # the send semantics the run was timed under (docs/sim.md)
+    replicas: int = 1  # a data-parallel job: `program` is the whole job, replica after replica
+
+    def _replica(self, d: int) -> Program:
+        """Replica d's ranks of a job's timeline, as a program of one pipeline."""
+        P = self.program.num_ranks // self.replicas
+        return replace(self.program, num_ranks=P, ranks=self.program.ranks[d * P:(d + 1) * P])
 
     @property
     def bubble_ratio(self) -> float:
@@ -162,6 +168,8 @@ class Timeline:
 
     @cached_property  # counted once, when asked (cached_property writes past the frozen __setattr__)
     def _memory(self) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
+        if self.replicas > 1:  # each replica's pipeline, as memory.py counts one
+            return tuple(m for d in range(self.replicas) for m in step_memory(self._replica(d)))
         return step_memory(self.program)
 
     @cached_property
@@ -212,6 +220,11 @@ class Timeline:
                 "semantics": self.semantics}
 
 
+def _graph_reason(program: Program) -> str:
+    """Why a rendezvous run is timed on the graph: a job's collectives, or messages that pair by tag or communicator."""
+    return f"{program.name}'s collectives" if program.replicas or program.p2p == "shared" else f"p2p {program.p2p}"
+
+
 def simulate(program: Program, *, overlap: bool = True,
              links: Mapping[tuple[int, int], Link] | None = None, semantics=None) -> Timeline:
     """Time a program under its cost annotations. `links` overrides latency and bandwidth for some
@@ -220,18 +233,24 @@ def simulate(program: Program, *, overlap: bool = True,
     program is timed on that semantics' graph (schedc/simulate_graph.py). Raises
     SchedcError("deadlock") if some rank cannot reach the end of its list under it."""
     from .verify.channels import Semantics, as_paired
+    from .verify.mesh import joins_ranks
     if semantics is not None and not isinstance(semantics, Semantics):
         semantics = Semantics.parse(str(semantics))
-    program = program.one_pipeline("the simulator")
     if semantics is not None:
         program, _ = as_paired(program, semantics)
-    # messages that pair other than in order per rank pair (`p2p tagged` or `split`) are timed on the graph
-    paired_by_graph = program.p2p != "shared" and program_level(program) == "comms"
+    if joins_ranks(program):  # a data-parallel job, or a tied all-reduce: timed on the job's graph
+        if program_level(program) == "compute":
+            from .passes import lower
+            program = lower(program)
+        paired_by_graph = True
+    else:  # messages that pair other than in order per rank pair (`p2p tagged` or `split`): on the graph
+        paired_by_graph = program.p2p != "shared" and program_level(program) == "comms"
     if semantics is not None and semantics.kind != "rendezvous" or paired_by_graph:
         if not overlap:
             raise SchedcError("usage", f"without overlap (--no-overlap, or overlap = false in the costs) a send or "
                               f"receive holds its rank until its message has arrived; under "
-                              f"{semantics or 'p2p ' + program.p2p} they are timed as posted (isend / irecv): "
+                              f"{_graph_reason(program) if paired_by_graph else semantics} they are timed as posted "
+                              "(isend / irecv): "
                               "simulate with overlap" + ("" if paired_by_graph else ", or under rendezvous"))
         if program_level(program) == "comms":
             from .simulate_graph import simulate_graph

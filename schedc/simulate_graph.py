@@ -1,7 +1,9 @@
-"""Time a communication-level run under a semantics other than rendezvous (`schedc sim --semantics`):
-which runs exist is decided on the semantics' happens-before graph (schedc/verify/graph.py, with the
-nccl streams), and its nodes are timed in one topological sweep by simulate.py's rule, plus, under
-nccl, that an operation leaves only once the previous one of its rank pair is done on both streams.
+"""Time a communication-level run under a semantics other than rendezvous (`schedc sim --semantics`),
+or a data-parallel job: which runs exist is decided on the semantics' happens-before graph
+(schedc/verify/graph.py, with the nccl streams; verify/mesh.py's for a job, with its collectives),
+and its nodes are timed in one topological sweep by simulate.py's rule, plus, under nccl, that an
+operation leaves only once the previous one of its rank pair is done on both streams, and that a
+collective completes once every member of its group has reached it.
 """
 from __future__ import annotations
 
@@ -14,6 +16,9 @@ from .ir import COMM, COMPUTE, RECVS, SENDS, WAITS, Compound, CompoundKind, Prog
 from .verify.channels import Semantics, channels
 from .verify.deadlock import find_deadlock
 from .verify.graph import constraints
+from .verify.mesh import job, job_channels, joins_ranks
+
+_COLLECTIVE = ("collective", "collective-posted")  # the waits verify/mesh.py adds between a group's members
 from .verify.memory import message_size
 
 if TYPE_CHECKING:
@@ -30,10 +35,16 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping) -> Ti
     rendezvous runs time as gloo's; nccl's adds its streams). An explicit wait waits under a
     backend; under an abstract semantics its operation completed at its place, and it is free."""
     from .simulate import Messages, Timeline, _finite
-    chans = channels(program)
     timing = semantics if semantics.posted else Semantics("gloo")
-    cons = constraints(program, timing, chans)
-    dead = find_deadlock(program, semantics, chans, cons if timing == semantics else None)
+    pipeline = program.num_ranks  # (the ranks of one replica: a rank's speed is its pipeline rank's)
+    if joins_ranks(program):  # replicas, or a tied all-reduce: the whole job, joined by its collectives
+        flat, cons = job(program, timing)
+        dead = find_deadlock(flat, semantics, cons=cons if timing == semantics else job(program, semantics)[1])
+        chans, program = job_channels(program), flat
+    else:
+        chans = channels(program)
+        cons = constraints(program, timing, chans)
+        dead = find_deadlock(program, semantics, chans, cons if timing == semantics else None)
     if dead is not None:
         raise _deadlock(program, semantics, dead)
     R, S = program.num_ranks, program.num_stages
@@ -48,7 +59,7 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping) -> Ti
             raise SchedcError("costs", f"channel {a}->{b} has overhead {over}; it must be non-negative")
     speeds = []
     for r in range(R):
-        speed = ann.speed_of(r)
+        speed = ann.speed_of(r % pipeline)
         if not speed > 0:
             raise SchedcError("costs", f"rank {r} has speed {speed}; a rank's speed must be positive")
         speeds.append(float(speed))
@@ -123,6 +134,9 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping) -> Ti
         st = program.ranks[r][i]
         parts = st.parts
         t = end[r][i - 1] if i else 0.0
+        for q, j, why, _ in cons.prereq[r][i]:  # a collective: once every member has reached (or posted) it
+            if why in _COLLECTIVE and end[q][j] > t:
+                t = end[q][j]
         first = parts[0].op
         if first in COMPUTE:  # F, B, I, W, or an OVERLAP_F_B pair: once its inputs are here
             for a in parts:
@@ -179,7 +193,8 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping) -> Ti
     makespan = max([end[r][-1] for r in range(R) if lengths[r]] + arrivals + [d[-1] for d in done if d] + [0.0])
     _finite(makespan, R)
     return Timeline(program, "comms", True, tuple(map(tuple, start)), tuple(map(tuple, end)), tuple(busy),
-                    makespan, Messages(msgs.tobytes(), K), mismatches, tuple(post_at), str(semantics))
+                    makespan, Messages(msgs.tobytes(), K), mismatches, tuple(post_at), str(semantics),
+                    R // pipeline)
 
 
 def _topological(cons, lengths) -> list[tuple[int, int]]:

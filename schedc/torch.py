@@ -39,7 +39,7 @@ def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
     if why is not None:
         raise SchedcError("usage", why)
     _verified(program, semantics)
-    rows = to_torch_csv(program, "comms").rows
+    rows = to_torch_csv(program.replica(0), "comms").rows  # (identical replicas: each runs this)
     runtime = _PipelineScheduleRuntime(list(stages), n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads)
     actions = {rank: [_Action.from_str(format_step(cell)) for cell in row] for rank, row in enumerate(rows)}
     runtime._prepare_schedule_with_comms(actions, format="compute_comms")

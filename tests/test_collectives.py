@@ -102,7 +102,7 @@ def test_a_memory_limit_in_the_file_holds_for_every_replica():
     assert [pk.rank for pk in report.memory_violations] == [0, 2]
 
 
-def test_the_job_survives_ir_json_and_other_commands_say_what_they_handle(run_cli, tmp_path):
+def test_the_job_survives_ir_json_and_torch_gets_one_schedule_for_every_replica(run_cli, tmp_path):
     body = "for m in 0 .. M { F(r, m) } for m in 0 .. M { B(r, m) } if d == 0 { REDUCE_GRAD(r) }"
     program = job(body)
     again = read_ir_json(dumps_ir(program), "again.json")
@@ -111,10 +111,15 @@ def test_the_job_survives_ir_json_and_other_commands_say_what_they_handle(run_cl
     path = tmp_path / "dp.pp"
     path.write_text(f"schedule dp(P = 2, M = 2) {{ stages P\n place loop\n replicas 2\n rank r, replica d {{ "
                     f"{ONE_F_ONE_B} }} }}")
-    code, out, err = run_cli("sim", str(path))
-    assert code == 2 and "2 data-parallel replicas; the simulator handles one pipeline" in err
     code, out, _ = run_cli("check", str(path), "--json")
     assert code == 0 and json.loads(out)["replicas"] == 2
+    # torch runs one schedule on every data-parallel replica: identical replicas export replica 0's
+    code, out, err = run_cli("export", str(path), "--to", "torch-csv")
+    assert code == 0 and out == schedc.to_torch_csv(job(ONE_F_ONE_B, D=1))
+    differ = tmp_path / "differ.pp"
+    differ.write_text(path.read_text().replace("REDUCE_GRAD(r)", "if d == 0 { REDUCE_GRAD(r) }"))
+    code, out, err = run_cli("export", str(differ), "--to", "torch-csv")
+    assert code == 2 and "replicas run different schedules" in err
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -208,3 +213,41 @@ def test_under_a_backend_unshard_is_awaited_where_its_stage_computes():
     report = schedc.check(program, semantics="rendezvous")
     assert report.deadlock is not None
     assert {w.reason for w in report.deadlock.cycle} >= {"collective-not-reached", "recv-not-posted"}
+
+
+@pytest.mark.parametrize("semantics", [None, "gloo", "nccl"])
+def test_identical_replicas_simulate_as_one_pipeline_does(semantics):
+    from schedc.simulate import simulate
+    one = simulate(job(ONE_F_ONE_B, D=1), semantics=semantics)
+    both = simulate(job(ONE_F_ONE_B, D=3), semantics=semantics)
+    assert len(both.busy) == 6 and both.replicas == 3
+    assert both.makespan == one.makespan and both.busy == one.busy * 3
+    assert both.peak_memory == one.peak_memory * 3
+
+
+def test_a_collective_starts_once_every_member_has_reached_it():
+    """Replica 1 runs its backwards in a worse order (stage 0 waits longer for its gradients): replica
+    0's REDUCE_GRAD on each pipeline rank waits for replica 1's."""
+    from schedc.simulate import simulate
+    body = ("for m in 0 .. M { F(r, m) } if d == 0 { for m in reversed(0 .. M) { B(r, m) } } "
+            "else { for m in 0 .. M { B(r, m) } } REDUCE_GRAD(r)")
+    t = simulate(job(body, D=2, M=3))
+    P = 2
+    for p in range(P):
+        mine, theirs = t.program.ranks[p], t.program.ranks[P + p]
+        x, y = len(mine) - 1, len(theirs) - 1
+        assert mine[x].parts[0].op is Op.REDUCE_GRAD and theirs[y].parts[0].op is Op.REDUCE_GRAD
+        reached = max(t.end[p][x - 1], t.end[P + p][y - 1])
+        assert t.start[p][x] == reached == t.start[P + p][y]
+    assert t.makespan >= max(t.end[r][-1] for r in range(2 * P))
+
+
+def test_a_job_is_drawn_whole(tmp_path, run_cli):
+    path = tmp_path / "dp.pp"
+    path.write_text(f"schedule dp(P = 2, M = 2) {{ stages P\n place loop\n replicas 2\n rank r, replica d {{ {ONE_F_ONE_B} }} }}")
+    code, out, err = run_cli("viz", str(path), "-o", str(tmp_path / "dp.svg"))
+    assert code == 0, err
+    svg = (tmp_path / "dp.svg").read_text()
+    assert all(f">rank {r}<" in svg for r in range(4)), svg[:400]
+    code, out, err = run_cli("sim", str(path), "--json")
+    assert code == 0 and json.loads(out)["ranks"] == 4

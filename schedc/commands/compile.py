@@ -25,8 +25,8 @@ def run(args, stdout, stderr) -> int:
     if no_csv is not None:
         stderr.write(f"schedc: no PyTorch CSV: {no_csv}\n")
     if program.level == "comms" or report.ok is not False:
-        if no_csv is None:
-            outputs[f"{stem}.csv"] = to_torch_csv(program, "comms").dumps()
+        if no_csv is None:  # (a job of identical replicas: torch runs replica 0's schedule on each)
+            outputs[f"{stem}.csv"] = to_torch_csv(program.replica(0), "comms").dumps()
         source = _lowered_source(program, report, stderr)
         if source is not None:
             outputs[f"{stem}_program.py"] = source

@@ -17,6 +17,7 @@ def run(args, stdout, stderr) -> int:
         why = torch_cannot_run(program)
         if why is not None:
             raise SchedcError("usage", why + ": export it as IR JSON (--to ir-json)", where="--to torch-csv")
+        program = program.replica(0)  # (a job of identical replicas: torch runs this on each)
         if args.level == "comms" and program.level == "compute":
             report = check(program)
             if not report.ok:  # communication can only be inserted into a sound compute order

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from ..columns import has_op
 from ..errors import Diagnostic
 from ..ir import COLLECTIVES, Action, Op, Program, describe
-from .channels import Semantics, channels
+from .channels import Channels, Semantics, channels
 from .graph import Constraints, Lane, constraints
 
 
@@ -111,6 +111,20 @@ def order_findings(program: Program) -> list[Diagnostic]:
 
 def _at(a: Action) -> str:
     return "" if a.span is None else f" ({a.span.file}:{a.span.line})"
+
+
+def job_channels(program: Program) -> Channels:
+    """Every replica's sends and receives (messages stay inside a replica), with job rank numbers."""
+    P = program.num_ranks
+    sends: dict = {}
+    recvs: dict = {}
+    for d in range(program.dp):
+        mine = channels(program.replica(d))
+        for table, out in ((mine.sends, sends), (mine.recvs, recvs)):
+            for ch, endpoints in table.items():
+                key = (ch[0] + d * P, ch[1] + d * P, *ch[2:])
+                out[key] = [e._replace(rank=e.rank + d * P, channel=key) for e in endpoints]
+    return Channels(sends, recvs)
 
 
 def job(program: Program, semantics: Semantics) -> tuple[Program, Constraints]:

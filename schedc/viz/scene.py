@@ -175,6 +175,8 @@ def build_scene(program: Program, report=None, *, timeline=None, arrows: bool = 
             untimed = "deadlock"
     elif untimed is not None:
         timeline = None
+    if report.replicas > 1 or timeline is not None and timeline.replicas > 1:
+        program = report.program  # a data-parallel job is drawn whole: rank d * P + p is replica d's rank p
     scene = _frame(program, report, timeline, untimed, units)
     if timeline is None:
         _program_order(scene, program, report, structural)
