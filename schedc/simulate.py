@@ -238,13 +238,12 @@ def simulate(program: Program, *, overlap: bool = True,
         semantics = Semantics.parse(str(semantics))
     if semantics is not None:
         program, _ = as_paired(program, semantics)
-    if joins_ranks(program):  # a data-parallel job, or a tied all-reduce: timed on the job's graph
-        if program_level(program) == "compute":
-            from .passes import lower
-            program = lower(program)
-        paired_by_graph = True
-    else:  # messages that pair other than in order per rank pair (`p2p tagged` or `split`): on the graph
-        paired_by_graph = program.p2p != "shared" and program_level(program) == "comms"
+    job = joins_ranks(program)  # a data-parallel job, or a tied all-reduce: timed on the job's graph
+    if job and program_level(program) == "compute":
+        from .passes import lower
+        program = lower(program)  # (a job's values on one rank only stay a compute-level job)
+    # messages that pair other than in order per rank pair (`p2p tagged` or `split`): on the graph too
+    paired_by_graph = job or program.p2p != "shared" and program_level(program) == "comms"
     if semantics is not None and semantics.kind != "rendezvous" or paired_by_graph:
         if not overlap:
             raise SchedcError("usage", f"without overlap (--no-overlap, or overlap = false in the costs) a send or "
@@ -252,7 +251,7 @@ def simulate(program: Program, *, overlap: bool = True,
                               f"{_graph_reason(program) if paired_by_graph else semantics} they are timed as posted "
                               "(isend / irecv): "
                               "simulate with overlap" + ("" if paired_by_graph else ", or under rendezvous"))
-        if program_level(program) == "comms":
+        if job or program_level(program) == "comms":
             from .simulate_graph import simulate_graph
             return simulate_graph(program, semantics or Semantics(), links or {})
     sim = _Simulator(program, overlap, links or {}, str(semantics or "rendezvous"))

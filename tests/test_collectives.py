@@ -251,3 +251,11 @@ def test_a_job_is_drawn_whole(tmp_path, run_cli):
     assert all(f">rank {r}<" in svg for r in range(4)), svg[:400]
     code, out, err = run_cli("sim", str(path), "--json")
     assert code == 0 and json.loads(out)["ranks"] == 4
+
+
+def test_a_job_of_one_rank_pipelines_is_timed_whole():
+    """P = 1: nothing to send, so lowering leaves the job at the compute level; it is still timed as a job
+    (found by the fuzzer: the picture asked for rank 1 of a one-rank timeline)."""
+    from schedc.simulate import simulate
+    t = simulate(job(ONE_F_ONE_B, D=2, P=1), semantics="eager")
+    assert t.replicas == 2 and len(t.busy) == 2 and t.makespan == 6 and t.peak_memory == (2, 2)

@@ -267,11 +267,16 @@ def _run_case(case: dict, rank: int, group, grad) -> dict:
 
     def train():
         try:
-            interp.step(split(x, M) if 0 in mine else None, split(y, M) if S - 1 in mine else None)
+            losses = interp.step(split(x, M) if 0 in mine else None, split(y, M) if S - 1 in mine else None)
         except Exception as exc:  # noqa: BLE001 - crossed tensors of another shape: reported to the parent
             out.update(end="failed", error=f"{type(exc).__name__}: {exc}")
             return
-        _, ref = reference_gradients(build, mlp.loss_fn, S, x, y)
+        ref_loss, ref = reference_gradients(build, mlp.loss_fn, S, x, y)
+        if table.forward_only:  # inference: the loss of the whole batch, and no gradient anywhere
+            loss = sum(t.item() for t in losses) / M if losses else ref_loss
+            grads = [p.grad for s in mine for p in modules[s].parameters() if p.grad is not None]
+            out.update(end="finished", grad_err=abs(loss - ref_loss) + (1.0 if grads else 0.0))
+            return
         out.update(end="finished", grad_err=max((p.grad - g).abs().max().item() for s in mine
                                                 for p, (_, g) in zip(modules[s].parameters(), ref[s])))
 
@@ -311,19 +316,24 @@ def _worker(cases_path: str, out_dir: str) -> int:
 def test_the_runtime_on_gloo_does_what_the_checker_says(tmp_path):
     """Each program's gloo verdict against a real run: `ok` trains to the unsplit model's gradients,
     `mismatch` completes with wrong ones, `deadlock` is stopped by the watchdog where the checker
-    says the rank is stuck. Tags, split communicators and explicit waits run as written."""
+    says the rank is stuck. Tags, split communicators and explicit waits run as written, and a
+    forward-only schedule runs its forwards alone (the unsplit model's loss, no gradient)."""
     from schedc.lower import lower_to_torch
     from schedc.runtime.launch import launch
     cases = []
     for name, text, mode in (("crossed, tagged", CROSSED, "tagged"), ("crossed, shared", CROSSED, None),
                              ("kinds, split", KINDS, "split"), ("prefetch, split", PREFETCH, "split"),
-                             ("late waits", LATE, None), ("early wait", EARLY, None)):
-        p = compile_text(text if "%s" not in text else text % (f"p2p {mode}" if mode else ""))
+                             ("late waits", LATE, None), ("early wait", EARLY, None),
+                             ("inference (DeepSpeed)", "ds_inference", None)):
+        if text == "ds_inference":
+            p = schedc.load(str(ROOT / "tests" / "data" / "forward" / "ds_inference.pp"), {"P": 2, "M": 3})
+        else:
+            p = compile_text(text if "%s" not in text else text % (f"p2p {mode}" if mode else ""))
         report = schedc.check(p, semantics="gloo")
         meta, ranks = lower_to_torch(p).table.to_data()
         stuck = {} if report.deadlock is None else {str(r): x for r, x in report.deadlock.stuck.items()}
         cases.append({"id": name, "verdict": verdict(p, "gloo"), "meta": meta, "ranks": ranks, "stuck": stuck})
-    assert [c["verdict"] for c in cases] == ["ok", "mismatch", "ok", "ok", "ok", "deadlock"]
+    assert [c["verdict"] for c in cases] == ["ok", "mismatch", "ok", "ok", "ok", "deadlock", "ok"]
     (tmp_path / "cases.json").write_text(json.dumps(cases))
     out, err = io.StringIO(), io.StringIO()
     done = launch([sys.executable, str(Path(__file__).resolve()), "--worker", str(tmp_path / "cases.json"),

@@ -40,9 +40,6 @@ def _lowered_source(program, report, stderr) -> str | None:
     """The runnable torch.distributed program (`<name>_program.py`); None, with a note, if a schedule
     written with --force cannot be lowered."""
     from ..lower import lower_to_torch
-    if program.forward_only:
-        stderr.write(f"schedc: no runnable program: {program.name} is forward-only, and schedc's runtime trains\n")
-        return None
     try:
         return lower_to_torch(program, verified=str(report.semantics) if report.ok else None).source
     except SchedcError as e:

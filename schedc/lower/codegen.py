@@ -93,7 +93,7 @@ def table_of(program: Program, verified: str | None = None) -> Table:
     ranks = tuple(ranks)
     meta, data = Table(program.name, dict(program.params), P * program.dp, program.num_stages,
                        program.num_microbatches, tuple(program.placement), ranks, verified,
-                       program.dp, program.p2p).to_data()
+                       program.dp, program.p2p, program.forward_only).to_data()
     del ranks  # (one copy of the steps at a time: big programs hold millions)
     try:  # the table must read back exactly as the runtime will read it
         return load_table(meta, data)
@@ -121,9 +121,6 @@ def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredP
     if has_op(program, Op.REDUCE_TIED):
         raise SchedcError("usage", f"{program.name} has a tied all-reduce (REDUCE_TIED): schedc's runtime trains "
                           "models without tied weights so far; check and simulate it, run it without")
-    if program.forward_only:
-        raise SchedcError("usage", f"{program.name} is forward-only: schedc's runtime trains (forward and "
-                          "backward); a forward-only schedule is checked, simulated and drawn, not run yet")
     lowered = lower(program)
     actions = sum(lowered.replica(d).num_actions for d in range(lowered.dp))
     if actions > MAX_RUNNABLE_ACTIONS:
@@ -142,6 +139,7 @@ def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredP
         "placement": list(table.placement),
         "replicas": table.replicas,
         "p2p": table.p2p,
+        "forward_only": table.forward_only,
         "steps": [len(steps) for steps in table.ranks],
         "messages": sends,
         "verified": verified,

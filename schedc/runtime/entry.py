@@ -225,7 +225,7 @@ def _main(table: Table, args) -> int:
     dtype = DTYPES.get(args.dtype) if args.dtype else None
     stage_ids = table.stages_of(rank)
     modules = build_modules(model, stage_ids, table.num_stages, dtype, device)
-    params = [p for m in modules.values() for p in m.parameters() if p.requires_grad]
+    params = [p for m in modules.values() for p in m.parameters() if p.requires_grad] if not table.forward_only else []
     try:
         optimizer = (model.make_optimizer(params) if model.make_optimizer is not None
                      else torch.optim.SGD(params, lr=args.lr)) if params else None

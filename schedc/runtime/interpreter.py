@@ -276,7 +276,7 @@ class PipelineInterpreter:
         if left:
             raise ScheduleError("; ".join(left[:5]) + (f"; and {len(left) - 5} more" if len(left) > 5 else ""))
         self._values.clear()
-        if self.dp_group is not None:
+        if self.dp_group is not None and not self.table.forward_only:
             self._reduce_rest()
 
     def _reduce_rest(self) -> None:
@@ -339,11 +339,17 @@ class PipelineInterpreter:
             if self._inputs is None:
                 raise ScheduleError(f"{a} needs the inputs, but rank {self.rank} was given none")
             x = self._inputs[m]
+        elif self.table.forward_only:  # inference: no autograd graph is kept
+            x = self._take(("act", s - 1, m), a)
         else:
             x = self._take(("act", s - 1, m), a).detach().requires_grad_()
             self._leaf[(s, m)] = x
         t0 = time.perf_counter()
-        y = self.modules[s](x)
+        if self.table.forward_only:
+            with torch.no_grad():
+                y = self.modules[s](x)
+        else:
+            y = self.modules[s](x)
         if s == self.S - 1:
             if self._targets is None:
                 raise ScheduleError(f"{a} computes the loss, but rank {self.rank} was given no targets")
@@ -355,7 +361,8 @@ class PipelineInterpreter:
             self._values[("act", s, m)] = y
             self.message_bytes[s] = y.numel() * y.element_size()
         self._record(a, t0)
-        self._out[(s, m)] = y
+        if not self.table.forward_only:
+            self._out[(s, m)] = y
 
     def _output_grad(self, a: Instr):
         s, m = a.stage, a.microbatch

@@ -108,6 +108,7 @@ class Table:
     verified: str | None = None
     replicas: int = 1  # data-parallel replicas of the pipeline; num_ranks = replicas * pipeline_ranks
     p2p: str = "shared"  # how messages travel: schedc/ir.py P2P_MODES (docs/semantics.md, "Communicators and tags")
+    forward_only: bool = False  # forwards alone (inference): no backward, no gradients
 
     @property
     def pipeline_ranks(self) -> int:
@@ -156,6 +157,8 @@ class Table:
             meta["replicas"] = self.replicas
         if self.p2p != "shared":
             meta["p2p"] = self.p2p
+        if self.forward_only:
+            meta["forward_only"] = True
         return meta, [[_step_data(st) for st in steps] for steps in self.ranks]
 
 
@@ -214,7 +217,10 @@ def load_table(program: dict, ranks) -> Table:
     p2p = program.get("p2p", "shared")
     if p2p not in P2P_MODES:
         raise TableError(f"p2p: expected one of {', '.join(P2P_MODES)}, got {p2p!r}")
-    return Table(schedule, dict(params), R, S, M, placement, tuple(out), verified, D, p2p)
+    forward_only = program.get("forward_only", False)
+    if type(forward_only) is not bool:
+        raise TableError(f"forward_only: expected true or false, got {forward_only!r}")
+    return Table(schedule, dict(params), R, S, M, placement, tuple(out), verified, D, p2p, forward_only)
 
 
 def _step(data, rank: int, index: int, S: int, M: int, placement) -> Step:
@@ -311,4 +317,5 @@ def to_program(table: Table):
     P = table.pipeline_ranks
     return Program(table.schedule, P, table.num_stages, table.num_microbatches,
                    table.placement, ranks[:P], tuple(sorted(table.params.items())),
-                   replicas=tuple(ranks[d * P:(d + 1) * P] for d in range(1, table.replicas)), p2p=table.p2p)
+                   replicas=tuple(ranks[d * P:(d + 1) * P] for d in range(1, table.replicas)), p2p=table.p2p,
+                   forward_only=table.forward_only)
