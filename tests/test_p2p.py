@@ -27,6 +27,7 @@ from schedc.verify.channels import channels
 
 from conftest import compile_text
 from oracles import posted_run
+from test_backends import posted_early_or_late
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -155,20 +156,10 @@ def test_the_deadlock_note_on_other_backends_reads_the_declaration():
 
 @st.composite
 def crossed_or_posted(draw, p):
-    """A lowered program with communication moved (receives earlier, sends later) and, sometimes,
-    two receives of one kind swapped, under a drawn p2p mode."""
-    from schedc.ir import Op
-    ranks = [list(steps) for steps in p.ranks]
-    for _ in range(draw(st.integers(1, 5))):
-        r = draw(st.integers(0, len(ranks) - 1))
-        comm = [i for i, step in enumerate(ranks[r]) if step.parts[0].op.is_comm]
-        if not comm:
-            continue
-        i = draw(st.sampled_from(comm))
-        step = ranks[r].pop(i)
-        j = draw(st.integers(0, i)) if step.parts[0].op in (Op.RECV_F, Op.RECV_B) else draw(st.integers(i, len(ranks[r])))
-        ranks[r].insert(j, step)
-    return replace(p.with_ranks(ranks), p2p=draw(st.sampled_from(["shared", "tagged", "split"])))
+    """A lowered program with receives moved earlier and sends later (tests/test_backends.py's
+    `posted_early_or_late`: a receive moved ahead of another may cross payloads), under a drawn p2p mode."""
+    moved, _ = draw(posted_early_or_late(p))
+    return replace(moved, p2p=draw(st.sampled_from(["shared", "tagged", "split"])))
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
