@@ -348,6 +348,7 @@ def _messages(pk: Peak, semantics: Semantics) -> str:
     """How much of a peak is messages, and whose."""
     if pk.buffers <= 0:
         return ""
-    what = "receive buffers" if semantics.kind == "rendezvous" else "receive buffers and sent messages not yet matched"
+    what = ("receive buffers" if semantics.kind == "rendezvous" else "receive buffers and sent messages not yet "
+            "waited for" if semantics.posted else "receive buffers and sent messages not yet matched")
     whose = " that lowering inserts" if pk.lowered else ""
     return f"; {_number(pk.buffers)} of it in {what}{whose}"

@@ -168,9 +168,11 @@ class Timeline:
 
     @cached_property  # counted once, when asked (cached_property writes past the frozen __setattr__)
     def _memory(self) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
+        from .verify.channels import Semantics
+        semantics = Semantics.parse(self.semantics)  # (a backend holds sent messages until waited for)
         if self.replicas > 1:  # each replica's pipeline, as memory.py counts one
-            return tuple(m for d in range(self.replicas) for m in step_memory(self._replica(d)))
-        return step_memory(self.program)
+            return tuple(m for d in range(self.replicas) for m in step_memory(self._replica(d), semantics))
+        return step_memory(self.program, semantics)
 
     @cached_property
     def memory_during(self) -> tuple[tuple[float, ...], ...]:

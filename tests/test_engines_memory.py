@@ -92,7 +92,7 @@ def test_eager_send_buffers_stay_until_the_receive_is_posted():
     eager = schedc.check(p, semantics="eager")
     assert eager.to_dict()["peak_memory"][0] == rendezvous[0] + 1
     peak = eager.peak_memory[0]
-    assert any("unmatched SEND_F(0,1)" in item for item in peak.live)
+    assert any("sent message of SEND_F(0,1)" in item for item in peak.live)
 
 
 def test_memory_limit_violation_has_a_witness(run_cli):

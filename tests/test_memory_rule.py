@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+import schedc
 from schedc.errors import SchedcError
 from schedc.ir import Op, Program, StageMemory
 from schedc.order import greedy_order
@@ -107,3 +108,24 @@ def test_prove_unit_peaks_are_check_in_unit_sizes(program):
     peaks = unit_peaks(kinds)
     assert peaks == list(peak_activation(_sizes(program, act=1.0, weight=1.0)))
     assert all(type(p) is int for p in peaks)
+
+
+def test_under_a_backend_a_sent_message_is_held_until_its_send_is_waited_for():
+    """torch's runtime keeps each isend's work, and with it the tensor, until it waits for the sends
+    as the step ends; an explicit WAIT_SEND lets it go there. eager holds it until its receive is posted."""
+    from conftest import compile_text
+    text = """schedule held {
+      memory out = 1
+      rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1
+      rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1
+    }"""
+    waited = text.replace("0SEND_F0 0F1", "0SEND_F0 0WAIT_SEND_F0 0F1").replace(
+        "0SEND_F1 0RECV_B0", "0SEND_F1 0WAIT_SEND_F1 0RECV_B0")
+    gloo = schedc.check(compile_text(text), semantics="gloo").peak_memory[0]
+    assert gloo.memory == 5 and sum("sent message of SEND_F" in item for item in gloo.live) == 2
+    assert schedc.check(compile_text(text), semantics="eager").peak_memory[0].memory == 4
+    released = schedc.check(compile_text(waited), semantics="gloo").peak_memory[0]
+    assert released.memory == 3 and sum("sent message of" in item for item in released.live) == 1
+    from schedc.simulate import simulate
+    assert simulate(compile_text(text), semantics="gloo").peak_memory[0] == 5  # the timed run holds them too
+    assert simulate(compile_text(waited), semantics="gloo").peak_memory[0] == 3

@@ -5,7 +5,9 @@ w_s (defaults: a_s = ir.default_share, w = a). A receive holds its message (the 
 size) from the moment it is posted until the action that consumes it. Under eager or bounded sends a
 sent message stays until its receive is posted, which depends on timing: the worst case at each step counts every
 earlier send whose receive need not have been posted yet, i.e. does not happen-before that step
-(exact, from the happens-before graph of schedc/verify/graph.py). Inside a step, allocations come
+(exact, from the happens-before graph of schedc/verify/graph.py). Under a backend a sent message
+stays until its send is waited for, as torch's runtime holds the tensor: at its WAIT_SEND, else to
+the end of the step. Inside a step, allocations come
 before frees.
 
 A compute-level program is counted as schedc lowers and runs it (DESIGN.md, "Memory at the compute
@@ -21,7 +23,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from ..deps import delivers, needs, value_name
-from ..ir import COMM, COMPUTE, RECVS, SENDS, Action, Op, Program, describe
+from ..ir import COMM, COMPUTE, RECVS, SENDS, WAITS, Action, Op, Program, describe
 from .channels import Channels, Semantics, channels
 from .graph import constraints
 
@@ -68,19 +70,40 @@ def message_size(program: Program, a: Action) -> float:
     return program.annotations.memory_of(a.stage + _SOURCE[a.op]).out
 
 
+class _PerStage(dict):
+    """stage -> a size, computed on first use: a rank's walk touches only its own stages, so building
+    the tables costs nothing per stage of the program (a walk per rank stays linear in the actions).
+    Indexed as the list of every stage's value would be (negative and out-of-range stages alike)."""
+
+    __slots__ = ("of",)
+
+    def __init__(self, of):
+        super().__init__()
+        self.of = of
+
+    def __missing__(self, s):
+        v = self[s] = self.of(s)
+        return v
+
+
+def _empty(_size) -> int:
+    """An empty message (its stage's size looked up first, so a stage out of range fails as a list would)."""
+    return 0
+
+
 class _Sizes:
     """Per-stage sizes, looked up once: each message's (`out`), and what each compute op allocates
     (`grows[op][s]`, F) or frees (`frees[op][s]`, B, I, W; in a forward-only program, F frees what
-    it allocated as its step ends: nothing is kept for a backward). `_Sizes.of(program)`: the program's."""
+    it allocated as its step ends: nothing is kept for a backward). `_Sizes.of(program)`: the program's.
+    `out` None: every message is empty (an activations-only walk)."""
 
-    def __init__(self, act, weight, out, forward_only: bool = False):
-        self.out = list(out)
-        self.stages = len(self.out)
-        deltas = _deltas(act, weight)
-        self.grows = {Op.F: deltas[Op.F]}
-        self.frees = {op: [-d for d in deltas[op]] for op in (Op.B, Op.I, Op.W)}
+    def __init__(self, act, weight, out=None, forward_only: bool = False):
+        self.out = list(out) if out is not None else _PerStage(lambda s: _empty(act[s]))
+        self.stages = len(act)
+        self.grows = {Op.F: _PerStage(lambda s: op_delta(Op.F, act[s], weight[s]))}
+        self.frees = {op: _PerStage(lambda s, op=op: -op_delta(op, act[s], weight[s])) for op in (Op.B, Op.I, Op.W)}
         if forward_only:
-            self.frees[Op.F] = list(deltas[Op.F])
+            self.frees[Op.F] = self.grows[Op.F]
 
     @classmethod
     def of(cls, program: Program) -> "_Sizes":
@@ -161,7 +184,7 @@ class _Live:
                 what = (f"receive buffer for {value_name(delivers(a))} ({describe(a)}{by})" if lowered
                         else f"receive buffer of {describe(a)}")
                 live.append(f"{what}: {_num(v)}")
-        live += [f"unmatched {describe(a)}{by}: {_num(self.sizes.message(a))}" for a in self.unmatched
+        live += [f"sent message of {describe(a)}{by}, held: {_num(self.sizes.message(a))}" for a in self.unmatched
                  if self.sizes.message(a) > 0]
         return tuple(live)
 
@@ -221,7 +244,7 @@ def peak_activations(steps, act, weight, forward_only: bool = False) -> float:
 def activations_along(steps, act, weight, forward_only: bool = False):
     """For each step (a sequence of actions) of one rank, in order: (live activations while it
     runs, after its allocations; live activations once it has finished, after its frees)."""
-    live = _Live(_Sizes(act, weight, [0] * len(act), forward_only))
+    live = _Live(_Sizes(act, weight, None, forward_only))
     for parts in steps:
         live.allocate(parts)
         during = live.act
@@ -229,25 +252,36 @@ def activations_along(steps, act, weight, forward_only: bool = False):
         yield during, live.act
 
 
-def step_memory(program: Program) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
+def step_memory(program: Program, semantics: Semantics | None = None) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
     """Per rank, (memory while each step runs, after its allocations; memory once it has finished,
-    after its frees), activations and receive buffers, for each step of `program`, in a run whose
-    sends meet their receives (no sent message is held): the simulator's timed run. A compute-level
+    after its frees), activations and receive buffers, for each step of `program`: the simulator's
+    timed run, whose sends meet their receives as they are posted; under a backend (`semantics`)
+    a sent message is held until its send is waited for, as in `peak_memory`. A compute-level
     program is counted on its lowering; an inserted receive adds to the step it comes before."""
     run = _as_run(program)
     sizes = _Sizes.of(run.program)
     lowered = run.user_step is not None
+    held = {}
+    if semantics is not None and semantics.posted:
+        held = _held_sends(run.program, semantics, channels(run.program), sizes)
     out = []
-    for steps in run.program.ranks:
-        live, during, after = _Live(sizes), [], []
-        for st in steps:
+    for r, steps in enumerate(run.program.ranks):
+        starts, ends = [0.0] * len(steps), [0.0] * len(steps)  # sent messages first held at, last held at each step
+        for first, stop, a in held.get(r, ()):
+            starts[first] += sizes.message(a)
+            ends[stop - 1] += sizes.message(a)
+        live, during, after, sending = _Live(sizes), [], [], 0.0
+        for x, st in enumerate(steps):
             live.allocate(st.parts)
+            sending += starts[x]
             if lowered and _inserted_op(st) is not None:
                 live.free(st.parts)
+                sending -= ends[x]
                 continue
-            during.append(live.total)
+            during.append(live.total + sending)
             live.free(st.parts)
-            after.append(live.total)
+            sending -= ends[x]
+            after.append(live.total + sending)
         out.append((tuple(during), tuple(after)))
     return tuple(out)
 
@@ -255,7 +289,7 @@ def step_memory(program: Program) -> tuple[tuple[tuple[float, ...], tuple[float,
 @dataclass(frozen=True)
 class Peak:
     """The worst moment of one rank: its memory, the step of the user's program, its action, what is
-    live then, and how much of it is messages (receive buffers, sent messages not yet matched).
+    live then, and how much of it is messages (receive buffers, sent messages still held).
     `lowered`: counted on the program's lowering (a compute-level program); `inserted`: the send or
     receive lowering inserts (just after or before that step) when the moment is its posting."""
 
@@ -277,21 +311,18 @@ def peak_memory(program: Program, semantics: Semantics, chans: Channels | None =
     counted = run.program
     if run.user_step is not None or chans is None:
         chans = channels(counted)
-    unmatched = _unmatched_sends(counted, semantics, chans)
-    by_rank: dict[int, dict] = defaultdict(dict)
-    for (r, x), sends in unmatched.items():
-        by_rank[r][x] = sends
     sizes = _Sizes.of(counted)
-    return tuple(_rank_peak(program, run, sizes, r, by_rank.get(r, {})) for r in range(program.num_ranks))
+    held = _held_sends(counted, semantics, chans, sizes)
+    return tuple(_rank_peak(program, run, sizes, r, held.get(r, ())) for r in range(program.num_ranks))
 
 
-def _rank_peak(program: Program, run: _Run, sizes: _Sizes, r: int, pending: dict) -> Peak:
-    """One rank's worst moment, told at the user's step."""
+def _rank_peak(program: Program, run: _Run, sizes: _Sizes, r: int, held) -> Peak:
+    """One rank's worst moment, told at the user's step (`held`: its sent messages' spans)."""
     steps = run.program.ranks[r]
-    memory, x = _worst_step(steps, sizes, pending)
+    memory, x = _worst_step(steps, sizes, held)
     if not steps or memory <= 0:
         return Peak(r, 0.0, 0, None, ())
-    live = _live_at(run, sizes, r, x, pending.get(x, ()))
+    live = _live_at(run, sizes, r, x, tuple(a for first, stop, a in held if first <= x < stop))
     buffers = live.total - live.act
     items = live.items(run.user_step is not None)
     if run.user_step is None:
@@ -301,15 +332,20 @@ def _rank_peak(program: Program, run: _Run, sizes: _Sizes, r: int, pending: dict
     return Peak(r, memory, y, program.ranks[r][y].parts[0], items, buffers, True, inserted)
 
 
-def _worst_step(steps, sizes: _Sizes, pending: dict) -> tuple[float, int]:
-    """(the most one rank holds, the first step where it does), sent messages still unmatched
-    (`pending`: step -> sends) included."""
+def _worst_step(steps, sizes: _Sizes, held) -> tuple[float, int]:
+    """(the most one rank holds, the first step where it does), the sent messages it holds (`held`:
+    (first step, step after the last, send) spans) included."""
+    sent = [0.0] * (len(steps) + 1)  # what the spans add at each step, as a running sum of their ends
+    for first, stop, a in held:
+        size = sizes.message(a)
+        sent[first] += size
+        sent[stop] -= size
     live = _Live(sizes)
-    peak, where = 0.0, 0
+    peak, where, sending = 0.0, 0, 0.0
     for x, st in enumerate(steps):
         live.allocate(st.parts)
-        live.unmatched = pending.get(x, ())
-        total = live.total
+        sending += sent[x]
+        total = live.total + sending
         if total > peak:
             peak, where = total, x
         live.free(st.parts)
@@ -345,26 +381,40 @@ def _num(x: float):
     return int(x) if float(x).is_integer() else x
 
 
-def _unmatched_sends(program: Program, semantics: Semantics, chans: Channels) -> dict:
-    """(rank, step) -> sends posted up to that step whose receive may not be posted yet."""
-    if semantics.kind == "rendezvous" or not chans.sends:
+def _held_sends(program: Program, semantics: Semantics, chans: Channels, sizes: _Sizes) -> dict:
+    """rank -> (first step, step after the last, send) of each sent message of some size the rank
+    may still hold there. Under eager or bounded sends a message is held until its receive is surely
+    posted; under a backend, as torch's runtime holds a sent tensor, until its send is waited for:
+    at its explicit WAIT_SEND, else at the end of the step (its last step). Rendezvous holds none."""
+    sends = [(ch, k, send) for ch, endpoints in chans.sends.items() for k, send in enumerate(endpoints)
+             if sizes.message(send.action) > 0]
+    if semantics.kind == "rendezvous" or not sends:
         return {}
+    out: dict = defaultdict(list)
+    if semantics.posted:
+        waits = {(r, WAITS[a.op], a.stage, a.microbatch): x for r, steps in enumerate(program.ranks)
+                 for x, st in enumerate(steps) for a in st.parts if a.op in WAITS}
+        for ch, _, send in sends:
+            a = send.action
+            stop = waits.get((send.rank, a.op, a.stage, a.microbatch), len(program.ranks[send.rank]) - 1) + 1
+            out[send.rank].append((send.step, max(stop, send.step + 1), a))
+        return out
     edges = list(constraints(program, semantics, chans).edges())
     receivers = sorted({ch[1] for ch in chans.sends})
     reach = _reach(program, edges, receivers)
-    out: dict = defaultdict(list)
-    for ch, sends in chans.sends.items():
+    for ch, k, send in sends:
         a, b = ch[0], ch[1]
         recvs = chans.recvs.get(ch, [])
-        for k, send in enumerate(sends):
-            # posting a step is finishing the one before it, or, under a backend, reaching it
-            recv_posted_at = recvs[k].step - (0 if semantics.posted else 1) if k < len(recvs) else None
-            for x in range(send.step, len(program.ranks[a])):
-                # the receive is certainly posted once b's step before it happens-before a's step x
-                known = reach[b].get((a, x - 1), -1) if x > 0 else -1
-                if recv_posted_at is not None and (recv_posted_at < 0 or recv_posted_at <= known):
-                    break
-                out[(a, x)].append(send.action)
+        recv_posted_at = recvs[k].step - 1 if k < len(recvs) else None  # posting it is finishing the step before
+        stop = len(program.ranks[a])
+        for x in range(send.step, stop):
+            # the receive is certainly posted once b's step before it happens-before a's step x
+            known = reach[b].get((a, x - 1), -1) if x > 0 else -1
+            if recv_posted_at is not None and (recv_posted_at < 0 or recv_posted_at <= known):
+                stop = x
+                break
+        if stop > send.step:
+            out[a].append((send.step, stop, send.action))
     return out
 
 
