@@ -116,11 +116,7 @@ def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredP
 
     `verified` records the send semantics the schedule was checked under (None: not checked).
     """
-    from ..columns import has_op
     from ..passes import lower
-    if has_op(program, Op.REDUCE_TIED):
-        raise SchedcError("usage", f"{program.name} has a tied all-reduce (REDUCE_TIED): schedc's runtime trains "
-                          "models without tied weights so far; check and simulate it, run it without")
     lowered = lower(program)
     actions = sum(lowered.replica(d).num_actions for d in range(lowered.dp))
     if actions > MAX_RUNNABLE_ACTIONS:

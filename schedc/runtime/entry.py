@@ -43,12 +43,15 @@ class UsageError(Exception):
 @dataclass(frozen=True)
 class Model:
     """The user's model: `build_stages(stage_ids, num_stages) -> [nn.Module]`, `loss_fn(output,
-    target)`, `make_batch(step, batch_size) -> (inputs, targets)`, optional `make_optimizer(params)`."""
+    target)`, `make_batch(step, batch_size) -> (inputs, targets)`, optional `make_optimizer(params)`
+    and `tied_parameters(module, stage, num_stages)` (the parameters of the first or the last stage
+    tied to the other end, in one order: what REDUCE_TIED sums)."""
 
     build_stages: Callable
     loss_fn: Callable
     make_batch: Callable
     make_optimizer: Callable | None = None
+    tied_parameters: Callable | None = None
 
 
 def load_model(spec: str) -> Model:
@@ -72,7 +75,8 @@ def load_model(spec: str) -> Model:
     if missing:
         raise UsageError(f"--model {spec!r}: {module_name} must also define {' and '.join(missing)} "
                          "(loss_fn(output, target); make_batch(step, batch_size) -> (inputs, targets))")
-    return Model(build, module.loss_fn, module.make_batch, getattr(module, "make_optimizer", None))
+    return Model(build, module.loss_fn, module.make_batch, getattr(module, "make_optimizer", None),
+                 getattr(module, "tied_parameters", None))
 
 
 def _one_line(exc: BaseException) -> str:
@@ -118,13 +122,44 @@ def split(batch, M: int, dtype=None, device=None) -> list:
 def make_dp_group(table: Table, rank: int, timeout: float):
     """This rank's data-parallel process group: every rank makes one group per pipeline rank p (its
     ranks d * P + p), in the same order, as `dist.new_group` requires, and keeps its own."""
+    return _own_group([table.dp_group(p) for p in range(table.pipeline_ranks)], rank, timeout)
+
+
+def make_tied_group(table: Table, rank: int, timeout: float):
+    """This rank's tied group, for REDUCE_TIED: the ranks of its replica's first and last stage, when
+    they are two (every rank makes every replica's, in order); None elsewhere."""
+    S, P = table.num_stages, table.pipeline_ranks
+    ends = [tuple(sorted({table.rank_of(0, d * P), table.rank_of(S - 1, d * P)})) for d in range(table.replicas)]
+    return _own_group([e for e in ends if len(e) == 2], rank, timeout)
+
+
+def _sums_tied(table: Table) -> bool:
+    """Does the schedule sum tied weights' gradients (REDUCE_TIED) anywhere?"""
+    return any(a.op == "REDUCE_TIED" for steps in table.ranks for st in steps for a in parts(st))
+
+
+def _own_group(member_lists, rank: int, timeout: float):
+    """Make a process group of each list, every rank all of them in the same order (as
+    `dist.new_group` requires), and keep the one this rank is in (None if none)."""
     import torch.distributed as dist
     mine = None
-    for p in range(table.pipeline_ranks):
-        group = dist.new_group(list(table.dp_group(p)), timeout=datetime.timedelta(seconds=timeout))
-        if rank in table.dp_group(p):
+    for members in member_lists:
+        group = dist.new_group(list(members), timeout=datetime.timedelta(seconds=timeout))
+        if rank in members:
             mine = group
     return mine
+
+
+def tied_parameters(model: Model, modules: dict, table: Table) -> dict:
+    """Stage -> its parameters tied to the other end of the model, for this rank's first and last
+    stage, when the schedule sums them (REDUCE_TIED); the model must name them."""
+    if not _sums_tied(table):
+        return {}
+    if model.tied_parameters is None:
+        raise UsageError("the schedule sums tied weights' gradients (REDUCE_TIED), but the model names no tied "
+                         "parameters: define tied_parameters(module, stage, num_stages) beside build_stages")
+    S = table.num_stages
+    return {s: list(model.tied_parameters(modules[s], s, S)) for s in {0, S - 1} if s in modules}
 
 
 def replica_share(batch, table: Table, rank: int, size: int):
@@ -225,6 +260,7 @@ def _main(table: Table, args) -> int:
     dtype = DTYPES.get(args.dtype) if args.dtype else None
     stage_ids = table.stages_of(rank)
     modules = build_modules(model, stage_ids, table.num_stages, dtype, device)
+    tied = tied_parameters(model, modules, table)
     params = [p for m in modules.values() for p in m.parameters() if p.requires_grad] if not table.forward_only else []
     try:
         optimizer = (model.make_optimizer(params) if model.make_optimizer is not None
@@ -255,17 +291,17 @@ def _main(table: Table, args) -> int:
         except Exception as exc:
             sys.stderr.write(f"schedc runtime: rank {rank} could not make its data-parallel group: {_one_line(exc)}\n")
             return EXIT_FAILED
-    grad_group = None
-    if table.p2p == "split":  # gradients travel on a communicator of their own (every rank makes it)
-        try:
-            watchdog.phase("making the gradients' process group (p2p split)")
-            grad_group = dist.new_group(list(range(table.num_ranks)), timeout=datetime.timedelta(seconds=args.timeout + 30))
-            watchdog.end()
-        except Exception as exc:
-            sys.stderr.write(f"schedc runtime: rank {rank} could not make the gradients' group: {_one_line(exc)}\n")
-            return EXIT_FAILED
+    try:
+        watchdog.phase("making the process groups of split messages (p2p split) and tied weights (REDUCE_TIED)")
+        grad_group = _own_group([range(table.num_ranks)], rank, args.timeout + 30) if table.p2p == "split" else None
+        tied_group = make_tied_group(table, rank, args.timeout + 30) if _sums_tied(table) else None
+        watchdog.end()
+    except Exception as exc:
+        sys.stderr.write(f"schedc runtime: rank {rank} could not make its process groups: {_one_line(exc)}\n")
+        return EXIT_FAILED
     interp = PipelineInterpreter(table, rank, modules, model.loss_fn, device=device, watchdog=watchdog,
-                                 trace=recorder, dp_group=dp_group, grad_group=grad_group)
+                                 trace=recorder, dp_group=dp_group, grad_group=grad_group, tied=tied,
+                                 tied_group=tied_group)
     last = table.rank_of(table.num_stages - 1, rank) == rank
     replica = table.replica_of(rank)
     batch_size = args.batch_size or 8 * M * D

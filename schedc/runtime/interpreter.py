@@ -72,13 +72,16 @@ class PipelineInterpreter:
     `loss_fn(output, target)` is applied on the last stage; `group` is the process group (default:
     the world); `dp_group` the process group of the rank's data-parallel group (`table.dp_group`),
     needed when the table has replicas; `grad_group` the communicator of gradient messages, over
-    the same ranks as `group`, needed when the table's `p2p` is `split`; `watchdog` stops the run
-    when a wait exceeds its timeout. Under `p2p tagged` each message's tag names its payload.
+    the same ranks as `group`, needed when the table's `p2p` is `split`; `tied` (stage -> its
+    parameters tied to the other end of the model, first and last stage alike, in one order) and
+    `tied_group` (the ranks of this replica's first and last stage; None when one rank holds both),
+    needed for REDUCE_TIED; `watchdog` stops the run when a wait exceeds its timeout. Under `p2p
+    tagged` each message's tag names its payload.
     """
 
     def __init__(self, table: Table, rank: int, modules: dict[int, torch.nn.Module], loss_fn: Callable,
                  *, group=None, device: torch.device | str | None = None, watchdog: Watchdog | None = None,
-                 trace: Recorder | None = None, dp_group=None, grad_group=None):
+                 trace: Recorder | None = None, dp_group=None, grad_group=None, tied=None, tied_group=None):
         import torch.distributed as dist
         if table.replicas > 1 and dp_group is None:
             raise ValueError(f"the table runs {table.replicas} replicas: rank {rank} needs its data-parallel group")
@@ -99,6 +102,7 @@ class PipelineInterpreter:
         # group ranks of the table's global ranks (identity for the world group)
         self._peer = (lambda r: r) if group is None else (lambda r: dist.get_group_rank(group, r))
         # gradients: on their own communicator under `p2p split` (its group ranks for the table's ranks)
+        self.tied, self.tied_group = tied or {}, tied_group
         self.pg_grad, self._peer_grad = self.pg, self._peer
         if table.p2p == "split":
             self.pg_grad, self._peer_grad = grad_group, (lambda r: dist.get_group_rank(grad_group, r))
@@ -114,7 +118,8 @@ class PipelineInterpreter:
                          "WAIT_RECV_F": self.wait_recv, "WAIT_RECV_B": self.wait_recv,
                          "WAIT_SEND_F": self.wait_send, "WAIT_SEND_B": self.wait_send,
                          "UNSHARD": self.nothing, "RESHARD": self.nothing,
-                         "REDUCE_GRAD": self.reduce_grad if self.dp_group is not None else self.nothing}
+                         "REDUCE_GRAD": self.reduce_grad if self.dp_group is not None else self.nothing,
+                         "REDUCE_TIED": self.reduce_tied}
         # measured per (op, stage): compute seconds per action; bytes of each stage's output message
         self.times: dict[tuple[str, int], list[float]] = {}
         self.message_bytes: dict[int, int] = {}
@@ -144,6 +149,7 @@ class PipelineInterpreter:
         self._losses: list = []
         self._backwards: dict = {}  # stage -> microbatches whose weight gradients are in (B or W done)
         self._reduced: set = set()  # stages whose gradients this step averaged over the data-parallel group
+        self._reduced_ops: set = set()  # "tied": the tied weights' gradients were summed this step
         self._compute = self._waited = self._posting = 0.0
         handlers = self.handlers
         dog = self.watchdog
@@ -328,6 +334,44 @@ class PipelineInterpreter:
                 n = g.numel()
                 g.copy_(flat[offset:offset + n].view_as(g))
                 offset += n
+        t1 = time.perf_counter()
+        self._waited += t1 - t0
+        if self.trace is not None:
+            self.trace.collective(self.train_step, self._index, str(a), t0, t1)
+
+    def reduce_tied(self, a: Instr) -> None:
+        """REDUCE_TIED(s), s the first or the last stage: the sum of the tied parameters' gradients of
+        the two ends (an all-reduce between their ranks, or a sum on the rank that holds both), so
+        each copy of the weight gets the gradient of the one weight the model shares. Every backward
+        of the stage (of both, on one rank) must have run before it."""
+        import torch.distributed as dist
+        ends = (0, self.S - 1)
+        if ends[0] == ends[1]:  # one stage: its weight is one tensor already
+            return
+        mine = [s for s in ends if s in self.modules]
+        if a.stage not in self.tied or any(s not in self.tied for s in mine):
+            raise ScheduleError(f"{a}: the model names no tied parameters for stage {a.stage} (its "
+                                "`tied_parameters(module, stage, num_stages)`)")
+        for s in mine:
+            if self._backwards.get(s, 0) < self.M:
+                raise ScheduleError(f"{a} sums the tied weights' gradients after only {self._backwards.get(s, 0)} of "
+                                    f"stage {s}'s {self.M} backwards: the rest would be left out")
+        if len(mine) == 2:  # one rank holds both ends: sum here, once
+            if "tied" in self._reduced_ops:
+                return
+            self._reduced_ops.add("tied")
+            for p, q in zip(self.tied[ends[0]], self.tied[ends[1]]):
+                total = _grad(p) + _grad(q)
+                p.grad, q.grad = total, total.clone()
+            return
+        t0 = time.perf_counter()
+        if self.tied_group is None:
+            raise ScheduleError(f"{a}: rank {self.rank} has no group with the rank of the other end of the model")
+        grads = [_grad(p) for p in self.tied[a.stage]]
+        for g in grads:
+            dist.all_reduce(g, op=dist.ReduceOp.SUM, group=self.tied_group)
+        for p, g in zip(self.tied[a.stage], grads):
+            p.grad = g
         t1 = time.perf_counter()
         self._waited += t1 - t0
         if self.trace is not None:
@@ -545,6 +589,11 @@ class PipelineInterpreter:
                     f"to be received by {other}")
         return (f"{consumer} waits for {a} (posted at step {index}): {value_name(a.value())} from rank "
                 f"{a.peer}, sent by {other}")
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    """A parameter's gradient, zeros if this step did not reach it."""
+    return p.grad if p.grad is not None else torch.zeros_like(p)
 
 
 def payload_tag(value: tuple[str, int, int], num_stages: int) -> int:
