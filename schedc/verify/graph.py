@@ -20,11 +20,13 @@ constraints, so the rule is written once.
 """
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..deps import delivers, needs, produces
-from ..ir import WAITS, Op, Program
+from ..deps import MAKES, NEEDS, delivers, needs
+from ..ir import WAITS, Action, Op, Program
 from .channels import Channels, Endpoint, Semantics
 
 Step = tuple[int, int]  # (rank, index)
@@ -126,24 +128,35 @@ def constraints(program: Program, semantics: Semantics, chans: Channels) -> Cons
 
 
 def _data(program: Program, prereq, never) -> None:
-    """Compute level: a step waits for the producer of each value it needs from another rank."""
-    producer = {}
+    """Compute level: a step waits for the producer of each value it needs from another rank.
+    (deps.py's rule, read from its tables: `produces` is MAKES, `needs` is NEEDS.)"""
+    makes, rules = MAKES, NEEDS
+    producer: dict = {}
     for r, steps in enumerate(program.ranks):
         for i, st in enumerate(steps):
-            for a in st.parts:
-                v = produces(a)
-                if v is not None and v not in producer:
-                    producer[v] = (r, i)
+            for a in ((st,) if st.__class__ is Action else st.parts):
+                kind = makes.get(a.op)
+                if kind is not None:
+                    producer.setdefault((kind, a.stage, a.microbatch), (r, i))
     S = program.num_stages
+    get = producer.get
     for r, steps in enumerate(program.ranks):
+        pre = prereq[r]
         for i, st in enumerate(steps):
-            for k, a in enumerate(st.parts):
-                for v in needs(a, S):
-                    src = producer.get(v)
+            for k, a in enumerate((st,) if st.__class__ is Action else st.parts):
+                rule = rules.get(a.op)
+                if rule is None:
+                    continue
+                s, m = a.stage, a.microbatch
+                for kind, off in rule:
+                    if not 0 <= s + off < S:
+                        continue
+                    v = (kind, s + off, m)
+                    src = get(v)
                     if src is None:
                         never.setdefault((r, i), (f"needs {v}, which no action produces", k))
                     elif src[0] != r or src[1] >= i:  # earlier on the same rank: program order has it
-                        prereq[r][i].append((src[0], src[1], "data", k))
+                        pre[i].append((src[0], src[1], "data", k))
 
 
 def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, never) -> Constraints:
@@ -173,10 +186,11 @@ def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, nev
                 if pj > 0:
                     pre.append((pn, pj - 1, why, e.part))  # ... and at the head of its stream
     S = program.num_stages
+    users = _users(program)
     for ch, recvs in chans.recvs.items():
         for recv in recvs:
             v = delivers(recv.action)
-            consumer = _consumer(program, recv, v, S)
+            consumer = _consumer(users, recv, v)
             if consumer is None:
                 continue
             x, k = consumer
@@ -217,14 +231,27 @@ def _explicit_waits(program: Program, chans: Channels, partner, lane_of, prereq,
                     prereq[r][x].append((other.rank, other.step, why, k))
 
 
-def _consumer(program: Program, recv: Endpoint, value, num_stages: int) -> tuple[int, int] | None:
+def _users(program: Program) -> dict:
+    """(rank, value) -> the (step, part) of every compute action on the rank that needs the value,
+    in program order: found in one pass, so each receive's consumer is a lookup (`_consumer`)."""
+    S = program.num_stages
+    out: dict = {}
+    for r, steps in enumerate(program.ranks):
+        for x, st in enumerate(steps):
+            for k, a in enumerate(st.parts):
+                if a.op.is_compute:
+                    for v in needs(a, S):
+                        out.setdefault((r, v), []).append((x, k))
+    return out
+
+
+def _consumer(users: dict, recv: Endpoint, value) -> tuple[int, int] | None:
     """(step, part) of the first action after the receive, on its rank, that needs its value."""
-    steps = program.ranks[recv.rank]
-    for x in range(recv.step + 1, len(steps)):
-        for k, a in enumerate(steps[x].parts):
-            if a.op.is_compute and value in needs(a, num_stages):
-                return x, k
-    return None
+    found = users.get((recv.rank, value))
+    if not found:
+        return None
+    i = bisect_right(found, (recv.step, math.inf))  # the first past the receive's step
+    return found[i] if i < len(found) else None
 
 
 def _lanes(program: Program, chans: Channels):
