@@ -8,9 +8,12 @@ the plain run's, and each action on a reported cycle is a step where the plain r
 blocked. On 1,000 generated schedules and variants (tests/profiles.py; HYPOTHESIS_PROFILE=nightly
 for 20 times as many) the verifier, the simulator and the plain run give one verdict; and on real gloo
 ranks a reordered sample the verifier clears runs to the unsplit model's gradients, while a
-deadlocking one is stopped by the watchdog.
+deadlocking one is stopped by the watchdog (the sample's runs that complete share the one launch of
+tests/test_run_backends.py, which takes them from `gloo_sample` here).
 """
 from __future__ import annotations
+
+import functools
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -203,43 +206,45 @@ def make_batch(step, batch_size):
     return torch.randn(batch_size, 4, generator=gen), torch.randn(batch_size, 4, generator=gen)
 
 
-def test_a_real_gloo_run_completes_a_reordered_schedule_the_verifier_clears():
-    """The other half of the sample: a generated two-rank schedule with communication moved, which
-    the verifier and the plain run both clear, runs on gloo to the unsplit model's gradients."""
-    pytest.importorskip("torch")
+@functools.lru_cache(maxsize=1)
+def gloo_sample():
+    """Two-rank schedules for real gloo runs: a generated one with communication moved that the
+    verifier clears (`moved`); the generated base with every receive moved to the front of its rank
+    (`first`), which deadlocks under every blocking semantics yet completes on gloo, where the runtime
+    posts receives and the action that needs one waits for it; and with every send moved to the end
+    instead (`last`), which deadlocks under gloo too. tests/test_run_backends.py runs all three in its
+    launch (trained to the unsplit model's gradients, or stopped by the watchdog where check says)."""
     from hypothesis import find
-    from schedc.testing import assert_same_gradients
     quick = settings(database=None, max_examples=2000)
     base = find(lowered_programs(min_ranks=2, max_ranks=2, min_microbatches=2, max_microbatches=2),
                 lambda p: True, settings=quick)
     moved = find(reorderings(base), lambda m: m.program.ranks != base.ranks and ("SEND" in m.label or "RECV" in m.label)
                  and check(m.program, "rendezvous").ok is True, settings=quick).program
+    first = base.with_ranks([sorted(steps, key=lambda s: s.parts[0].op not in (Op.RECV_F, Op.RECV_B))
+                             for steps in base.ranks])
+    last = base.with_ranks([sorted(steps, key=lambda s: s.parts[0].op in (Op.SEND_F, Op.SEND_B))
+                            for steps in base.ranks])
+    return {"moved": moved, "first": first, "last": last}
+
+
+def test_the_gloo_sample_is_what_the_verdicts_say():
+    """The verifier and the plain run on the sample that tests/test_run_backends.py runs on gloo."""
+    sample = gloo_sample()
+    moved, first, last = sample["moved"], sample["first"], sample["last"]
     assert plain_run(moved, "rendezvous") == [len(s) for s in moved.ranks]
-    assert_same_gradients(moved, build_stages, timeout=30.0)
-
-
-def test_a_real_gloo_run_agrees_with_the_verdict(tmp_path):
-    """A generated two-rank schedule whose every receive is moved to the front of its rank deadlocks
-    under every blocking semantics, yet completes on gloo, where the runtime posts receives and the
-    action that needs one waits for it, as the `gloo` verdict says: it trains to the unsplit
-    model's gradients. With every send moved to the end instead it deadlocks under gloo too, and
-    the runtime's watchdog stops it, naming the wait."""
-    pytest.importorskip("torch")
-    from hypothesis import find
-    from schedc.ir import Op
-    from schedc.testing import assert_same_gradients
-    program = find(lowered_programs(min_ranks=2, max_ranks=2, min_microbatches=2, max_microbatches=2),
-                   lambda p: True, settings=settings(database=None))
-    first = program.with_ranks([sorted(steps, key=lambda s: s.parts[0].op not in (Op.RECV_F, Op.RECV_B))
-                                for steps in program.ranks])
     for sem in SEMANTICS:
         assert check(first, sem).deadlock is not None
     assert plain_run(first, "eager") != [len(s) for s in first.ranks]
     assert check(first, "gloo").ok
-    assert_same_gradients(first, build_stages, timeout=30.0)
-    last = program.with_ranks([sorted(steps, key=lambda s: s.parts[0].op in (Op.SEND_F, Op.SEND_B))
-                               for steps in program.ranks])
     assert check(last, "gloo").deadlock is not None
+
+
+def test_a_real_gloo_run_of_a_deadlock_is_stopped_by_the_watchdog():
+    """`assert_same_gradients` on the sample's deadlocking schedule fails with the watchdog's report,
+    naming the wait (its passing runs: tests/test_strategies.py runs the example file's)."""
+    pytest.importorskip("torch")
+    from schedc.testing import assert_same_gradients
+    last = gloo_sample()["last"]
     with pytest.raises(AssertionError) as info:
         assert_same_gradients(last, build_stages, timeout=2.0)
     text = str(info.value)

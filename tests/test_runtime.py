@@ -1,11 +1,12 @@
 """The runtime on gloo, many schedules per spawn: gradients equal the unsplit model's, torch runs our
 CSVs to the same gradients, a broken schedule is stopped by the watchdog, and `schedc run` trains.
 
-Spawning ranks is slow on two cores, so one launch of 2 ranks and one of 4 ranks each run every
-built-in schedule that loads with P = 2 or 4 (V = 2 where declared), on an MLP and a transformer in
-float64, two training steps each; and every built-in on torch's `_PipelineScheduleRuntime` with
-torch's defaults, from our compute CSV, our comms CSV and `schedc.torch.schedule`. This file is also the worker: `python tests/test_runtime.py
---worker CASES.json OUTDIR` is what each rank runs.
+Spawning ranks is slow on two cores, so one launch of 4 ranks runs every built-in schedule that loads
+with P = 4, and on ranks 0 and 1 (a process group of their own) every one that loads with P = 2 (V = 2
+where declared), on an MLP and a transformer in float64, two training steps each; and every built-in
+on torch's `_PipelineScheduleRuntime` with torch's defaults, from our compute CSV, our comms CSV and
+`schedc.torch.schedule`. This file is also the worker: `python tests/test_runtime.py --worker
+CASES.json OUTDIR` is what each rank runs.
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def _batch(make_batch, step, size):
     return tuple(as_double(t) for t in make_batch(step, size))
 
 
-def _run_schedc(case, rank):
+def _run_schedc(case, rank, group):
     import importlib.util
 
     import torch
@@ -65,7 +66,7 @@ def _run_schedc(case, rank):
     S, M = table.num_stages, table.num_microbatches
     mine = table.stages_of(rank)
     modules = {s: m.double() for s, m in zip(mine, build(list(mine), S))}
-    interp = PipelineInterpreter(table, rank, modules, loss_fn, watchdog=Watchdog(30.0))
+    interp = PipelineInterpreter(table, rank, modules, loss_fn, group=group, watchdog=Watchdog(30.0))
     worst, loss_err = 0.0, 0.0
     for step in range(2):  # the second step runs with the shapes learned in the first
         x, y = _batch(make_batch, step, 2 * M)
@@ -82,7 +83,7 @@ def _run_schedc(case, rank):
     return {"grad_err": worst, "loss_err": loss_err}
 
 
-def _run_torch(case, rank):
+def _run_torch(case, rank, group):
     """A built-in through torch's `_PipelineScheduleRuntime` with torch's defaults (scale_grads=True),
     on real PipelineStages: our compute CSV (torch lowers it), our comms CSV (run as written), or the
     schedule object `schedc.torch.schedule` builds."""
@@ -95,7 +96,7 @@ def _run_torch(case, rank):
     mine = [s for s, r in enumerate(case["placement"]) if r == rank]
     build, loss_fn, make_batch = _models()[case["model"]]
     modules = {s: m.double() for s, m in zip(mine, build(mine, S))}
-    stages = [PipelineStage(modules[s], s, S, torch.device("cpu")) for s in mine]
+    stages = [PipelineStage(modules[s], s, S, torch.device("cpu"), group=group) for s in mine]
     if case["kind"] == "torch-api":
         schedule = schedc.torch.schedule(case["source"], stages, M, loss_fn)  # P, V, M from the stages
     else:
@@ -123,17 +124,21 @@ def _worker(cases_path: str, out_dir: str) -> int:
     torch.set_num_threads(1)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    # a case on fewer ranks than the world runs on the first ones, on a process group of their own
+    groups = {n: None if n == world else dist.new_group(list(range(n))) for n in (2, world)}
     results = {}
     for case in json.loads(Path(cases_path).read_text()):
-        t0 = time.perf_counter()
-        try:
-            result = (_run_torch if case["kind"].startswith("torch") else _run_schedc)(case, rank)
-        except Exception as exc:  # the peers would hang on this rank: report and stop the spawn
-            sys.stderr.write(f"rank {rank}: case {case['id']} failed: {type(exc).__name__}: {exc}\n")
-            sys.stderr.flush()
-            os._exit(1)
-        result["seconds"] = time.perf_counter() - t0
-        results[case["id"]] = result
+        if rank < case["ranks"]:
+            t0 = time.perf_counter()
+            try:
+                run = _run_torch if case["kind"].startswith("torch") else _run_schedc
+                result = run(case, rank, groups[case["ranks"]])
+            except Exception as exc:  # the peers would hang on this rank: report and stop the spawn
+                sys.stderr.write(f"rank {rank}: case {case['id']} failed: {type(exc).__name__}: {exc}\n")
+                sys.stderr.flush()
+                os._exit(1)
+            result["seconds"] = time.perf_counter() - t0
+            results[case["id"]] = result
         dist.barrier()
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     dist.barrier()
@@ -170,11 +175,13 @@ def _builtin_cases(R: int, Ms, tmp: Path) -> list[dict]:
             path.write_text(lower_to_torch(program, verified="rendezvous").source)
             for model in ("mlp", "transformer"):
                 cases.append({"id": f"{name} P={R} M={M} S={program.num_stages} {model}", "kind": "schedc",
-                              "program": str(path), "model": model})
+                              "ranks": R, "program": str(path), "model": model})
     return cases
 
 
 def _spawn(cases: list[dict], R: int, tmp: Path) -> dict:
+    """Run the cases in one launch of R ranks (a case on fewer ranks runs on the first ones); merge the
+    ranks' results per case: the largest errors and time."""
     from schedc.runtime.launch import launch
     (tmp / "cases.json").write_text(json.dumps(cases))
     out, err = io.StringIO(), io.StringIO()
@@ -194,6 +201,7 @@ def _spawn(cases: list[dict], R: int, tmp: Path) -> dict:
 
 
 def _assert_equal(results: dict, expected: list[dict]) -> None:
+    results = {case: r for case, r in results.items() if case in {c["id"] for c in expected}}
     assert set(results) == {c["id"] for c in expected}
     bad = {case: r for case, r in results.items()
            if "error" in r or not (r["grad_err"] <= TOL and r["loss_err"] <= TOL)}
@@ -206,8 +214,8 @@ def _torch_cases(R: int, M: int, tmp: Path) -> list[dict]:
     import schedc
     cases = []
     for name, program in _builtins(R, M):
-        common = {"stages": program.num_stages, "microbatches": M, "placement": list(program.placement),
-                  "model": "mlp"}
+        common = {"ranks": R, "stages": program.num_stages, "microbatches": M,
+                  "placement": list(program.placement), "model": "mlp"}
         for level, fmt in (("compute", "compute_only"), ("comms", "compute_comms")):
             path = tmp / f"{name}_P{R}_{level}.csv"
             path.write_text(schedc.to_torch_csv(program, level), newline="")
@@ -218,19 +226,30 @@ def _torch_cases(R: int, M: int, tmp: Path) -> list[dict]:
     return cases
 
 
-def test_every_builtin_on_2_ranks_matches_unsplit_training_on_ours_and_torchs_runtime(tmp_path):
-    cases = _builtin_cases(2, (2, 3, 4), tmp_path) + _torch_cases(2, 4, tmp_path)
+@pytest.fixture(scope="module")
+def builtin_runs(tmp_path_factory):
+    """Every case of the two tests below, run in one launch of 4 ranks: {ranks: cases}, results."""
+    tmp = tmp_path_factory.mktemp("builtins")
+    cases = {2: _builtin_cases(2, (2, 3, 4), tmp) + _torch_cases(2, 4, tmp),
+             4: _builtin_cases(4, (4, 8), tmp) + _torch_cases(4, 8, tmp)}
+    return cases, _spawn(cases[2] + cases[4], 4, tmp)
+
+
+def test_every_builtin_on_2_ranks_matches_unsplit_training_on_ours_and_torchs_runtime(builtin_runs):
+    by_ranks, results = builtin_runs
+    cases = by_ranks[2]
     assert len({c["program"] for c in cases if c["kind"] == "schedc"}) >= 4 * 3  # gpipe, 1f1b, interleaved, looped
     assert len([c for c in cases if c["kind"] == "torch-api"]) == 9  # every built-in
-    _assert_equal(_spawn(cases, 2, tmp_path), cases)
+    _assert_equal(results, cases)
 
 
-def test_every_builtin_on_4_ranks_matches_unsplit_training_on_ours_and_torchs_runtime(tmp_path):
-    cases = _builtin_cases(4, (4, 8), tmp_path) + _torch_cases(4, 8, tmp_path)
+def test_every_builtin_on_4_ranks_matches_unsplit_training_on_ours_and_torchs_runtime(builtin_runs):
+    by_ranks, results = builtin_runs
+    cases = by_ranks[4]
     assert {"gpipe", "1f1b", "interleaved_1f1b", "looped_bfs"} <= {Path(c["program"]).name.split("_P")[0]
                                                                    for c in cases if c["kind"] == "schedc"}
     assert len([c for c in cases if c["kind"] == "torch-api"]) == 9
-    _assert_equal(_spawn(cases, 4, tmp_path), cases)
+    _assert_equal(results, cases)
 
 
 def _tied():

@@ -50,17 +50,22 @@ def test_the_loop_form_is_the_order_found_and_holds_for_every_m_it_claims(run_cl
         assert not ok, below
 
 
-def test_prove_proves_a_synthesised_loop_form_for_every_m(run_cli, tmp_path):
-    report, out, _ = synth(run_cli, tmp_path, "--param", "P=4", "--param", "M=16", "--memory-limit", "4")
+@pytest.mark.parametrize("P, M, cap, modulus", [
+    (2, 8, 2, 2),  # a block of two microbatches: `require M % 2 == 0`, loops over (M - 2) // 2
+    pytest.param(4, 16, 4, 1, marks=pytest.mark.slow),  # 15-40 s to prove
+])
+def test_prove_proves_a_synthesised_loop_form_for_every_m(run_cli, tmp_path, P, M, cap, modulus):
+    from schedc.parse import parse
+    from schedc.prove.model import model
+    from schedc.prove.search import peaks
+    report, out, _ = synth(run_cli, tmp_path, "--param", f"P={P}", "--param", f"M={M}", "--memory-limit", str(cap))
+    assert report["repeat"]["ok"] is True and report["repeat"]["modulus"] == modulus
     p = prove(str(out), timeout=240)
     assert p.verdict == "proved", p.reason
     assert p.memory_bound is not None
-    for m in (report["repeat"]["min_M"], 16, 33):
-        from schedc.prove.model import model
-        from schedc.prove.search import peaks
-        from schedc.parse import parse
+    for m in (report["repeat"]["min_M"], M, 2 * M + modulus):
         peak = max(peaks(model(parse(out.read_text(), str(out))), {"M": m}))
-        assert peak <= 4
+        assert peak <= cap
 
 
 def test_without_a_loop_form_the_list_is_written_and_the_reason_given(run_cli, tmp_path):
