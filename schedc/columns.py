@@ -21,6 +21,8 @@ CODE = {op: i for i, op in enumerate(OPS)}
 COMM_CODES = frozenset(CODE[op] for op in COMM)
 COMPOUND = -1  # op code of a step kept whole from another program (a compound): see `Columns.kept`
 NO_MICROBATCH = -1  # microbatch of UNSHARD, RESHARD, REDUCE_GRAD
+_IS_COMM = np.zeros(len(OPS) + 1, dtype=bool)  # by op code: a send or receive? (COMPOUND, -1, is the last: no)
+_IS_COMM[sorted(COMM_CODES)] = True
 
 
 class Columns(Sequence):
@@ -106,7 +108,7 @@ class Columns(Sequence):
         if self._counts is None:
             compound = np.flatnonzero(self.op == COMPOUND).tolist()
             parts = [a for i in compound for a in self.kept[i].parts]
-            comms = bool(np.isin(self.op, list(COMM_CODES)).any()) or any(a.op in COMM for a in parts)
+            comms = bool(_IS_COMM[self.op].any()) or any(a.op in COMM for a in parts)
             self._counts = (len(self.op) - len(compound) + len(parts), "comms" if comms else "compute", bool(compound))
         return self._counts
 

@@ -2,11 +2,16 @@
 
 Binds parameters (defaults, `--param` overrides), checks `require` constraints, resolves names
 statically (an unknown name is an error even on a path never taken), evaluates placement and the
-per-rank bodies with integer arithmetic, and resolves cost/memory annotations. Expressions are
-compiled once into closures and then run per rank. Resource limits make huge inputs an error.
+per-rank bodies with integer arithmetic, and resolves cost/memory annotations. The rank bodies are
+translated once into Python code (`_BodyWriter`, expressions by schedc/expr.py's emitter) that
+Python compiles; that code and every compiled expression are kept per loop-level IR (`_Code`), so
+expanding a schedule again at other parameters runs the code alone. Resource limits (actions, loop
+iterations) are counted per expansion and make huge inputs an error.
 """
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
@@ -14,10 +19,9 @@ from . import loops as ir_loops
 from . import syntax as ast
 from .errors import SchedcError
 from .ir import (DEFAULT_SPEED, MAX_ACTIONS, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op,
-                 Program, placed, StageCost, StageMemory, parse_step)
-from .expr import FUNCTIONS, MAX_INT, Eval, Env, compile_expr as _compile_expr, did_you_mean as _did_you_mean
-from .expr import compile_function
-from .expr import as_int as _int, as_nonneg as _nonneg, as_truth as _truth
+                 Program, placed, StageCost, StageMemory, parse_step, unchecked_action)
+from .expr import (FUNCTIONS, INT, MAX_INT, RUNTIME, Block, Emitter, Env, Eval, Function, Functions, Module,
+                   compile_expr as _compile_expr, compile_function, did_you_mean as _did_you_mean)
 from .span import Span, span_text
 
 MAX_ITERATIONS = 20_000_000
@@ -51,37 +55,60 @@ def expand(loops: ir_loops.Loops, params: Mapping[str, int], seen: Seen | None =
     if given, hears of every step as it is made, before `order greedy` (if any) reorders a rank:
     the call site (loops.Site.index) and the names in scope there with their values (the prover's
     concrete instances are these)."""
-    return _Compiler(loops, seen).run(dict(params))
+    with _no_cycle_collection():
+        return _Compiler(loops, _Code.of(loops), seen).run(dict(params))
+
+
+@contextmanager
+def _no_cycle_collection():
+    """Python's cycle collector paused: an expansion makes up to millions of objects, none in a
+    cycle, and the collector would walk them again and again as they are made (a third of the time
+    of a big expansion)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @dataclass
 class _Budget:
-    actions: int = 0
-    iterations: int = 0
+    """What an expansion may still make: actions and loop iterations (the limits are read when an
+    expansion starts, never kept in the compiled code)."""
 
-    def add_iterations(self, n: int, span: Span) -> None:
-        self.iterations += n
-        if self.iterations > MAX_ITERATIONS:
-            raise SchedcError("too-large", f"the schedule runs more than {MAX_ITERATIONS:,} loop "
-                              "iterations; use smaller parameters", span)
-
-    def add_action(self, span: Span) -> None:
-        self.actions += 1
-        if self.actions > MAX_ACTIONS:
-            raise SchedcError("too-large", f"the schedule expands to more than {MAX_ACTIONS:,} "
-                              "actions; use smaller parameters", span)
+    actions: int = field(default_factory=lambda: MAX_ACTIONS)
+    iterations: int = field(default_factory=lambda: MAX_ITERATIONS)
 
 
-Run = Callable[[Env, list], None]
+def too_many_iterations(span: Span):
+    raise SchedcError("too-large", f"the schedule runs more than {MAX_ITERATIONS:,} loop iterations; use "
+                      "smaller parameters", span)
+
+
+def too_many_actions(span: Span):
+    raise SchedcError("too-large", f"the schedule expands to more than {MAX_ACTIONS:,} actions; use smaller "
+                      "parameters", span)
+
+
+def zero_step(span: Span):
+    raise SchedcError("range", "a loop step cannot be 0", span)
+
+
+def negative(value: int, span: Span, what: str):
+    raise SchedcError("range", f"{what} index is negative ({value})", span)
 
 
 @dataclass
 class _Scope:
-    """Names visible at a point of the source, with where each was defined (static resolution)."""
+    """Names visible at a point of the source, with where each was defined (static resolution) and
+    the type of its value (schedc/expr.py's INT, NUM, ...)."""
 
     names: dict[str, Span | None] = field(default_factory=dict)
     parent: "_Scope | None" = None
-    functions: dict[str, tuple[tuple[str, ...], Eval, Span]] = field(default_factory=dict)
+    functions: dict[str, tuple[tuple[str, ...], Function, Span]] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)
 
     def function(self, name: str):
         scope = self
@@ -91,21 +118,23 @@ class _Scope:
             scope = scope.parent
         return None
 
-    def lookup(self, name: str) -> bool:
+    def _holder(self, name: str) -> "_Scope | None":
+        """The scope, this one or one it is inside, that defines `name`."""
         scope = self
-        while scope is not None:
-            if name in scope.names:
-                return True
+        while scope is not None and name not in scope.names:
             scope = scope.parent
-        return False
+        return scope
+
+    def lookup(self, name: str) -> bool:
+        return self._holder(name) is not None
 
     def defined_at(self, name: str) -> Span | None:
-        scope = self
-        while scope is not None:
-            if name in scope.names:
-                return scope.names[name]
-            scope = scope.parent
-        return None
+        scope = self._holder(name)
+        return None if scope is None else scope.names[name]
+
+    def type_of(self, name: str) -> str | None:
+        scope = self._holder(name)
+        return None if scope is None else scope.types.get(name)
 
     def all_names(self) -> list[str]:
         out, scope = [], self
@@ -114,21 +143,56 @@ class _Scope:
             scope = scope.parent
         return out
 
-    def define(self, name: str, span: Span) -> None:
+    def define(self, name: str, span: Span, kind: str | None = None) -> None:
         if self.lookup(name) or self.function(name) is not None:
             where = self.defined_at(name)
             note = [f"first defined at {where}"] if where is not None else []
             raise SchedcError("redefined", f"'{name}' is already defined; pick another name",
                               span, note)
         self.names[name] = span
+        if kind is not None:
+            self.types[name] = kind
 
     def child(self) -> "_Scope":
         return _Scope({}, self)
 
 
-STATE = "\x00rank-state"  # env key of the per-rank counters; no source name can collide
-RANK = "\x00rank"  # env key of the rank being expanded (for `seen`)
-SEEN = "\x00seen"  # env key of `seen` while the first replica is expanded (None for the others)
+class _Code:
+    """What a loop-level IR compiles to, kept for the next expansion (a built-in loaded again, a
+    property test's thousands of settings): the names of the schedule (`scope`) and each compiled
+    piece, made the first time an expansion needs it, in the order the source gives, so an error
+    that needs no values is raised where it always was. A piece that fails drops the whole (the
+    next expansion starts again)."""
+
+    _KEPT: dict[int, tuple[ir_loops.Loops, "_Code"]] = {}
+    MAX_KEPT = 256
+
+    def __init__(self, loops: ir_loops.Loops):
+        self.loops = loops
+        self.scope = _Scope()
+        self.pieces: dict = {}
+
+    @classmethod
+    def of(cls, loops: ir_loops.Loops) -> "_Code":
+        hit = cls._KEPT.get(id(loops))
+        if hit is not None and hit[0] is loops:
+            return hit[1]
+        if len(cls._KEPT) >= cls.MAX_KEPT:
+            cls._KEPT.clear()
+        code = cls._KEPT[id(loops)] = (loops, cls(loops))
+        return code[1]
+
+    def get(self, key, make: Callable):
+        """The piece `key`, made by `make()` the first time."""
+        if key in self.pieces:
+            return self.pieces[key]
+        try:
+            piece = make()
+        except BaseException:
+            self._KEPT.pop(id(self.loops), None)
+            raise
+        self.pieces[key] = piece
+        return piece
 
 
 class _RankState:
@@ -157,20 +221,28 @@ class _RankState:
         kind = "F" if op is Op.F else ("W" if op is Op.W else "BI")
         return self.count.get((stage, kind), 0)
 
+    def oldest(self) -> tuple[int, int]:
+        """(stage, microbatch) of the oldest I still waiting for its W."""
+        return next(iter(self.pending))
+
 
 class _Compiler:
-    def __init__(self, loops: ir_loops.Loops, seen: Seen | None = None):
+    def __init__(self, loops: ir_loops.Loops, code: _Code, seen: Seen | None = None):
         self.loops = loops
         self.tree = loops.tree
+        self.code = code
+        self.scope = code.scope
         self.budget = _Budget()
-        self.counting = loops.uses_next
         self.seen = seen
+
+    def expr(self, e: ast.Expr, scope: _Scope) -> Eval:
+        """`e` compiled (once per IR) as a function of an environment."""
+        return self.code.get(("expr", id(e)), lambda: _compile_expr(e, scope))
 
     # ---- the whole schedule ----
     def run(self, overrides: dict[str, int]) -> Program:
         tree, loops = self.tree, self.loops
         env: Env = {}
-        scope = _Scope()
         known = {p.name for p in tree.params}
         for name in overrides:
             if name not in known:
@@ -178,11 +250,12 @@ class _Compiler:
                 listed = ", ".join(sorted(known)) or "none"
                 raise SchedcError("unknown-param", f"schedule '{tree.name}' has no parameter "
                                   f"'{name}' (its parameters: {listed}){hint}", where="--param")
-        for p in tree.params:
+        for i, p in enumerate(tree.params):
             if p.name in overrides:
                 value = overrides[p.name]
-            elif p.default is not None:
-                value = self.expr(p.default, scope)(env)
+            elif p.default is not None:  # (in the scope of the parameters before it)
+                before = _Scope({q.name: q.span for q in tree.params[:i]}, types={q.name: INT for q in tree.params[:i]})
+                value = self.expr(p.default, before)(env)
             else:
                 raise SchedcError("missing-param", f"parameter '{p.name}' has no default; "
                                   f"pass --param {p.name}=N", p.span)
@@ -190,46 +263,59 @@ class _Compiler:
                 raise SchedcError("type", f"parameter '{p.name}' must be an integer", p.span)
             if abs(value) > MAX_INT:
                 raise SchedcError("too-large", f"parameter '{p.name}' = {value} is too large", p.span)
-            scope.define(p.name, p.span)
+            self.code.get(("param", i), lambda: self.scope.define(p.name, p.span, INT))
             env[p.name] = value
 
         decls: dict[str, tuple[int, Span]] = {}
         for item in loops.header:
             if isinstance(item, ast.Let):
-                self.let(item, scope)(env, [])
+                self.header_let(item, env)
             elif isinstance(item, ast.Require):
-                self.require(item, scope, env)
+                self.require(item, env)
             else:
-                decls[item.what] = (self.int_value(item.value, scope, env, item.what), item.span)
+                decls[item.what] = (self.int_value(item.value, self.scope, env, item.what), item.span)
 
         num_ranks = self.num_ranks(decls, env, loops.bodies)
         replicas = self.replicas(decls)
-        by_replica = self.rank_bodies(loops, num_ranks, scope, env, replicas)
+        by_replica = self.rank_bodies(loops, num_ranks, env, replicas)
         rank_lists = by_replica[0]
         num_stages = self.count("stages", decls, MAX_STAGES, rank_lists, loops.placement,
                                 lambda a: a.stage)
         num_mb = self.count("microbatches", decls, MAX_MICROBATCHES, rank_lists, None,
                             lambda a: a.microbatch, param="M", env=env)
-        stage_to_rank = self.placement(loops.placement, num_stages, num_ranks, scope, env, rank_lists)
-        notes = self.annotations(loops.annotations, num_stages, num_ranks, scope, env)
+        stage_to_rank = self.placement(loops.placement, num_stages, num_ranks, env, rank_lists)
+        notes = self.annotations(loops.annotations, num_stages, num_ranks, env)
         program = Program(
             name=tree.name,
             num_ranks=num_ranks,
             num_stages=num_stages,
             num_microbatches=num_mb,
             placement=stage_to_rank,
-            ranks=tuple(tuple(steps) for steps in rank_lists),
+            ranks=tuple(map(tuple, rank_lists)),
             params=tuple((p.name, env[p.name]) for p in tree.params),
             annotations=notes,
             source=tree.span.file,
             forward_only=loops.forward_only is not None,
             p2p=loops.p2p.mode if loops.p2p is not None else "shared",
-            replicas=tuple(tuple(tuple(steps) for steps in lists) for lists in by_replica[1:]),
+            replicas=tuple(tuple(map(tuple, lists)) for lists in by_replica[1:]),
         )
         if loops.order is None:
             return program
-        ordered = [self.reorder(program.replica(d), loops.order, scope, env) for d in range(program.dp)]
+        ordered = [self.reorder(program.replica(d), loops.order, env) for d in range(program.dp)]
         return replace(ordered[0], replicas=tuple(p.ranks for p in ordered[1:]))
+
+    def header_let(self, item: ast.Let, env: Env) -> None:
+        """A `let` of the header: a value, bound in `env`, or a function."""
+        if item.params is not None:
+            self.code.get(("let", id(item)), lambda: define_function(item, self.scope))
+            return
+        value = self.code.get(("let", id(item)), lambda: self.let_value(item))
+        env[item.name] = value(env)
+
+    def let_value(self, item: ast.Let) -> Eval:
+        value = _compile_expr(item.value, self.scope)
+        self.scope.define(item.name, item.span, value.type)
+        return value
 
     def replicas(self, decls) -> int:
         """`replicas D`: how many data-parallel replicas of the pipeline run (1 by default)."""
@@ -240,7 +326,7 @@ class _Compiler:
             raise SchedcError("range", f"the number of replicas must be in 1..{MAX_REPLICAS}, got {value}", span)
         return value
 
-    def reorder(self, program: Program, order: ast.Order, scope: _Scope, env: Env) -> Program:
+    def reorder(self, program: Program, order: ast.Order, env: Env) -> Program:
         from .order import KINDS, greedy_order
         prefer, cap = (Op.I, Op.F, Op.W, Op.B), None
         for opt in order.options:
@@ -251,7 +337,7 @@ class _Compiler:
                                       f"{', '.join(opt.names)}", opt.span)
                 prefer = tuple(KINDS[n] for n in opt.names)
             elif opt.name == "memory" and opt.value is not None:
-                cap = self.expr(opt.value, scope)(env)
+                cap = self.expr(opt.value, self.scope)(env)
                 if type(cap) not in (int, float) or cap < 0:
                     raise SchedcError("type", "memory must be a non-negative number", opt.value.span)
             else:
@@ -259,9 +345,9 @@ class _Compiler:
                                   f"'{opt.name}' is not an option", opt.span)
         return greedy_order(program, prefer, cap, order.span)
 
-    def require(self, item: ast.Require, scope: _Scope, env: Env) -> None:
+    def require(self, item: ast.Require, env: Env) -> None:
         for c in item.constraints:
-            ok = self.expr(c.cond, scope)(env)
+            ok = self.expr(c.cond, self.scope)(env)
             if type(ok) is not bool:
                 raise SchedcError("type", "a requirement must be a comparison, e.g. M >= P", c.cond.span)
             if not ok:
@@ -310,65 +396,63 @@ class _Compiler:
             raise SchedcError("range", f"the number of {what} must be in 1..{limit:,}, got {value}", span)
         return value
 
-    def rank_bodies(self, loops: ir_loops.Loops, num_ranks: int, scope: _Scope, env: Env,
-                    replicas: int = 1) -> list[list[list]]:
-        """Per replica, per rank, the steps (the generic body may name its replica: `rank r, replica d`)."""
+    def rank_bodies(self, loops: ir_loops.Loops, num_ranks: int, env: Env, replicas: int = 1) -> list[list[list]]:
+        """Per replica, per rank, the steps (the generic body may name its replica: `rank r, replica d`).
+        Ranks run in order; a stretch of ranks without a body of their own runs in one call of the
+        generic body's code."""
         specific = {b.rank: b for b in loops.specific}
         for b in loops.specific:
             if b.rank >= num_ranks:
                 raise SchedcError("range", f"rank {b.rank} is out of range: the schedule has "
                                   f"{num_ranks} rank(s)", b.span)
-        generic, generic_run = loops.generic, None
-        if generic is not None:
-            inner = scope.child()
-            inner.define(generic.var, generic.span)
-            if generic.replica is not None:
-                inner.define(generic.replica, generic.span)
-            generic_run = self.block(generic.nodes, inner)
-        compiled = {b.rank: self.block(b.nodes, scope.child()) for b in loops.specific if not b.literal}
+        reporting = self.seen is not None
+        generic = None
+        if loops.generic is not None:
+            generic = self.code.get(("body", loops.generic.position, reporting),
+                                    lambda: _BodyWriter(self.scope, reporting, loops.uses_next).code(loops.generic))
+        compiled = {b.rank: self.code.get(("body", b.position, reporting),
+                                          lambda: _BodyWriter(self.scope, reporting, loops.uses_next).code(b))
+                    for b in loops.specific if not b.literal}
+        starts = sorted(specific) + [num_ranks]
         out: list[list[list]] = []
         for d in range(replicas):
             seen = self.seen if d == 0 else None
             lists: list[list] = []
-            for rank in range(num_ranks):
-                steps: list = []
+            rank = 0
+            while rank < num_ranks:
                 body = specific.get(rank)
-                if body is not None and body.literal:
-                    steps = [self.literal(site.action) for site in body.nodes]
-                    if seen is not None:
-                        for site, step in zip(body.nodes, steps):
-                            seen(rank, site.index, step, env)
-                elif body is not None:
-                    local = dict(env)
-                    local[STATE] = _RankState()
-                    local[RANK] = rank
-                    local[SEEN] = seen
-                    compiled[rank](local, steps)
-                elif generic_run is not None:
-                    local = dict(env)
-                    local[generic.var] = rank
-                    if generic.replica is not None:
-                        local[generic.replica] = d
-                    local[STATE] = _RankState()
-                    local[RANK] = rank
-                    local[SEEN] = seen
-                    generic_run(local, steps)
-                else:
+                if body is None and generic is None:
                     raise SchedcError("missing-rank", f"rank {rank} has no body: add `rank {rank} {{ ... }}` "
                                       "or a `rank r { ... }` for all ranks", self.tree.name_span)
-                lists.append(steps)
+                if body is None:  # up to the next rank with a body of its own
+                    stop = next(s for s in starts if s > rank)
+                    generic(env, range(rank, stop), d, lists, seen, self.budget)
+                    rank = stop
+                    continue
+                if body.literal:
+                    lists.append(self.literal_rank(body, rank, env, seen))
+                else:
+                    compiled[rank](env, (rank,), d, lists, seen, self.budget)
+                rank += 1
             out.append(lists)
         return out
 
-    def literal(self, a: ast.LiteralAction):
-        try:
-            step = parse_step(a.text, a.span)
-        except ActionSyntaxError as exc:
-            raise SchedcError("bad-action", str(exc), a.span) from None
-        self.budget.add_action(a.span)
-        return step
+    def literal_rank(self, body: ir_loops.Body, rank: int, env: Env, seen) -> list:
+        """The steps of `rank N: 0F0 0B0 ...` (parsed once), each counted against the budget."""
+        steps = self.code.get(("literal", body.position), lambda: [_parsed(site.action) for site in body.nodes])
+        out = []
+        for site, step in zip(body.nodes, steps):
+            if isinstance(step, SchedcError):
+                raise step
+            self.budget.actions -= 1
+            if self.budget.actions < 0:
+                too_many_actions(site.action.span)
+            out.append(step)
+            if seen is not None:
+                seen(rank, site.index, step, env)
+        return out
 
-    def placement(self, p: ast.Placement | None, num_stages, num_ranks, scope, env, rank_lists):
+    def placement(self, p: ast.Placement | None, num_stages, num_ranks, env, rank_lists):
         if p is None:  # inferred: the rank where a stage's first action appears
             table = [0] * num_stages
             seen = set()
@@ -387,9 +471,7 @@ class _Compiler:
                                   f"ranks as stages, got {num_stages}", p.span)
             return placed("vshape", num_stages, num_ranks)
         if p.kind == "expr":
-            inner = scope.child()
-            inner.define(p.var, p.span)
-            fn = self.expr(p.expr, inner)
+            fn = self.code.get(("place", id(p)), lambda: self.placement_expr(p))
             values = []
             for s in range(num_stages):
                 local = dict(env)
@@ -399,7 +481,7 @@ class _Compiler:
             if len(p.table) != num_stages:
                 raise SchedcError("placement", f"the placement table has {len(p.table)} entries but "
                                   f"there are {num_stages} stages", p.span)
-            values = [(self.expr(e, scope)(env), e.span) for e in p.table]
+            values = [(self.expr(e, self.scope)(env), e.span) for e in p.table]
         out = []
         for s, (rank, span) in enumerate(values):
             if type(rank) is not int or not 0 <= rank < num_ranks:
@@ -408,7 +490,13 @@ class _Compiler:
             out.append(rank)
         return tuple(out)
 
-    def annotations(self, items, num_stages, num_ranks, scope, env) -> Annotations:
+    def placement_expr(self, p: ast.Placement) -> Eval:
+        """`place s -> E`: E compiled with the stage named."""
+        inner = self.scope.child()
+        inner.define(p.var, p.span, INT)
+        return _compile_expr(p.expr, inner)
+
+    def annotations(self, items, num_stages, num_ranks, env) -> Annotations:
         base_cost: dict[str, float] = {}
         stage_cost: dict[int, dict[str, float]] = {}
         base_mem: dict[str, float] = {}
@@ -419,13 +507,13 @@ class _Compiler:
         for item in items:
             index = None
             if item.scope is not None:
-                index = self.int_value(item.scope_expr, scope, env, item.scope)
+                index = self.int_value(item.scope_expr, self.scope, env, item.scope)
                 bound = num_stages if item.scope == "stage" else num_ranks
                 if not 0 <= index < bound:
                     raise SchedcError("range", f"{item.scope} {index} is out of range 0..{bound - 1}",
                                       item.scope_expr.span)
             for s in item.settings:
-                value = self.expr(s.value, scope)(env)
+                value = self.expr(s.value, self.scope)(env)
                 if type(value) not in (int, float) or value < 0:
                     raise SchedcError("type", f"'{s.name}' must be a non-negative number", s.value.span)
                 value = float(value)
@@ -442,120 +530,225 @@ class _Compiler:
                 else:
                     (stage_mem.setdefault(index, {}) if index is not None else base_mem)[s.name] = value
         # given values are absolute; the rest is each stage's share of a rank-sized chunk (ir.default_share)
-        cost, size = StageCost.default(num_stages, num_ranks), StageMemory.default(num_stages, num_ranks)
-        costs = tuple(cost.with_settings({**base_cost, **stage_cost.get(s, {})}) for s in range(num_stages))
-        memory = tuple(size.with_settings({**base_mem, **stage_mem.get(s, {})}) for s in range(num_stages))
+        costs = _per_stage(StageCost.default(num_stages, num_ranks), num_stages, base_cost, stage_cost)
+        memory = _per_stage(StageMemory.default(num_stages, num_ranks), num_stages, base_mem, stage_mem)
         return Annotations(costs, memory, tuple(speed), tuple(sorted(limits.items())),
                            extras["latency"], extras["bandwidth"])
 
+
+def _per_stage(default, num_stages: int, given: dict, by_stage: dict[int, dict]) -> tuple:
+    """`default.with_settings` for every stage: `given` for all, and `by_stage[s]` on top for stage s
+    (the stages without settings of their own share one object: no work per stage)."""
+    shared = default.with_settings(given)
+    out = [shared] * num_stages
+    for s, own in by_stage.items():
+        out[s] = default.with_settings({**given, **own})
+    return tuple(out)
+
+
+def define_function(s: ast.Let, scope: _Scope) -> Function:
+    """`let f(a, b) = E`: a pure function; its parameters may shadow outer names inside E."""
+    if len(set(s.params)) != len(s.params):
+        raise SchedcError("redefined", f"function '{s.name}' names a parameter twice", s.span)
+    inner = _Scope({p: s.span for p in s.params}, scope)
+    fn = compile_function(s.params, s.value, inner)
+    if scope.lookup(s.name) or scope.function(s.name) is not None or s.name in FUNCTIONS:
+        raise SchedcError("redefined", f"'{s.name}' is already defined; pick another name", s.span)
+    scope.functions[s.name] = (s.params, fn, s.span)
+    return fn
+
+
+def _parsed(a: ast.LiteralAction):
+    """A literal action's step, or the error that it is not one."""
+    try:
+        return parse_step(a.text, a.span)
+    except ActionSyntaxError as exc:
+        return SchedcError("bad-action", str(exc), a.span)
+
+
+_SET_KIND, _SET_PARTS, _SET_SPAN = Compound.kind.__set__, Compound.parts.__set__, Compound.span.__set__
+
+
+def _compound(kind: CompoundKind, parts: tuple[Action, ...], span: Span) -> Compound:
+    """`Compound(kind, parts, span)` without the dataclass's frozen setters (as ir.unchecked_action
+    makes an action): a schedule of overlapped pairs makes millions."""
+    step = object.__new__(Compound)
+    _SET_KIND(step, kind)
+    _SET_PARTS(step, parts)
+    _SET_SPAN(step, span)
+    return step
+
+
+# ---- the rank bodies as Python code ----
+MAX_NESTED_LOOPS = 12  # `for` loops one generated function nests (Python allows 20 blocks)
+MAX_INDENT = 24  # ... and levels of indentation (the tokenizer allows 100 in a file)
+_RUN = {**RUNTIME, "_mk": unchecked_action, "_Compound": _compound, "_State": _RankState,
+        "too_many_iterations": too_many_iterations, "too_many_actions": too_many_actions,
+        "zero_step": zero_step, "negative": negative}
+
+
+class _BodyWriter:
+    """Python source of one rank body, compiled into
+
+        body(env, ranks, replica, lists, seen, budget)
+
+    which appends to `lists` the steps of each rank in `ranks` (the header's names read from
+    `env`), counting actions and loop iterations against `budget`. Names are Python variables
+    (`v_NAME`); each statement is written where it was, and a statement nested too deep for
+    Python is written as a function of its own. `reporting`: call `seen` for every step (the
+    prover); `counting`: keep the per-rank state that `next` reads."""
+
+    def __init__(self, root: _Scope, reporting: bool, counting: bool):
+        self.root, self.reporting, self.counting = root, reporting, counting
+        self.module = Module()
+        self.module.globals.update(_RUN)
+        self.functions = Functions(self.module, local=True)
+        self.rank = "_rank"
+        self.counters: set[str] = set()
+        self.before: list[str] = []  # lines before the loop over the ranks (`hoisted`)
+
+    def code(self, body: ir_loops.Body) -> Callable:
+        """The compiled function of a rank body (its header: every name of the schedule's header
+        read from `env`, the header's `let` functions nested; then a loop over the ranks)."""
+        top = Block()
+        scope = self.root.child()
+        for _, fn, _ in _all_functions(self.root):
+            self.functions.define(fn, top)
+        for name in self.root.all_names():
+            top.line(f"v_{name} = _env[{name!r}]")
+        top.line("_ia, _ii = _budget.actions, _budget.iterations")
+        self.rank = "_rank" if body.var is None else f"v_{body.var}"  # the rank being expanded
+        self.counters = {body.var, body.replica} - {None}  # names of a rank and a replica: never negative
+        if body.var is not None:
+            scope.define(body.var, body.span, INT)
+        loop = len(top.lines)  # (where the ranges made before the ranks go)
+        top.line(f"for {self.rank} in _ranks:")
+        top.indent, top.loops = 1, 1
+        if body.replica is not None:
+            scope.define(body.replica, body.span, INT)
+            top.line(f"v_{body.replica} = _replica")
+        top.line("_out = []")
+        if self.counting:
+            top.line("_st = _State()")
+        self.block(body.nodes, scope, top)
+        top.line("_lists.append(_out)")
+        top.indent -= 1
+        top.line("_budget.actions, _budget.iterations = _ia, _ii")
+        top.lines[loop:loop] = self.before
+        self.functions.finish()
+        return self.module.function(top, "body", "_env", "_ranks", "_replica", "_lists", "_seen", "_budget")
+
+    def emitter(self, block: Block) -> Emitter:
+        return Emitter(self.module, block, local=True, functions=self.functions)
+
+    def span(self, span: Span) -> str:
+        return self.module.const(span, "_s")
+
     # ---- statements ----
-    def block(self, stmts, scope: _Scope) -> Run:
-        runs = [self.stmt(s, scope) for s in stmts]
+    def block(self, nodes, scope: _Scope, block: Block) -> None:
+        start = len(block.lines)
+        for node in nodes:
+            self.stmt(node, scope, block)
+        if len(block.lines) == start:
+            block.line("pass")
 
-        def run(env, out):
-            for r in runs:
-                r(env, out)
-        return run
-
-    def stmt(self, s: ir_loops.Node, scope: _Scope) -> Run:
+    def stmt(self, s: ir_loops.Node, scope: _Scope, block: Block) -> None:
+        if isinstance(s, (ir_loops.Loop, ir_loops.Branch)) and (block.loops >= MAX_NESTED_LOOPS
+                                                                 or block.indent >= MAX_INDENT):
+            block = self.nested(block)
         if isinstance(s, ast.Let):
-            return self.let(s, scope)
-        if isinstance(s, ir_loops.Loop):
-            return self.for_(s, scope)
-        if isinstance(s, ir_loops.Branch):
-            return self.if_(s, scope)
-        return self.do(s, scope)
+            self.let(s, scope, block)
+        elif isinstance(s, ir_loops.Loop):
+            self.for_(s, scope, block)
+        elif isinstance(s, ir_loops.Branch):
+            self.if_(s, scope, block)
+        else:
+            self.do(s, scope, block)
 
-    def let(self, s: ast.Let, scope: _Scope) -> Run:
+    def nested(self, block: Block) -> Block:
+        """A function nested in `block`, called here: the statements written into it run here,
+        reading the same variables (Python limits how deep one function nests)."""
+        name = self.module.fresh("_nested")
+        inner = block.nest(f"{name}()")
+        inner.line("nonlocal _ia, _ii")
+        block.line(f"{name}()")
+        return inner
+
+    def let(self, s: ast.Let, scope: _Scope, block: Block) -> None:
         if s.params is not None:
-            return self.function(s, scope)
-        value = self.expr(s.value, scope)
-        scope.define(s.name, s.span)
-        name = s.name
+            self.functions.define(define_function(s, scope), block)
+            return
+        src, kind = self.emitter(block).expr(s.value, scope)
+        scope.define(s.name, s.span, kind)
+        block.line(f"v_{s.name} = {src}")
 
-        def run(env, out):
-            env[name] = value(env)
-        return run
-
-    def function(self, s: ast.Let, scope: _Scope) -> Run:
-        """`let f(a, b) = E`: a pure function; its parameters may shadow outer names inside E."""
-        if len(set(s.params)) != len(s.params):
-            raise SchedcError("redefined", f"function '{s.name}' names a parameter twice", s.span)
-        inner = _Scope({p: s.span for p in s.params}, scope)
-        body = compile_function(s.params, s.value, inner)
-        if scope.lookup(s.name) or scope.function(s.name) is not None or s.name in FUNCTIONS:
-            raise SchedcError("redefined", f"'{s.name}' is already defined; pick another name", s.span)
-        scope.functions[s.name] = (s.params, body, s.span)
-        return lambda env, out: None
-
-    def for_(self, s: ir_loops.Loop, scope: _Scope) -> Run:
-        start, stop = self.expr(s.start, scope), self.expr(s.stop, scope)
-        step = self.expr(s.step, scope) if s.step is not None else None
+    def for_(self, s: ir_loops.Loop, scope: _Scope, block: Block) -> None:
+        loop, length = self.hoisted(s, scope) or self.loop_range(s, scope, block)
+        block.line(f"_ii -= {length}")
+        block.line(f"if _ii < 0: too_many_iterations({self.span(s.span)})")
         inner = scope.child()
-        inner.define(s.var, s.span)
-        body = self.block(s.body, inner)
-        var, budget, rev = s.var, self.budget, s.reversed
+        inner.define(s.var, s.span, INT)
+        block.line(f"for v_{s.var} in {f'reversed({loop})' if s.reversed else loop}:")
+        block.indent += 1
+        block.loops += 1
+        self.block(s.body, inner, block)
+        block.loops -= 1
+        block.indent -= 1
 
-        def run(env, out):
-            a, b = _int(start(env), s.start.span), _int(stop(env), s.stop.span)
-            k = 1 if step is None else _int(step(env), s.step.span)
-            if k == 0:
-                raise SchedcError("range", "a loop step cannot be 0", s.step.span)
-            rng = range(a, b, k)
-            budget.add_iterations(len(rng), s.span)
-            for v in (reversed(rng) if rev else rng):
-                env[var] = v
-                body(env, out)
-        return run
+    def loop_range(self, s: ir_loops.Loop, scope: _Scope, block: Block) -> tuple[str, str]:
+        """Statements that make a loop's range `_r`, checking its bounds; (`_r`, its length)."""
+        em = self.emitter(block)
+        start, stop = (em.integer(*em.expr(x, scope), x.span) for x in (s.start, s.stop))
+        if s.step is None:
+            block.line(f"_r = range({start}, {stop})")
+        else:
+            step, kind = em.expr(s.step, scope)
+            if isinstance(s.step, ast.Num) and s.step.value and kind == INT:
+                block.line(f"_r = range({start}, {stop}, {step})")
+            else:
+                block.line(f"_lo, _hi, _k = {start}, {stop}, {em.integer(step, kind, s.step.span)}")
+                block.line(f"if _k == 0: zero_step({self.span(s.step.span)})")
+                block.line("_r = range(_lo, _hi, _k)")
+        return "_r", "len(_r)"
 
-    def if_(self, s: ir_loops.Branch, scope: _Scope) -> Run:
-        branches = [(self.expr(c, scope), c.span, self.block(b, scope.child())) for c, b in s.arms]
-        orelse = self.block(s.orelse, scope.child())
+    def hoisted(self, s: ir_loops.Loop, scope: _Scope) -> tuple[str, str] | None:
+        """A loop whose bounds are integers of the header (or numbers) has the same range on every
+        rank: made once, before the ranks (nothing to check, nothing that can fail); (its name, the
+        name of its length). None for any other loop."""
+        bounds = (s.start, s.stop) + (() if s.step is None else (s.step,))
+        if not all(self.invariant(x, scope) for x in bounds) or (s.step is not None and not _positive(s.step)):
+            return None
+        em = self.emitter(Block())
+        name = self.module.fresh("_range")
+        self.before.append(f"{name} = range({', '.join(em.expr(x, scope)[0] for x in bounds)})")
+        self.before.append(f"{name}_length = len({name})")
+        return name, f"{name}_length"
 
-        def run(env, out):
-            for cond, span, body in branches:
-                if _truth(cond(env), span):
-                    body(env, out)
-                    return
-            orelse(env, out)
-        return run
+    def invariant(self, x: ast.Expr, scope: _Scope) -> bool:
+        """An integer literal, or an integer of the header: the same on every rank."""
+        if isinstance(x, ast.Num):
+            return type(x.value) is int
+        return isinstance(x, ast.Var) and scope._holder(x.name) is self.root and self.root.type_of(x.name) == INT
 
-    def do(self, site: ir_loops.Site, scope: _Scope) -> Run:
-        call, index, reporting = site.action, site.index, self.seen is not None
+    def if_(self, s: ir_loops.Branch, scope: _Scope, block: Block) -> None:
+        em = self.emitter(block)
+        for k, (cond, body) in enumerate(s.arms):
+            block.line(f"{'if' if k == 0 else 'elif'} {em.condition(cond, scope)}:")
+            block.indent += 1
+            self.block(body, scope.child(), block)
+            block.indent -= 1
+        if s.orelse:
+            block.line("else:")
+            block.indent += 1
+            self.block(s.orelse, scope.child(), block)
+            block.indent -= 1
+
+    # ---- actions ----
+    def do(self, site: ir_loops.Site, scope: _Scope, block: Block) -> None:
+        call = site.action
         if call.name in ("group", "overlap"):
-            kind = CompoundKind.GROUP if call.name == "group" else CompoundKind.OVERLAP_F_B
-            if not call.args or (kind is CompoundKind.OVERLAP_F_B and len(call.args) != 2):
-                need = "two actions, e.g. overlap(F(0, 1), B(7, 0))" if kind is CompoundKind.OVERLAP_F_B \
-                    else "at least one send or receive"
-                raise SchedcError("arity", f"{call.name}(...) takes {need}", call.span)
-            parts = []
-            for arg in call.args:
-                if not isinstance(arg, ast.Call) or arg.name not in ACTION_OPS:
-                    raise SchedcError("bad-action", f"the parts of {call.name}(...) must be actions",
-                                      arg.span)
-                op = ACTION_OPS[arg.name]
-                if kind is CompoundKind.GROUP and not op.is_comm:
-                    raise SchedcError("bad-action", "a group holds only SEND_F/RECV_F/SEND_B/RECV_B; "
-                                      f"{arg.name} is not communication", arg.span)
-                if kind is CompoundKind.OVERLAP_F_B and not op.is_compute:
-                    raise SchedcError("bad-action", f"overlap(...) pairs compute actions; {arg.name} "
-                                      "is not one", arg.span)
-                if _is_next_w(arg, scope):
-                    raise SchedcError("bad-action", f"W(next) cannot be part of {call.name}(...): it may "
-                                      "emit nothing", arg.span)
-                parts.append(self.action(arg, scope))
-            budget, span, counting = self.budget, call.span, self.counting
-
-            def run(env, out):
-                budget.add_action(span)
-                step = Compound(kind, tuple(p(env) for p in parts), span)
-                out.append(step)
-                if reporting and env[SEEN] is not None:
-                    env[SEEN](env[RANK], index, step, env)
-                if counting:
-                    for a in step.parts:
-                        env[STATE].note(a)
-            return run
+            self.compound(site, scope, block)
+            return
         if call.name not in ACTION_OPS:
             kinds = " ".join(ACTION_OPS) + " group overlap"
             if call.name in FUNCTIONS:
@@ -564,32 +757,49 @@ class _Compiler:
                 msg = f"unknown action '{call.name}'{_did_you_mean(call.name, list(ACTION_OPS))}; " \
                       f"actions are: {kinds}"
             raise SchedcError("unknown-action", msg, call.name_span)
-        make = self.action(call, scope)
-        budget, span, counting = self.budget, call.span, self.counting
+        if _is_next_w(call, scope):  # the oldest I without its W, if any
+            block.line("if _st.pending:")
+            block.indent += 1
+            block.line(f"_a = _mk({self.op(Op.W)}, *_st.oldest(), {self.span(call.span)})")
+            self.emit(site, "_a", scope, block)
+            block.indent -= 1
+            return
+        action = self.action(call, scope, block)
+        self.emit(site, action, scope, block)
 
-        def run(env, out):
-            a = make(env)
-            if a is None:  # W(next) with no I waiting
-                return
-            budget.add_action(span)
-            out.append(a)
-            if reporting and env[SEEN] is not None:
-                env[SEEN](env[RANK], index, a, env)
-            if counting:
-                env[STATE].note(a)
-        return run
+    def compound(self, site: ir_loops.Site, scope: _Scope, block: Block) -> None:
+        """`group(...)` or `overlap(...)`: one step of several actions."""
+        call = site.action
+        kind = CompoundKind.GROUP if call.name == "group" else CompoundKind.OVERLAP_F_B
+        if not call.args or (kind is CompoundKind.OVERLAP_F_B and len(call.args) != 2):
+            need = "two actions, e.g. overlap(F(0, 1), B(7, 0))" if kind is CompoundKind.OVERLAP_F_B \
+                else "at least one send or receive"
+            raise SchedcError("arity", f"{call.name}(...) takes {need}", call.span)
+        self.count(call.span, block)  # (the step is counted before its parts are made)
+        parts = []
+        for k, arg in enumerate(call.args):
+            if not isinstance(arg, ast.Call) or arg.name not in ACTION_OPS:
+                raise SchedcError("bad-action", f"the parts of {call.name}(...) must be actions", arg.span)
+            op = ACTION_OPS[arg.name]
+            if kind is CompoundKind.GROUP and not op.is_comm:
+                raise SchedcError("bad-action", "a group holds only SEND_F/RECV_F/SEND_B/RECV_B; "
+                                  f"{arg.name} is not communication", arg.span)
+            if kind is CompoundKind.OVERLAP_F_B and not op.is_compute:
+                raise SchedcError("bad-action", f"overlap(...) pairs compute actions; {arg.name} "
+                                  "is not one", arg.span)
+            if _is_next_w(arg, scope):
+                raise SchedcError("bad-action", f"W(next) cannot be part of {call.name}(...): it may "
+                                  "emit nothing", arg.span)
+            block.line(f"_p{k} = {self.action(arg, scope, block)}")
+            parts.append(f"_p{k}")
+        kind_name = self.module.const(kind, "_kind")
+        block.line(f"_a = _Compound({kind_name}, ({', '.join(parts)},), {self.span(call.span)})")
+        self.emit(site, "_a", scope, block, counted=True)
 
-    def action(self, call: ast.Call, scope: _Scope) -> Callable[[Env], Action | None]:
+    def action(self, call: ast.Call, scope: _Scope, block: Block) -> str:
+        """Statements that evaluate and check an action's stage and microbatch; the expression
+        that makes it."""
         op = ACTION_OPS[call.name]
-        span = call.span
-        if _is_next_w(call, scope):
-            def oldest(env):
-                pending = env[STATE].pending
-                if not pending:
-                    return None
-                stage, mb = next(iter(pending))
-                return Action(Op.W, stage, mb, span)
-            return oldest
         want = 2 if op.has_microbatch else 1
         if len(call.args) != want:
             form = f"{op.value}(stage, microbatch)" if want == 2 else f"{op.value}(stage)"
@@ -598,31 +808,68 @@ class _Compiler:
         if auto and op.is_comm:
             raise SchedcError("bad-action", f"{op.value}(stage, next): `next` numbers compute actions only",
                               call.args[1].span)
-        args = [self.expr(a, scope) for a in (call.args[:1] if auto else call.args)]
-        spans = [a.span for a in call.args]
+        args = call.args[:1] if auto else call.args
+        values = self.indices(args, ("stage", "microbatch"), scope, block)
         if auto:
-            (fs,) = args
+            values.append(f"_st.next_microbatch({self.op(op)}, {values[0]})")
+        elif want == 1:
+            values.append("None")
+        return f"_mk({self.op(op)}, {', '.join(values)}, {self.span(call.span)})"
 
-            def make(env):
-                stage = _nonneg(fs(env), spans[0], "stage")
-                return Action(op, stage, env[STATE].next_microbatch(op, stage), span)
-            return make
-        if want == 2:
-            fs, fm = args
+    def indices(self, args, what, scope: _Scope, block: Block) -> list[str]:
+        """Evaluate a stage (and microbatch), then check each is a non-negative integer: the sources
+        that read them."""
+        em = self.emitter(block)
+        values = []
+        for k, arg in enumerate(args):
+            src, kind = em.expr(arg, scope)
+            if not (kind == INT and isinstance(arg, (ast.Var, ast.Num))):  # evaluated once, in order
+                block.line(f"_i{k} = {src}")
+                src = f"_i{k}"
+            values.append((src, kind, arg))
+        for (src, kind, arg), name in zip(values, what):
+            if kind != INT:
+                block.line(f"{src} = as_nonneg({src}, {self.span(arg.span)}, {name!r})")
+            elif not (isinstance(arg, ast.Num) or isinstance(arg, ast.Var) and arg.name in self.counters):
+                block.line(f"if {src} < 0: negative({src}, {self.span(arg.span)}, {name!r})")
+        return [src for src, _, _ in values]
 
-            def make(env):
-                stage, mb = fs(env), fm(env)
-                return Action(op, _nonneg(stage, spans[0], "stage"), _nonneg(mb, spans[1], "microbatch"),
-                              span)
-        else:
-            (fs,) = args
+    def emit(self, site: ir_loops.Site, step: str, scope: _Scope, block: Block, counted: bool = False) -> None:
+        """Count the step (unless `counted`), append it to the rank's list, and tell `seen` of it
+        and `next`'s state."""
+        if not counted:
+            self.count(site.action.span, block)
+        if self.reporting or self.counting:
+            if step != "_a":
+                block.line(f"_a = {step}")
+                step = "_a"
+        block.line(f"_out.append({step})")
+        if self.reporting:
+            names = ", ".join(f"{n!r}: v_{n}" for n in scope.all_names())
+            block.line(f"if _seen is not None: _seen({self.rank}, {site.index}, _a, {{{names}}})")
+        if self.counting:
+            if site.action.name in ("group", "overlap"):
+                block.line("for _part in _a.parts: _st.note(_part)")
+            else:
+                block.line("_st.note(_a)")
 
-            def make(env):
-                return Action(op, _nonneg(fs(env), spans[0], "stage"), None, span)
-        return make
+    def count(self, span: Span, block: Block) -> None:
+        block.line("_ia -= 1")
+        block.line(f"if _ia < 0: too_many_actions({self.span(span)})")
 
-    def expr(self, e: ast.Expr, scope: _Scope) -> Eval:
-        return _compile_expr(e, scope)
+    def op(self, op: Op) -> str:
+        return self.module.const(op, "_op")
+
+
+def _positive(x: ast.Expr) -> bool:
+    return isinstance(x, ast.Num) and type(x.value) is int and x.value > 0
+
+
+def _all_functions(scope: _Scope):
+    """The `let` functions defined in a scope and those it is inside."""
+    while scope is not None:
+        yield from scope.functions.values()
+        scope = scope.parent
 
 
 def _is_next(arg, scope: _Scope) -> bool:

@@ -23,19 +23,10 @@ def _let_chain(n: int) -> str:
                       *lets, "  rank r {", f"    F(0, f{n}(0))", "    B(0, 0)", "  }", "}"])
 
 
-def _arithmetic(monkeypatch, n: int, run) -> int:
-    """Arithmetic operations (calls of expr.as_number) `run(n)` makes on the chain of `n` functions."""
-    from schedc import expr
-    calls = [0]
-    real = expr.as_number
-
-    def counted(v, span):
-        calls[0] += 1
-        return real(v, span)
-    monkeypatch.setattr(expr, "as_number", counted)
-    run(n)
-    monkeypatch.setattr(expr, "as_number", real)
-    return calls[0]
+def _arithmetic(n: int, run) -> int:
+    """The Python work (lines run, schedc's own and the code it generates) of `run(n)` on the chain
+    of `n` functions."""
+    return _lines(lambda: run(n))
 
 
 def _compile(n: int) -> None:
@@ -50,13 +41,13 @@ def _prove_eval(n: int) -> None:
     assert evaluate(ast.Call(f"f{n}", (ast.Num(0, here),), here, here), {"k": 0, "P": 1, "M": 1}, functions) == 0
 
 
-def test_let_functions_calling_the_previous_ones_compile_in_linear_work(monkeypatch):
-    small, large = _arithmetic(monkeypatch, 6, _compile), _arithmetic(monkeypatch, 12, _compile)
+def test_let_functions_calling_the_previous_ones_compile_in_linear_work():
+    small, large = _arithmetic(6, _compile), _arithmetic(12, _compile)
     assert large <= 3 * small, (small, large)  # 3^6 times more if each call ran its callee anew
 
 
-def test_prover_evaluates_let_function_chains_in_linear_work(monkeypatch):
-    small, large = _arithmetic(monkeypatch, 4, _prove_eval), _arithmetic(monkeypatch, 8, _prove_eval)
+def test_prover_evaluates_let_function_chains_in_linear_work():
+    small, large = _arithmetic(4, _prove_eval), _arithmetic(8, _prove_eval)
     assert large <= 3 * small, (small, large)
 
 
@@ -198,9 +189,11 @@ def test_a_lowering_over_the_action_limit_is_refused_before_it_is_built(monkeypa
 
 # ---- issue 21: reading, checking and lowering in work linear in the actions ----
 def _lines(run) -> int:
-    """Lines of schedc's own code that `run()` executes: a count of the Python work it does (array
+    """Lines of schedc's own code that `run()` executes, and of the code it generates (a schedule's
+    rank bodies and expressions, schedc/expr.py): a count of the Python work it does (array
     operations count one line whatever their length), the same on every machine."""
     import sys
+    from schedc.expr import GENERATED
     count = [0]
 
     def line(frame, event, arg):
@@ -209,7 +202,8 @@ def _lines(run) -> int:
         return line
 
     def call(frame, event, arg):
-        return line if "/schedc/" in frame.f_code.co_filename.replace("\\", "/") else None
+        name = frame.f_code.co_filename
+        return line if name == GENERATED or "/schedc/" in name.replace("\\", "/") else None
     previous = sys.gettrace()
     sys.settrace(call)
     try:
@@ -322,3 +316,64 @@ def test_a_runnable_program_too_large_to_write_is_refused_and_compile_writes_the
     with pytest.raises(SchedcError) as exc:
         codegen.lower_to_torch(schedc.load("1f1b", {"P": 4, "M": 16}))
     assert exc.value.code == "too-large"
+
+
+# ---- issue 21: compiling in work linear in the actions, whatever the shape ----
+def _compile_lines(name: str, params: dict) -> int:
+    """The Python work of expanding a built-in (its code made before: a second expansion)."""
+    from schedc.api import load
+    load(name, params)
+    return _lines(lambda: load(name, params))
+
+
+def test_compiling_is_linear_in_ranks():
+    """gpipe with many ranks and few microbatches costs what the same number of actions costs on a
+    few ranks: nothing is done per rank or per stage beyond its actions' share (per-stage costs
+    and sizes were made one by one, a rank's setup was interpreted anew)."""
+    wide, deep = _compile_lines("gpipe", {"P": 1024, "M": 2}), _compile_lines("gpipe", {"P": 16, "M": 128})
+    assert wide <= 1.5 * deep, (wide, deep)  # 4,096 actions each
+    assert _compile_lines("gpipe", {"P": 4096, "M": 2}) <= 4.4 * wide  # and linear in them
+
+
+def test_a_schedule_is_compiled_once_and_its_limits_read_at_each_expansion(monkeypatch):
+    """The rank bodies become Python code once per schedule (schedc/compiler.py's `_Code`); a second
+    expansion, at other parameters, compiles nothing, and the limits it counts against are the
+    ones in force then, not the ones when the code was made."""
+    from schedc import compiler, expr
+    from schedc.api import load
+    load("zbv", {"P": 2, "M": 4})
+    made = [0]
+    real = expr.Module.function
+
+    def counted(*args, **kwargs):
+        made[0] += 1
+        return real(*args, **kwargs)
+    monkeypatch.setattr(expr.Module, "function", counted)
+    assert load("zbv", {"P": 3, "M": 6}).num_actions == 3 * 2 * 6 * 3 and made[0] == 0
+    monkeypatch.setattr(compiler, "MAX_ITERATIONS", 10)
+    with pytest.raises(SchedcError) as err:
+        load("zbv", {"P": 3, "M": 6})
+    assert err.value.code == "too-large" and "more than 10 loop iterations" in err.value.diagnostics[0].message
+    monkeypatch.setattr(compiler, "MAX_ITERATIONS", 10**6)
+    monkeypatch.setattr(compiler, "MAX_ACTIONS", 50)
+    with pytest.raises(SchedcError) as err:
+        load("zbv", {"P": 3, "M": 6})
+    assert "more than 50 actions" in err.value.diagnostics[0].message and made[0] == 0
+
+
+def test_the_iteration_limit_is_reached_in_a_few_lines_per_iteration(monkeypatch):
+    """Issue 19: refusing a schedule at the loop-iteration limit (20,000,000) took 40-60 s. Loops
+    run as generated Python code: an empty iteration is the loop's own line and the body's, so the
+    refusal costs a few lines per counted iteration (here at a limit of 20,000)."""
+    from schedc import compiler
+    text = "schedule s(P = 1) { rank r { for i in 0 .. 1000000 { for j in 0 .. 1000 { if i * j % 7 == 3 { } } } } }"
+    tree = parse(text, "loops.pp")
+    monkeypatch.setattr(compiler, "MAX_ITERATIONS", 20_000)
+    with pytest.raises(SchedcError) as err:
+        compile_schedule(tree)
+    assert err.value.code == "too-large" and "loop iterations" in err.value.diagnostics[0].message
+
+    def refused():
+        with pytest.raises(SchedcError):
+            compile_schedule(tree)
+    assert _lines(refused) <= 3 * 20_000

@@ -7,6 +7,9 @@ reader of torch_csv.py reads it and explains what is wrong. Both give the same p
 """
 from __future__ import annotations
 
+import re
+from itertools import accumulate
+
 import numpy as np
 
 from ..columns import CODE, NO_MICROBATCH, Columns
@@ -37,7 +40,8 @@ _KEY_HAS_MB = np.array([_OP_KEYS[k].has_microbatch for k in _KEYS.tolist()], dty
 
 
 class CsvSpans:
-    """The span of each action read from a CSV (its row, column, width and step), made when asked for."""
+    """The span of each action read from a CSV (its row, column, width and step: integer arrays,
+    or lists for a small file), made when asked for."""
 
     __slots__ = ("source", "row", "column", "width", "step")
 
@@ -46,19 +50,30 @@ class CsvSpans:
 
     def take(self, index) -> "CsvSpans":
         """The spans of the actions at `index` (an array of positions)."""
-        return CsvSpans(self.source, *(a[index] for a in (self.row, self.column, self.width, self.step)))
+        return CsvSpans(self.source, *(np.asarray(a)[index] for a in (self.row, self.column, self.width, self.step)))
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            rows, cols, widths, steps = (a[i].tolist() for a in (self.row, self.column, self.width, self.step))
+            rows, cols, widths, steps = (_listed(a[i]) for a in (self.row, self.column, self.width, self.step))
             return [Span(self.source, r + 1, c, r + 1, c + w, r, s) for r, c, w, s in zip(rows, cols, widths, steps)]
         r, c = int(self.row[i]), int(self.column[i])
         return Span(self.source, r + 1, c, r + 1, c + int(self.width[i]), r, int(self.step[i]))
 
 
+def _listed(values) -> list:
+    return values.tolist() if isinstance(values, np.ndarray) else values
+
+
 def read_columns(text: str, name: str, program_name: str, limits: tuple[int, int, int]) -> Program | None:
     """The program in a CSV's `text`, or None when the cell-by-cell reader must read it. `limits`:
-    the most ranks, stages and microbatches (beyond them, that reader says so)."""
+    the most ranks, stages and microbatches (beyond them, that reader says so). A small file is
+    read cell by cell in plain Python (`_read_small`), a larger one with array arithmetic over its
+    bytes (`_read_arrays`): the same program either way."""
+    read = _read_small if len(text) <= SMALL_BYTES else _read_arrays
+    return read(text, name, program_name, limits)
+
+
+def _read_arrays(text: str, name: str, program_name: str, limits: tuple[int, int, int]) -> Program | None:
     try:
         b = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
     except UnicodeEncodeError:
@@ -92,16 +107,89 @@ def read_columns(text: str, name: str, program_name: str, limits: tuple[int, int
     max_ranks, max_stages, max_mbs = limits
     if not len(stage) or num_ranks > max_ranks or stage.max() >= max_stages or mb.max() >= max_mbs:
         return None
+    return _program(text, name, program_name, num_ranks, _KEY_CODE[at], stage, np.where(mb_digits, mb, NO_MICROBATCH),
+                    (row, column, width, step))
+
+
+def _program(text: str, name: str, program_name: str, num_ranks: int, op, stage, microbatch, where) -> Program:
+    """The program of the cells read: op codes, stages and microbatches (NO_MICROBATCH: none) as
+    arrays, and each cell's (row, column, width, step); stages run on the rank of their first cell."""
+    row = np.asarray(where[0])
     num_stages = int(stage.max()) + 1
     placement = list(placed("loop", num_stages, num_ranks))
     stages, first = np.unique(stage, return_index=True)  # every action runs on the rank of its stage
     for s, r in zip(stages.tolist(), row[first].tolist()):
         placement[s] = r
-    source = Source(name, text)
-    ranks = Columns(_KEY_CODE[at], stage, np.where(mb_digits, mb, NO_MICROBATCH),
-                    np.searchsorted(row, np.arange(num_ranks + 1)), CsvSpans(source, row, column, width, step))
+    ranks = Columns(op, stage, microbatch, np.searchsorted(row, np.arange(num_ranks + 1)),
+                    CsvSpans(Source(name, text), *where))
     return Program(name=program_name, num_ranks=num_ranks, num_stages=num_stages,
-                   num_microbatches=max(int(mb.max()) + 1, 1), placement=tuple(placement), ranks=ranks, source=name)
+                   num_microbatches=max(int(microbatch.max()) + 1, 1), placement=tuple(placement), ranks=ranks,
+                   source=name)
+
+
+SMALL_BYTES = 16_384  # files up to this size are read cell by cell (numpy's calls cost more than the work)
+_SMALL_TEXT = re.compile(r"[0-9A-Z_,\n]*")  # what a plain file holds (carriage returns taken out)
+_DIGITS = "0123456789"
+_OP_CODES = {op.value: (CODE[op], op.has_microbatch) for op in Op}
+_PARSED: dict[str, tuple[int, int, int] | None] = {}  # a cell's text -> (op code, stage, microbatch or -1)
+MAX_PARSED = 1 << 16  # cells kept (the cells of a schedule's files repeat: 0F0, 1SEND_F0, ...)
+
+
+def _read_small(text: str, name: str, program_name: str, limits: tuple[int, int, int]) -> Program | None:
+    """`_read_arrays`, one cell at a time: the same program, or None for the same files."""
+    plain = _plain_lines(text)
+    if plain is None:
+        return None
+    cells, where = [], ([], [], [], [])  # the cells read; each one's row, column, width and step
+    for r, line in enumerate(plain):
+        row = line.split(",")
+        widths = list(map(len, row))
+        columns = list(accumulate([w + 1 for w in widths[:-1]], initial=1))
+        if "" in row:  # empty (idle) cells take a step and a place in the line, and hold nothing
+            full = [k for k, cell in enumerate(row) if cell]
+            row, widths, columns = [row[k] for k in full], [widths[k] for k in full], [columns[k] for k in full]
+        else:
+            full = range(len(row))
+        cells += row
+        for values, more in zip(where, ([r] * len(row), columns, widths, full)):
+            values += more
+    parsed = [_PARSED.get(cell) or _parse_cell(cell) for cell in cells]
+    if not parsed or None in parsed:
+        return None
+    ops, stages, mbs = zip(*parsed)
+    max_ranks, max_stages, max_mbs = limits
+    if len(plain) > max_ranks or max(stages) >= max_stages or max(mbs) >= max_mbs:
+        return None
+    return _program(text, name, program_name, len(plain), np.array(ops, dtype=np.int8),
+                    np.array(stages, dtype=np.int64), np.array(mbs, dtype=np.int64), where)
+
+
+def _plain_lines(text: str) -> list[str] | None:
+    """The rows of a file made of plain cells (ASCII digits, capitals, `_`, commas; rows ending
+    in "\n" or "\r\n", a "\r" also at the very end), else None."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+        if text.find("\r") not in (-1, len(text) - 1):
+            return None
+        text = text.rstrip("\r")
+    if not text or not text.isascii() or _SMALL_TEXT.fullmatch(text) is None:
+        return None
+    return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+
+
+def _parse_cell(cell: str) -> tuple[int, int, int] | None:
+    """A cell's (op code, stage, microbatch or NO_MICROBATCH): digits, an op name, maybe digits."""
+    head = cell.rstrip(_DIGITS)
+    name = head.lstrip(_DIGITS)
+    stage, mb = head[:len(head) - len(name)], cell[len(head):]
+    known = _OP_CODES.get(name)
+    if known is None or not stage or len(stage) > MAX_INDEX_DIGITS or len(mb) > MAX_INDEX_DIGITS \
+            or known[1] != bool(mb):
+        return None
+    if len(_PARSED) >= MAX_PARSED:
+        _PARSED.clear()
+    parsed = _PARSED[cell] = (known[0], int(stage), int(mb) if mb else NO_MICROBATCH)
+    return parsed
 
 
 def _chunks(b: np.ndarray):

@@ -60,16 +60,34 @@ class Clear:
 
 
 def quick_check(program: Program, semantics: Semantics, limits: dict[int, float] | None) -> Clear | None:
-    """`Clear` when every default check surely holds, else None (run the detailed checks)."""
-    if semantics.kind == "bounded" or semantics.posted or program.forward_only:
+    """`Clear` when every default check surely holds, else None (run the detailed checks): a
+    small program in plain Python first (schedc/verify/small.py), else (or if that path cannot
+    decide it) with arrays."""
+    from . import small  # (it reads this module's tables)
+    if program.forward_only:
         return None
-    S, M, R = program.num_stages, program.num_microbatches, program.num_ranks
-    if S * M > MAX_CELLS:
+    if semantics.kind == "bounded" or semantics.posted:
+        if program.level != "compute":
+            return None
+        # no messages are written and (below) none has a size: every semantics waits for data
+        # alone and holds no buffer, so the question is rendezvous's
+        semantics = Semantics()
+    if program.num_stages * program.num_microbatches > MAX_CELLS:
         return None
-    mems = [program.annotations.memory_of(s) for s in range(S)]
-    if any(m.out for m in mems):
+    if any(program.annotations.memory_of(s).out for s in range(program.num_stages)):
         return None  # messages have a size: receive buffers (at the compute level, those lowering
         # inserts) and unmatched sends count, which only the detailed walk (memory.py) places exactly
+    if _size(program) <= small.MAX_ACTIONS:  # few actions: plain Python is faster than numpy's calls
+        clear = small.quick_check(program, semantics, limits)
+        if clear is not None:
+            return clear
+    return array_check(program, semantics, limits)
+
+
+def array_check(program: Program, semantics: Semantics, limits: dict[int, float] | None) -> Clear | None:
+    """`quick_check`'s decision with whole-array questions (the caller has excluded bounded
+    buffers, posted sends, forward-only programs and message sizes)."""
+    S, M, R = program.num_stages, program.num_microbatches, program.num_ranks
     arrays = _arrays(program)
     if arrays is None:
         return None
@@ -127,19 +145,29 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
     if not _runs(prereq, lengths):
         return None
     peaks, peak_steps = _peaks(program, op, stage, rank, step, R)
+    return cleared(program, peaks, [int(x) for x in peak_steps], limits)
+
+
+def cleared(program: Program, peaks: list[float], steps: list[int], limits: dict[int, float] | None) -> Clear | None:
+    """`Clear` with each rank's peak activation (reached first at its step `steps[r]`), unless a
+    peak is over a limit (given, or the program's own): then None, the detailed checks report it."""
+    R = program.num_ranks
     if limits and any(peaks[r] > limits[r] + 1e-9 for r in limits if r < R):
         return None
-    for r, limit in program.annotations.memory_limit:
-        if peaks[r] > limit + 1e-9:
-            return None
-    step_at = _steps(program)
-    peak_memory = tuple(
-        Peak(r, peaks[r], int(peak_steps[r]), step_at(r, int(peak_steps[r])).parts[0] if peaks[r] > 0 else None, ())
-        if peaks[r] > 0 else Peak(r, 0.0, 0, None, ()) for r in range(R))
-    return Clear(tuple(peaks), peak_memory)
+    if any(peaks[r] > limit + 1e-9 for r, limit in program.annotations.memory_limit):
+        return None
+    at = step_at(program)
+    return Clear(tuple(peaks), tuple(Peak(r, peaks[r], steps[r], at(r, steps[r]).parts[0], ()) if peaks[r] > 0
+                                     else Peak(r, 0.0, 0, None, ()) for r in range(R)))
 
 
-def _steps(program: Program):
+def _size(program: Program) -> int:
+    """How many steps the program has (compounds count one)."""
+    held = columns_of(program)
+    return len(held.op) if held is not None else sum(map(len, program.ranks))
+
+
+def step_at(program: Program):
     """`step_at(rank, index)`: one step of a rank, made alone when the program holds columns."""
     held = columns_of(program)
     return held.step if held is not None else (lambda r, i: program.ranks[r][i])
