@@ -10,8 +10,6 @@ on gloo: one launch of two ranks runs every program, each on process groups of i
 from __future__ import annotations
 
 import io
-import json
-import os
 import sys
 import time
 from dataclasses import replace
@@ -25,6 +23,7 @@ from schedc.errors import SchedcError
 from schedc.strategies import lowered_programs
 from schedc.verify.channels import channels
 
+import launched
 from conftest import compile_text
 from oracles import posted_run
 from test_backends import posted_early_or_late
@@ -283,25 +282,15 @@ def _run_case(case: dict, rank: int, group, grad) -> dict:
 
 
 def _worker(cases_path: str, out_dir: str) -> int:
-    os.environ["OMP_NUM_THREADS"] = "1"
-    sys.path.insert(0, str(ROOT))
-    import datetime
-
-    import torch
     import torch.distributed as dist
-    torch.set_num_threads(1)
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    rank, world, cases = launched.join(cases_path)
     results = {}
-    for case in json.loads(Path(cases_path).read_text()):  # fresh groups for each: a stuck one is left
-        group = dist.new_group(list(range(world)), timeout=datetime.timedelta(seconds=60))
-        grad = dist.new_group(list(range(world)), timeout=datetime.timedelta(seconds=60))
+    for case in cases:  # fresh groups for each: a stuck one is left
+        group = dist.new_group(list(range(world)), timeout=launched.TIMEOUT)
+        grad = dist.new_group(list(range(world)), timeout=launched.TIMEOUT)
         results[case["id"]] = _run_case(case, rank, group, grad)
         dist.barrier()
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
-    dist.barrier()
-    sys.stdout.flush()
-    os._exit(0)  # threads of stuck programs still wait on their groups
+    launched.finish(out_dir, rank, results)
 
 
 def test_the_runtime_on_gloo_does_what_the_checker_says(tmp_path):
@@ -310,7 +299,6 @@ def test_the_runtime_on_gloo_does_what_the_checker_says(tmp_path):
     says the rank is stuck. Tags, split communicators and explicit waits run as written, and a
     forward-only schedule runs its forwards alone (the unsplit model's loss, no gradient)."""
     from schedc.lower import lower_to_torch
-    from schedc.runtime.launch import launch
     cases = []
     for name, text, mode in (("crossed, tagged", CROSSED, "tagged"), ("crossed, shared", CROSSED, None),
                              ("kinds, split", KINDS, "split"), ("prefetch, split", PREFETCH, "split"),
@@ -325,12 +313,7 @@ def test_the_runtime_on_gloo_does_what_the_checker_says(tmp_path):
         stuck = {} if report.deadlock is None else {str(r): x for r, x in report.deadlock.stuck.items()}
         cases.append({"id": name, "verdict": verdict(p, "gloo"), "meta": meta, "ranks": ranks, "stuck": stuck})
     assert [c["verdict"] for c in cases] == ["ok", "mismatch", "ok", "ok", "ok", "deadlock", "ok"]
-    (tmp_path / "cases.json").write_text(json.dumps(cases))
-    out, err = io.StringIO(), io.StringIO()
-    done = launch([sys.executable, str(Path(__file__).resolve()), "--worker", str(tmp_path / "cases.json"),
-                   str(tmp_path)], 2, stdout=out, stderr=err, grace=5, deadline=120, cwd=str(ROOT))
-    assert done.ok, f"ranks exited {done.returncodes}\n{out.getvalue()}\n{err.getvalue()}"
-    results = {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)}
+    results = launched.run_cases(__file__, cases, tmp_path, 2)
     for case in cases:
         ends = [results[r][case["id"]] for r in range(2)]
         if case["verdict"] == "ok":

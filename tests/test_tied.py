@@ -8,15 +8,13 @@ the copies keep their own halves, so the verdict is about the schedule, not luck
 """
 from __future__ import annotations
 
-import io
-import json
-import os
 import sys
 from pathlib import Path
 
 import schedc
 from schedc.ir import Action, Op
 
+import launched
 from conftest import compile_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,11 +27,7 @@ ONE_F_ONE_B_TIED = """schedule tied(P = 2, M = 2) {
 
 
 def _worker(cases_path: str, out_dir: str) -> int:
-    os.environ["OMP_NUM_THREADS"] = "1"
-    sys.path.insert(0, str(ROOT))
-    import datetime
-
-    import torch
+    rank, world, cases = launched.join(cases_path)
     import torch.distributed as dist
 
     from examples import tied
@@ -41,15 +35,12 @@ def _worker(cases_path: str, out_dir: str) -> int:
     from schedc.runtime.interpreter import PipelineInterpreter
     from schedc.runtime.table import load_table
     from schedc.testing import as_double, reference_gradients
-    torch.set_num_threads(1)
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     results = {}
-    for case in json.loads(Path(cases_path).read_text()):
+    for case in cases:
         table = load_table(case["meta"], case["ranks"])
         S, M = table.num_stages, table.num_microbatches
         ends = sorted({table.placement[0], table.placement[S - 1]})
-        group = dist.new_group(ends, timeout=datetime.timedelta(seconds=60)) if len(ends) == 2 else None
+        group = dist.new_group(ends, timeout=launched.TIMEOUT) if len(ends) == 2 else None
         mine = table.stages_of(rank)
         modules = {s: m.double() for s, m in zip(mine, tied.build_stages(list(mine), S))}
         ties = {s: tied.tied_parameters(modules[s], s, S) for s in (0, S - 1) if s in modules}
@@ -66,15 +57,12 @@ def _worker(cases_path: str, out_dir: str) -> int:
                 errors[f"{s}:{name}"] = [(p.grad - (shared if is_tied else g)).abs().max().item(), is_tied]
         results[case["id"]] = errors
         dist.barrier()
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
-    dist.barrier()
-    os._exit(0)
+    launched.finish(out_dir, rank, results)
 
 
 def test_reduce_tied_gives_every_copy_the_tied_models_gradient(tmp_path):
     from schedc.lower import lower_to_torch
     from schedc.passes import lower
-    from schedc.runtime.launch import launch
     zbv = lower(schedc.load("zbv", {"P": 2, "M": 2}))
     zbv = zbv.with_ranks([list(zbv.ranks[0]) + [Action(Op.REDUCE_TIED, 0)], zbv.ranks[1]])
     programs = {"1f1b, ends on two ranks": compile_text(ONE_F_ONE_B_TIED),
@@ -86,12 +74,7 @@ def test_reduce_tied_gives_every_copy_the_tied_models_gradient(tmp_path):
         assert schedc.check(p).ok, schedc.check(p).render()
         meta, ranks = lower_to_torch(p).table.to_data()
         cases.append({"id": name, "meta": meta, "ranks": ranks})
-    (tmp_path / "cases.json").write_text(json.dumps(cases))
-    out, err = io.StringIO(), io.StringIO()
-    done = launch([sys.executable, str(Path(__file__).resolve()), "--worker", str(tmp_path / "cases.json"),
-                   str(tmp_path)], 2, stdout=out, stderr=err, grace=5, deadline=120, cwd=str(ROOT))
-    assert done.ok, f"ranks exited {done.returncodes}\n{out.getvalue()}\n{err.getvalue()}"
-    results = {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)}
+    results = launched.run_cases(__file__, cases, tmp_path, 2)
     for name in programs:
         errors = {k: v for r in range(2) for k, v in results[r][name].items()}
         untied = [e for e, is_tied in errors.values() if not is_tied]
