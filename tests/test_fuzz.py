@@ -766,3 +766,30 @@ def test_synth_writes_a_schedule_that_checks_under_its_own_limit(tmp_path):
     assert code == 0, err
     report = schedc.check(load_text(out.read_text(encoding="utf-8"), "s.pp"))
     assert report.ok, report.render()
+
+
+# ---- the third campaign's findings (seed 23, 43,762 inputs) ----
+def test_prove_reports_a_name_the_rank_body_never_defines_at_its_place(tmp_path):
+    path = tmp_path / "stay.pp"
+    path.write_text("schedule s(P = 2, M = 2) {\n  stages P\n  place loop\n  rank stay {\n"
+                    "    let warm = min(P - 1 - r, M)\n    for m in 0 .. M { F(stay, m) }\n"
+                    "    for m in 0 .. M { B(stay, m) }\n  }\n}\n")
+    code, _, err = _cli("prove", str(path), "--memory", "0", "--timeout", "2")
+    assert code == 2 and "stay.pp:5:28: error[unknown-name]: unknown name 'r'" in err, err
+
+
+def test_a_compute_level_data_parallel_job_over_its_memory_limit_is_drawn(tmp_path):
+    from schedc.interop.ir_json import dumps_ir
+    path = tmp_path / "dp.json"
+    path.write_text(dumps_ir(load_text("schedule dp(P = 2, M = 2) { stages P\n place loop\n replicas 2\n"
+                                       " rank r, replica d { for m in 0 .. M { F(r, m) } for m in 0 .. M { B(r, m) } } }",
+                                       "dp.pp")))
+    code, _, err = _cli("viz", str(path), "-o", str(tmp_path / "x.svg"), "--semantics", "eager", "--memory-limit", "1")
+    assert code == 0 and (tmp_path / "x.svg").exists() and "Traceback" not in err, err
+
+
+def test_a_certificate_whose_memory_is_not_an_object_is_refused(tmp_path):
+    cert = tmp_path / "cert.json"
+    cert.write_text('{"schedule": "1f1b", "timing": {}, "memory": true}')
+    code, _, err = _cli("prove", "1f1b", "--certificate", str(cert), "--timeout", "1")
+    assert code == 2 and "error[certificate]" in err and "each an object" in err, err

@@ -190,9 +190,10 @@ def read_certificate(path) -> dict:
     from ..inputs import loads_json, read_text
     data = loads_json(read_text(path, "the certificate"), str(path), "certificate")
     cert = data.get("certificate", data) if isinstance(data, dict) else None
-    if not isinstance(cert, dict) or not isinstance(cert.get("timing"), dict):
-        raise SchedcError("certificate", "expected a certificate: an object with `timing` (and `memory`), as "
-                          "`schedc prove --json` writes", where=str(path))
+    if not isinstance(cert, dict) or not isinstance(cert.get("timing"), dict) or \
+            not isinstance(cert.get("memory", {}), dict):
+        raise SchedcError("certificate", "expected a certificate: an object with `timing` (and `memory`), each an "
+                          "object, as `schedc prove --json` writes", where=str(path))
     return cert
 
 

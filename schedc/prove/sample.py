@@ -95,8 +95,18 @@ class Names:
 def base_env(m: Model, params: dict[str, int]) -> dict:
     env = dict(params)
     for let in m.globals:
-        env[let.name] = evaluate(let.value, env, m.functions)
+        env[let.name] = _let_value(let, env, m)
     return env
+
+
+def _let_value(let, env: dict, m: Model):
+    """A `let`'s value in `env`; a name nothing defines there is the compiler's unknown-name error, at its place."""
+    try:
+        return evaluate(let.value, env, m.functions)
+    except KeyError as exc:  # (`evaluate` leaves it to callers that probe whether a value is known yet)
+        name = exc.args[0]
+        used = next((n for n in ast.walk(let.value) if isinstance(n, ast.Var) and n.name == name), None)
+        raise SchedcError("unknown-name", f"unknown name {name!r}", used.span if used else let.span) from None
 
 
 def rank_env(m: Model, params: dict[str, int], r: int) -> dict:
@@ -104,7 +114,7 @@ def rank_env(m: Model, params: dict[str, int], r: int) -> dict:
     lets at the top of the rank body."""
     env = {**base_env(m, params), m.rank_var: r}
     for let in rank_lets(m):
-        env[let.name] = evaluate(let.value, env, m.functions)
+        env[let.name] = _let_value(let, env, m)
     return env
 
 

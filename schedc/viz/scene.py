@@ -176,7 +176,8 @@ def build_scene(program: Program, report=None, *, timeline=None, arrows: bool = 
     elif untimed is not None:
         timeline = None
     if report.replicas > 1 or timeline is not None and timeline.replicas > 1:
-        program = report.program  # a data-parallel job is drawn whole: rank d * P + p is replica d's rank p
+        # a data-parallel job is drawn whole (rank d * P + p is replica d's rank p), as timed: lowered
+        program = timeline.program if timeline is not None else report.program
     scene = _frame(program, report, timeline, untimed, units)
     if timeline is None:
         _program_order(scene, program, report, structural)
@@ -555,8 +556,8 @@ def _mark_findings(scene: Scene, program: Program, report, timeline) -> None:
             scene.arrows.append(Arrow(m.send_rank, a, m.recv_rank, c, "cross", str(n), m.send_step, m.recv_step))
         _explain(scene, "mismatch", n - numbered - 1, note, str(n))
     for k, pk in enumerate(report.memory_violations[:MAX_MARKED]):
-        step = by_pos.get((pk.rank, pk.step))
-        if step is None:
+        step = by_pos.get((pk.rank, pk.step)) if program.level == report.program.level else None
+        if step is None:  # (a compute-level job is drawn lowered: its steps are not the report's)
             continue
         limit = report.memory_limit[pk.rank] if pk.rank < len(report.memory_limit) else None
         scene.moments.append(Moment(pk.rank, step.x0, f"{_num(pk.memory)} > limit {_num(limit)}"))
