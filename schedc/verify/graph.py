@@ -25,8 +25,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..deps import MAKES, NEEDS, delivers, needs
-from ..ir import WAITS, Action, Op, Program
+from ..deps import delivers, needs, produces
+from ..ir import WAITS, Op, Program
 from .channels import Channels, Endpoint, Semantics
 
 Step = tuple[int, int]  # (rank, index)
@@ -128,30 +128,22 @@ def constraints(program: Program, semantics: Semantics, chans: Channels) -> Cons
 
 
 def _data(program: Program, prereq, never) -> None:
-    """Compute level: a step waits for the producer of each value it needs from another rank.
-    (deps.py's rule, read from its tables: `produces` is MAKES, `needs` is NEEDS.)"""
-    makes, rules = MAKES, NEEDS
+    """Compute level: a step waits for the producer of each value it needs from another rank
+    (deps.py's rule: `produces` and `needs`)."""
     producer: dict = {}
     for r, steps in enumerate(program.ranks):
         for i, st in enumerate(steps):
-            for a in ((st,) if st.__class__ is Action else st.parts):
-                kind = makes.get(a.op)
-                if kind is not None:
-                    producer.setdefault((kind, a.stage, a.microbatch), (r, i))
+            for a in st.parts:
+                v = produces(a)
+                if v is not None:
+                    producer.setdefault(v, (r, i))
     S = program.num_stages
     get = producer.get
     for r, steps in enumerate(program.ranks):
         pre = prereq[r]
         for i, st in enumerate(steps):
-            for k, a in enumerate((st,) if st.__class__ is Action else st.parts):
-                rule = rules.get(a.op)
-                if rule is None:
-                    continue
-                s, m = a.stage, a.microbatch
-                for kind, off in rule:
-                    if not 0 <= s + off < S:
-                        continue
-                    v = (kind, s + off, m)
+            for k, a in enumerate(st.parts):
+                for v in needs(a, S):
                     src = get(v)
                     if src is None:
                         never.setdefault((r, i), (f"needs {v}, which no action produces", k))
@@ -185,7 +177,6 @@ def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, nev
                 pre.append((p.rank, p.step, why, e.part))  # the partner is posted ...
                 if pj > 0:
                     pre.append((pn, pj - 1, why, e.part))  # ... and at the head of its stream
-    S = program.num_stages
     users = _users(program)
     for ch, recvs in chans.recvs.items():
         for recv in recvs:
