@@ -319,3 +319,26 @@ def test_a_sweep_whose_instances_hold_too_many_actions_in_all_stops_with_a_clear
     code, out, err = run_cli("check", "1f1b", "--param", "P=4", "--sweep", "M=1..100")
     assert code == 2 and "error[too-large]" in err and "more than 1,000 actions in all" in err
     assert "Traceback" not in err and "instance 16 of 100" in err  # 8 * (1 + ... + 15) = 960, 16 more crosses
+
+
+def test_a_z3_sweep_shares_its_timeout_and_marks_what_it_did_not_reach_unknown(run_cli, monkeypatch):
+    # fuzz finding: each instance had the whole --timeout, so `check zb_h2 --engine z3 --timeout 5
+    # --sweep M=1..200` had no bound. A clock that moves one second per reading makes it deterministic.
+    from schedc import solver as solver_module
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(solver_module, "clock", lambda: float(next(ticks)))
+    code, out, _ = run_cli("check", "1f1b", "--param", "P=2", "--engine", "z3", "--timeout", "2.5",
+                           "--sweep", "M=1..6")
+    marks = [line.split()[-1] for line in out.splitlines()[:6]]
+    assert code == 3 and marks == [".", ".", "?", "?", "?", "?"]
+    assert "the sweep's --timeout of 2.5 s ran out before instance 3 of 6" in out
+    ticks = iter(range(10**6))
+    code, out, _ = run_cli("check", "1f1b", "--param", "P=2", "--engine", "z3", "--timeout", "2.5",
+                           "--sweep", "M=1..6", "--json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["ok"] for r in rows] == [True, True, None, None, None, None]
+    assert rows[-1]["params"] == {"P": 2, "M": 6} and "time limit" in rows[-1]["unknown"]
+    # the native engine has no clock: the same sweep checks every instance
+    ticks = iter(range(10**6))
+    code, out, _ = run_cli("check", "1f1b", "--param", "P=2", "--timeout", "2.5", "--sweep", "M=1..6")
+    assert code == 0 and "6 of 6 instances hold" in out

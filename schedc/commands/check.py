@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
 from ..inputs import integer
-from ..options import memory_limit
+from ..options import memory_limit, seconds
 from ..outputs import dumps_json
 from ..progress import progress
 from . import common, described
@@ -17,6 +17,22 @@ _SWEEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)\.\.(-?\d+)")
 
 MAX_SWEEP = 100_000
 MAX_SWEEP_ACTIONS = 2_000_000  # the actions of all the instances a sweep checks, together (about 15 s at the slowest)
+
+
+class SolverTime:
+    """`--timeout`, the solver's seconds for the whole command: the inputs of one `check`, or the
+    instances of a sweep, share it (each instance had all of it, so a sweep had no bound). Only
+    `--engine z3` spends it; the native engine has no clock (its work is bounded by the limits)."""
+
+    def __init__(self, args):
+        from ..solver import clock
+        self.seconds, self.on = seconds(args.timeout, "--timeout"), args.engine == "z3"
+        self.end = clock() + args.timeout
+
+    def left(self) -> float:
+        """Seconds left for the next check (the whole `--timeout` when no solver runs)."""
+        from ..solver import clock
+        return self.end - clock() if self.on else self.seconds
 
 
 def run(args, stdout, stderr) -> int:
@@ -32,6 +48,7 @@ def run(args, stdout, stderr) -> int:
     if args.sweep:
         return _sweep(args, params, stdout, stderr, setup)
     worst = EXIT_OK
+    solver_time = SolverTime(args)
     for name in args.inputs:
         try:
             # one --param list for several schedules: each takes the parameters it declares
@@ -42,7 +59,7 @@ def run(args, stdout, stderr) -> int:
             if args.json:
                 stdout.write(common.input_error_json(e, name) + "\n")
             continue
-        report = common.run_checks(program, args, setup)
+        report = common.run_checks(program, args, setup, timeout=max(0.001, solver_time.left()))
         if setup is not None:
             described.explain(report, setup, limit)
         worst = common.worse(worst, common.exit_of(report))
@@ -97,10 +114,20 @@ def _sweep(args, params, stdout, stderr, setup=None) -> int:
     worst = EXIT_OK
     say = progress(stderr, quiet=args.json or total < 500)  # long sweeps only
     work = 0
+    solver_time, ran_out = SolverTime(args), None
     for n, values in enumerate(itertools.product(*ranges.values()), 1):
         instance = {**params, **dict(zip(names, values))}
         if n % max(1, total // 10) == 0:
             say(f"  checked {n}/{total}")
+        left = solver_time.left()
+        if ran_out is not None or left <= 0:
+            ran_out = ran_out or (f"time limit: the sweep's --timeout of {args.timeout:g} s ran out before "
+                                  f"instance {n} of {total}; it and the rest are unknown")
+            results[values] = "?"
+            worst = common.worse(worst, EXIT_UNKNOWN)
+            if args.json:
+                stdout.write(dumps_json({"params": instance, "ok": None, "unknown": ran_out}) + "\n")
+            continue
         try:
             program = common.load(args.inputs[0], args, instance)
         except SchedcError as e:
@@ -116,7 +143,7 @@ def _sweep(args, params, stdout, stderr, setup=None) -> int:
                               f"all (reached at instance {n} of {total}, {instance}); sweep fewer or smaller "
                               "settings", where="--sweep")
         program = _described(program, setup)
-        report = common.run_checks(program, args, setup)
+        report = common.run_checks(program, args, setup, timeout=left)
         if setup is not None:
             described.explain(report, setup, limit)
         code = common.exit_of(report)
@@ -135,6 +162,8 @@ def _sweep(args, params, stdout, stderr, setup=None) -> int:
         held = sum(v == "." for v in results.values())
         stdout.write(f"{held} of {len(results)} instances hold ('.' holds, 'X' fails, '?' unknown, "
                      "'-' excluded by require)\n")
+        if ran_out is not None:
+            stdout.write(ran_out + "\n")
         if first_failure is not None:
             stdout.write(f"first failure, at {dict(first_failure.program.params)}:\n")
             summary = (described.check_text(first_failure, setup, limit) if setup is not None

@@ -36,9 +36,10 @@ def load(name: str, args, values=None, strict=True):
     return program if p2p is None or p2p == program.p2p else replace(program, p2p=p2p)
 
 
-def run_checks(program, args, setup=None):
+def run_checks(program, args, setup=None, timeout: float | None = None):
     """Check `program` under the command's options; under a description (`setup`) the memory limit
-    is in GiB (the accelerator's memory by default) and each rank's model states come off it."""
+    is in GiB (the accelerator's memory by default) and each rank's model states come off it.
+    `timeout`: the solver's seconds for this check (`--timeout` by default)."""
     from ..api import check
     seconds(args.timeout, "--timeout")
     limit = memory_limit(args.memory_limit, sized=setup is not None)
@@ -49,7 +50,8 @@ def run_checks(program, args, setup=None):
     if setup is not None:
         from .described import room
         limit = room(setup, program, limit)
-    return check(program, semantics=args.semantics, engine=args.engine, timeout=args.timeout, memory_limit=limit)
+    return check(program, semantics=args.semantics, engine=args.engine,
+                 timeout=args.timeout if timeout is None else timeout, memory_limit=limit)
 
 
 def input_error_json(error: SchedcError, file: str | None = None) -> str:
