@@ -109,3 +109,32 @@ def test_early_posted_receives_are_matched_to_their_consumers_in_linear_work(sem
         per_action.append(_work_per_action(program, semantics))
     small, large = per_action
     assert large <= FACTOR * small, (small, large)
+
+
+def _sized_looped_bfs(P: int):
+    """looped_bfs whose stage outputs have a size (`memory out = 1`): eager and bounded sends then
+    hold each sent message until its receive is surely posted, a happens-before question."""
+    from conftest import compile_text
+    from schedc.resources import builtin_schedules
+    text = builtin_schedules()["looped_bfs"].read_text().replace("  place loop", "  memory out = 1\n  place loop")
+    assert "memory out = 1" in text
+    return compile_text(text, {"P": P})
+
+
+@pytest.mark.parametrize("semantics", ["eager", "bounded:2"])
+def test_holding_sized_messages_is_linear_work_per_action(semantics):
+    # looped_bfs with sized messages took 35 s at P=400: a happens-before pass over the whole
+    # program for each receiving rank; now one pass carries a vector over the receiving ranks
+    small, large = (_work_per_action(_sized_looped_bfs(P), semantics) for P in (20, 400))
+    assert large <= FACTOR * small, (small, large)
+
+
+def test_the_hold_analysis_past_its_work_limit_is_a_too_large_error(monkeypatch):
+    from schedc.errors import SchedcError
+    program = _sized_looped_bfs(8)
+    assert run_checks(program, semantics=Semantics.parse("eager")).ok
+    monkeypatch.setattr(memory, "MAX_HOLD_WORK", 100)
+    with pytest.raises(SchedcError) as err:
+        run_checks(program, semantics=Semantics.parse("eager"))
+    assert err.value.code == "too-large" and "receiving ranks" in str(err.value)
+    assert run_checks(program, semantics=Semantics.parse("rendezvous")).ok  # rendezvous holds no sent message

@@ -19,6 +19,7 @@ integer units, prove's unit sizes), so no other module restates it.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
@@ -399,51 +400,96 @@ def _held_sends(program: Program, semantics: Semantics, chans: Channels, sizes: 
             stop = waits.get((send.rank, a.op, a.stage, a.microbatch), len(program.ranks[send.rank]) - 1) + 1
             out[send.rank].append((send.step, max(stop, send.step + 1), a))
         return out
-    edges = list(constraints(program, semantics, chans).edges())
-    receivers = sorted({ch[1] for ch in chans.sends})
-    reach = _reach(program, edges, receivers)
+    known = _known_posted(program, constraints(program, semantics, chans),
+                          {(send.rank, ch[1]) for ch, _, send in sends})
     for ch, k, send in sends:
         a, b = ch[0], ch[1]
         recvs = chans.recvs.get(ch, [])
-        recv_posted_at = recvs[k].step - 1 if k < len(recvs) else None  # posting it is finishing the step before
-        stop = len(program.ranks[a])
-        for x in range(send.step, stop):
-            # the receive is certainly posted once b's step before it happens-before a's step x
-            known = reach[b].get((a, x - 1), -1) if x > 0 else -1
-            if recv_posted_at is not None and (recv_posted_at < 0 or recv_posted_at <= known):
-                stop = x
-                break
+        posted_at = recvs[k].step - 1 if k < len(recvs) else None  # posting it is finishing the step before
+        if posted_at is None:  # never received: held to the end
+            stop = len(program.ranks[a])
+        elif posted_at < 0:  # posted before anything runs
+            stop = send.step
+        else:
+            # the receive is certainly posted at a's step x once b's step before it happens-before
+            # a's step x - 1: the first such x from the send on (a row only grows along a's list)
+            row = known[a, b]
+            j = bisect_left(row, posted_at, max(0, send.step - 1))
+            stop = j + 1 if j < len(row) else len(program.ranks[a])
         if stop > send.step:
             out[a].append((send.step, stop, send.action))
     return out
 
 
-def _reach(program: Program, edges, ranks: list[int]) -> dict[int, dict]:
-    """For each rank b: node -> the last step of b that happens-before (or is) the node."""
-    preds = defaultdict(list)
-    indeg = defaultdict(int)
-    nodes = [(r, i) for r, steps in enumerate(program.ranks) for i in range(len(steps))]
-    for e in edges:
-        preds[e.after].append(e.before)
-        indeg[e.after] += 1
-    succs = defaultdict(list)
-    for e in edges:
-        succs[e.before].append(e.after)
-    order, queue = [], deque(n for n in nodes if indeg[n] == 0)
+MAX_HOLD_WORK = 1_000_000_000  # steps x receiving ranks: the exact hold analysis's work (about a second)
+
+
+def _known_posted(program: Program, cons, pairs: set[tuple[int, int]]) -> dict[tuple[int, int], list[int]]:
+    """(a, b) -> for each step x of rank a, the last step of rank b that happens-before (or is)
+    a's step x. One pass in topological order carries, per step, a vector over the receiving ranks
+    (a vector clock restricted to them): linear in steps x receiving ranks, which MAX_HOLD_WORK
+    bounds (a `too-large` error past it, before the pass). Steps on a cycle (a deadlock) and after
+    it are left out: their rows end there."""
+    import numpy as np
+    from ..errors import SchedcError
+    receivers = sorted({b for _, b in pairs})
+    col = {b: j for j, b in enumerate(receivers)}
+    lengths = [len(steps) for steps in program.ranks]
+    work = sum(lengths) * len(receivers)
+    if work > MAX_HOLD_WORK:
+        raise SchedcError("too-large", f"holding sent messages of some size under eager or bounded sends is "
+                          f"worked out over {sum(lengths):,} steps x {len(receivers):,} receiving ranks, more "
+                          f"than the {MAX_HOLD_WORK:,} allowed; check it under rendezvous or a backend's "
+                          "semantics, or without message sizes")
+    cross = defaultdict(list)  # step -> the steps of other ranks it waits for
+    waiting = defaultdict(int)  # step -> how many of those are not yet counted
+    uses = defaultdict(int)  # step -> how many steps of other ranks wait for it
+    for r, steps in enumerate(cons.prereq):
+        for i, pre in enumerate(steps):
+            ahead = 0  # a prerequisite later on its own rank: a cycle, never counted
+            for q, j, _, _ in pre:
+                if q != r:
+                    cross[r, i].append((q, j))
+                    uses[q, j] += 1
+                elif j >= i:
+                    ahead += 1
+                # an earlier step of its own rank comes with program order, carried along the rank
+            waiting[r, i] = len(cross[r, i]) + (i > 0) + ahead
+    wanted = defaultdict(list)  # sender a -> the receivers b whose rows it keeps
+    for a, b in sorted(pairs):
+        wanted[a].append(b)
+    rows = {pair: [] for pair in pairs}
+    held: dict = {}  # the vectors of steps whose waiters are not all counted yet
+    last = [None] * len(lengths)  # each rank's latest vector
+    none = np.full(len(receivers), -1, dtype=np.int64)
+    queue = deque((r, 0) for r in range(len(lengths)) if lengths[r] and waiting[r, 0] == 0)
+    waiters = defaultdict(list)
+    for n, pre in cross.items():
+        for p in pre:
+            waiters[p].append(n)
     while queue:
-        n = queue.popleft()
-        order.append(n)
-        for m in succs[n]:
-            indeg[m] -= 1
-            if indeg[m] == 0:
+        r, i = node = queue.popleft()
+        v = last[r] if last[r] is not None else none
+        if cross.get(node) or r in col:
+            v = v.copy()
+            for p in cross.get(node, ()):
+                np.maximum(v, held[p], out=v)
+                uses[p] -= 1
+                if not uses[p]:
+                    del held[p]
+            if r in col:
+                v[col[r]] = i
+        last[r] = v
+        for b in wanted.get(r, ()):
+            rows[r, b].append(int(v[col[b]]))
+        if uses.get(node):
+            held[node] = v
+        for m in waiters.get(node, ()):
+            waiting[m] -= 1
+            if not waiting[m]:
                 queue.append(m)
-    out = {}
-    for b in ranks:
-        best: dict = {}
-        for n in order:
-            v = max((best[p] for p in preds[n]), default=-1)
-            if n[0] == b:
-                v = max(v, n[1])
-            best[n] = v
-        out[b] = best
-    return out
+        if i + 1 < lengths[r]:
+            waiting[r, i + 1] -= 1
+            if not waiting[r, i + 1]:
+                queue.append((r, i + 1))
+    return rows
