@@ -141,19 +141,21 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: s
                timeout_s: float = 30.0, memory_limit: dict[int, float] | None = None,
                file: str | None = None, fast: bool = True) -> Report:
     declared, (program, note) = program.p2p, as_paired(program, semantics)
-    if joins_ranks(program):  # replicas, or a tied all-reduce between two ranks: a question about the job
+    # the fast paths (plain Python for a small program, else arrays); what they cannot clear gets
+    # the detailed checks. They clear one pipeline without collectives only, so a program they clear
+    # joins no ranks, and they go first (`joins_ranks` costs a pass over the program's steps).
+    clear = quick_check(program, semantics, memory_limit) if fast and engine == "native" and program.dp == 1 else None
+    if clear is None and joins_ranks(program):  # replicas, or a tied all-reduce between two ranks: the job's question
         report = _check_job(program, semantics, memory_limit, file if file is not None else program.source, engine)
         report.p2p, report.notes = declared, (note,) if note else ()
         return report
     report = Report(program, file if file is not None else program.source, semantics, engine,
                     p2p=declared, notes=(note,) if note else ())
-    if fast and engine == "native":  # the array fast path; what it cannot clear gets the detailed checks
-        clear = quick_check(program, semantics, memory_limit)
-        if clear is not None:
-            report.peak_activation = clear.peak_activation
-            report.peak_memory = clear.peak_memory
-            report.memory_limit = _limits(program, memory_limit)
-            return report
+    if clear is not None:
+        report.peak_activation = clear.peak_activation
+        report.peak_memory = clear.peak_memory
+        report.memory_limit = _limits(program, memory_limit)
+        return report
     report.errors.extend(lint(program))
     if report.errors:
         return report

@@ -8,12 +8,14 @@ reader of torch_csv.py reads it and explains what is wrong. Both give the same p
 from __future__ import annotations
 
 import re
+from array import array
+from bisect import bisect_right
 from itertools import accumulate
 
 import numpy as np
 
 from ..columns import CODE, NO_MICROBATCH, Columns
-from ..ir import MAX_INDEX_DIGITS, Op, Program, placed
+from ..ir import MAX_INDEX_DIGITS, Annotations, Op, Program, placed
 from ..span import Source, Span
 
 COMMA, NEWLINE, CR = ord(","), ord("\n"), ord("\r")
@@ -41,23 +43,42 @@ _KEY_HAS_MB = np.array([_OP_KEYS[k].has_microbatch for k in _KEYS.tolist()], dty
 
 class CsvSpans:
     """The span of each action read from a CSV (its row, column, width and step: integer arrays,
-    or lists for a small file), made when asked for."""
+    or lists for a small file), made when asked for. A small file's are found from its lines only
+    then (`lines`: its rows of plain cells; `starts`: where each row's actions begin), as a check
+    names few actions or none."""
 
-    __slots__ = ("source", "row", "column", "width", "step")
+    __slots__ = ("source", "_where", "_lines", "_starts")
 
-    def __init__(self, source: Source, row, column, width, step):
-        self.source, self.row, self.column, self.width, self.step = source, row, column, width, step
+    def __init__(self, source: Source, row=None, column=None, width=None, step=None, *, lines=None, starts=None):
+        self.source, self._lines, self._starts = source, lines, starts
+        self._where = None if lines is not None else (row, column, width, step)
+
+    @property
+    def where(self) -> tuple:
+        """(row, column, width, step) of every action."""
+        if self._where is None:
+            self._where = _places(self._lines)
+        return self._where
+
+    row, column, width, step = (property(lambda self, k=k: self.where[k]) for k in range(4))
 
     def take(self, index) -> "CsvSpans":
         """The spans of the actions at `index` (an array of positions)."""
-        return CsvSpans(self.source, *(np.asarray(a)[index] for a in (self.row, self.column, self.width, self.step)))
+        return CsvSpans(self.source, *(np.asarray(a)[index] for a in self.where))
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            rows, cols, widths, steps = (_listed(a[i]) for a in (self.row, self.column, self.width, self.step))
+            rows, cols, widths, steps = (_listed(a[i]) for a in self.where)
             return [Span(self.source, r + 1, c, r + 1, c + w, r, s) for r, c, w, s in zip(rows, cols, widths, steps)]
-        r, c = int(self.row[i]), int(self.column[i])
-        return Span(self.source, r + 1, c, r + 1, c + int(self.width[i]), r, int(self.step[i]))
+        if self._where is None:  # one action's: found in its row alone
+            i = range(self._starts[-1])[i]
+            r = bisect_right(self._starts, i) - 1
+            _, columns, widths, steps = _places([self._lines[r]])
+            k = i - self._starts[r]
+            return Span(self.source, r + 1, columns[k], r + 1, columns[k] + widths[k], r, steps[k])
+        row, column, width, step = self.where
+        r, c = int(row[i]), int(column[i])
+        return Span(self.source, r + 1, c, r + 1, c + int(width[i]), r, int(step[i]))
 
 
 def _listed(values) -> list:
@@ -136,12 +157,50 @@ MAX_PARSED = 1 << 16  # cells kept (the cells of a schedule's files repeat: 0F0,
 
 
 def _read_small(text: str, name: str, program_name: str, limits: tuple[int, int, int]) -> Program | None:
-    """`_read_arrays`, one cell at a time: the same program, or None for the same files."""
+    """`_read_arrays`, one cell at a time: the same program, or None for the same files (the spans
+    found from the lines when asked for)."""
     plain = _plain_lines(text)
     if plain is None:
         return None
-    cells, where = [], ([], [], [], [])  # the cells read; each one's row, column, width and step
-    for r, line in enumerate(plain):
+    cells, lengths = [], []
+    for line in plain:
+        row = line.split(",")
+        if "" in row:  # empty (idle) cells take a step and a place in the line, and hold nothing
+            row = [cell for cell in row if cell]
+        cells += row
+        lengths.append(len(row))
+    parsed = list(map(_PARSED.get, cells))
+    if None in parsed:
+        parsed = [known or _parse_cell(cell) for known, cell in zip(parsed, cells)]
+        if None in parsed:
+            return None
+    if not parsed:
+        return None
+    ops, stages, mbs = zip(*parsed)
+    starts = list(accumulate(lengths, initial=0))
+    held = [set(stages[starts[r]:starts[r + 1]]) for r in range(len(plain))]  # each rank's stages
+    max_ranks, max_stages, max_mbs = limits
+    R, S, last_mb = len(plain), max(map(max, filter(None, held))) + 1, max(mbs)
+    if R > max_ranks or S > max_stages or last_mb >= max_mbs:
+        return None
+    placement, seen = list(placed("loop", S, R)), set()
+    for r, here in enumerate(held):  # every action runs on the rank of its stage: where the stage is first seen
+        for s in here - seen:
+            placement[s] = r
+        seen |= here
+    ranks = Columns(np.frombuffer(bytes(ops), np.int8), np.frombuffer(array("q", stages), np.int64),
+                    np.frombuffer(array("q", mbs), np.int64), starts,
+                    CsvSpans(Source(name, text), lines=plain, starts=starts))
+    return Program(name=program_name, num_ranks=R, num_stages=S, num_microbatches=max(last_mb + 1, 1),
+                   placement=tuple(placement), ranks=ranks, source=name, annotations=Annotations().complete(S, R))
+
+
+
+
+def _places(lines: list[str]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """(row, 1-based column, width, step) of every nonempty cell of the lines, row by row."""
+    where = ([], [], [], [])
+    for r, line in enumerate(lines):
         row = line.split(",")
         widths = list(map(len, row))
         columns = list(accumulate([w + 1 for w in widths[:-1]], initial=1))
@@ -150,18 +209,9 @@ def _read_small(text: str, name: str, program_name: str, limits: tuple[int, int,
             row, widths, columns = [row[k] for k in full], [widths[k] for k in full], [columns[k] for k in full]
         else:
             full = range(len(row))
-        cells += row
         for values, more in zip(where, ([r] * len(row), columns, widths, full)):
             values += more
-    parsed = [_PARSED.get(cell) or _parse_cell(cell) for cell in cells]
-    if not parsed or None in parsed:
-        return None
-    ops, stages, mbs = zip(*parsed)
-    max_ranks, max_stages, max_mbs = limits
-    if len(plain) > max_ranks or max(stages) >= max_stages or max(mbs) >= max_mbs:
-        return None
-    return _program(text, name, program_name, len(plain), np.array(ops, dtype=np.int8),
-                    np.array(stages, dtype=np.int64), np.array(mbs, dtype=np.int64), where)
+    return where
 
 
 def _plain_lines(text: str) -> list[str] | None:

@@ -74,7 +74,7 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
         semantics = Semantics()
     if program.num_stages * program.num_microbatches > MAX_CELLS:
         return None
-    if any(program.annotations.memory_of(s).out for s in range(program.num_stages)):
+    if any(m.out for m in program.annotations.stage_memory[:program.num_stages]):  # (`memory_of`: 0 past them)
         return None  # messages have a size: receive buffers (at the compute level, those lowering
         # inserts) and unmatched sends count, which only the detailed walk (memory.py) places exactly
     if _size(program) <= small.MAX_ACTIONS:  # few actions: plain Python is faster than numpy's calls

@@ -1,50 +1,67 @@
 """The fast path of `schedc check` for small programs, in plain Python.
 
-The same decision as schedc/verify/fast.py (read the rules there), asked one action at a time:
-on a program of a few hundred actions, numpy's cost per call is more than the whole work. Like
-the array path it answers only "all clear" (with the numbers) or "look closer" (None): anything it
+The same decision as schedc/verify/fast.py (read the rules there), asked in plain Python: on a
+program of a few hundred actions, numpy's cost per call is more than the whole work. Like the
+array path it answers only "all clear" (with the numbers) or "look closer" (None): anything it
 does not decide goes to the detailed checks. It also clears DualPipe's overlapped pairs at the
 compute level (`OVERLAP_F_B` compounds of computation: one step, two actions). The program is
-read as flat lists, one entry per action (its rank, step, op code, stage and microbatch); the
+read as flat lists, one entry per action (its rank, step, op code, stage and microbatch), into a
+table of each action's step, whose slices (a stage's microbatches) answer most rules at once; the
 needs and the payloads come from deps.py's tables, the activation sizes from memory.py, and the
-run is execute.py's.
+run is execute.py's (`run_ranks`; with sends and receives, where a step waits on at most one
+other, its simpler form `_run`).
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import accumulate
+from operator import gt, lt
+
+import numpy as np
 
 from .. import deps
-from ..columns import CODE, COMPOUND, columns_of
-from ..ir import Action, CompoundKind, Op, Program
+from ..columns import CODE, COMPOUND, OPS, columns_of
+from ..ir import Action, CompoundKind, Op, Program, StageMemory
 from .channels import Semantics
 from .execute import run_ranks
 from .fast import RECEIVE_OF, SEND_OF, Clear, cleared
-from .memory import activation_deltas
+from .memory import op_delta
 
 MAX_ACTIONS = 1500  # programs up to this many steps take this path (beyond, the arrays are faster)
 F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B = range(8)  # op codes (schedc/columns.py's): the ones this path knows
 assert [CODE[op] for op in (Op.F, Op.B, Op.I, Op.W, Op.SEND_F, Op.RECV_F, Op.SEND_B, Op.RECV_B)] == list(range(8))
-KINDS = ("act", "grad")  # a value's kind, as an index
-# per op code of a send or receive: the offset of the stage at the other end, and the value it
-# carries as (kind index, offset of the stage that made it) (deps.py's PEER_OFFSET, NEEDS, DELIVERS)
-PEER = {CODE[op]: off for op, off in deps.PEER_OFFSET.items()}
-CARRIES = {CODE[op]: (KINDS.index(deps.NEEDS[op][0][0]), 0) for op in (Op.SEND_F, Op.SEND_B)}
-CARRIES.update({CODE[op]: (KINDS.index(kind), off) for op, (kind, off) in deps.DELIVERS.items()})
-_SENDING = frozenset(CODE[op] for op in (Op.SEND_F, Op.SEND_B))
+assert all(off == 0 for _, off in deps.NEEDS[Op.W])  # only F and the backward, which always exist, need across ranks
 _SEND = {kind: CODE[op] for kind, op in SEND_OF.items()}  # the send of a value's kind
 _RECEIVE = {need: CODE[op] for need, op in RECEIVE_OF.items()}  # the receive of a (kind, offset) need
 
 
 class _Actions:
     """The program as flat lists, one entry per action: rank, step on its rank, op code, stage,
-    microbatch (-1: none); the parts of a compound share a step."""
+    microbatch (-1: none); the parts of a compound share a step. `columns`: the op code, stage and
+    microbatch arrays they were read from, if any."""
 
-    __slots__ = ("rank", "step", "op", "stage", "mb", "lengths", "compounds")
+    __slots__ = ("rank", "step", "op", "stage", "mb", "lengths", "compounds", "columns")
 
     def __init__(self):
         self.rank, self.step, self.op, self.stage, self.mb = [], [], [], [], []
         self.lengths: list[int] = []
         self.compounds = False
+        self.columns = None
+
+    def keys(self, S: int, M: int) -> list[int]:
+        """Each action's place in a table over (op code, stage, microbatch): (op * S + stage) * M +
+        microbatch (every index in range)."""
+        if self.columns is not None:  # (numpy's arithmetic, once per array, is faster than a loop)
+            op, stage, mb = self.columns
+            return ((op.astype(np.int64) * S + stage) * M + mb).tolist()
+        return [(k * S + s) * M + m for k, s, m in zip(self.op, self.stage, self.mb)]
+
+    def op_stages(self, S: int) -> list[int]:
+        """Each action's op * S + stage."""
+        if self.columns is not None:
+            op, stage, _ = self.columns
+            return (op.astype(np.int64) * S + stage).tolist()
+        return [k * S + s for k, s in zip(self.op, self.stage)]
 
 
 def quick_check(program: Program, semantics: Semantics, limits: dict[int, float] | None) -> Clear | None:
@@ -54,14 +71,15 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
     if program.p2p != "shared":
         return None
     acts = _actions(program)
-    placement, S, M, R = program.placement, program.num_stages, program.num_microbatches, program.num_ranks
+    placement, S, M = program.placement, program.num_stages, program.num_microbatches
     pos = None if acts is None else _positions(acts, placement, S, M)
-    needs = None if pos is None else _needs(pos, placement, S, M)
-    if needs is None:
+    cross = None if pos is None else _needs(pos, placement, S, M)
+    if cross is None:
         return None
-    comms = any(k >= SEND_F for k in acts.op)
-    waits = _message_waits(acts, pos, needs, semantics, S, M, R) if comms else _data_waits(needs)
-    if waits is None or not _runs(acts.lengths, waits):
+    if max(acts.op) >= SEND_F:  # sends and receives: the messages decide the waits
+        if not _messages_run(acts, pos, cross, semantics, S, M):
+            return None
+    elif not _runs(acts.lengths, _data_waits(cross)):
         return None
     found = _peaks(program, acts)
     return None if found is None else cleared(program, *found, limits)
@@ -82,16 +100,17 @@ def _actions(program: Program) -> _Actions | None:
                 _add(out, r, t, CODE[st.op], st.stage, st.microbatch)
             elif not _add_overlap(out, r, t, st):
                 return None
-    return out if all(k <= RECV_B for k in out.op) else None
+    return out if not out.op or max(out.op) <= RECV_B else None
 
 
 def _from_columns(held, out: _Actions) -> _Actions | None:
     ops = held.op.tolist()
-    if any(k > RECV_B for k in ops):
+    if ops and max(ops) > RECV_B:
         return None
     if COMPOUND in ops:
         return _from_kept(held, ops, out)
     out.op, out.stage, out.mb = ops, held.stage.tolist(), held.microbatch.tolist()
+    out.columns = (held.op, held.stage, held.microbatch)
     starts = held.starts
     for r in range(len(held)):
         n = starts[r + 1] - starts[r]
@@ -133,97 +152,134 @@ def _add_overlap(out: _Actions, r: int, t: int, step) -> bool:
 
 
 # ---- the checks ----
+# Tables are lists over (op code, stage, microbatch), `pos[(op * S + stage) * M + microbatch]` the
+# step of that action on its rank (-1: absent): a stage's M entries are a slice, so most rules are
+# asked of whole slices at once (min, max, comparisons mapped over two slices).
 def _positions(acts: _Actions, placement, S: int, M: int) -> list[int] | None:
-    """Every index in range, every action on its stage's rank, each at most once, sends and
-    receives to another rank; one F, and one B or one I and one W, per (stage, microbatch). The
-    step of each action: `pos[(op * S + stage) * M + microbatch]` (-1: absent)."""
+    """Every index in range, every action on its stage's rank, each at most once; one F, and one
+    B or one I and one W, per (stage, microbatch). The step of each action, as a table (above).
+    (A send or receive to a stage outside the program or on its own rank is none the compute
+    needs: `_messages_run` turns it away when it counts the messages.)"""
     SM = S * M
+    op, stage, mb = acts.op, acts.stage, acts.mb
+    stages, mbs = set(stage), set(mb)  # (few: faster to bound than the lists)
+    if not op or min(stages) < 0 or max(stages) >= S or min(mbs) < 0 or max(mbs) >= M:
+        return None
+    if list(map(placement.__getitem__, stage)) != acts.rank:
+        return None
     pos = [-1] * (8 * SM)
-    for r, t, k, s, m in zip(acts.rank, acts.step, acts.op, acts.stage, acts.mb):
-        if not (0 <= s < S and 0 <= m < M) or placement[s] != r:
-            return None
-        key = k * SM + s * M + m
-        if pos[key] >= 0:
-            return None
+    for key, t in zip(acts.keys(S, M), acts.step):
         pos[key] = t
-        if k >= SEND_F:
-            peer = s + PEER[k]
-            if not 0 <= peer < S or placement[peer] == r:
-                return None
+    if pos.count(-1) != 8 * SM - len(op):
+        return None  # an action twice
     if -1 in pos[:SM]:
         return None  # a missing F
-    for b, i, w in zip(pos[B * SM:(B + 1) * SM], pos[I * SM:(I + 1) * SM], pos[W * SM:(W + 1) * SM]):
-        if (b >= 0) == (i >= 0) or (i >= 0) != (w >= 0):
+    b, i, w = pos[B * SM:(B + 1) * SM], pos[I * SM:(I + 1) * SM], pos[W * SM:(W + 1) * SM]
+    if i.count(-1) == SM and w.count(-1) == SM:
+        return pos if -1 not in b else None  # no split backward: every B there
+    for x, y, z in zip(b, i, w):
+        if (x >= 0) == (y >= 0) or (y >= 0) != (z >= 0):
             return None  # no backward, or both forms, or an I without its W
     return pos
 
 
 def _needs(pos: list[int], placement, S: int, M: int) -> list[tuple] | None:
     """deps.NEEDS over every (stage, microbatch): a need met on the consumer's own rank must come
-    first there (else None); the needs met across ranks, as (kind, offset, consumer's stage,
-    microbatch, rank and step, producer's rank and step)."""
+    first there (else None); the needs met across ranks, a stage at a time, as (kind, offset,
+    consumer's stage and rank, producer's rank, the consumer's steps and the producer's, over the
+    microbatches)."""
     SM = S * M
     forward = pos[:SM]
-    back = [b if b >= 0 else i for b, i in zip(pos[B * SM:(B + 1) * SM], pos[I * SM:(I + 1) * SM])]
+    b, i = pos[B * SM:(B + 1) * SM], pos[I * SM:(I + 1) * SM]
+    back = b if i.count(-1) == SM else [x if x >= 0 else y for x, y in zip(b, i)]  # (B, or I where split)
     made = {"act": forward, "grad": back}
     cross = []
-    for op, steps in ((Op.F, forward), (Op.B, back), (Op.W, pos[W * SM:(W + 1) * SM])):
+    consumers = [(Op.F, forward), (Op.B, back)]
+    w = pos[W * SM:(W + 1) * SM]
+    if w.count(-1) < SM:  # (no W at all when no backward is split)
+        consumers.append((Op.W, w))
+    for op, steps in consumers:
         for kind, off in deps.NEEDS[op]:
             producers = made[kind]
             for s in range(max(0, -off), min(S, S - off)):
                 here, there = placement[s], placement[s + off]
-                for c in range(s * M, (s + 1) * M):
-                    step, p = steps[c], producers[c + off * M]
-                    if step < 0:  # (W where the backward is not split)
-                        continue
-                    if here != there:
-                        cross.append((kind, off, s, c - s * M, here, step, there, p))
-                    elif p >= step:
+                consumer, producer = steps[s * M:(s + 1) * M], producers[(s + off) * M:(s + off + 1) * M]
+                if here != there:
+                    cross.append((kind, off, s, here, there, consumer, producer))
+                elif min(consumer) >= 0:
+                    if not all(map(lt, producer, consumer)):
                         return None
+                elif any(0 <= c <= p for p, c in zip(producer, consumer)):  # (W where the backward is not split)
+                    return None
     return cross
 
 
-def _data_waits(needs) -> list[tuple]:
+def _data_waits(cross) -> list[tuple]:
     """Compute level: a step waits for the producer of a value made on another rank, as
     (rank, step, rank waited on, its step)."""
-    return [(rank, step, p_rank, p_step) for *_, rank, step, p_rank, p_step in needs]
+    return [(here, c, there, p) for _, _, _, here, there, consumer, producer in cross
+            for c, p in zip(consumer, producer) if c >= 0]
 
 
-def _message_waits(acts: _Actions, pos: list[int], needs, semantics: Semantics, S: int, M: int,
-                   R: int) -> list[tuple] | None:
+def _messages_run(acts: _Actions, pos: list[int], cross, semantics: Semantics, S: int, M: int) -> bool:
     """Exactly the messages the compute needs, each received before use and sent after it is made;
-    then FIFO pairing on each channel (payloads must agree) and the waits it makes: a receive
-    completes after its send is posted, and under rendezvous a send after its receive is posted."""
+    FIFO pairing on each channel (payloads must agree); then the run over the waits it makes: a
+    receive completes after its send is posted, and under rendezvous a send after its receive is
+    posted. A value's send and receive are found by their table entries; on a channel the k-th send
+    meets the k-th receive, so the payloads agree iff the receives come in the order of the sends."""
     SM = S * M
-    for kind, off, s, m, _, consumer, _, producer in needs:
-        received, sent = pos[_RECEIVE[kind, off] * SM + s * M + m], pos[_SEND[kind] * SM + (s + off) * M + m]
-        if not (0 <= received < consumer and sent > producer):
-            return None
-    # each message: its rank, step, whether it is the send, and the value it carries (a number)
-    messages = [(r, t, k in _SENDING, (CARRIES[k][0] * S + s + CARRIES[k][1]) * M + m)
-                for r, t, k, s, m in zip(acts.rank, acts.step, acts.op, acts.stage, acts.mb) if k >= SEND_F]
-    if 2 * len(needs) != len(messages):
-        return None  # a message no computation needs
-    rank_of = [[-1, -1] for _ in range(2 * SM)]  # value -> [rank of its receive, rank of its send]
-    for r, _, sending, value in messages:
-        rank_of[value][sending] = r
-    posted, taken = {}, {}  # channel (from * R + to) -> the values in FIFO order, and the steps
-    for r, t, sending, value in messages:
-        channel = r * R + rank_of[value][0] if sending else rank_of[value][1] * R + r
-        (posted if sending else taken).setdefault(channel, []).append((value, t))
-    waits = []
+    pairs: dict[tuple[int, int], list] = {}  # channel (from, to) -> (send step, receive step) per message
+    for kind, off, s, here, there, consumer, producer in cross:
+        at = _RECEIVE[kind, off] * SM + s * M
+        received = pos[at:at + M]
+        at = _SEND[kind] * SM + (s + off) * M
+        sent = pos[at:at + M]
+        if min(received) < 0 or not all(map(lt, received, consumer)) or not all(map(gt, sent, producer)):
+            return False
+        pairs.setdefault((there, here), []).extend(zip(sent, received))
+    if 4 * SM - pos[4 * SM:].count(-1) != 2 * M * len(cross):
+        return False  # a message no computation needs
+    lengths = acts.lengths
+    R = len(lengths)
+    waits: list[list[tuple[int, int, int]]] = [[] for _ in range(R)]  # per rank: (step, rank waited on, its step)
     rendezvous = semantics.kind == "rendezvous"
-    for channel, sends in posted.items():
-        recvs = taken.get(channel, ())
-        if [v for v, _ in sends] != [v for v, _ in recvs]:
-            return None  # crossed payloads: the detailed checks report the mismatch
-        src, dst = divmod(channel, R)
-        for (_, si), (_, ri) in zip(sends, recvs):
-            if si > 0:
-                waits.append((dst, ri, src, si - 1))
-            if rendezvous and ri > 0:
-                waits.append((src, si, dst, ri - 1))
-    return waits
+    for (src, dst), sr in pairs.items():
+        sr.sort()
+        received = [r for _, r in sr]
+        if not all(map(lt, received, received[1:])):
+            return False  # crossed payloads: the detailed checks report the mismatch
+        waits[dst] += [(ri, src, si) for si, ri in sr if si]  # (a step 0 waits on nothing)
+        if rendezvous:
+            waits[src] += [(si, dst, ri) for si, ri in sr if ri]
+    for w in waits:
+        w.sort()
+    return _run(lengths, waits)
+
+
+def _run(lengths: list[int], waits: list[list[tuple[int, int, int]]]) -> bool:
+    """execute's `run_ranks` when a step waits on at most one other: rank r's step t, for each
+    (t, q, j) of `waits[r]` (in order of t), completes once rank q has reached its step j (completed
+    the ones before); its other steps wait on nothing. Does every rank reach the end of its list?"""
+    R = len(lengths)
+    pc = [w[0][0] if w else n for w, n in zip(waits, lengths)] + [0]  # where each rank is: at its first wait
+    # (pc[R]: a rank that never moves; each rank ends waiting on it at its end, so every scan stops)
+    lists = [iter(w + [(n, R, 1)]) for w, n in zip(waits, lengths)]
+    head = [next(w) for w in lists]  # the wait each rank is at
+    watchers: list[list[int]] = [[] for _ in range(R + 1)]
+    work = list(range(R))
+    while work:
+        r = work.pop()
+        t, q, j = head[r]
+        if pc[q] >= j:
+            for t, q, j in lists[r]:
+                if pc[q] < j:
+                    break
+            head[r], pc[r] = (t, q, j), t
+            if watchers[r]:
+                work += watchers[r]
+                watchers[r] = []
+        watchers[q].append(r)
+    return pc[:R] == lengths
 
 
 def _runs(lengths: list[int], waits: list[tuple]) -> bool:
@@ -245,19 +301,23 @@ def _peaks(program: Program, acts: _Actions) -> tuple[list[float], list[int]] | 
     """Peak activations per rank along its order and the first step at each peak: inside a step,
     allocations (F's) come before frees (memory.py's rule). None if some backward grows memory
     (odd sizes: the detailed checks count those)."""
-    deltas = activation_deltas(program)
-    if any(d > 0 for op in (Op.B, Op.I, Op.W) for d in deltas[op]) or any(d < 0 for d in deltas[Op.F]):
+    S, R = program.num_stages, program.num_ranks
+    sizes = program.annotations.stage_memory
+    table = _delta_table(sizes[:S] if len(sizes) >= S else tuple(map(program.annotations.memory_of, range(S))))
+    if table is None:
         return None
-    table = [deltas[op] for op in (Op.F, Op.B, Op.I, Op.W)]
-    R = program.num_ranks
-    peaks, where, live = [0.0] * R, [0] * R, [0.0] * R
-    if not acts.compounds:  # a step is one action: only an F can reach a new peak
-        for r, t, k, s in zip(acts.rank, acts.step, acts.op, acts.stage):
-            if k <= W:
-                live[r] += table[k][s]
-                if k == F and live[r] > peaks[r]:
-                    peaks[r], where[r] = live[r], t
+    peaks, where = [0.0] * R, [0] * R
+    if not acts.compounds:  # a step is one action, and only an F grows memory: the running sums' first top
+        op_stage = acts.op_stages(S)
+        at = list(accumulate(acts.lengths, initial=0))
+        for r in range(R):
+            live = list(accumulate(map(table.__getitem__, op_stage[at[r]:at[r + 1]]), initial=0.0))
+            top = max(live)
+            if top > 0:
+                peaks[r], where[r] = top, live.index(top) - 1
         return peaks, where
+    table = [table[k * S:(k + 1) * S] for k in (F, B, I, W)]
+    live = [0.0] * R
     rank, step, op, stage = acts.rank, acts.step, acts.op, acts.stage
     i, n = 0, len(op)
     while i < n:  # step by step: its allocations, its peak, then its frees
@@ -274,3 +334,14 @@ def _peaks(program: Program, acts: _Actions) -> tuple[list[float], list[int]] | 
                 live[r] += table[op[x]][stage[x]]
         i = j
     return peaks, where
+
+
+@lru_cache(maxsize=256)
+def _delta_table(sizes: tuple[StageMemory, ...]) -> list[float] | None:
+    """memory.py's `op_delta` by op code and stage, at `[op * S + stage]` (sends and receives: 0),
+    for stages of these sizes; None if a backward grows memory or an F frees it."""
+    table = [op_delta(op, m.act, m.weight) for op in OPS[:RECV_B + 1] for m in sizes]
+    S = len(sizes)
+    if any(d > 0 for d in table[B * S:(W + 1) * S]) or any(d < 0 for d in table[:S]):
+        return None
+    return table
