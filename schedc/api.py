@@ -29,17 +29,22 @@ def detect_format(path: str) -> str:
 
 def resolve(path_or_name: str) -> Path:
     """A file path, or the file of a built-in schedule."""
+    return _resolve(path_or_name)[0]
+
+
+def _resolve(path_or_name: str) -> tuple[Path, bool]:
+    """(the file, True when it is the path given; False: a built-in's, by its name)."""
     path = Path(path_or_name)
     try:
         if path.is_file():
-            return path
+            return path, True
         exists = path.exists()
     except OSError as exc:  # a name the file system refuses (too long, ...)
         raise SchedcError("io", f"cannot read {path_or_name[:80]!r}{'...' if len(path_or_name) > 80 else ''}: "
                           f"{exc.strerror or exc}", where="input") from None
     builtins = builtin_schedules()
     if path_or_name in builtins:
-        return builtins[path_or_name]
+        return builtins[path_or_name], False
     if exists:
         raise SchedcError("io", f"{path_or_name} is not a file", where=path_or_name)
     from .expr import did_you_mean
@@ -80,8 +85,8 @@ def load(path_or_name: str, params: Mapping[str, int] | None = None, *, fmt: str
          notation: str = "current", strict_params: bool = True, forward_only: bool = False) -> Program:
     """Load and compile a schedule: a built-in name, a .pp file, a PyTorch .csv, or an IR .json
     (`forward_only`: declare it forward-only, e.g. a CSV of an inference schedule)."""
-    path = resolve(str(path_or_name))
-    shown = str(path_or_name) if Path(str(path_or_name)).is_file() else str(path)
+    path, given = _resolve(str(path_or_name))
+    shown = str(path_or_name) if given else str(path)
     return load_text(read_text(path), shown, fmt or detect_format(str(path)), params, notation, strict_params,
                      forward_only)
 

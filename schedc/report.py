@@ -17,7 +17,7 @@ from .lint import display_step, lint
 from .verify.deadlock import Deadlock, disagreement, find_deadlock, render_grid
 from .verify.channels import BACKENDS, as_paired, describe_channel
 from .verify.execute import RENDEZVOUS, Semantics, channels, execute
-from .verify.fast import quick_check
+from .verify.fast import over_limit, quick_check
 from .verify.mesh import joins_ranks
 from .verify.memory import Peak, peak_activation, peak_memory
 
@@ -144,7 +144,9 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: s
     # the fast paths (plain Python for a small program, else arrays); what they cannot clear gets
     # the detailed checks. They clear one pipeline without collectives only, so a program they clear
     # joins no ranks, and they go first (`joins_ranks` costs a pass over the program's steps).
-    clear = quick_check(program, semantics, memory_limit) if fast and engine == "native" and program.dp == 1 else None
+    # Limits are left to the caller: a program whose only finding is a rank over its memory limit
+    # gets the detailed memory walk alone (it says where and what is live), not every detailed check.
+    clear = quick_check(program, semantics, None) if fast and engine == "native" and program.dp == 1 else None
     if clear is None and joins_ranks(program):  # replicas, or a tied all-reduce between two ranks: the job's question
         report = _check_job(program, semantics, memory_limit, file if file is not None else program.source, engine)
         report.p2p, report.notes = declared, (note,) if note else ()
@@ -153,6 +155,9 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: s
                     p2p=declared, notes=(note,) if note else ())
     if clear is not None:
         report.peak_activation = clear.peak_activation
+        if over_limit(program, clear.peak_activation, memory_limit):
+            _memory(report, channels(program), memory_limit)
+            return report
         report.peak_memory = clear.peak_memory
         report.memory_limit = _limits(program, memory_limit)
         return report

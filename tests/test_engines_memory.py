@@ -303,6 +303,8 @@ def test_fast_and_detailed_paths_give_one_memory_figure(program, semantics, slac
     limited = run_checks(program, semantics=sem, fast=False, memory_limit=limits)
     quick = run_checks(program, semantics=sem, memory_limit=limits)
     assert quick.ok == limited.ok and [pk.memory for pk in quick.peak_memory] == peaks
+    # over a limit and otherwise clear, only the memory walk runs after the fast path: the same report
+    assert quick.to_dict() == limited.to_dict() and quick.render() == limited.render()
 
 
 # Issue 17, item 4: each report says which run its peak describes.
@@ -342,3 +344,18 @@ def test_a_z3_sweep_shares_its_timeout_and_marks_what_it_did_not_reach_unknown(r
     ticks = iter(range(10**6))
     code, out, _ = run_cli("check", "1f1b", "--param", "P=2", "--timeout", "2.5", "--sweep", "M=1..6")
     assert code == 0 and "6 of 6 instances hold" in out
+
+
+def test_over_its_memory_limit_and_otherwise_clear_only_the_memory_walk_runs(monkeypatch):
+    # fuzz finding: `check 1f1b --param P=1000,M=1000 --memory-limit 3` ran every detailed check
+    # (22 s) when the fast path had cleared all but the limit; the memory walk alone says where (6 s)
+    import schedc.report as report_module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a detailed check ran again")
+    program = schedc.load("1f1b", {"P": 4, "M": 8})
+    monkeypatch.setattr(report_module, "lint", refuse)
+    monkeypatch.setattr(report_module, "find_deadlock", refuse)
+    report = schedc.check(program, memory_limit=3)
+    assert [e.code for e in report.errors] == ["memory"] and "over the limit of 3" in report.errors[0].message
+    assert report.peak_activation == (4, 3, 2, 1)

@@ -152,13 +152,18 @@ def cleared(program: Program, peaks: list[float], steps: list[int], limits: dict
     """`Clear` with each rank's peak activation (reached first at its step `steps[r]`), unless a
     peak is over a limit (given, or the program's own): then None, the detailed checks report it."""
     R = program.num_ranks
-    if limits and any(peaks[r] > limits[r] + 1e-9 for r in limits if r < R):
-        return None
-    if any(peaks[r] > limit + 1e-9 for r, limit in program.annotations.memory_limit):
+    if over_limit(program, peaks, limits):
         return None
     at = step_at(program)
     return Clear(tuple(peaks), tuple(Peak(r, peaks[r], steps[r], at(r, steps[r]).parts[0], ()) if peaks[r] > 0
                                      else Peak(r, 0.0, 0, None, ()) for r in range(R)))
+
+
+def over_limit(program: Program, peaks, limits: dict[int, float] | None) -> bool:
+    """Is some rank's peak over its limit (given, or the program's own)?"""
+    R = program.num_ranks
+    return (bool(limits) and any(peaks[r] > limits[r] + 1e-9 for r in limits if r < R)
+            or any(peaks[r] > limit + 1e-9 for r, limit in program.annotations.memory_limit))
 
 
 def _size(program: Program) -> int:
