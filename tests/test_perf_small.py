@@ -107,3 +107,42 @@ def test_deadlocks_and_crossed_messages_of_a_small_csv_go_to_the_detailed_checks
             assert (small.quick_check(program, sem, None) is not None) == clear, (text, semantics)
             assert small.quick_check(program, sem, None) == fast.array_check(program, sem, None)
             assert run_checks(program, semantics=sem).ok is clear
+
+
+def _with_stage_ops(text: str, where: int, rank_shift: int) -> str:
+    """The CSV with torch's per-stage operations put in as torch's runtime CSVs hold them: each
+    rank's first stage gets UNSHARD at its row's start, RESHARD and REDUCE_GRAD at its end; `where`
+    moves the UNSHARD further in, `rank_shift` names a stage of another rank (off its rank)."""
+    rows = [row.split(",") if row else [] for row in text.splitlines()]
+    out = []
+    for r, cells in enumerate(rows):
+        stages = [int(c[:len(c) - len(c.lstrip("0123456789"))]) for c in cells if c]
+        if not stages:
+            out.append(",".join(cells))
+            continue
+        s = abs(stages[0] + rank_shift)  # (a shift from stage 0 names stage 1)
+        cells = cells[:where] + [f"{s}UNSHARD"] + cells[where:] + [f"{stages[0]}REDUCE_GRAD", f"{stages[0]}RESHARD"]
+        out.append(",".join(cells))
+    return "\n".join(out) + "\n"
+
+
+@budget(150)
+@given(CASES, st.integers(0, 3), st.sampled_from([0, 0, 0, 1, -1]), st.sampled_from(["rendezvous", "eager"]))
+def test_a_small_csv_with_torchs_per_stage_operations_is_decided_as_the_array_path_decides(
+        program, where, rank_shift, semantics):
+    # torch's CSVs hold UNSHARD, RESHARD and REDUCE_GRAD: the small path counts their steps and
+    # asks only that each be on its stage's rank, as the array path does (without replicas they
+    # wait for nothing); what it clears, the detailed checks clear with the same numbers
+    text = _csv(program)
+    if text is None:
+        return
+    read = _read_small(_with_stage_ops(text, where, rank_shift), "t.csv", "t", LIMITS)
+    if read is None:
+        return
+    sem = Semantics.parse(semantics)
+    clear = small.quick_check(read, sem, None)
+    assert clear == fast.array_check(read, sem, None)
+    if clear is not None:
+        detailed = run_checks(read, semantics=sem, fast=False)
+        assert detailed.ok and detailed.peak_activation == clear.peak_activation
+    assert run_checks(read, semantics=sem).to_dict() == run_checks(read, semantics=sem, fast=False).to_dict()

@@ -13,6 +13,7 @@ other, its simpler form `_run`).
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from functools import lru_cache
 from itertools import accumulate
 from operator import gt, lt
@@ -30,6 +31,7 @@ from .memory import op_delta
 MAX_ACTIONS = 1500  # programs up to this many steps take this path (beyond, the arrays are faster)
 F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B = range(8)  # op codes (schedc/columns.py's): the ones this path knows
 assert [CODE[op] for op in (Op.F, Op.B, Op.I, Op.W, Op.SEND_F, Op.RECV_F, Op.SEND_B, Op.RECV_B)] == list(range(8))
+_STAGE_OPS = frozenset(CODE[op] for op in (Op.UNSHARD, Op.RESHARD, Op.REDUCE_GRAD))
 assert all(off == 0 for _, off in deps.NEEDS[Op.W])  # only F and the backward, which always exist, need across ranks
 _SEND = {kind: CODE[op] for kind, op in SEND_OF.items()}  # the send of a value's kind
 _RECEIVE = {need: CODE[op] for need, op in RECEIVE_OF.items()}  # the receive of a (kind, offset) need
@@ -40,13 +42,14 @@ class _Actions:
     microbatch (-1: none); the parts of a compound share a step. `columns`: the op code, stage and
     microbatch arrays they were read from, if any."""
 
-    __slots__ = ("rank", "step", "op", "stage", "mb", "lengths", "compounds", "columns")
+    __slots__ = ("rank", "step", "op", "stage", "mb", "lengths", "compounds", "columns", "extra")
 
     def __init__(self):
         self.rank, self.step, self.op, self.stage, self.mb = [], [], [], [], []
         self.lengths: list[int] = []
         self.compounds = False
         self.columns = None
+        self.extra: list[tuple[int, int]] = []  # (rank, stage) of each per-stage operation of torch's
 
     def keys(self, S: int, M: int) -> list[int]:
         """Each action's place in a table over (op code, stage, microbatch): (op * S + stage) * M +
@@ -106,7 +109,7 @@ def _actions(program: Program) -> _Actions | None:
 def _from_columns(held, out: _Actions) -> _Actions | None:
     ops = held.op.tolist()
     if ops and max(ops) > RECV_B:
-        return None
+        return _without_stage_ops(held, ops, out) if _STAGE_OPS.issuperset(k for k in ops if k > RECV_B) else None
     if COMPOUND in ops:
         return _from_kept(held, ops, out)
     out.op, out.stage, out.mb = ops, held.stage.tolist(), held.microbatch.tolist()
@@ -117,6 +120,25 @@ def _from_columns(held, out: _Actions) -> _Actions | None:
         out.lengths.append(n)
         out.rank += [r] * n
         out.step += range(n)
+    return out
+
+
+def _without_stage_ops(held, ops, out: _Actions) -> _Actions:
+    """Columns with torch's per-stage operations (UNSHARD, RESHARD, REDUCE_GRAD, as torch's CSVs
+    hold them): each keeps its step, and is not an action here. Without replicas (the caller's
+    condition) each is a collective of one member, which waits for nothing and holds nothing; the
+    array path asks only that its stage be in range and on its rank, and so does `_positions`
+    (`extra`)."""
+    stages, mbs, starts = held.stage.tolist(), held.microbatch.tolist(), held.starts
+    for r in range(len(held)):
+        n = starts[r + 1] - starts[r]
+        out.lengths.append(n)
+        out.rank += [r] * n
+        out.step += range(n)
+    keep = [i for i, k in enumerate(ops) if k <= RECV_B]
+    out.extra = [(out.rank[i], stages[i]) for i, k in enumerate(ops) if k > RECV_B]
+    out.rank, out.step = [out.rank[i] for i in keep], [out.step[i] for i in keep]
+    out.op, out.stage, out.mb = [ops[i] for i in keep], [stages[i] for i in keep], [mbs[i] for i in keep]
     return out
 
 
@@ -167,6 +189,8 @@ def _positions(acts: _Actions, placement, S: int, M: int) -> list[int] | None:
         return None
     if list(map(placement.__getitem__, stage)) != acts.rank:
         return None
+    if any(not 0 <= s < S or placement[s] != r for r, s in acts.extra):
+        return None  # a per-stage operation of torch's off its stage's rank
     pos = [-1] * (8 * SM)
     for key, t in zip(acts.keys(S, M), acts.step):
         pos[key] = t
@@ -307,14 +331,16 @@ def _peaks(program: Program, acts: _Actions) -> tuple[list[float], list[int]] | 
     if table is None:
         return None
     peaks, where = [0.0] * R, [0] * R
-    if not acts.compounds:  # a step is one action, and only an F grows memory: the running sums' first top
+    if not acts.compounds:  # a step holds at most one action, and only an F grows memory: the running
+        # sums' first top (the steps of torch's per-stage operations hold none)
         op_stage = acts.op_stages(S)
-        at = list(accumulate(acts.lengths, initial=0))
+        at = (list(accumulate(acts.lengths, initial=0)) if not acts.extra  # (the actions come rank by rank)
+              else [bisect_left(acts.rank, r) for r in range(R + 1)])
         for r in range(R):
             live = list(accumulate(map(table.__getitem__, op_stage[at[r]:at[r + 1]]), initial=0.0))
             top = max(live)
             if top > 0:
-                peaks[r], where[r] = top, live.index(top) - 1
+                peaks[r], where[r] = top, acts.step[at[r] + live.index(top) - 1]
         return peaks, where
     table = [table[k * S:(k + 1) * S] for k in (F, B, I, W)]
     live = [0.0] * R
