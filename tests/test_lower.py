@@ -15,11 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
 
 import schedc
 from schedc.lower import lower_to_torch
 from schedc.passes import lower
 from schedc.resources import builtin_schedules
+from schedc.strategies import programs
 from schedc.runtime.table import TableError, load_table, parts, partners, to_program
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,3 +191,11 @@ def test_a_program_refuses_a_world_of_the_wrong_size(tmp_path):
     res = subprocess.run([sys.executable, str(path), "--help"], env=env, cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0 and "--model" in res.stdout
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs(max_ranks=4, max_microbatches=4, placements=("loop", "vshape", "table")))
+def test_the_lowered_size_is_counted_exactly_before_lowering(program):
+    # the limits on lowered programs are checked from this count, before any of it is built
+    from schedc.passes.comms import lowered_size
+    assert lowered_size(program) == lower(program).num_actions

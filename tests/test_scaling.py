@@ -310,14 +310,19 @@ def test_a_schedule_loaded_again_is_parsed_once_and_its_greedy_order_made_once(m
 def test_a_runnable_program_too_large_to_write_is_refused_and_compile_writes_the_rest(run_cli, tmp_path,
                                                                                        monkeypatch):
     from schedc.lower import codegen
-    monkeypatch.setattr(codegen, "MAX_RUNNABLE_ACTIONS", 100)  # 1F1B at P=4, M=16 lowers to 304 actions
+    monkeypatch.setattr(codegen, "MAX_RUNNABLE_ACTIONS", 100)  # 1F1B at P=4, M=16 lowers to 320 actions
     code, out, err = run_cli("compile", "1f1b", "--param", "P=4,M=16", "-o", str(tmp_path / "out"))
     assert code == 0 and "no runnable program" in err and "at most 100" in err
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert written == ["1f1b.csv", "1f1b.json", "1f1b.svg"]
-    with pytest.raises(SchedcError) as exc:
+    import schedc.passes
+
+    def no_lowering(program):
+        raise AssertionError("lowered before it was refused")
+    monkeypatch.setattr(schedc.passes, "lower", no_lowering)  # refused from the count alone (fuzz finding:
+    with pytest.raises(SchedcError) as exc:  # compile 1f1b P=2 M=999999 lowered 8M actions to refuse them)
         codegen.lower_to_torch(schedc.load("1f1b", {"P": 4, "M": 16}))
-    assert exc.value.code == "too-large"
+    assert exc.value.code == "too-large" and "320 actions" in str(exc.value)
 
 
 # ---- issue 21: compiling in work linear in the actions, whatever the shape ----

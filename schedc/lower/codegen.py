@@ -117,12 +117,13 @@ def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredP
     `verified` records the send semantics the schedule was checked under (None: not checked).
     """
     from ..passes import lower
-    lowered = lower(program)
-    actions = sum(lowered.replica(d).num_actions for d in range(lowered.dp))
+    from ..passes.comms import lowered_size
+    actions = sum(lowered_size(program.replica(d)) for d in range(program.dp))  # (before lowering: refused, none is built)
     if actions > MAX_RUNNABLE_ACTIONS:
         raise SchedcError("too-large", f"the runnable program would hold {actions:,} actions as Python "
                           f"source; at most {MAX_RUNNABLE_ACTIONS:,} (about 1 GB to write): use fewer microbatches, "
                           "or run the lowered CSV with torch's runtime (schedc export --to torch-csv)")
+    lowered = lower(program)
     table = table_of(lowered, verified)
     source = render_program(table)
     sends = sum(a.is_send for steps in table.ranks for st in steps for a in parts(st))

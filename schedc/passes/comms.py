@@ -37,12 +37,19 @@ def within_limit(program: Program) -> Program:
     runs out of memory. A program with its communication already written passes as it is."""
     if program.level == "comms":
         return program
-    crossing = len(_Steps.messages_of(program)["step"])
-    total = program.num_actions + 2 * crossing
+    total = lowered_size(program)
     if total > MAX_LOWERED_ACTIONS:
-        raise SchedcError("too-large", f"lowering adds {2 * crossing:,} sends and receives: the program would "
-                          f"have {total:,} actions, beyond the limit of {MAX_LOWERED_ACTIONS:,}")
+        raise SchedcError("too-large", f"lowering adds {total - program.num_actions:,} sends and receives: the "
+                          f"program would have {total:,} actions, beyond the limit of {MAX_LOWERED_ACTIONS:,}")
     return program
+
+
+def lowered_size(program: Program) -> int:
+    """How many actions `insert_comms` makes of one pipeline, counted without building them: a send
+    and a receive for every value that crosses ranks (none for a program that has its own)."""
+    if program.level == "comms":
+        return program.num_actions
+    return program.num_actions + 2 * len(_Steps.messages_of(program)["step"])
 
 
 # deps.py's rule as arrays over op codes: the kind of value an op makes at its own (stage,

@@ -15,11 +15,14 @@ _BACKWARDS = (Op.B, Op.W)  # the actions that finish a microbatch's weight gradi
 
 
 def _computes(step: Step) -> tuple[Action, ...]:
+    if step.__class__ is Action:  # (most steps: one action, no tuple of parts to make)
+        return (step,) if step.op.is_compute else ()
     return tuple(a for a in step.parts if a.op.is_compute)
 
 
 def _has(program: Program, op: Op) -> bool:
-    return any(a.op is op for _, _, a in program.actions())
+    from ..columns import has_op
+    return has_op(program, op)
 
 
 def add_unshard_reshard(program: Program, max_active_stages: int = MAX_ACTIVE_STAGES) -> Program:
@@ -63,15 +66,23 @@ def _upcoming(computes: list[tuple[Action, ...]], count: int) -> list[list[int] 
     computes on them): linear in the steps, where scanning ahead from each step was quadratic."""
     out: list[list[int] | None] = [None] * len(computes)
     ahead: list[tuple[int, int]] = []  # (stage, step) from the step after
+    stages: list[int] = []  # the stages of `ahead`
     for i in range(len(computes) - 1, -1, -1):
-        if not computes[i]:
+        here = computes[i]
+        if not here:
             continue
-        own = list(dict.fromkeys(a.stage for a in computes[i]))
+        if len(here) == 1 and count > 1 and stages and stages[0] == here[0].stage:
+            # the stage the next window starts with, again: the window keeps its stages, this step
+            # first computing on it (entries after the first keep their steps, so the cut is the same)
+            ahead[0] = (stages[0], i)
+            out[i] = stages
+            continue
+        own = list(dict.fromkeys(a.stage for a in here))
         merged = [(s, i) for s in own] + [(s, j) for s, j in ahead if s not in own]
         cut = next((k + 1 for k in range(max(count, 1) - 1, len(merged))
                     if k + 1 == len(merged) or merged[k + 1][1] != merged[k][1]), len(merged))
         ahead = merged[:cut]
-        out[i] = [s for s, _ in ahead]
+        out[i] = stages = [s for s, _ in ahead]
     return out
 
 
