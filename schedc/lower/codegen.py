@@ -108,7 +108,7 @@ def _peer(placement: tuple[int, ...], op: str, stage: int) -> int:
     return placement[other] if 0 <= other < len(placement) else -1
 
 
-MAX_RUNNABLE_ACTIONS = 2_000_000  # the most actions (sends and receives too) a generated program holds
+MAX_RUNNABLE_ACTIONS = 500_000  # the most actions (sends and receives too) a generated program holds (8 to 16 s to write)
 
 
 def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredProgram:
@@ -121,7 +121,7 @@ def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredP
     actions = sum(lowered_size(program.replica(d)) for d in range(program.dp))  # (before lowering: refused, none is built)
     if actions > MAX_RUNNABLE_ACTIONS:
         raise SchedcError("too-large", f"the runnable program would hold {actions:,} actions as Python "
-                          f"source; at most {MAX_RUNNABLE_ACTIONS:,} (about 1 GB to write): use fewer microbatches, "
+                          f"source; at most {MAX_RUNNABLE_ACTIONS:,} (about 40 MB of Python): use fewer microbatches, "
                           "or run the lowered CSV with torch's runtime (schedc export --to torch-csv)")
     lowered = lower(program)
     table = table_of(lowered, verified)

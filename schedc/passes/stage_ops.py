@@ -14,10 +14,13 @@ MAX_ACTIVE_STAGES = 3  # torch's default prefetch window for `_add_unshard_resha
 _BACKWARDS = (Op.B, Op.W)  # the actions that finish a microbatch's weight gradient
 
 
-def _computes(step: Step) -> tuple[Action, ...]:
-    if step.__class__ is Action:  # (most steps: one action, no tuple of parts to make)
-        return (step,) if step.op.is_compute else ()
-    return tuple(a for a in step.parts if a.op.is_compute)
+_COMPUTE = frozenset(op for op in Op if op.is_compute)
+
+
+def _computes(steps: list[Step]) -> list[tuple[Action, ...]]:
+    """Each step's computations (most steps are one action: no tuple of parts is made for them)."""
+    return [((st,) if st.op in _COMPUTE else ()) if st.__class__ is Action
+            else tuple(a for a in st.parts if a.op in _COMPUTE) for st in steps]
 
 
 def _has(program: Program, op: Op) -> bool:
@@ -39,7 +42,7 @@ def add_unshard_reshard(program: Program, max_active_stages: int = MAX_ACTIVE_ST
 
 
 def _unshard_reshard(steps, window: int) -> list[Step]:
-    upcoming = _upcoming([_computes(st) for st in steps], window)
+    upcoming = _upcoming(_computes(steps), window)
     # a set, updated in torch's order: torch evicts in the set's iteration order, and so do we
     active: set[int] = set()
     out: list[Step] = []
@@ -97,13 +100,15 @@ def add_reduce_grad(program: Program) -> Program:
     ranks = []
     for steps in program.ranks:
         done: dict[int, int] = {}
-        out: list[Step] = []
-        for step in steps:
-            out.append(step)
-            for a in _computes(step):
+        last: list[tuple[int, int]] = []  # (step, stage) of each stage's M-th backward, in order
+        for i, step in enumerate(steps):
+            for a in ((step,) if step.__class__ is Action else step.parts):
                 if a.op in _BACKWARDS:
-                    done[a.stage] = done.get(a.stage, 0) + 1
-                    if done[a.stage] == M:
-                        out.append(Action(Op.REDUCE_GRAD, a.stage))
+                    n = done[a.stage] = done.get(a.stage, 0) + 1
+                    if n == M:
+                        last.append((i, a.stage))
+        out = list(steps)
+        for i, stage in reversed(last):  # from the back: the steps before keep their places
+            out.insert(i + 1, Action(Op.REDUCE_GRAD, stage))
         ranks.append(out)
     return program.with_ranks(ranks)
