@@ -8,6 +8,7 @@ have no microbatch and no dependencies (deps.py); schedc's own runtime ignores t
 """
 from __future__ import annotations
 
+from ..columns import has_op
 from ..ir import Action, Op, Program, Step
 
 MAX_ACTIVE_STAGES = 3  # torch's default prefetch window for `_add_unshard_reshard`
@@ -23,11 +24,6 @@ def _computes(steps: list[Step]) -> list[tuple[Action, ...]]:
             else tuple(a for a in st.parts if a.op in _COMPUTE) for st in steps]
 
 
-def _has(program: Program, op: Op) -> bool:
-    from ..columns import has_op
-    return has_op(program, op)
-
-
 def add_unshard_reshard(program: Program, max_active_stages: int = MAX_ACTIVE_STAGES) -> Program:
     """Before each compute step, UNSHARD the next `max_active_stages` stages the rank computes on
     and RESHARD the active ones it does not; RESHARD whatever is still active at the end.
@@ -36,7 +32,7 @@ def add_unshard_reshard(program: Program, max_active_stages: int = MAX_ACTIVE_ST
     order); communication steps are passed through and skipped when looking ahead. A program that
     already has UNSHARD actions is left as it is.
     """
-    if _has(program, Op.UNSHARD):
+    if has_op(program, Op.UNSHARD):
         return program
     return program.with_ranks(_unshard_reshard(steps, max_active_stages) for steps in program.ranks)
 
@@ -94,7 +90,7 @@ def add_reduce_grad(program: Program) -> Program:
 
     As torch's `_add_reduce_grad`. A program that already has REDUCE_GRAD actions is left as it is.
     """
-    if _has(program, Op.REDUCE_GRAD):
+    if has_op(program, Op.REDUCE_GRAD):
         return program
     M = program.num_microbatches
     ranks = []
