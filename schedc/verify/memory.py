@@ -442,15 +442,15 @@ def _known_posted(program: Program, cons, pairs: set[tuple[int, int]]) -> dict[t
                           f"than the {MAX_HOLD_WORK:,} allowed; check it under rendezvous or a backend's "
                           "semantics, or without message sizes")
     cross = defaultdict(list)  # step -> the steps of other ranks it waits for
-    waiting = defaultdict(int)  # step -> how many of those are not yet counted
-    uses = defaultdict(int)  # step -> how many steps of other ranks wait for it
+    waiters = defaultdict(list)  # step -> the steps of other ranks that wait for it
+    waiting = defaultdict(int)  # step -> how many of the steps it waits for are not yet counted
     for r, steps in enumerate(cons.prereq):
         for i, pre in enumerate(steps):
             ahead = 0  # a prerequisite later on its own rank: a cycle, never counted
             for q, j, _, _ in pre:
                 if q != r:
                     cross[r, i].append((q, j))
-                    uses[q, j] += 1
+                    waiters[q, j].append((r, i))
                 elif j >= i:
                     ahead += 1
                 # an earlier step of its own rank comes with program order, carried along the rank
@@ -462,11 +462,8 @@ def _known_posted(program: Program, cons, pairs: set[tuple[int, int]]) -> dict[t
     held: dict = {}  # the vectors of steps whose waiters are not all counted yet
     last = [None] * len(lengths)  # each rank's latest vector
     none = np.full(len(receivers), -1, dtype=np.int64)
+    uses = {p: len(w) for p, w in waiters.items()}  # waiters not yet counted, per held vector
     queue = deque((r, 0) for r in range(len(lengths)) if lengths[r] and waiting[r, 0] == 0)
-    waiters = defaultdict(list)
-    for n, pre in cross.items():
-        for p in pre:
-            waiters[p].append(n)
     while queue:
         r, i = node = queue.popleft()
         v = last[r] if last[r] is not None else none
