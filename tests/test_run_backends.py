@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from launched import run_cases
+
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = 3
 WATCHDOG_S = 3.0  # per wait: a deadlocked program costs about this much
@@ -247,16 +249,6 @@ def _cases(tmp: Path) -> list[dict]:
     return cases
 
 
-def _spawn(cases: list[dict], tmp: Path) -> dict:
-    from schedc.runtime.launch import launch
-    (tmp / "cases.json").write_text(json.dumps(cases))
-    out, err = io.StringIO(), io.StringIO()
-    done = launch([sys.executable, str(Path(__file__).resolve()), "--worker", str(tmp / "cases.json"), str(tmp)],
-                  WORLD, stdout=out, stderr=err, grace=5, deadline=LAUNCH_DEADLINE, cwd=str(ROOT))
-    assert done.ok, f"ranks exited {done.returncodes}\n{out.getvalue()}\n{err.getvalue()}"
-    return {r: json.loads((tmp / f"rank{r}.json").read_text()) for r in range(WORLD)}
-
-
 def test_the_gloo_verdict_is_what_the_runtime_does_on_gloo(tmp_path):
     cases = _cases(tmp_path)
     # issue 18's two programs, and test_differential's sample (moved, every receive first, every send last)
@@ -265,7 +257,7 @@ def test_the_gloo_verdict_is_what_the_runtime_does_on_gloo(tmp_path):
     # programs only a posted runtime completes (rendezvous calls them deadlocked) are among them
     assert sum(c["verdict"] == "ok" and c["rendezvous_deadlock"] for c in cases) == 3 + WANT["ok, not rendezvous"]
     assert {c["meta"]["ranks"] for c in cases} == {2, 3}
-    results = _spawn(cases, tmp_path)
+    results = run_cases(__file__, cases, tmp_path, WORLD, deadline=LAUNCH_DEADLINE)
     wrong = []
     for case in cases:
         ends = {r: results[r][case["id"]] for r in range(case["meta"]["ranks"])}
