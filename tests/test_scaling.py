@@ -325,6 +325,21 @@ def test_a_runnable_program_too_large_to_write_is_refused_and_compile_writes_the
     assert exc.value.code == "too-large" and "320 actions" in str(exc.value)
 
 
+def test_run_refuses_a_program_too_large_to_write_before_checking_it(run_cli, tmp_path, monkeypatch):
+    """Fuzz finding (seed 43): `run dualpipev --param P=2,M=999999 --print-torchrun` checked 8M
+    actions for 100 s, then refused to write them; the size is counted first."""
+    from schedc.lower import codegen
+    from schedc.commands import common
+    monkeypatch.setattr(codegen, "MAX_RUNNABLE_ACTIONS", 100)
+
+    def no_checks(*args, **kwargs):
+        raise AssertionError("checked before it was refused")
+    monkeypatch.setattr(common, "run_checks", no_checks)
+    code, out, err = run_cli("run", "1f1b", "--param", "P=4,M=16", "--model", "examples.mlp:build_stages",
+                             "--print-torchrun", "-o", str(tmp_path / "out"))
+    assert code == 2 and "at most 100" in err and not (tmp_path / "out").exists()
+
+
 # ---- issue 21: compiling in work linear in the actions, whatever the shape ----
 def _compile_lines(name: str, params: dict) -> int:
     """The Python work of expanding a built-in (its code made before: a second expansion)."""

@@ -32,6 +32,7 @@ def run(args, stdout, stderr) -> int:
     """Verify (unless --no-verify), lower, and run on local ranks, or print the torchrun line."""
     import shlex
     from ..lower import lower_to_torch
+    from ..lower.codegen import refuse_unrunnable
     from ..verify.execute import Semantics
     if args.steps < 1:
         raise SchedcError("usage", f"--steps {args.steps}: expected at least 1", where="--steps")
@@ -62,6 +63,7 @@ def run(args, stdout, stderr) -> int:
         why = problem(args.backend, nproc)
         if why:
             raise SchedcError("usage", why, where="--backend")
+    refuse_unrunnable(program)  # before the checks: a program too large to run is not checked first
     verified = None
     if not args.no_verify:
         checks = argparse.Namespace(semantics=str(semantics), engine="native", timeout=30.0, memory_limit=None)

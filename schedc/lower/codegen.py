@@ -111,18 +111,24 @@ def _peer(placement: tuple[int, ...], op: str, stage: int) -> int:
 MAX_RUNNABLE_ACTIONS = 500_000  # the most actions (sends and receives too) a generated program holds (8 to 16 s to write)
 
 
+def refuse_unrunnable(program: Program) -> None:
+    """A `too-large` error if the runnable program of `program` would hold more than
+    MAX_RUNNABLE_ACTIONS actions, counted without lowering it (`run` asks before its checks)."""
+    from ..passes.comms import lowered_size
+    actions = sum(lowered_size(program.replica(d)) for d in range(program.dp))
+    if actions > MAX_RUNNABLE_ACTIONS:
+        raise SchedcError("too-large", f"the runnable program would hold {actions:,} actions as Python "
+                          f"source; at most {MAX_RUNNABLE_ACTIONS:,} (about 40 MB of Python): use fewer microbatches, "
+                          "or run the lowered CSV with torch's runtime (schedc export --to torch-csv)")
+
+
 def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredProgram:
     """Insert communication (if the program has none) and render the runnable program.
 
     `verified` records the send semantics the schedule was checked under (None: not checked).
     """
     from ..passes import lower
-    from ..passes.comms import lowered_size
-    actions = sum(lowered_size(program.replica(d)) for d in range(program.dp))  # (before lowering: refused, none is built)
-    if actions > MAX_RUNNABLE_ACTIONS:
-        raise SchedcError("too-large", f"the runnable program would hold {actions:,} actions as Python "
-                          f"source; at most {MAX_RUNNABLE_ACTIONS:,} (about 40 MB of Python): use fewer microbatches, "
-                          "or run the lowered CSV with torch's runtime (schedc export --to torch-csv)")
+    refuse_unrunnable(program)  # (before lowering: refused, none is built)
     lowered = lower(program)
     table = table_of(lowered, verified)
     source = render_program(table)
