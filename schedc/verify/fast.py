@@ -13,12 +13,14 @@ paths to the same verdicts and peaks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
 from .. import deps
-from ..columns import OPS, as_columns, columns_of
-from ..ir import SCHEDC_ONLY, Op, Program
+from ..columns import COMPOUND, OPS, as_columns, columns_of
+from ..ir import SCHEDC_ONLY, CompoundKind, Op, Program
 from .channels import Semantics
 from .execute import run_ranks
 from .memory import Peak, activation_deltas
@@ -92,6 +94,8 @@ def array_check(program: Program, semantics: Semantics, limits: dict[int, float]
     if arrays is None:
         return None
     op, stage, mb, rank, step, gid, lengths = arrays
+    if len(op) > sum(lengths) and not _grows_only_forward(program):
+        return None  # overlapped pairs, whose peak is inside a step: sizes as small.py's `_delta_table` asks
     if np.isin(op, _SCHEDC_ONLY).any():
         return None
     placement = np.asarray(program.placement, dtype=np.int64)
@@ -179,17 +183,57 @@ def step_at(program: Program):
 
 
 def _arrays(program: Program):
-    """Flat per-action arrays (op, stage, microbatch or -1, rank, step, global step id), read from
-    the program's columns (schedc/columns.py: held so, or read once from its actions)."""
+    """Flat per-action arrays (op, stage, microbatch or -1, rank, step, global step id) and each
+    rank's number of steps, read from the program's columns (schedc/columns.py: held so, or read
+    once from its actions). The parts of an overlapped pair share a step, its F first; None for
+    other compounds (groups: the detailed checks)."""
     held = as_columns(program)
-    if held.compounds or not len(held.op):
-        return None  # groups and overlapped pairs: the detailed checks
+    if not len(held.op):
+        return None
     lengths = np.diff(held.starts).tolist()
-    rank = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    op, stage, mb = (a.astype(np.int64) for a in (held.op, held.stage, held.microbatch))
     gid = np.arange(len(held.op), dtype=np.int64)
+    if held.compounds:
+        flat = _overlapped_pairs(held, op, stage, mb)
+        if flat is None:
+            return None
+        op, stage, mb, gid = flat
+    rank = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)[gid]
     step = gid - np.asarray(held.starts[:-1], dtype=np.int64)[rank]
-    return (held.op.astype(np.int64), held.stage.astype(np.int64), held.microbatch.astype(np.int64),
-            rank, step, gid, lengths)
+    return op, stage, mb, rank, step, gid, lengths
+
+
+def _overlapped_pairs(held, op, stage, mb):
+    """The columns with each compound replaced by its parts, which keep its global step id: (op,
+    stage, microbatch, global step id) per action. Inside a step allocations come before frees
+    (memory.py's rule), so a pair's F parts are put first: the running sum along the actions then
+    peaks where the steps' does. None unless every compound is an OVERLAP_F_B of computations."""
+    at = np.flatnonzero(op == COMPOUND)
+    steps = held.kept[at].tolist()
+    if any(st.kind is not CompoundKind.OVERLAP_F_B for st in steps):
+        return None
+    sizes = np.fromiter(map(len, map(attrgetter("parts"), steps)), dtype=np.int64, count=len(steps))
+    parts = list(chain.from_iterable(map(attrgetter("parts"), steps)))
+    codes = np.fromiter(map(_CODE.__getitem__, map(attrgetter("op"), parts)), dtype=np.int64, count=len(parts))
+    if not np.isin(codes, (F, B, I, W)).all():
+        return None  # a send, receive or stage operation inside
+    order = np.lexsort((codes != F, np.repeat(at, sizes)))  # compound by compound, its F parts first
+    count = np.ones(len(op), dtype=np.int64)
+    count[at] = sizes
+    gid = np.repeat(np.arange(len(op), dtype=np.int64), count)
+    slots = np.flatnonzero(np.repeat(op == COMPOUND, count))  # where the parts go, in order
+    op, stage, mb = op[gid], stage[gid], mb[gid]
+    op[slots] = codes[order]
+    stage[slots] = np.fromiter(map(attrgetter("stage"), parts), dtype=np.int64, count=len(parts))[order]
+    mb[slots] = np.fromiter(map(attrgetter("microbatch"), parts), dtype=np.int64, count=len(parts))[order]
+    return op, stage, mb, gid
+
+
+def _grows_only_forward(program: Program) -> bool:
+    """Does only F grow activations, and every backward (B, I, W) shrink them or leave them?"""
+    deltas = activation_deltas(program)
+    return (all(d >= 0 for d in deltas.get(Op.F, ()))
+            and all(d <= 0 for o in (Op.B, Op.I, Op.W) for d in deltas.get(o, ())))
 
 
 def _links(made, consumers, placement, S) -> list[Link]:
@@ -303,7 +347,8 @@ def _runs(waits, lengths) -> bool:
 
 
 def _peaks(program, op, stage, rank, step, R):
-    """Peak activations per rank along each rank's order, and the step where each peak is reached."""
+    """Peak activations per rank along each rank's order (its actions, an overlapped pair's F
+    first), and the step where each peak is reached."""
     table = np.zeros((len(_OPS), program.num_stages), dtype=np.float64)  # memory.py's deltas
     for o, row in activation_deltas(program).items():
         table[_CODE[o]] = row
@@ -313,12 +358,12 @@ def _peaks(program, op, stage, rank, step, R):
     longest = int(np.diff(starts).max(initial=0))
     if R * longest <= 4 * len(delta) + 4096:  # ranks of similar lengths: every rank's sums at once
         grid = np.zeros((R, longest))  # each row a rank's deltas, then zeros (a sum that stays)
-        grid[rank, step] = delta
+        grid[rank, np.arange(len(delta)) - starts[rank]] = delta
         run = np.cumsum(grid, axis=1)  # row by row, in order: the same sums as one rank's cumsum
-        k = run.argmax(axis=1)  # the first step at the peak
+        k = run.argmax(axis=1)  # the first action at the peak
         top = run[np.arange(R), k]
         for r in np.flatnonzero(top > 0).tolist():
-            peaks[r], where[r] = float(top[r]), int(k[r])
+            peaks[r], where[r] = float(top[r]), int(step[starts[r] + k[r]])
         return peaks, where
     for r in range(R):
         d = delta[starts[r]:starts[r + 1]]
