@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from .deps import delivers, payload, value_name
-from .errors import Diagnostic
+from .errors import Diagnostic, SchedcError
 from .outputs import rounded
 from .ir import RECVS, Action, Program, describe, format_step
 from .lint import display_step, lint
@@ -22,6 +22,7 @@ from .verify.mesh import joins_ranks
 from .verify.memory import Peak, peak_activation, peak_memory
 
 ENGINES = ("native", "z3")
+MAX_DETAILED_ACTIONS = 2_000_000  # the detailed checks take ~10 us and ~0.5 KB an action: ~20 s, 1 GB at the limit
 MEMORY_RUN = "worst"  # `peak_memory` is the worst over every run the semantics allows (sim's is "timed")
 
 
@@ -147,6 +148,8 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: s
     # Limits are left to the caller: a program whose only finding is a rank over its memory limit
     # gets the detailed memory walk alone (it says where and what is live), not every detailed check.
     clear = quick_check(program, semantics, None) if fast and engine == "native" and program.dp == 1 else None
+    if clear is None:
+        _refuse_detailed(program)
     if clear is None and joins_ranks(program):  # replicas, or a tied all-reduce between two ranks: the job's question
         report = _check_job(program, semantics, memory_limit, file if file is not None else program.source, engine)
         report.p2p, report.notes = declared, (note,) if note else ()
@@ -178,6 +181,16 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: s
         return report
     _memory(report, chans, memory_limit)
     return report
+
+
+def _refuse_detailed(program: Program) -> None:
+    """A `too-large` error, before any detailed pass, for a program beyond MAX_DETAILED_ACTIONS."""
+    if program.num_actions > MAX_DETAILED_ACTIONS:
+        raise SchedcError("too-large", f"{program.num_actions:,} actions, and the fast checks did not clear them (a "
+                          "finding, or what only the detailed checks decide: bounded buffers or posted sends at the "
+                          "communication level, messages with a size, groups, waits, replicas, forward only); the "
+                          f"detailed checks, which say what is wrong, take at most {MAX_DETAILED_ACTIONS:,} actions: "
+                          "check it at fewer microbatches")
 
 
 def _check_job(program: Program, semantics: Semantics, limits, file, engine) -> Report:

@@ -399,3 +399,20 @@ def test_the_iteration_limit_is_reached_in_a_few_lines_per_iteration(monkeypatch
         with pytest.raises(SchedcError):
             compile_schedule(tree)
     assert _lines(refused) <= 3 * 20_000
+
+
+def test_the_detailed_checks_refuse_a_program_beyond_their_limit_before_any_pass(run_cli, tmp_path, monkeypatch):
+    """What the fast checks cannot clear costs ~10 us an action in detail: past MAX_DETAILED_ACTIONS
+    a clear `too-large` error (exit 2), not minutes; what they clear is unaffected."""
+    from schedc import report
+    monkeypatch.setattr(report, "MAX_DETAILED_ACTIONS", 100)
+
+    def no_lint(program):
+        raise AssertionError("a detailed pass ran")
+    monkeypatch.setattr(report, "lint", no_lint)
+    code, out, err = run_cli("check", "1f1b", "--param", "P=4,M=16")  # 128 actions, cleared fast
+    assert code == 0, err
+    csv = tmp_path / "1f1b.csv"  # bounded buffers at the communication level: only the detailed checks decide
+    assert run_cli("export", "1f1b", "--param", "P=4,M=16", "--level", "comms", "--to", "torch-csv", "-o", str(csv))[0] == 0
+    code, out, err = run_cli("check", str(csv), "--semantics", "bounded:2")
+    assert code == 2 and err.startswith("error[too-large]: ") and "at most 100 actions" in err, (code, err)
