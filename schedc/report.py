@@ -183,6 +183,15 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: s
     return report
 
 
+def lint_findings(program: Program) -> list[Diagnostic]:
+    """lint's findings (schedc/lint.py): none at once when the fast checks clear the program, and
+    past MAX_DETAILED_ACTIONS a `too-large` error, as for the detailed checks."""
+    if program.dp == 1 and quick_check(program, RENDEZVOUS, None) is not None:
+        return []
+    _refuse_detailed(program)
+    return lint(program)
+
+
 def _refuse_detailed(program: Program) -> None:
     """A `too-large` error, before any detailed pass, for a program beyond MAX_DETAILED_ACTIONS."""
     if program.num_actions > MAX_DETAILED_ACTIONS:

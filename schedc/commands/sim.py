@@ -10,7 +10,7 @@ def run(args, stdout, stderr) -> int:
     """Simulate one schedule under its costs (overridden by --costs, then --cost)."""
     from ..costs import Costs
     from ..interop.chrome_trace import dumps_trace
-    from ..lint import lint
+    from ..report import lint_findings
     from ..simulate import simulate
     from ..verify.channels import Semantics
     semantics = Semantics.parse(args.semantics)  # a bad value is a usage error before any work
@@ -27,7 +27,7 @@ def run(args, stdout, stderr) -> int:
                                      "errors": [d.to_dict() for d in diagnostics]}) + "\n")
         return EXIT_FAIL
 
-    found = lint(program)
+    found = lint_findings(program)
     if found:  # times of a schedule that is not sound mean nothing
         return fail(found)
     try:
