@@ -444,7 +444,7 @@ class _Compiler:
         for site, step in zip(body.nodes, steps):
             if isinstance(step, SchedcError):
                 raise step
-            self.budget.actions -= 1
+            self.budget.actions -= len(step.parts)
             if self.budget.actions < 0:
                 too_many_actions(site.action.span)
             out.append(step)
@@ -775,7 +775,7 @@ class _BodyWriter:
             need = "two actions, e.g. overlap(F(0, 1), B(7, 0))" if kind is CompoundKind.OVERLAP_F_B \
                 else "at least one send or receive"
             raise SchedcError("arity", f"{call.name}(...) takes {need}", call.span)
-        self.count(call.span, block)  # (the step is counted before its parts are made)
+        self.count(call.span, block, len(call.args))  # (its actions are counted before they are made)
         parts = []
         for k, arg in enumerate(call.args):
             if not isinstance(arg, ast.Call) or arg.name not in ACTION_OPS:
@@ -853,8 +853,8 @@ class _BodyWriter:
             else:
                 block.line("_st.note(_a)")
 
-    def count(self, span: Span, block: Block) -> None:
-        block.line("_ia -= 1")
+    def count(self, span: Span, block: Block, actions: int = 1) -> None:
+        block.line(f"_ia -= {actions}")
         block.line(f"if _ia < 0: too_many_actions({self.span(span)})")
 
     def op(self, op: Op) -> str:

@@ -290,8 +290,9 @@ def _table(page: str, header: str) -> list[list[str]]:
 
 
 def test_the_limits_page_states_schedcs_limits():
-    from schedc import compiler, expr, ir, lint, parse
+    from schedc import compiler, expr, ir, lint, parse, report
     from schedc.inputs import MAX_DIGITS
+    from schedc.lower import codegen
     from schedc.viz.dag import MAX_DAG_STEPS
     limits = {row[0]: row[1] for row in _table("limits.md", "| what | limit |")}
     expected = {
@@ -307,6 +308,8 @@ def test_the_limits_page_states_schedcs_limits():
         "integers in an option or a cost file's key": f"{MAX_DIGITS} digits",
         "findings listed per code": f"{lint.MAX_PER_CODE}",
         "dependency graph (`viz --dag`)": f"{MAX_DAG_STEPS:,} steps",
+        "actions checked in detail": f"{report.MAX_DETAILED_ACTIONS:,}",
+        "actions of a runnable program (`compile`'s `<name>_program.py`, `run`)": f"{codegen.MAX_RUNNABLE_ACTIONS:,}",
     }
     assert compiler.MAX_STAGES == compiler.MAX_MICROBATCHES
     for what, limit in expected.items():

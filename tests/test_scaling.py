@@ -383,6 +383,28 @@ def test_a_schedule_is_compiled_once_and_its_limits_read_at_each_expansion(monke
     assert "more than 50 actions" in err.value.diagnostics[0].message and made[0] == 0
 
 
+def test_the_action_limit_counts_the_parts_of_a_compound(monkeypatch):
+    """DualPipeV at P=2, M=999999 is 8M actions in 4M steps: the limit on actions (5M) counted
+    steps, so its programs reached 8M actions (sim took 120 s). Both a loop's compounds and a
+    literal rank's count their parts."""
+    from schedc import compiler
+    from schedc.api import load
+    program = load("dualpipev", {"P": 2, "M": 8})
+    steps = sum(map(len, program.ranks))
+    assert steps < program.num_actions
+    monkeypatch.setattr(compiler, "MAX_ACTIONS", program.num_actions - 1)
+    with pytest.raises(SchedcError) as err:
+        load("dualpipev", {"P": 2, "M": 8})
+    assert err.value.code == "too-large"
+    literal = "schedule s {\n  rank 0: 0F0 (0F1;0B0)OVERLAP_F_B 0B1\n}"
+    monkeypatch.setattr(compiler, "MAX_ACTIONS", 3)
+    with pytest.raises(SchedcError) as err:
+        compile_schedule(parse(literal, "pairs.pp"))
+    assert err.value.code == "too-large"
+    monkeypatch.setattr(compiler, "MAX_ACTIONS", 4)
+    assert compile_schedule(parse(literal, "pairs.pp")).num_actions == 4  # 3 steps
+
+
 def test_the_iteration_limit_is_reached_in_a_few_lines_per_iteration(monkeypatch):
     """Issue 19: refusing a schedule at the loop-iteration limit (20,000,000) took 40-60 s. Loops
     run as generated Python code: an empty iteration is the loop's own line and the body's, so the
