@@ -55,6 +55,9 @@ class Row:
         return out
 
 
+MAX_COMPARED_ACTIONS = 3_000_000  # the actions of every schedule a compare checks and simulates, together (~15 s)
+
+
 def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float | None = None,
             overlap: bool = True) -> list[Row]:
     """One row per schedule: fitting ones first by makespan, then those over the limit, then skipped.
@@ -65,7 +68,7 @@ def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float
     setup = getattr(costs, "derived", None)
     if setup is not None and memory_limit is None:
         memory_limit = setup.memory
-    rows = []
+    rows, total = [], 0
     for name in names:
         try:
             program = load(name, dict(params), strict_params=False)
@@ -74,6 +77,10 @@ def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float
                 raise
             rows.append(Row(name, tuple(params.items()), skipped=exc.diagnostics[0].message))
             continue
+        total += program.num_actions
+        if total > MAX_COMPARED_ACTIONS:  # before simulating the one past it
+            raise SchedcError("too-large", f"the schedules compared hold more than {MAX_COMPARED_ACTIONS:,} actions "
+                              f"in all ({name} reaches {total:,}); compare fewer schedules or at fewer microbatches")
         used = program.params
         if setup is not None and program.num_stages > setup.model.layers:
             rows.append(Row(name, used, skipped=f"{program.num_stages} stages, more than {setup.model.name}'s "

@@ -452,3 +452,20 @@ def test_sim_asks_the_fast_checks_before_linting(run_cli, monkeypatch, tmp_path)
     broken.write_text("0F0,0B0,0B1\n")  # F(0,1) never runs
     code, out, err = run_cli("sim", str(broken))
     assert code == 1 and len(calls) == 1 and "error" in err, (code, err)
+
+
+def test_compare_counts_the_actions_of_all_its_schedules(run_cli, monkeypatch):
+    """Fuzz-scale finding: `compare 1f1b zb_h1 --param P=1000,M=1000` simulated 5M actions (43 s);
+    the schedules compared share one limit, checked before simulating the one that crosses it."""
+    from schedc import compare as compare_module
+    simulated = []
+    import schedc.simulate as simulate_module
+    real = simulate_module.simulate
+    monkeypatch.setattr(simulate_module, "simulate", lambda program, **kw: simulated.append(program.name)
+                        or real(program, **kw))
+    monkeypatch.setattr(compare_module, "MAX_COMPARED_ACTIONS", 200)  # 1F1B and ZB-H1 at P=4, M=8: 64 and 96
+    assert run_cli("compare", "1f1b", "zb_h1", "--param", "P=4,M=8")[0] == 0 and len(simulated) == 2
+    simulated.clear()
+    code, out, err = run_cli("compare", "1f1b", "zb_h1", "gpipe", "--param", "P=4,M=8")
+    assert code == 2 and "more than 200 actions in all (gpipe reaches 224)" in err, (code, err)
+    assert simulated == ["1f1b", "zb_h1"]
