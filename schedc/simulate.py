@@ -6,7 +6,8 @@ message's size is the `out` size of the stage whose output it carries), and whet
 overlaps compute. `simulate(program) -> Timeline`; a program that cannot finish raises
 SchedcError("deadlock"). Memory is schedc/verify/memory.py's count of each step (activations and
 receive buffers, a compute-level program as lowered), placed at the step's times: the peak of this
-one run.
+one run. A compute-level program held as columns (schedc/columns.py), millions of steps at the
+limits, is timed by schedc/simulate_columns.py: the same rule, in one pass over integer columns.
 """
 from __future__ import annotations
 
@@ -172,7 +173,8 @@ class Timeline:
         semantics = Semantics.parse(self.semantics)  # (a backend holds sent messages until waited for)
         if self.replicas > 1:  # each replica's pipeline, as memory.py counts one
             return tuple(m for d in range(self.replicas) for m in step_memory(self._replica(d), semantics))
-        return step_memory(self.program, semantics)
+        from .simulate_columns import activation_memory  # (a program of millions of steps, held as columns)
+        return activation_memory(self.program, semantics) or step_memory(self.program, semantics)
 
     @cached_property
     def memory_during(self) -> tuple[tuple[float, ...], ...]:
@@ -260,7 +262,8 @@ def simulate(program: Program, *, overlap: bool = True,
     collecting = gc.isenabled()
     gc.disable()  # the run makes many small acyclic objects; the collector would rescan the program
     try:
-        return sim.run()
+        from .simulate_columns import run_columns
+        return run_columns(sim) or sim.run()  # the common large case in one pass over integer columns
     finally:
         if collecting:
             gc.enable()
@@ -275,7 +278,10 @@ def _finite(makespan: float, ranks: int) -> None:
 
 
 def program_level(program: Program) -> str:
-    """`Program.level`, returning at the first send or receive."""
+    """`Program.level`, returning at the first send or receive (steps held as columns know theirs)."""
+    from .columns import columns_of  # (numpy: imported when asked)
+    if columns_of(program) is not None:
+        return program.level
     for steps in program.ranks:
         for st in steps:
             for a in (st.parts if st.__class__ is Compound else (st,)):
@@ -324,12 +330,13 @@ class _Simulator:
         self.K = 2 * S  # value key: microbatch * K + 2 * stage + (0 act | 1 grad)
         if len(program.ranks) != R:
             raise SchedcError("bad-index", f"the program has {len(program.ranks)} rank lists for {R} ranks")
-        self.ranks = []
+        self.speeds: list[float] = []
         for r in range(R):
             speed = ann.speed_of(r)
             if not speed > 0:
                 raise SchedcError("costs", f"rank {r} has speed {speed}; a rank's speed must be positive")
-            self.ranks.append(_Rank(r, program.ranks[r], float(speed)))
+            self.speeds.append(float(speed))
+        self.ranks: list[_Rank] = []  # each rank's state, made when the run starts
         self.default_link = (float(ann.latency), float(ann.bandwidth))
         self.latency = float(ann.latency)
         self.links = {}
@@ -363,6 +370,7 @@ class _Simulator:
 
     # ---- the driver ----
     def run(self) -> Timeline:
+        self.ranks = [_Rank(r, self.program.ranks[r], speed) for r, speed in enumerate(self.speeds)]
         work = self.work
         work.extend(range(self.R - 1, -1, -1))
         while work:

@@ -8,6 +8,7 @@ from . import common
 
 
 def run(args, stdout, stderr) -> int:
+    from ..columns import held_as_columns
     from ..interop.ir_json import dumps_ir
     from ..interop.torch_csv import to_torch_csv
     from ..ir import torch_cannot_run
@@ -20,13 +21,18 @@ def run(args, stdout, stderr) -> int:
             stderr.write("schedc: checks did not pass; nothing written (use --force to write anyway)\n")
             return common.exit_of(report)
     stem = common.safe_stem(program.name)
-    outputs = {f"{stem}.json": dumps_ir(program)}
     no_csv = torch_cannot_run(program)
     if no_csv is not None:
         stderr.write(f"schedc: no PyTorch CSV: {no_csv}\n")
-    if program.level == "comms" or report.ok is not False:
-        if no_csv is None:  # (a job of identical replicas: torch runs replica 0's schedule on each)
-            outputs[f"{stem}.csv"] = to_torch_csv(program.replica(0), "comms").dumps()
+    program = held_as_columns(program)  # the outputs read its steps as integer columns (millions, at the limits)
+    can_lower = program.level == "comms" or report.ok is not False  # (not a compute-level one that fails)
+    csv = None
+    if can_lower and no_csv is None:  # (a job of identical replicas: torch runs replica 0's schedule on each)
+        csv = to_torch_csv(program.replica(0), "comms").dumps()  # first: its lowering is the peak of memory
+    outputs = {f"{stem}.json": dumps_ir(program)}
+    if csv is not None:
+        outputs[f"{stem}.csv"] = csv
+    if can_lower:
         source = _lowered_source(program, report, stderr)
         if source is not None:
             outputs[f"{stem}_program.py"] = source

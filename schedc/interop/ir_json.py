@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import math
 
+from ..columns import Columns
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
 from ..inputs import loads_json
 from ..ir import P2P_MODES, ActionSyntaxError, Annotations, Program, StageCost, StageMemory, format_step, parse_step
 from ..outputs import dumps_json
 from ..span import Source, Span
+from .compact import step_texts
 
 FORMAT = "schedc-ir"
 VERSION = 1
 
 
-def ir_to_dict(program: Program) -> dict:
+def _head(program: Program) -> dict:
+    """The document but its steps (`actions`, `replicas` and `lines`, which `dumps_ir` adds)."""
     ann = program.annotations
     return {
         "format": FORMAT,
@@ -41,15 +44,61 @@ def ir_to_dict(program: Program) -> dict:
             "latency": ann.latency,
             "bandwidth": ann.bandwidth,
         },
-        "actions": [[format_step(st) for st in steps] for steps in program.ranks],
-        **({"replicas": [[[format_step(st) for st in steps] for steps in ranks] for ranks in program.replicas]}
-           if program.replicas else {}),  # data parallelism: replicas 1, 2, ... (replica 0 is "actions")
-        "lines": [[st.span.line if st.span is not None else None for st in steps] for steps in program.ranks],
     }
 
 
 def dumps_ir(program: Program) -> str:
-    return dumps_json(ir_to_dict(program), indent=1) + "\n"
+    """The IR as JSON, one item a line (`json.dumps(..., indent=1)`): the head, then the steps in compact
+    text per rank (`actions`; `replicas`, the other replicas' of a data-parallel job) and each step's
+    source line (`lines`). The steps are written as text rank by rank, from the columns when the
+    program holds them so (no action is made: a program can hold millions)."""
+    head = dumps_json(_head(program), indent=1)  # ends with "\n}"
+    lists = {"actions": _array((_strings(texts, 2) for texts in _step_texts(program.ranks)), 1)}
+    if program.replicas:
+        lists["replicas"] = _array((_array((_strings(texts, 3) for texts in _step_texts(ranks)), 2)
+                                    for ranks in program.replicas), 1)
+    lists["lines"] = _array((_array(lines, 2) for lines in _step_lines(program.ranks)), 1)
+    return head[:-2] + "".join(f',\n "{key}": {text}' for key, text in lists.items()) + "\n}\n"
+
+
+def _step_texts(ranks):
+    """Each rank's steps in compact text."""
+    if _plain_columns(ranks):
+        return (step_texts(ranks, r) for r in range(len(ranks)))
+    return (map(format_step, steps) for steps in ranks)
+
+
+def _step_lines(ranks):
+    """Each rank's steps' source lines, as JSON (`null`: not known)."""
+    if _plain_columns(ranks):
+        bounds = zip(ranks.starts, ranks.starts[1:])
+        if ranks.spans is None:
+            return (["null"] * (hi - lo) for lo, hi in bounds)
+        return (map(_line, ranks.spans[lo:hi]) for lo, hi in bounds)
+    return (map(_line, (st.span for st in steps)) for steps in ranks)
+
+
+def _plain_columns(ranks) -> bool:
+    """Steps held as columns without compounds: their texts are made from the columns."""
+    return isinstance(ranks, Columns) and not ranks.compounds
+
+
+def _array(items, depth: int) -> str:
+    """A JSON array of the JSON texts `items`, as `json.dumps(..., indent=1)` writes it at nesting `depth`."""
+    inner = "\n" + " " * (depth + 1)
+    body = ("," + inner).join(items)
+    return f"[{inner}{body}\n{' ' * depth}]" if body else "[]"
+
+
+def _strings(texts, depth: int) -> str:
+    """`_array` of strings that need no escaping (compact texts: digits, letters, `_();`)."""
+    inner = "\n" + " " * (depth + 1)
+    body = f'",{inner}"'.join(texts)
+    return f'[{inner}"{body}"\n{" " * depth}]' if body else "[]"
+
+
+def _line(span) -> str:
+    return "null" if span is None else str(span.line)
 
 
 def read_ir_json(text: str, name: str = "<ir>") -> Program:

@@ -11,11 +11,12 @@ import csv
 import io
 from dataclasses import dataclass
 
-from ..columns import OPS, Columns, columns_of
+from ..columns import Columns, columns_of
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
 from ..ir import ActionSyntaxError, Compound, CompoundKind, Program, Step, format_step, parse_step, placed
 from ..span import Source, Span
+from .compact import step_texts
 
 NOTATIONS = ("current", "legacy")
 
@@ -86,15 +87,7 @@ def program_from_csv(text: str, name: str = "<csv>", *, notation: str = "current
 def _dumps_columns(cols: Columns) -> str:
     """`TorchCsv.dumps` of rows held as columns, without making their actions: cells are plain
     `2F0` texts (no compounds), which the csv module writes unquoted."""
-    names = [op.value for op in OPS]
-    lines = []
-    for r in range(len(cols)):
-        lo, hi = cols.starts[r], cols.starts[r + 1]
-        stages = map(str, cols.stage[lo:hi].tolist())
-        ops = map(names.__getitem__, cols.op[lo:hi].tolist())
-        mbs = ["" if m < 0 else str(m) for m in cols.microbatch[lo:hi].tolist()]
-        lines.append(",".join(map("".join, zip(stages, ops, mbs))) + "\r\n")
-    return "".join(lines)
+    return "".join(",".join(step_texts(cols, r)) + "\r\n" for r in range(len(cols)))
 
 
 def _stem(name: str) -> str:

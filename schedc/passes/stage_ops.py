@@ -5,10 +5,17 @@ torch's `_PipelineScheduleRuntime` runs a compute-level schedule through `_add_u
 carry these itself: REDUCE_GRAD is where torch scales gradients by 1/M (its `scale_grads`) and
 finishes FSDP's gradient reduction, UNSHARD / RESHARD gather and free FSDP-sharded stages. They
 have no microbatch and no dependencies (deps.py); schedc's own runtime ignores them.
+
+Both passes find where the stage actions go (`Move`s) and place them; a program held as columns
+(schedc/columns.py) is read and extended as columns, without an action per step.
 """
 from __future__ import annotations
 
-from ..columns import has_op
+from dataclasses import replace
+
+import numpy as np
+
+from ..columns import CODE, NO_MICROBATCH, OPS, Columns, columns_of, has_op, objects
 from ..ir import Action, Op, Program, Step
 
 MAX_ACTIVE_STAGES = 3  # torch's default prefetch window for `_add_unshard_reshard`
@@ -16,12 +23,16 @@ _BACKWARDS = (Op.B, Op.W)  # the actions that finish a microbatch's weight gradi
 
 
 _COMPUTE = frozenset(op for op in Op if op.is_compute)
+_IS_COMPUTE = np.array([op in _COMPUTE for op in OPS], dtype=bool)  # by op code
+_IS_BACKWARD = np.array([op in _BACKWARDS for op in OPS], dtype=bool)
+
+Move = tuple[int, Op, int]  # a stage action to add to a rank: (the step it goes before, its op, its stage)
 
 
-def _computes(steps: list[Step]) -> list[tuple[Action, ...]]:
-    """Each step's computations (most steps are one action: no tuple of parts is made for them)."""
-    return [((st,) if st.op in _COMPUTE else ()) if st.__class__ is Action
-            else tuple(a for a in st.parts if a.op in _COMPUTE) for st in steps]
+def _computes(steps: list[Step]) -> list[tuple[int, ...]]:
+    """The stages each step computes on (most steps are one action: no tuple of parts is made for them)."""
+    return [((st.stage,) if st.op in _COMPUTE else ()) if st.__class__ is Action
+            else tuple(a.stage for a in st.parts if a.op in _COMPUTE) for st in steps]
 
 
 def add_unshard_reshard(program: Program, max_active_stages: int = MAX_ACTIVE_STAGES) -> Program:
@@ -30,36 +41,71 @@ def add_unshard_reshard(program: Program, max_active_stages: int = MAX_ACTIVE_ST
 
     As torch's `_add_unshard_reshard` on a compute-level program (the same actions in the same
     order); communication steps are passed through and skipped when looking ahead. A program that
-    already has UNSHARD actions is left as it is.
+    already has UNSHARD actions is left as it is. Steps held as columns (no compounds) are read
+    run by run: a run of compute steps on one stage has one window, so only its first step moves.
     """
     if has_op(program, Op.UNSHARD):
         return program
-    return program.with_ranks(_unshard_reshard(steps, max_active_stages) for steps in program.ranks)
+    held = columns_of(program)
+    if held is not None and not held.compounds:
+        return replace(program, ranks=_placed(held, [_run_moves(held, r, max_active_stages) for r in range(len(held))]))
+    return program.with_ranks(_with_moves(steps, _moves(_windows(_computes(steps), max_active_stages), len(steps)))
+                              for steps in program.ranks)
 
 
-def _unshard_reshard(steps, window: int) -> list[Step]:
-    upcoming = _upcoming(_computes(steps), window)
+def _run_moves(cols: Columns, r: int, window: int) -> list[Move]:
+    """Rank r's UNSHARD / RESHARD, from its runs of compute steps on one stage."""
+    lo, hi = cols.starts[r], cols.starts[r + 1]
+    at = np.flatnonzero(_IS_COMPUTE[cols.op[lo:hi]])
+    stages = cols.stage[lo:hi][at]
+    first = np.flatnonzero(np.diff(stages, prepend=stages[:1] - 1) != 0)  # where each run begins
+    runs = [(s,) for s in stages[first].tolist()]
+    return _moves(_windows(runs, window, at[first].tolist()), hi - lo)
+
+
+def _windows(computes: list[tuple[int, ...]], window: int, steps: list[int] | None = None):
+    """(step, window) for each step that computes: its `_upcoming` stages. `steps`: the step of each
+    entry of `computes` (default: its index)."""
+    at = steps if steps is not None else range(len(computes))
+    return [(i, stages) for i, stages in zip(at, _upcoming(computes, window)) if stages is not None]
+
+
+def _moves(windows, end: int) -> list[Move]:
+    """The stage actions torch adds, from the window of each step that computes ((step, stages), in
+    order): evict the active stages not in the window, fetch its stages not active; at the end
+    (`end`: the rank's length), RESHARD whatever is still active."""
     # a set, updated in torch's order: torch evicts in the set's iteration order, and so do we
     active: set[int] = set()
-    out: list[Step] = []
-    for step, stages in zip(steps, upcoming):
-        if stages is not None:
-            evict = [s for s in active if s not in stages]
-            fetch = [s for s in stages if s not in active]
-            for s in evict:
-                active.remove(s)
-                out.append(Action(Op.RESHARD, s))
-            for s in fetch:
-                active.add(s)
-                out.append(Action(Op.UNSHARD, s))
-        out.append(step)
-    out.extend(Action(Op.RESHARD, s) for s in list(active))
+    out: list[Move] = []
+    for i, stages in windows:
+        evict = [s for s in active if s not in stages]
+        fetch = [s for s in stages if s not in active]
+        for s in evict:
+            active.remove(s)
+            out.append((i, Op.RESHARD, s))
+        for s in fetch:
+            active.add(s)
+            out.append((i, Op.UNSHARD, s))
+    out.extend((end, Op.RESHARD, s) for s in list(active))
     return out
 
 
-def _upcoming(computes: list[tuple[Action, ...]], count: int) -> list[list[int] | None]:
-    """For each step that computes, the first `count` distinct stages computed on from it (torch's
-    `next_stage_indices`: whole steps, so a compound may give one more); None for the others.
+def _with_moves(steps, moves: list[Move]) -> list[Step]:
+    """The steps with each move's action placed before its step (moves in order)."""
+    out: list[Step] = []
+    done = 0
+    for i, op, s in moves:
+        out.extend(steps[done:i])
+        done = i
+        out.append(Action(op, s))
+    out.extend(steps[done:])
+    return out
+
+
+def _upcoming(computes: list[tuple[int, ...]], count: int) -> list[list[int] | None]:
+    """For each step that computes (its stages, `computes`), the first `count` distinct stages
+    computed on from it (torch's `next_stage_indices`: whole steps, so a compound may give one
+    more); None for the others.
 
     Built from the last step back, each from the next one's (stages with the step that first
     computes on them): linear in the steps, where scanning ahead from each step was quadratic."""
@@ -70,13 +116,13 @@ def _upcoming(computes: list[tuple[Action, ...]], count: int) -> list[list[int] 
         here = computes[i]
         if not here:
             continue
-        if len(here) == 1 and count > 1 and stages and stages[0] == here[0].stage:
+        if len(here) == 1 and count > 1 and stages and stages[0] == here[0]:
             # the stage the next window starts with, again: the window keeps its stages, this step
             # first computing on it (entries after the first keep their steps, so the cut is the same)
             ahead[0] = (stages[0], i)
             out[i] = stages
             continue
-        own = list(dict.fromkeys(a.stage for a in here))
+        own = list(dict.fromkeys(here))
         merged = [(s, i) for s in own] + [(s, j) for s, j in ahead if s not in own]
         cut = next((k + 1 for k in range(max(count, 1) - 1, len(merged))
                     if k + 1 == len(merged) or merged[k + 1][1] != merged[k][1]), len(merged))
@@ -93,18 +139,49 @@ def add_reduce_grad(program: Program) -> Program:
     if has_op(program, Op.REDUCE_GRAD):
         return program
     M = program.num_microbatches
+    held = columns_of(program)
+    if held is not None and not held.compounds:
+        return replace(program, ranks=_placed(held, _last_backwards(held, M)))
     ranks = []
     for steps in program.ranks:
         done: dict[int, int] = {}
-        last: list[tuple[int, int]] = []  # (step, stage) of each stage's M-th backward, in order
+        moves: list[Move] = []  # after the step of each stage's M-th backward, in order
         for i, step in enumerate(steps):
             for a in ((step,) if step.__class__ is Action else step.parts):
                 if a.op in _BACKWARDS:
                     n = done[a.stage] = done.get(a.stage, 0) + 1
                     if n == M:
-                        last.append((i, a.stage))
-        out = list(steps)
-        for i, stage in reversed(last):  # from the back: the steps before keep their places
-            out.insert(i + 1, Action(Op.REDUCE_GRAD, stage))
-        ranks.append(out)
+                        moves.append((i + 1, Op.REDUCE_GRAD, a.stage))
+        ranks.append(_with_moves(steps, moves))
     return program.with_ranks(ranks)
+
+
+def _last_backwards(cols: Columns, M: int) -> list[list[Move]]:
+    """Per rank, REDUCE_GRAD(s) after the step of stage s's M-th backward on it, in step order."""
+    i = np.flatnonzero(_IS_BACKWARD[cols.op])
+    rank = np.searchsorted(cols.starts, i, side="right") - 1
+    by = np.lexsort((i, cols.stage[i], rank))  # each (rank, stage)'s backwards in order, one after another
+    group = np.r_[True, (np.diff(rank[by]) != 0) | (np.diff(cols.stage[i][by]) != 0)]
+    first = np.maximum.accumulate(np.where(group, np.arange(len(by)), 0))
+    nth = np.sort(by[np.arange(len(by)) - first == M - 1])  # (ranks in order, then steps)
+    moves: list[list[Move]] = [[] for _ in range(len(cols))]
+    for r, x, s in zip(rank[nth].tolist(), i[nth].tolist(), cols.stage[i[nth]].tolist()):
+        moves[r].append((x - cols.starts[r] + 1, Op.REDUCE_GRAD, s))
+    return moves
+
+
+def _placed(cols: Columns, moves: list[list[Move]]) -> Columns:
+    """The columns with rank r's `moves[r]` placed among its steps, each before the step it names
+    (in order; at the end of the rank, after its last step): no action is made."""
+    at = [cols.starts[r] + i for r, rank_moves in enumerate(moves) for i, _, _ in rank_moves]
+    ops = [CODE[op] for rank_moves in moves for _, op, _ in rank_moves]
+    stages = [s for rank_moves in moves for _, _, s in rank_moves]
+    spans = None if cols.spans is None else np.insert(_span_objects(cols.spans), at, None)
+    starts = np.asarray(cols.starts) + np.cumsum([0] + [len(rank_moves) for rank_moves in moves])
+    return Columns(np.insert(cols.op, at, ops), np.insert(cols.stage, at, stages),
+                   np.insert(cols.microbatch, at, NO_MICROBATCH), starts.tolist(), spans)
+
+
+def _span_objects(spans) -> np.ndarray:
+    """The spans as an array of objects (a CSV's, made on demand, are made now)."""
+    return spans if isinstance(spans, np.ndarray) else objects(spans[:])

@@ -13,6 +13,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from ..columns import OPS, columns_of
 from ..errors import SchedcError
 from ..ir import WAITS, Action, Compound, CompoundKind, Op, Program, Step, describe, format_step
 
@@ -181,7 +184,7 @@ def build_scene(program: Program, report=None, *, timeline=None, arrows: bool = 
     scene = _frame(program, report, timeline, untimed, units)
     if timeline is None:
         _program_order(scene, program, report, structural)
-    elif program.num_actions and (sum(len(s) for s in program.ranks) > MAX_BLOCKS or program.num_ranks > MAX_ROWS):
+    elif program.num_actions and (sum(_lengths(program)) > MAX_BLOCKS or program.num_ranks > MAX_ROWS):
         _aggregated(scene, program, timeline)
     else:
         _timed(scene, program, timeline, arrows)
@@ -287,12 +290,31 @@ def chunk_of(program: Program) -> list[int]:
     return out
 
 
+def _lengths(program: Program) -> list[int]:
+    """Each rank's number of steps (from its columns when the program holds them so: no action is made)."""
+    held = columns_of(program)
+    return [len(steps) for steps in program.ranks] if held is None else np.diff(held.starts).tolist()
+
+
 def kind_of(step: Step) -> str:
     if isinstance(step, Compound):
         return "OVERLAP" if step.kind is CompoundKind.OVERLAP_F_B else "COMM"
     if step.op.is_compute:
         return step.op.value
     return "COMM" if step.op.is_comm or step.op in WAITS else "STAGE"
+
+
+_KINDS = ["F", "B", "I", "W", "OVERLAP", "COMM", "STAGE"]  # an aggregated cell's kinds, in the legend's order
+_KIND_OF_OP = np.array([_KINDS.index(kind_of(Action(op, 0, 0 if op.has_microbatch else None))) for op in OPS])
+
+
+def _kind_codes(program: Program, r: int):
+    """The kind of each of rank r's steps, as its index in _KINDS (from the op codes when the program
+    holds its steps as columns without compounds)."""
+    held = columns_of(program)
+    if held is not None and not held.compounds:
+        return _KIND_OF_OP[held.op[held.starts[r]:held.starts[r + 1]]]
+    return np.array([_KINDS.index(kind_of(st)) for st in program.ranks[r]])
 
 
 def _label(step: Step, mode: str) -> str:
@@ -456,7 +478,6 @@ def _index(program: Program, rank: int, shown: int) -> int:
 
 
 def _aggregated(scene: Scene, program: Program, timeline) -> None:
-    import numpy as np
     R = program.num_ranks
     group = max(1, math.ceil(R / MAX_ROWS))
     rows = list(range(0, R, group))
@@ -467,18 +488,16 @@ def _aggregated(scene: Scene, program: Program, timeline) -> None:
     span = max(timeline.makespan, 1e-9)
     width = span / bins
     edges = np.linspace(0.0, span, bins + 1)
-    kinds = ["F", "B", "I", "W", "OVERLAP", "COMM", "STAGE"]
-    busy = np.zeros((len(rows), len(kinds), bins))
+    busy = np.zeros((len(rows), len(_KINDS), bins))
     memory = np.zeros((len(rows), bins))
-    for r in range(R):
+    for r, length in enumerate(_lengths(program)):
         row = r // group
-        steps = program.ranks[r]
-        if not steps:
+        if not length:
             continue
         starts = np.asarray(timeline.start[r], dtype=float)
         ends = np.asarray(timeline.end[r], dtype=float)
-        code = np.array([kinds.index(kind_of(st)) for st in steps])
-        for k in range(len(kinds)):
+        code = _kind_codes(program, r)
+        for k in range(len(_KINDS)):
             mask = code == k
             if not mask.any():
                 continue
@@ -503,11 +522,11 @@ def _aggregated(scene: Scene, program: Program, timeline) -> None:
             while e < bins and dominant[i, e] == dominant[i, b] and level[e] == level[b]:
                 e += 1
             if level[b] > 0:
-                cells.append((i, b, e, kinds[int(dominant[i, b])], float(level[b])))
+                cells.append((i, b, e, _KINDS[int(dominant[i, b])], float(level[b])))
             b = e
     scene.aggregate = Aggregate(bins, width, cells, [list(map(float, m)) for m in memory], group)
     scene.memory_max = float(max(memory.max(initial=0.0), max(scene.limits.values(), default=0.0)))
-    steps = sum(len(s) for s in program.ranks)
+    steps = sum(_lengths(program))
     scene.notes.append(f"aggregated: {steps:,} steps on {R:,} ranks is more than {MAX_BLOCKS:,} steps or "
                        f"{MAX_ROWS} ranks; each row is {'a rank' if group == 1 else f'{group} ranks'}, each cell "
                        f"1/{bins} of the run, coloured by the kind that took most of it and shaded by how busy "
@@ -516,7 +535,6 @@ def _aggregated(scene: Scene, program: Program, timeline) -> None:
 
 def _cumulative(starts, ends, edges):
     """Busy time up to each edge, for non-overlapping intervals in order."""
-    import numpy as np
     d = ends - starts
     done = np.concatenate([[0.0], np.cumsum(d)])
     i = np.searchsorted(ends, edges, side="right")  # intervals that ended by the edge
@@ -582,12 +600,14 @@ def _summary(program: Program, report, timeline) -> list[RankSummary]:
     out = []
     peaks = timeline.peak_memory if timeline is not None else None  # a property: compute it once
     idle = timeline.idle if timeline is not None else None
-    for r, steps in enumerate(program.ranks):
+    held = columns_of(program)
+    one_action_each = held is not None and not held.compounds  # (else a compound's parts are counted)
+    for r, length in enumerate(_lengths(program)):
         checked = report.peak_memory[r].memory if r < len(report.peak_memory) else (
             report.peak_activation[r] if r < len(report.peak_activation) else None)
         limit = report.memory_limit[r] if r < len(report.memory_limit) else None
         out.append(RankSummary(
-            r, len(steps), sum(len(st.parts) for st in steps),
+            r, length, length if one_action_each else sum(len(st.parts) for st in program.ranks[r]),
             timeline.busy[r] if timeline is not None else None,
             idle[r] if idle is not None else None,
             peaks[r] if peaks is not None else None, checked, limit))
