@@ -10,6 +10,7 @@ def run(args, stdout, stderr) -> int:
     """Simulate one schedule under its costs (overridden by --costs, then --cost)."""
     from ..costs import Costs
     from ..interop.chrome_trace import dumps_trace
+    from ..columns import held_as_columns
     from ..report import lint_findings
     from ..simulate import simulate
     from ..verify.channels import Semantics
@@ -30,6 +31,7 @@ def run(args, stdout, stderr) -> int:
     found = lint_findings(program)
     if found:  # times of a schedule that is not sound mean nothing
         return fail(found)
+    program = held_as_columns(program)  # timed in one pass over integer columns where it can be (simulate_columns.py)
     try:
         timeline = simulate(program, overlap=overlap, links=costs.links(program), semantics=semantics)
     except SchedcError as e:

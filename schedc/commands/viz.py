@@ -10,6 +10,7 @@ from . import common, described
 def run(args, stdout, stderr) -> int:
     """Draw one schedule (checked first, so a failing one shows its counterexample). Exit 0 once the
     picture is written, whatever the checks found."""
+    from ..columns import held_as_columns
     common.picture_suffix(Path(args.output), args.dag)
     program = common.load(args.input, args, common.params(args.param))
     overlap, links, units = True, None, None
@@ -32,6 +33,7 @@ def run(args, stdout, stderr) -> int:
         verdict = "fails its checks" if report.ok is False else "could not be decided"
         stdout.write(f"  the schedule {verdict}; the picture shows why (schedc viz exits 0 all the same: "
                      "schedc check gives the exit code)\n")
+    program = held_as_columns(program)  # drawn from integer columns (millions of steps, at the limits)
     common.write_picture(program, report, Path(args.output), stderr, dag=args.dag, arrows=args.arrows,
                          overlap=overlap, links=links, units=units)
     return EXIT_OK
