@@ -4,18 +4,21 @@
 """
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
 from .report import ENGINES, Report, run_checks
 from .errors import SchedcError
-from .inputs import read_text
+from .inputs import decode, read_text
 from .ir import Program
 from .resources import builtin_schedules
 from .verify.execute import Semantics
 
 FORMATS = ("pp", "torch-csv", "ir-json")
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)  # (opening a pipe: no wait)
 
 
 def detect_format(path: str) -> str:
@@ -85,10 +88,37 @@ def load(path_or_name: str, params: Mapping[str, int] | None = None, *, fmt: str
          notation: str = "current", strict_params: bool = True, forward_only: bool = False) -> Program:
     """Load and compile a schedule: a built-in name, a .pp file, a PyTorch .csv, or an IR .json
     (`forward_only`: declare it forward-only, e.g. a CSV of an inference schedule)."""
-    path, given = _resolve(str(path_or_name))
-    shown = str(path_or_name) if given else str(path)
-    return load_text(read_text(path), shown, fmt or detect_format(str(path)), params, notation, strict_params,
-                     forward_only)
+    name = str(path_or_name)
+    text, path = _file_text(name), name
+    if text is None:  # not a readable file of UTF-8 text by that name: resolve it, or say why not
+        resolved, given = _resolve(name)
+        text, path = read_text(resolved), str(resolved)
+        name = name if given else path
+    return load_text(text, name, fmt or detect_format(path), params, notation, strict_params, forward_only)
+
+
+def _file_text(path: str) -> str | None:
+    """The text of the regular file at `path`, read with one open, one stat and one read; None
+    for anything else (no such file, a directory or a pipe, a read that fails or comes short,
+    text that is not UTF-8), which `load` resolves and reads as `resolve` and `read_text` do,
+    with their errors."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except (OSError, ValueError):
+        return None
+    try:
+        info = os.fstat(fd)
+        data = os.read(fd, info.st_size + 1) if stat.S_ISREG(info.st_mode) else None
+    except OSError:
+        data = None
+    finally:
+        os.close(fd)
+    if data is None or len(data) != info.st_size:
+        return None
+    try:
+        return decode(data, path)
+    except SchedcError:
+        return None
 
 
 def check(program: Program, *, semantics: str | Semantics = "rendezvous", engine: str = "native",

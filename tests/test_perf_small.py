@@ -146,3 +146,21 @@ def test_a_small_csv_with_torchs_per_stage_operations_is_decided_as_the_array_pa
         detailed = run_checks(read, semantics=sem, fast=False)
         assert detailed.ok and detailed.peak_activation == clear.peak_activation
     assert run_checks(read, semantics=sem).to_dict() == run_checks(read, semantics=sem, fast=False).to_dict()
+
+
+def test_a_small_csv_reads_the_same_when_its_cells_are_new_or_the_cell_cache_fills(monkeypatch):
+    from schedc.interop import csv_columns
+    text = _csv(lower(BUILTINS[0]))
+    expected = _read_arrays(text, "t.csv", "t", LIMITS)
+    for most in (1 << 16, 5):  # (a cache of 5 cells is cleared several times while the file is read)
+        monkeypatch.setattr(csv_columns, "MAX_PARSED", most)
+        monkeypatch.setattr(csv_columns, "_PARSED", {})
+        assert _read_small(text, "t.csv", "t", LIMITS) == expected
+        assert _read_small(text, "t.csv", "t", LIMITS) == expected  # (now from the cache)
+
+
+def test_a_small_csv_has_every_stages_default_times_and_sizes():
+    from schedc.interop.csv_columns import _defaults
+    from schedc.ir import Annotations
+    for S, R in ((1, 1), (4, 4), (8, 3), (3, 8)):
+        assert _defaults(S, R) == Annotations().complete(S, R)

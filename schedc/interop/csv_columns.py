@@ -7,15 +7,14 @@ reader of torch_csv.py reads it and explains what is wrong. Both give the same p
 """
 from __future__ import annotations
 
-import re
-from array import array
+import struct
 from bisect import bisect_right
-from itertools import accumulate
+from itertools import accumulate, chain
 
 import numpy as np
 
 from ..columns import CODE, NO_MICROBATCH, Columns
-from ..ir import MAX_INDEX_DIGITS, Annotations, Op, Program, placed
+from ..ir import MAX_INDEX_DIGITS, Annotations, Op, Program, StageCost, StageMemory, placed
 from ..span import Source, Span
 
 COMMA, NEWLINE, CR = ord(","), ord("\n"), ord("\r")
@@ -67,15 +66,16 @@ class CsvSpans:
         return CsvSpans(self.source, *(np.asarray(a)[index] for a in self.where))
 
     def __getitem__(self, i):
+        if self._where is None and not isinstance(i, slice):  # one action's: found in its row alone
+            starts = self._starts
+            if not 0 <= i < starts[-1]:
+                i = range(starts[-1])[i]  # (a negative index, or IndexError)
+            r = bisect_right(starts, i) - 1
+            column, width, step = _place(self._lines[r], i - starts[r])
+            return Span(self.source, r + 1, column, r + 1, column + width, r, step)
         if isinstance(i, slice):
             rows, cols, widths, steps = (_listed(a[i]) for a in self.where)
             return [Span(self.source, r + 1, c, r + 1, c + w, r, s) for r, c, w, s in zip(rows, cols, widths, steps)]
-        if self._where is None:  # one action's: found in its row alone
-            i = range(self._starts[-1])[i]
-            r = bisect_right(self._starts, i) - 1
-            _, columns, widths, steps = _places([self._lines[r]])
-            k = i - self._starts[r]
-            return Span(self.source, r + 1, columns[k], r + 1, columns[k] + widths[k], r, steps[k])
         row, column, width, step = self.where
         r, c = int(row[i]), int(column[i])
         return Span(self.source, r + 1, c, r + 1, c + int(width[i]), r, int(step[i]))
@@ -149,38 +149,33 @@ def _program(text: str, name: str, program_name: str, num_ranks: int, op, stage,
 
 
 SMALL_BYTES = 16_384  # files up to this size are read cell by cell (numpy's calls cost more than the work)
-_SMALL_TEXT = re.compile(r"[0-9A-Z_,\n]*")  # what a plain file holds (carriage returns taken out)
 _DIGITS = "0123456789"
 _OP_CODES = {op.value: (CODE[op], op.has_microbatch) for op in Op}
-_PARSED: dict[str, tuple[int, int, int] | None] = {}  # a cell's text -> (op code, stage, microbatch or -1)
+_RECORD = np.dtype([("op", "i1"), ("stage", "i8"), ("mb", "i8")])  # a cell's numbers, packed (17 bytes)
+_PACK = struct.Struct("=bqq").pack  # (the same layout)
+_PARSED: dict[str, bytes] = {}  # a cell's text -> its record: op code, stage, microbatch or NO_MICROBATCH
 MAX_PARSED = 1 << 16  # cells kept (the cells of a schedule's files repeat: 0F0, 1SEND_F0, ...)
 
 
 def _read_small(text: str, name: str, program_name: str, limits: tuple[int, int, int]) -> Program | None:
     """`_read_arrays`, one cell at a time: the same program, or None for the same files (the spans
-    found from the lines when asked for)."""
-    plain = _plain_lines(text)
-    if plain is None:
+    found from the lines when asked for). Each cell's numbers are kept packed as one record, so the
+    file's records, joined, are its three columns at once."""
+    lines = _plain_lines(text)
+    if lines is None:
         return None
-    cells, lengths = [], []
-    for line in plain:
-        row = line.split(",")
-        if "" in row:  # empty (idle) cells take a step and a place in the line, and hold nothing
-            row = [cell for cell in row if cell]
-        cells += row
-        lengths.append(len(row))
-    parsed = list(map(_PARSED.get, cells))
-    if None in parsed:
-        parsed = [known or _parse_cell(cell) for known, cell in zip(parsed, cells)]
-        if None in parsed:
-            return None
-    if not parsed:
+    rows = [line.split(",") for line in lines]
+    full = [row if "" not in row else [cell for cell in row if cell] for row in rows]  # (empty cells: idle steps)
+    records = _records(list(chain.from_iterable(full)))
+    if not records:
         return None
-    ops, stages, mbs = zip(*parsed)
-    starts = list(accumulate(lengths, initial=0))
-    held = [set(stages[starts[r]:starts[r + 1]]) for r in range(len(plain))]  # each rank's stages
+    cells = np.frombuffer(records, _RECORD)
+    op, stage, mb = cells["op"], cells["stage"], cells["mb"]
+    stages = stage.tolist()
+    starts = list(accumulate(map(len, full), initial=0))
+    held = [set(stages[starts[r]:starts[r + 1]]) for r in range(len(rows))]  # each rank's stages
     max_ranks, max_stages, max_mbs = limits
-    R, S, last_mb = len(plain), max(map(max, filter(None, held))) + 1, max(mbs)
+    R, S, last_mb = len(rows), max(map(max, filter(None, held))) + 1, max(set(mb.tolist()))  # (few: a set)
     if R > max_ranks or S > max_stages or last_mb >= max_mbs:
         return None
     placement, seen = list(placed("loop", S, R)), set()
@@ -188,13 +183,24 @@ def _read_small(text: str, name: str, program_name: str, limits: tuple[int, int,
         for s in here - seen:
             placement[s] = r
         seen |= here
-    ranks = Columns(np.frombuffer(bytes(ops), np.int8), np.frombuffer(array("q", stages), np.int64),
-                    np.frombuffer(array("q", mbs), np.int64), starts,
-                    CsvSpans(Source(name, text), lines=plain, starts=starts))
+    ranks = Columns(op, stage, mb, starts, CsvSpans(Source(name, text), lines=lines, starts=starts))
     return Program(name=program_name, num_ranks=R, num_stages=S, num_microbatches=max(last_mb + 1, 1),
-                   placement=tuple(placement), ranks=ranks, source=name, annotations=Annotations().complete(S, R))
+                   placement=tuple(placement), ranks=ranks, source=name, annotations=_defaults(S, R))
 
 
+def _defaults(S: int, R: int) -> Annotations:
+    """`Annotations().complete(S, R)`, every stage's default times and sizes, made directly (the
+    same value, without `complete`'s `dataclasses.replace`)."""
+    return Annotations((StageCost.default(S, R),) * S, (StageMemory.default(S, R),) * S)
+
+
+def _records(cells: list[str]) -> bytes | None:
+    """The cells' records (`_RECORD`), joined; None if a cell does not parse."""
+    try:
+        return b"".join(map(_PARSED.__getitem__, cells))
+    except KeyError:  # cells not seen before: parsed once each
+        known = {cell: _PARSED.get(cell) or _parse_cell(cell) for cell in set(cells)}
+        return None if None in known.values() else b"".join(map(known.__getitem__, cells))
 
 
 def _places(lines: list[str]) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -214,21 +220,33 @@ def _places(lines: list[str]) -> tuple[list[int], list[int], list[int], list[int
     return where
 
 
+def _place(line: str, k: int) -> tuple[int, int, int]:
+    """(1-based column, width, step) of the k-th nonempty cell of a line: `_places` of one cell,
+    the line split only up to it when no cell before it is empty."""
+    row = line.split(",", k + 1)
+    step = k
+    if "" in row[:k + 1]:  # (empty cells take a step and a place in the line, and hold nothing)
+        row = line.split(",")
+        step = [j for j, cell in enumerate(row) if cell][k]
+    return step + 1 + sum(map(len, row[:step])), len(row[step]), step
+
+
 def _plain_lines(text: str) -> list[str] | None:
-    """The rows of a file made of plain cells (ASCII digits, capitals, `_`, commas; rows ending
-    in "\n" or "\r\n", a "\r" also at the very end), else None."""
+    """The rows of an ASCII file whose rows end in "\n" or "\r\n" (a "\r" also at the very end),
+    else None. (A cell of anything but digits, capitals and `_` does not parse: `_read_small`
+    returns None for it.)"""
     if "\r" in text:
         text = text.replace("\r\n", "\n")
         if text.find("\r") not in (-1, len(text) - 1):
             return None
         text = text.rstrip("\r")
-    if not text or not text.isascii() or _SMALL_TEXT.fullmatch(text) is None:
+    if not text or not text.isascii():
         return None
     return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
 
 
-def _parse_cell(cell: str) -> tuple[int, int, int] | None:
-    """A cell's (op code, stage, microbatch or NO_MICROBATCH): digits, an op name, maybe digits."""
+def _parse_cell(cell: str) -> bytes | None:
+    """A cell's record (`_RECORD`): digits, an op name, maybe digits."""
     head = cell.rstrip(_DIGITS)
     name = head.lstrip(_DIGITS)
     stage, mb = head[:len(head) - len(name)], cell[len(head):]
@@ -238,8 +256,8 @@ def _parse_cell(cell: str) -> tuple[int, int, int] | None:
         return None
     if len(_PARSED) >= MAX_PARSED:
         _PARSED.clear()
-    parsed = _PARSED[cell] = (known[0], int(stage), int(mb) if mb else NO_MICROBATCH)
-    return parsed
+    record = _PARSED[cell] = _PACK(known[0], int(stage), int(mb) if mb else NO_MICROBATCH)
+    return record
 
 
 def _chunks(b: np.ndarray):

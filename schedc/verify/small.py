@@ -5,24 +5,24 @@ program of a few hundred actions, numpy's cost per call is more than the whole w
 array path it answers only "all clear" (with the numbers) or "look closer" (None): anything it
 does not decide goes to the detailed checks. It also clears DualPipe's overlapped pairs at the
 compute level (`OVERLAP_F_B` compounds of computation: one step, two actions). The program is
-read as flat lists, one entry per action (its rank, step, op code, stage and microbatch), into a
-table of each action's step, whose slices (a stage's microbatches) answer most rules at once; the
+read as flat lists, one entry per action (its step, op code, stage and microbatch) rank by rank, into
+a table of each action's step, whose slices (a stage's microbatches) answer most rules at once; the
 needs and the payloads come from deps.py's tables, the activation sizes from memory.py, and the
 run is execute.py's (`run_ranks`; with sends and receives, where a step waits on at most one
 other, its simpler form `_run`).
 """
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from functools import lru_cache
-from itertools import accumulate
-from operator import gt, lt
+from itertools import accumulate, chain, pairwise, repeat
+from operator import attrgetter, gt, lt
 
 import numpy as np
 
 from .. import deps
 from ..columns import CODE, COMPOUND, OPS, columns_of
-from ..ir import Action, CompoundKind, Op, Program, StageMemory
+from ..ir import Action, CompoundKind, Op, Program
 from .channels import Semantics
 from .execute import run_ranks
 from .fast import RECEIVE_OF, SEND_OF, Clear, cleared
@@ -38,33 +38,30 @@ _RECEIVE = {need: CODE[op] for need, op in RECEIVE_OF.items()}  # the receive of
 
 
 class _Actions:
-    """The program as flat lists, one entry per action: rank, step on its rank, op code, stage,
-    microbatch (-1: none); the parts of a compound share a step. `columns`: the op code, stage and
-    microbatch arrays they were read from, if any."""
+    """The program as flat lists, one entry per action, rank by rank: step on its rank, op code,
+    stage, microbatch (-1: none); rank r's actions are `starts[r]` to `starts[r + 1] - 1`, and it
+    has `lengths[r]` steps (the parts of a compound share a step). `comms`: some action is a send
+    or receive. `columns`: the op code, stage and microbatch arrays they were read from, if any."""
 
-    __slots__ = ("rank", "step", "op", "stage", "mb", "lengths", "compounds", "columns", "extra")
+    __slots__ = ("step", "op", "stage", "mb", "starts", "lengths", "comms", "compounds", "columns", "extra")
 
     def __init__(self):
-        self.rank, self.step, self.op, self.stage, self.mb = [], [], [], [], []
+        self.step, self.op, self.stage, self.mb = [], [], [], []
+        self.starts: list[int] = [0]
         self.lengths: list[int] = []
-        self.compounds = False
+        self.comms = self.compounds = False
         self.columns = None
         self.extra: list[tuple[int, int]] = []  # (rank, stage) of each per-stage operation of torch's
 
-    def keys(self, S: int, M: int) -> list[int]:
-        """Each action's place in a table over (op code, stage, microbatch): (op * S + stage) * M +
-        microbatch (every index in range)."""
+    def indices(self, S: int, M: int) -> tuple[list[int], list[int]]:
+        """Each action's op * S + stage, and its place in a table over (op code, stage,
+        microbatch), (op * S + stage) * M + microbatch (every index in range)."""
         if self.columns is not None:  # (numpy's arithmetic, once per array, is faster than a loop)
             op, stage, mb = self.columns
-            return ((op.astype(np.int64) * S + stage) * M + mb).tolist()
-        return [(k * S + s) * M + m for k, s, m in zip(self.op, self.stage, self.mb)]
-
-    def op_stages(self, S: int) -> list[int]:
-        """Each action's op * S + stage."""
-        if self.columns is not None:
-            op, stage, _ = self.columns
-            return (op.astype(np.int64) * S + stage).tolist()
-        return [k * S + s for k, s in zip(self.op, self.stage)]
+            op_stage = op.astype(np.int64) * S + stage
+            return op_stage.tolist(), (op_stage * M + mb).tolist()
+        op_stage = [k * S + s for k, s in zip(self.op, self.stage)]
+        return op_stage, [k * M + m for k, m in zip(op_stage, self.mb)]
 
 
 def quick_check(program: Program, semantics: Semantics, limits: dict[int, float] | None) -> Clear | None:
@@ -74,17 +71,20 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
     if program.p2p != "shared":
         return None
     acts = _actions(program)
+    if acts is None:
+        return None
     placement, S, M = program.placement, program.num_stages, program.num_microbatches
-    pos = None if acts is None else _positions(acts, placement, S, M)
+    op_stages, keys = acts.indices(S, M)
+    pos = _positions(acts, keys, placement, S, M)
     cross = None if pos is None else _needs(pos, placement, S, M)
     if cross is None:
         return None
-    if max(acts.op) >= SEND_F:  # sends and receives: the messages decide the waits
+    if acts.comms:  # sends and receives: the messages decide the waits
         if not _messages_run(acts, pos, cross, semantics, S, M):
             return None
     elif not _runs(acts.lengths, _data_waits(cross)):
         return None
-    found = _peaks(program, acts)
+    found = _peaks(program, acts, op_stages)
     return None if found is None else cleared(program, *found, limits)
 
 
@@ -96,30 +96,33 @@ def _actions(program: Program) -> _Actions | None:
     out = _Actions()
     if held is not None:
         return _from_columns(held, out)
-    for r, steps in enumerate(program.ranks):
+    for steps in program.ranks:
         out.lengths.append(len(steps))
         for t, st in enumerate(steps):
             if st.__class__ is Action:
-                _add(out, r, t, CODE[st.op], st.stage, st.microbatch)
-            elif not _add_overlap(out, r, t, st):
+                _add(out, t, CODE[st.op], st.stage, st.microbatch)
+            elif not _add_overlap(out, t, st):
                 return None
-    return out if not out.op or max(out.op) <= RECV_B else None
+        out.starts.append(len(out.op))
+    top = max(out.op, default=F)
+    out.comms = top >= SEND_F
+    return out if top <= RECV_B else None
 
 
 def _from_columns(held, out: _Actions) -> _Actions | None:
     ops = held.op.tolist()
-    if ops and max(ops) > RECV_B:
-        return _without_stage_ops(held, ops, out) if _STAGE_OPS.issuperset(k for k in ops if k > RECV_B) else None
-    if COMPOUND in ops:
+    codes = set(ops)  # (few: faster to bound than the list)
+    top = max(codes, default=F)
+    if top > RECV_B:
+        return _without_stage_ops(held, ops, out) if _STAGE_OPS.issuperset(k for k in codes if k > RECV_B) else None
+    if COMPOUND in codes:
         return _from_kept(held, ops, out)
     out.op, out.stage, out.mb = ops, held.stage.tolist(), held.microbatch.tolist()
     out.columns = (held.op, held.stage, held.microbatch)
-    starts = held.starts
-    for r in range(len(held)):
-        n = starts[r + 1] - starts[r]
-        out.lengths.append(n)
-        out.rank += [r] * n
-        out.step += range(n)
+    out.starts = held.starts
+    out.lengths = [b - a for a, b in pairwise(held.starts)]
+    out.step = list(chain.from_iterable(map(range, out.lengths)))
+    out.comms = top >= SEND_F
     return out
 
 
@@ -130,15 +133,14 @@ def _without_stage_ops(held, ops, out: _Actions) -> _Actions:
     array path asks only that its stage be in range and on its rank, and so does `_positions`
     (`extra`)."""
     stages, mbs, starts = held.stage.tolist(), held.microbatch.tolist(), held.starts
-    for r in range(len(held)):
-        n = starts[r + 1] - starts[r]
-        out.lengths.append(n)
-        out.rank += [r] * n
-        out.step += range(n)
+    out.lengths = [b - a for a, b in pairwise(starts)]
+    steps = list(chain.from_iterable(map(range, out.lengths)))
     keep = [i for i, k in enumerate(ops) if k <= RECV_B]
-    out.extra = [(out.rank[i], stages[i]) for i, k in enumerate(ops) if k > RECV_B]
-    out.rank, out.step = [out.rank[i] for i in keep], [out.step[i] for i in keep]
-    out.op, out.stage, out.mb = [ops[i] for i in keep], [stages[i] for i in keep], [mbs[i] for i in keep]
+    out.extra = [(bisect_right(starts, i) - 1, stages[i]) for i, k in enumerate(ops) if k > RECV_B]
+    out.starts = [bisect_left(keep, a) for a in starts]
+    out.step, out.op = [steps[i] for i in keep], [ops[i] for i in keep]
+    out.stage, out.mb = [stages[i] for i in keep], [mbs[i] for i in keep]
+    out.comms = max(out.op, default=F) >= SEND_F
     return out
 
 
@@ -149,26 +151,27 @@ def _from_kept(held, ops, out: _Actions) -> _Actions | None:
         out.lengths.append(starts[r + 1] - starts[r])
         for t, i in enumerate(range(starts[r], starts[r + 1])):
             if ops[i] != COMPOUND:
-                _add(out, r, t, ops[i], stages[i], None if mbs[i] < 0 else mbs[i])
-            elif not _add_overlap(out, r, t, held.kept[i]):
+                _add(out, t, ops[i], stages[i], None if mbs[i] < 0 else mbs[i])
+            elif not _add_overlap(out, t, held.kept[i]):
                 return None
+        out.starts.append(len(out.op))
+    out.comms = max(out.op) >= SEND_F
     return out
 
 
-def _add(out: _Actions, r: int, t: int, op: int, stage: int, mb: int | None) -> None:
-    out.rank.append(r)
+def _add(out: _Actions, t: int, op: int, stage: int, mb: int | None) -> None:
     out.step.append(t)
     out.op.append(op)
     out.stage.append(stage)
     out.mb.append(-1 if mb is None else mb)
 
 
-def _add_overlap(out: _Actions, r: int, t: int, step) -> bool:
+def _add_overlap(out: _Actions, t: int, step) -> bool:
     """An overlapped pair of computations, part by part; False for any other compound."""
     if step.kind is not CompoundKind.OVERLAP_F_B or any(CODE[a.op] > W for a in step.parts):
         return False
     for a in step.parts:
-        _add(out, r, t, CODE[a.op], a.stage, a.microbatch)
+        _add(out, t, CODE[a.op], a.stage, a.microbatch)
     out.compounds = True
     return True
 
@@ -177,22 +180,18 @@ def _add_overlap(out: _Actions, r: int, t: int, step) -> bool:
 # Tables are lists over (op code, stage, microbatch), `pos[(op * S + stage) * M + microbatch]` the
 # step of that action on its rank (-1: absent): a stage's M entries are a slice, so most rules are
 # asked of whole slices at once (min, max, comparisons mapped over two slices).
-def _positions(acts: _Actions, placement, S: int, M: int) -> list[int] | None:
+def _positions(acts: _Actions, keys: list[int], placement, S: int, M: int) -> list[int] | None:
     """Every index in range, every action on its stage's rank, each at most once; one F, and one
-    B or one I and one W, per (stage, microbatch). The step of each action, as a table (above).
-    (A send or receive to a stage outside the program or on its own rank is none the compute
-    needs: `_messages_run` turns it away when it counts the messages.)"""
+    B or one I and one W, per (stage, microbatch). The step of each action, as a table (above;
+    `keys`: each action's place in it). (A send or receive to a stage outside the program or on
+    its own rank is none the compute needs: `_messages_run` turns it away when it counts the
+    messages.)"""
     SM = S * M
-    op, stage, mb = acts.op, acts.stage, acts.mb
-    stages, mbs = set(stage), set(mb)  # (few: faster to bound than the lists)
-    if not op or min(stages) < 0 or max(stages) >= S or min(mbs) < 0 or max(mbs) >= M:
+    op, mbs = acts.op, set(acts.mb)  # (few: faster to bound than the list)
+    if not op or min(mbs) < 0 or max(mbs) >= M or not _on_their_ranks(acts, placement, S):
         return None
-    if list(map(placement.__getitem__, stage)) != acts.rank:
-        return None
-    if any(not 0 <= s < S or placement[s] != r for r, s in acts.extra):
-        return None  # a per-stage operation of torch's off its stage's rank
     pos = [-1] * (8 * SM)
-    for key, t in zip(acts.keys(S, M), acts.step):
+    for key, t in zip(keys, acts.step):
         pos[key] = t
     if pos.count(-1) != 8 * SM - len(op):
         return None  # an action twice
@@ -205,6 +204,18 @@ def _positions(acts: _Actions, placement, S: int, M: int) -> list[int] | None:
         if (x >= 0) == (y >= 0) or (y >= 0) != (z >= 0):
             return None  # no backward, or both forms, or an I without its W
     return pos
+
+
+def _on_their_ranks(acts: _Actions, placement, S: int) -> bool:
+    """Is every action (and every per-stage operation of torch's) on its stage's rank? (So every
+    stage is in range.)"""
+    held: list[set[int]] = [set() for _ in acts.lengths]  # each rank's stages
+    for s, r in enumerate(placement[:S]):
+        if 0 <= r < len(held):
+            held[r].add(s)
+    stage, starts = acts.stage, acts.starts
+    return (all(here.issuperset(stage[starts[r]:starts[r + 1]]) for r, here in enumerate(held))
+            and all(s in held[r] for r, s in acts.extra))
 
 
 def _needs(pos: list[int], placement, S: int, M: int) -> list[tuple] | None:
@@ -225,17 +236,25 @@ def _needs(pos: list[int], placement, S: int, M: int) -> list[tuple] | None:
     for op, steps in consumers:
         for kind, off in deps.NEEDS[op]:
             producers = made[kind]
+            if not off:  # the value of the consumer's own stage: made on its own rank, for every stage at once
+                if not _before(producers, steps):
+                    return None
+                continue
             for s in range(max(0, -off), min(S, S - off)):
                 here, there = placement[s], placement[s + off]
                 consumer, producer = steps[s * M:(s + 1) * M], producers[(s + off) * M:(s + off + 1) * M]
                 if here != there:
                     cross.append((kind, off, s, here, there, consumer, producer))
-                elif min(consumer) >= 0:
-                    if not all(map(lt, producer, consumer)):
-                        return None
-                elif any(0 <= c <= p for p, c in zip(producer, consumer)):  # (W where the backward is not split)
+                elif not _before(producer, consumer):
                     return None
     return cross
+
+
+def _before(producer: list[int], consumer: list[int]) -> bool:
+    """Does each consumer that exists (step >= 0) come after its producer, on one rank?"""
+    if min(consumer) >= 0:
+        return all(map(lt, producer, consumer))
+    return not any(0 <= c <= p for p, c in zip(producer, consumer))  # (W where the backward is not split)
 
 
 def _data_waits(cross) -> list[tuple]:
@@ -249,10 +268,9 @@ def _messages_run(acts: _Actions, pos: list[int], cross, semantics: Semantics, S
     """Exactly the messages the compute needs, each received before use and sent after it is made;
     FIFO pairing on each channel (payloads must agree); then the run over the waits it makes: a
     receive completes after its send is posted, and under rendezvous a send after its receive is
-    posted. A value's send and receive are found by their table entries; on a channel the k-th send
-    meets the k-th receive, so the payloads agree iff the receives come in the order of the sends."""
+    posted. A value's send and receive are found by their table entries."""
     SM = S * M
-    pairs: dict[tuple[int, int], list] = {}  # channel (from, to) -> (send step, receive step) per message
+    messages: dict[tuple[int, int], tuple[list[int], list[int]]] = {}  # channel (from, to) -> send steps, receive steps
     for kind, off, s, here, there, consumer, producer in cross:
         at = _RECEIVE[kind, off] * SM + s * M
         received = pos[at:at + M]
@@ -260,24 +278,30 @@ def _messages_run(acts: _Actions, pos: list[int], cross, semantics: Semantics, S
         sent = pos[at:at + M]
         if min(received) < 0 or not all(map(lt, received, consumer)) or not all(map(gt, sent, producer)):
             return False
-        pairs.setdefault((there, here), []).extend(zip(sent, received))
+        sends, receives = messages.setdefault((there, here), ([], []))
+        sends += sent
+        receives += received
     if 4 * SM - pos[4 * SM:].count(-1) != 2 * M * len(cross):
         return False  # a message no computation needs
-    lengths = acts.lengths
-    R = len(lengths)
-    waits: list[list[tuple[int, int, int]]] = [[] for _ in range(R)]  # per rank: (step, rank waited on, its step)
+    waits: list[list[tuple[int, int, int]]] = [[] for _ in acts.lengths]  # per rank: (step, rank waited on, its step)
     rendezvous = semantics.kind == "rendezvous"
-    for (src, dst), sr in pairs.items():
-        sr.sort()
-        received = [r for _, r in sr]
-        if not all(map(lt, received, received[1:])):
+    for (src, dst), (sends, receives) in messages.items():
+        if not _in_order(sends, receives):
             return False  # crossed payloads: the detailed checks report the mismatch
-        waits[dst] += [(ri, src, si) for si, ri in sr if si]  # (a step 0 waits on nothing)
+        waits[dst] += zip(receives, repeat(src), sends)
         if rendezvous:
-            waits[src] += [(si, dst, ri) for si, ri in sr if ri]
+            waits[src] += zip(sends, repeat(dst), receives)
     for w in waits:
         w.sort()
-    return _run(lengths, waits)
+    return _run(acts.lengths, waits)
+
+
+def _in_order(sends: list[int], receives: list[int]) -> bool:
+    """On a channel the k-th send meets the k-th receive, so the payloads agree iff the receives
+    (steps of one rank) come in the order of their sends (steps of another)."""
+    if not all(map(lt, sends, sends[1:])):  # (sends listed out of order: sort the pairs by send)
+        receives = [r for _, r in sorted(zip(sends, receives))]
+    return all(map(lt, receives, receives[1:]))
 
 
 def _run(lengths: list[int], waits: list[list[tuple[int, int, int]]]) -> bool:
@@ -321,52 +345,54 @@ def _runs(lengths: list[int], waits: list[tuple]) -> bool:
     return run_ranks(lengths, list(lengths), starts, tq, tj) == lengths
 
 
-def _peaks(program: Program, acts: _Actions) -> tuple[list[float], list[int]] | None:
+def _peaks(program: Program, acts: _Actions, op_stages: list[int]) -> tuple[list[float], list[int]] | None:
     """Peak activations per rank along its order and the first step at each peak: inside a step,
     allocations (F's) come before frees (memory.py's rule). None if some backward grows memory
-    (odd sizes: the detailed checks count those)."""
+    (odd sizes: the detailed checks count those). `op_stages`: each action's op * S + stage."""
     S, R = program.num_stages, program.num_ranks
     sizes = program.annotations.stage_memory
-    table = _delta_table(sizes[:S] if len(sizes) >= S else tuple(map(program.annotations.memory_of, range(S))))
+    sizes = sizes[:S] if len(sizes) >= S else tuple(map(program.annotations.memory_of, range(S)))
+    table = _delta_table(tuple(map(_ACT_WEIGHT, sizes)))
     if table is None:
         return None
     peaks, where = [0.0] * R, [0] * R
+    starts, step = acts.starts, acts.step
     if not acts.compounds:  # a step holds at most one action, and only an F grows memory: the running
         # sums' first top (the steps of torch's per-stage operations hold none)
-        op_stage = acts.op_stages(S)
-        at = (list(accumulate(acts.lengths, initial=0)) if not acts.extra  # (the actions come rank by rank)
-              else [bisect_left(acts.rank, r) for r in range(R + 1)])
         for r in range(R):
-            live = list(accumulate(map(table.__getitem__, op_stage[at[r]:at[r + 1]]), initial=0.0))
+            live = list(accumulate(map(table.__getitem__, op_stages[starts[r]:starts[r + 1]]), initial=0.0))
             top = max(live)
             if top > 0:
-                peaks[r], where[r] = top, acts.step[at[r] + live.index(top) - 1]
+                peaks[r], where[r] = top, step[starts[r] + live.index(top) - 1]
         return peaks, where
     table = [table[k * S:(k + 1) * S] for k in (F, B, I, W)]
-    live = [0.0] * R
-    rank, step, op, stage = acts.rank, acts.step, acts.op, acts.stage
-    i, n = 0, len(op)
-    while i < n:  # step by step: its allocations, its peak, then its frees
-        r, t, j = rank[i], step[i], i + 1
-        while j < n and step[j] == t and rank[j] == r:
-            j += 1
-        for x in range(i, j):
-            if op[x] == F:
-                live[r] += table[F][stage[x]]
-        if live[r] > peaks[r]:
-            peaks[r], where[r] = live[r], t
-        for x in range(i, j):
-            if F < op[x] <= W:
-                live[r] += table[op[x]][stage[x]]
-        i = j
+    op, stage = acts.op, acts.stage
+    for r in range(R):
+        i, end, live = starts[r], starts[r + 1], 0.0
+        while i < end:  # step by step: its allocations, its peak, then its frees
+            t, j = step[i], i + 1
+            while j < end and step[j] == t:
+                j += 1
+            for x in range(i, j):
+                if op[x] == F:
+                    live += table[F][stage[x]]
+            if live > peaks[r]:
+                peaks[r], where[r] = live, t
+            for x in range(i, j):
+                if F < op[x] <= W:
+                    live += table[op[x]][stage[x]]
+            i = j
     return peaks, where
 
 
+_ACT_WEIGHT = attrgetter("act", "weight")  # (what `op_delta` reads of a stage's sizes)
+
+
 @lru_cache(maxsize=256)
-def _delta_table(sizes: tuple[StageMemory, ...]) -> list[float] | None:
+def _delta_table(sizes: tuple[tuple[float, float], ...]) -> list[float] | None:
     """memory.py's `op_delta` by op code and stage, at `[op * S + stage]` (sends and receives: 0),
-    for stages of these sizes; None if a backward grows memory or an F frees it."""
-    table = [op_delta(op, m.act, m.weight) for op in OPS[:RECV_B + 1] for m in sizes]
+    for stages of these sizes (act, weight); None if a backward grows memory or an F frees it."""
+    table = [op_delta(op, act, weight) for op in OPS[:RECV_B + 1] for act, weight in sizes]
     S = len(sizes)
     if any(d > 0 for d in table[B * S:(W + 1) * S]) or any(d < 0 for d in table[:S]):
         return None

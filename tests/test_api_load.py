@@ -1,0 +1,46 @@
+"""`schedc.load` reads a file named by its path with one open (`api._file_text`); anything else
+(a built-in's name, no such file, a directory, a pipe, text that is not UTF-8) is resolved and read
+as `resolve` and `read_text` do, with their errors.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import schedc
+from schedc.api import _file_text, load_text, read_text, resolve
+from schedc.errors import SchedcError
+
+
+def _error(name: str) -> str:
+    with pytest.raises(SchedcError) as info:
+        schedc.load(name)
+    return info.value.render()
+
+
+def test_a_file_is_read_in_one_open_as_read_text_reads_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbf0F0,0B0\n")
+    assert _file_text("bom.csv") == read_text(resolve("bom.csv")) == "0F0,0B0\n"
+    program = schedc.load("./bom.csv")  # (reports name the file as it was given)
+    assert program == load_text("0F0,0B0\n", "./bom.csv", "torch-csv") and program.source == "./bom.csv"
+
+
+def test_anything_but_a_readable_file_is_resolved_and_reported_as_before(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dir.csv").mkdir()
+    (tmp_path / "bad.csv").write_bytes(b"0F0,0B0\n1F0,\xff1B0\n")
+    assert _file_text("dir.csv") is None and _file_text("nope.csv") is None and _file_text("bad.csv") is None
+    assert _error("dir.csv").startswith("dir.csv: error[io]: dir.csv is not a file")
+    assert "no such file or built-in schedule: 'nope.csv'" in _error("nope.csv")
+    assert _error("./bad.csv").startswith("bad.csv:2:5: error[io]: the file is not UTF-8 text")  # (read_text's name)
+    assert schedc.load("1f1b", {"P": 2, "M": 2}).source == str(resolve("1f1b"))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_pipe_is_not_a_file_and_opening_it_does_not_wait_for_a_writer(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo("pipe.csv")
+    assert _file_text("pipe.csv") is None
+    assert _error("pipe.csv").startswith("pipe.csv: error[io]: pipe.csv is not a file")
