@@ -347,9 +347,10 @@ def torch_cannot_run(program: Program) -> str | None:
     if any(steps != program.ranks for steps in program.replicas):
         return (f"{program.name}'s data-parallel replicas run different schedules; torch's runtime runs one "
                 "schedule on every replica")
-    own = next((a for steps in program.ranks for st in steps for a in st.parts if a.op in SCHEDC_ONLY), None)
+    from .columns import has_op  # (steps held as columns, millions of them, are asked as arrays)
+    own = next((op for op in Op if op in SCHEDC_ONLY and has_op(program, op)), None)
     if own is not None:
-        return (f"{program.name} has {own.op.value} actions, which torch's runtime has no name for (it awaits "
+        return (f"{program.name} has {own.value} actions, which torch's runtime has no name for (it awaits "
                 "by its own convention and has no tied all-reduce)")
     if program.p2p != "shared":
         return (f"{program.name} declares `p2p {program.p2p}`; torch's runtime sends every message on one "

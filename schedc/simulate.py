@@ -257,16 +257,33 @@ def simulate(program: Program, *, overlap: bool = True,
                               "simulate with overlap" + ("" if paired_by_graph else ", or under rendezvous"))
         if job or program_level(program) == "comms":
             from .simulate_graph import simulate_graph
+            _step_by_step(program)
             return simulate_graph(program, semantics or Semantics(), links or {})
     sim = _Simulator(program, overlap, links or {}, str(semantics or "rendezvous"))
     collecting = gc.isenabled()
     gc.disable()  # the run makes many small acyclic objects; the collector would rescan the program
     try:
         from .simulate_columns import run_columns
-        return run_columns(sim) or sim.run()  # the common large case in one pass over integer columns
+        timeline = run_columns(sim)  # the common large case in one pass over integer columns
+        if timeline is None:
+            _step_by_step(program)
+            timeline = sim.run()
+        return timeline
     finally:
         if collecting:
             gc.enable()
+
+
+MAX_SIMULATED_ACTIONS = 3_000_000  # timed step by step (~10 us and ~0.5 KB an action); the one pass has no limit
+
+
+def _step_by_step(program: Program) -> None:
+    """A `too-large` error for a program beyond MAX_SIMULATED_ACTIONS that the one-pass run
+    (simulate_columns.py: a compute-level program held as columns) does not take."""
+    if program.num_actions > MAX_SIMULATED_ACTIONS:
+        raise SchedcError("too-large", f"{program.num_actions:,} actions to time step by step (a program at the "
+                          "communication level, or with bandwidths, overheads or groups); at most "
+                          f"{MAX_SIMULATED_ACTIONS:,}: simulate it at fewer microbatches, or at the compute level")
 
 
 def _finite(makespan: float, ranks: int) -> None:

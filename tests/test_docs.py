@@ -290,7 +290,7 @@ def _table(page: str, header: str) -> list[list[str]]:
 
 
 def test_the_limits_page_states_schedcs_limits():
-    from schedc import compiler, expr, ir, lint, parse, report
+    from schedc import compiler, expr, ir, lint, parse, report, simulate
     from schedc.inputs import MAX_DIGITS
     from schedc.lower import codegen
     from schedc.viz.dag import MAX_DAG_STEPS
@@ -309,6 +309,7 @@ def test_the_limits_page_states_schedcs_limits():
         "findings listed per code": f"{lint.MAX_PER_CODE}",
         "dependency graph (`viz --dag`)": f"{MAX_DAG_STEPS:,} steps",
         "actions checked in detail": f"{report.MAX_DETAILED_ACTIONS:,}",
+        "actions timed step by step (`sim`, `viz`, `compare`, `compile`'s picture)": f"{simulate.MAX_SIMULATED_ACTIONS:,}",
         "actions of a runnable program (`compile`'s `<name>_program.py`, `run`)": f"{codegen.MAX_RUNNABLE_ACTIONS:,}",
     }
     assert compiler.MAX_STAGES == compiler.MAX_MICROBATCHES

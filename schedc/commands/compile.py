@@ -36,7 +36,12 @@ def run(args, stdout, stderr) -> int:
         source = _lowered_source(program, report, stderr)
         if source is not None:
             outputs[f"{stem}_program.py"] = source
-    outputs[f"{stem}.svg"] = common.render_picture(program, report, ".svg").data  # a failing one (--force) shows why
+    try:
+        outputs[f"{stem}.svg"] = common.render_picture(program, report, ".svg").data  # a failing one (--force) shows why
+    except SchedcError as e:
+        if e.code != "too-large":
+            raise
+        stderr.write(f"schedc: no picture: {e.diagnostics[0].message}\n")
     written = common.write_files(Path(args.output), outputs)
     stdout.write("  wrote " + ", ".join(str(p) for p in written) + "\n")
     return common.exit_of(report)
