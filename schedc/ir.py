@@ -347,8 +347,11 @@ def torch_cannot_run(program: Program) -> str | None:
     if any(steps != program.ranks for steps in program.replicas):
         return (f"{program.name}'s data-parallel replicas run different schedules; torch's runtime runs one "
                 "schedule on every replica")
-    from .columns import has_op  # (steps held as columns, millions of them, are asked as arrays)
-    own = next((op for op in Op if op in SCHEDC_ONLY and has_op(program, op)), None)
+    from .columns import columns_of, has_op  # (steps held as columns, millions of them, are asked as arrays)
+    if columns_of(program) is not None:
+        own = next((op for op in Op if op in SCHEDC_ONLY and has_op(program, op)), None)
+    else:
+        own = next((a.op for steps in program.ranks for st in steps for a in st.parts if a.op in SCHEDC_ONLY), None)
     if own is not None:
         return (f"{program.name} has {own.value} actions, which torch's runtime has no name for (it awaits "
                 "by its own convention and has no tied all-reduce)")

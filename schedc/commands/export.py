@@ -12,6 +12,7 @@ def run(args, stdout, stderr) -> int:
         text = dumps_ir(program)
     else:
         from ..api import check
+        from ..columns import held_as_columns
         from ..interop.torch_csv import to_torch_csv
         from ..ir import torch_cannot_run
         why = torch_cannot_run(program)
@@ -24,8 +25,8 @@ def run(args, stdout, stderr) -> int:
                 stderr.write(report.render() + "\n")
                 stderr.write("schedc: the schedule fails its checks; nothing exported\n")
                 return EXIT_FAIL
-        table = to_torch_csv(program, args.level)
-        if args.level == "comms":
+        table = to_torch_csv(held_as_columns(program), args.level)  # (lowered and written from integer columns)
+        if args.level == "comms" and table.flattened:
             flat = check(table.to_program(program.name))
             if flat.ok is False:  # groups do not survive the CSV: what torch would run must check too
                 stderr.write(flat.render() + "\n")

@@ -28,6 +28,7 @@ class TorchCsv:
 
     rows: tuple[tuple[Step | None, ...], ...]
     name: str = "<csv>"
+    flattened: bool = False  # whether groups were flattened into their parts (the rows may then check otherwise)
 
     def dumps(self) -> str:
         """The file text exactly as torch's `_dump_csv` writes it (csv module, CRLF rows)."""
@@ -172,15 +173,16 @@ def to_torch_csv(program: Program, level: str = "comms") -> TorchCsv:
     held = columns_of(program)
     if level == "comms" and held is not None and not held.compounds:
         return TorchCsv(held, program.name)  # no groups to flatten: the rows are the columns
-    rows = []
+    rows, flattened = [], False
     for steps in program.ranks:
         row: list[Step] = []
         for st in steps:
             if isinstance(st, Compound) and st.kind is CompoundKind.GROUP:
                 row.extend(st.parts)
+                flattened = True
             else:
                 row.append(st)
         if level == "compute":
             row = [st for st in row if all(a.op.is_compute for a in st.parts)]
         rows.append(tuple(row))
-    return TorchCsv(tuple(rows), program.name)
+    return TorchCsv(tuple(rows), program.name, flattened)
