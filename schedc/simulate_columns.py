@@ -159,8 +159,8 @@ class _Run:
         not sent yet, resume it when that value is sent. When each rank is free at the end, or None
         if one stops."""
         starts, R, latency, overlap = self.starts, self.sim.R, self.sim.latency, self.sim.overlap
-        src_a, src_b, dest, start, end, arrival, sent = (self.src_a, self.src_b, self.dest, self.start, self.end,
-                                                         self.arrival, self.sent)
+        sources = (self.src_a, self.src_b)
+        dest, start, end, arrival, sent = self.dest, self.start, self.end, self.arrival, self.sent
         done = bytearray(len(dur))  # sent yet?
         pc, free = list(starts[:-1]), [0.0] * R
         waiting = [NONE] * R  # the step whose message each rank waits for
@@ -170,30 +170,22 @@ class _Run:
             x, t, hi = pc[r], free[r], starts[r + 1]
             waiting[r] = NONE
             while x < hi:
-                p = src_a[x]
-                if p != NONE:
+                for src in sources:  # what the step waits for: src_b only where src_a is a value
+                    p = src[x]
+                    if p == NONE:
+                        break
                     if p >= 0:  # made here
                         tv = end[p]
                     else:
                         p = -2 - p
-                        if not done[p]:
+                        if not done[p]:  # not sent yet: the rank stops here
                             waiting[r] = p
                             break
                         tv = arrival[p]
                     if tv > t:
                         t = tv
-                    p = src_b[x]
-                    if p != NONE:
-                        if p >= 0:
-                            tv = end[p]
-                        else:
-                            p = -2 - p
-                            if not done[p]:
-                                waiting[r] = p
-                                break
-                            tv = arrival[p]
-                        if tv > t:
-                            t = tv
+                if waiting[r] != NONE:
+                    break
                 e = t + dur[x]
                 start[x] = t
                 end[x] = e
