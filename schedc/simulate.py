@@ -173,8 +173,7 @@ class Timeline:
         semantics = Semantics.parse(self.semantics)  # (a backend holds sent messages until waited for)
         if self.replicas > 1:  # each replica's pipeline, as memory.py counts one
             return tuple(m for d in range(self.replicas) for m in step_memory(self._replica(d), semantics))
-        from .simulate_columns import activation_memory  # (a program of millions of steps, held as columns)
-        return activation_memory(self.program, semantics) or step_memory(self.program, semantics)
+        return step_memory(self.program, semantics)
 
     @cached_property
     def memory_during(self) -> tuple[tuple[float, ...], ...]:

@@ -9,10 +9,8 @@ The arithmetic is the simulator's (a start is the latest of what it waits for, a
 plus the time, an arrival that end plus the latency), so the timeline is the same to the bit, its
 messages in the same order. Anything else, or a run that cannot finish, is left to the simulator
 (None), which says why. Tables indexed by value or by (op, stage) are made only when they are not
-much larger than the program (else None too).
-
-`activation_memory` is schedc/verify/memory.py's `step_memory` of such a program when no message
-has a size (memory is then activations alone): memory.py's deltas summed in order, as arrays.
+much larger than the program (else None too). Its memory is memory.py's `step_memory`, which
+counts a program held as columns as arrays too.
 """
 from __future__ import annotations
 
@@ -22,9 +20,8 @@ import numpy as np
 
 from .columns import CODE, OPS, columns_of
 from .errors import SchedcError
-from .ir import COMPUTE, Action, Op
+from .ir import COMPUTE, Action
 from .simulate import Messages, Timeline, _finite
-from .verify.memory import activation_delta, stage_sizes
 
 _COMPUTE_CODES = np.array(sorted(CODE[op] for op in COMPUTE))
 NONE = -1  # no value waited for, no destination
@@ -219,34 +216,6 @@ class _Run:
         out[:, 3] = np.where(got < len(end), got - starts[dest], -1)
         out[:, 4], out[:, 5], out[:, 6] = self.make[sent], end[sent], arrival[sent]
         return out.tobytes()
-
-
-def activation_memory(program, semantics) -> tuple | None:
-    """`step_memory(program, semantics)` (per rank, memory while each step runs and once it has
-    finished) of a program held as columns without compounds whose messages have no size, not
-    forward-only, under a semantics that does not hold sent messages: each step's allocation (F)
-    comes before its peak, its free (B, I, W) after, summed in order per rank as memory.py sums them.
-    None for any other program."""
-    cols = columns_of(program)
-    if cols is None or cols.compounds or program.forward_only or semantics.posted or any(stage_sizes(program)[2]):
-        return None
-    S = program.num_stages
-    if len(cols.stage) and (cols.stage.min() < 0 or cols.stage.max() >= S):
-        return None
-    distinct = _distinct(cols.op.astype(np.int64) * S + cols.stage, len(OPS) * S)
-    if distinct is None:
-        return None
-    pairs, which = distinct
-    deltas = [activation_delta(program, OPS[code], s) for code, s in (divmod(p, S) for p in pairs.tolist())]
-    delta = np.asarray(deltas, dtype=np.float64)[which]  # memory.py's, per (op, stage): 0 for an op that holds nothing
-    frees = cols.op != CODE[Op.F]
-    changes = np.zeros((len(delta), 2))  # per step: (its allocation, its free)
-    changes[~frees, 0], changes[frees, 1] = delta[~frees], delta[frees]
-    out = []
-    for lo, hi in zip(cols.starts, cols.starts[1:]):
-        live = np.cumsum(changes[lo:hi].ravel())  # one sum after another, in order
-        out.append((tuple(live[0::2].tolist()), tuple(live[1::2].tolist())))
-    return tuple(out)
 
 
 def _fits(size: int, count: int) -> bool:

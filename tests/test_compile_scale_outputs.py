@@ -19,9 +19,10 @@ from schedc.interop.torch_csv import TorchCsv, to_torch_csv
 from schedc.ir import format_step
 from schedc.passes import add_reduce_grad, add_unshard_reshard, lower, lower_for_torch
 from schedc.resources import builtin_schedules
-from schedc.simulate_columns import activation_memory, run_columns
+from schedc.simulate_columns import run_columns
 from schedc.strategies import mutations, programs, reorderings
 from schedc.verify.channels import Semantics
+from schedc.verify import memory
 from schedc.verify.memory import step_memory
 
 from profiles import budget
@@ -154,8 +155,7 @@ def _runs_agree(program, overlap: bool = True) -> None:
         _same_timeline(sim.simulate(held, overlap=overlap), expected)
     for name in ("rendezvous", "eager", "gloo"):
         semantics = Semantics.parse(name)
-        memory = activation_memory(held, semantics)
-        assert memory is None or memory == step_memory(program, semantics)
+        assert step_memory(held, semantics) == step_memory(program, semantics)  # as arrays, and step by step
 
 
 @pytest.mark.parametrize("program", BUILTINS, ids=lambda p: f"{p.name}{dict(p.params)}")
@@ -175,7 +175,7 @@ def test_the_columns_run_takes_the_common_large_case():
     """1F1B held as columns is timed by the columns pass (and its memory counted as arrays)."""
     held = held_as_columns(schedc.load("1f1b", {"P": 4, "M": 8}))
     assert run_columns(sim._Simulator(held, True, {}, "rendezvous")) is not None
-    assert activation_memory(held, Semantics()) is not None
+    assert memory._activations_of_columns(held, Semantics()) is not None
 
 
 # ---- the picture ----

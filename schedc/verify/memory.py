@@ -259,6 +259,9 @@ def step_memory(program: Program, semantics: Semantics | None = None) -> tuple[t
     timed run, whose sends meet their receives as they are posted; under a backend (`semantics`)
     a sent message is held until its send is waited for, as in `peak_memory`. A compute-level
     program is counted on its lowering; an inserted receive adds to the step it comes before."""
+    held = _activations_of_columns(program, semantics)
+    if held is not None:
+        return held
     run = _as_run(program)
     sizes = _Sizes.of(run.program)
     lowered = run.user_step is not None
@@ -284,6 +287,35 @@ def step_memory(program: Program, semantics: Semantics | None = None) -> tuple[t
             sending -= ends[x]
             after.append(live.total + sending)
         out.append((tuple(during), tuple(after)))
+    return tuple(out)
+
+
+def _activations_of_columns(program: Program, semantics: Semantics | None):
+    """`step_memory` of a program held as columns (millions of steps, at the limits) without
+    compounds, not forward-only, whose messages have no size, under a semantics that does not hold
+    sent messages: memory is then activations alone, and each step's allocation (an F's) and its
+    free (a B's, I's or W's) are summed in order per rank as arrays, as `_Live` sums them. None for
+    any other program (or for a table of (op, stage) deltas much larger than the program)."""
+    from ..columns import CODE, OPS, columns_of  # (numpy: imported when asked)
+    import numpy as np
+    cols = columns_of(program)
+    S = program.num_stages
+    if (cols is None or cols.compounds or program.forward_only or (semantics is not None and semantics.posted)
+            or any(stage_sizes(program)[2]) or len(OPS) * S > 4 * len(cols.op) + 4096):
+        return None
+    if len(cols.stage) and (cols.stage.min() < 0 or cols.stage.max() >= S):
+        return None
+    table = np.zeros((len(OPS), S))  # op_delta by op code and stage: 0 for an op that holds nothing
+    for op, row in activation_deltas(program).items():
+        table[CODE[op]] = row
+    delta = table[cols.op, cols.stage]
+    frees = cols.op != CODE[Op.F]
+    changes = np.zeros((len(delta), 2))  # per step: (its allocation, its free)
+    changes[~frees, 0], changes[frees, 1] = delta[~frees], delta[frees]
+    out = []
+    for lo, hi in zip(cols.starts, cols.starts[1:]):
+        live = np.cumsum(changes[lo:hi].ravel())  # one sum after another, in order
+        out.append((tuple(live[0::2].tolist()), tuple(live[1::2].tolist())))
     return tuple(out)
 
 
