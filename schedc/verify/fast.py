@@ -23,7 +23,7 @@ from ..columns import COMPOUND, OPS, as_columns, columns_of
 from ..ir import SCHEDC_ONLY, CompoundKind, Op, Program
 from .channels import Semantics
 from .execute import run_ranks
-from .memory import Peak, activation_deltas
+from .memory import Peak, activation_delta_table, activation_deltas
 
 _OPS = list(OPS)  # op codes are schedc/columns.py's
 _CODE = {op: i for i, op in enumerate(_OPS)}
@@ -349,10 +349,7 @@ def _runs(waits, lengths) -> bool:
 def _peaks(program, op, stage, rank, step, R):
     """Peak activations per rank along each rank's order (its actions, an overlapped pair's F
     first), and the step where each peak is reached."""
-    table = np.zeros((len(_OPS), program.num_stages), dtype=np.float64)  # memory.py's deltas
-    for o, row in activation_deltas(program).items():
-        table[_CODE[o]] = row
-    delta = table[op, stage]
+    delta = activation_delta_table(program)[op, stage]  # memory.py's deltas
     peaks, where = [0.0] * R, [0] * R
     starts = np.searchsorted(rank, np.arange(R + 1))
     longest = int(np.diff(starts).max(initial=0))

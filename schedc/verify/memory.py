@@ -55,6 +55,17 @@ def activation_deltas(program: Program) -> dict[Op, list[float]]:
     return _deltas(*stage_sizes(program)[:2])
 
 
+def activation_delta_table(program: Program):
+    """`activation_delta` as a numpy array by op code (schedc/columns.py's) and stage: 0 for an
+    op that holds nothing. (The array paths look each step's delta up in it.)"""
+    from ..columns import CODE, OPS  # (numpy: imported when asked)
+    import numpy as np
+    table = np.zeros((len(OPS), program.num_stages))
+    for op, row in activation_deltas(program).items():
+        table[CODE[op]] = row
+    return table
+
+
 def _deltas(act, weight) -> dict[Op, list[float]]:
     """`op_delta` of every compute op on every stage, given the stages' sizes."""
     return {op: [op_delta(op, a, w) for a, w in zip(act, weight)] for op in (Op.F, Op.B, Op.I, Op.W)}
@@ -305,10 +316,7 @@ def _activations_of_columns(program: Program, semantics: Semantics | None):
         return None
     if len(cols.stage) and (cols.stage.min() < 0 or cols.stage.max() >= S):
         return None
-    table = np.zeros((len(OPS), S))  # op_delta by op code and stage: 0 for an op that holds nothing
-    for op, row in activation_deltas(program).items():
-        table[CODE[op]] = row
-    delta = table[cols.op, cols.stage]
+    delta = activation_delta_table(program)[cols.op, cols.stage]
     frees = cols.op != CODE[Op.F]
     changes = np.zeros((len(delta), 2))  # per step: (its allocation, its free)
     changes[~frees, 0], changes[frees, 1] = delta[~frees], delta[frees]
