@@ -122,7 +122,10 @@ class Columns(Sequence):
 
 
 def _frozen(values) -> np.ndarray:
-    """A read-only view of the values: columns never change once made."""
+    """A read-only view of the values: columns never change once made (an array that is read-only
+    already, as a file's records are, is taken as it is)."""
+    if isinstance(values, np.ndarray) and not values.flags.writeable:
+        return values
     out = np.asarray(values).view()
     out.flags.writeable = False
     return out

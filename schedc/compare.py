@@ -94,7 +94,7 @@ def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float
             rows.append(Row(name, used, skipped=f"fails its checks: {first}"))
             continue
         timeline = simulate(program, overlap=overlap, links=costs.links(program) if costs is not None else None)
-        peaks = tuple(pk.memory for pk in report.peak_memory)
+        peaks = report.peak_sizes
         row = Row(name, used, timeline.makespan, timeline.bubble_ratio, peaks,
                   model_states=setup.model_states(program) if setup is not None else None)
         over = memory_limit is not None and max(row.total_memory, default=0.0) > memory_limit + 1e-9

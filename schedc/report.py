@@ -17,7 +17,7 @@ from .lint import display_step, lint
 from .verify.deadlock import Deadlock, disagreement, find_deadlock, render_grid
 from .verify.channels import BACKENDS, as_paired, describe_channel
 from .verify.execute import RENDEZVOUS, Semantics, channels, execute
-from .verify.fast import over_limit, quick_check
+from .verify.fast import Clear, over_limit, quick_check
 from .verify.mesh import joins_ranks
 from .verify.memory import Peak, peak_activation, peak_memory
 
@@ -59,12 +59,30 @@ class Report:
     unknown: str | None = None  # why a solver could not decide
     witness: tuple[tuple[int, ...], ...] | None = None  # a timing that meets every constraint (z3)
     peak_activation: tuple[float, ...] = ()
-    peak_memory: tuple[Peak, ...] = ()
+    # each rank's worst moment (`peak_memory`); a cleared program's are made when first asked for
+    _peaks: tuple[Peak, ...] | Clear = field(default=(), repr=False)
     memory_limit: tuple[float | None, ...] = ()
     memory_violations: list[Peak] = field(default_factory=list)
     replicas: int = 1  # a data-parallel job: `program` is the whole job, replica after replica
     p2p: str = "shared"  # the program's `p2p` line (its messages pair as `program.p2p` says under this semantics)
     notes: tuple[str, ...] = ()  # what the verdict assumes that the program does not say (channels.as_paired)
+
+    @property
+    def peak_memory(self) -> tuple[Peak, ...]:
+        if isinstance(self._peaks, Clear):
+            self._peaks = self._peaks.peak_memory
+        return self._peaks
+
+    @peak_memory.setter
+    def peak_memory(self, peaks: tuple[Peak, ...] | Clear) -> None:
+        self._peaks = peaks
+
+    @property
+    def peak_sizes(self) -> tuple[float, ...]:
+        """Each rank's peak memory (`peak_memory`'s sizes; a cleared program's without making its peaks)."""
+        if isinstance(self._peaks, Clear):
+            return self._peaks.peak_activation  # (no message has a size there: memory is activations)
+        return tuple(pk.memory for pk in self._peaks)
 
     @property
     def ok(self) -> bool | None:
@@ -94,7 +112,7 @@ class Report:
             "deadlock": None if self.deadlock is None else self.deadlock.to_dict(p),
             "unknown": self.unknown,
             "peak_activation": [_number(x) for x in self.peak_activation],
-            "peak_memory": [_number(pk.memory) for pk in self.peak_memory],
+            "peak_memory": [_number(x) for x in self.peak_sizes],
             "memory_run": MEMORY_RUN,
             "memory_limit": [None if x is None else _number(x) for x in self.memory_limit],
             "memory_violations": [_peak_dict(pk, self.memory_limit[pk.rank]) for pk in self.memory_violations],
@@ -115,9 +133,9 @@ class Report:
         text += "".join(f"\n  note: {n}" for n in self.notes)
         if self.peak_activation:
             text += "\n  peak activation per rank: [" + ", ".join(str(_number(x)) for x in self.peak_activation) + "]"
-        if self.peak_memory:
+        if self.peak_sizes:
             text += (f"\n  peak memory per rank (worst over every run {self.semantics} allows, receive buffers "
-                     "included): [" + ", ".join(str(_number(pk.memory)) for pk in self.peak_memory) + "]")
+                     "included): [" + ", ".join(str(_number(x)) for x in self.peak_sizes) + "]")
         return text
 
     def render(self) -> str:
@@ -161,7 +179,7 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: s
         if over_limit(program, clear.peak_activation, memory_limit):
             _memory(report, channels(program), memory_limit)
             return report
-        report.peak_memory = clear.peak_memory
+        report.peak_memory = clear  # (its peaks' actions are made only if asked for)
         report.memory_limit = _limits(program, memory_limit)
         return report
     report.errors.extend(lint(program))

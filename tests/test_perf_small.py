@@ -164,3 +164,20 @@ def test_a_small_csv_has_every_stages_default_times_and_sizes():
     from schedc.ir import Annotations
     for S, R in ((1, 1), (4, 4), (8, 3), (3, 8)):
         assert _defaults(S, R) == Annotations().complete(S, R)
+
+
+@budget(60)
+@given(SOUND, st.booleans())
+def test_a_clear_reports_peaks_are_made_when_asked_and_are_the_detailed_paths(program, lowered):
+    """The fast paths' report shows its peak sizes without making the peak actions (their spans are
+    found in the file); asked for, each rank's peak is the detailed walk's: size, step and action."""
+    program = lower(program) if lowered else program
+    quick = run_checks(program)
+    if not isinstance(quick._peaks, fast.Clear):
+        return  # (not cleared by a fast path)
+    shown = quick.to_dict()
+    assert isinstance(quick._peaks, fast.Clear) and "peak memory" in quick.summary()
+    detailed = run_checks(program, fast=False)
+    assert shown["peak_memory"] == detailed.to_dict()["peak_memory"]
+    assert ([(pk.rank, pk.memory, pk.step, pk.action) for pk in quick.peak_memory]
+            == [(pk.rank, pk.memory, pk.step, pk.action) for pk in detailed.peak_memory])

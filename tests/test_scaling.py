@@ -223,7 +223,8 @@ def _lowered_csv(M: int) -> str:
 def test_a_csv_is_read_and_checked_without_an_object_per_action(monkeypatch):
     """File to verdict reads the cells as arrays and checks the arrays: its Python work grows with
     the ranks (the run over the steps is the one loop), and no action is made but the one each
-    rank's peak names. 4x the actions: under 4.4x the work, and the same 4 actions made."""
+    rank's peak names, and those only when asked for (a clear report shows the peaks' sizes). 4x the
+    actions: under 4.4x the work, and the same 4 actions made."""
     import schedc
     from schedc import columns
     from schedc.interop.torch_csv import program_from_csv
@@ -240,7 +241,10 @@ def test_a_csv_is_read_and_checked_without_an_object_per_action(monkeypatch):
         text = _lowered_csv(M)
         made[0] = 0
         csv_columns._PARSED.clear()  # every cell read anew at both sizes, whatever ran before
-        work.append(_lines(lambda: schedc.check(program_from_csv(text, "f.csv"))))
+        report = []
+        work.append(_lines(lambda: report.append(schedc.check(program_from_csv(text, "f.csv")))))
+        assert made[0] == 0 and report[0].to_dict()["peak_memory"] and made[0] == 0
+        assert all(pk.action is not None for pk in report[0].peak_memory)
         objects.append(made[0])
     assert objects == [4, 4], objects
     assert work[1] <= 4.4 * work[0], work

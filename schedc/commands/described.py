@@ -54,7 +54,7 @@ def check_fields(report, setup, limit) -> dict:
     buffers against what the model states leave)."""
     p = report.program
     states = setup.model_states(p)
-    peaks = [pk.memory for pk in report.peak_memory]
+    peaks = list(report.peak_sizes)
     return {"units": setup.units().to_dict(), "setup": setup.to_dict(), "model_states": _rounded(states),
             "total_memory": _rounded(totals(states, peaks)) if peaks else [],
             "total_memory_limit": _rounded(device_limits(setup, p, limit))}
@@ -66,7 +66,7 @@ def check_text(report, setup, limit) -> str:
     lines = [report.summary().splitlines()[0], f"  {setup.title}; sizes in GiB"]
     states = setup.model_states(p)
     device = device_limits(setup, p, limit)
-    peaks = [pk.memory for pk in report.peak_memory]
+    peaks = list(report.peak_sizes)
     if not peaks:
         lines.append("  model states per rank: [" + ", ".join(f"{x:.4g}" for x in states) + "]")
         return "\n".join(lines)

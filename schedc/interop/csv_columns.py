@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
+from functools import lru_cache
 from itertools import accumulate, chain
 
 import numpy as np
 
+from .. import ir
 from ..columns import CODE, NO_MICROBATCH, Columns
 from ..ir import MAX_INDEX_DIGITS, Annotations, Op, Program, StageCost, StageMemory, placed
 from ..span import Source, Span
@@ -190,7 +192,13 @@ def _read_small(text: str, name: str, program_name: str, limits: tuple[int, int,
 
 def _defaults(S: int, R: int) -> Annotations:
     """`Annotations().complete(S, R)`, every stage's default times and sizes, made directly (the
-    same value, without `complete`'s `dataclasses.replace`)."""
+    same value, without `complete`'s `dataclasses.replace`), once per shape and share (immutable)."""
+    return _defaults_of(S, R, ir.default_share(S, R))
+
+
+@lru_cache(maxsize=64)
+def _defaults_of(S: int, R: int, share: float) -> Annotations:
+    # (`share` is only part of the key: what is kept follows ir.default_share, the one rule)
     return Annotations((StageCost.default(S, R),) * S, (StageMemory.default(S, R),) * S)
 
 

@@ -12,7 +12,8 @@ paths to the same verdicts and peaks.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import chain
 from operator import attrgetter
 
@@ -55,10 +56,19 @@ class Link:
 
 @dataclass(frozen=True)
 class Clear:
-    """Every check passes; the numbers the report needs."""
+    """Every check passes; the numbers the report needs: each rank's peak activation and the step
+    of its rank where it is first reached. The peaks as `Peak`s (with their actions and spans) are
+    made when asked for: a clear report shows only their sizes, unless something asks more."""
 
     peak_activation: tuple[float, ...]
-    peak_memory: tuple[Peak, ...]
+    peak_steps: tuple[int, ...]
+    program: Program = field(compare=False, repr=False)
+
+    @cached_property
+    def peak_memory(self) -> tuple[Peak, ...]:
+        at = step_at(self.program)
+        return tuple(Peak(r, peak, t, at(r, t).parts[0], ()) if peak > 0 else Peak(r, 0.0, 0, None, ())
+                     for r, (peak, t) in enumerate(zip(self.peak_activation, self.peak_steps)))
 
 
 def quick_check(program: Program, semantics: Semantics, limits: dict[int, float] | None) -> Clear | None:
@@ -155,12 +165,9 @@ def array_check(program: Program, semantics: Semantics, limits: dict[int, float]
 def cleared(program: Program, peaks: list[float], steps: list[int], limits: dict[int, float] | None) -> Clear | None:
     """`Clear` with each rank's peak activation (reached first at its step `steps[r]`), unless a
     peak is over a limit (given, or the program's own): then None, the detailed checks report it."""
-    R = program.num_ranks
     if over_limit(program, peaks, limits):
         return None
-    at = step_at(program)
-    return Clear(tuple(peaks), tuple(Peak(r, peaks[r], steps[r], at(r, steps[r]).parts[0], ()) if peaks[r] > 0
-                                     else Peak(r, 0.0, 0, None, ()) for r in range(R)))
+    return Clear(tuple(peaks), tuple(t if peak > 0 else 0 for peak, t in zip(peaks, steps)), program)
 
 
 def over_limit(program: Program, peaks, limits: dict[int, float] | None) -> bool:

@@ -600,10 +600,11 @@ def _summary(program: Program, report, timeline) -> list[RankSummary]:
     out = []
     peaks = timeline.peak_memory if timeline is not None else None  # a property: compute it once
     idle = timeline.idle if timeline is not None else None
+    checked_peaks = report.peak_sizes
     held = columns_of(program)
     one_action_each = held is not None and not held.compounds  # (else a compound's parts are counted)
     for r, length in enumerate(_lengths(program)):
-        checked = report.peak_memory[r].memory if r < len(report.peak_memory) else (
+        checked = checked_peaks[r] if r < len(checked_peaks) else (
             report.peak_activation[r] if r < len(report.peak_activation) else None)
         limit = report.memory_limit[r] if r < len(report.memory_limit) else None
         out.append(RankSummary(
