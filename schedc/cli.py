@@ -187,6 +187,10 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--semantics", default="rendezvous",
                    help="send semantics to verify under (default rendezvous): eager, bounded:K, or the backend's, "
                         "nccl or gloo; the runtime always posts and awaits as the backends do")
+    q.add_argument("--receives", choices=["needed", "early"], default="needed",
+                   help="where the runtime posts receives: needed (default: in the round their sender runs, "
+                        "as lowering places them) or early (every receive at the start of its rank's step: on "
+                        "gloo a message then goes as soon as it is sent; checked under gloo, gloo only)")
     q.add_argument("--batch-size", type=int, metavar="N", help="samples per step (default 8 x microbatches)")
     q.add_argument("--dtype", choices=["bfloat16", "float16", "float32", "float64"], help="model and input dtype")
     q.add_argument("--lr", type=float, metavar="LR", help="SGD learning rate unless the model defines make_optimizer")

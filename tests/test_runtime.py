@@ -1,5 +1,6 @@
-"""The runtime on gloo, many schedules per spawn: gradients equal the unsplit model's, torch runs our
-CSVs to the same gradients, a broken schedule is stopped by the watchdog, and `schedc run` trains.
+"""The runtime on gloo, many schedules per spawn: gradients equal the unsplit model's (also with
+receives posted early), torch runs our CSVs to the same gradients, a broken schedule is stopped by
+the watchdog, and `schedc run` trains.
 
 Spawning ranks is slow on two cores, so one launch of 4 ranks runs every built-in schedule that loads
 with P = 4, and on ranks 0 and 1 (a process group of their own) every one that loads with P = 2 (V = 2
@@ -163,9 +164,12 @@ def _builtins(R: int, M: int):
             yield name, program
 
 
-def _builtin_cases(R: int, Ms, tmp: Path) -> list[dict]:
+def _builtin_cases(R: int, Ms, tmp: Path, early: bool = False) -> list[dict]:
+    """Every built-in's program on both models; `early`: also with its receives posted early
+    (`schedc run --receives early`), checked under gloo, on the MLP."""
     import schedc
     from schedc.lower import lower_to_torch
+    from schedc.passes import lower
     cases = []
     for M in Ms:
         for name, program in _builtins(R, M):
@@ -176,6 +180,12 @@ def _builtin_cases(R: int, Ms, tmp: Path) -> list[dict]:
             for model in ("mlp", "transformer"):
                 cases.append({"id": f"{name} P={R} M={M} S={program.num_stages} {model}", "kind": "schedc",
                               "ranks": R, "program": str(path), "model": model})
+            if early:
+                assert schedc.check(lower(program, receives="early"), semantics="gloo").ok
+                path = tmp / f"{name}_P{R}_M{M}_early_program.py"
+                path.write_text(lower_to_torch(program, verified="gloo", receives="early").source)
+                cases.append({"id": f"{name} P={R} M={M} S={program.num_stages} mlp, receives posted early",
+                              "kind": "schedc", "ranks": R, "program": str(path), "model": "mlp"})
     return cases
 
 
@@ -232,7 +242,7 @@ def builtin_runs(tmp_path_factory):
     microbatches than ranks (M=3 on 2, M=8 on 4); as many as ranks, in the slow test after them."""
     tmp = tmp_path_factory.mktemp("builtins")
     cases = {2: _builtin_cases(2, (3,), tmp) + _torch_cases(2, 4, tmp),
-             4: _builtin_cases(4, (8,), tmp) + _torch_cases(4, 8, tmp)}
+             4: _builtin_cases(4, (8,), tmp, early=True) + _torch_cases(4, 8, tmp)}
     return cases, _spawn(cases[2] + cases[4], 4, tmp)
 
 
@@ -251,6 +261,7 @@ def test_every_builtin_on_4_ranks_matches_unsplit_training_on_ours_and_torchs_ru
     assert {"gpipe", "1f1b", "interleaved_1f1b", "looped_bfs"} <= {Path(c["program"]).name.split("_P")[0]
                                                                    for c in cases if c["kind"] == "schedc"}
     assert len([c for c in cases if c["kind"] == "torch-api"]) == 9
+    assert len([c for c in cases if c["id"].endswith("receives posted early")]) >= 7
     _assert_equal(results, cases)
 
 

@@ -304,13 +304,16 @@ def measure_runtime(steps: int = 8) -> list[Row]:
     """bench/runtime_vs_torch.py's geometric-mean step-time ratio (goal: <= 0.8), from its output."""
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "runtime_vs_torch.py"), "--steps", str(steps)],
                           capture_output=True, text=True, cwd=ROOT)
-    line = next((x for x in done.stdout.splitlines() if x.startswith("geometric mean ratio")), None)
-    if line is None:
+    lines = [x for x in done.stdout.splitlines() if x.startswith("geometric mean ratio")]
+    if len(lines) != 2:
         return [Row("runtime step time", "runtime_vs_torch.py", float("nan"), None, "ratio", None,
                     note=f"did not finish ({done.returncode})")]
-    ratio = float(line.split(":")[1].split()[0])
-    return [Row("runtime step time (geometric mean)", "bench/runtime_vs_torch.py, 7 schedules, 4 gloo ranks",
-                ratio, 1.0, "ratio", 0.8)]
+    needed, early = (float(x.split(":")[1].split()[0]) for x in lines)
+    case = "bench/runtime_vs_torch.py, 7 schedules, 4 gloo ranks"
+    return [Row("runtime step time (geometric mean)", f"{case}, receives posted early (run --receives early)",
+                early, 1.0, "ratio", 0.8),
+            Row("runtime step time (geometric mean)", f"{case}, receives where lowering places them (the default)",
+                needed, 1.0, "ratio", None)]
 
 
 # ---- tables ----

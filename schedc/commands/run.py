@@ -48,6 +48,10 @@ def run(args, stdout, stderr) -> int:
             _writable(path, flag)
     nnodes, node_rank, endpoint = _nodes(args)
     semantics = Semantics.parse(args.semantics)
+    if args.receives == "early" and args.backend != "gloo":
+        raise SchedcError("usage", f"--receives early with --backend {args.backend}: receives posted early complete "
+                          "on gloo only (on nccl an early receive holds up the later operations of its rank pair, "
+                          "and the run deadlocks)", where="--receives")
     from ..runtime.backends import not_vouched, vouches
     if not args.no_verify and not vouches(str(semantics), args.backend):
         raise SchedcError("usage", f"--semantics {semantics} with --backend {args.backend}: "
@@ -74,7 +78,12 @@ def run(args, stdout, stderr) -> int:
             stderr.write("schedc: checks did not pass; not running (--no-verify runs it anyway)\n")
             return common.exit_of(report)
         verified = str(semantics)
-    lowered = lower_to_torch(program, verified=verified)
+        if args.receives == "early":
+            early = _early_receives_checked(program, stdout, stderr)
+            if early.ok is not True:
+                return common.exit_of(early)
+            verified = "gloo"
+    lowered = lower_to_torch(program, verified=verified, receives=args.receives)
     rank_args = ["--model", args.model, "--steps", str(args.steps), "--timeout", str(args.timeout),
                  "--backend", args.backend]
     for flag, value in (("--batch-size", args.batch_size), ("--dtype", args.dtype), ("--lr", args.lr),
@@ -123,6 +132,21 @@ def run(args, stdout, stderr) -> int:
     stderr.write("schedc: the run failed: " + "; ".join(how) + f" ({every})\n")
     # every failing rank rejected its arguments or model: bad input, not a failed run
     return EXIT_INPUT if all(code in (0, 2) for code in done.returncodes) else EXIT_FAIL
+
+
+def _early_receives_checked(program, stdout, stderr):
+    """The report on the program lowered with every receive posted first, checked under gloo (the one
+    semantics it is meant for: it completes there, and its memory holds the receive buffers from
+    the start); its findings written when it fails."""
+    from ..api import check
+    from ..passes import lower
+    report = check(lower(program, receives="early"), semantics="gloo")
+    stdout.write(f"  receives posted early (--receives early): the lowered program under gloo: "
+                 f"{'ok' if report.ok else 'FAILED'}\n")
+    if report.ok is not True:
+        stderr.write(report.render() + "\n")
+        stderr.write("schedc: the program with its receives posted early does not check; not running\n")
+    return report
 
 
 def _nodes(args) -> tuple[int, int | None, tuple[str, int] | None]:

@@ -122,14 +122,15 @@ def refuse_unrunnable(program: Program) -> None:
                           "or run the lowered CSV with torch's runtime (schedc export --to torch-csv)")
 
 
-def lower_to_torch(program: Program, *, verified: str | None = None) -> LoweredProgram:
+def lower_to_torch(program: Program, *, verified: str | None = None, receives: str = "needed") -> LoweredProgram:
     """Insert communication (if the program has none) and render the runnable program.
 
-    `verified` records the send semantics the schedule was checked under (None: not checked).
+    `verified` records the send semantics the schedule was checked under (None: not checked);
+    `receives="early"` posts every receive at the start of its rank's step (gloo; `passes.lower`).
     """
     from ..passes import lower
     refuse_unrunnable(program)  # (before lowering: refused, none is built)
-    lowered = lower(program)
+    lowered = lower(program, receives=receives)
     table = table_of(lowered, verified)
     source = render_program(table)
     sends = sum(a.is_send for steps in table.ranks for st in steps for a in parts(st))

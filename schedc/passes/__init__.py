@@ -10,24 +10,29 @@ from dataclasses import replace
 from ..columns import held_as_columns
 from ..ir import Program
 from .comms import insert_comms, within_limit
+from .receives import POSTINGS, post_receives_early
 from .stage_ops import add_reduce_grad, add_unshard_reshard
 
 
-def lower(program: Program) -> Program:
+def lower(program: Program, *, receives: str = "needed") -> Program:
     """Compute level to communication level, ready to run on schedc's runtime. A data-parallel job
     (`replicas`) is lowered replica by replica (messages stay inside a replica) and joined again:
-    the result holds each replica's lowered steps, replica 0 in `ranks`, the others in `replicas`."""
+    the result holds each replica's lowered steps, replica 0 in `ranks`, the others in `replicas`.
+    `receives="early"`: every receive posted at the start of its rank's step (for gloo; passes/receives.py)."""
+    if receives not in POSTINGS:
+        raise ValueError(f"receives={receives!r}: expected one of {', '.join(POSTINGS)}")
     if program.replicas:
-        lowered = [_lower_one(program.replica(d)) for d in range(program.dp)]
+        lowered = [_lower_one(program.replica(d), receives) for d in range(program.dp)]
         return replace(lowered[0], replicas=tuple(r.ranks for r in lowered[1:]))
-    return _lower_one(program)
+    return _lower_one(program, receives)
 
 
-def _lower_one(program: Program) -> Program:
+def _lower_one(program: Program, receives: str) -> Program:
     for step in (
         held_as_columns,  # the steps as integer columns (schedc/columns.py), read as arrays by the passes below
         within_limit,  # the lowered size, counted before any of it is built: over MAX_LOWERED_ACTIONS is an error
         insert_comms,  # SEND/RECV for every value that crosses ranks, receives posted with their sender
+        *([post_receives_early] if receives == "early" else []),  # or every receive first, for gloo
     ):
         program = step(program)
     return program
@@ -50,4 +55,5 @@ def lower_for_torch(program: Program) -> Program:
     return program
 
 
-__all__ = ["add_reduce_grad", "add_unshard_reshard", "insert_comms", "lower", "lower_for_torch", "within_limit"]
+__all__ = ["POSTINGS", "add_reduce_grad", "add_unshard_reshard", "insert_comms", "lower", "lower_for_torch",
+           "post_receives_early", "within_limit"]

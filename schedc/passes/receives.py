@@ -1,0 +1,44 @@
+"""Post receives early: every receive of a rank moved to the start of its list, in its order.
+
+On gloo a message whose receive is already posted when its send is posted goes at once; a send
+that comes first waits for the receiver to say it is ready (one round trip more per message).
+A posted receive never blocks its rank and completes no later than it did, and each channel's
+receives keep their order, so a program that completes on gloo still does, with the same pairing.
+It may not on NCCL, where an early receive holds up the later operations of its rank pair, and
+its receive buffers are held from the start of the step (as torch's stage allocates one per
+microbatch ahead): the caller checks the result under `gloo` (docs/run.md, "Receives posted early").
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..columns import CODE, COMPOUND, Columns, as_columns, objects
+from ..ir import RECVS, Program
+
+_RECEIVES = np.array(sorted(CODE[op] for op in RECVS), dtype=np.int8)
+POSTINGS = ("needed", "early")  # where lowering posts receives: with their senders' rounds, or all first
+
+
+def post_receives_early(program: Program) -> Program:
+    """Each rank's receives first, in their order, then its other steps in theirs. A rank with a
+    compound that holds a receive (a `group`) is left as written: its receives keep their place
+    among the group's. (A program without sends and receives is returned as it is.)"""
+    if program.level != "comms":
+        return program
+    held = as_columns(program)
+    rank = np.repeat(np.arange(len(held), dtype=np.int64), np.diff(held.starts))
+    first = np.isin(held.op, _RECEIVES)
+    if held.compounds:
+        for i in np.flatnonzero(held.op == COMPOUND).tolist():
+            if any(a.op in RECVS for a in held.kept[i].parts):
+                first[rank == rank[i]] = False
+    order = np.lexsort((np.arange(len(rank)), ~first, rank))  # by rank, receives first, then as written
+    if (order == np.arange(len(order))).all():
+        return program
+    spans = None if held.spans is None else (
+        held.spans.take(order) if hasattr(held.spans, "take") else objects(held.spans[:])[order])
+    kept = None if held.kept is None else objects(held.kept)[order]
+    return replace(program, ranks=Columns(held.op[order], held.stage[order], held.microbatch[order],
+                                          held.starts, spans, kept))
