@@ -102,3 +102,38 @@ def test_run_checks_the_early_program_under_gloo_and_records_it(tmp_path, run_cl
     assert "receives posted early (--receives early): the lowered program under gloo: ok" in out
     source = (tmp_path / "1f1b_program.py").read_text()
     assert "'verified': 'gloo'" in source and source.index("('RECV_B', 0, 0, 1)") < source.index("('F', 0, 0)")
+
+
+SIZED = """schedule sized(P = 2, M = 4) {
+  stages P
+  place loop
+  memory act = 1, out = 1
+  memory limit = 7
+  rank r {
+    let warm = min(P - 1 - r, M)
+    for m in 0 .. warm      { F(r, m) }
+    for m in 0 .. M - warm  { F(r, m + warm); B(r, m) }
+    for m in M - warm .. M  { B(r, m) }
+  }
+}
+"""
+
+
+def test_early_receive_buffers_count_and_a_limit_they_break_stops_the_run(tmp_path, run_cli):
+    """Messages of a size: posted first, rank 0's receive buffers are held from the start and its
+    peak grows from 7 to 8, past the schedule's limit: `run --receives early` says so and starts
+    no rank; the default placement fits."""
+    from schedc.errors import EXIT_FAIL
+    path = tmp_path / "sized.pp"
+    path.write_text(SIZED)
+    program = load_text(SIZED, "sized.pp")
+    peaks = {rc: run_checks(lower(program, receives=rc), semantics=GLOO).peak_memory[0].memory
+             for rc in ("needed", "early")}
+    assert peaks == {"needed": 7.0, "early": 8.0}
+    argv = ("run", str(path), "--model", "examples.mlp:build_stages", "--semantics", "gloo", "--print-torchrun",
+            "-o", str(tmp_path / "out"))
+    code, out, err = run_cli(*argv)
+    assert code == 0, err
+    code, out, err = run_cli(*argv, "--receives", "early")
+    assert code == EXIT_FAIL and "the lowered program under gloo: FAILED" in out
+    assert "over the limit of 7" in err and "not running" in err and "Traceback" not in err
