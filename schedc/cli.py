@@ -58,7 +58,7 @@ def _parser(stdout: TextIO) -> _Parser:
     p.add_argument("--version", action="version", version=f"schedc {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    from .ir import P2P_MODES
+    from .ir import P2P_MODES, RECEIVE_POSTINGS
 
     def common(q, many=False):
         q.add_argument("inputs" if many else "input", nargs="+" if many else None, metavar="FILE|NAME",
@@ -187,7 +187,7 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--semantics", default="rendezvous",
                    help="send semantics to verify under (default rendezvous): eager, bounded:K, or the backend's, "
                         "nccl or gloo; the runtime always posts and awaits as the backends do")
-    q.add_argument("--receives", choices=["needed", "early"], default="needed",
+    q.add_argument("--receives", choices=RECEIVE_POSTINGS, default="needed",
                    help="where the runtime posts receives: needed (default: in the round their sender runs, "
                         "as lowering places them) or early (every receive at the start of its rank's step: on "
                         "gloo a message then goes as soon as it is sent; checked under gloo, gloo only)")

@@ -80,6 +80,9 @@ COLLECTIVES = frozenset({Op.UNSHARD, Op.REDUCE_GRAD, Op.REDUCE_TIED})
 # communicator and one tag, as torch's runtime, Megatron and DeepSpeed send; `tagged`, each message
 # tagged with its payload; `split`, activations and gradients on communicators of their own.
 P2P_MODES = ("shared", "tagged", "split")
+# Where lowering posts receives: `needed`, in the round their sender runs (every semantics accepts
+# it); `early`, every receive at the start of its rank's step (gloo only: passes/receives.py).
+RECEIVE_POSTINGS = ("needed", "early")
 
 
 class CompoundKind(str, enum.Enum):

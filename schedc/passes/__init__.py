@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..columns import held_as_columns
-from ..ir import Program
+from ..ir import RECEIVE_POSTINGS, Program
 from .comms import insert_comms, within_limit
-from .receives import POSTINGS, post_receives_early
+from .receives import post_receives_early
 from .stage_ops import add_reduce_grad, add_unshard_reshard
 
 
@@ -19,8 +19,8 @@ def lower(program: Program, *, receives: str = "needed") -> Program:
     (`replicas`) is lowered replica by replica (messages stay inside a replica) and joined again:
     the result holds each replica's lowered steps, replica 0 in `ranks`, the others in `replicas`.
     `receives="early"`: every receive posted at the start of its rank's step (for gloo; passes/receives.py)."""
-    if receives not in POSTINGS:
-        raise ValueError(f"receives={receives!r}: expected one of {', '.join(POSTINGS)}")
+    if receives not in RECEIVE_POSTINGS:
+        raise ValueError(f"receives={receives!r}: expected one of {', '.join(RECEIVE_POSTINGS)}")
     if program.replicas:
         lowered = [_lower_one(program.replica(d), receives) for d in range(program.dp)]
         return replace(lowered[0], replicas=tuple(r.ranks for r in lowered[1:]))
@@ -55,5 +55,5 @@ def lower_for_torch(program: Program) -> Program:
     return program
 
 
-__all__ = ["POSTINGS", "add_reduce_grad", "add_unshard_reshard", "insert_comms", "lower", "lower_for_torch",
+__all__ = ["add_reduce_grad", "add_unshard_reshard", "insert_comms", "lower", "lower_for_torch",
            "post_receives_early", "within_limit"]

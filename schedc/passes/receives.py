@@ -18,7 +18,6 @@ from ..columns import CODE, COMPOUND, Columns, as_columns, objects
 from ..ir import RECVS, Program
 
 _RECEIVES = np.array(sorted(CODE[op] for op in RECVS), dtype=np.int8)
-POSTINGS = ("needed", "early")  # where lowering posts receives: with their senders' rounds, or all first
 
 
 def post_receives_early(program: Program) -> Program:
@@ -31,9 +30,9 @@ def post_receives_early(program: Program) -> Program:
     rank = np.repeat(np.arange(len(held), dtype=np.int64), np.diff(held.starts))
     first = np.isin(held.op, _RECEIVES)
     if held.compounds:
-        for i in np.flatnonzero(held.op == COMPOUND).tolist():
-            if any(a.op in RECVS for a in held.kept[i].parts):
-                first[rank == rank[i]] = False
+        grouped = {int(rank[i]) for i in np.flatnonzero(held.op == COMPOUND).tolist()
+                   if any(a.op in RECVS for a in held.kept[i].parts)}
+        first &= ~np.isin(rank, list(grouped))
     order = np.lexsort((np.arange(len(rank)), ~first, rank))  # by rank, receives first, then as written
     if (order == np.arange(len(order))).all():
         return program
