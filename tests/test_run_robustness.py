@@ -224,3 +224,40 @@ def test_a_hanging_compute_is_stopped_with_a_report_a_trace_and_no_orphans(tmp_p
     assert len(hung) == 1 and hung[0]["args"]["unfinished"] and hung[0]["dur"] >= 1.9e6
     names = [e["name"] for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 2]
     assert names[:1] == ["make_batch"] and "RECV_F(1,0) done" in names  # what rank 1 did up to the stop
+
+
+_GROUP_FREED = """
+import datetime, os, sys, weakref
+import torch
+import torch.distributed as dist
+import schedc
+from schedc.lower import lower_to_torch
+from schedc.runtime.interpreter import PipelineInterpreter
+from schedc.runtime.watchdog import Watchdog
+dist.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=30))
+table = lower_to_torch(schedc.load("gpipe", {"P": 1, "M": 2})).table
+interp = PipelineInterpreter(table, 0, {0: torch.nn.Linear(4, 4)}, lambda y, t: ((y - t) ** 2).mean(),
+                             watchdog=Watchdog(None))
+interp.step(list(torch.randn(2, 3, 4)), list(torch.randn(2, 3, 4)))
+group = weakref.ref(dist.distributed_c10d._get_default_group())
+if sys.argv[1] == "close":
+    interp.close()
+dist.destroy_process_group()
+print("alive" if group() is not None else "freed")
+"""
+
+
+def test_the_process_group_is_freed_by_destroy_process_group_not_at_shutdown():
+    """The interpreter holds its process group in a reference cycle (its handlers), so without
+    `close()` the group outlives `destroy_process_group` and is freed as the process shuts down,
+    where gloo's threads can abort it (a rank of a finished run died so once: signal 6, "terminate
+    called without an active exception"). The runtime's entry closes the interpreter first."""
+    from schedc.runtime.launch import free_port
+    seen = {}
+    for how in ("keep", "close"):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+        done = subprocess.run([sys.executable, "-c", _GROUP_FREED, how], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen[how] = done.stdout.split()[-1]
+    assert seen == {"keep": "alive", "close": "freed"}

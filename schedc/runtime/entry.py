@@ -371,6 +371,8 @@ def _main(table: Table, args) -> int:
         os._exit(EXIT_FAILED)
     if recorder is not None:
         recorder.close()
+    interp.close()  # (the groups are freed by destroy_process_group, not at shutdown)
+    dp_group = grad_group = tied_group = None  # noqa: F841
     dist.destroy_process_group()
     return 0
 

@@ -192,6 +192,15 @@ class PipelineInterpreter:
         self.step_log.append(StepTime(began, time.perf_counter(), self._compute, self._waited, self._posting))
         return self._losses
 
+    def close(self) -> None:
+        """Let go of the process groups and any work handle, before `destroy_process_group`: the
+        groups are then freed there, while Python runs. (The interpreter sits in a reference cycle,
+        its handlers; held by it, a gloo group would be freed by the garbage collector as the process
+        shuts down, where gloo's threads can abort it: "terminate called without an active exception".)"""
+        self.pg = self.pg_grad = self.dp_group = self.tied_group = None
+        self._peer = self._peer_grad = None
+        self._sends, self._arriving = [], {}
+
     def _learn_shapes(self) -> dict:
         """The shape and dtype of every message this rank will receive, learned before the first
         step as torch's stage initialisation learns them (stage.py, `_forward_metadata_inference`):
