@@ -242,22 +242,25 @@ interp.step(list(torch.randn(2, 3, 4)), list(torch.randn(2, 3, 4)))
 group = weakref.ref(dist.distributed_c10d._get_default_group())
 if sys.argv[1] == "close":
     interp.close()
+elif sys.argv[1] == "drop":
+    del interp
 dist.destroy_process_group()
 print("alive" if group() is not None else "freed")
 """
 
 
 def test_the_process_group_is_freed_by_destroy_process_group_not_at_shutdown():
-    """The interpreter holds its process group in a reference cycle (its handlers), so without
-    `close()` the group outlives `destroy_process_group` and is freed as the process shuts down,
-    where gloo's threads can abort it (a rank of a finished run died so once: signal 6, "terminate
-    called without an active exception"). The runtime's entry closes the interpreter first."""
+    """A gloo group freed as the process shuts down can be aborted by gloo's threads (a rank of a
+    finished run died so once: signal 6, "terminate called without an active exception"). An
+    interpreter still referenced keeps its group past `destroy_process_group` unless `close()`d
+    (the runtime's entry closes it); one dropped is freed at once (no reference cycle: its handlers
+    are functions, not bound methods), its group with it."""
     from schedc.runtime.launch import free_port
     seen = {}
-    for how in ("keep", "close"):
+    for how in ("keep", "close", "drop"):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
         done = subprocess.run([sys.executable, "-c", _GROUP_FREED, how], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         seen[how] = done.stdout.split()[-1]
-    assert seen == {"keep": "alive", "close": "freed"}
+    assert seen == {"keep": "alive", "close": "freed", "drop": "freed"}

@@ -113,13 +113,17 @@ class PipelineInterpreter:
         self.partners = {(x, i): p for (r, x, i), p in partners(table).items() if r == rank}
         # (kind, stage) -> (shape, dtype) of the messages this rank receives, learned before the first step
         self._shapes: dict[tuple[str, int], tuple[torch.Size, torch.dtype]] | None = None
-        self.handlers = {"F": self.forward, "B": self.backward, "I": self.backward_input, "W": self.backward_weight,
-                         "SEND_F": self.send, "SEND_B": self.send, "RECV_F": self.recv, "RECV_B": self.recv,
-                         "WAIT_RECV_F": self.wait_recv, "WAIT_RECV_B": self.wait_recv,
-                         "WAIT_SEND_F": self.wait_send, "WAIT_SEND_B": self.wait_send,
-                         "UNSHARD": self.nothing, "RESHARD": self.nothing,
-                         "REDUCE_GRAD": self.reduce_grad if self.dp_group is not None else self.nothing,
-                         "REDUCE_TIED": self.reduce_tied}
+        # one handler per action kind, called as `handler(self, action)` (functions, not bound methods:
+        # the interpreter holds no reference to itself, so it is freed, its process groups with it,
+        # as soon as it is dropped)
+        cls = PipelineInterpreter
+        self.handlers = {"F": cls.forward, "B": cls.backward, "I": cls.backward_input, "W": cls.backward_weight,
+                         "SEND_F": cls.send, "SEND_B": cls.send, "RECV_F": cls.recv, "RECV_B": cls.recv,
+                         "WAIT_RECV_F": cls.wait_recv, "WAIT_RECV_B": cls.wait_recv,
+                         "WAIT_SEND_F": cls.wait_send, "WAIT_SEND_B": cls.wait_send,
+                         "UNSHARD": cls.nothing, "RESHARD": cls.nothing,
+                         "REDUCE_GRAD": cls.reduce_grad if self.dp_group is not None else cls.nothing,
+                         "REDUCE_TIED": cls.reduce_tied}
         # measured per (op, stage): compute seconds per action; bytes of each stage's output message
         self.times: dict[tuple[str, int], list[float]] = {}
         self.message_bytes: dict[int, int] = {}
@@ -170,16 +174,16 @@ class PipelineInterpreter:
                 if isinstance(st, Compound):
                     if st.kind == "GROUP":  # posted together, none blocking (sends first)
                         for a in sorted(st.parts, key=lambda a: not a.is_send):
-                            handlers[a.op](a)
+                            handlers[a.op](self, a)
                     else:
                         self._span = [math.inf, -math.inf]
                         for a in st.parts:
-                            handlers[a.op](a)
+                            handlers[a.op](self, a)
                         span, self._span = self._span, None
                         if self.trace is not None:
                             self.trace.compute(self.train_step, index, step_name(st), *span)
                 else:
-                    handlers[st.op](st)
+                    handlers[st.op](self, st)
             index = len(self.steps)
             dog.end()
             self._finish()
@@ -194,9 +198,9 @@ class PipelineInterpreter:
 
     def close(self) -> None:
         """Let go of the process groups and any work handle, before `destroy_process_group`: the
-        groups are then freed there, while Python runs. (The interpreter sits in a reference cycle,
-        its handlers; held by it, a gloo group would be freed by the garbage collector as the process
-        shuts down, where gloo's threads can abort it: "terminate called without an active exception".)"""
+        groups are then freed there, while Python runs, even if the interpreter is still referenced.
+        (A gloo group freed as the process shuts down, by the garbage collector, can be aborted by
+        gloo's threads: "terminate called without an active exception".)"""
         self.pg = self.pg_grad = self.dp_group = self.tied_group = None
         self._peer = self._peer_grad = None
         self._sends, self._arriving = [], {}
