@@ -9,6 +9,7 @@ keeps the source span it came from (not compared). Text form: `2F0`, `1SEND_F3`,
 from __future__ import annotations
 
 import enum
+import operator
 import re
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Mapping
@@ -121,6 +122,7 @@ class Compound:
 
 
 Step = Action | Compound
+_OP_OF = operator.attrgetter("op")
 
 _SET_OP, _SET_STAGE, _SET_MICROBATCH, _SET_SPAN = (Action.op.__set__, Action.stage.__set__,
                                                   Action.microbatch.__set__, Action.span.__set__)
@@ -305,12 +307,13 @@ class Program:
         """`comms` if any communication is explicit, else `compute`."""
         if hasattr(self.ranks, "level"):  # steps held as columns (schedc/columns.py) know, without making actions
             return self.ranks.level
+        ops: set[Op] = set()  # (the ops that occur, a rank at a time: few, and no call per action)
         for steps in self.ranks:
-            for step in steps:
-                for part in step.parts:
-                    if part.op.is_comm:
-                        return "comms"
-        return "compute"
+            if Compound in set(map(type, steps)):
+                ops.update(part.op for step in steps for part in step.parts)
+            else:
+                ops.update(map(_OP_OF, steps))
+        return "comms" if any(op.is_comm for op in ops) else "compute"
 
     def steps(self) -> Iterator[tuple[int, int, Step]]:
         for rank, steps in enumerate(self.ranks):
