@@ -1240,6 +1240,7 @@ class Generator:
                                    ("--steps", ["1", "3"], ["0", "-1", "x"], 0.1),
                                    ("--timeout", ["10", "60"], ["0", "nan", "inf", "-1", "1e9"], 0.1),
                                    ("--semantics", SEMANTICS[0], SEMANTICS[1], 0.15),
+                                   ("--receives", ["early", "needed"], ["late", "", "EARLY"], 0.12),
                                    ("--batch-size", ["8", "16"], ["0", "7", "-8", "x"], 0.1),
                                    ("--dtype", ["float32", "bfloat16"], ["float8", ""], 0.05),
                                    ("--lr", ["0.1", "0"], ["-1", "nan", "inf", "x"], 0.1)]:
