@@ -177,7 +177,7 @@ def _cost_files() -> tuple[list[str], list[str]]:
     toml = ["F = 1\nB = 2\n", "F = 1\nI = 1\nW = 1\nlatency = 0.1\noverlap = false\n",
             "act = 2\nweight = 1\nout = 0.5\nbandwidth = 10\noverhead = 0.01\n\n[stage.0]\nF = 2\n\n[rank.1]\n"
             "speed = 0.5\n\n[channel.\"0->1\"]\nlatency = 0.2\nbandwidth = 4\n",
-            "[stage.1]\nF = 3\nB = 6\n[stage.0]\nI = 1\nW = 0.5\n[rank.0]\nspeed = 2\n",
+            "[stage.1]\nF = 3\nB = 6\n[stage.0]\nI = 1\nW = 0.5\n[rank.0]\nspeed = 2\ndispatch = 0.1\n",
             "bandwidth = inf\nlatency = 1e-9\n[channel.\"1->0\"]\noverhead = 0.5\n"]
     profile = [json.dumps({"format": "schedc-profile", "version": 1, "unit": "s",
                            "stages": {"0": {"F": 0.01, "B": 0.02}, "1": {"F": 0.012, "B": 0.03, "act": 1}},
@@ -185,7 +185,12 @@ def _cost_files() -> tuple[list[str], list[str]]:
                json.dumps({"stages": {"0": {"F": 1, "I": 1, "W": 1}, "1": {"F": 2}, "2": {"F": 1}, "3": {"F": 1}},
                            "ranks": {"1": {"speed": 0.5}},
                            "messages": {"channels": {"0->1": {"latency": 0.1}}, "overhead": 0.01},
-                           "overlap": False})]
+                           "overlap": False}),
+               json.dumps({"stages": {"0": {"F": 0.001, "B": 0.002}, "1": {"F": 0.001, "I": 0.001, "W": 0.001}},
+                           "ranks": {"0": {"dispatch": 2e-5}, "1": {"dispatch": 1e-5}},
+                           "messages": {"0": 16384, "latency": 2e-4, "overhead": 1e-4},
+                           "spread": {"stages": {"0": {"F": [0.8, 1.2], "B": [0.5, 1, 1.5]}, "1": {"W": [1]}},
+                                      "overhead": {"0->1": [0.2, 0.3, 3.5], "1->0": [1]}}})]
     return toml, profile
 
 
@@ -869,10 +874,11 @@ SYNTH_MEMORY_LIMITS = (["2", "3", "4", "6", "8", "0=2,1=3", "2.5"], MEMORY_LIMIT
 SIZED_LIMITS = (["80GiB", "512MiB", "80GB", "64", "0=80GiB,1=70GiB", "1TiB"],
                 ["80XB", "GiB", "-1GiB", "nanGiB", "infGiB", "1e400GiB", "80 gib", "0GiB", "0=0GiB"])
 COSTS = (["F=1,B=2", "F=1,I=1,W=1", "latency=0.1", "bandwidth=10", "act=2,weight=1,out=0.1", "overhead=0.01",
-          "F=2,I=1,W=1,latency=0.5,bandwidth=4", "B=3"],
+          "F=2,I=1,W=1,latency=0.5,bandwidth=4", "B=3", "dispatch=0.05", "F=1,dispatch=0.2,overhead=0.1"],
          ["latency=1e308", "F=1e308", "F=-1", "F=nan", "F=inf", "bandwidth=inf", "x=1", "F", "F=", "F=1,,B=2",
           "F=" + "9" * 400, "F=1e-320", "speed=2", "F=0,I=0,W=0,B=0", "F=1e308,B=1e308,latency=1e308", "out=1e308",
-          "overhead=1e308", "=1", "F==1", "F=0x10", "F=1_0"])
+          "overhead=1e308", "=1", "F==1", "F=0x10", "F=1_0", "dispatch=1e308", "dispatch=-1", "dispatch=inf"])
+SAMPLES = (["3", "20", "100"], ["0", "-1", "x", "10001", "1e3", "", "99999999999999999999"])
 MODELS = (["gpt3-1.3b", "llama2-7b", "llama3-70b"], ["x", "", "LLAMA2-7B", "llama2", "gpt3-1.3b "] + NASTY[:4])
 HARDWARE = (["a100-80gb", "h100-80gb"], ["x", "", "a100", "H100-80GB"])
 LINKS = (["nvlink", "nvlink4", "ib-200g", "ib-400g"], ["x", "", "ib"])
@@ -1107,6 +1113,13 @@ class Generator:
         name, fmt = self.schedule(files)
         argv = ["sim", name] + self.params(name, fmt) + self.common(fmt) + self.costs(files)
         argv += self.describing(files)[0]
+        if self.rng.random() < 0.12:  # sampled runs (a profile with a spread, sometimes)
+            if self.rng.random() < 0.6:
+                files["profile.json"] = self.corpus["profile_json"][-1]
+                argv += ["--costs", "profile.json"]
+            argv += ["--samples", _pick(self.rng, *SAMPLES, 0.25)]
+            if self.rng.random() < 0.3:
+                argv += ["--seed", self.rng.choice(["0", "7", "-3", "x"])]
         if self.rng.random() < 0.4:
             argv.append("--json")
         if self.rng.random() < 0.2:

@@ -130,8 +130,12 @@ def _parser(stdout: TextIO) -> _Parser:
     common(q)
     q.add_argument("--cost", action="append", default=[], metavar="K=V,...",
                    help="costs for every stage, e.g. F=1,I=1,W=1,B=2 (also act, weight, out, latency, "
-                        "bandwidth, overhead); applied after --costs")
+                        "bandwidth, overhead, dispatch); applied after --costs")
     q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")
+    q.add_argument("--samples", type=int, default=0, metavar="N",
+                   help="also time N runs with each time drawn from the measured spread of a profile "
+                        "(--costs run.json from `schedc run --profile`): the expected makespan and its spread")
+    q.add_argument("--seed", type=int, default=0, help="the seed of the sampled runs (default 0)")
     q.add_argument("--no-overlap", action="store_true", help="communication holds the ranks it involves")
     q.add_argument("--semantics", default="rendezvous",
                    help="which runs exist: rendezvous (default), eager, bounded:K, or a backend, nccl or gloo, "

@@ -502,6 +502,7 @@ class _Compiler:
         base_mem: dict[str, float] = {}
         stage_mem: dict[int, dict[str, float]] = {}
         speed = [DEFAULT_SPEED] * num_ranks
+        dispatch = [0.0] * num_ranks
         limits: dict[int, float] = {}
         extras = {"latency": 0.0, "bandwidth": 0.0}
         for item in items:
@@ -520,6 +521,9 @@ class _Compiler:
                 if item.what == "cost":
                     if s.name in extras:
                         extras[s.name] = value
+                    elif s.name == "dispatch":
+                        for r in ([index] if index is not None else range(num_ranks)):
+                            dispatch[r] = value
                     elif item.scope == "rank":
                         speed[index] = value
                     else:
@@ -533,7 +537,7 @@ class _Compiler:
         costs = _per_stage(StageCost.default(num_stages, num_ranks), num_stages, base_cost, stage_cost)
         memory = _per_stage(StageMemory.default(num_stages, num_ranks), num_stages, base_mem, stage_mem)
         return Annotations(costs, memory, tuple(speed), tuple(sorted(limits.items())),
-                           extras["latency"], extras["bandwidth"])
+                           extras["latency"], extras["bandwidth"], tuple(dispatch) if any(dispatch) else ())
 
 
 def _per_stage(default, num_stages: int, given: dict, by_stage: dict[int, dict]) -> tuple:

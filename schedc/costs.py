@@ -1,9 +1,10 @@
 """Cost settings from the command line, a TOML cost file or a measured profile, put on a program.
 
 `--cost F=1,I=1,W=1,B=2` sets every stage; a TOML file sets defaults, stages, ranks and channels; a
-profile JSON (what the runtime measures) sets per-stage times and message costs. `Costs.apply`
-returns a new Program whose annotations carry them (they override the schedule's own `cost` and
-`memory` lines); per-channel links and the overlap setting go to the simulator. Every value is
+profile JSON (what the runtime measures) sets per-stage times, message costs, each rank's dispatch
+time and how the times spread. `Costs.apply` returns a new Program whose annotations carry the
+times, sizes, speeds and dispatch times (they override the schedule's own `cost` and `memory`
+lines); per-channel links, the spread and the overlap setting go to the simulator. Every value is
 taken as written (docs/semantics.md, "Units"), except that a profile measured on n stages is split
 over a schedule with V x n stages: each chunk gets 1/V of its stage's times and sizes. A model and
 hardware description (schedc/hardware.py, `derived`) gives every stage seconds and GiB beneath them.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from .errors import SchedcError
@@ -22,12 +23,15 @@ from .span import Source, Span
 
 if TYPE_CHECKING:
     from .simulate import Link
+    from .simulate_sampled import Spread
 
 TIME_KEYS = ("F", "B", "I", "W")
 MEMORY_KEYS = ("act", "weight", "out")
 LINK_KEYS = ("latency", "bandwidth", "overhead")
+RANK_KEYS = ("speed", "dispatch")
 STAGE_KEYS = TIME_KEYS + MEMORY_KEYS
-TOP_KEYS = STAGE_KEYS + LINK_KEYS
+TOP_KEYS = STAGE_KEYS + LINK_KEYS + ("dispatch",)
+MAX_SPREAD = 1000  # factors in one measured spread
 PROFILE_FORMAT = "schedc-profile"
 _CHANNEL = re.compile(r"\s*(\d+)\s*->\s*(\d+)\s*")
 
@@ -49,6 +53,9 @@ class Costs:
     overhead: float | None = None  # every channel: rank time to post one send or receive
     measured: int = 0  # a profile's number of stages (its `stages` are split over V x measured); 0: as written
     derived: object = None  # a hardware.Setup: every stage's seconds and GiB, beneath the settings above
+    dispatch: float | None = None  # every rank: time to start each step (the runtime's own work)
+    rank_dispatch: tuple[tuple[int, float], ...] = ()  # rank -> dispatch
+    spread: Spread | None = field(default=None, compare=False)  # a profile's: how the measured times vary
 
     def then(self, other: "Costs") -> "Costs":
         """These settings with `other` applied on top (a cost file, then --cost)."""
@@ -58,24 +65,27 @@ class Costs:
         channels = dict(self.channels)
         for ch, pairs in other.channels:
             channels[ch] = tuple({**dict(channels.get(ch, ())), **dict(pairs)}.items())
+
+        def last(name: str):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            return theirs if theirs is not None else mine
         return Costs(f"{self.source}, {other.source}", tuple({**dict(self.every), **dict(other.every)}.items()),
                      tuple(sorted(stages.items())), tuple(sorted({**dict(self.speeds), **dict(other.speeds)}.items())),
-                     other.latency if other.latency is not None else self.latency,
-                     other.bandwidth if other.bandwidth is not None else self.bandwidth,
-                     tuple(sorted(channels.items())), other.overlap if other.overlap is not None else self.overlap,
-                     other.overhead if other.overhead is not None else self.overhead,
-                     other.measured or self.measured, other.derived or self.derived)
+                     last("latency"), last("bandwidth"), tuple(sorted(channels.items())), last("overlap"),
+                     last("overhead"), other.measured or self.measured, other.derived or self.derived,
+                     last("dispatch"), tuple(sorted({**dict(self.rank_dispatch), **dict(other.rank_dispatch)}.items())),
+                     last("spread"))
 
     def apply(self, program: Program) -> Program:
         """A new Program whose annotations carry these settings. For each stage the settings of
         `[stage.N]` win over the top-level ones, which win over a description's, which win over the
-        schedule's. When I or W is set and B is not, B becomes I + W; when act is set and weight is
+        schedule's; for each rank, likewise, `[rank.N]`'s dispatch time. When I or W is set and B is not, B becomes I + W; when act is set and weight is
         not, weight becomes act. Under a description the schedule's own memory limits, in its units,
         are dropped (limits then come in GiB, from the command line or the accelerator)."""
         S, R = program.num_stages, program.num_ranks
         per_stage = self.stage_settings(program)
         base = self.derived.stage_settings(S) if self.derived is not None else {}
-        for r, _ in self.speeds:
+        for r, _ in self.speeds + self.rank_dispatch:
             if not 0 <= r < R:
                 raise SchedcError("costs", f"rank {r} is not a rank of {program.name} (0..{R - 1})",
                                   where=self.source)
@@ -92,11 +102,15 @@ class Costs:
         for r, v in self.speeds:
             speed[r] = v
         latency, bandwidth = ann.latency, ann.bandwidth
+        dispatch = [self.dispatch if self.dispatch is not None else ann.dispatch_of(r) for r in range(R)]
+        for r, v in self.rank_dispatch:
+            dispatch[r] = v
         if self.derived is not None:
             latency, bandwidth = self.derived.latency, self.derived.bandwidth
             ann = replace(ann, memory_limit=())
         return replace(program, annotations=replace(
             ann, stage_costs=tuple(times), stage_memory=tuple(memory), rank_speed=tuple(speed),
+            rank_dispatch=tuple(dispatch) if any(dispatch) else (),
             latency=latency if self.latency is None else self.latency,
             bandwidth=bandwidth if self.bandwidth is None else self.bandwidth))
 
@@ -118,6 +132,15 @@ class Costs:
                               f"run with {S} stages, or with a number of stages that divides {S}", where=self.source)
         V = S // n
         return {s: _chunk_of(given, s // V, V) for s in range(S) if s // V in given}
+
+    def spread_of(self, program: Program) -> Spread | None:
+        """The measured spread for the program's stages (a profile measured on n stages and a
+        program of V x n: each chunk varies as its stage did), or None without one."""
+        if self.spread is None:
+            return None
+        S, n = program.num_stages, self.measured
+        V = S // n if n and n != S and not S % n else 1
+        return self.spread.for_stages(S, V)
 
     def links(self, program: Program) -> dict[tuple[int, int], Link]:
         """Per-channel links for the simulator (unset fields from the program's latency/bandwidth and
@@ -148,7 +171,8 @@ def _chunk_of(measured: dict[int, dict[str, float]], stage: int, V: int) -> dict
 
 # ---- --cost K=V,... ----
 def parse_cost_option(text: str) -> Costs:
-    """`F=1,I=1,W=1,B=2` (also act, weight, out, latency, bandwidth, overhead): the same for every stage."""
+    """`F=1,I=1,W=1,B=2` (also act, weight, out, latency, bandwidth, overhead, dispatch): the same
+    for every stage (and rank)."""
     every, links = {}, {}
     for part in (p for p in text.split(",") if p.strip()):
         key, eq, value = (x.strip() for x in part.partition("="))
@@ -159,9 +183,9 @@ def parse_cost_option(text: str) -> Costs:
         except ValueError:
             raise SchedcError("usage", f"--cost {text!r}: expected KEY=NUMBER pairs separated by commas, "
                               f"KEY one of {', '.join(TOP_KEYS)} (e.g. --cost F=1,B=2)", where="--cost") from None
-        (links if key in LINK_KEYS else every)[key] = _number(number, key, key, "--cost", None)
+        (every if key in STAGE_KEYS else links)[key] = _number(number, key, key, "--cost", None)
     return Costs("--cost", tuple(every.items()), latency=links.get("latency"), bandwidth=links.get("bandwidth"),
-                 overhead=links.get("overhead"))
+                 overhead=links.get("overhead"), dispatch=links.get("dispatch"))
 
 
 # ---- files ----
@@ -183,13 +207,7 @@ def toml_costs(text: str, name: str = "costs.toml") -> Costs:
     every = {k: where.number(data[k], k, (), k) for k in STAGE_KEYS if k in data}
     stages = tuple(sorted((where.index(s, "stage"), where.settings(t, ("stage", s), STAGE_KEYS))
                           for s, t in where.table(data, "stage").items()))
-    speeds = []
-    for r, t in where.table(data, "rank").items():
-        settings = dict(where.settings(t, ("rank", r), ("speed",)))
-        if "speed" in settings:
-            if not settings["speed"] > 0 or math.isinf(settings["speed"]):
-                raise where.error(f"rank {r}: speed must be a positive number", ("rank", r), "speed")
-            speeds.append((where.index(r, "rank"), settings["speed"]))
+    speeds, dispatch = where.ranks(data, "rank")
     channels = []
     for ch, t in where.table(data, "channel").items():
         m = _CHANNEL.fullmatch(ch)
@@ -200,11 +218,10 @@ def toml_costs(text: str, name: str = "costs.toml") -> Costs:
     overlap = data.get("overlap")
     if overlap is not None and not isinstance(overlap, bool):
         raise where.error("overlap must be true or false", (), "overlap")
-    return Costs(name, tuple(every.items()), stages, tuple(sorted(speeds)),
-                 where.number(data["latency"], "latency", (), "latency") if "latency" in data else None,
-                 where.number(data["bandwidth"], "bandwidth", (), "bandwidth") if "bandwidth" in data else None,
-                 tuple(sorted(channels)), overlap,
-                 where.number(data["overhead"], "overhead", (), "overhead") if "overhead" in data else None)
+    top = {k: where.number(data[k], k, (), k) for k in LINK_KEYS + ("dispatch",) if k in data}
+    return Costs(name, tuple(every.items()), stages, speeds, top.get("latency"), top.get("bandwidth"),
+                 tuple(sorted(channels)), overlap, top.get("overhead"), dispatch=top.get("dispatch"),
+                 rank_dispatch=dispatch)
 
 
 def profile_costs(text: str, name: str = "profile.json") -> Costs:
@@ -217,9 +234,9 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:
         raise SchedcError("costs", "a profile is a JSON object with \"stages\" (and optionally \"ranks\", "
                           "\"messages\")", where=name)
     for key in data:
-        if key not in ("format", "version", "unit", "meta", "stages", "ranks", "messages", "overlap"):
+        if key not in ("format", "version", "unit", "meta", "stages", "ranks", "messages", "spread", "overlap"):
             raise where.error(f"unknown key '{key}'; expected format, version, unit, meta, stages, ranks, "
-                              "messages, overlap", (), key)
+                              "messages, spread, overlap", (), key)
     if data.get("format", PROFILE_FORMAT) != PROFILE_FORMAT:
         raise where.error(f"{data['format']!r} is not a schedc profile (expected \"{PROFILE_FORMAT}\")", (), "format")
     if data.get("version", 1) != 1:
@@ -228,13 +245,7 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:
         raise SchedcError("costs", "a profile needs \"stages\": {\"0\": {\"F\": ..., \"B\": ...}, ...}", where=name)
     stages = dict((where.index(s, "stages"), where.settings(t, ("stages", s), STAGE_KEYS))
                   for s, t in where.table(data, "stages").items())
-    speeds = []
-    for r, t in where.table(data, "ranks").items():
-        settings = dict(where.settings(t, ("ranks", r), ("speed",)))
-        if "speed" in settings:
-            if not settings["speed"] > 0 or math.isinf(settings["speed"]):
-                raise where.error(f"rank {r}: speed must be a positive number", ("ranks", r), "speed")
-            speeds.append((where.index(r, "ranks"), settings["speed"]))
+    speeds, dispatch = where.ranks(data, "ranks")
     messages = where.table(data, "messages")
     for key, value in messages.items():
         if key.isdigit():  # what the runtime writes: the bytes of stage `key`'s output
@@ -262,9 +273,39 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:
     if overlap is not None and not isinstance(overlap, bool):
         raise where.error("overlap must be true or false", (), "overlap")
     link = {k: where.number(messages[k], k, ("messages",), k) for k in LINK_KEYS if k in messages}
-    return Costs(name, (), tuple(sorted(stages.items())), tuple(sorted(speeds)), link.get("latency"),
+    return Costs(name, (), tuple(sorted(stages.items())), speeds, link.get("latency"),
                  link.get("bandwidth"),
-                 tuple(sorted(channels)), overlap, link.get("overhead"), max(stages, default=-1) + 1)
+                 tuple(sorted(channels)), overlap, link.get("overhead"), max(stages, default=-1) + 1,
+                 rank_dispatch=dispatch, spread=_spread(data, where) if "spread" in data else None)
+
+
+def _spread(data: dict, where: "_Where") -> Spread:
+    """A profile's `spread`: {"stages": {"N": {"F": [...], ...}}, "overhead": {"A->B": [...]}}, each
+    list the means of equally likely parts of the measured times (any unit: normalized here to
+    factors of mean 1)."""
+    from .simulate_sampled import Spread
+    spread = where.table(data, "spread")
+    for key in spread:
+        if key not in ("stages", "overhead"):
+            raise where.error(f"unknown key '{key}'; expected stages, overhead", ("spread",), key)
+    times = []
+    for s, table in where.table(spread, "stages", ("spread",)).items():
+        stage = where.index(s, "spread.stages")
+        if not isinstance(table, dict):
+            raise where.error("must be a table of lists, e.g. {\"F\": [0.9, 1.1]}", ("spread", "stages"), s)
+        for op, values in table.items():
+            if op not in TIME_KEYS:
+                raise where.error(f"unknown time '{op}'; expected one of {', '.join(TIME_KEYS)}",
+                                  ("spread", "stages", s), op)
+            times.append(((op, stage), where.factors(values, ("spread", "stages", s), op)))
+    posts = []
+    for ch, values in where.table(spread, "overhead", ("spread",)).items():
+        m = _CHANNEL.fullmatch(ch)
+        if not m:
+            raise where.error(f"channel {ch!r}: expected \"A->B\" (sending rank -> receiving rank)",
+                              ("spread", "overhead", ch), None)
+        posts.append((where.channel(m), where.factors(values, ("spread", "overhead"), ch)))
+    return Spread(tuple(sorted(times)), tuple(sorted(posts)))
 
 
 def _read_toml(text: str, source: Source) -> dict:
@@ -330,6 +371,29 @@ class _Where:
         if not str(text).isdigit():
             raise self.error(f"{what} '{text}': expected a number, e.g. [{what}.0]", (what, text), None)
         return integer(text, what, where=self.source.name)
+
+    def ranks(self, data: dict, key: str) -> tuple[tuple[tuple[int, float], ...], tuple[tuple[int, float], ...]]:
+        """(speeds, dispatch times) of the rank tables `[rank.N]` (TOML) or `ranks.N` (a profile)."""
+        speeds, dispatch = [], []
+        for r, t in self.table(data, key).items():
+            settings = dict(self.settings(t, (key, r), RANK_KEYS))
+            if "speed" in settings:
+                if not settings["speed"] > 0 or math.isinf(settings["speed"]):
+                    raise self.error(f"rank {r}: speed must be a positive number", (key, r), "speed")
+                speeds.append((self.index(r, key), settings["speed"]))
+            if "dispatch" in settings:
+                dispatch.append((self.index(r, key), settings["dispatch"]))
+        return tuple(sorted(speeds)), tuple(sorted(dispatch))
+
+    def factors(self, values, table: tuple, key: str) -> tuple[float, ...]:
+        """A measured spread: 1..MAX_SPREAD non-negative numbers, not all 0, as factors of mean 1."""
+        if not isinstance(values, list) or not 0 < len(values) <= MAX_SPREAD:
+            raise self.error(f"expected a list of 1 to {MAX_SPREAD} numbers", table, key)
+        numbers = [self.number(v, key, table, key) for v in values]
+        mean = math.fsum(numbers) / len(numbers)
+        if not mean > 0:
+            raise self.error("expected numbers that are not all 0", table, key)
+        return tuple(v / mean for v in numbers)
 
     def channel(self, m: re.Match) -> tuple[int, int]:
         """The (sending, receiving) ranks of a matched channel name "A->B"."""

@@ -216,6 +216,7 @@ class Annotations:
     memory_limit: tuple[tuple[int, float], ...] = ()  # (rank, limit) for ranks that have one
     latency: float = 0.0
     bandwidth: float = 0.0  # 0 = infinite
+    rank_dispatch: tuple[float, ...] = ()  # rank -> time to start each step (a runtime's own work); 0 if not given
 
     def complete(self, num_stages: int, num_ranks: int) -> "Annotations":
         """These annotations with times and sizes for each of `num_stages` stages: the ones given, and
@@ -242,6 +243,10 @@ class Annotations:
     def speeds(self, num_ranks: int) -> tuple[float, ...]:
         """`speed_of` every rank in 0..num_ranks-1."""
         return tuple(self.speed_of(r) for r in range(num_ranks))
+
+    def dispatch_of(self, rank: int) -> float:
+        """The rank's time to start each step (the simulator adds it before every step); 0 if not given."""
+        return self.rank_dispatch[rank] if rank < len(self.rank_dispatch) else 0.0
 
 
 def placed(kind: str, num_stages: int, num_ranks: int) -> tuple[int, ...]:

@@ -18,8 +18,8 @@ from .ir import P2P_MODES
 from .span import Span
 
 COST_KEYS = {"F", "B", "I", "W"}
-GLOBAL_COST_KEYS = COST_KEYS | {"latency", "bandwidth"}
-RANK_COST_KEYS = {"speed"}
+GLOBAL_COST_KEYS = COST_KEYS | {"latency", "bandwidth", "dispatch"}
+RANK_COST_KEYS = {"speed", "dispatch"}
 MEMORY_KEYS = {"act", "weight", "out"}
 
 

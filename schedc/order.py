@@ -2,7 +2,7 @@
 
 `order greedy(prefer = [I, F, W], memory = 2 * P - 1)` takes the actions each rank body lists and
 orders them the way zero-bubble schedules are built: time runs under the schedule's cost
-annotations (unit times by default, communication free); whenever a rank is free it starts the
+annotations (unit times by default, communication and dispatch free); whenever a rank is free it starts the
 ready action of the most preferred kind (ties: the one listed first), an F only if the rank's live
 activations stay within the cap. Actions of one kind and stage keep their listed order. The rule
 of what is ready is schedc/deps.py's, what each action allocates or frees schedc/verify/memory.py's;

@@ -273,6 +273,15 @@ def simulate(program: Program, *, overlap: bool = True,
             gc.enable()
 
 
+def dispatch_times(ann, ranks: int) -> tuple[float, ...]:
+    """Each rank's time to start a step (the annotations' `rank_dispatch`), checked; () when every one is 0."""
+    times = tuple(float(ann.dispatch_of(r)) for r in range(ranks))
+    for r, d in enumerate(times):
+        if not 0 <= d < math.inf:
+            raise SchedcError("costs", f"rank {r} has dispatch time {d}; it must be a finite non-negative number")
+    return times if any(times) else ()
+
+
 MAX_SIMULATED_ACTIONS = 3_000_000  # timed step by step (~10 us and ~0.5 KB an action); the one pass has no limit
 
 
@@ -334,7 +343,7 @@ class _Simulator:
     or None when the step must wait (the rank is resumed when what it waits for is known)."""
 
     def __init__(self, program: Program, overlap: bool, links: Mapping[tuple[int, int], Link],
-                 semantics: str = "rendezvous"):
+                 semantics: str = "rendezvous", draw=None):
         self.program = program
         self.overlap = overlap
         self.semantics = semantics
@@ -365,6 +374,9 @@ class _Simulator:
                 raise SchedcError("costs", f"channel {a}->{b} has overhead {link.overhead}; it must be non-negative")
             if link.overhead:
                 self.overheads[a * R + b] = float(link.overhead)
+        self.dispatch = dispatch_times(ann, R)  # rank -> time to start each step; () when all 0
+        # sampled runs (schedc/simulate_sampled.py): factors drawn for each compute time and posting overhead
+        self.draw = draw
         # one latency everywhere and infinite bandwidth: a message leaves as soon as it may
         self.plain = not self.links and not ann.bandwidth
         self.work: list[int] = []
@@ -412,9 +424,10 @@ class _Simulator:
         handlers = self.handlers
         self.current = rk.r
         rk.waiting = None
+        lead = self.dispatch[rk.r] if self.dispatch else 0.0  # paid before each step, waiting or not
         while x < n:
             st = steps[x]
-            t2 = handlers[st.kind if st.__class__ is Compound else st.op](rk, x, st, t)
+            t2 = handlers[st.kind if st.__class__ is Compound else st.op](rk, x, st, t + lead)
             if t2 is None:
                 break
             t = t2
@@ -438,6 +451,8 @@ class _Simulator:
             if tv > t:
                 t = tv
         d = dur / rk.speed
+        if self.draw is not None:
+            d *= self.draw.time(a.op, a.stage)
         end = t + d
         rk.start[x] = t
         rk.end[x] = end
@@ -471,7 +486,8 @@ class _Simulator:
         for a, base, plan in plans:
             for k in plan[1]:
                 t = max(t, rk.have[base + k])
-        d = sum(plan[0] for _, _, plan in plans) / rk.speed
+        draw = self.draw
+        d = sum(plan[0] * (1.0 if draw is None else draw.time(a.op, a.stage)) for a, _, plan in plans) / rk.speed
         end = t + d
         rk.start[x], rk.end[x] = t, end
         rk.busy += d
@@ -503,7 +519,7 @@ class _Simulator:
         rk.start[x] = t
         ch = rk.r * self.R + plan[1]
         if self.overheads:
-            t += self.overheads.get(ch, 0.0)
+            t += self.overhead(ch)
         rk.post_at[x] = t
         other = self.pend_recv.get(ch)
         if not other:
@@ -522,7 +538,7 @@ class _Simulator:
         rk.start[x] = t
         ch = plan[1] * self.R + rk.r
         if self.overheads:
-            t += self.overheads.get(ch, 0.0)
+            t += self.overhead(ch)
         rk.post_at[x] = t
         other = self.pend_send.get(ch)
         if not other:
@@ -555,8 +571,7 @@ class _Simulator:
         rk.start[x] = t
         r = rk.r
         if self.overheads:  # every member is posted once all their overheads are paid
-            t += sum(self.overheads.get(r * self.R + plan[1] if plan[0] else plan[1] * self.R + r, 0.0)
-                     for _, plan in members)
+            t += sum(self.overhead(r * self.R + plan[1] if plan[0] else plan[1] * self.R + r) for _, plan in members)
         rk.posted, rk.open, rk.arrival, rk.ready = x, len(members), t, t
         rk.post_at[x] = t
         for base, plan in members:
@@ -588,10 +603,15 @@ class _Simulator:
         for k in wants:
             i = rk.inbox.get(base + k)
             if i is not None:
-                t += self.overheads.get(int(self.msgs[i * 7]) * self.R + rk.r, 0.0)
+                t += self.overhead(int(self.msgs[i * 7]) * self.R + rk.r)
         return t
 
     # ---- communication ----
+    def overhead(self, ch: int) -> float:
+        """The rank time of posting one send or receive on channel ch (drawn, in a sampled run)."""
+        o = self.overheads.get(ch, 0.0)
+        return o * self.draw.post(ch) if self.draw is not None and o else o
+
     @staticmethod
     def mine(rk: _Rank, arrival: float) -> None:
         """One member of the running rank's group is matched."""
@@ -634,7 +654,7 @@ class _Simulator:
         is free again (at `end`, or when the value has arrived, without overlap)."""
         dest, size = route
         if self.overheads:  # the producer posts the send
-            end += self.overheads.get(rk.r * self.R + dest, 0.0)
+            end += self.overhead(rk.r * self.R + dest)
         rk.post_at[x] = end
         if self.plain:
             departure, arrival = end, end + self.latency

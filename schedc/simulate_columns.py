@@ -31,7 +31,7 @@ def run_columns(sim) -> Timeline | None:
     """The Timeline `sim.run()` would give (`sim`: a `_Simulator` not yet run), or None when the
     program is not a case this pass takes, or when its run cannot finish."""
     cols = columns_of(sim.program)
-    if cols is None or cols.compounds or sim.explicit or not sim.plain or sim.overheads:
+    if cols is None or cols.compounds or sim.explicit or not sim.plain or sim.overheads or sim.dispatch or sim.draw:
         return None
     stage, mb = cols.stage.astype(np.int64), cols.microbatch.astype(np.int64)
     if not np.isin(cols.op, _COMPUTE_CODES).all() or len(stage) and (

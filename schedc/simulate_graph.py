@@ -34,9 +34,10 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping) -> Ti
     consumer waits, for its data): that is the posted graph of gloo (eager, bounded:K and
     rendezvous runs time as gloo's; nccl's adds its streams). An explicit wait waits under a
     backend; under an abstract semantics its operation completed at its place, and it is free."""
-    from .simulate import Messages, Timeline, _finite
+    from .simulate import Messages, Timeline, _finite, dispatch_times
     timing = semantics if semantics.posted else Semantics("gloo")
     pipeline = program.num_ranks  # (the ranks of one replica: a rank's speed is its pipeline rank's)
+    lead = dispatch_times(program.annotations, pipeline) or (0.0,) * pipeline  # (its dispatch too)
     if joins_ranks(program):  # replicas, or a tied all-reduce: the whole job, joined by its collectives
         flat, cons = job(program, timing)
         dead = find_deadlock(flat, semantics, cons=cons if timing == semantics else job(program, semantics)[1])
@@ -133,7 +134,7 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping) -> Ti
         r = n
         st = program.ranks[r][i]
         parts = st.parts
-        t = end[r][i - 1] if i else 0.0
+        t = (end[r][i - 1] if i else 0.0) + lead[r % pipeline]
         for q, j, why, _ in cons.prereq[r][i]:  # a collective: once every member has reached (or posted) it
             if why in _COLLECTIVE and end[q][j] > t:
                 t = end[q][j]

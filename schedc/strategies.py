@@ -555,7 +555,7 @@ def _reorderings(draw, p: Program, max_moves: int):
 _LITERALS = ("typical", "any")
 _NAMES = ["r", "m", "i", "k", "v", "x", "P", "M", "V", "warm", "F", "B", "I", "W", "SEND_F", "RECV_F",
           "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD", "group", "overlap", "min", "max", "abs",
-          "act", "weight", "out", "limit", "speed", "latency", "bandwidth", "prefer", "Q"]
+          "act", "weight", "out", "limit", "speed", "dispatch", "latency", "bandwidth", "prefer", "Q"]
 _OPS = ["F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD"]
 
 

@@ -402,7 +402,7 @@ def test_schedc_run_trains_and_writes_the_profile(tmp_path, run_cli):
     assert [ln.split()[1] for ln in lines] == ["1/3", "2/3", "3/3"] and all(" ms " in ln and "loss" in ln for ln in lines)
     assert "median step time" in out
     data = json.loads(profile.read_text())
-    assert set(data) == {"format", "version", "unit", "meta", "stages", "messages"}
+    assert set(data) == {"format", "version", "unit", "meta", "stages", "ranks", "messages", "spread"}
     assert set(data["stages"]) == {"0", "1"} and all(set(v) == {"F", "I", "W", "B"} for v in data["stages"].values())
     assert all(v > 0 for st in data["stages"].values() for v in st.values())
     messages = data["messages"]
@@ -417,6 +417,15 @@ def test_schedc_run_trains_and_writes_the_profile(tmp_path, run_cli):
     assert meta["oversubscribed"] == (2 > meta["cores"]) and meta["messages_timed"] == 2 * 2 * 4  # 2 steps
     assert set(meta["time_per_step"]) == {"0", "1"}
     assert all(v["step"] >= v["compute"] > 0 for v in meta["time_per_step"].values())
+    # each rank's own time per step of its program (neither compute, posting nor waiting)
+    assert set(data["ranks"]) == {"0", "1"} and all(set(v) == {"dispatch"} for v in data["ranks"].values())
+    assert all(0 <= v["dispatch"] < meta["time_per_step"][r]["step"] for r, v in data["ranks"].items())
+    # how the times spread: per stage and time, per channel's posting overhead, factors of mean 1
+    spread = data["spread"]
+    assert set(spread["stages"]) == {"0", "1"} and all(set(v) == {"F", "I", "W", "B"} for v in spread["stages"].values())
+    assert set(spread["overhead"]) == {"0->1", "1->0"}
+    lists = [*spread["overhead"].values(), *(f for st in spread["stages"].values() for f in st.values())]
+    assert all(1 <= len(f) <= 16 and sum(f) / len(f) == pytest.approx(1, abs=1e-3) for f in lists)
     # the simulator and the pictures read it as it is: the makespan is the one of the measured times
     # and message costs, and larger than under the measured times alone
     from dataclasses import replace
@@ -435,9 +444,23 @@ def test_schedc_run_trains_and_writes_the_profile(tmp_path, run_cli):
     assert set(links) == {(0, 1), (1, 0)} and all(link.overhead > 0 for link in links.values())
     expected = simulate(timed, links=links).makespan
     assert expected > free
+    assert timed.annotations.rank_dispatch == tuple(data["ranks"][str(r)]["dispatch"] for r in range(2))
+    undispatched = replace(timed, annotations=replace(timed.annotations, rank_dispatch=()))
+    assert simulate(undispatched, links=links).makespan < expected  # the dispatch times are charged
     code, out, err = run_cli("sim", "1f1b", "--param", "P=2", "--param", "M=4", "--costs", str(profile), "--json")
     assert code == 0, err
     assert json.loads(out)["makespan"] == pytest.approx(expected, rel=1e-12)
+    # sampled runs: seeded (the same figures twice), each drawn time between its spread's extremes
+    sampled = []
+    for _ in range(2):
+        code, out, err = run_cli("sim", "1f1b", "--param", "P=2", "--param", "M=4", "--costs", str(profile),
+                                 "--json", "--samples", "40", "--seed", "3")
+        assert code == 0, err
+        sampled.append(json.loads(out)["sampled"])
+    assert sampled[0] == sampled[1] and sampled[0]["runs"] == 40 and sampled[0]["seed"] == 3
+    assert sampled[0]["p10"] <= sampled[0]["p50"] <= sampled[0]["p90"]
+    lo, hi = (min(min(f) for f in lists), max(max(f) for f in lists))
+    assert lo * expected - 1e-9 <= sampled[0]["p10"] and sampled[0]["p90"] <= hi * expected + 1e-9
     old = tmp_path / "old.json"  # a profile as schedc wrote it before: stage times and sizes only
     old.write_text(json.dumps({"stages": data["stages"], "messages": {"0": messages["0"]}}))
     code, out, err = run_cli("sim", "1f1b", "--param", "P=2", "--param", "M=4", "--costs", str(old), "--json")

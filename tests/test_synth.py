@@ -178,6 +178,7 @@ def test_cap_below_what_any_schedule_needs_is_infeasible(run_cli):
     (("--param", "P=2", "--param", "M=2", "--time-limit", "0"), "--time-limit"),
     (("--param", "P=2", "--param", "M=2", "--memory-limit", "5=1"), "rank 5"),
     (("--param", "P=2", "--param", "M=2", "--cost", "act=1,weight=2"), "must not exceed act"),
+    (("--param", "P=1", "--param", "M=5", "--cost", "dispatch=0.05"), "synth models no dispatch time"),
 ])
 def test_bad_input_is_refused_with_a_message(run_cli, args, needle):
     code, stdout, stderr = run_cli("synth", *args)

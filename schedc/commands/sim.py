@@ -17,6 +17,12 @@ def run(args, stdout, stderr) -> int:
     semantics = Semantics.parse(args.semantics)  # a bad value is a usage error before any work
     setup = common.description(args)  # seconds and GiB from a model and hardware description, or None
     costs = common.costs(args, setup) or Costs("the schedule")
+    if args.samples and semantics.kind != "rendezvous":
+        raise SchedcError("usage", f"sampled runs are timed in program order, under rendezvous; not under "
+                          f"{semantics}", where="--samples")
+    if args.samples and costs.spread is None:
+        raise SchedcError("usage", "--samples draws each time from a measured spread: give --costs a profile "
+                          "that has one (`schedc run --profile FILE` writes it)", where="--samples")
     program = common.load(args.input, args, common.params(args.param))
     program = costs.apply(program)
     overlap = False if args.no_overlap else costs.overlap is not False
@@ -38,16 +44,26 @@ def run(args, stdout, stderr) -> int:
         if e.code != "deadlock":
             raise
         return fail(e.diagnostics)
+    sampled = None
+    if args.samples:
+        from ..progress import progress
+        from ..simulate_sampled import sample
+        long = args.samples * program.num_actions >= 200_000  # about two seconds and more
+        sampled = sample(program, costs.spread_of(program), args.samples, seed=args.seed, overlap=overlap,
+                         links=costs.links(program), say=progress(stderr, quiet=args.json or not long, prefix="schedc sim: "))
     written = None
     if args.trace:
         written = common.write_file(args.trace, dumps_trace(timeline))
     if args.json:
         extra = described.sim_fields(timeline, setup) if setup is not None else {}
+        extra = {**extra, **({"sampled": sampled.to_dict()} if sampled is not None else {})}
         stdout.write(dumps_json({**_sim_dict(args.input, timeline, costs, written), **extra}) + "\n")
     elif setup is not None:
         stdout.write(described.sim_text(timeline, setup, written) + "\n")
     else:
         stdout.write(_sim_text(timeline, written) + "\n")
+    if sampled is not None and not args.json:
+        stdout.write(_sampled_text(sampled) + "\n")
     if timeline.mismatches:
         stderr.write(f"schedc: {timeline.mismatches} message(s) reach a receive that expects another value "
                      "(silent wrong data); `schedc check` names them\n")
@@ -64,11 +80,19 @@ def _sim_dict(file, timeline, costs, trace) -> dict:
             "ok": timeline.mismatches == 0, **timeline.to_dict(),
             "costs": {**{k: [getattr(c, k) for c in stage_costs] for k in ("F", "B", "I", "W")},
                       "speed": list(ann.speeds(p.num_ranks)),
+                      "dispatch": [ann.dispatch_of(r) for r in range(p.num_ranks)],
                       "latency": ann.latency, "bandwidth": ann.bandwidth,
                       "channels": {f"{a}->{b}": {"latency": link.latency, "bandwidth": link.bandwidth,
                                                  **({"overhead": link.overhead} if link.overhead else {})}
                                    for (a, b), link in costs.links(p).items()}},
             "trace": str(trace) if trace else None}
+
+
+def _sampled_text(sampled) -> str:
+    n = len(sampled.makespans)
+    return (f"  sampled: mean makespan {sampled.mean:.6g} over {n} run{'s' if n != 1 else ''} (p10 "
+            f"{sampled.quantile(0.1):.6g}, p50 {sampled.quantile(0.5):.6g}, p90 {sampled.quantile(0.9):.6g}; "
+            f"seed {sampled.seed}), each time drawn from the profile's measured spread")
 
 
 def _sim_text(timeline, trace) -> str:

@@ -43,6 +43,7 @@ def _head(program: Program) -> dict:
             "memory_limit": {str(r): v for r, v in ann.memory_limit},
             "latency": ann.latency,
             "bandwidth": ann.bandwidth,
+            "rank_dispatch": list(ann.rank_dispatch),
         },
     }
 
@@ -157,7 +158,9 @@ def _program(data) -> Program:
         tuple(sorted((int(r), float(_need(v, (int, float), "memory_limit")))
                      for r, v in _need(ann.get("memory_limit", {}), dict, "memory_limit").items())),
         float(_need(ann.get("latency", 0.0), (int, float), "latency")),
-        float(_need(ann.get("bandwidth", 0.0), (int, float), "bandwidth")))
+        float(_need(ann.get("bandwidth", 0.0), (int, float), "bandwidth")),
+        tuple(float(_need(x, (int, float), "rank_dispatch"))
+              for x in _need(ann.get("rank_dispatch", []), list, "rank_dispatch")))
     params = _need(data.get("params") or {}, dict, "params")
     return Program(str(_need(data["schedule"], str, "schedule")), ranks, stages, mbs, placement, steps,
                    tuple((str(k), _need(v, int, "a parameter")) for k, v in params.items()), notes,

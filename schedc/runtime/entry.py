@@ -25,7 +25,7 @@ import torch
 
 from .backends import not_vouched, problem as backend_problem, vouches
 from .interpreter import PipelineInterpreter, StepFailure
-from .profile import build_profile, write_profile
+from .profile import build_profile, parts_of, write_profile
 from .table import Table, TableError, load_table, parts
 from .trace import Recorder, step_name
 from .watchdog import EXIT_TIMEOUT, Watchdog
@@ -404,15 +404,17 @@ def _stop_line(recorder: Recorder, report: str, cur) -> None:
 
 def interp_profile(interp: PipelineInterpreter, skip_steps: int) -> dict:
     """This rank's measurements: per (op, stage) the mean seconds per action after `skip_steps`
-    training steps (each step runs every action of a stage M times), message bytes per stage, and
+    training steps (each step runs every action of a stage M times) and how they spread
+    (`profile.parts_of`), message bytes per stage, and
     for `profile.build_profile` to turn into communication costs: every message's timestamps (the
     interpreter's `comm_log`), where each step's time went (`step_log`), the host and its cores."""
     import socket
     M = interp.M
-    times = {}
+    times, spread = {}, {}
     for (op, stage), values in interp.times.items():
         kept = values[skip_steps * M:] or values
         times.setdefault(str(stage), {})[op] = sum(kept) / len(kept)
+        spread.setdefault(str(stage), {})[op] = parts_of(kept)
     if not any(rec[0] > skip_steps for rec in interp.comm_log):
         skip_steps = 0  # one step only: measure it, shapes and all
     # (training step, "S" | "R", kind, stage, microbatch, peer rank, posted, post returned, wait began, wait ended)
@@ -422,8 +424,9 @@ def interp_profile(interp: PipelineInterpreter, skip_steps: int) -> dict:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return {"times": times, "messages": {str(s): b for s, b in interp.message_bytes.items()},
-            "comm": comm, "steps": steps, "host": socket.gethostname(), "cores": cores}
+    return {"times": times, "spread": spread, "messages": {str(s): b for s, b in interp.message_bytes.items()},
+            "comm": comm, "steps": steps, "program_steps": len(interp.steps), "host": socket.gethostname(),
+            "cores": cores}
 
 
 __all__ = ["EXIT_FAILED", "EXIT_TIMEOUT", "EXIT_USAGE", "Model", "build_modules", "load_model", "main",

@@ -2,13 +2,21 @@
 
     {"format": "schedc-profile", "version": 1, "unit": "s", "meta": {...},
      "stages": {"0": {"F": s, "I": s, "W": s, "B": s}, ...},
+     "ranks": {"0": {"dispatch": s}, ...},
      "messages": {"0": bytes, ..., "latency": s, "overhead": s,
-                  "channels": {"0->1": {"latency": s, "overhead": s}, ...}}}
+                  "channels": {"0->1": {"latency": s, "overhead": s}, ...}},
+     "spread": {"stages": {"0": {"F": [f, ...], ...}, ...}, "overhead": {"0->1": [f, ...], ...}}}
 
 `stages[s]` holds the mean seconds of one action of stage s on one microbatch; `messages[s]` the
 bytes of stage s's output (the activation it sends to s+1; the gradient coming back is the same
 size), for every stage but the last. A schedule runs either B or I and W for a stage; the missing
-ones are derived: B = I + W, or I = W = B / 2.
+ones are derived: B = I + W, or I = W = B / 2. `ranks[r].dispatch` is rank r's time per program
+step that is neither compute nor posting nor waiting (the interpreter's own work: its loop, the
+step's bookkeeping), which the simulator charges before each step.
+
+`spread` says how the times varied: for each time and each channel's posting overhead, the means of
+PARTS equally large groups of the sorted measurements, divided by their mean (factors of mean 1).
+`schedc sim --samples` draws from them (schedc/simulate_sampled.py).
 
 Communication, measured per message from both ranks' timestamps (one monotonic clock per host, so
 only for channels whose two ranks share a host): a message is posted once both its send and its
@@ -27,15 +35,42 @@ import json
 from ..outputs import dumps_json, write_file
 
 BLOCKED = 50e-6  # a receive whose wait took longer found its data not there yet
+PARTS = 16  # a measured spread: the means of this many equally large groups of the sorted times
+
+
+def parts_of(values: list[float], parts: int = PARTS) -> list[float]:
+    """The means of `parts` equally large groups of the sorted `values` (as many as there are
+    values, when fewer; a value on a boundary is shared by the two groups in proportion): the shape
+    of their distribution, tails included, in a few numbers whose mean is the values' mean."""
+    xs = sorted(values)
+    n = len(xs)
+    k = min(parts, n)
+    prefix = [0.0]
+    for x in xs:
+        prefix.append(prefix[-1] + x)
+
+    def first(i: int) -> float:  # the sum of the first i * n / k values (fractions of one included)
+        whole, rest = divmod(i * n, k)
+        return prefix[whole] + (xs[whole] * rest / k if rest else 0.0)
+    return [(first(i + 1) - first(i)) * k / n for i in range(k)]
+
+
+def _factors(parts: list[float]) -> list[float]:
+    """`parts` divided by their mean (all 1 when they are all 0)."""
+    mean = sum(parts) / len(parts) if parts else 0.0
+    return [round(p / mean, 4) for p in parts] if mean > 0 else [1.0]
 
 
 def build_profile(per_rank: list[dict]) -> dict:
     """Merge every rank's measurements (`entry.interp_profile`, in rank order) into the profile JSON."""
     times: dict[str, dict] = {}
+    parts: dict[str, dict] = {}
     messages: dict[str, int] = {}
     for part in per_rank:
         for stage, ops in part["times"].items():
             times.setdefault(stage, {}).update(ops)
+        for stage, ops in part.get("spread", {}).items():
+            parts.setdefault(stage, {}).update(ops)
         messages.update(part["messages"])
     stages = {}
     for stage in sorted(times, key=int):
@@ -53,8 +88,40 @@ def build_profile(per_rank: list[dict]) -> dict:
         return {"stages": stages, "messages": out_messages}
     links, meta = communication(per_rank)
     out_messages.update(links)
-    return {"format": "schedc-profile", "version": 1, "unit": "s", "meta": meta, "stages": stages,
-            "messages": out_messages}
+    out = {"format": "schedc-profile", "version": 1, "unit": "s", "meta": meta, "stages": stages}
+    ranks = {}
+    for rank, part in enumerate(per_rank):
+        where, steps = meta["time_per_step"].get(str(rank)), part.get("program_steps")
+        if where and steps:
+            ranks[str(rank)] = {"dispatch": max(0.0, where["other"]) / steps}
+    if ranks:
+        out["ranks"] = ranks
+    out["messages"] = out_messages
+    if parts:
+        out["spread"] = {"stages": {s: _stage_spread(parts[s]) for s in sorted(parts, key=int)},
+                         "overhead": _overhead_spread(per_rank)}
+    return out
+
+
+def _stage_spread(parts: dict[str, list[float]]) -> dict[str, list[float]]:
+    """One stage's spread of F, I, W and B; the missing ones derived as their means are (B's parts
+    the sums of I's and W's, or I and W varying as B does)."""
+    out = {op: _factors(p) for op, p in parts.items()}
+    if "B" not in parts and "I" in parts and "W" in parts and len(parts["I"]) == len(parts["W"]):
+        out["B"] = _factors([i + w for i, w in zip(parts["I"], parts["W"])])
+    if "B" in parts:
+        for op in ("I", "W"):
+            out.setdefault(op, out["B"])
+    return {op: out[op] for op in ("F", "I", "W", "B") if op in out}
+
+
+def _overhead_spread(per_rank: list[dict]) -> dict[str, list[float]]:
+    """Each channel's posting overhead (rank time inside one isend or irecv), as factors."""
+    posts: dict[tuple[int, int], list[float]] = {}
+    for rank, part in enumerate(per_rank):
+        for _step, role, _kind, _stage, _mb, peer, posted, returned, *_ in part.get("comm", ()):
+            posts.setdefault((rank, peer) if role == "S" else (peer, rank), []).append(returned - posted)
+    return {f"{a}->{b}": _factors(parts_of(v)) for (a, b), v in sorted(posts.items())}
 
 
 def _mean(xs: list[float]) -> float:

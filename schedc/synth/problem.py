@@ -119,6 +119,9 @@ def build_problem(P: int, M: int, *, placement: str = "loop", costs=None,
     else:
         links = {}
     ann = skeleton.annotations
+    if ann.rank_dispatch:
+        raise SchedcError("usage", "synth models no dispatch time (a rank's time to start each step); drop "
+                          "dispatch from the costs", where=costs.source)
     speeds = ann.speeds(P)
     times: dict[tuple[str, int], Fraction] = {}
     for s in range(S):

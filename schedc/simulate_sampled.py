@@ -1,0 +1,114 @@
+"""Sampled runs: the makespan when each time varies as the runtime measured it, not only its mean.
+
+A run timed with mean costs is shorter than the mean of real runs: a step waits for the latest of
+its inputs, and the expected latest of varying times is later than the latest of their means
+(Jensen's inequality; the makespan is a max of sums). `sample` times the same program many times,
+each compute action's time and each posting overhead drawn from its measured `Spread` (factors of
+mean 1 that scale the annotated mean), with a seeded generator: the same result on every machine.
+"""
+from __future__ import annotations
+
+import gc
+import random
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .errors import SchedcError
+from .ir import Op, Program
+from .outputs import rounded
+
+MAX_RUNS = 10_000
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How measured times vary around their means: equally likely factors (mean 1) for each
+    (op, stage)'s compute time and for each channel's posting overhead; what is not named keeps
+    its mean."""
+
+    times: tuple[tuple[tuple[str, int], tuple[float, ...]], ...] = ()  # ("F", stage) -> factors
+    posts: tuple[tuple[tuple[int, int], tuple[float, ...]], ...] = ()  # (sending, receiving rank) -> factors
+
+    def for_stages(self, num_stages: int, V: int) -> "Spread":
+        """This spread for a program of `num_stages` stages, each a 1/V chunk of a measured stage
+        (V = 1: the measured stages themselves); stages past the program's are left out."""
+        measured = dict(self.times)
+        times = tuple(((op, s), measured[(op, s // V)]) for s in range(num_stages) for op in "FBIW"
+                      if (op, s // V) in measured)
+        return Spread(times, self.posts)
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """The makespans of `runs` sampled runs (seeded by `seed`), in the order they ran."""
+
+    makespans: tuple[float, ...]
+    seed: int
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.makespans)
+
+    def quantile(self, q: float) -> float:
+        """The q-quantile of the makespans (0 <= q <= 1; linear between sorted runs)."""
+        xs = sorted(self.makespans)
+        at = q * (len(xs) - 1)
+        lo = int(at)
+        hi = min(lo + 1, len(xs) - 1)
+        return xs[lo] + (xs[hi] - xs[lo]) * (at - lo)
+
+    def to_dict(self) -> dict:
+        return {"runs": len(self.makespans), "seed": self.seed, "mean": rounded(self.mean),
+                **{f"p{round(q * 100)}": rounded(self.quantile(q)) for q in (0.1, 0.5, 0.9)}}
+
+
+class _Draw:
+    """The factors one sampled run draws (simulate.py's `_Simulator.draw`)."""
+
+    def __init__(self, spread: Spread, rng: random.Random, ranks: int):
+        self.times = {(Op(op), s): f for (op, s), f in spread.times}
+        self.posts = {a * ranks + b: f for (a, b), f in spread.posts}
+        self.choice = rng.choice
+
+    def time(self, op: Op, stage: int) -> float:
+        factors = self.times.get((op, stage))
+        return self.choice(factors) if factors else 1.0
+
+    def post(self, channel: int) -> float:
+        factors = self.posts.get(channel)
+        return self.choice(factors) if factors else 1.0
+
+
+def sample(program: Program, spread: Spread, runs: int, *, seed: int = 0, overlap: bool = True,
+           links: Mapping | None = None, say=None) -> Sampled:
+    """Time `program` `runs` times (as `simulate` does under rendezvous), each time drawing every
+    compute time and posting overhead from `spread`; `say` (schedc/progress.py), if given, hears
+    of every tenth of the runs done. A SchedcError for a program the step-by-step
+    simulator does not time (another semantics' graph, a data-parallel job, messages paired by
+    tag), for too many runs, or for a run that cannot finish."""
+    from .simulate import MAX_SIMULATED_ACTIONS, _graph_reason, _Simulator, program_level
+    from .verify.mesh import joins_ranks
+    if not 1 <= runs <= MAX_RUNS:
+        raise SchedcError("usage", f"{runs}: give 1 to {MAX_RUNS:,} sampled runs", where="--samples")
+    if runs * program.num_actions > MAX_SIMULATED_ACTIONS:
+        raise SchedcError("too-large", f"{runs:,} sampled runs of {program.num_actions:,} actions time "
+                          f"{runs * program.num_actions:,} actions step by step; at most {MAX_SIMULATED_ACTIONS:,}: "
+                          "give fewer --samples, or simulate at fewer microbatches", where="--samples")
+    if joins_ranks(program) or program.p2p != "shared" and program_level(program) == "comms":
+        raise SchedcError("usage", f"sampled runs are timed in program order, under rendezvous; "
+                          f"{_graph_reason(program)} are timed on a graph: simulate without --samples", where="--samples")
+    rng = random.Random(seed)
+    collecting = gc.isenabled()
+    gc.disable()
+    makespans = []
+    try:
+        for i in range(1, runs + 1):
+            draw = _Draw(spread, rng, program.num_ranks)
+            makespans.append(_Simulator(program, overlap, links or {}, "rendezvous", draw).run().makespan)
+            if say is not None and i * 10 // runs != (i - 1) * 10 // runs and i < runs:
+                say(f"sampled run {i:,} of {runs:,}")
+    finally:
+        if collecting:
+            gc.enable()
+    return Sampled(tuple(makespans), seed)
