@@ -256,3 +256,18 @@ def test_the_profile_writes_dispatch_and_spread():
     costs = profile_costs(json.dumps(prof), "p.json")  # read back as written
     program = costs.apply(schedc.load("1f1b", {"P": 2, "M": 2}))
     assert program.annotations.rank_dispatch == (0.25, 0.1) and costs.spread_of(program).times
+
+
+def test_receives_that_did_not_wait_bound_the_latency():
+    # channel 0->1, four messages: two receives waited (latency 0.4 and 0.2: mean 0.3); two found
+    # their data there, so their latency was at most the time from both posts to the wait: 0.1, and
+    # 5 (the value was used much later), which counts as the waited mean, 0.3: (0.4+0.2+0.1+0.3)/4
+    sends = [(2, "S", "act", 0, m, 1, t - 0.1, t, 9.5, 9.5) for m, t in enumerate((1.0, 2.0, 3.0, 4.0))]
+    recvs = [(2, "R", "act", 0, 0, 0, 0.4, 0.5, 0.6, 1.4), (2, "R", "act", 0, 1, 0, 1.8, 1.9, 2.0, 2.2),
+             (2, "R", "act", 0, 2, 0, 3.0, 3.05, 3.15, 3.15), (2, "R", "act", 0, 3, 0, 3.9, 4.0, 9.0, 9.0)]
+    parts = [{"times": {"0": {"F": 1.0, "B": 2.0}}, "messages": {"0": 8}, "host": "h", "cores": 2, "comm": sends},
+             {"times": {"1": {"F": 1.0, "B": 2.0}}, "messages": {}, "host": "h", "cores": 2, "comm": recvs}]
+    prof = build_profile(parts)
+    assert prof["messages"]["latency"] == pytest.approx(0.25)
+    assert prof["messages"]["channels"]["0->1"]["latency"] == pytest.approx(0.25)
+    assert prof["meta"]["latency_samples"] == 2 and prof["meta"]["messages_timed"] == 4
