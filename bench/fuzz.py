@@ -1113,6 +1113,9 @@ class Generator:
         name, fmt = self.schedule(files)
         argv = ["sim", name] + self.params(name, fmt) + self.common(fmt) + self.costs(files)
         argv += self.describing(files)[0]
+        if self.rng.random() < 0.1:  # as `schedc run` lowers it
+            argv += ["--lower"] + ([_pick(self.rng, ["early", "needed"], ["late", "", "EARLY"], 0.2)]
+                                   if self.rng.random() < 0.5 else [])
         if self.rng.random() < 0.12:  # sampled runs (a profile with a spread, sometimes)
             if self.rng.random() < 0.6:
                 files["profile.json"] = self.corpus["profile_json"][-1]

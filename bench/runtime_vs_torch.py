@@ -149,7 +149,8 @@ def _worker(spec_path: str, out_path: str) -> int:
 
 def _simulated(program, profile_parts) -> tuple[float, float, float, dict]:
     """The simulator on the lowered `program` (what the runtime ran, sends and receives where the
-    lowering puts them) under the profile the run measured, as `schedc sim --costs` reads it: (the
+    lowering puts them) under the profile the run measured, as `schedc sim NAME --lower --costs
+    profile.json --samples 200` times it: (the
     makespan with the per-stage times only, free messages; with the measured communication and
     dispatch costs too; the mean of SAMPLES runs with every time drawn from its measured spread,
     as `--samples`; the profile)."""

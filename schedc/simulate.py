@@ -229,9 +229,10 @@ def _graph_reason(program: Program) -> str:
 
 
 def simulate(program: Program, *, overlap: bool = True,
-             links: Mapping[tuple[int, int], Link] | None = None, semantics=None) -> Timeline:
+             links: Mapping[tuple[int, int], Link] | None = None, semantics=None, draw=None) -> Timeline:
     """Time a program under its cost annotations. `links` overrides latency and bandwidth for some
-    channels, keyed by (sending rank, receiving rank). `semantics` (a name as `check` takes it, or a
+    channels, keyed by (sending rank, receiving rank). `draw` (schedc/simulate_sampled.py) scales
+    each compute time and posting overhead by a factor it draws. `semantics` (a name as `check` takes it, or a
     Semantics; default rendezvous) decides which runs exist: under another, a communication-level
     program is timed on that semantics' graph (schedc/simulate_graph.py). Raises
     SchedcError("deadlock") if some rank cannot reach the end of its list under it."""
@@ -257,8 +258,8 @@ def simulate(program: Program, *, overlap: bool = True,
         if job or program_level(program) == "comms":
             from .simulate_graph import simulate_graph
             _step_by_step(program)
-            return simulate_graph(program, semantics or Semantics(), links or {})
-    sim = _Simulator(program, overlap, links or {}, str(semantics or "rendezvous"))
+            return simulate_graph(program, semantics or Semantics(), links or {}, draw)
+    sim = _Simulator(program, overlap, links or {}, str(semantics or "rendezvous"), draw)
     collecting = gc.isenabled()
     gc.disable()  # the run makes many small acyclic objects; the collector would rescan the program
     try:

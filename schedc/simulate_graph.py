@@ -25,9 +25,10 @@ if TYPE_CHECKING:
     from .simulate import Timeline
 
 
-def simulate_graph(program: Program, semantics: Semantics, links: Mapping) -> Timeline:
+def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=None) -> Timeline:
     """The timed run of a comms-level `program` under `semantics` (overlap on: posting is the only
-    rank time communication takes). `links`: (sending rank, receiving rank) -> simulate.Link.
+    rank time communication takes). `links`: (sending rank, receiving rank) -> simulate.Link;
+    `draw`, as `simulate`'s, scales each compute time and posting overhead.
 
     Which runs exist is the question of `semantics`' own graph. Times follow simulate.py's
     asynchronous rule, under which a rank's blocking at a send or receive never delays it (only a
@@ -148,7 +149,8 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping) -> Ti
                                           f"{describe(a)}: it needs {value_name(v)}, which never reaches rank {r}",
                                           a.span)
                     t = max(t, tv)
-            d = sum(float(getattr(ann.cost_of(a.stage), a.op.value)) for a in parts) / speeds[r]
+            d = sum(float(getattr(ann.cost_of(a.stage), a.op.value)) * (1.0 if draw is None else draw.time(a.op, a.stage))
+                    for a in parts) / speeds[r]
             if not d >= 0:
                 raise SchedcError("costs", f"rank {r}, step {i}: a negative time ({d})")
             start[r][i], end[r][i] = t, t + d
@@ -166,7 +168,7 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping) -> Ti
                     t = max(t, have[r].get(key(payload(a)), 0.0))
             start[r][i] = t
             members = [ends[(r, i, k)] for k in range(len(parts))]
-            t += sum(link.get(e.channel[:2], (0.0, 0.0, 0.0))[2] for e in members)
+            t += sum(_posting(link.get(e.channel[:2], (0.0, 0.0, 0.0))[2], e.channel, pipeline, draw) for e in members)
             post_at[r][i] = end[r][i] = t
             for e in members:
                 posted[e[:3]] = t
@@ -196,6 +198,14 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping) -> Ti
     return Timeline(program, "comms", True, tuple(map(tuple, start)), tuple(map(tuple, end)), tuple(busy),
                     makespan, Messages(msgs.tobytes(), K), mismatches, tuple(post_at), str(semantics),
                     R // pipeline)
+
+
+def _posting(overhead: float, channel, pipeline: int, draw) -> float:
+    """A channel's posting overhead, scaled by a drawn factor in a sampled run (a job's ranks drawn
+    as their pipeline ranks')."""
+    if draw is None or not overhead:
+        return overhead
+    return overhead * draw.post((channel[0] % pipeline) * pipeline + channel[1] % pipeline)
 
 
 def _topological(cons, lengths) -> list[tuple[int, int]]:

@@ -81,23 +81,18 @@ class _Draw:
 
 
 def sample(program: Program, spread: Spread, runs: int, *, seed: int = 0, overlap: bool = True,
-           links: Mapping | None = None, say=None) -> Sampled:
-    """Time `program` `runs` times (as `simulate` does under rendezvous), each time drawing every
-    compute time and posting overhead from `spread`; `say` (schedc/progress.py), if given, hears
-    of every tenth of the runs done. A SchedcError for a program the step-by-step
-    simulator does not time (another semantics' graph, a data-parallel job, messages paired by
-    tag), for too many runs, or for a run that cannot finish."""
-    from .simulate import MAX_SIMULATED_ACTIONS, _graph_reason, _Simulator, program_level
-    from .verify.mesh import joins_ranks
+           links: Mapping | None = None, semantics=None, say=None) -> Sampled:
+    """Time `program` `runs` times as `simulate` does (under `semantics`, default rendezvous), each
+    time drawing every compute time and posting overhead from `spread`; `say`
+    (schedc/progress.py), if given, hears of every tenth of the runs done. A SchedcError for too
+    many runs, or for a run that cannot finish."""
+    from .simulate import MAX_SIMULATED_ACTIONS, simulate
     if not 1 <= runs <= MAX_RUNS:
         raise SchedcError("usage", f"{runs}: give 1 to {MAX_RUNS:,} sampled runs", where="--samples")
     if runs * program.num_actions > MAX_SIMULATED_ACTIONS:
         raise SchedcError("too-large", f"{runs:,} sampled runs of {program.num_actions:,} actions time "
                           f"{runs * program.num_actions:,} actions step by step; at most {MAX_SIMULATED_ACTIONS:,}: "
                           "give fewer --samples, or simulate at fewer microbatches", where="--samples")
-    if joins_ranks(program) or program.p2p != "shared" and program_level(program) == "comms":
-        raise SchedcError("usage", f"sampled runs are timed in program order, under rendezvous; "
-                          f"{_graph_reason(program)} are timed on a graph: simulate without --samples", where="--samples")
     rng = random.Random(seed)
     collecting = gc.isenabled()
     gc.disable()
@@ -105,7 +100,7 @@ def sample(program: Program, spread: Spread, runs: int, *, seed: int = 0, overla
     try:
         for i in range(1, runs + 1):
             draw = _Draw(spread, rng, program.num_ranks)
-            makespans.append(_Simulator(program, overlap, links or {}, "rendezvous", draw).run().makespan)
+            makespans.append(simulate(program, overlap=overlap, links=links, semantics=semantics, draw=draw).makespan)
             if say is not None and i * 10 // runs != (i - 1) * 10 // runs and i < runs:
                 say(f"sampled run {i:,} of {runs:,}")
     finally:

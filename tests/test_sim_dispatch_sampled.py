@@ -139,21 +139,25 @@ def test_factors_of_one_give_the_mean_cost_run_every_time():
 @budget(40)
 @given(st.one_of(programs(max_ranks=3, max_microbatches=4, overlap=True, costs=True),
                  lowered_programs(max_ranks=3, max_microbatches=4, costs=True)),
-       st.lists(st.floats(0.01, 5), min_size=1, max_size=5), st.integers(0, 2 ** 32 - 1), st.booleans())
-def test_each_sampled_run_lies_between_the_spreads_extremes(program, values, seed, overlap):
+       st.lists(st.floats(0.01, 5), min_size=1, max_size=5), st.integers(0, 2 ** 32 - 1), st.booleans(),
+       st.sampled_from([None, "gloo", "nccl", "eager", "tagged"]))
+def test_each_sampled_run_lies_between_the_spreads_extremes(program, values, seed, overlap, semantics):
     # factors of mean 1, so lo <= 1 <= hi; the makespan is monotone in every time and scales with
     # them: a run with every compute time and overhead drawn from [lo, hi] x its mean lies within
     # [lo, hi] x the mean-cost run (latencies are not drawn: they stay, which lo <= 1 <= hi allows)
     mean = sum(values) / len(values)
     factors = tuple(v / mean for v in values)
     lo, hi = min(factors), max(factors)
+    if semantics is not None:  # timed on the semantics' graph (comms level, overlap on), or paired by tag
+        program, overlap = lower(program) if program.level == "compute" else program, True
+        program, semantics = (replace(program, p2p="tagged"), None) if semantics == "tagged" else (program, semantics)
     links = parse_cost_option("overhead=0.25").links(program) if program.num_ranks > 1 else {}
     spread = Spread(tuple(((op, s), factors) for op in "FBIW" for s in range(program.num_stages)),
                     tuple((ch, factors) for ch in links))
-    plain = simulate(program, overlap=overlap, links=links).makespan
-    runs = sample(program, spread, 5, seed=seed, overlap=overlap, links=links)
+    plain = simulate(program, overlap=overlap, links=links, semantics=semantics).makespan
+    runs = sample(program, spread, 5, seed=seed, overlap=overlap, links=links, semantics=semantics)
     assert all(lo * plain - 1e-9 <= m <= hi * plain + 1e-9 for m in runs.makespans), (runs.makespans, plain)
-    assert sample(program, spread, 5, seed=seed, overlap=overlap, links=links) == runs  # seeded
+    assert sample(program, spread, 5, seed=seed, overlap=overlap, links=links, semantics=semantics) == runs
 
 
 def test_the_sampled_mean_is_later_than_the_mean_cost_run():
@@ -194,7 +198,7 @@ def test_bad_spreads(spread, message):
     assert info.value.code == "costs" and message in info.value.render()
 
 
-def test_what_sampled_runs_refuse():
+def test_what_sampled_runs_refuse():  # (too many; anything `simulate` times, sampled runs time too)
     program = schedc.load("1f1b", {"P": 2, "M": 2})
     spread = Spread(((("F", 0), (1.0,)),))
     big = schedc.load("1f1b", {"P": 4, "M": 100})  # 800 actions
@@ -202,9 +206,6 @@ def test_what_sampled_runs_refuse():
         with pytest.raises(schedc.SchedcError) as info:
             sample(prog, spread, runs)
         assert info.value.code == code
-    tagged = replace(lower(program), p2p="tagged")  # messages paired by tag: timed on the graph only
-    with pytest.raises(schedc.SchedcError, match="timed on a graph"):
-        sample(tagged, spread, 2)
 
 
 def test_sim_samples_on_the_command_line(run_cli, tmp_path):
@@ -219,10 +220,18 @@ def test_sim_samples_on_the_command_line(run_cli, tmp_path):
     assert got == again.to_dict() and got["seed"] == 0
     code, out, err = run_cli("sim", "gpipe", "--param", "P=2,M=4", "--costs", str(prof), "--samples", "5")
     assert code == 0 and "sampled: mean makespan" in out and "over 5 runs" in out, err
-    for extra, words in ((["--semantics", "gloo"], "under rendezvous; not under gloo"),
-                         (["--samples", "-1"], "give 1 to 10,000 sampled runs")):
-        code, out, err = run_cli("sim", "gpipe", "--param", "P=2,M=4", "--costs", str(prof), "--samples", "5", *extra)
-        assert code == 2 and "--samples: error[usage]" in err and words in err and "Traceback" not in err
+    code, out, err = run_cli("sim", "gpipe", "--param", "P=2,M=4", "--costs", str(prof), "--samples", "5",
+                             "--samples", "-1")
+    assert code == 2 and "--samples: error[usage]" in err and "give 1 to 10,000 sampled runs" in err
+    # as `schedc run` lowers it: sends and receives as steps; receives posted early are timed under gloo
+    for lower_args, semantics in ((["--lower"], "rendezvous"), (["--lower", "early"], "gloo")):
+        code, out, err = run_cli("sim", "gpipe", "--param", "P=2,M=4", "--costs", str(prof), "--samples", "5",
+                                 "--json", *lower_args)
+        assert code == 0, err
+        got = json.loads(out)
+        assert got["level"] == "comms" and got["semantics"] == semantics and got["sampled"]["runs"] == 5
+    code, out, err = run_cli("sim", "gpipe", "--param", "P=2,M=4", "--lower", "--semantics", "nccl")
+    assert code == 0 and "comms level" in out and "under nccl" in out, err
 
 
 # ---- the profile that measures both ----

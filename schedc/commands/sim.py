@@ -14,16 +14,21 @@ def run(args, stdout, stderr) -> int:
     from ..report import lint_findings
     from ..simulate import simulate
     from ..verify.channels import Semantics
-    semantics = Semantics.parse(args.semantics)  # a bad value is a usage error before any work
+    # (receives posted early run on gloo only: under rendezvous a rank would stop at its first receive)
+    semantics = Semantics.parse(args.semantics or ("gloo" if args.lower == "early" else "rendezvous"))
     setup = common.description(args)  # seconds and GiB from a model and hardware description, or None
     costs = common.costs(args, setup) or Costs("the schedule")
-    if args.samples and semantics.kind != "rendezvous":
-        raise SchedcError("usage", f"sampled runs are timed in program order, under rendezvous; not under "
-                          f"{semantics}", where="--samples")
     if args.samples and costs.spread is None:
         raise SchedcError("usage", "--samples draws each time from a measured spread: give --costs a profile "
                           "that has one (`schedc run --profile FILE` writes it)", where="--samples")
     program = common.load(args.input, args, common.params(args.param))
+    if args.lower:
+        from ..passes import lower
+        from ..simulate import program_level
+        if program_level(program) == "comms":
+            raise SchedcError("usage", f"{program.name} is at the communication level already (its sends and "
+                              "receives are written): simulate it without --lower", where="--lower")
+        program = lower(program, receives=args.lower)
     program = costs.apply(program)
     overlap = False if args.no_overlap else costs.overlap is not False
 
@@ -50,7 +55,7 @@ def run(args, stdout, stderr) -> int:
         from ..simulate_sampled import sample
         long = args.samples * program.num_actions >= 200_000  # about two seconds and more
         sampled = sample(program, costs.spread_of(program), args.samples, seed=args.seed, overlap=overlap,
-                         links=costs.links(program), say=progress(stderr, quiet=args.json or not long, prefix="schedc sim: "))
+                         links=costs.links(program), semantics=semantics, say=progress(stderr, quiet=args.json or not long, prefix="schedc sim: "))
     written = None
     if args.trace:
         written = common.write_file(args.trace, dumps_trace(timeline))
