@@ -311,8 +311,9 @@ def measure_runtime(steps: int = 8) -> list[Row]:
         lines = [x for x in done.stdout.splitlines() if x.startswith("geometric mean ratio")]
         sim = [x for x in done.stdout.splitlines() if x.startswith("simulator, sampled:")]
         if len(lines) != 2 or len(sim) != 1:
+            said = (done.stdout.strip().splitlines() or [""])[-1][:200]
             rows.append(Row("runtime step time", f"runtime_vs_torch.py --ranks {ranks}", float("nan"), None, "ratio",
-                            None, note=f"did not finish ({done.returncode})"))
+                            None, note=f"did not finish ({done.returncode}): {said}"))
             continue
         case = f"bench/runtime_vs_torch.py, 7 schedules, {ranks} gloo ranks"
         if ranks == 4:
@@ -336,10 +337,10 @@ HEADER = ("target", "case", "schedc", "torch / reference", "ratio", "goal", "met
 
 def cells(row: Row) -> tuple[str, ...]:
     fmt = (lambda x: f"{x:.3g}")
-    ours = fmt(row.ours) + f" {row.unit}"
+    ours = f"{fmt(row.ours)} {row.unit}".rstrip()
     theirs = "-" if row.theirs is None else fmt(row.theirs) + f" {row.unit}"
     ratio = "-" if row.ratio is None else f"{row.ratio:.2f}"
-    goal = "-" if row.goal is None else (f"<= {row.goal:g} {row.unit}" if row.absolute else f"<= {row.goal:g}")
+    goal = "-" if row.goal is None else (f"<= {row.goal:g} {row.unit}".rstrip() if row.absolute else f"<= {row.goal:g}")
     case = row.case + (f" ({row.note})" if row.note else "")
     return row.target, case, ours, theirs, ratio, goal, row.met
 
