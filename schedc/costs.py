@@ -210,11 +210,8 @@ def toml_costs(text: str, name: str = "costs.toml") -> Costs:
     speeds, dispatch = where.ranks(data, "rank")
     channels = []
     for ch, t in where.table(data, "channel").items():
-        m = _CHANNEL.fullmatch(ch)
-        if not m:
-            raise where.error(f"channel {ch!r}: expected \"A->B\" (sending rank -> receiving rank), "
-                              "e.g. [channel.\"0->1\"]", ("channel", ch), None)
-        channels.append((where.channel(m), where.settings(t, ("channel", ch), LINK_KEYS)))
+        channels.append((where.channel(ch, ("channel", ch), ', e.g. [channel."0->1"]'),
+                         where.settings(t, ("channel", ch), LINK_KEYS)))
     overlap = data.get("overlap")
     if overlap is not None and not isinstance(overlap, bool):
         raise where.error("overlap must be true or false", (), "overlap")
@@ -264,11 +261,8 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:
                               ("messages",), key)
     channels = []
     for ch, t in where.table(messages, "channels", ("messages",)).items():
-        m = _CHANNEL.fullmatch(ch)
-        if not m:
-            raise where.error(f"channel {ch!r}: expected \"A->B\" (sending rank -> receiving rank)",
-                              ("messages", "channels", ch), None)
-        channels.append((where.channel(m), where.settings(t, ("messages", "channels", ch), LINK_KEYS)))
+        channels.append((where.channel(ch, ("messages", "channels", ch)),
+                         where.settings(t, ("messages", "channels", ch), LINK_KEYS)))
     overlap = data.get("overlap")
     if overlap is not None and not isinstance(overlap, bool):
         raise where.error("overlap must be true or false", (), "overlap")
@@ -300,11 +294,7 @@ def _spread(data: dict, where: "_Where") -> Spread:
             times.append(((op, stage), where.factors(values, ("spread", "stages", s), op)))
     posts = []
     for ch, values in where.table(spread, "overhead", ("spread",)).items():
-        m = _CHANNEL.fullmatch(ch)
-        if not m:
-            raise where.error(f"channel {ch!r}: expected \"A->B\" (sending rank -> receiving rank)",
-                              ("spread", "overhead", ch), None)
-        posts.append((where.channel(m), where.factors(values, ("spread", "overhead"), ch)))
+        posts.append((where.channel(ch, ("spread", "overhead", ch)), where.factors(values, ("spread", "overhead"), ch)))
     return Spread(tuple(sorted(times)), tuple(sorted(posts)))
 
 
@@ -395,8 +385,12 @@ class _Where:
             raise self.error("expected numbers that are not all 0", table, key)
         return tuple(v / mean for v in numbers)
 
-    def channel(self, m: re.Match) -> tuple[int, int]:
-        """The (sending, receiving) ranks of a matched channel name "A->B"."""
+    def channel(self, name: str, path: tuple, example: str = "") -> tuple[int, int]:
+        """The (sending, receiving) ranks of a channel named "A->B" (an error at `path` otherwise)."""
+        m = _CHANNEL.fullmatch(name)
+        if not m:
+            raise self.error(f"channel {name!r}: expected \"A->B\" (sending rank -> receiving rank){example}",
+                             path, None)
         sender, receiver = (integer(m.group(i), "a channel's rank", where=self.source.name) for i in (1, 2))
         return sender, receiver
 
