@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 from typing import TextIO
 
 from .errors import EXIT_INPUT, EXIT_OK, SchedcError
@@ -275,4 +276,12 @@ def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Te
 
 
 def entry() -> None:
-    sys.exit(main(sys.argv[1:], sys.stdout, sys.stderr))
+    status = main(sys.argv[1:], sys.stdout, sys.stderr)
+    if any(t.name == "schedc-solver" and t.is_alive() for t in threading.enumerate()):
+        # a solver left to end by its own time limit (HiGHS, after Ctrl-C) would still be running while
+        # the interpreter tears down the modules it uses: it could abort the process ("realloc():
+        # invalid next size") after the command has answered. Leave without that tear-down.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
