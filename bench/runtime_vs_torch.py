@@ -84,7 +84,7 @@ def _worker(spec_path: str, out_path: str) -> int:
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining import schedules as torch_schedules
 
-    from schedc.runtime.entry import split
+    from schedc.runtime.entry import end_rank, split
     from schedc.runtime.interpreter import PipelineInterpreter
     from schedc.runtime.table import load_table
     from schedc.runtime.watchdog import Watchdog
@@ -143,8 +143,7 @@ def _worker(spec_path: str, out_path: str) -> int:
     if rank == 0:
         Path(out_path).write_text(json.dumps(results))
     dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    end_rank()  # (torch's stages and schedules hold the group in reference cycles)
 
 
 def _simulated(program, profile_parts) -> tuple[float, float, float, dict]:

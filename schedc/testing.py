@@ -302,7 +302,7 @@ def _gradient_worker(job_path: str) -> int:
     import torch
     import torch.distributed as dist
 
-    from .runtime.entry import split
+    from .runtime.entry import end_rank, split
     from .runtime.interpreter import PipelineInterpreter, StepFailure
     from .runtime.table import load_table
     from .runtime.watchdog import Watchdog
@@ -333,5 +333,5 @@ def _gradient_worker(job_path: str) -> int:
         os._exit(1)
     torch.save(out, Path(job["out"], f"rank{rank}.pt"))
     dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    interp.close()
+    end_rank()

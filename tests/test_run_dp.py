@@ -72,7 +72,7 @@ def _worker(job_path: str) -> int:
 
     import torch.distributed as dist
 
-    from schedc.runtime.entry import make_dp_group, replica_share, split
+    from schedc.runtime.entry import end_rank, make_dp_group, replica_share, split
     from schedc.runtime.interpreter import PipelineInterpreter
     from schedc.runtime.watchdog import Watchdog
     torch.set_num_threads(1)
@@ -98,8 +98,7 @@ def _worker(job_path: str) -> int:
         out[name] = steps
     torch.save(out, Path(job["out"], f"rank{rank}.pt"))
     dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    end_rank()
 
 
 def _reference(S, x, y):

@@ -122,6 +122,8 @@ def _worker(cases_path: str, out_dir: str) -> int:
 
     import torch
     import torch.distributed as dist
+
+    from schedc.runtime.entry import end_rank
     torch.set_num_threads(1)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
@@ -143,8 +145,7 @@ def _worker(cases_path: str, out_dir: str) -> int:
         dist.barrier()
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    end_rank()
 
 
 # ---- the tests (parent side) ----

@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NoReturn
 
 import torch
 
@@ -377,6 +377,19 @@ def _main(table: Table, args) -> int:
     return 0
 
 
+def end_rank(status: int = 0) -> NoReturn:
+    """End a worker rank whose results are written: destroy every process group and leave the
+    process at once. Torch's pipeline stages and schedules hold their group and pending work in
+    reference cycles; freeing those, whether by a collection or as Python shuts down, can be
+    aborted by gloo's threads ("terminate called without an active exception", signal 6: ranks of
+    finished test launches died so), so nothing is freed after the groups are destroyed."""
+    import torch.distributed as dist
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 def _recorder(folder: str, rank: int, table: Table) -> Recorder:
     try:
         os.makedirs(folder, exist_ok=True)
@@ -429,5 +442,5 @@ def interp_profile(interp: PipelineInterpreter, skip_steps: int) -> dict:
             "cores": cores}
 
 
-__all__ = ["EXIT_FAILED", "EXIT_TIMEOUT", "EXIT_USAGE", "Model", "build_modules", "load_model", "main",
+__all__ = ["EXIT_FAILED", "EXIT_TIMEOUT", "EXIT_USAGE", "Model", "build_modules", "end_rank", "load_model", "main",
            "make_dp_group", "replica_share", "split"]
