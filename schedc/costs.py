@@ -79,9 +79,10 @@ class Costs:
     def apply(self, program: Program) -> Program:
         """A new Program whose annotations carry these settings. For each stage the settings of
         `[stage.N]` win over the top-level ones, which win over a description's, which win over the
-        schedule's; for each rank, likewise, `[rank.N]`'s dispatch time. When I or W is set and B is not, B becomes I + W; when act is set and weight is
-        not, weight becomes act. Under a description the schedule's own memory limits, in its units,
-        are dropped (limits then come in GiB, from the command line or the accelerator)."""
+        schedule's; for each rank, likewise, `[rank.N]`'s dispatch time. When I or W is set and B is
+        not, B becomes I + W; when act is set and weight is not, weight becomes act. Under a
+        description the schedule's own memory limits, in its units, are dropped (limits then come in
+        GiB, from the command line or the accelerator)."""
         S, R = program.num_stages, program.num_ranks
         per_stage = self.stage_settings(program)
         base = self.derived.stage_settings(S) if self.derived is not None else {}

@@ -149,8 +149,8 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
                                           f"{describe(a)}: it needs {value_name(v)}, which never reaches rank {r}",
                                           a.span)
                     t = max(t, tv)
-            d = sum(float(getattr(ann.cost_of(a.stage), a.op.value)) * (1.0 if draw is None else draw.time(a.op, a.stage))
-                    for a in parts) / speeds[r]
+            d = sum(float(getattr(ann.cost_of(a.stage), a.op.value))
+                    * (1.0 if draw is None else draw.time(a.op, a.stage)) for a in parts) / speeds[r]
             if not d >= 0:
                 raise SchedcError("costs", f"rank {r}, step {i}: a negative time ({d})")
             start[r][i], end[r][i] = t, t + d
@@ -168,7 +168,8 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
                     t = max(t, have[r].get(key(payload(a)), 0.0))
             start[r][i] = t
             members = [ends[(r, i, k)] for k in range(len(parts))]
-            t += sum(_posting(link.get(e.channel[:2], (0.0, 0.0, 0.0))[2], e.channel, pipeline, draw) for e in members)
+            t += sum(_posting(link.get(e.channel[:2], (0.0, 0.0, 0.0))[2], e.channel, pipeline, draw)
+                     for e in members)
             post_at[r][i] = end[r][i] = t
             for e in members:
                 posted[e[:3]] = t

@@ -93,13 +93,12 @@ def sample(program: Program, spread: Spread, runs: int, *, seed: int = 0, overla
         raise SchedcError("too-large", f"{runs:,} sampled runs of {program.num_actions:,} actions time "
                           f"{runs * program.num_actions:,} actions step by step; at most {MAX_SIMULATED_ACTIONS:,}: "
                           "give fewer --samples, or simulate at fewer microbatches", where="--samples")
-    rng = random.Random(seed)
+    draw = _Draw(spread, random.Random(seed), program.num_ranks)  # one generator: each run draws anew
     collecting = gc.isenabled()
     gc.disable()
     makespans = []
     try:
         for i in range(1, runs + 1):
-            draw = _Draw(spread, rng, program.num_ranks)
             makespans.append(simulate(program, overlap=overlap, links=links, semantics=semantics, draw=draw).makespan)
             if say is not None and i * 10 // runs != (i - 1) * 10 // runs and i < runs:
                 say(f"sampled run {i:,} of {runs:,}")

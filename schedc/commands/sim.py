@@ -54,8 +54,9 @@ def run(args, stdout, stderr) -> int:
         from ..progress import progress
         from ..simulate_sampled import sample
         long = args.samples * program.num_actions >= 200_000  # about two seconds and more
+        say = progress(stderr, quiet=args.json or not long, prefix="schedc sim: ")
         sampled = sample(program, costs.spread_of(program), args.samples, seed=args.seed, overlap=overlap,
-                         links=costs.links(program), semantics=semantics, say=progress(stderr, quiet=args.json or not long, prefix="schedc sim: "))
+                         links=costs.links(program), semantics=semantics, say=say)
     written = None
     if args.trace:
         written = common.write_file(args.trace, dumps_trace(timeline))
