@@ -13,9 +13,10 @@ at the start of its rank's step, checked under gloo). A step is timed from a bar
 rank's end (forward and backward of all microbatches, no optimizer); the three runs alternate step
 by step, so all see the same machine load. Prints the median step time of each, their ratios
 schedc / torch (target <= 0.8) and the median of the per-step ratios ("paired"), and the
-simulator's prediction of schedc's default step from the profile its runtime measured in the same run
-(`schedc sim --costs profile.json`): the makespan with mean costs, and the mean of SAMPLES runs with
-each time drawn from its measured spread (`--samples`), against the mean measured step (target:
+simulator's prediction of schedc's default step from the profile its runtime measured in the same
+run (`schedc sim --lower --costs profile.json`): the makespan with mean costs, and the mean of
+SAMPLES runs with each time drawn from its measured spread (`--samples`), against the mean
+measured step (target:
 within 10% when each rank has a core: `--ranks 2` here; 4 ranks share the 2 cores, which the
 simulator, one device per rank, does not model).
 """
@@ -149,10 +150,9 @@ def _worker(spec_path: str, out_path: str) -> int:
 def _simulated(program, profile_parts) -> tuple[float, float, float, dict]:
     """The simulator on the lowered `program` (what the runtime ran, sends and receives where the
     lowering puts them) under the profile the run measured, as `schedc sim NAME --lower --costs
-    profile.json --samples 200` times it: (the
-    makespan with the per-stage times only, free messages; with the measured communication and
-    dispatch costs too; the mean of SAMPLES runs with every time drawn from its measured spread,
-    as `--samples`; the profile)."""
+    profile.json --samples 200` times it: (the makespan with the per-stage times only, free
+    messages; with the measured communication and dispatch costs too; the mean of SAMPLES runs with
+    every time drawn from its measured spread; the profile)."""
     from schedc.costs import profile_costs
     from schedc.passes import lower
     from schedc.runtime.profile import build_profile
@@ -160,15 +160,12 @@ def _simulated(program, profile_parts) -> tuple[float, float, float, dict]:
     from schedc.simulate_sampled import sample
     prof = build_profile(profile_parts)
     lowered = lower(program)
+    plain = profile_costs(json.dumps({"stages": prof["stages"]}), "measured.json").apply(lowered)
     full = profile_costs(json.dumps(prof), "measured.json")
-    plain = profile_costs(json.dumps({"stages": prof["stages"]}), "measured.json")
-    makespan = []
-    for costs in (plain, full):
-        timed = costs.apply(lowered)
-        makespan.append(simulate(timed, links=costs.links(timed)).makespan)
     timed = full.apply(lowered)
-    sampled = sample(timed, full.spread_of(timed), SAMPLES, links=full.links(timed))
-    return makespan[0], makespan[1], sampled.mean, prof
+    links = full.links(timed)  # (unset channel latencies from the profile's, on the timed program)
+    sampled = sample(timed, full.spread_of(timed), SAMPLES, links=links)
+    return simulate(plain).makespan, simulate(timed, links=links).makespan, sampled.mean, prof
 
 
 def main(argv=None) -> int:
