@@ -236,20 +236,15 @@ def _check_job(program: Program, semantics: Semantics, limits, file, engine) -> 
         return report
     report.peak_activation = tuple(x for r in replicas for x in peak_activation(r))
     for d, replica in enumerate(replicas):
-        chans = channels(replica)
-        before = len(report.mismatches)
-        _match(report, chans)
-        report.mismatches[before:] = [replace(m, send_rank=d * P + m.send_rank, recv_rank=d * P + m.recv_rank)
-                                      for m in report.mismatches[before:]]
+        _match(report, channels(replica), d * P, P if D > 1 else None)
     report.errors.extend(order_findings(program))
-    if report.errors:
-        return report
+    # every finding is told (a mismatch or a collective out of order hides no deadlock)
     report.deadlock = find_deadlock(flat, semantics, cons=cons)
     if report.deadlock is not None:
         _deadlock_finding(report, (f"ranks are numbered replica by replica: rank d * {P} + p is pipeline rank p "
                                    "of replica d",) if D > 1 else ())
         return report
-    if report.mismatches:
+    if report.errors:
         return report
     report.peak_memory = tuple(replace(pk, rank=d * P + pk.rank) for d, r in enumerate(replicas)
                                for pk in peak_memory(r, semantics, channels(r)))
@@ -309,15 +304,28 @@ def _other_backends(program: Program, semantics: Semantics, chans, declared: str
     return tuple(notes)
 
 
-def _match(report: Report, chans) -> None:
-    for send, recv in chans.pairs():
-        if payload(send.action) != payload(recv.action):
-            report.mismatches.append(Mismatch(send.rank, send.step, send.action, recv.rank, recv.step, recv.action,
-                                              send.channel))
-    for m in report.mismatches[:20]:
+MAX_MISMATCHES_TOLD = 20  # mismatch errors a report spells out (`mismatches` holds them all)
+
+
+def _match(report: Report, chans, offset: int = 0, per_replica: int | None = None) -> None:
+    """Mismatched pairs and unmatched sends or receives on `chans`, one finding each. The channels
+    of replica d of a job are numbered in its own pipeline: `offset` (d * P) makes them job ranks,
+    and `per_replica` (P, in a job of several replicas) names the replica beside the rank."""
+    def rank(r: int) -> str:
+        return f"rank {r}" if per_replica is None else f"rank {r} (replica {r // per_replica})"
+
+    def job(channel: tuple) -> tuple:
+        return (channel[0] + offset, channel[1] + offset, *channel[2:])
+
+    found = [Mismatch(send.rank + offset, send.step, send.action, recv.rank + offset, recv.step, recv.action,
+                      job(send.channel))
+             for send, recv in chans.pairs() if payload(send.action) != payload(recv.action)]
+    told = max(0, MAX_MISMATCHES_TOLD - len(report.mismatches))
+    report.mismatches.extend(found)
+    for m in found[:told]:
         step, send_step = display_step(m.recv, m.recv_step), display_step(m.send, m.send_step)
         report.errors.append(Diagnostic(
-            "mismatch", f"rank {m.recv_rank}, step {step}: {describe(m.recv)} is paired with "
+            "mismatch", f"{rank(m.recv_rank)}, step {step}: {describe(m.recv)} is paired with "
             f"{describe(m.send)} from rank {m.send_rank} (step {send_step}): messages pair in order on "
             f"{describe_channel(m.channel)}, so this receive gets the wrong tensor", m.recv.span,
             rank=m.recv_rank, step=step))
@@ -326,9 +334,9 @@ def _match(report: Report, chans) -> None:
         other = "receive" if kind == "send" else "send"
         step = display_step(ep.action, ep.step)
         report.errors.append(Diagnostic(
-            "unmatched", f"rank {ep.rank}, step {step}: {describe(ep.action)} is {kind} number "
-            f"{ep.index + 1} on {describe_channel(ep.channel)}, but that channel has no {other} "
-            f"number {ep.index + 1}", ep.action.span, rank=ep.rank, step=step))
+            "unmatched", f"{rank(ep.rank + offset)}, step {step}: {describe(ep.action)} is {kind} number "
+            f"{ep.index + 1} on {describe_channel(job(ep.channel))}, but that channel has no {other} "
+            f"number {ep.index + 1}", ep.action.span, rank=ep.rank + offset, step=step))
 
 
 def _deadlock_z3(report: Report, chans, timeout_s: float) -> None:

@@ -468,3 +468,205 @@ def posted_run(program, backend: str) -> bool:
     if backend == "nccl":
         finished = finished and all(head[key] == len(lane) for key, lane in streams.items())
     return finished
+
+
+def job_run(program: Program, semantics: str) -> bool:
+    """Does a communication-level job finish: its replicas (rank d * P + p is replica d's pipeline
+    rank p; messages stay inside a replica), their collectives, explicit waits and groups, under an
+    abstract semantics (`rendezvous`, `eager`, `bounded:K`) or a backend (`nccl`, `gloo`). Written
+    from DESIGN.md and docs/semantics.md alone, as a fixpoint over program counters:
+    - the k-th collective a member issues on its group (the data-parallel group of its pipeline
+      rank for UNSHARD and REDUCE_GRAD, replica d's first- and last-stage ranks for REDUCE_TIED)
+      meets the k-th of every other member and passes once every member has reached its own;
+      RESHARD is no collective; under a backend UNSHARD is posted and the stage's next compute waits
+      until every member has posted its own;
+    - under an abstract semantics a send or receive blocks at its place (a group's members are
+      posted together and the group passes when each can); under a backend they are posted, an F
+      (B, I) waits for the receive that brings its input, an explicit WAIT_* for its operation,
+      and under nccl each rank's operations with one peer run on one stream in issue order."""
+    P, D, S = program.num_ranks, program.dp, program.num_stages
+    place = program.placement
+    steps = [program.replica(d).ranks[p] for d in range(D) for p in range(P)]
+    R = P * D
+    backend = semantics in ("nccl", "gloo")
+    buffer = None if semantics == "eager" else 0 if semantics == "rendezvous" else (
+        int(semantics.split(":")[1]) if semantics.startswith("bounded") else None)
+    split = getattr(program, "p2p", "shared") == "split"
+    tags = getattr(program, "p2p", "shared") == "tagged" and semantics != "nccl"
+    sends = {Op.SEND_F: "F", Op.SEND_B: "G"}
+    recvs = {Op.RECV_F: "F", Op.RECV_B: "G"}
+    waits = {Op.WAIT_SEND_F: Op.SEND_F, Op.WAIT_RECV_F: Op.RECV_F, Op.WAIT_SEND_B: Op.SEND_B,
+             Op.WAIT_RECV_B: Op.RECV_B}
+
+    def value(a):  # the value a send carries or a receive brings, by its own name
+        if a.op in sends:
+            return (sends[a.op], a.stage, a.microbatch)
+        return ("F", a.stage - 1, a.microbatch) if a.op is Op.RECV_F else ("G", a.stage + 1, a.microbatch)
+
+    def channel(r, a):
+        d = r // P
+        comm = int(split and a.op in (Op.SEND_B, Op.RECV_B))
+        tag = value(a) if tags else None
+        if a.op in sends:
+            return (r, d * P + _peer_rank(program, a), comm, tag)
+        return (d * P + _peer_rank(program, a), r, comm, tag)
+
+    def group_of(r, a):
+        if a.op is Op.REDUCE_TIED:
+            return ("tied", r // P)
+        return ("dp", r % P)
+
+    def members(key):
+        if key[0] == "tied":
+            return sorted({key[1] * P + place[0], key[1] * P + place[S - 1]})
+        return [d * P + key[1] for d in range(D)]
+
+    where: dict = {}  # ("s"|"r", channel, k) -> (rank, step)
+    op_key: dict = {}  # (rank, step, part) -> ("s"|"r", channel, k)
+    colls: dict = {}  # group -> member -> [step of its k-th collective]
+    coll_at: dict = {}  # (rank, step, part) -> (group, k)
+    count: dict = {}
+    for r in range(R):
+        for i, st_ in enumerate(steps[r]):
+            for j, a in enumerate(st_.parts):
+                if a.op in sends or a.op in recvs:
+                    key = ("s" if a.op in sends else "r", channel(r, a))
+                    k = count.get(key, 0)
+                    count[key] = k + 1
+                    where[key + (k,)] = (r, i)
+                    op_key[(r, i, j)] = key + (k,)
+                elif a.op in (Op.UNSHARD, Op.REDUCE_GRAD, Op.REDUCE_TIED):
+                    g = group_of(r, a)
+                    mine = colls.setdefault(g, {}).setdefault(r, [])
+                    coll_at[(r, i, j)] = (g, len(mine))
+                    mine.append(i)
+
+    def partner(key):
+        return ("r" if key[0] == "s" else "s",) + key[1:]
+
+    # under nccl: each (rank, peer, communicator) stream's steps, in issue order
+    lanes: dict = {}
+    lane_of: dict = {}
+    for key, (r, i) in sorted(where.items(), key=lambda kv: kv[1]):
+        ch = key[1]
+        peer = ch[1] if key[0] == "s" else ch[0]
+        lane = lanes.setdefault((r, peer, ch[2]), [])
+        if not lane or lane[-1][0] != i:
+            lane.append((i, []))
+        lane[-1][1].append(key)
+        lane_of[key] = ((r, peer, ch[2]), len(lane) - 1)
+    head = {name: 0 for name in lanes}
+    pc = [0] * R
+
+    def posted(key):  # under a backend: its rank has passed its step
+        at = where.get(key)
+        return at is not None and pc[at[0]] > at[1]
+
+    def at_or_past(key):  # under an abstract semantics: its rank has reached its step
+        at = where.get(key)
+        return at is not None and pc[at[0]] >= at[1]
+
+    def reached(key):  # nccl: posted and at the head of its stream
+        if not posted(key):
+            return False
+        lane, n = lane_of[key]
+        return head[lane] >= n
+
+    def done(key):
+        if semantics == "gloo":
+            return posted(key) and posted(partner(key))
+        lane, n = lane_of[key]
+        return head[lane] > n
+
+    def collective_ready(r, i, j, strict):
+        g, k = coll_at[(r, i, j)]
+        for m in members(g):
+            if m == r:
+                continue
+            theirs = colls.get(g, {}).get(m, [])
+            if k >= len(theirs) or pc[m] < theirs[k] + (1 if strict else 0):
+                return False
+        return True
+
+    def unshards_before(r, i, stage):  # the UNSHARDs of `stage` this compute is the next compute of
+        out = []
+        for i2 in range(i - 1, -1, -1):
+            for j2, a2 in enumerate(steps[r][i2].parts):
+                if a2.op.is_compute and a2.stage == stage:
+                    return out
+                if a2.op is Op.UNSHARD and a2.stage == stage:
+                    out.append((i2, j2))
+        return out
+
+    def brings(r, i, need):  # the key of the receive on rank r, before step i, that brings `need`
+        for i2 in range(i - 1, -1, -1):
+            for j2, a2 in enumerate(steps[r][i2].parts):
+                if a2.op in recvs and value(a2) == need:
+                    return op_key[(r, i2, j2)]
+        return None
+
+    def needs(a):
+        s, m = a.stage, a.microbatch
+        if a.op is Op.F:
+            return [("F", s - 1, m)] if s > 0 else []
+        if a.op in (Op.B, Op.I):
+            return [("G", s + 1, m)] if s < S - 1 else []
+        return []
+
+    def ready_posted(r, i):
+        for j, a in enumerate(steps[r][i].parts):
+            if (r, i, j) in coll_at and a.op is not Op.UNSHARD and not collective_ready(r, i, j, False):
+                return False
+            if a.op.is_compute:
+                for need in needs(a):
+                    key = brings(r, i, need)
+                    if key is not None and not done(key):
+                        return False
+                if any(not collective_ready(r, i2, j2, True) for i2, j2 in unshards_before(r, i, a.stage)):
+                    return False
+            if a.op in waits:
+                target = waits[a.op]
+                for i2 in range(i - 1, -1, -1):
+                    hit = [j2 for j2, a2 in enumerate(steps[r][i2].parts)
+                           if a2.op is target and (a2.stage, a2.microbatch) == (a.stage, a.microbatch)]
+                    if hit:
+                        if not done(op_key[(r, i2, hit[0])]):
+                            return False
+                        break
+        return True
+
+    def ready_blocking(r, i):
+        for j, a in enumerate(steps[r][i].parts):
+            if (r, i, j) in coll_at and not collective_ready(r, i, j, False):
+                return False
+            key = op_key.get((r, i, j))
+            if key is None:
+                continue
+            if key[0] == "r":
+                if not at_or_past(partner(key)):
+                    return False
+            elif buffer is not None and key[2] - buffer >= 0:
+                if not at_or_past(("r", key[1], key[2] - buffer)):
+                    return False
+        return True
+
+    ready = ready_posted if backend else ready_blocking
+    progress = True
+    while progress:
+        progress = False
+        for r in range(R):
+            while pc[r] < len(steps[r]) and ready(r, pc[r]):
+                pc[r] += 1
+                progress = True
+        if semantics == "nccl":
+            for name, lane in lanes.items():
+                while head[name] < len(lane):
+                    i, keys = lane[head[name]]
+                    if pc[name[0]] <= i or not all(reached(partner(key)) for key in keys):
+                        break
+                    head[name] += 1
+                    progress = True
+    finished = all(pc[r] == len(steps[r]) for r in range(R))
+    if semantics == "nccl":
+        finished = finished and all(head[name] == len(lane) for name, lane in lanes.items())
+    return finished

@@ -72,8 +72,12 @@ def test_replicas_that_reduce_in_different_orders_are_refused():
 def test_a_member_that_issues_fewer_collectives_is_refused():
     report = schedc.check(job("for m in 0 .. M { F(r, m) } for m in 0 .. M { B(r, m) } "
                               "if d == 0 { REDUCE_GRAD(r) }"))
-    assert {d.code for d in report.errors} == {"collective-order"}
+    # the order finding says why; the deadlock finding beside it (no finding hides another) names
+    # the member that waits forever, at its collective
+    assert [d.code for d in report.errors] == ["collective-order", "collective-order", "deadlock"]
     assert "rank 2 issues only 0: it waits forever" in report.errors[0].message
+    flat = report.program
+    assert flat.ranks[0][report.deadlock.stuck[0]].op.name == "REDUCE_GRAD"
 
 
 def test_a_collective_that_waits_on_work_that_waits_on_it_deadlocks():
