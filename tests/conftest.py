@@ -8,6 +8,13 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+try:  # no Hypothesis test has a deadline: a busy machine's slow example is not a failure
+    from hypothesis import settings as _settings
+    _settings.register_profile("schedc", deadline=None)
+    _settings.load_profile("schedc")
+except ImportError:  # (the test extra brings it; a run without it fails where a test imports it)
+    pass
+
 
 def compile_text(text: str, params=None, name: str = "test.pp"):
     from schedc.api import load_text

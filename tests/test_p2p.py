@@ -219,7 +219,9 @@ def test_torch_cannot_run_a_declaration_it_has_no_name_for(tmp_path, run_cli):
 
 
 # ---- the runtime on gloo ----
-WATCHDOG_S = 2.0
+# per wait: short where the checker says the run deadlocks (a deadlock costs about this much), long
+# where it completes, so that a busy machine's slow wait is never taken for a hang
+WATCHDOG_S = {"deadlock": 2.0, "completes": 120.0}
 # explicit waits (tests/test_backends.py): `late` completes under gloo; `early` waits for its
 # gradient before it has sent the activation that gradient needs
 LATE = """schedule late {
@@ -250,7 +252,8 @@ def _run_case(case: dict, rank: int, group, grad) -> dict:
     S, M = table.num_stages, table.num_microbatches
     mine = table.stages_of(rank)
     modules = {s: m.double() for s, m in zip(mine, build(list(mine), S))}
-    dog = Watchdog(WATCHDOG_S, stream=io.StringIO(), exit=lambda code: None, rank=rank)
+    limit = WATCHDOG_S["deadlock" if case["verdict"] == "deadlock" else "completes"]
+    dog = Watchdog(limit, stream=io.StringIO(), exit=lambda code: None, rank=rank)
     interp = PipelineInterpreter(table, rank, modules, mlp.loss_fn, group=group, grad_group=grad, watchdog=dog)
     x, y = (as_double(t) for t in mlp.make_batch(0, 2 * M, width=16))
     out: dict = {}
@@ -272,7 +275,7 @@ def _run_case(case: dict, rank: int, group, grad) -> dict:
 
     thread = threading.Thread(target=train, daemon=True)  # a stuck one never returns: left behind
     thread.start()
-    deadline = time.monotonic() + 10 * WATCHDOG_S + 20
+    deadline = time.monotonic() + 10 * limit + 20
     while thread.is_alive() and dog.fired is None and time.monotonic() < deadline:
         time.sleep(0.01)
     if dog.fired is not None:

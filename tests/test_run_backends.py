@@ -26,7 +26,9 @@ from launched import run_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = 3
-WATCHDOG_S = 3.0  # per wait: a deadlocked program costs about this much
+# per wait: short where the checker says the run deadlocks (a deadlock costs about this much), long
+# where it completes, so that a busy machine's slow wait is never taken for a hang
+WATCHDOG_S = {"deadlock": 3.0, "completes": 120.0}
 TOL = 1e-10
 WRONG = 1e-6  # a crossed program's gradients are off by more than this
 LAUNCH_DEADLINE = 150.0
@@ -66,7 +68,8 @@ def _run_case(case: dict, rank: int, group) -> dict:
     S, M = table.num_stages, table.num_microbatches
     mine = table.stages_of(rank)
     modules = {s: m.double() for s, m in zip(mine, _build(list(mine), S))}
-    dog = Watchdog(WATCHDOG_S, stream=io.StringIO(), exit=lambda code: None, rank=rank)
+    limit = WATCHDOG_S["deadlock" if case["verdict"] == "deadlock" else "completes"]
+    dog = Watchdog(limit, stream=io.StringIO(), exit=lambda code: None, rank=rank)
     interp = PipelineInterpreter(table, rank, modules, mlp.loss_fn, group=group, watchdog=dog)
     out: dict = {"grad_err": 0.0}
 
@@ -86,7 +89,7 @@ def _run_case(case: dict, rank: int, group) -> dict:
 
     thread = threading.Thread(target=train, daemon=True)  # a deadlocked one never returns: left behind
     thread.start()
-    deadline = time.monotonic() + 10 * WATCHDOG_S + 30
+    deadline = time.monotonic() + 10 * limit + 30
     while thread.is_alive() and dog.fired is None and time.monotonic() < deadline:
         time.sleep(0.01)
     if dog.fired is not None:

@@ -22,16 +22,25 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def processes_with(marker: str) -> list[int]:
-    """Processes whose command line holds `marker`."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
+def started(folder: Path) -> list[int]:
+    """The processes the test's ranks and models recorded as they started (a file each, holding
+    pids): the test asks after those alone, never after the machine's other processes."""
+    return [int(pid) for f in sorted(folder.iterdir()) for pid in f.read_text().split()]
+
+
+def alive(pids: list[int], settle: float = 30.0) -> list[int]:
+    """Those of `pids` still running (a zombie does not count), after at most `settle` seconds for
+    the ones being stopped to go (it returns as soon as none is left)."""
+    def running(pid: int) -> bool:
         try:
-            if marker.encode() in (proc / "cmdline").read_bytes():
-                found.append(int(proc.name))
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
         except OSError:
-            continue
-    return found
+            return False
+    end = time.monotonic() + settle
+    while any(running(p) for p in pids) and time.monotonic() < end:
+        time.sleep(0.05)
+    return [p for p in pids if running(p)]
 
 
 def _no_spawn(monkeypatch):
@@ -120,10 +129,9 @@ def test_the_watchdog_stops_a_phase_and_a_hang_that_holds_the_gil():
 # ---- the launcher, with plain Python ranks ----
 RANK = """\
 import os, subprocess, sys, time
-marker = sys.argv[1]
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", marker])
-open(os.path.join(sys.argv[2], os.environ["RANK"]), "w").write(str(child.pid))
-if os.environ["RANK"] == sys.argv[3]:
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+open(os.path.join(sys.argv[1], os.environ["RANK"]), "w").write(f"{os.getpid()} {child.pid}")
+if os.environ["RANK"] == sys.argv[2]:
     sys.exit(1)
 time.sleep(120)
 """
@@ -137,23 +145,25 @@ def _rank_script(tmp_path: Path) -> Path:
 
 def test_no_process_outlives_a_failed_launch(tmp_path):
     from schedc.runtime.launch import launch
-    marker = f"schedc-test-{uuid.uuid4().hex}"
+    pids = tmp_path / "pids"
+    pids.mkdir()
     out, err = io.StringIO(), io.StringIO()
     t0 = time.monotonic()
-    done = launch([sys.executable, str(_rank_script(tmp_path)), marker, str(tmp_path), "1"], 3,
+    done = launch([sys.executable, str(_rank_script(tmp_path)), str(pids), "1"], 3,
                   stdout=out, stderr=err, grace=1.0)
     assert done.returncodes[1] == 1 and done.returncodes[0] < 0 and done.returncodes[2] < 0, done
     assert done.killed == (0, 2) and time.monotonic() - t0 < 15
-    assert not processes_with(marker)  # the ranks' children are gone too
+    assert len(started(pids)) == 6 and not alive(started(pids))  # the ranks' children are gone too
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_stops_every_rank_and_what_they_started(tmp_path, how):
     """Ctrl-C at a terminal signals the foreground process group: the launcher's, not the ranks'
     (each leads its own), so the launcher alone is interrupted and stops them and their children."""
-    marker = f"schedc-test-{uuid.uuid4().hex}"
+    pids = tmp_path / "pids"
+    pids.mkdir()
     code = (f"import sys\nfrom schedc.runtime.launch import launch\n"
-            f"try:\n    launch([sys.executable, {str(_rank_script(tmp_path))!r}, {marker!r}, {str(tmp_path)!r}, '-'],"
+            f"try:\n    launch([sys.executable, {str(_rank_script(tmp_path))!r}, {str(pids)!r}, '-'],"
             f" 2)\n"
             f"except KeyboardInterrupt:\n    print('interrupted', file=sys.stderr)\n    sys.exit(130)\n")
     launcher = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
@@ -161,25 +171,28 @@ def test_ctrl_c_or_sigterm_stops_every_rank_and_what_they_started(tmp_path, how)
                                 env=dict(os.environ, PYTHONPATH=str(ROOT)))
     try:
         deadline = time.monotonic() + 20
-        while not ((tmp_path / "0").exists() and (tmp_path / "1").exists()) and time.monotonic() < deadline:
+        while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(processes_with(marker)) == 5  # the launcher, two ranks and their two children
+        time.sleep(0.2)  # (each file is written whole in one call; let the last one land)
+        running = [launcher.pid, *started(pids)]
+        assert len(running) == 5 and alive(running, settle=0) == running  # the launcher, two ranks, two children
         os.killpg(launcher.pid, how)  # what the terminal does (SIGINT), or a supervisor (SIGTERM)
         out, err = launcher.communicate(timeout=20)
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
     assert launcher.returncode == 130 and err == "interrupted\n", err
-    assert not processes_with(marker)
+    assert not alive(running)
 
 
 # ---- one run on gloo ----
 HANGING = """\
-import subprocess, sys, time
+import os, subprocess, sys, time
 import torch
 
 def build_stages(ids, num_stages):
-    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "{marker}"])  # a model's worker
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # a model's worker
+    open(os.path.join("{pids}", str(os.getpid())), "w").write(str(worker.pid))
     return [Stage(s) for s in ids]
 
 class Stage(torch.nn.Module):
@@ -201,9 +214,10 @@ def make_batch(step, n):
 
 
 def test_a_hanging_compute_is_stopped_with_a_report_a_trace_and_no_orphans(tmp_path, monkeypatch, run_cli):
-    marker = f"schedc-test-{uuid.uuid4().hex}"
+    pids = tmp_path / "pids"
+    pids.mkdir()
     module = f"hanging_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{module}.py").write_text(HANGING.replace("{marker}", marker))
+    (tmp_path / f"{module}.py").write_text(HANGING.replace("{pids}", str(pids)))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     trace = tmp_path / "stopped.json"
     t0 = time.monotonic()
@@ -217,7 +231,7 @@ def test_a_hanging_compute_is_stopped_with_a_report_a_trace_and_no_orphans(tmp_p
     assert "rank 1 was stopped by the watchdog" in err and "Traceback" not in err
     assert f"schedc run: wrote the trace {trace} (up to the watchdog stop: " in err and "rank 1 at F(1,0)" in err
     assert time.monotonic() - t0 < 60
-    assert not processes_with(marker)  # the model's workers went with their ranks
+    assert len(started(pids)) == 2 and not alive(started(pids))  # the model's workers went with their ranks
     doc = json.loads(trace.read_text())
     assert any(s["rank"] == 1 and s["name"] == "F(1,0)" for s in doc["otherData"]["watchdog"])
     hung = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["name"] == "F(1,0)"]

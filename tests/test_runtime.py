@@ -357,12 +357,14 @@ schedule broken {
 """
 
 
-def test_a_deadlocking_schedule_run_without_verification_is_stopped_by_the_watchdog(tmp_path, run_cli):
+def test_a_deadlocking_schedule_run_without_verification_is_stopped_by_the_watchdog(tmp_path, run_cli,
+                                                                                     monkeypatch):
     path = tmp_path / "broken.pp"
     path.write_text(BROKEN)
     code, out, err = run_cli("check", str(path))
     assert code == 1 and "deadlock" in out
     t0 = time.monotonic()
+    ranks = _recording_launches(monkeypatch)
     code, out, err = run_cli("run", str(path), "--model", "examples.mlp:build_stages", "--nproc", "2",
                              "--steps", "1", "--timeout", "3", "--no-verify", "--batch-size", "4")
     elapsed = time.monotonic() - t0
@@ -372,18 +374,37 @@ def test_a_deadlocking_schedule_run_without_verification_is_stopped_by_the_watch
     assert "training step 1" in err and "rank 1's SEND_B(1,0)" in err, err
     assert "exited" in err
     assert elapsed < 3 + 40, elapsed  # the timeout, plus starting two ranks on a busy machine
-    assert not _processes_running("broken_program.py")  # no orphans
+    assert len(ranks) == 2 and not _groups_left(ranks)  # no orphans
 
 
-def _processes_running(needle: str) -> list[int]:
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
+def _recording_launches(monkeypatch) -> list[int]:
+    """The pids of the ranks schedc's launcher starts from now on (each leads its process group)."""
+    import subprocess
+
+    import schedc.runtime.launch
+    pids: list[int] = []
+
+    class Recorded(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            pids.append(self.pid)
+    monkeypatch.setattr(schedc.runtime.launch.subprocess, "Popen", Recorded)
+    return pids
+
+
+def _groups_left(pgids: list[int], settle: float = 30.0) -> list[int]:
+    """The process groups of `pgids` that still hold a process (a rank, or anything it started),
+    after at most `settle` seconds for the last ones to be reaped (it returns once none is left)."""
+    def left(pgid: int) -> bool:
         try:
-            if needle.encode() in (proc / "cmdline").read_bytes():
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    end = time.monotonic() + settle
+    while any(left(g) for g in pgids) and time.monotonic() < end:
+        time.sleep(0.05)
+    return [g for g in pgids if left(g)]
 
 
 def test_a_model_that_cannot_be_imported_is_bad_input(run_cli):
