@@ -13,7 +13,7 @@ from collections import Counter, defaultdict, deque
 
 import schedc
 
-from schedc.ir import Op, Program, format_step
+from schedc.ir import CompoundKind, Op, Program, format_step
 
 COMPUTE = (Op.F, Op.B, Op.I, Op.W)
 
@@ -363,8 +363,9 @@ def posted_run(program, backend: str) -> bool:
     runs it: sends and receives are posted at their place without blocking; F waits for the
     receive of its input activation, B and I for that of their input gradient; under nccl each
     rank's operations with one peer run on one stream in issue order, a pair completing once both
-    have been reached on their streams, and the run ends only when every stream is empty; under
-    gloo a receive completes once its send is posted. Under `p2p split` gradients travel on a
+    have been reached on their streams, and the run ends only when every stream is empty; a group is
+    one batch on a stream of the rank's batches (every peer), and a grouped operation pairs only with
+    a grouped one (another NCCL communicator); under gloo a receive completes once its send is posted. Under `p2p split` gradients travel on a
     communicator of their own (a stream of their own under nccl); under `p2p tagged` a message's tag
     is its payload, which gloo pairs by and NCCL ignores. Written from the rule alone, as a fixpoint."""
     R, S = program.num_ranks, program.num_stages
@@ -374,8 +375,9 @@ def posted_run(program, backend: str) -> bool:
     tags = getattr(program, "p2p", "shared") == "tagged" and backend == "gloo"
     for r, steps in enumerate(program.ranks):
         for i, st_ in enumerate(steps):
+            batched = backend == "nccl" and getattr(st_, "kind", None) is CompoundKind.GROUP
             for a in st_.parts:
-                comm = int(split and a.op in (Op.SEND_B, Op.RECV_B))
+                comm = (int(split and a.op in (Op.SEND_B, Op.RECV_B)), batched)
                 if a.op in (Op.SEND_F, Op.SEND_B):
                     value = ("F", a.stage, a.microbatch) if a.op is Op.SEND_F else ("G", a.stage, a.microbatch)
                     ch = ("s", r, _peer_rank(program, a), comm, value if tags else None)
@@ -394,7 +396,7 @@ def posted_run(program, backend: str) -> bool:
 
     streams: dict = {}  # (rank, peer, communicator) -> list of lane steps, each a list of (step, channel, k)
     for r, i, a, ch, k in ops:
-        peer = ch[2] if ch[0] == "s" else ch[1]
+        peer = "batches" if ch[3][1] else ch[2] if ch[0] == "s" else ch[1]
         lane = streams.setdefault((r, peer, ch[3]), [])
         if lane and lane[-1][0][0] == i:
             lane[-1].append((i, ch, k))

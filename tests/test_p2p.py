@@ -51,6 +51,17 @@ KINDS = """schedule kinds {
   rank 1: 1RECV_F0 1F0 1SEND_F0 1RECV_B0 3RECV_F0 3F0 3B0 3SEND_B0 1B0 1SEND_B0
 }"""
 
+# 1F1B on two ranks whose middle exchange is a group on each rank (Megatron's batched p2p):
+# as one batch_isend_irecv each it completes under nccl; posted one by one, sends first, on the
+# pair's stream it would cross (rank 0 sends F1's output first, rank 1 the gradient of B0)
+GROUPED = """schedule grouped {
+  %s
+  rank 0: 0F0 0SEND_F0 0F1 (0SEND_F1;0RECV_B0)GROUP 0B0 0RECV_B1 0B1
+  rank 1: 1RECV_F0 1F0 1B0 (1SEND_B0;1RECV_F1)GROUP 1F1 1B1 1SEND_B1
+}"""
+SENDS_FIRST = GROUPED.replace("(0SEND_F1;0RECV_B0)GROUP", "0SEND_F1 0RECV_B0").replace(
+    "(1SEND_B0;1RECV_F1)GROUP", "1SEND_B0 1RECV_F1")
+
 
 def program(text: str, mode: str | None):
     return compile_text(text % (f"p2p {mode}" if mode else ""))
@@ -105,6 +116,105 @@ def test_separate_communicators_let_nccl_run_the_early_receive():
     # the nccl verdict of the shared program says what split would do
     notes = schedc.check(shared, semantics="nccl").errors[0].notes
     assert any("a `p2p split` line" in n and "it completes under nccl" in n for n in notes), notes
+
+
+@pytest.mark.parametrize("mode", [None, "split"])
+def test_under_nccl_a_group_is_one_batch_not_its_members_one_by_one(mode):
+    """The runtime posts a group as one batch_isend_irecv per communicator; the nccl verdict is that
+    call's: GROUPED completes, and the same members posted one by one, sends first, cross on the
+    pair's stream (shared; split gives each kind its own stream, so nothing crosses there)."""
+    grouped, one_by_one = program(GROUPED, mode), program(SENDS_FIRST, mode)
+    assert verdict(grouped, "nccl") == "ok" and posted_run(grouped, "nccl")
+    expected = "deadlock" if mode is None else "ok"
+    assert verdict(one_by_one, "nccl") == expected and posted_run(one_by_one, "nccl") == (expected == "ok")
+    assert verdict(grouped, "gloo") == verdict(one_by_one, "gloo") == "ok"
+
+
+def test_under_nccl_groups_and_single_operations_have_streams_of_their_own():
+    """ProcessGroupNCCL runs a batch on the process group's communicator and a single isend/irecv on
+    the rank pair's: each has its stream, so issue 18's early receive no longer holds up a send
+    posted in a group; posted singly, the send queues behind it."""
+    late_send = PREFETCH.replace("0SEND_F0", "(0SEND_F0)GROUP").replace("1RECV_F0", "(1RECV_F0)GROUP")
+    assert verdict(program(PREFETCH, None), "nccl") == "deadlock"
+    p = program(late_send, None)
+    assert verdict(p, "nccl") == "ok" and posted_run(p, "nccl")
+
+
+def test_under_nccl_a_grouped_operation_never_meets_a_single_one():
+    """A send posted singly and received in a group travel on different NCCL communicators: under
+    nccl they never meet (gloo pairs them: one process group); the report says why."""
+    mixed = GROUPED.replace("0F0 0SEND_F0", "0F0 (0SEND_F0)GROUP")
+    p = program(mixed, None)
+    assert verdict(p, "gloo") == "ok" and posted_run(p, "gloo")
+    assert verdict(p, "nccl") == "deadlock" and not posted_run(p, "nccl")
+    from schedc.verify.channels import Semantics
+    from schedc.verify.graph import constraints
+    never = constraints(p, Semantics("nccl"), channels(p)).never
+    assert any("one grouped and one single" in why for why, _ in never.values()), never
+
+
+def test_the_interpreter_posts_one_batch_per_group_and_communicator(monkeypatch):
+    """No launch: torch.distributed faked. Rank 0 of GROUPED posts its group as one batch_isend_irecv
+    (two under `p2p split`: torch takes one process group per call), its singles with send/recv; a
+    member's wait is its batch's one work (NCCL's) or its own (gloo's, one per op)."""
+    import torch
+    import torch.distributed as dist
+
+    from examples import mlp
+    from schedc.lower import lower_to_torch
+    from schedc.runtime.interpreter import PipelineInterpreter
+
+    class Work:
+        def __init__(self, log, name):
+            self.log, self.name = log, name
+
+        def wait(self):
+            self.log.append(("wait", self.name))
+            return True
+
+    class PG:
+        def __init__(self, name, log):
+            self.name, self.log = name, log
+
+        def send(self, tensors, peer, tag):
+            self.log.append(("send", self.name))
+            return Work(self.log, "send")
+
+        def recv(self, tensors, peer, tag):
+            self.log.append(("recv", self.name))
+            return Work(self.log, "recv")
+
+    for mode, works_per_call in ((None, "one"), ("split", "one"), (None, "each")):
+        log: list = []
+        calls: list = []
+
+        def batch(ops):
+            calls.append([(op.op.__name__, op.group.name, op.group_peer) for op in ops])
+            return [Work(log, "batch")] if works_per_call == "one" else [Work(log, op.op.__name__) for op in ops]
+        monkeypatch.setattr(dist, "P2POp", lambda op, tensor, group, tag, group_peer: SimpleOp(op, tensor, group, group_peer))
+        monkeypatch.setattr(dist, "batch_isend_irecv", batch)
+        monkeypatch.setattr(dist, "get_group_rank", lambda group, r: r)
+        table = lower_to_torch(program(GROUPED, mode)).table
+        act, grad = PG("act", log), PG("grad", log)
+        torch.manual_seed(0)
+        interp = PipelineInterpreter(table, 0, {0: mlp.build_stages([0], 2, width=4)[0]}, mlp.loss_fn,
+                                     group=act, grad_group=grad if mode == "split" else None)
+        interp._shapes = {("grad", 1): (torch.Size([2, 4]), torch.float32)}  # as learned before the first step
+        x, _ = mlp.make_batch(0, 4, width=4)
+        interp.step(list(x.split(2)), None)
+        both = "grad" if mode == "split" else "act"
+        expected = [[("isend", "act", 1), ("irecv", "act", 1)]] if mode is None else \
+            [[("isend", "act", 1)], [("irecv", "grad", 1)]]
+        assert calls == expected, (mode, calls)
+        assert [e for e in log if e[0] != "wait"] == [("send", "act"), ("recv", both)], log
+        waits = [e[1] for e in log if e[0] == "wait"]
+        # B0 waits for the batch that brings its gradient; the sends wait as the step ends
+        assert waits.count("batch") == (len(expected) if works_per_call == "one" else 0), waits
+
+
+class SimpleOp:
+    def __init__(self, op, tensor, group, group_peer):
+        self.op, self.tensor, self.group, self.group_peer = op, tensor, group, group_peer
 
 
 def test_tags_pair_by_payload_under_gloo_and_nccl_ignores_them():
@@ -299,13 +409,15 @@ def _worker(cases_path: str, out_dir: str) -> int:
 def test_the_runtime_on_gloo_does_what_the_checker_says(tmp_path):
     """Each program's gloo verdict against a real run: `ok` trains to the unsplit model's gradients,
     `mismatch` completes with wrong ones, `deadlock` is stopped by the watchdog where the checker
-    says the rank is stuck. Tags, split communicators and explicit waits run as written, and a
-    forward-only schedule runs its forwards alone (the unsplit model's loss, no gradient)."""
+    says the rank is stuck. Tags, split communicators, explicit waits and groups (one
+    batch_isend_irecv per communicator) run as written, and a forward-only schedule runs its
+    forwards alone (the unsplit model's loss, no gradient)."""
     from schedc.lower import lower_to_torch
     cases = []
     for name, text, mode in (("crossed, tagged", CROSSED, "tagged"), ("crossed, shared", CROSSED, None),
                              ("kinds, split", KINDS, "split"), ("prefetch, split", PREFETCH, "split"),
                              ("late waits", LATE, None), ("early wait", EARLY, None),
+                             ("grouped, shared", GROUPED, None), ("grouped, split", GROUPED, "split"),
                              ("inference (DeepSpeed)", "ds_inference", None)):
         if text == "ds_inference":
             p = schedc.load(str(ROOT / "tests" / "data" / "forward" / "ds_inference.pp"), {"P": 2, "M": 3})
@@ -315,7 +427,7 @@ def test_the_runtime_on_gloo_does_what_the_checker_says(tmp_path):
         meta, ranks = lower_to_torch(p).table.to_data()
         stuck = {} if report.deadlock is None else {str(r): x for r, x in report.deadlock.stuck.items()}
         cases.append({"id": name, "verdict": verdict(p, "gloo"), "meta": meta, "ranks": ranks, "stuck": stuck})
-    assert [c["verdict"] for c in cases] == ["ok", "mismatch", "ok", "ok", "ok", "deadlock", "ok"]
+    assert [c["verdict"] for c in cases] == ["ok", "mismatch", "ok", "ok", "ok", "deadlock", "ok", "ok", "ok"]
     results = launched.run_cases(__file__, cases, tmp_path, 2)
     for case in cases:
         ends = [results[r][case["id"]] for r in range(2)]

@@ -37,7 +37,9 @@ def vouches(semantics: str, backend: str) -> bool:
     """Does a program that completes under `semantics` complete when run on `backend`? The runtime
     posts and awaits as the backends do, and the semantics nest (docs/semantics.md): rendezvous =>
     nccl => gloo, bounded:K => eager => gloo. So every verdict holds on gloo, and on nccl only one
-    under rendezvous or nccl (eager's and gloo's sends need not wait for their stream)."""
+    under rendezvous or nccl (eager's and gloo's sends need not wait for their stream). (rendezvous
+    => nccl asks that each message be grouped on both ends or on neither: a grouped operation and a
+    single one are on different NCCL communicators, which only the nccl verdict checks.)"""
     return backend != "nccl" or semantics in ("rendezvous", "nccl")
 
 

@@ -3,8 +3,9 @@
 `PipelineInterpreter.step(inputs, targets)` walks the rank's steps in order and runs them as the
 backends `nccl` and `gloo` of docs/semantics.md say, as torch's `_PipelineScheduleRuntime` does: a
 send or receive is posted where the table puts it (`isend`/`irecv`, one work handle per operation)
-and never blocks there; F waits for the receive of its input activation, B and I for that of their
-input gradient, and every send is waited for as the step ends. Receive buffers are allocated from
+and never blocks there; a GROUP is posted as one `batch_isend_irecv` per communicator (`post_group`);
+F waits for the receive of its input activation, B and I for that of their input gradient, and
+every send is waited for as the step ends. Receive buffers are allocated from
 shapes learned once, before the first step, stage by stage in model order (`_learn_shapes`, as
 torch's stage initialisation does), so no receive waits at its place, in the first step either.
 `B` is one backward; `I` computes input gradients only and `W` the weight gradients later
@@ -162,6 +163,7 @@ class PipelineInterpreter:
         if self._shapes is None:
             try:
                 self._shapes = self._learn_shapes()
+                self._open_batches()
             except Exception as exc:
                 raise StepFailure(self.rank, -1, "learning the message shapes", self.train_step, exc,
                                   self.context(0)) from exc
@@ -172,9 +174,8 @@ class PipelineInterpreter:
                 self._index = index
                 dog.running(self, index)
                 if isinstance(st, Compound):
-                    if st.kind == "GROUP":  # posted together, none blocking (sends first)
-                        for a in sorted(st.parts, key=lambda a: not a.is_send):
-                            handlers[a.op](self, a)
+                    if st.kind == "GROUP":
+                        self.post_group(st)
                     else:
                         self._span = [math.inf, -math.inf]
                         for a in st.parts:
@@ -264,6 +265,20 @@ class PipelineInterpreter:
                             time.perf_counter())
         self.watchdog.end()
         return _read_header(header)
+
+    def _open_batches(self) -> None:
+        """Before the first step of a table with groups: one all-reduce over each communicator a group
+        posts on, on every rank. ProcessGroupNCCL runs a batch on the process group's own NCCL
+        communicator (not the rank pair's that single operations use) and makes it at its first call,
+        which every rank of the group must then join (torch's `batch_isend_irecv` documentation); a
+        collective made first lets a batch involve two ranks only. (On gloo it costs one all-reduce.)"""
+        import torch.distributed as dist
+        if not any(isinstance(st, Compound) and st.kind == "GROUP" for steps in self.table.ranks for st in steps):
+            return
+        self.watchdog.phase("opening the communicators that groups post on (batch_isend_irecv), before the first step")
+        for pg in {id(pg): pg for pg in (self.pg, self.pg_grad)}.values():
+            dist.all_reduce(torch.zeros(1, device=self.device), group=pg)
+        self.watchdog.end()
 
     def _dry_forward(self, s: int, x: torch.Tensor) -> torch.Tensor:
         """Stage s's output on `x`, for its shape only: no autograd, and the random state and the
@@ -462,44 +477,77 @@ class PipelineInterpreter:
         self._record(a, t0)
 
     def send(self, a: Instr) -> None:
+        pg, peer, tag = self._route(a)
+        t = self._outgoing(a)
+        t1 = time.perf_counter()
+        work = pg.send([t], peer, tag)
+        self._posted(a, t, work, t1, time.perf_counter())
+
+    def recv(self, a: Instr) -> None:
+        pg, peer, tag = self._route(a)
+        t1 = time.perf_counter()
+        buf = self._buffer(a)
+        work = pg.recv([buf], peer, tag)
+        self._posted(a, buf, work, t1, time.perf_counter())
+
+    def post_group(self, group: Compound) -> None:
+        """GROUP: its members posted together, as one `batch_isend_irecv` per communicator (torch takes
+        one process group per call: under `p2p split` a group holding activations and gradients is
+        two calls, one on each), its members in the order listed. NCCL runs a call as one fused launch
+        on the process group's communicator and returns one work for it, which every member's wait
+        then waits for; gloo returns one work per member, each waited for on its own. Under nccl the
+        checks model exactly this (docs/semantics.md, "Groups")."""
+        import torch.distributed as dist
+        calls: list = []  # [process group, [(member, peer, tag), ...]] in order of first use
+        for a in group.parts:
+            pg, peer, tag = self._route(a)
+            call = next((c for c in calls if c[0] is pg), None)
+            if call is None:
+                calls.append(call := [pg, []])
+            call[1].append((a, peer, tag))
+        for pg, members in calls:
+            t1 = time.perf_counter()
+            tensors = [self._outgoing(a) if a.is_send else self._buffer(a) for a, _, _ in members]
+            ops = [dist.P2POp(dist.isend if a.is_send else dist.irecv, t, group=pg, tag=tag, group_peer=peer)
+                   for (a, peer, tag), t in zip(members, tensors)]
+            works = dist.batch_isend_irecv(ops)
+            t2 = time.perf_counter()
+            handles = works if len(works) == len(ops) else [_Batch(works)] * len(ops)
+            for (a, _, _), t, work in zip(members, tensors, handles):
+                self._posted(a, t, work, t1, t2, share=1 / len(ops))
+
+    def _outgoing(self, a: Instr) -> torch.Tensor:
+        """The tensor a send carries, contiguous and out of autograd; it leaves this rank's values."""
         value = a.value()
         t = self._values.pop(value, None)
         if t is None:
             raise ScheduleError(f"{a} sends {value_name(value)}, which is not on rank {self.rank} yet")
         t = t.detach()
-        if not t.is_contiguous():
-            t = t.contiguous()
-        pg, peer, tag = self._route(a)
-        clock = time.perf_counter
-        t1 = clock()
-        work = pg.send([t], peer, tag)
-        t2 = clock()
-        self._posting += t2 - t1
-        if self.trace is not None:
-            self.trace.post(self.train_step, self._index, str(a), t1, t2, value, a.peer, at=t1)
-        rec = [self.train_step, "S", value, a.peer, t1, t2, 0.0, 0.0]
-        self.comm_log.append(rec)
-        self._sends.append((work, t, self._index, a, rec))
+        return t if t.is_contiguous() else t.contiguous()
 
-    def recv(self, a: Instr) -> None:
+    def _buffer(self, a: Instr) -> torch.Tensor:
+        """A receive's buffer, of the shape learned before the first step."""
         value = a.value()
-        key = (value[0], value[1])
-        pg, peer, tag = self._route(a)
-        known = self._shapes.get(key)
+        known = self._shapes.get((value[0], value[1]))
         if known is None:  # the table's peer is always the rank of the stage on the other end
             raise ScheduleError(f"{a}: no shape was learned for {value_name(value)}")
         shape, dtype = known
-        clock = time.perf_counter
-        t1 = clock()
-        buf = torch.empty(shape, dtype=dtype, device=self.device)
-        work = pg.recv([buf], peer, tag)
-        t2 = clock()
-        self._posting += t2 - t1
+        return torch.empty(shape, dtype=dtype, device=self.device)
+
+    def _posted(self, a: Instr, tensor: torch.Tensor, work, t1: float, t2: float, share: float = 1.0) -> None:
+        """Record a send or receive posted between t1 and t2 (`share`: its part of a batch's posting
+        time): a send is waited for as the step ends, a receive by the action that needs its value."""
+        value = a.value()
+        self._posting += (t2 - t1) * share
         if self.trace is not None:
-            self.trace.post(self.train_step, self._index, str(a), t1, t2, value, a.peer)
-        rec = [self.train_step, "R", value, a.peer, t1, t2, 0.0, 0.0]
+            self.trace.post(self.train_step, self._index, str(a), t1, t2, value, a.peer,
+                            **({"at": t1} if a.is_send else {}))
+        rec = [self.train_step, "S" if a.is_send else "R", value, a.peer, t1, t2, 0.0, 0.0]
         self.comm_log.append(rec)
-        self._arriving[value] = (work, buf, self._index, a, rec)
+        if a.is_send:
+            self._sends.append((work, tensor, self._index, a, rec))
+        else:
+            self._arriving[value] = (work, tensor, self._index, a, rec)
 
     def wait_recv(self, a: Instr) -> None:
         """WAIT_RECV_F, WAIT_RECV_B: wait here for that receive, posted earlier on this rank; its
@@ -602,6 +650,21 @@ class PipelineInterpreter:
                     f"to be received by {other}")
         return (f"{consumer} waits for {a} (posted at step {index}): {value_name(a.value())} from rank "
                 f"{a.peer}, sent by {other}")
+
+
+class _Batch:
+    """The one work NCCL returns for a batch (`batch_isend_irecv` coalesced into one launch), shared by
+    its members: waiting for any member waits for the whole batch, once."""
+
+    def __init__(self, works):
+        self.works, self.done = list(works), False
+
+    def wait(self) -> bool:
+        if not self.done:
+            for work in self.works:
+                work.wait()
+            self.done = True
+        return True
 
 
 def _grad(p: torch.Tensor) -> torch.Tensor:

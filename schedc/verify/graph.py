@@ -9,10 +9,12 @@ Posting a step means finishing the one before it.
 Under a backend (`nccl`, `gloo`) sends and receives are posted, never blocking their rank: a
 communication step completes as soon as its rank reaches it, and the action that needs a
 received value waits for the receive to complete. Under `gloo` that is when its send is posted
-(sends are buffered). Under `nccl` each rank's operations with one peer run on one stream (a
-`Lane`, an extra row of steps after the ranks) in issue order, and a matched pair completes when
-both are at the head of their streams; the run is over only when every stream is, as torch's
-runtime waits for its sends at the end of the step.
+(sends are buffered). Under `nccl` each rank's single operations with one peer run on one stream
+(a `Lane`, an extra row of steps after the ranks) in issue order, and a matched pair completes
+when both are at the head of their streams; a group is one batch per communicator on a stream of
+the rank's batches (all peers), completing as a whole; a grouped operation never meets a single
+one (another NCCL communicator). The run is over only when every stream is, as torch's runtime
+waits for its sends at the end of the step.
 
 The program finishes iff the constraints can all hold (the graph has no cycle); `never` marks waits
 that nothing can meet. The executor, the Z3 engine and the memory check all read these
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..deps import delivers, needs, produces
-from ..ir import WAITS, Op, Program
+from ..ir import WAITS, Compound, CompoundKind, Op, Program
 from .channels import Channels, Endpoint, Semantics
 
 Step = tuple[int, int]  # (rank, index)
@@ -47,11 +49,14 @@ class Impossible:
 
 @dataclass(frozen=True)
 class Lane:
-    """One rank's operations with one peer under `nccl`: a stream that runs them in issue order.
-    Each of its steps is the operations one step of the rank posts (a group posts several)."""
+    """A stream under `nccl`, that runs its operations in issue order: one rank's single operations
+    with one peer (ProcessGroupNCCL's two-rank communicator of the pair), or, `peer` None, its
+    groups (`batch_isend_irecv`, on the process group's own communicator, all peers on one
+    stream). Each of its steps is the operations one step of the rank posts on it: one, or a
+    group's on that communicator, one fused launch that completes as a whole."""
 
     rank: int
-    peer: int
+    peer: int | None
     steps: tuple[tuple[Endpoint, ...], ...]
     comm: int = 0  # its communicator (`p2p split`: channels.GRADIENTS for gradients); each has its own stream
 
@@ -154,12 +159,17 @@ def _data(program: Program, prereq, never) -> None:
 def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, never) -> Constraints:
     """The backends: posting never blocks; the action that needs a received value waits for the
     receive to complete; under nccl, streams per rank pair (lanes) complete operations in order."""
+    nccl = semantics.kind == "nccl"
     partner: dict[tuple[int, int, int], Endpoint] = {}
+    apart: dict[tuple[int, int, int], str] = {}  # nccl: an operation whose partner is on another communicator
     for ch, sends in chans.sends.items():
         for send, recv in zip(sends, chans.recvs.get(ch, ())):
+            if nccl and _grouped(program, send) != _grouped(program, recv):
+                apart[send[:3]] = apart[recv[:3]] = _APART
+                continue
             partner[send[:3]] = recv
             partner[recv[:3]] = send
-    lanes, lane_of = _lanes(program, chans) if semantics.kind == "nccl" else ((), {})
+    lanes, lane_of = _lanes(program, chans) if nccl else ((), {})
     R = len(prereq)
     prereq.extend([[] for _ in lane.steps] for lane in lanes)
     for n, lane in enumerate(lanes, R):
@@ -170,7 +180,7 @@ def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, nev
                 p = partner.get(e[:3])
                 if p is None:
                     what = "receive" if e.channel[0] == e.rank else "send"
-                    never.setdefault((n, j), (f"waits for a {what} that is never posted", e.part))
+                    never.setdefault((n, j), (apart.get(e[:3], f"waits for a {what} that is never posted"), e.part))
                     continue
                 pn, pj = lane_of[p[:3]]
                 why = "recv-posted" if e.channel[0] == e.rank else "send-posted"
@@ -187,7 +197,7 @@ def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, nev
             x, k = consumer
             send = partner.get(recv[:3])
             if send is None:
-                never.setdefault((recv.rank, x), ("waits for a send that is never posted", k))
+                never.setdefault((recv.rank, x), (apart.get(recv[:3], "waits for a send that is never posted"), k))
             elif lanes:
                 n, j = lane_of[recv[:3]]
                 prereq[recv.rank][x].append((n, j, "recv-done", k))
@@ -245,15 +255,30 @@ def _consumer(users: dict, recv: Endpoint, value) -> tuple[int, int] | None:
     return found[i] if i < len(found) else None
 
 
+_APART = ("meets no partner: its partner is posted the other way, one grouped and one single, and under nccl "
+          "they travel on different communicators (torch's batch_isend_irecv uses the process group's, a single "
+          "isend or irecv the rank pair's), so they never meet; group both or neither")
+_BATCHES = -1  # the peer key of a rank's stream of groups (all peers), sorted before its pairs' streams
+
+
+def _grouped(program: Program, e: Endpoint) -> bool:
+    """Is the operation a member of a group (posted by `batch_isend_irecv`)?"""
+    st = program.ranks[e.rank][e.step]
+    return isinstance(st, Compound) and st.kind is CompoundKind.GROUP
+
+
 def _lanes(program: Program, chans: Channels):
-    """The nccl streams: per rank, peer and communicator, its sends and receives with that peer in
-    issue order (tags do not separate them: NCCL has none), one lane step per program step; and where
-    each operation sits ((rank, step, part) -> (node, step))."""
+    """The nccl streams, as torch's ProcessGroupNCCL runs them: per rank, communicator and peer, its
+    single sends and receives with that peer; per rank and communicator, its groups (every peer on
+    one stream, as one batch on the process group's NCCL communicator). Issue order on each (tags do
+    not separate them: NCCL has none), one lane step per program step; and where each operation sits
+    ((rank, step, part) -> (node, step))."""
     ops: dict[tuple[int, int, int], list[Endpoint]] = {}
     for table in (chans.sends, chans.recvs):
         for (a, b, comm, _), endpoints in table.items():
             for e in endpoints:
-                ops.setdefault((e.rank, b if e.rank == a else a, comm), []).append(e)
+                peer = _BATCHES if _grouped(program, e) else b if e.rank == a else a
+                ops.setdefault((e.rank, peer, comm), []).append(e)
     lanes, lane_of = [], {}
     R = program.num_ranks
     for (rank, peer, comm) in sorted(ops):
@@ -264,5 +289,5 @@ def _lanes(program: Program, chans: Channels):
             else:
                 steps.append([e])
             lane_of[e[:3]] = (R + len(lanes), len(steps) - 1)
-        lanes.append(Lane(rank, peer, tuple(tuple(s) for s in steps), comm))
+        lanes.append(Lane(rank, None if peer == _BATCHES else peer, tuple(tuple(s) for s in steps), comm))
     return tuple(lanes), lane_of

@@ -151,7 +151,7 @@ def job(program: Program, semantics: Semantics) -> tuple[Program, Constraints]:
             prereq[node(d, n)] = [[(node(d, q), j, why, k) for q, j, why, k in pre] for pre in steps]
         for (n, i), v in c.never.items():
             never[(node(d, n), i)] = v
-        lanes.extend(Lane(d * P + lane.rank, d * P + lane.peer, tuple(
+        lanes.extend(Lane(d * P + lane.rank, None if lane.peer is None else d * P + lane.peer, tuple(
             tuple(e._replace(rank=d * P + e.rank, channel=(d * P + e.channel[0], d * P + e.channel[1], *e.channel[2:]))
                   for e in ops)
             for ops in lane.steps), lane.comm) for lane in c.lanes)

@@ -15,7 +15,8 @@
 # - megatron/core/pipeline_parallel/p2p_communication.py, P2PCommunicator._communicate with
 #   config.batch_p2p_comm: _batched_p2p_ops posts one torch.distributed.batch_isend_irecv per call, its
 #   ops in the order send_prev, recv_prev, send_next, recv_next (a GROUP here, members in that order;
-#   a call with one op is written as that op). prev and next ranks wrap around the ring.
+#   a call with one op is a group of one: a batch, on the process group's communicator under NCCL).
+#   prev and next ranks wrap around the ring.
 # - megatron/training/argument_utils.py sets batch_p2p_comm = not overlap_p2p_comm, and
 #   megatron/training/arguments.py (validate_args) refuses the interleaved schedule without
 #   overlap_p2p_comm unless pipeline-model-parallel size > 2, "to avoid having multiple p2p sends and
@@ -24,7 +25,7 @@
 # the microbatch it is meant for (the next one that chunk consumes). Each line is one iteration.
 schedule megatron_interleaved_p2 {
   rank 0:
-    0F0 0SEND_F0                                               # warmup k=0
+    0F0 (0SEND_F0)GROUP                                               # warmup k=0
     0F1 (2RECV_F0;0SEND_F1)GROUP                               # warmup k=1
     2F0 (2RECV_F1;2SEND_F0)GROUP                               # warmup k=2
     2F1 (2SEND_F1;2RECV_B0)GROUP                               # warmup k=3
@@ -34,10 +35,10 @@ schedule megatron_interleaved_p2 {
     2F3 0B1 (2SEND_F3;2RECV_B2)GROUP                           # 1F1B k=3
     2B2 (2SEND_B2;2RECV_B3)GROUP                               # cooldown k=4
     2B3 (2SEND_B3;0RECV_B2)GROUP                               # cooldown k=5
-    0B2 0RECV_B3                                               # cooldown k=6
+    0B2 (0RECV_B3)GROUP                                               # cooldown k=6
     0B3                                                        # cooldown k=7
   rank 1:
-    1RECV_F0                                                   # recv_forward before the warmup
+    (1RECV_F0)GROUP                                                   # recv_forward before the warmup
     1F0 (1RECV_F1;1SEND_F0)GROUP                               # warmup k=0
     1F1 (3RECV_F0;1SEND_F1)GROUP                               # warmup k=1
     3F0 3B0 (3SEND_B0;3RECV_F1)GROUP                           # 1F1B k=0
@@ -47,5 +48,5 @@ schedule megatron_interleaved_p2 {
     3F2 3B2 (3SEND_B2;3RECV_F3)GROUP                           # 1F1B k=4
     3F3 3B3 (3SEND_B3;1RECV_B2)GROUP                           # 1F1B k=5
     1B2 (1SEND_B2;1RECV_B3)GROUP                               # cooldown k=6
-    1B3 1SEND_B3                                               # cooldown k=7
+    1B3 (1SEND_B3)GROUP                                               # cooldown k=7
 }

@@ -14,7 +14,8 @@
 # - megatron/core/pipeline_parallel/p2p_communication.py, P2PCommunicator._communicate with
 #   config.batch_p2p_comm: _batched_p2p_ops posts one torch.distributed.batch_isend_irecv per call, its
 #   ops in the order send_prev, recv_prev, send_next, recv_next (a GROUP here, members in that order;
-#   a call with one op is written as that op). prev and next ranks wrap around the ring.
+#   a call with one op is a group of one: a batch, on the process group's communicator under NCCL).
+#   prev and next ranks wrap around the ring.
 # - megatron/training/argument_utils.py sets batch_p2p_comm = not overlap_p2p_comm, and
 #   megatron/training/arguments.py (validate_args) refuses the interleaved schedule without
 #   overlap_p2p_comm unless pipeline-model-parallel size > 2, "to avoid having multiple p2p sends and
@@ -23,27 +24,27 @@
 # the microbatch it is meant for (the next one that chunk consumes). Each line is one iteration.
 schedule megatron_interleaved_p3 {
   rank 0:
-    0F0 0SEND_F0                                               # warmup k=0
-    0F1 0SEND_F1                                               # warmup k=1
+    0F0 (0SEND_F0)GROUP                                               # warmup k=0
+    0F1 (0SEND_F1)GROUP                                               # warmup k=1
     0F2 (3RECV_F0;0SEND_F2)GROUP                               # warmup k=2
     3F0 (3RECV_F1;3SEND_F0)GROUP                               # warmup k=3
     3F1 (3RECV_F2;3SEND_F1)GROUP                               # warmup k=4
-    3F2 3SEND_F2                                               # warmup k=5
+    3F2 (3SEND_F2)GROUP                                               # warmup k=5
     0F3 (0SEND_F3;3RECV_B0)GROUP                               # warmup k=6
     0F4 3B0 (3SEND_B0;0SEND_F4;3RECV_B1)GROUP                  # 1F1B k=0
     0F5 3B1 (3SEND_B1;3RECV_F3;0SEND_F5;3RECV_B2)GROUP         # 1F1B k=1
     3F3 3B2 (3SEND_B2;3RECV_F4;3SEND_F3;0RECV_B0)GROUP         # 1F1B k=2
     3F4 0B0 (3RECV_F5;3SEND_F4;0RECV_B1)GROUP                  # 1F1B k=3
     3F5 0B1 (3SEND_F5;0RECV_B2)GROUP                           # 1F1B k=4
-    0B2 3RECV_B3                                               # cooldown k=5
+    0B2 (3RECV_B3)GROUP                                               # cooldown k=5
     3B3 (3SEND_B3;3RECV_B4)GROUP                               # cooldown k=6
     3B4 (3SEND_B4;3RECV_B5)GROUP                               # cooldown k=7
     3B5 (3SEND_B5;0RECV_B3)GROUP                               # cooldown k=8
-    0B3 0RECV_B4                                               # cooldown k=9
-    0B4 0RECV_B5                                               # cooldown k=10
+    0B3 (0RECV_B4)GROUP                                               # cooldown k=9
+    0B4 (0RECV_B5)GROUP                                               # cooldown k=10
     0B5                                                        # cooldown k=11
   rank 1:
-    1RECV_F0                                                   # recv_forward before the warmup
+    (1RECV_F0)GROUP                                                   # recv_forward before the warmup
     1F0 (1RECV_F1;1SEND_F0)GROUP                               # warmup k=0
     1F1 (1RECV_F2;1SEND_F1)GROUP                               # warmup k=1
     1F2 (4RECV_F0;1SEND_F2)GROUP                               # warmup k=2
@@ -60,9 +61,9 @@ schedule megatron_interleaved_p3 {
     4B5 (4SEND_B5;1RECV_B3)GROUP                               # cooldown k=8
     1B3 (1SEND_B3;1RECV_B4)GROUP                               # cooldown k=9
     1B4 (1SEND_B4;1RECV_B5)GROUP                               # cooldown k=10
-    1B5 1SEND_B5                                               # cooldown k=11
+    1B5 (1SEND_B5)GROUP                                               # cooldown k=11
   rank 2:
-    2RECV_F0                                                   # recv_forward before the warmup
+    (2RECV_F0)GROUP                                                   # recv_forward before the warmup
     2F0 (2RECV_F1;2SEND_F0)GROUP                               # warmup k=0
     2F1 (2RECV_F2;2SEND_F1)GROUP                               # warmup k=1
     2F2 (5RECV_F0;2SEND_F2)GROUP                               # warmup k=2
@@ -77,5 +78,5 @@ schedule megatron_interleaved_p3 {
     5F5 5B5 (5SEND_B5;2RECV_B3)GROUP                           # 1F1B k=8
     2B3 (2SEND_B3;2RECV_B4)GROUP                               # cooldown k=9
     2B4 (2SEND_B4;2RECV_B5)GROUP                               # cooldown k=10
-    2B5 2SEND_B5                                               # cooldown k=11
+    2B5 (2SEND_B5)GROUP                                               # cooldown k=11
 }
