@@ -485,7 +485,9 @@ def job_run(program: Program, semantics: str) -> bool:
     - under an abstract semantics a send or receive blocks at its place (a group's members are
       posted together and the group passes when each can); under a backend they are posted, an F
       (B, I) waits for the receive that brings its input, an explicit WAIT_* for its operation,
-      and under nccl each rank's operations with one peer run on one stream in issue order."""
+      and under nccl each rank's single operations with one peer run on one stream in issue order,
+      its groups on one stream of batches (every peer; a group one step of it, complete as a whole),
+      and a grouped operation meets only a grouped one (another NCCL communicator)."""
     P, D, S = program.num_ranks, program.dp, program.num_stages
     place = program.placement
     steps = [program.replica(d).ranks[p] for d in range(D) for p in range(P)]
@@ -505,9 +507,11 @@ def job_run(program: Program, semantics: str) -> bool:
             return (sends[a.op], a.stage, a.microbatch)
         return ("F", a.stage - 1, a.microbatch) if a.op is Op.RECV_F else ("G", a.stage + 1, a.microbatch)
 
-    def channel(r, a):
+    def channel(r, a, batched):
         d = r // P
-        comm = int(split and a.op in (Op.SEND_B, Op.RECV_B))
+        # under nccl a group is a batch on the process group's communicator, a single operation
+        # goes on the pair's: a grouped operation meets only a grouped one
+        comm = (int(split and a.op in (Op.SEND_B, Op.RECV_B)), batched and semantics == "nccl")
         tag = value(a) if tags else None
         if a.op in sends:
             return (r, d * P + _peer_rank(program, a), comm, tag)
@@ -530,9 +534,10 @@ def job_run(program: Program, semantics: str) -> bool:
     count: dict = {}
     for r in range(R):
         for i, st_ in enumerate(steps[r]):
+            batched = getattr(st_, "kind", None) is CompoundKind.GROUP
             for j, a in enumerate(st_.parts):
                 if a.op in sends or a.op in recvs:
-                    key = ("s" if a.op in sends else "r", channel(r, a))
+                    key = ("s" if a.op in sends else "r", channel(r, a, batched))
                     k = count.get(key, 0)
                     count[key] = k + 1
                     where[key + (k,)] = (r, i)
@@ -546,12 +551,13 @@ def job_run(program: Program, semantics: str) -> bool:
     def partner(key):
         return ("r" if key[0] == "s" else "s",) + key[1:]
 
-    # under nccl: each (rank, peer, communicator) stream's steps, in issue order
+    # under nccl: each (rank, peer, communicator) stream's steps, in issue order; a rank's batches
+    # on one communicator are one stream, whatever their peers
     lanes: dict = {}
     lane_of: dict = {}
     for key, (r, i) in sorted(where.items(), key=lambda kv: kv[1]):
         ch = key[1]
-        peer = ch[1] if key[0] == "s" else ch[0]
+        peer = "batches" if ch[2][1] else ch[1] if key[0] == "s" else ch[0]
         lane = lanes.setdefault((r, peer, ch[2]), [])
         if not lane or lane[-1][0] != i:
             lane.append((i, []))
