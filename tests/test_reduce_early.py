@@ -10,11 +10,13 @@ passed it. The checks and `run` now refuse it before any rank starts, the runtim
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import product
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import schedc
+from schedc.columns import held_as_columns
 from schedc.ir import Action, Op
 from schedc.passes.stage_ops import add_reduce_grad
 from schedc.report import run_checks
@@ -116,17 +118,20 @@ def test_a_reduction_is_clean_after_its_stages_last_backward_and_refused_before_
     it is one `reduce-early` finding, from the fast paths and the detailed checks alike."""
     program = add_reduce_grad(schedc.load("1f1b", {"P": P, "M": M}))
     rank = data.draw(st.integers(0, P - 1))
-    without = [st for st in program.ranks[rank] if st.parts[0].op is not Op.REDUCE_GRAD]
-    last = max(i for i, st in enumerate(without) if st.parts[0].op is Op.B)
+    without = [step for step in program.ranks[rank] if step.parts[0].op is not Op.REDUCE_GRAD]
+    last = max(i for i, step in enumerate(without) if step.parts[0].op is Op.B)
     to = data.draw(st.integers(0, len(without)))
     moved = _moved(program, rank, to)
-    for semantics in ("rendezvous", "gloo"):
-        for fast in (True, False):
-            report = run_checks(moved, semantics=Semantics.parse(semantics), fast=fast)
-            if to > last:
-                assert report.ok, report.render()
-            else:
-                assert [(d.code, d.rank) for d in report.errors] == [("reduce-early", rank)], report.render()
+    columns = held_as_columns(moved)  # as a CSV is held
+    # held as actions, the array path decides; held as columns, small.py: each clears it iff it is clean
+    assert (array_check(moved, Semantics(), None) is not None) == (to > last)
+    assert (small.quick_check(columns, Semantics(), None) is not None) == (to > last)
+    for held, semantics, fast in product((moved, columns), ("rendezvous", "gloo"), (True, False)):
+        report = run_checks(held, semantics=Semantics.parse(semantics), fast=fast)
+        if to > last:
+            assert report.ok, report.render()
+        else:
+            assert [(d.code, d.rank) for d in report.errors] == [("reduce-early", rank)], report.render()
 
 
 CSV = ("0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0F2,0SEND_F2,0RECV_B1,0B1,{early}0RECV_B2,0B2,{late}0RESHARD\n"
