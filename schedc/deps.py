@@ -3,7 +3,8 @@
 Values are `("act", s, m)`, the output of F(s,m), and `("grad", s, m)`, the input gradient made by
 I(s,m) or B(s,m). Communication moves a value between ranks by PyTorch's convention: SEND_F(s,m)
 on the rank of s meets RECV_F(s+1,m); SEND_B(s,m) meets RECV_B(s-1,m). Every pass, checker and
-simulator asks this module, so the rule is written once.
+simulator asks this module, so the rule is written once. A reduction of weight gradients
+(REDUCE_GRAD, REDUCE_TIED) needs every backward that adds to them, B or W, before it (`reduces`).
 """
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ NEEDS = {  # each (kind, offset): the value of that kind of stage s + offset, sa
     Op.SEND_B: (("grad", 0),),
 }
 DELIVERS = {Op.RECV_F: ("act", -1), Op.RECV_B: ("grad", 1)}  # a receive at stage s brings (kind, s + offset)
+# A stage's weight gradients: each microbatch's B or W adds to them (I computes input gradients only);
+# a reduction reads them, so every such backward of its stages on its rank comes before it
+# (docs/semantics.md, "Collectives"): torch's runtime would reduce, and scale by 1/M, a partial sum.
+ADDS_GRADIENT = frozenset({Op.B, Op.W})
+REDUCTIONS = frozenset({Op.REDUCE_GRAD, Op.REDUCE_TIED})
 
 
 def produces(a: Action) -> Value | None:
@@ -41,6 +47,18 @@ def producer(v: Value, backward: Op = Op.B) -> tuple[Op, int, int]:
     stage's `backward` (B, or I where the backward is split) for an input gradient."""
     kind, s, m = v
     return (Op.F if kind == "act" else backward, s, m)
+
+
+def reduces(a: Action, placement: tuple[int, ...]) -> tuple[int, ...]:
+    """The stages whose weight gradients a reduction reads on its rank: REDUCE_GRAD(s) stage s's
+    (FSDP's reduce-scatter too: torch finishes it there); REDUCE_TIED those of the first and the
+    last stage its rank holds (one tied weight: with one stage, nothing to sum). None for others."""
+    if a.op is Op.REDUCE_GRAD:
+        return (a.stage,)
+    if a.op is not Op.REDUCE_TIED or len(placement) < 2:
+        return ()
+    home = placement[a.stage]
+    return tuple(s for s in (0, len(placement) - 1) if placement[s] == home)
 
 
 def delivers(a: Action) -> Value | None:

@@ -5,14 +5,16 @@ one I + one W per (stage, microbatch) (a forward-only program: one F and no back
 reported, not merged; every value an action needs
 made on its rank before it, by the one rule of schedc/deps.py at both levels (F before B/I, I before
 W, F(s-1,m) before F(s,m) when both stages share a rank); for explicit communication, a receive
-before every consumer of a remote value and a send after every producer of one. Deadlock and
+before every consumer of a remote value and a send after every producer of one; a reduction of a
+stage's gradients after every backward that adds to them (deps.py's `reduces`). Deadlock and
 memory are checked elsewhere (schedc/verify/).
 """
 from __future__ import annotations
 
 from collections import defaultdict
 
-from .deps import consumer_stage, delivers, message, needs, payload, peer_stage, produces, value_name
+from .deps import (ADDS_GRADIENT, REDUCTIONS, consumer_stage, delivers, message, needs, payload, peer_stage, produces,
+                   reduces, value_name)
 from .errors import Diagnostic
 from .ir import COMPUTE, SENDS, WAITS, Action, Op, Program, describe
 
@@ -81,6 +83,7 @@ def lint(program: Program) -> list[Diagnostic]:
     _counts(program, out)
     _inputs(program, out)
     _waits(program, out)
+    _reductions(program, out)
     if program.level == "comms":
         _communication(program, out)
     return out.result()
@@ -295,6 +298,37 @@ def _waits(p: Program, out: Findings) -> None:
                     out.add("order", f"{describe(a)} waits for {what}, which comes "
                             f"{'in the same step' if at[0] == step else f'later, at step {display_step(at[1], at[0])}'}",
                             rank, step, a)
+
+
+def _reductions(p: Program, out: Findings) -> None:
+    """Every backward that adds to the gradients a reduction reads (B or W of its stages, on its
+    rank) comes before it: one listed after it is a `reduce-early` finding at the reduction."""
+    for rank, steps in enumerate(p.ranks):
+        found: list[tuple[int, Action]] = []
+        backwards: dict[int, list[tuple[int, Action]]] = defaultdict(list)  # stage -> its B and W, in order
+        for step, st in enumerate(steps):
+            for a in st.parts:
+                if a.op in ADDS_GRADIENT:
+                    backwards[a.stage].append((step, a))
+                elif a.op in REDUCTIONS:
+                    found.append((step, a))
+        for step, a in found:
+            stages = reduces(a, p.placement)
+            later = sorted(((x, b) for s in stages for x, b in backwards[s] if x > step), key=lambda e: e[0])
+            if later:
+                _reduce_early(out, rank, step, a, stages, later, sum(len(backwards[s]) for s in stages))
+
+
+def _reduce_early(out: Findings, rank: int, step: int, a: Action, stages, later, total: int) -> None:
+    """`a` reduces the gradients of `stages` before the backwards `later` ((step, action)) add to them."""
+    whose = " and ".join(f"stage {s}" for s in stages) + "'s"
+    shown = [f"{describe(b)} comes after it, at step {display_step(b, x)}{_where(b)}" for x, b in later[:3]]
+    if len(later) > 3:
+        shown.append(f"and {len(later) - 3} more backward(s) of {whose[:-2]}")
+    out.add("reduce-early", f"{describe(a)} reduces {whose} gradients before {len(later)} of the {total} "
+            "backwards (B or W) that add to them: torch's runtime would reduce, and scale by 1/M, a partial "
+            "sum", rank, step, a, notes=[*shown, "place it after the last of them (torch's lowering puts "
+                                        "REDUCE_GRAD right after a stage's last backward)"])
 
 
 def _arrivals(steps) -> dict:

@@ -221,17 +221,18 @@ def _refuse_detailed(program: Program) -> None:
 
 
 def _check_job(program: Program, semantics: Semantics, limits, file, engine) -> Report:
-    """A pipeline x data-parallel job (`replicas D`): each replica's structure and messages, the
-    order of every data-parallel group's collectives, then deadlock freedom and memory of the whole
-    job, whose rank d * P + p is replica d's pipeline rank p (schedc/verify/mesh.py). The native
-    executor decides (the Z3 engine checks one pipeline)."""
+    """A pipeline x data-parallel job (`replicas D`): each replica's structure (once for replicas
+    that run the same schedule) and messages, the order of every data-parallel group's
+    collectives, then deadlock freedom and memory of the whole job, whose rank d * P + p is replica
+    d's pipeline rank p (schedc/verify/mesh.py). The native executor decides (the Z3 engine checks
+    one pipeline)."""
     from .verify.mesh import job, order_findings
     P, D = program.num_ranks, program.dp
     replicas = [program.replica(d) for d in range(program.dp)]
     flat, cons = job(program, semantics)
     report = Report(flat, file, semantics, "native", replicas=program.dp)
-    for d, replica in enumerate(replicas):
-        report.errors.extend(_in_replica(diag, d, P) if D > 1 else diag for diag in lint(replica))
+    for d, copies in _distinct(replicas).items():
+        report.errors.extend(_in_replica(diag, d, P, copies) if D > 1 else diag for diag in lint(replicas[d]))
     if report.errors:
         return report
     report.peak_activation = tuple(x for r in replicas for x in peak_activation(r))
@@ -265,15 +266,30 @@ def _deadlock_finding(report: Report, notes: tuple[str, ...]) -> None:
         step=display_step(first.action, first.step) if first else None))
 
 
-def _in_replica(diag: Diagnostic, d: int, P: int) -> Diagnostic:
-    """A finding about one replica's pipeline, told with the job's rank number."""
+def _distinct(replicas: list[Program]) -> dict[int, list[int]]:
+    """Each replica whose schedule no earlier replica runs -> the later replicas that run it too."""
+    out: dict[int, list[int]] = {}
+    for d, replica in enumerate(replicas):
+        first = next((e for e in out if replicas[e].ranks == replica.ranks), None)
+        out.setdefault(d, []) if first is None else out[first].append(d)
+    return out
+
+
+def _in_replica(diag: Diagnostic, d: int, P: int, copies=()) -> Diagnostic:
+    """A finding about one replica's pipeline, told with the job's rank number (and, said once, of
+    the `copies`: the replicas that run the same schedule)."""
+    notes = diag.notes
+    if copies:
+        at = "" if diag.rank is None else f": the same at rank {', '.join(str(e * P + diag.rank) for e in copies)}"
+        notes += (f"replica {', '.join(map(str, copies))} run{'s' if len(copies) == 1 else ''} the same "
+                  f"schedule{at}",)
     if diag.rank is None:
-        return replace(diag, message=f"replica {d}: {diag.message}")
+        return replace(diag, message=f"replica {d}: {diag.message}", notes=notes)
     head = f"rank {diag.rank}, "
     message = diag.message
     if message.startswith(head):
         message = f"rank {d * P + diag.rank} (replica {d}), " + message[len(head):]
-    return replace(diag, message=message, rank=d * P + diag.rank)
+    return replace(diag, message=message, rank=d * P + diag.rank, notes=notes)
 
 
 def _other_backends(program: Program, semantics: Semantics, chans, declared: str) -> tuple[str, ...]:

@@ -81,15 +81,16 @@ def test_a_member_that_issues_fewer_collectives_is_refused():
 
 
 def test_a_collective_that_waits_on_work_that_waits_on_it_deadlocks():
-    # replica 0's rank 0 and replica 1's rank 1 reduce first; the others at the end
-    body = "if r == d { REDUCE_GRAD(r) } for m in 0 .. M { F(r, m) } for m in 0 .. M { B(r, m) } " \
-           "if r != d { REDUCE_GRAD(r) }"
+    # replica 0's rank 0 and replica 1's rank 1 gather first; the others at the end (an all-gather
+    # may come anywhere: a reduction placed first would be `reduce-early`, test_reduce_early.py)
+    body = "if r == d { UNSHARD(r) } for m in 0 .. M { F(r, m) } for m in 0 .. M { B(r, m) } " \
+           "if r != d { UNSHARD(r) }"
     report = schedc.check(job(body))
     assert report.deadlock is not None
     reasons = {w.reason for w in report.deadlock.cycle}
     assert reasons == {"collective-not-reached", "value"}  # collectives and data in one cycle
     assert {w.rank for w in report.deadlock.cycle} == {0, 1, 2, 3}
-    assert "waits at the collective REDUCE_GRAD(0) for rank 2 to reach its partner" in report.errors[0].message
+    assert "waits at the collective UNSHARD(0) for rank 2 to reach its partner" in report.errors[0].message
     assert "rank d * 2 + p is pipeline rank p of replica d" in report.errors[0].notes[0]
 
 
@@ -142,18 +143,19 @@ def test_collective_orders_agree_exactly_when_the_replicas_agree(order0, order1,
 
 
 TIED = """schedule tied {{
-  rank 0: 0F0 0SEND_F0 {early}0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1{late}
-  rank 1: 1RECV_F0 1F0 1RECV_F1 1B0 1SEND_B0 1F1 1B1 1SEND_B1 1REDUCE_TIED
+  rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 0REDUCE_TIED
+  rank 1: 1RECV_F0 1F0 1RECV_F1 1B0 1SEND_B0 1F1 1B1 {early}1SEND_B1{late}
 }}"""
 
 
 @pytest.mark.parametrize("semantics", ["rendezvous", "eager", "nccl", "gloo"])
 def test_a_tied_all_reduce_that_waits_on_a_message_that_waits_on_it_is_refused(semantics):
-    stuck = schedc.check(compile_text(TIED.format(early="0REDUCE_TIED ", late="")), semantics=semantics)
+    # rank 1 sums before it sends the gradient that rank 0's last backward (so its sum) waits for
+    stuck = schedc.check(compile_text(TIED.format(early="1REDUCE_TIED ", late="")), semantics=semantics)
     assert stuck.deadlock is not None
     assert any(w.reason == "collective-not-reached" and w.action.op is Op.REDUCE_TIED for w in stuck.deadlock.cycle)
-    assert "REDUCE_TIED(0) for rank 1 to reach its partner REDUCE_TIED(1)" in stuck.errors[0].message
-    fine = schedc.check(compile_text(TIED.format(early="", late=" 0REDUCE_TIED")), semantics=semantics)
+    assert "REDUCE_TIED(1) for rank 0 to reach its partner REDUCE_TIED(0)" in stuck.errors[0].message
+    fine = schedc.check(compile_text(TIED.format(early="", late=" 1REDUCE_TIED")), semantics=semantics)
     assert fine.ok, fine.render()
 
 
@@ -162,15 +164,16 @@ def test_the_tied_all_reduce_joins_only_the_first_and_last_stage():
                                        " rank 1: 1F0 1B0 1REDUCE_TIED }"))
     assert [d.code for d in report.errors] == ["bad-index"]
     assert "stage 1 is neither" in report.errors[0].message
-    # both ends on one rank (a V shape): a group of one, which completes at once
+    # both ends on one rank (a V shape): a group of one, which completes at once (after the
+    # backwards of both ends: test_reduce_early.py)
     vshape = schedc.check(compile_text("schedule v { stages 4\n place vshape\n ranks 2\n"
-                                       " rank 0: 0F0 3F0 3B0 0REDUCE_TIED 0B0 3REDUCE_TIED\n"
+                                       " rank 0: 0F0 3F0 3B0 0B0 0REDUCE_TIED 3REDUCE_TIED\n"
                                        " rank 1: 1F0 2F0 2B0 1B0 }"))
     assert vshape.ok, vshape.render()
 
 
 def test_torch_has_no_tied_all_reduce_so_export_says_so():
-    program = compile_text(TIED.format(early="", late=" 0REDUCE_TIED"))
+    program = compile_text(TIED.format(early="", late=" 1REDUCE_TIED"))
     with pytest.raises(schedc.SchedcError) as exc:
         schedc.to_torch_csv(program)
     assert "REDUCE_TIED" in exc.value.diagnostics[0].message

@@ -699,8 +699,8 @@ DP_DEADLOCK = """schedule dp(P = 2, M = 2) {
   stages P
   place loop
   replicas 2
-  rank r, replica d { if r == d { REDUCE_GRAD(r) } for m in 0 .. M { F(r, m) } for m in 0 .. M { B(r, m) }
-                      if r != d { REDUCE_GRAD(r) } }
+  rank r, replica d { if r == d { UNSHARD(r) } for m in 0 .. M { F(r, m) } for m in 0 .. M { B(r, m) }
+                      if r != d { UNSHARD(r) } }
 }
 """
 

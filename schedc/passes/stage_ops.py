@@ -16,10 +16,10 @@ from dataclasses import replace
 import numpy as np
 
 from ..columns import CODE, NO_MICROBATCH, OPS, Columns, columns_of, has_op, objects
+from ..deps import ADDS_GRADIENT as _BACKWARDS  # the actions that finish a microbatch's weight gradient
 from ..ir import Action, Op, Program, Step
 
 MAX_ACTIVE_STAGES = 3  # torch's default prefetch window for `_add_unshard_reshard`
-_BACKWARDS = (Op.B, Op.W)  # the actions that finish a microbatch's weight gradient
 
 
 _COMPUTE = frozenset(op for op in Op if op.is_compute)

@@ -24,6 +24,8 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 
+from ..deps import reduces
+from ..ir import Action, Op
 from .backward import backward_input as split_backward_input, backward_weight as split_backward_weight
 from .table import Compound, Instr, Table, parts, partners, value_name
 from .trace import Recorder, step_name
@@ -340,10 +342,7 @@ class PipelineInterpreter:
         once every member has reached it). Every backward of the stage must have run before it."""
         import torch.distributed as dist
         s = a.stage
-        done = self._backwards.get(s, 0)
-        if done < self.M:
-            raise ScheduleError(f"{a} averages stage {s}'s gradients over its data-parallel group after only "
-                                f"{done} of its {self.M} backwards: the rest would be left out of the average")
+        self._after_backwards(a, "averages its stage's gradients over the data-parallel group")
         if s in self._reduced:
             raise ScheduleError(f"{a}: stage {s}'s gradients were already averaged in this step")
         self._reduced.add(s)
@@ -367,6 +366,15 @@ class PipelineInterpreter:
         if self.trace is not None:
             self.trace.collective(self.train_step, self._index, str(a), t0, t1)
 
+    def _after_backwards(self, a: Instr, what: str) -> None:
+        """Every backward that adds to the gradients `a` reduces has run: the rule `schedc check`
+        holds a schedule to (schedc/deps.py's `reduces`; its finding `reduce-early`)."""
+        for s in reduces(Action(Op(a.op), a.stage), self.table.placement):
+            done = self._backwards.get(s, 0)
+            if done < self.M:
+                raise ScheduleError(f"{a} {what} after only {done} of stage {s}'s {self.M} backwards: "
+                                    "the rest would be left out (reduce-early: schedc check refuses the schedule)")
+
     def reduce_tied(self, a: Instr) -> None:
         """REDUCE_TIED(s), s the first or the last stage: the sum of the tied parameters' gradients of
         the two ends (an all-reduce between their ranks, or a sum on the rank that holds both), so
@@ -380,10 +388,7 @@ class PipelineInterpreter:
         if a.stage not in self.tied or any(s not in self.tied for s in mine):
             raise ScheduleError(f"{a}: the model names no tied parameters for stage {a.stage} (its "
                                 "`tied_parameters(module, stage, num_stages)`)")
-        for s in mine:
-            if self._backwards.get(s, 0) < self.M:
-                raise ScheduleError(f"{a} sums the tied weights' gradients after only {self._backwards.get(s, 0)} of "
-                                    f"stage {s}'s {self.M} backwards: the rest would be left out")
+        self._after_backwards(a, "sums the tied weights' gradients")
         if len(mine) == 2:  # one rank holds both ends: sum here, once
             if "tied" in self._reduced_ops:
                 return

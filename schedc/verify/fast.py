@@ -31,6 +31,9 @@ _CODE = {op: i for i, op in enumerate(_OPS)}
 F, B, I, W = (_CODE[o] for o in (Op.F, Op.B, Op.I, Op.W))
 SF, RF, SB, RB = (_CODE[o] for o in (Op.SEND_F, Op.RECV_F, Op.SEND_B, Op.RECV_B))
 _SCHEDC_ONLY = [_CODE[o] for o in SCHEDC_ONLY]  # explicit waits and the tied all-reduce: the detailed checks
+_KINDS = (Op.F, Op.B, Op.I, Op.W)  # the rows of the position table below
+_ADDS_GRADIENT = [_KINDS.index(o) for o in deps.ADDS_GRADIENT]  # its rows of the backwards a reduction waits for
+assert deps.REDUCTIONS - {Op.REDUCE_GRAD} <= SCHEDC_ONLY  # REDUCE_GRAD is the one reduction asked here
 MAX_CELLS = 4_000_000  # stage x microbatch tables above this go to the detailed checks
 assert deps.NEEDS[Op.B] == deps.NEEDS[Op.I]  # below, "the backward" (B, or I where split) stands for both
 SEND_OF = {deps.NEEDS[o][0][0]: o for o in (Op.SEND_F, Op.SEND_B)}  # the send that carries a kind of value
@@ -139,6 +142,8 @@ def array_check(program: Program, semantics: Semantics, limits: dict[int, float]
     pos[ck] = step[compute]
     pos = pos.reshape(4, S, M)
     posF, posB, posI, posW = pos
+    if _reduces_early(op, stage, step, pos):
+        return None
     back = np.where(full, posB, posI)  # the step that makes the input gradient
     links = _links({"act": posF, "grad": back}, ((Op.F, posF, None), (Op.B, back, None), (Op.W, posW, split)),
                    placement, S)
@@ -160,6 +165,16 @@ def array_check(program: Program, semantics: Semantics, limits: dict[int, float]
         return None
     peaks, peak_steps = _peaks(program, op, stage, rank, step, R)
     return cleared(program, peaks, [int(x) for x in peak_steps], limits)
+
+
+def _reduces_early(op, stage, step, pos: np.ndarray) -> bool:
+    """Does some REDUCE_GRAD(s) come no later than a backward that adds to stage s's gradients
+    (deps.ADDS_GRADIENT; all on its rank, as placement was checked)? lint's `reduce-early`."""
+    reduce = op == _CODE[Op.REDUCE_GRAD]
+    if not reduce.any():
+        return False
+    last = pos[_ADDS_GRADIENT].max(axis=(0, 2))  # each stage's last such backward (-1: none)
+    return bool((step[reduce] <= last[stage[reduce]]).any())
 
 
 def cleared(program: Program, peaks: list[float], steps: list[int], limits: dict[int, float] | None) -> Clear | None:

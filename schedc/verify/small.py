@@ -32,6 +32,8 @@ MAX_ACTIONS = 1500  # programs up to this many steps take this path (beyond, the
 F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B = range(8)  # op codes (schedc/columns.py's): the ones this path knows
 assert [CODE[op] for op in (Op.F, Op.B, Op.I, Op.W, Op.SEND_F, Op.RECV_F, Op.SEND_B, Op.RECV_B)] == list(range(8))
 _STAGE_OPS = frozenset(CODE[op] for op in (Op.UNSHARD, Op.RESHARD, Op.REDUCE_GRAD))
+_REDUCTIONS = frozenset(CODE[op] for op in deps.REDUCTIONS) & _STAGE_OPS  # (REDUCE_TIED: the detailed checks)
+_ADDS_GRADIENT = tuple(CODE[op] for op in deps.ADDS_GRADIENT)
 assert all(off == 0 for _, off in deps.NEEDS[Op.W])  # only F and the backward, which always exist, need across ranks
 _SEND = {kind: CODE[op] for kind, op in SEND_OF.items()}  # the send of a value's kind
 _RECEIVE = {need: CODE[op] for need, op in RECEIVE_OF.items()}  # the receive of a (kind, offset) need
@@ -43,7 +45,8 @@ class _Actions:
     has `lengths[r]` steps (the parts of a compound share a step). `comms`: some action is a send
     or receive. `columns`: the op code, stage and microbatch arrays they were read from, if any."""
 
-    __slots__ = ("step", "op", "stage", "mb", "starts", "lengths", "comms", "compounds", "columns", "extra")
+    __slots__ = ("step", "op", "stage", "mb", "starts", "lengths", "comms", "compounds", "columns", "extra",
+                 "reductions")
 
     def __init__(self):
         self.step, self.op, self.stage, self.mb = [], [], [], []
@@ -52,6 +55,7 @@ class _Actions:
         self.comms = self.compounds = False
         self.columns = None
         self.extra: list[tuple[int, int]] = []  # (rank, stage) of each per-stage operation of torch's
+        self.reductions: list[tuple[int, int]] = []  # (step, stage) of each REDUCE_GRAD among them
 
     def indices(self, S: int, M: int) -> tuple[list[int], list[int]]:
         """Each action's op * S + stage, and its place in a table over (op code, stage,
@@ -76,7 +80,7 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
     placement, S, M = program.placement, program.num_stages, program.num_microbatches
     op_stages, keys = acts.indices(S, M)
     pos = _positions(acts, keys, placement, S, M)
-    cross = None if pos is None else _needs(pos, placement, S, M)
+    cross = None if pos is None or not _reduce_late(acts, pos, S, M) else _needs(pos, placement, S, M)
     if cross is None:
         return None
     if acts.comms:  # sends and receives: the messages decide the waits
@@ -131,12 +135,13 @@ def _without_stage_ops(held, ops, out: _Actions) -> _Actions:
     hold them): each keeps its step, and is not an action here. Without replicas (the caller's
     condition) each is a collective of one member, which waits for nothing and holds nothing; the
     array path asks only that its stage be in range and on its rank, and so does `_positions`
-    (`extra`)."""
+    (`extra`); a REDUCE_GRAD must also come after its stage's backwards (`reductions`, `_reduce_late`)."""
     stages, mbs, starts = held.stage.tolist(), held.microbatch.tolist(), held.starts
     out.lengths = [b - a for a, b in pairwise(starts)]
     steps = list(chain.from_iterable(map(range, out.lengths)))
     keep = [i for i, k in enumerate(ops) if k <= RECV_B]
     out.extra = [(bisect_right(starts, i) - 1, stages[i]) for i, k in enumerate(ops) if k > RECV_B]
+    out.reductions = [(steps[i], stages[i]) for i, k in enumerate(ops) if k in _REDUCTIONS]
     out.starts = [bisect_left(keep, a) for a in starts]
     out.step, out.op = [steps[i] for i in keep], [ops[i] for i in keep]
     out.stage, out.mb = [stages[i] for i in keep], [mbs[i] for i in keep]
@@ -204,6 +209,16 @@ def _positions(acts: _Actions, keys: list[int], placement, S: int, M: int) -> li
         if (x >= 0) == (y >= 0) or (y >= 0) != (z >= 0):
             return None  # no backward, or both forms, or an I without its W
     return pos
+
+
+def _reduce_late(acts: _Actions, pos: list[int], S: int, M: int) -> bool:
+    """Does every REDUCE_GRAD(s) come after each backward that adds to stage s's gradients
+    (deps.ADDS_GRADIENT, on its rank: all are, by `_on_their_ranks`)? Else lint's `reduce-early`."""
+    SM = S * M
+    for t, s in acts.reductions:
+        if any(x >= t for k in _ADDS_GRADIENT for x in pos[k * SM + s * M:k * SM + (s + 1) * M]):
+            return False
+    return True
 
 
 def _on_their_ranks(acts: _Actions, placement, S: int) -> bool:
