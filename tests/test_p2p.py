@@ -153,6 +153,26 @@ def test_under_nccl_a_grouped_operation_never_meets_a_single_one():
     assert any("one grouped and one single" in why for why, _ in never.values()), never
 
 
+def test_run_on_nccl_refuses_what_only_rendezvous_clears(tmp_path, run_cli, monkeypatch):
+    """rendezvous vouches for a run on NCCL only where each message is grouped on both ends or on
+    neither: `schedc run --backend nccl` checks under nccl too, before any rank starts."""
+    import schedc.runtime.backends
+    import schedc.runtime.launch
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a rank was started")
+    monkeypatch.setattr(schedc.runtime.launch, "launch", refuse)
+    monkeypatch.setattr(schedc.runtime.backends, "problem", lambda backend, nproc: None)  # as if GPUs were here
+    path = tmp_path / "mixed.pp"
+    path.write_text(GROUPED.replace("0F0 0SEND_F0", "0F0 (0SEND_F0)GROUP") % "")
+    assert schedc.check(schedc.load(path)).ok is True  # under rendezvous
+    code, out, err = run_cli("run", str(path), "--model", "examples.mlp:build_stages", "--backend", "nccl",
+                             "--semantics", "rendezvous", "--steps", "1")
+    assert code == 1, (out, err)
+    assert "on --backend nccl: the program under nccl too: FAILED" in out
+    assert "error[deadlock]" in err and "checks under rendezvous but not under nccl" in err, err
+
+
 def test_the_interpreter_posts_one_batch_per_group_and_communicator(monkeypatch):
     """No launch: torch.distributed faked. Rank 0 of GROUPED posts its group as one batch_isend_irecv
     (two under `p2p split`: torch takes one process group per call), its singles with send/recv; a

@@ -78,6 +78,10 @@ def run(args, stdout, stderr) -> int:
             stderr.write("schedc: checks did not pass; not running (--no-verify runs it anyway)\n")
             return common.exit_of(report)
         verified = str(semantics)
+        if args.backend == "nccl" and verified != "nccl":
+            on_nccl = _nccl_checked(program, verified, stdout, stderr)
+            if on_nccl.ok is not True:
+                return common.exit_of(on_nccl)
         if args.receives == "early":
             early = _early_receives_checked(program, stdout, stderr)
             if early.ok is not True:
@@ -146,6 +150,20 @@ def _early_receives_checked(program, stdout, stderr):
     if report.ok is not True:
         stderr.write(report.render() + "\n")
         stderr.write("schedc: the program with its receives posted early does not check; not running\n")
+    return report
+
+
+def _nccl_checked(program, verified: str, stdout, stderr):
+    """The report on the program under nccl, for a run on NCCL verified under another semantics that
+    vouches for it (rendezvous): the nesting holds only for messages grouped on both ends or on
+    neither (docs/semantics.md, "Groups under nccl"), which only the nccl verdict checks."""
+    from ..api import check
+    report = check(program, semantics="nccl")
+    stdout.write(f"  on --backend nccl: the program under nccl too: {'ok' if report.ok else 'FAILED'}\n")
+    if report.ok is not True:
+        stderr.write(report.render() + "\n")
+        stderr.write(f"schedc: the program checks under {verified} but not under nccl, which --backend nccl "
+                     "runs; not running\n")
     return report
 
 
