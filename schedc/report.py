@@ -156,9 +156,17 @@ def _peak_dict(pk: Peak, limit) -> dict:
             "inserted": None if pk.inserted is None else format_step(pk.inserted)}
 
 
-def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str = "native",
-               timeout_s: float = 30.0, memory_limit: dict[int, float] | None = None,
-               file: str | None = None, fast: bool = True) -> Report:
+def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, **options) -> Report:
+    """Every check of `program` (`_checks`), then the runtimes' own hangs (schedc/verify/runtime_hangs.py)."""
+    from .verify.runtime_hangs import add_runtime_findings
+    report = _checks(program, semantics=semantics, **options)
+    add_runtime_findings(report, program, semantics)
+    return report
+
+
+def _checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str = "native",
+            timeout_s: float = 30.0, memory_limit: dict[int, float] | None = None,
+            file: str | None = None, fast: bool = True) -> Report:
     declared, (program, note) = program.p2p, as_paired(program, semantics)
     # the fast paths (plain Python for a small program, else arrays); what they cannot clear gets
     # the detailed checks. They clear one pipeline without collectives only, so a program they clear

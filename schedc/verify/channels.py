@@ -23,25 +23,32 @@ from ..ir import Action, Op, Program
 
 
 BACKENDS = ("nccl", "gloo")
+SHAPES = "+shapes"  # a backend whose runtime exchanges shapes first (`nccl+shapes`)
 
 
 @dataclass(frozen=True)
 class Semantics:
     """`rendezvous` (buffer 0), `eager` (unbounded), `bounded` with `buffer` messages per channel,
-    or a backend, `nccl` or `gloo`, whose operations are posted and awaited (`posted`)."""
+    or a backend, `nccl` or `gloo`, whose operations are posted and awaited (`posted`); a backend
+    with `shapes` (`nccl+shapes`) exchanges each step's message shapes first, blocking, as Megatron
+    does with variable sequence lengths (schedc/verify/shapes.py)."""
 
     kind: str = "rendezvous"
     buffer: int = 0
+    shapes: bool = False
 
     @staticmethod
     def parse(text: str) -> "Semantics":
+        if text.endswith(SHAPES) and text[:-len(SHAPES)] in BACKENDS:
+            return Semantics(text[:-len(SHAPES)], 0, shapes=True)
         if text in ("rendezvous", "eager") or text in BACKENDS:
             return Semantics(text, 0)
         if text.startswith("bounded:") and text[8:].isdigit():
             k = int(text[8:])
             return Semantics("bounded", k) if k > 0 else Semantics("rendezvous", 0)
         raise SchedcError("usage", f"unknown semantics {text!r}; expected rendezvous, eager, bounded:K "
-                          "(K a positive integer), nccl or gloo", where="--semantics")
+                          "(K a positive integer), nccl or gloo (nccl+shapes, gloo+shapes: with Megatron's "
+                          "blocking shape exchange)", where="--semantics")
 
     @property
     def posted(self) -> bool:
@@ -58,7 +65,7 @@ class Semantics:
         return f"{self} sends"
 
     def __str__(self) -> str:
-        return f"bounded:{self.buffer}" if self.kind == "bounded" else self.kind
+        return f"bounded:{self.buffer}" if self.kind == "bounded" else self.kind + (SHAPES if self.shapes else "")
 
 
 RENDEZVOUS = Semantics()

@@ -1,0 +1,131 @@
+"""The order in which a job's ranks first use their NCCL communicators (`comm-init-order`, nccl only).
+
+Under NCCL, torch makes a communicator lazily, at its first use, and making it is a collective of its
+members: a rank's single `isend`/`irecv` to a peer makes the 2-rank communicator of that pair
+(ProcessGroupNCCL's `getKeySendRecv`), its first all-reduce on a group that group's. A rank blocks
+there until every member has come to the same communicator, so when ranks first use shared
+communicators in orders no one order agrees with (a cycle in "first used before"), the job hangs as
+it starts. docs/semantics.md, "Communicator creation".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import Diagnostic
+from ..ir import Action, Program, describe
+from ..lint import display_step
+from .channels import GRADIENTS, channels
+from .mesh import groups
+
+
+@dataclass(frozen=True)
+class FirstUse:
+    """A rank's first use of a communicator: where, and which action makes it."""
+
+    comm: tuple  # ("pair", low rank, high rank, communicator) or a collective group's key (verify/mesh.py)
+    rank: int
+    step: int
+    part: int
+    action: Action
+
+
+def first_uses(program: Program) -> dict[int, list[FirstUse]]:
+    """Each job rank -> the communicators it uses, in the order it first uses them (a step's parts in
+    the order listed, as schedc's runtime posts a group's members one `isend`/`irecv` at a time).
+    A compute-level program is read as schedc lowers it."""
+    if program.level != "comms":
+        from ..passes import lower
+        program = lower(program)
+    uses: dict[int, dict[tuple, FirstUse]] = {}
+    for use in [*_messages(program), *_collectives(program)]:
+        seen = uses.setdefault(use.rank, {})
+        if use.comm not in seen or _at(use) < _at(seen[use.comm]):
+            seen[use.comm] = use
+    return {rank: sorted(seen.values(), key=_at) for rank, seen in sorted(uses.items())}
+
+
+def _at(use: FirstUse) -> tuple[int, int]:
+    return use.step, use.part
+
+
+def _messages(program: Program):
+    """Every send and receive of every replica, on the communicator of its rank pair (job ranks)."""
+    P = program.num_ranks
+    for d in range(program.dp):
+        chans = channels(program.replica(d))
+        for table in (*chans.sends.values(), *chans.recvs.values()):
+            for ep in table:
+                src, dst, comm, _ = ep.channel
+                low, high = sorted((d * P + src, d * P + dst))
+                yield FirstUse(("pair", low, high, comm), d * P + ep.rank, ep.step, ep.part, ep.action)
+
+
+def _collectives(program: Program):
+    """Every collective on a group of more than one member (a lone member needs no communicator)."""
+    for key, members in groups(program).items():
+        if len(members) < 2:
+            continue
+        for issues in members.values():
+            for i in issues:
+                yield FirstUse(key, i.rank, i.step, i.part, i.action)
+
+
+def creation_cycle(uses: dict[int, list[FirstUse]]) -> list[tuple[FirstUse, FirstUse]] | None:
+    """A cycle of "first used before" among communicators, as (rank's earlier use, its later use)
+    pairs, one per rank on the cycle; None when one order of creation suits every rank."""
+    edges: dict[tuple, list[tuple[FirstUse, FirstUse]]] = {}
+    for seq in uses.values():
+        for a, b in zip(seq, seq[1:]):
+            edges.setdefault(a.comm, []).append((a, b))
+    state: dict[tuple, int] = {}  # 1: on the current path, 2: done
+    path: list[tuple[FirstUse, FirstUse]] = []
+
+    def visit(comm) -> list | None:
+        state[comm] = 1
+        for a, b in edges.get(comm, ()):
+            path.append((a, b))
+            if state.get(b.comm) == 1:
+                start = next(i for i, (x, _) in enumerate(path) if x.comm == b.comm)
+                return path[start:]
+            if b.comm not in state:
+                found = visit(b.comm)
+                if found:
+                    return found
+            path.pop()
+        state[comm] = 2
+        return None
+
+    for comm in sorted(edges, key=repr):
+        if comm not in state:
+            found = visit(comm)
+            if found:
+                k = found.index(min(found, key=lambda e: (e[0].rank, _at(e[0]))))
+                return found[k:] + found[:k]  # told from its lowest rank
+    return None
+
+
+def comm_init_findings(program: Program) -> list[Diagnostic]:
+    """The `comm-init-order` finding of a job whose ranks first use communicators in a cyclic order."""
+    cycle = creation_cycle(first_uses(program))
+    if cycle is None:
+        return []
+    first = cycle[0][0]
+    told = "; ".join(f"rank {a.rank} first uses {_name(a.comm)} ({describe(a.action)}, step "
+                     f"{display_step(a.action, a.step)}) before {_name(b.comm)} ({describe(b.action)}, step "
+                     f"{display_step(b.action, b.step)})" for a, b in cycle)
+    return [Diagnostic(
+        "comm-init-order", f"the ranks make their NCCL communicators in orders that cannot agree: {told}; each "
+        "is made at its first use by all its members together, so each of these ranks waits in one for a rank "
+        "that waits in another", first.action.span,
+        ("torch makes NCCL communicators lazily (on first use) unless the process group is initialised "
+         "eagerly; NVIDIA/Megatron-LM#5240 hung so with lazily made 2-rank communicators",),
+        rank=first.rank, step=display_step(first.action, first.step))]
+
+
+def _name(comm: tuple) -> str:
+    if comm[0] == "pair":
+        _, low, high, which = comm
+        return f"the communicator of ranks {low} and {high}" + (" for gradients" if which == GRADIENTS else "")
+    kind, index = comm
+    return f"the data-parallel group of pipeline rank {index}" if kind == "dp" else \
+        f"the tied-weights group of replica {index}"

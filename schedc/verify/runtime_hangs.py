@@ -1,0 +1,52 @@
+"""Hangs that come from how a runtime sets up communication, not from the order of the schedule.
+
+Megatron's blocking shape exchange (`nccl+shapes`, schedc/verify/shapes.py), NCCL's lazily made
+communicators (`comm-init-order`, schedc/verify/comm_init.py), and torch's `eval()` on V-shaped
+schedules (a note). `add_runtime_findings` adds them to a report once its checks are done.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..errors import Diagnostic
+from ..ir import Program
+from ..lint import display_step
+from .channels import Semantics
+from .comm_init import comm_init_findings
+from .shapes import MEGATRON, shape_cause, shape_exchange_deadlock
+
+READ_FURTHER = frozenset({"mismatch", "unmatched", "deadlock", "memory"})  # findings after which the program is still read
+TORCH_EVAL_V = ("torch 2.13's own runtime cannot run this inference: its eval() fails on V-shaped schedules, where a "
+                "stage hands its value to the next stage on its own rank (ScheduleZBVZeroBubble.eval: \"can't "
+                "steal_bwd_input if this stage doesn't have backward\"), and it refuses an action list without "
+                "backwards; schedc run runs it")
+
+
+def add_runtime_findings(report, program: Program, semantics: Semantics) -> None:
+    """The runtime hangs of `program` under `semantics`, added to `report` (a `schedc.report.Report`)."""
+    if any(d.code not in READ_FURTHER for d in report.errors):
+        return  # the structure is wrong: those findings come first
+    if semantics.kind == "nccl":
+        report.errors.extend(comm_init_findings(program))
+    if report.deadlock is None:
+        _shape_exchange(report, program, semantics)
+    if program.forward_only and v_shaped(program):
+        report.notes = (*report.notes, TORCH_EVAL_V)
+
+
+def _shape_exchange(report, program: Program, semantics: Semantics) -> None:
+    """A `deadlock` finding when the blocking shape exchange of `semantics` deadlocks the program."""
+    found = shape_exchange_deadlock(program, semantics)
+    if found is None:
+        return
+    report.deadlock = replace(found, semantics=semantics)
+    first = found.cycle[0] if found.cycle else None
+    report.errors.append(Diagnostic(
+        "deadlock", shape_cause(found, semantics), first.action.span if first else None, (MEGATRON,),
+        rank=first.rank if first else None, step=display_step(first.action, first.step) if first else None))
+
+
+def v_shaped(program: Program) -> bool:
+    """Does some stage hand its output to the next stage on its own rank (ZB-V, DualPipeV)?"""
+    placement = program.placement
+    return any(placement[s] == placement[s + 1] for s in range(len(placement) - 1))
