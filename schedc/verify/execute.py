@@ -79,18 +79,21 @@ def execute(program: Program, semantics: Semantics = RENDEZVOUS, chans: Channels
             starts.append(len(tq))
     pc = run_ranks(lengths, limit, starts, tq, tj)
     waits = {n: tuple(_waits(program, cons, n, pc)) for n in range(len(lengths)) if pc[n] < lengths[n]}
-    ends = {r: found for r, ends in enumerate(cons.ends) if pc[r] == lengths[r]
-            if (found := tuple(_end_waits(program, cons, r, ends, pc, waits)))}
+    ends = {}
+    for r, awaited in enumerate(cons.ends):
+        unmet = tuple(_end_waits(program, cons, r, awaited, pc, waits)) if pc[r] == lengths[r] else ()
+        if unmet:
+            ends[r] = unmet
     finished = pc == lengths and not ends
     return Outcome(finished, semantics, tuple(pc[:R]), waits, tuple(pc[R:]), ends)
 
 
-def _end_waits(program: Program, cons: Constraints, r: int, ends, pc: list[int], waits: dict):
+def _end_waits(program: Program, cons: Constraints, r: int, awaited, pc: list[int], waits: dict):
     """The sends rank r, past its list, still waits for at the end of the step: under gloo each whose
     receive is not posted; under nccl the operation at the head of each stream that is not empty
     (and what that head waits for)."""
     end = len(program.ranks[r])
-    for w in ends:
+    for w in awaited:
         if w.node is not None and pc[w.node] > w.on_step:
             continue
         if w.node is None:
