@@ -214,11 +214,13 @@ def _cases(tmp: Path) -> list[dict]:
     from conftest import compile_text
     from schedc.lower import lower_to_torch
     from test_differential import gloo_sample
+    from test_stuck_ranks import ENDS_GLOO
     fixed = [("prefetch (issue 18)", compile_text(PREFETCH))]
     (tmp / "torch.csv").write_text(TORCH_CSV)
     fixed.append(("torch's CSV (issue 18)", schedc.load(str(tmp / "torch.csv"))))
     fixed += [(f"tests/test_differential.py's gloo sample: {what}", program)  # its runs, in this launch
               for what, program in gloo_sample().items()]
+    fixed.append(("ends (issue 30)", compile_text(ENDS_GLOO)))  # rank 0 hangs at the end of the step
     picked = [(name, program, "fixed") for name, program in fixed]
     bases = list(_bases())
     rng = random.Random(SEED)
@@ -255,6 +257,7 @@ def test_the_gloo_verdict_is_what_the_runtime_does_on_gloo(tmp_path):
         ("ok", True), ("ok", True), ("ok", False), ("ok", True), ("deadlock", True)]
     # programs only a posted runtime completes (rendezvous calls them deadlocked) are among them
     assert sum(c["verdict"] == "ok" and c["rendezvous_deadlock"] for c in cases) == 3 + WANT["ok, not rendezvous"]
+    assert cases[5]["stuck"]["0"] == "the end of its program"  # issue 30: named where the runtime hangs it
     assert {c["meta"]["ranks"] for c in cases} == {2, 3}
     results = run_cases(__file__, cases, tmp_path, WORLD, deadline=LAUNCH_DEADLINE)
     wrong = []
