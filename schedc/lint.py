@@ -63,9 +63,12 @@ def display_step(action: Action | None, step: int) -> int:
 
 
 def shown_step(program: Program, rank: int, index: int) -> int:
-    """`display_step` of a rank's step given by its index (an index past the end stays as it is)."""
+    """`display_step` of a rank's step given by its index; its list's length (a rank at the end of the
+    step, waiting for its sends) is the step after its last."""
     steps = program.ranks[rank]
-    return display_step(steps[index].parts[0], index) if 0 <= index < len(steps) else index
+    if 0 <= index < len(steps):
+        return display_step(steps[index].parts[0], index)
+    return index if not steps or index < 0 else shown_step(program, rank, len(steps) - 1) + 1 + index - len(steps)
 
 
 def lint(program: Program) -> list[Diagnostic]:

@@ -14,7 +14,7 @@ from .errors import Diagnostic, SchedcError
 from .outputs import rounded
 from .ir import RECVS, Action, Program, describe, format_step
 from .lint import display_step, lint
-from .verify.deadlock import Deadlock, disagreement, find_deadlock, render_grid
+from .verify.deadlock import Deadlock, disagreement, end_of_step_notes, find_deadlock, render_grid
 from .verify.channels import BACKENDS, as_paired, describe_channel
 from .verify.execute import RENDEZVOUS, Semantics, channels, execute
 from .verify.fast import Clear, over_limit, quick_check
@@ -270,7 +270,7 @@ def _deadlock_finding(report: Report, notes: tuple[str, ...]) -> None:
     first = dl.cycle[0] if dl.cycle else None
     report.errors.append(Diagnostic(
         "deadlock", f"deadlock under {report.semantics.phrase()}: {dl.cause}",
-        first.action.span if first else None, notes, rank=first.rank if first else None,
+        first.action.span if first else None, (*end_of_step_notes(dl), *notes), rank=first.rank if first else None,
         step=display_step(first.action, first.step) if first else None))
 
 

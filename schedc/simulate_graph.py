@@ -14,7 +14,7 @@ from .deps import needs, payload, produces, value_name
 from .errors import SchedcError
 from .ir import COMM, COMPUTE, RECVS, SENDS, WAITS, Compound, CompoundKind, Program, describe
 from .verify.channels import Semantics, channels
-from .verify.deadlock import find_deadlock
+from .verify.deadlock import end_of_step_notes, find_deadlock
 from .verify.graph import constraints
 from .verify.mesh import job, job_channels, joins_ranks
 
@@ -248,9 +248,10 @@ def _topological(cons, lengths) -> list[tuple[int, int]]:
 def _deadlock(program: Program, semantics: Semantics, dead) -> SchedcError:
     from .lint import display_step
     first = dead.cycle[0] if dead.cycle else None
-    notes = [f"rank {r} stops at step {display_step(program.ranks[r][x].parts[0], x)}, "
+    ends = dict(zip(sorted(dead.ends), end_of_step_notes(dead)))
+    notes = [ends[r] if r in ends else f"rank {r} stops at step {display_step(program.ranks[r][x].parts[0], x)}, "
              f"{', '.join(describe(a) for a in program.ranks[r][x].parts)}"
-             for r, x in sorted(dead.stuck.items())[:8] if x < len(program.ranks[r])]
+             for r, x in sorted(dead.stuck.items())[:8]]
     notes.append(f"`schedc check --semantics {semantics}` shows the wait-for cycle")
     return SchedcError("deadlock", f"the program deadlocks under {semantics.phrase()}: {dead.cause}",
                        first.action.span if first else None, notes)

@@ -44,3 +44,13 @@ def finish(out_dir: str, rank: int, results: dict) -> None:
     dist.barrier()
     sys.stdout.flush()
     os._exit(0)
+
+
+def watchdog_places(deadlock) -> dict[str, str]:
+    """Where the checker's deadlock says each stuck rank hangs, in the words of the runtime's watchdog
+    report (schedc/runtime/watchdog.py): `at program step X (`, or for a rank that ran through its list
+    and waits for its sends, `the end of its program`. By rank (as a string: the cases go in JSON)."""
+    if deadlock is None:
+        return {}
+    return {str(r): "the end of its program" if r in deadlock.ends else f"at program step {x} ("
+            for r, x in deadlock.stuck.items()}

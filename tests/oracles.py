@@ -359,13 +359,22 @@ def frames_instances(m, params) -> list[list[tuple[int, int, int]]]:
 
 
 def posted_run(program, backend: str) -> bool:
-    """Does a comms-level program finish under a backend (`nccl` or `gloo`), as torch's runtime
+    """Does a comms-level program finish under a backend (`nccl` or `gloo`): no rank hangs
+    (`posted_hangs`)."""
+    return not posted_hangs(program, backend)
+
+
+def posted_hangs(program, backend: str) -> dict[int, int]:
+    """Where each rank that never finishes hangs (rank -> step; its list's length: the end of the
+    step) when a comms-level program runs under a backend (`nccl` or `gloo`), as torch's runtime
     runs it: sends and receives are posted at their place without blocking; F waits for the
-    receive of its input activation, B and I for that of their input gradient; under nccl each
-    rank's operations with one peer run on one stream in issue order, a pair completing once both
-    have been reached on their streams, and the run ends only when every stream is empty; a group is
-    one batch on a stream of the rank's batches (every peer), and a grouped operation pairs only with
-    a grouped one (another NCCL communicator); under gloo a receive completes once its send is posted. Under `p2p split` gradients travel on a
+    receive of its input activation, B and I for that of their input gradient; a rank that has run
+    through its list waits at the end of the step until every operation it posted has completed;
+    under nccl each rank's operations with one peer run on one stream in issue order, a pair
+    completing once both have been reached on their streams; a group is one batch on a stream of the
+    rank's batches (every peer), and a grouped operation pairs only with a grouped one (another NCCL
+    communicator); under gloo a receive completes once its send is posted, and a send once its
+    receive is. Under `p2p split` gradients travel on a
     communicator of their own (a stream of their own under nccl); under `p2p tagged` a message's tag
     is its payload, which gloo pairs by and NCCL ignores. Written from the rule alone, as a fixpoint."""
     R, S = program.num_ranks, program.num_stages
@@ -466,10 +475,11 @@ def posted_run(program, backend: str) -> bool:
                         break
                     head[key] += 1
                     progress = True
-    finished = all(pc[r] == len(program.ranks[r]) for r in range(R))
-    if backend == "nccl":
-        finished = finished and all(head[key] == len(lane) for key, lane in streams.items())
-    return finished
+    hangs = {r: pc[r] for r in range(R) if pc[r] < len(program.ranks[r])}
+    for r, i, a, ch, k in ops:
+        if r not in hangs and not done(ch, k):  # past its list, it waits for what it posted
+            hangs[r] = len(program.ranks[r])
+    return hangs
 
 
 def job_run(program: Program, semantics: str) -> bool:

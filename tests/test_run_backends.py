@@ -15,14 +15,13 @@ import io
 import json
 import os
 import random
-import re
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from launched import run_cases
+from launched import run_cases, watchdog_places
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = 3
@@ -218,11 +217,13 @@ def _cases(tmp: Path) -> list[dict]:
     from conftest import compile_text
     from schedc.lower import lower_to_torch
     from test_differential import gloo_sample
+    from test_stuck_ranks import ENDS_GLOO
     fixed = [("prefetch (issue 18)", compile_text(PREFETCH))]
     (tmp / "torch.csv").write_text(TORCH_CSV)
     fixed.append(("torch's CSV (issue 18)", schedc.load(str(tmp / "torch.csv"))))
     fixed += [(f"tests/test_differential.py's gloo sample: {what}", program)  # its runs, in this launch
               for what, program in gloo_sample().items()]
+    fixed.append(("ends (issue 30)", compile_text(ENDS_GLOO)))  # rank 0 hangs at the end of the step
     picked = [(name, program, "fixed") for name, program in fixed]
     bases = list(_bases())
     rng = random.Random(SEED)
@@ -245,7 +246,7 @@ def _cases(tmp: Path) -> list[dict]:
         meta, ranks = lower_to_torch(program).table.to_data()
         stuck = {}
         if verdict == "deadlock":
-            stuck = {str(r): x for r, x in schedc.check(program, semantics="gloo").deadlock.stuck.items()}
+            stuck = watchdog_places(schedc.check(program, semantics="gloo").deadlock)
         cases.append({"id": name, "verdict": verdict, "origin": origin, "meta": meta, "ranks": ranks, "stuck": stuck,
                       "steps": 2 if verdict == "ok" else 1,
                       "rendezvous_deadlock": schedc.check(program).deadlock is not None})
@@ -259,6 +260,7 @@ def test_the_gloo_verdict_is_what_the_runtime_does_on_gloo(tmp_path):
         ("ok", True), ("ok", True), ("ok", False), ("ok", True), ("deadlock", True)]
     # programs only a posted runtime completes (rendezvous calls them deadlocked) are among them
     assert sum(c["verdict"] == "ok" and c["rendezvous_deadlock"] for c in cases) == 3 + WANT["ok, not rendezvous"]
+    assert cases[5]["stuck"]["0"] == "the end of its program"  # issue 30: named where the runtime hangs it
     assert {c["meta"]["ranks"] for c in cases} == {2, 3}
     results = run_cases(__file__, cases, tmp_path, WORLD, deadline=LAUNCH_DEADLINE)
     wrong = []
@@ -270,14 +272,11 @@ def test_the_gloo_verdict_is_what_the_runtime_does_on_gloo(tmp_path):
         elif verdict == "crossed":  # completes, and some gradient is wrong (or a shape error is raised)
             bad = {} if (all(e["end"] in ("finished", "failed") for e in ends.values())
                          and any(e["end"] == "failed" or e["grad_err"] > WRONG for e in ends.values())) else ends
-        else:  # every rank the checker calls stuck is stopped by the watchdog at that step
+        else:  # every rank the checker calls stuck is stopped by the watchdog there; the others finish
             bad = {}
             for r, e in ends.items():
-                x = case["stuck"].get(str(r))
-                if x is None:  # not stuck in the model: it finishes, or waits for its sends at the end
-                    ok = e["end"] == "finished" or (e["end"] == "watchdog" and "the end of its program" in e["report"])
-                else:
-                    ok = e["end"] == "watchdog" and re.search(rf"at program step {x} \(", e["report"]) is not None
+                place = case["stuck"].get(str(r))
+                ok = e["end"] == "finished" if place is None else e["end"] == "watchdog" and place in e["report"]
                 if not ok:
                     bad[r] = e
         if bad:

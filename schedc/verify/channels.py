@@ -8,7 +8,8 @@ point-to-point messages within a communicator and tag). `Semantics` is one of th
 messages of buffer per channel; or a backend, where a send or receive is posted at its place and
 completes later, awaited as torch's runtime awaits it (a receive by the action that needs its
 value, a send at the end of the step): `nccl` (a rank pair's operations run on one stream in issue
-order) or `gloo` (operations progress independently; sends are buffered). docs/semantics.md.
+order) or `gloo` (operations progress independently, a send completing once its receive is posted).
+docs/semantics.md.
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ class Semantics:
         if self.kind == "nccl":
             return "nccl (operations posted and awaited as torch's runtime does; one stream per rank pair)"
         if self.kind == "gloo":
-            return "gloo (operations posted and awaited as torch's runtime does; sends buffered)"
+            return "gloo (operations posted and awaited as torch's runtime does; each completes once its partner is posted)"
         return f"{self} sends"
 
     def __str__(self) -> str:

@@ -1,13 +1,14 @@
 """Deadlock findings: the smallest wait-for cycle, its cause in one sentence, and a grid.
 
 Built on the executor (schedc/verify/execute.py): the ranks that are stuck, what each one's step
-waits for, the shortest cycle among those waits, and (for communication that deadlocks only
-because sends block) the smallest per-channel buffer K that makes the schedule safe.
+waits for (a rank past its list: the sends it waits for at the end of the step), the shortest cycle
+among those waits, and (for communication that deadlocks only because sends block) the smallest
+per-channel buffer K that makes the schedule safe.
 """
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..ir import Action, Program, describe, format_step
 from ..lint import shown_step
@@ -19,9 +20,10 @@ from ..solver import Proved
 class Deadlock:
     semantics: Semantics
     cycle: tuple[Wait, ...]  # one wait per rank on the cycle, in cycle order
-    stuck: dict[int, int]  # every stuck rank -> the step it is stuck at
+    stuck: dict[int, int]  # every stuck rank -> the step it is stuck at (its list's length: the end of the step)
     cause: str
     min_buffer: int | None  # smallest K with which bounded:K sends finish, if any
+    ends: dict = field(default_factory=dict)  # rank past its list -> the sends it waits for there (execute.Wait)
 
     def to_dict(self, program: Program) -> dict:
         """The JSON of `deadlock`; steps are the ones a user sees (`schedc.lint.display_step`)."""
@@ -29,7 +31,9 @@ class Deadlock:
             "semantics": str(self.semantics),
             "cause": self.cause,
             "cycle": [_wait_dict(program, w) for w in self.cycle],
-            "stuck": [{"rank": r, "step": shown_step(program, r, s)} for r, s in sorted(self.stuck.items())],
+            "stuck": [{"rank": r, "step": shown_step(program, r, s), "end_of_step": r in self.ends,
+                       "sends": [format_step(w.action) for w in self.ends.get(r, ())]}
+                      for r, s in sorted(self.stuck.items())],
             "min_buffer": self.min_buffer,
         }
 
@@ -63,11 +67,25 @@ def find_deadlock(program: Program, semantics: Semantics, chans: Channels | None
             w.reason in ("recv-not-posted", "buffer-full") for w in cycle):
         min_buffer = _smallest_buffer(program, chans, semantics)
     R = program.num_ranks
-    stuck = {r: outcome.pcs[r] for r in outcome.waits if r < R}
-    for n, waits in outcome.waits.items():  # a rank past its list whose stream never drains waits there
-        if n >= R and waits and waits[0].rank not in stuck:
-            stuck[waits[0].rank] = waits[0].step
-    return Deadlock(semantics, cycle, stuck, _cause(cycle, min_buffer), min_buffer)
+    stuck = {r: outcome.pcs[r] for r in sorted([*outcome.waits, *outcome.ends]) if r < R}
+    return Deadlock(semantics, cycle, stuck, _cause(cycle, min_buffer), min_buffer, outcome.ends)
+
+
+def end_of_step_notes(deadlock: Deadlock) -> list[str]:
+    """One sentence per rank that ran through its list and hangs at the end of the step, waiting for
+    its sends: "rank 0 stops at the end of the step, waiting for SEND_F(0,1) to complete: for rank 1
+    to post RECV_F(1,1)"."""
+    return [f"rank {r} stops at the end of the step, waiting for " + "; ".join(_end_wait(w) for w in waits)
+            for r, waits in sorted(deadlock.ends.items())]
+
+
+def _end_wait(w: Wait) -> str:
+    what = f"{describe(w.action)} to complete"
+    if w.on_action is None:
+        return f"{what}, and its receive is never posted"
+    if w.reason == "partner-queued":  # nccl: the partner sits behind an earlier operation of its stream
+        return f"{what}: its partner {describe(w.on_action)} is queued on rank {w.on_rank}'s stream"
+    return f"{what}: for rank {w.on_rank} to post {describe(w.on_action)}"
 
 
 def shortest_cycle(outcome: Outcome) -> tuple[Wait, ...]:
@@ -189,14 +207,15 @@ def _cause(cycle: tuple[Wait, ...], min_buffer: int | None) -> str:
 
 
 def render_grid(program: Program, deadlock: Deadlock, width: int = 6) -> str:
-    """Rank-by-step grid around where the ranks stopped; [..] marks a blocked step. The columns are
-    the steps a user sees: a CSV's columns, its idle cells left empty."""
+    """Rank-by-step grid around where the ranks stopped; [..] marks a blocked step, [end] a rank that
+    ran through its list and waits for its sends at the end of the step. The columns are the steps a
+    user sees: a CSV's columns, its idle cells left empty."""
     if not deadlock.stuck:
         return ""
     stuck = {r: shown_step(program, r, i) for r, i in deadlock.stuck.items()}
     lo = max(0, min(stuck.values()) - width)
-    hi = min(max(shown_step(program, r, len(s) - 1) + 1 for r, s in enumerate(program.ranks)),
-             max(stuck.values()) + 3)
+    last = max(shown_step(program, r, len(s) - 1) + 1 for r, s in enumerate(program.ranks))
+    hi = min(max(last, max(stuck.values()) + 1), max(stuck.values()) + 3)
     cells = [_grid_row(program, r, lo, hi, stuck.get(r)) for r in range(len(program.ranks))]
     widths = [max([len(f"{x}")] + [len(row.get(x, "")) for row in cells]) for x in range(lo, hi)]
     lines = ["step    " + " ".join(f"{x:<{w}}" for x, w in zip(range(lo, hi), widths))]
@@ -213,6 +232,8 @@ def _grid_row(program: Program, rank: int, lo: int, hi: int, blocked: int | None
         col = shown_step(program, rank, x)
         if lo <= col < hi:
             row[col] = f"[{format_step(st)}]" if col == blocked else format_step(st)
+    if blocked is not None and blocked == shown_step(program, rank, len(program.ranks[rank])) and lo <= blocked < hi:
+        row[blocked] = "[end]"  # the end of the step, where it waits for its sends
     return row
 
 

@@ -3,12 +3,14 @@
 docs/semantics.md's send semantics made executable over the happens-before constraints of
 schedc/verify/graph.py: each rank runs its list in order, and a step completes once every
 prerequisite step has completed (its inputs exist, its matched sends or receives are posted). A
-group is one step, so it completes when all its members can. With fixed lists and FIFO pairing
-every maximal run ends in the same state, so one run decides deadlock freedom. Linear time.
+group is one step, so it completes when all its members can. A rank that has run through its list
+under a backend still waits for its sends at the end of the step (graph.py's `ends`). With fixed
+lists and FIFO pairing every maximal run ends in the same state, so one run decides deadlock
+freedom. Linear time.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..ir import Action, Program
 from .channels import RENDEZVOUS, Channels, Endpoint, Semantics, channels
@@ -35,6 +37,7 @@ class Wait:
     on_action: Action | None = None
     node: int | None = None  # under nccl: the stream (graph.Lane) whose head this is, as a node of the graph
     on_node: int | None = None  # ... or the stream it waits on
+    at_end: bool = False  # the rank has run through its list (`step` is its length) and waits for `action`, a send
 
     @property
     def at(self) -> int:
@@ -54,6 +57,7 @@ class Outcome:
     pcs: tuple[int, ...]  # where each rank stopped (== its length when it finished)
     waits: dict[int, tuple[Wait, ...]]  # for each stuck node (rank, or nccl stream), what its current step waits for
     lanes: tuple[int, ...] = ()  # under nccl: where each stream stopped
+    ends: dict[int, tuple[Wait, ...]] = field(default_factory=dict)  # ranks past their list: the sends they wait for
 
 
 def execute(program: Program, semantics: Semantics = RENDEZVOUS, chans: Channels | None = None,
@@ -74,9 +78,35 @@ def execute(program: Program, semantics: Semantics = RENDEZVOUS, chans: Channels
                 tj.append(j)
             starts.append(len(tq))
     pc = run_ranks(lengths, limit, starts, tq, tj)
-    finished = pc == lengths
     waits = {n: tuple(_waits(program, cons, n, pc)) for n in range(len(lengths)) if pc[n] < lengths[n]}
-    return Outcome(finished, semantics, tuple(pc[:R]), waits, tuple(pc[R:]))
+    ends = {}
+    for r, awaited in enumerate(cons.ends):
+        unmet = tuple(_end_waits(program, cons, r, awaited, pc, waits)) if pc[r] == lengths[r] else ()
+        if unmet:
+            ends[r] = unmet
+    finished = pc == lengths and not ends
+    return Outcome(finished, semantics, tuple(pc[:R]), waits, tuple(pc[R:]), ends)
+
+
+def _end_waits(program: Program, cons: Constraints, r: int, awaited, pc: list[int], waits: dict):
+    """The sends rank r, past its list, still waits for at the end of the step: under gloo each whose
+    receive is not posted; under nccl the operation at the head of each stream that is not empty
+    (and what that head waits for)."""
+    end = len(program.ranks[r])
+    for w in awaited:
+        if w.node is not None and pc[w.node] > w.on_step:
+            continue
+        if w.node is None:
+            yield Wait(r, end, program.ranks[r][w.step].parts[w.part], "never", at_end=True)
+        elif w.node < cons.ranks:  # gloo: the receive's rank has not reached it
+            send = program.ranks[r][w.step].parts[w.part]
+            yield Wait(r, end, send, "recv-not-posted", w.node, w.on_step,
+                       _partner(program.ranks[w.node][w.on_step].parts, send), at_end=True)
+        else:  # nccl: the stream's head, and what it waits for
+            hr, hs, hp = cons.where((w.node, pc[w.node]))
+            head = waits[w.node][0]
+            yield Wait(r, end, program.ranks[hr][hs].parts[hp], head.reason, head.on_rank, head.on_step,
+                       head.on_action, on_node=w.node, at_end=True)
 
 
 def run_ranks(lengths: list[int], limit: list[int], starts: list[int], tq: list[int], tj: list[int]) -> list[int]:

@@ -9,12 +9,14 @@ Posting a step means finishing the one before it.
 Under a backend (`nccl`, `gloo`) sends and receives are posted, never blocking their rank: a
 communication step completes as soon as its rank reaches it, and the action that needs a
 received value waits for the receive to complete. Under `gloo` that is when its send is posted
-(sends are buffered). Under `nccl` each rank's single operations with one peer run on one stream
-(a `Lane`, an extra row of steps after the ranks) in issue order, and a matched pair completes
-when both are at the head of their streams; a group is one batch per communicator on a stream of
-the rank's batches (all peers), completing as a whole; a grouped operation never meets a single
-one (another NCCL communicator). The run is over only when every stream is, as torch's runtime
-waits for its sends at the end of the step.
+(a send completes once its receive is posted). Under `nccl` each rank's single operations with one
+peer run on one stream (a `Lane`, an extra row of steps after the ranks) in issue order, and a
+matched pair completes when both are at the head of their streams; a group is one batch per
+communicator on a stream of the rank's batches (all peers), completing as a whole; a grouped
+operation never meets a single one (another NCCL communicator). A rank that has run through its
+list still waits, at the end of the step, for its sends to complete, as torch's runtime does
+(`ends`): under gloo until each send's receive is posted, under nccl until each of its streams is
+empty.
 
 The program finishes iff the constraints can all hold (the graph has no cycle); `never` marks waits
 that nothing can meet. The executor, the Z3 engine and the memory check all read these
@@ -25,7 +27,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from ..deps import delivers, needs, produces
 from ..ir import WAITS, Compound, CompoundKind, Op, Program
@@ -45,6 +47,18 @@ class Edge:
 class Impossible:
     step: Step
     why: str
+
+
+class EndWait(NamedTuple):
+    """What a rank waits for at the end of the step, once it has run through its list: its send at
+    (step, part) to complete, that is node `node` (a rank, or an nccl stream) to complete its step
+    `on_step`; `node` None: the send has no receive, and never completes."""
+
+    step: int
+    part: int
+    node: int | None
+    on_step: int
+    why: str  # recv-posted (gloo: its receive is posted) | send-done (nccl: its stream is empty)
 
 
 @dataclass(frozen=True)
@@ -70,6 +84,7 @@ class Constraints:
     never: dict[Step, tuple[str, int]]
     lanes: tuple[Lane, ...] = ()
     posted: bool = False  # a backend's: a posting step completes on reach, and edges name it, not the step before
+    ends: tuple[tuple[EndWait, ...], ...] = ()  # per rank, what its end of step waits for (a backend's sends)
 
     @property
     def ranks(self) -> int:
@@ -95,7 +110,10 @@ class Constraints:
                     yield Edge((r, i), (q, j), why)
 
     def impossible(self) -> list[Impossible]:
-        return [Impossible(step, why) for step, (why, _) in self.never.items()]
+        """The waits nothing can meet: at a step, or at the end of a rank's list (a send with no receive)."""
+        steps = [Impossible(step, why) for step, (why, _) in self.never.items()]
+        return steps + [Impossible((r, len(self.prereq[r])), "waits at the end of the step for a receive that "
+                                   "is never posted") for r, ends in enumerate(self.ends) for w in ends if w.node is None]
 
 
 def constraints(program: Program, semantics: Semantics, chans: Channels) -> Constraints:
@@ -201,10 +219,29 @@ def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, nev
             elif lanes:
                 n, j = lane_of[recv[:3]]
                 prereq[recv.rank][x].append((n, j, "recv-done", k))
-            else:  # gloo: the receive completes once its send is posted (sends are buffered)
+            else:  # gloo: the receive completes once its send is posted
                 prereq[recv.rank][x].append((send.rank, send.step, "send-posted", k))
     _explicit_waits(program, chans, partner, lane_of, prereq, never)
-    return Constraints(prereq, never, lanes, True)
+    return Constraints(prereq, never, lanes, True, _ends(program, chans, partner, lanes))
+
+
+def _ends(program: Program, chans: Channels, partner, lanes) -> tuple[tuple[EndWait, ...], ...]:
+    """What each rank's end of step waits for, as torch's runtime waits for its sends there: under
+    nccl each of its streams to be empty; under gloo each send's receive to be posted (gloo's
+    transport sends a message once its receiver is ready)."""
+    ends: list[list[EndWait]] = [[] for _ in program.ranks]
+    R = len(ends)
+    if lanes:
+        for n, lane in enumerate(lanes, R):
+            last = lane.steps[-1][0]
+            ends[lane.rank].append(EndWait(last.step, last.part, n, len(lane.steps) - 1, "send-done"))
+        return tuple(map(tuple, ends))
+    for sends in chans.sends.values():
+        for send in sends:
+            recv = partner.get(send[:3])
+            ends[send.rank].append(EndWait(send.step, send.part, None, -1, "never") if recv is None
+                                   else EndWait(send.step, send.part, recv.rank, recv.step, "recv-posted"))
+    return tuple(map(tuple, ends))
 
 
 def _explicit_waits(program: Program, chans: Channels, partner, lane_of, prereq, never) -> None:

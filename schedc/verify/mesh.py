@@ -175,7 +175,9 @@ def job(program: Program, semantics: Semantics) -> tuple[Program, Constraints]:
                     elif others[k].step > 0:  # reached once its rank finished the step before
                         prereq[m][step].append((m2, others[k].step - 1, "collective", part))
     flat = replace(program, num_ranks=R, ranks=flat_ranks, replicas=())
-    return flat, Constraints(prereq, never, tuple(lanes), any(c.posted for c in per))
+    ends = tuple(tuple(w if w.node is None else w._replace(node=node(d, w.node)) for w in waits)
+                 for d, c in enumerate(per) for waits in (c.ends or ((),) * P))
+    return flat, Constraints(prereq, never, tuple(lanes), any(c.posted for c in per), ends)
 
 
 def _next_compute(steps, after: int, stage: int) -> tuple[int, int] | None:

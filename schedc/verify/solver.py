@@ -23,8 +23,9 @@ def prove_deadlock_free(program: Program, semantics: Semantics, chans: Channels 
                         timeout_s: float = DEFAULT_TIMEOUT_S) -> Result:
     chans = chans or channels(program)
     cons = constraints(program, semantics, chans)
-    if cons.never:
-        return Refuted(core=tuple(cons.impossible()), why="some step waits for something that never comes")
+    impossible = cons.impossible()
+    if impossible:
+        return Refuted(core=tuple(impossible), why="some step waits for something that never comes")
     edges = [e for e in cons.edges() if e.why != "order"]
     lengths = cons.lengths()  # the ranks, then (under nccl) the streams
     steps = sum(lengths)
