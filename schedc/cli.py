@@ -82,7 +82,8 @@ def _parser(stdout: TextIO) -> _Parser:
 
     def checking(q):
         q.add_argument("--semantics", default="rendezvous", help="rendezvous (default), eager, bounded:K, or a backend: nccl, gloo "
-                                                                "(nccl+shapes, gloo+shapes: with Megatron's shape exchange)")
+                                                                "(+shapes: with Megatron's shape exchange, e.g. nccl+shapes; nccl+lazy: "
+                                                                "communicators made at first use)")
         q.add_argument("--engine", choices=["native", "z3"], default="native",
                        help="deadlock check: the native executor (default) or the Z3 solver")
         q.add_argument("--timeout", type=float, default=30.0, metavar="S", help="--engine z3: the solver's seconds for the whole command (inputs and sweep instances share them)")

@@ -4,7 +4,9 @@
    step first exchanges its shapes and waits for them, so a program whose early-posted receive lets
    it complete under a backend deadlocks with the exchange (`nccl+shapes`, `gloo+shapes`).
 2. NCCL communicators made lazily at first use (NVIDIA/Megatron-LM#5240): ranks that first use
-   their pair communicators in a cyclic order hang as they make them (`comm-init-order`, nccl only).
+   their pair communicators in a cyclic order hang as they make them (`comm-init-order`, under
+   `nccl+lazy`; under `nccl` the communicators are made before the step, in one order, as torch's
+   runtime and schedc's warm them up).
 3. torch 2.13's eval() on a V-shaped schedule fails ("can't steal_bwd_input"): a forward-only
    V-shaped program checks clean and its report says so in a note; a real gloo run of torch's
    ScheduleZBVZeroBubble.eval shows the failure (this file is also that run's worker:
@@ -41,7 +43,10 @@ EARLY_RECEIVE = """schedule early_receive {{
 def test_shapes_parse_and_print():
     assert Semantics.parse("nccl+shapes") == Semantics("nccl", 0, shapes=True)
     assert str(Semantics.parse("gloo+shapes")) == "gloo+shapes"
-    for bad in ("rendezvous+shapes", "eager+shapes", "bounded:2+shapes"):
+    assert Semantics.parse("nccl+lazy+shapes") == Semantics("nccl", 0, shapes=True, lazy=True)
+    assert str(Semantics.parse("nccl+lazy+shapes")) == "nccl+shapes+lazy"
+    for bad in ("rendezvous+shapes", "eager+shapes", "bounded:2+shapes", "gloo+lazy", "nccl+lazy+lazy",
+                "nccl+fast", "nccl+"):
         with pytest.raises(SchedcError):
             Semantics.parse(bad)
 
@@ -69,7 +74,7 @@ def test_receiving_where_the_value_is_needed_passes_the_shape_exchange():
                                           ("zbv", {"P": 3, "M": 6}), ("dualpipev", {"P": 4, "M": 8})])
 def test_built_ins_lowered_by_schedc_pass_the_shape_exchange_and_comm_init(name, params):
     program = schedc.load(name, params, strict_params=False)
-    for semantics in ("nccl+shapes", "gloo+shapes", "nccl"):
+    for semantics in ("nccl+shapes", "gloo+shapes", "nccl+lazy"):
         report = schedc.check(program, semantics=semantics)
         assert report.ok, report.render()
 
@@ -90,10 +95,11 @@ EARLY = "3RECV_F0 0F0 0SEND_F0 3F0 3SEND_F0"
 IN_ORDER = "0F0 0SEND_F0 3RECV_F0 3F0 3SEND_F0"
 
 
-def test_ranks_that_make_their_pair_communicators_in_a_cycle_hang_under_nccl():
+def test_ranks_that_make_their_pair_communicators_in_a_cycle_hang_under_nccl_lazy():
     program = compile_text(RING.format(rank0=EARLY))
     assert schedc.check(program, semantics="gloo").ok  # the messages alone complete
-    report = schedc.check(program, semantics="nccl")
+    assert schedc.check(program, semantics="nccl").ok  # communicators made before the step, in one order
+    report = schedc.check(program, semantics="nccl+lazy")
     assert report.deadlock is None and [d.code for d in report.errors] == ["comm-init-order"]
     finding = report.errors[0]
     assert (finding.rank, finding.step) == (0, 0)
@@ -105,7 +111,7 @@ def test_ranks_that_make_their_pair_communicators_in_a_cycle_hang_under_nccl():
 
 def test_the_same_ring_in_one_order_of_creation_is_clean():
     program = compile_text(RING.format(rank0=IN_ORDER))
-    assert schedc.check(program, semantics="nccl").ok
+    assert schedc.check(program, semantics="nccl+lazy").ok
     assert creation_cycle(first_uses(program)) is None
 
 

@@ -78,7 +78,7 @@ def run(args, stdout, stderr) -> int:
             stderr.write("schedc: checks did not pass; not running (--no-verify runs it anyway)\n")
             return common.exit_of(report)
         verified = str(semantics)
-        if args.backend == "nccl" and verified != "nccl":
+        if args.backend == "nccl" and semantics.kind != "nccl":
             on_nccl = _nccl_checked(program, verified, stdout, stderr)
             if on_nccl.ok is not True:
                 return common.exit_of(on_nccl)

@@ -16,9 +16,9 @@ def run(args, stdout, stderr) -> int:
     from ..verify.channels import Semantics
     # (receives posted early run on gloo only: under rendezvous a rank would stop at its first receive)
     semantics = Semantics.parse(args.semantics or ("gloo" if args.lower == "early" else "rendezvous"))
-    if semantics.shapes:
-        raise SchedcError("usage", f"{semantics}: the shape exchange is checked (`schedc check`), not timed: "
-                          f"simulate under {semantics.kind}", where="--semantics")
+    if semantics.modifiers:
+        raise SchedcError("usage", f"{semantics}: what +{' and +'.join(semantics.modifiers)} adds is checked "
+                          f"(`schedc check`), not timed: simulate under {semantics.kind}", where="--semantics")
     setup = common.description(args)  # seconds and GiB from a model and hardware description, or None
     costs = common.costs(args, setup) or Costs("the schedule")
     if args.samples and costs.spread is None:

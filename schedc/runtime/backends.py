@@ -40,7 +40,7 @@ def vouches(semantics: str, backend: str) -> bool:
     under rendezvous or nccl (eager's and gloo's sends need not wait for their stream). (rendezvous
     => nccl asks that each message be grouped on both ends or on neither: a grouped operation and a
     single one are on different NCCL communicators, which only the nccl verdict checks.)"""
-    return backend != "nccl" or semantics in ("rendezvous", "nccl")
+    return backend != "nccl" or semantics.split("+")[0] in ("rendezvous", "nccl")  # (nccl+shapes: stricter)
 
 
 def not_vouched(semantics: str, backend: str) -> str:

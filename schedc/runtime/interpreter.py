@@ -165,7 +165,7 @@ class PipelineInterpreter:
         if self._shapes is None:
             try:
                 self._shapes = self._learn_shapes()
-                self._open_batches()
+                self._open_communicators()
             except Exception as exc:
                 raise StepFailure(self.rank, -1, "learning the message shapes", self.train_step, exc,
                                   self.context(0)) from exc
@@ -268,19 +268,38 @@ class PipelineInterpreter:
         self.watchdog.end()
         return _read_header(header)
 
-    def _open_batches(self) -> None:
-        """Before the first step of a table with groups: one all-reduce over each communicator a group
-        posts on, on every rank. ProcessGroupNCCL runs a batch on the process group's own NCCL
-        communicator (not the rank pair's that single operations use) and makes it at its first call,
-        which every rank of the group must then join (torch's `batch_isend_irecv` documentation); a
-        collective made first lets a batch involve two ranks only. (On gloo it costs one all-reduce.)"""
+    def _open_communicators(self) -> None:
+        """Before the first step, every communicator the step uses, made in one order on every rank, so
+        that NCCL, which makes a communicator at its first use with all its members, never has ranks
+        waiting in the making of different ones (docs/semantics.md, "Communicator creation"): the rank
+        pairs of activations were made by the pass that learns the message shapes (in model order);
+        then under `p2p split` the gradients' pairs (in sorted order, one small message each), the
+        data-parallel group, the tied-weights group, and, for a table with groups, each communicator
+        a group posts on: ProcessGroupNCCL runs a batch on the process group's own NCCL communicator,
+        not the pair's, and every rank of the group must join its making (torch's
+        `batch_isend_irecv` documentation). On gloo, which connects a group when it is made, this
+        costs a few small messages."""
         import torch.distributed as dist
-        if not any(isinstance(st, Compound) and st.kind == "GROUP" for steps in self.table.ranks for st in steps):
-            return
-        self.watchdog.phase("opening the communicators that groups post on (batch_isend_irecv), before the first step")
-        for pg in {id(pg): pg for pg in (self.pg, self.pg_grad)}.values():
-            dist.all_reduce(torch.zeros(1, device=self.device), group=pg)
+        self.watchdog.phase("making the communicators before the first step")
+        one = torch.zeros(1, device=self.device)
+        if self.pg_grad is not self.pg:
+            for a, b in self._pairs():
+                if self.rank == a:
+                    self.pg_grad.send([one], self._peer_grad(b), SHAPE_TAG).wait()
+                elif self.rank == b:
+                    self.pg_grad.recv([torch.zeros(1, device=self.device)], self._peer_grad(a), SHAPE_TAG).wait()
+        for group in (self.dp_group, self.tied_group):
+            if group is not None:
+                dist.all_reduce(torch.zeros(1, device=self.device), group=group)
+        if any(isinstance(st, Compound) and st.kind == "GROUP" for steps in self.table.ranks for st in steps):
+            for pg in {id(pg): pg for pg in (self.pg, self.pg_grad)}.values():
+                dist.all_reduce(torch.zeros(1, device=self.device), group=pg)
         self.watchdog.end()
+
+    def _pairs(self) -> list[tuple[int, int]]:
+        """The job ranks of this rank's replica that hold adjacent stages, as sorted pairs, in order."""
+        place = [self.table.rank_of(s, self.rank) for s in range(self.S)]
+        return sorted({(min(a, b), max(a, b)) for a, b in zip(place, place[1:]) if a != b})
 
     def _dry_forward(self, s: int, x: torch.Tensor) -> torch.Tensor:
         """Stage s's output on `x`, for its shape only: no autograd, and the random state and the

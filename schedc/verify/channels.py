@@ -24,7 +24,15 @@ from ..ir import Action, Op, Program
 
 
 BACKENDS = ("nccl", "gloo")
-SHAPES = "+shapes"  # a backend whose runtime exchanges shapes first (`nccl+shapes`)
+# What a backend's runtime does around its messages, written after it (`nccl+shapes+lazy`): which
+# backends each modifier applies to, and what it means (docs/semantics.md, "How the runtimes set up
+# communication").
+MODIFIERS = {
+    "shapes": (BACKENDS, "each step's shapes exchanged first, blocking, as Megatron does with variable sequence "
+                         "lengths"),
+    "lazy": (("nccl",), "each NCCL communicator made at its first use (no warm-up), as Megatron's and torch's "
+                        "sub-groups are"),
+}
 
 
 @dataclass(frozen=True)
@@ -32,24 +40,34 @@ class Semantics:
     """`rendezvous` (buffer 0), `eager` (unbounded), `bounded` with `buffer` messages per channel,
     or a backend, `nccl` or `gloo`, whose operations are posted and awaited (`posted`); a backend
     with `shapes` (`nccl+shapes`) exchanges each step's message shapes first, blocking, as Megatron
-    does with variable sequence lengths (schedc/verify/shapes.py)."""
+    does with variable sequence lengths (schedc/verify/shapes.py); `nccl+lazy` makes each NCCL
+    communicator at its first use (schedc/verify/comm_init.py)."""
 
     kind: str = "rendezvous"
     buffer: int = 0
     shapes: bool = False
+    lazy: bool = False
 
     @staticmethod
     def parse(text: str) -> "Semantics":
-        if text.endswith(SHAPES) and text[:-len(SHAPES)] in BACKENDS:
-            return Semantics(text[:-len(SHAPES)], 0, shapes=True)
+        base, *mods = text.split("+")
+        if mods and base in BACKENDS and all(base in MODIFIERS.get(m, ((),))[0] for m in mods) \
+                and len(set(mods)) == len(mods):
+            return Semantics(base, 0, shapes="shapes" in mods, lazy="lazy" in mods)
         if text in ("rendezvous", "eager") or text in BACKENDS:
             return Semantics(text, 0)
         if text.startswith("bounded:") and text[8:].isdigit():
             k = int(text[8:])
             return Semantics("bounded", k) if k > 0 else Semantics("rendezvous", 0)
         raise SchedcError("usage", f"unknown semantics {text!r}; expected rendezvous, eager, bounded:K "
-                          "(K a positive integer), nccl or gloo (nccl+shapes, gloo+shapes: with Megatron's "
-                          "blocking shape exchange)", where="--semantics")
+                          "(K a positive integer), nccl or gloo, a backend with modifiers after it: "
+                          + "; ".join(f"+{m} ({', '.join(kinds)}: {what})" for m, (kinds, what) in MODIFIERS.items()),
+                          where="--semantics")
+
+    @property
+    def modifiers(self) -> tuple[str, ...]:
+        """The runtime's ways around its messages this semantics adds to its backend (`MODIFIERS`)."""
+        return tuple(m for m in MODIFIERS if getattr(self, m))
 
     @property
     def posted(self) -> bool:
@@ -66,7 +84,7 @@ class Semantics:
         return f"{self} sends"
 
     def __str__(self) -> str:
-        return f"bounded:{self.buffer}" if self.kind == "bounded" else self.kind + (SHAPES if self.shapes else "")
+        return f"bounded:{self.buffer}" if self.kind == "bounded" else "+".join((self.kind, *self.modifiers))
 
 
 RENDEZVOUS = Semantics()

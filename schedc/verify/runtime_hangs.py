@@ -1,7 +1,7 @@
 """Hangs that come from how a runtime sets up communication, not from the order of the schedule.
 
 Megatron's blocking shape exchange (`nccl+shapes`, schedc/verify/shapes.py), NCCL's lazily made
-communicators (`comm-init-order`, schedc/verify/comm_init.py), and torch's `eval()` on V-shaped
+communicators (`nccl+lazy`: `comm-init-order`, schedc/verify/comm_init.py), and torch's `eval()` on V-shaped
 schedules (a note). `add_runtime_findings` adds them to a report once its checks are done.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ def add_runtime_findings(report, program: Program, semantics: Semantics) -> None
     """The runtime hangs of `program` under `semantics`, added to `report` (a `schedc.report.Report`)."""
     if any(d.code not in READ_FURTHER for d in report.errors):
         return  # the structure is wrong: those findings come first
-    if semantics.kind == "nccl":
+    if semantics.lazy:  # (nccl alone: its communicators are made before the step, in one order)
         report.errors.extend(comm_init_findings(program))
     if report.deadlock is None:
         _shape_exchange(report, program, semantics)
