@@ -42,11 +42,13 @@ def test_builtins_written_with_replicas_and_reductions_are_proved_for_every_p_m_
         assert passes(DATA / f"{name}.pp", P=P, M=M, D=D), (P, M, D)
 
 
-@pytest.mark.slow  # 30-90 s: nonlinear arithmetic, as interleaved_1f1b's own proof (tests/test_prove.py)
-def test_interleaved_1f1b_with_replicas_is_proved_for_every_p_v_m_d():
-    proof = prove(str(DATA / "interleaved_1f1b_dp.pp"))
+@pytest.mark.slow  # 15-90 s each (the nonlinear ones, as their own proofs in tests/test_prove.py)
+@pytest.mark.parametrize("name", ["interleaved_1f1b_dp", "zb_h2_dp", "zbv_dp", "dualpipev_dp", "looped_bfs_dp",
+                                  "interleaved_zero_bubble_dp"])
+def test_every_other_builtin_written_with_replicas_is_proved_for_every_setting(name):
+    proof = prove(str(DATA / f"{name}.pp"))
     assert proof.verdict == "proved", proof.reason
-    assert proof.certificate["arithmetic"] == "nonlinear"
+    assert "replicas" in [p.name for p in proof.parts]
 
 
 def test_a_job_whose_pipeline_deadlocks_is_refuted_where_check_fails():
@@ -207,3 +209,26 @@ def test_generated_jobs_verdicts_agree_with_check_beyond_the_sweep(tmp_path, war
             assert passes(path, P=P, M=M, D=D), (warm, reduce, P, M, D)
     else:
         assert not passes(path, **proof.counterexample["params"])
+
+
+def test_collectives_in_literal_lists_and_rank_bodies_are_read(tmp_path):
+    """`rank N: ... 1REDUCE_GRAD` and `rank N { ... }` lists of a job: its collectives are read as
+    steps of their own, and one written on the wrong rank is refuted where `check` fails."""
+    text = """schedule lit_dp(D = 2) {
+  require D >= 1
+  stages 2
+  replicas D
+  place loop
+  rank 0 { UNSHARD(0); F(0, 0); F(0, 1); B(0, 0); B(0, 1); REDUCE_GRAD(0); RESHARD(0) }
+  rank 1: 1F0 1B0 1F1 1B1 1REDUCE_GRAD
+}
+"""
+    path = tmp_path / "lit_dp.pp"
+    path.write_text(text)
+    proof = prove(str(path))
+    assert proof.verdict == "proved", proof.reason
+    assert [x.kind for x in model(parse(text, str(path))).collectives] == ["UNSHARD", "REDUCE_GRAD", "RESHARD",
+                                                                           "REDUCE_GRAD"]
+    path.write_text(text.replace("1REDUCE_GRAD", "0REDUCE_GRAD"))
+    proof = prove(str(path))
+    assert proof.verdict == "refuted" and "wrong-rank" in proof.counterexample["report"]
