@@ -5,8 +5,10 @@ as `Stmt`s, one per action call site (and part of an overlap): the frames around
 guards, outermost first; `rank N` lists get a guard `r == N`), its path (for the order of a rank's
 list) and its stage and microbatch expressions, all still source expressions. The fragment is what
 a proof can reason about: F/B/I/W actions with explicit microbatches, alone or as the two parts of
-an `overlap(...)` step (one statement each, sharing one step), no `order` and no `next`; anything
-else raises `Unsupported` with the reason and its place.
+an `overlap(...)` step (one statement each, sharing one step), no `order` and no `next`; the
+collectives REDUCE_GRAD/UNSHARD/RESHARD as steps of their own (`Model.collectives`); `replicas D`
+when every replica runs the same lists (docs/prove.md, "Replicas and collectives"); anything else
+raises `Unsupported` with the reason and its place.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from .. import syntax as ast
 from ..span import Span
 
 KINDS = ("F", "B", "I", "W")
+COLLECTIVES = ("REDUCE_GRAD", "UNSHARD", "RESHARD")  # a stage's own: on its rank, with no microbatch
+OUTSIDE = "the proof covers compute actions F, B, I, W and the collectives REDUCE_GRAD, UNSHARD, RESHARD"
 
 
 class Unsupported(Exception):
@@ -97,6 +101,8 @@ class Model:
     nonlinear: bool = False  # products of quantities that vary allowed (Z3's nonlinear arithmetic)
     annotations: tuple[ast.Annotation, ...] = ()  # `cost ...` and `memory ...`, in file order
     loops: ir_loops.Loops | None = None  # the IR it was read from: what its concrete instances expand
+    collectives: tuple[Stmt, ...] = ()  # REDUCE_GRAD/UNSHARD/RESHARD(stage), each a step of its own
+    replicas: ast.Expr | None = None  # `replicas D`: identical replicas of the pipeline the statements are
 
 
 def domain(tree: ast.Schedule) -> Model:
@@ -122,8 +128,7 @@ def model(tree: ast.Schedule) -> Model:
     if loops.order is not None:
         raise Unsupported("its order is computed by `order greedy(...)`, an algorithm; a proof for every "
                           "size needs the order written as loops", loops.order.span)
-    if "replicas" in loops.decls or (loops.generic is not None and loops.generic.replica is not None):
-        raise Unsupported("a data-parallel job (`replicas`): the proof covers one pipeline", tree.span)
+    _same_replicas(loops)
     if loops.forward_only is not None:
         raise Unsupported("a forward-only schedule: the proof covers training schedules (each forward "
                           "with its backward)", loops.forward_only.span)
@@ -165,13 +170,27 @@ def model(tree: ast.Schedule) -> Model:
                    microbatches=counted.get("microbatches") or decl("microbatches", "M"),
                    placement=placement.kind, place_var=placement.var, place_expr=placement.expr,
                    rank_var=rank_var, stmts=tuple(builder.stmts), functions=builder.functions,
-                   annotations=loops.annotations)
+                   annotations=loops.annotations, collectives=tuple(builder.collectives),
+                   replicas=decls["replicas"].value if "replicas" in decls else None)
+
+
+def _same_replicas(loops: ir_loops.Loops) -> None:
+    """`replicas D` is in the fragment when every replica runs the same lists: no body names its
+    replica (`rank r, replica d`), so the job is D copies of one pipeline (docs/prove.md)."""
+    generic = loops.generic
+    if generic is None or generic.replica is None:
+        return
+    use = next((n for n in ast.walk(*generic.nodes) if isinstance(n, ast.Var) and n.name == generic.replica), None)
+    if use is not None:
+        raise Unsupported(f"replicas that differ (the body names its replica `{generic.replica}`): the proof "
+                          "covers a job of identical replicas, D copies of one pipeline", use.span)
 
 
 class _Builder:
     def __init__(self, functions):
         self.functions = functions
         self.stmts: list[Stmt] = []
+        self.collectives: list[Stmt] = []
 
     def block(self, nodes, frames, path):
         frames = list(frames)
@@ -205,15 +224,19 @@ class _Builder:
                 raise Unsupported(f"a literal action that does not parse: {exc}", lit.span) from None
             if isinstance(step, Compound):
                 if not all(a.op.value in KINDS for a in step.parts):
-                    raise Unsupported(f"{lit.text}: the proof covers compute actions F, B, I, W", lit.span)
+                    raise Unsupported(f"{lit.text}: {OUTSIDE} (a collective as a step of its own)", lit.span)
                 first = len(self.stmts)
                 for c, a in enumerate(step.parts):
                     self.stmts.append(Stmt(len(self.stmts), a.op.value, ast.Num(a.stage, lit.span),
                                            ast.Num(a.microbatch, lit.span), frames,
                                            path + (("s", k), ("c", c)), lit.span, first, site.index, c))
                 continue
+            if step.op.value in COLLECTIVES:
+                self.collective(step.op.value, ast.Num(step.stage, lit.span), frames, path + (("s", k),), lit.span,
+                                site.index)
+                continue
             if step.op.value not in KINDS:
-                raise Unsupported(f"{lit.text}: the proof covers compute actions F, B, I, W", lit.span)
+                raise Unsupported(f"{lit.text}: {_outside(step.op.value)}", lit.span)
             self.stmts.append(Stmt(len(self.stmts), step.op.value, ast.Num(step.stage, lit.span),
                                    ast.Num(step.microbatch, lit.span), frames, path + (("s", k),), lit.span,
                                    site=site.index))
@@ -223,8 +246,8 @@ class _Builder:
         if call.name == "overlap":  # one step, two statements: part 0 keys the pair
             first = len(self.stmts)
             for c, part in enumerate(call.args):
-                if not isinstance(part, ast.Call) or part.name in ("overlap", "group"):
-                    raise Unsupported("overlap(...) of something other than two actions", call.span)
+                if not isinstance(part, ast.Call) or part.name in ("overlap", "group") + COLLECTIVES:
+                    raise Unsupported("overlap(...) of something other than two compute actions", call.span)
                 self.call(part, frames, path + (("c", c),), first, site.index, c)
             return
         self.call(call, frames, path, -1, site.index, 0)
@@ -232,14 +255,36 @@ class _Builder:
     def call(self, call: ast.Call, frames, path, step: int, site: int, part: int):
         if call.name == "group":
             raise Unsupported("group(...): communication is inserted by schedc, outside the proof", call.span)
+        if call.name in COLLECTIVES and step < 0:
+            if len(call.args) != 1:
+                raise Unsupported(f"{call.name} with {len(call.args)} arguments: it takes a stage", call.span)
+            self.collective(call.name, call.args[0], frames, path, call.span, site)
+            return
         if call.name not in KINDS:
-            raise Unsupported(f"{call.name}: the proof covers compute actions F, B, I, W (communication is "
-                              "inserted by schedc)", call.span)
+            raise Unsupported(f"{call.name}: {_outside(call.name)}", call.span)
         if len(call.args) != 2 or any(isinstance(a, ast.Var) and a.name == "next" for a in call.args):
             raise Unsupported(f"{call.name} with `next` numbering: the microbatch must be an expression",
                               call.span)
         self.stmts.append(Stmt(len(self.stmts), call.name, call.args[0], call.args[1], frames, path, call.span,
                                step, site, part))
+
+    def collective(self, kind: str, stage: ast.Expr, frames, path, span, site: int):
+        """A collective, a step of its own: no microbatch (0 stands in), outside the compute statements."""
+        self.collectives.append(Stmt(len(self.collectives), kind, stage, ast.Num(0, span), frames, path, span,
+                                     site=site))
+
+
+def _outside(name: str) -> str:
+    """Why an action is outside the fragment, naming what it is."""
+    if name == "REDUCE_TIED":
+        what = "the tied all-reduce joins the ranks of the first and the last stage, which this proof does not model"
+    elif name.startswith("WAIT_"):
+        what = "an explicit wait (the proof reads compute-level schedules, whose waits schedc places)"
+    elif "SEND" in name or "RECV" in name:
+        what = "explicit communication (the proof reads compute-level schedules, whose messages schedc inserts)"
+    else:
+        return OUTSIDE
+    return f"{OUTSIDE}; {what}"
 
 
 def rank_lets(m: Model) -> tuple[LetFrame, ...]:
@@ -332,9 +377,15 @@ def unroll(m: Model, consts: dict[str, int]) -> Model:
             env0.pop(let.name, None)
         else:
             env0[let.name] = v
+    return replace(m, stmts=_unrolled(m.stmts, env0, known), collectives=_unrolled(m.collectives, env0, known))
+
+
+def _unrolled(stmts, env0: dict, known) -> tuple[Stmt, ...]:
+    """`unroll`'s statements: each one per iteration of the loops it can unroll (`known` evaluates
+    an expression, or None)."""
     out: list[Stmt] = []
     parts: dict[int, list[int]] = {}  # statement -> the indices of its variants in `out`
-    for stmt in m.stmts:
+    for stmt in stmts:
         variants = [((), dict(env0), {}, ())]  # (frames, known values, loop id -> static position, fixed)
         for f in stmt.frames:
             nxt = []
@@ -371,7 +422,7 @@ def unroll(m: Model, consts: dict[str, int]) -> Model:
             out.append(Stmt(len(out), stmt.kind, stmt.stage, stmt.microbatch, frames, path, stmt.span, step,
                             stmt.site, stmt.part, fixed))
         parts[stmt.index] = made
-    return replace(m, stmts=tuple(out))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

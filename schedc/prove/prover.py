@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import solver, syntax as ast
 from ..errors import SchedcError
-from . import smt
+from . import collectives, smt
 from .given import check_assumptions, check_bound
 from .model import Model, Unsupported, domain, memory_spec, model, pins, rank_lets, unroll
 from .sample import Stop, base_env, evaluate, feature_names, rank_env
@@ -330,6 +330,8 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
     proof.parts.append(_well_formed(proof, path, m, assumed, deadline))
     if proof.verdict == "refuted":
         return
+    if (same := collectives.replicas_part(m)) is not None:
+        proof.parts.append(same)
     log("  deadlock freedom: timing certificate")
     refute = _refuter(path, m)
     try:
@@ -474,9 +476,11 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
     for which, text in (("range", "every stage and microbatch index is in range"),
                         ("placement", "every action runs on the rank that holds its stage"),
                         ("unique", "no action repeats, no microbatch has both B and I/W"),
-                        ("exists", "every stage runs F and B (or I and W) of every microbatch")):
+                        ("exists", "every stage runs F and B (or I and W) of every microbatch"),
+                        ("collectives", collectives.TEXT)):
         enc = smt.Encoding(m, assumed)
-        for x, y, formula, shown in smt.well_formed(enc, which):
+        obligations = collectives.obligations(enc) if which == "collectives" else smt.well_formed(enc, which)
+        for x, y, formula, shown in obligations:
             verdict = enc.run(formula, deadline.share(WELL_FORMED_UNITS, "one well-formedness query"), shown)
             if isinstance(verdict, solver.Unknown):
                 return Part("well-formed", "unknown", f"Z3 gave up on '{text}' ({verdict.reason})")
@@ -512,7 +516,7 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:
                 return Part("well-formed", "unknown", "a division by a quantity that varies may divide by zero or "
                             "less" + (f" (at {verdict.params})" if isinstance(verdict, solver.Refuted) else ""))
     return Part("well-formed", "proved", "every stage runs F and B (or I then W) of every microbatch exactly "
-                "once, on the rank that holds it")
+                "once, on the rank that holds it" + (f"; {collectives.TEXT}" if m.collectives else ""))
 
 
 def _one(deadline: solver.Deadline) -> solver.Deadline:

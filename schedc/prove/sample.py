@@ -141,8 +141,8 @@ def products(m: Model, feats: list) -> list:
 
 
 def instances(m: Model, params: dict[str, int], deadline=None) -> list[list[Instance]]:
-    """Every rank's instances in the order the rank runs them: the compiler's expansion of the
-    model's IR at `params` (`deadline`, a solver.Deadline: looked at every CHECK_EVERY instances,
+    """Every rank's compute instances in the order the rank runs them (its collectives, steps of
+    their own, left out): the compiler's expansion of the model's IR at `params` (`deadline`, a solver.Deadline: looked at every CHECK_EVERY instances,
     raising TimeUp once the command's limit passed). Stop when the setting does not compile or
     is too large to list."""
     from ..compiler import expand
@@ -152,9 +152,12 @@ def instances(m: Model, params: dict[str, int], deadline=None) -> list[list[Inst
     base = [1, *(params[p] for p in m.params)]
     out: dict[int, list[Instance]] = {}
     count = 0
+    collective = {x.site for x in m.collectives}  # steps of their own, left out: the proof's pipeline
 
     def seen(rank, site, step, env):
         nonlocal count
+        if site in collective:
+            return
         found = out.setdefault(rank, [])
         n = found[-1].key[0] + 1 if found else 0
         for part, a in enumerate(step.parts):
