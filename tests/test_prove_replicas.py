@@ -150,7 +150,7 @@ def test_a_collective_on_the_wrong_rank_beyond_the_sweep_is_refuted_where_check_
 
 def test_a_reduction_before_its_stages_backwards_beyond_the_sweep_is_not_proved(tmp_path):
     """REDUCE_GRAD before a backward of its stage (from P = 10) fails the proof's ordering obligation:
-    a refutation where `check` has the `reduce-early` rule, else unknown (never proved)."""
+    a refutation at a setting where `check` finds `reduce-early`."""
     path = tmp_path / "late_early.pp"
     path.write_text("""schedule late_early(P = 3, M = 4, D = 2) {
   require P >= 1, M >= 1, D >= 1
@@ -166,11 +166,9 @@ def test_a_reduction_before_its_stages_backwards_beyond_the_sweep_is_not_proved(
 }
 """)
     proof = prove(str(path))
-    assert proof.verdict in ("refuted", "unknown")
-    if proof.verdict == "refuted":
-        assert not passes(path, **proof.counterexample["params"])
-    else:
-        assert "after the backwards it reduces" in proof.reason
+    assert proof.verdict == "refuted", proof.reason
+    assert proof.counterexample["params"]["P"] >= 10 and not passes(path, **proof.counterexample["params"])
+    assert "reduce-early" in proof.counterexample["report"]
 
 
 # ---- property: generated jobs of identical replicas, every verdict agrees with `check` beyond the sweep

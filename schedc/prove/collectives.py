@@ -7,13 +7,15 @@ memory need nothing of them: docs/prove.md, "Replicas and collectives", says why
 """
 from __future__ import annotations
 
+from ..deps import ADDS_GRADIENT as _ADDS, REDUCTIONS as _READS
 from ..solver import z3
 from .model import Model, one_body
 
-# schedc/deps.py's rule for reductions (ADDS_GRADIENT, REDUCTIONS; lint's `reduce-early`): a stage's
-# weight gradients are added to by its B and W, and REDUCE_GRAD reads them
-ADDS_GRADIENT = ("B", "W")
-REDUCTIONS = ("REDUCE_GRAD",)
+# schedc/deps.py's rule for reductions (lint's `reduce-early`), by the model's kind names: a stage's
+# weight gradients are added to by its B and W, and a reduction reads them (REDUCE_TIED is outside
+# the fragment: model.py refuses it)
+ADDS_GRADIENT = frozenset(op.value for op in _ADDS)
+REDUCTIONS = frozenset(op.value for op in _READS)
 
 TEXT = "every collective names a stage in range, on the rank that holds it, after the backwards it reduces"
 
