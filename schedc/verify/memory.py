@@ -506,8 +506,8 @@ def _held_sends(program: Program, semantics: Semantics, chans: Channels, sizes: 
 
 
 def _waits_for_room(program: Program, semantics: Semantics, chans: Channels, sends) -> dict:
-    """(rank, step) of each sent message of some size that a group posts and that waits for room
-    (bounded:K, the k-th with k >= K) -> (the channel's receive it waits for, the step whose
+    """(rank, step, part) of each sent message of some size that a group posts and that waits for
+    room (bounded:K, the k-th with k >= K) -> (the channel's receive it waits for, the step whose
     completion posts that receive: (rank, -1) for the rank's start). A group's sends complete one by
     one, so the moments between its posting and its completion count too (`_group_cuts`)."""
     out = {}
@@ -515,7 +515,8 @@ def _waits_for_room(program: Program, semantics: Semantics, chans: Channels, sen
         return out
     for ch, k, send in sends:
         recvs = chans.recvs.get(ch, [])
-        if k >= semantics.buffer and len(program.ranks[send.rank][send.step].parts) > 1 and k - semantics.buffer < len(recvs):
+        grouped = len(program.ranks[send.rank][send.step].parts) > 1
+        if grouped and semantics.buffer <= k < len(recvs) + semantics.buffer:
             room = recvs[k - semantics.buffer]
             out[send.rank, send.step, send.part] = (room, (room.rank, room.step - 1))
     return out
@@ -527,14 +528,19 @@ def _group_cuts(sizes: _Sizes, chans: Channels, sends, waits: dict, known, kept)
     turn: a group has few parts). Exact: a moment is the posting and the room those sends waited for."""
     if not waits:
         return {}
-    mine = defaultdict(list)  # rank -> (step, its channel's receiver, k, send)
+    mine = defaultdict(list)  # rank -> (step, channel, k, send) of its sent messages of some size
     for ch, k, send in sends:
         mine[send.rank].append((send.step, ch, k, send))
+    receivers = defaultdict(list)  # rank -> the ranks it sends messages of some size to
+    for a, b in known:
+        receivers[a].append(b)
+    groups = defaultdict(list)  # (rank, step) -> its sends that wait for room
+    for key in waits:
+        groups[key[:2]].append(key)
     out: dict = defaultdict(dict)
-    for (a, x) in sorted({key[:2] for key in waits}):
-        blocked = [key for key in waits if key[:2] == (a, x)]
+    for (a, x), blocked in groups.items():
         for n in range(1, 1 << len(blocked)):
-            clock = {b: (row[x - 1] if x > 0 else -1) for (r, b), row in known.items() if r == a}
+            clock = {b: (known[a, b][x - 1] if x > 0 else -1) for b in receivers[a]}
             for i, key in enumerate(blocked):
                 if n >> i & 1:
                     for b, v in kept[waits[key][1]].items():
