@@ -255,8 +255,7 @@ def _check_job(program: Program, semantics: Semantics, limits, file, engine) -> 
         return report
     if report.errors:
         return report
-    report.peak_memory = tuple(replace(pk, rank=d * P + pk.rank) for d, r in enumerate(replicas)
-                               for pk in peak_memory(r, semantics, channels(r)))
+    report.peak_memory = peak_memory(program, semantics)  # the whole job's: its collectives order the runs
     given = {d * P + r: v for d in range(program.dp) for r, v in program.annotations.memory_limit}
     given.update(limits or {})
     report.memory_limit = tuple(given.get(r) for r in range(flat.num_ranks))

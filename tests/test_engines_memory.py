@@ -90,8 +90,11 @@ def test_eager_send_buffers_stay_until_the_receive_is_posted():
     }""")
     rendezvous = schedc.check(p).to_dict()["peak_memory"]
     eager = schedc.check(p, semantics="eager")
-    assert eager.to_dict()["peak_memory"][0] == rendezvous[0] + 1
+    # rank 1 may start late: as rank 0 posts RECV_B(0,0), neither of its forwards' messages need be
+    # received yet (docs/semantics.md, "Memory": ranks start at any time)
+    assert eager.to_dict()["peak_memory"][0] == rendezvous[0] + 2
     peak = eager.peak_memory[0]
+    assert any("sent message of SEND_F(0,0)" in item for item in peak.live)
     assert any("sent message of SEND_F(0,1)" in item for item in peak.live)
 
 
@@ -211,7 +214,9 @@ def _1f1b_with_messages():
     return compile_text(text.replace("  place loop", "  memory act = 4, out = 1\n  place loop", 1))
 
 
-@pytest.mark.parametrize("semantics, peaks", [("rendezvous", [17, 14, 10, 5]), ("eager", [20, 15, 11, 6])])
+# eager: rank 0 may hold all four of its warm-up forwards' messages when it posts RECV_B(0,0), rank 1
+# having not started (docs/semantics.md, "Memory": ranks start at any time)
+@pytest.mark.parametrize("semantics, peaks", [("rendezvous", [17, 14, 10, 5]), ("eager", [21, 16, 11, 6])])
 def test_compute_level_memory_counts_the_receive_buffers_lowering_inserts(semantics, peaks):
     program = _1f1b_with_messages()
     assert program.level == "compute"

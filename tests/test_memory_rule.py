@@ -123,7 +123,8 @@ def test_under_a_backend_a_sent_message_is_held_until_its_send_is_waited_for():
         "0SEND_F1 0RECV_B0", "0SEND_F1 0WAIT_SEND_F1 0RECV_B0")
     gloo = schedc.check(compile_text(text), semantics="gloo").peak_memory[0]
     assert gloo.memory == 5 and sum("sent message of SEND_F" in item for item in gloo.live) == 2
-    assert schedc.check(compile_text(text), semantics="eager").peak_memory[0].memory == 4
+    # eager holds each until its receive is posted: here both, as rank 1 may start late
+    assert schedc.check(compile_text(text), semantics="eager").peak_memory[0].memory == 5
     released = schedc.check(compile_text(waited), semantics="gloo").peak_memory[0]
     assert released.memory == 3 and sum("sent message of" in item for item in released.live) == 1
     from schedc.simulate import simulate

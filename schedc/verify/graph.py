@@ -4,7 +4,8 @@ One event per step, its completion. A step completes after the step before it on
 after every prerequisite: data made on another rank (compute level), and, for each matched
 message, "a send completes only after its receive is posted" (rendezvous; bounded:K pairs the
 k-th send with the (k-K)-th receive) and "a receive completes only after its send is posted".
-Posting a step means finishing the one before it.
+Posting a step means finishing the one before it; posting a rank's first step is its start,
+which may come at any time (a wait for it is kept apart, in `starts`: memory reads it).
 
 Under a backend (`nccl`, `gloo`) sends and receives are posted, never blocking their rank: a
 communication step completes as soon as its rank reaches it, and the action that needs a
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
 from ..deps import delivers, needs, produces
@@ -85,6 +86,9 @@ class Constraints:
     lanes: tuple[Lane, ...] = ()
     posted: bool = False  # a backend's: a posting step completes on reach, and edges name it, not the step before
     ends: tuple[tuple[EndWait, ...], ...] = ()  # per rank, what its end of step waits for (a backend's sends)
+    # step -> the ranks whose start it waits for: a wait for the posting of a rank's first step, which
+    # is no step's completion (ranks start at any time); the deadlock question needs none of these
+    starts: dict[Step, list[int]] = field(default_factory=dict)
 
     @property
     def ranks(self) -> int:
@@ -119,6 +123,7 @@ class Constraints:
 def constraints(program: Program, semantics: Semantics, chans: Channels) -> Constraints:
     prereq = [[[] for _ in steps] for steps in program.ranks]
     never: dict[Step, tuple[str, int]] = {}
+    starts: dict[Step, list[int]] = {}
     if program.level == "compute":
         _data(program, prereq, never)
     if semantics.posted:
@@ -129,9 +134,12 @@ def constraints(program: Program, semantics: Semantics, chans: Channels) -> Cons
         recvs = chans.recvs.get(ch, ())
         n = len(recvs)
         for k, send in enumerate(sends):
-            if k < n and send.step > 0:
+            if k < n:
                 recv = recvs[k]
-                prereq[recv.rank][recv.step].append((send.rank, send.step - 1, "send-posted", recv.part))
+                if send.step > 0:
+                    prereq[recv.rank][recv.step].append((send.rank, send.step - 1, "send-posted", recv.part))
+                else:
+                    starts.setdefault((recv.rank, recv.step), []).append(send.rank)
             if eager or k < buffer:
                 continue
             if k - buffer >= n:
@@ -141,13 +149,15 @@ def constraints(program: Program, semantics: Semantics, chans: Channels) -> Cons
             if partner.step > 0:
                 prereq[send.rank][send.step].append(
                     (partner.rank, partner.step - 1, "recv-posted" if buffer == 0 else "buffer", send.part))
+            else:
+                starts.setdefault((send.rank, send.step), []).append(partner.rank)
         for recv in recvs[len(sends):]:
             never.setdefault((recv.rank, recv.step), ("waits for a send that is never posted", recv.part))
     for ch, recvs in chans.recvs.items():
         if ch not in chans.sends:
             for e in recvs:
                 never.setdefault((e.rank, e.step), ("waits for a send that is never posted", e.part))
-    return Constraints(prereq, never)
+    return Constraints(prereq, never, starts=starts)
 
 
 def _data(program: Program, prereq, never) -> None:

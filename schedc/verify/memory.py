@@ -1,14 +1,16 @@
 """Memory per rank in DESIGN.md's unit model: activations, receive buffers, eager send buffers.
 
 Activations along each rank's order: F(s,m) allocates a_s; B frees a_s; I frees a_s - w_s; W frees
-w_s (defaults: a_s = ir.default_share, w = a). A receive holds its message (the sender stage's `out`
-size) from the moment it is posted until the action that consumes it. Under eager or bounded sends a
-sent message stays until its receive is posted, which depends on timing: the worst case at each step counts every
-earlier send whose receive need not have been posted yet, i.e. does not happen-before that step
-(exact, from the happens-before graph of schedc/verify/graph.py). Under a backend a sent message
-stays until its send is waited for, as torch's runtime holds the tensor: at its WAIT_SEND, else to
-the end of the step. Inside a step, allocations come
-before frees.
+w_s (defaults: a_s = ir.default_share, w = a). A message weighs the `out` size of the stage below the
+boundary it crosses (the sender's for an activation, the receiver's for a gradient); a receive holds
+it from the moment it is posted until the action that consumes it. Under eager or bounded sends a
+sent message stays from its send's completion until its receive is posted, which depends on timing
+(ranks start at any time): the worst case at each moment of a step (its posting, its completion,
+inside a group as its sends go) counts every message whose receive need not be posted by then, i.e.
+does not happen-before it (exact, from the happens-before graph of schedc/verify/graph.py, the
+collectives' waits included). Under a backend a sent message stays until its send is waited for, as
+torch's runtime holds the tensor: at its WAIT_SEND, else to the end of the step. Inside a step,
+allocations come before frees.
 
 A compute-level program is counted as schedc lowers and runs it (DESIGN.md, "Memory at the compute
 level"): on its lowering (schedc/passes), receive buffers included, each moment told at a step of
@@ -22,6 +24,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..deps import delivers, needs, value_name
 from ..ir import COMM, COMPUTE, RECVS, SENDS, WAITS, Action, Op, Program, describe
@@ -78,7 +81,8 @@ def stage_sizes(program: Program) -> tuple[list[float], list[float], list[float]
 
 
 def message_size(program: Program, a: Action) -> float:
-    """Bytes (units) a send or receive carries: the output of the stage the activation leaves."""
+    """Bytes (units) a send or receive carries: the output of the stage below the boundary it crosses
+    (an activation's sending stage, a gradient's receiving stage)."""
     return program.annotations.memory_of(a.stage + _SOURCE[a.op]).out
 
 
@@ -278,13 +282,14 @@ def step_memory(program: Program, semantics: Semantics | None = None) -> tuple[t
     lowered = run.user_step is not None
     held = {}
     if semantics is not None and semantics.posted:
-        held = _held_sends(run.program, semantics, channels(run.program), sizes)
+        held, _ = _held_sends(run.program, semantics, channels(run.program), sizes)
     out = []
     for r, steps in enumerate(run.program.ranks):
         starts, ends = [0.0] * len(steps), [0.0] * len(steps)  # sent messages first held at, last held at each step
-        for first, stop, a in held.get(r, ()):
-            starts[first] += sizes.message(a)
-            ends[stop - 1] += sizes.message(a)
+        for h in held.get(r, ()):  # (a backend's: held alike at both moments of a step)
+            first, stop = h.posted
+            starts[first] += sizes.message(h.action)
+            ends[stop - 1] += sizes.message(h.action)
         live, during, after, sending = _Live(sizes), [], [], 0.0
         for x, st in enumerate(steps):
             live.allocate(st.parts)
@@ -347,23 +352,36 @@ class Peak:
 def peak_memory(program: Program, semantics: Semantics, chans: Channels | None = None) -> tuple[Peak, ...]:
     """Worst-case memory per rank over every run the semantics allows (the program must not
     deadlock); a compute-level program as schedc lowers and runs it. `chans`: the program's
-    channels, if already known."""
+    channels, if already known. A job whose collectives join ranks (replicas, a tied all-reduce)
+    is counted whole, its ranks numbered as schedc/verify/mesh.py's `job` numbers them: a
+    collective's wait orders the runs as a message does."""
+    from .mesh import flat_job, job, job_channels, joins_ranks
     run = _as_run(program)
-    counted = run.program
-    if run.user_step is not None or chans is None:
+    counted, cons = run.program, None
+    if joins_ranks(program):
+        counted, cons = job(counted, semantics)
+        chans = job_channels(run.program)
+        lowered = run.user_step is not None
+        program, run = flat_job(program), _Run(counted, tuple(map(_user_steps, counted.ranks)) if lowered else None)
+    elif run.user_step is not None or chans is None:
         chans = channels(counted)
     sizes = _Sizes.of(counted)
-    held = _held_sends(counted, semantics, chans, sizes)
-    return tuple(_rank_peak(program, run, sizes, r, held.get(r, ())) for r in range(program.num_ranks))
+    held, cuts = _held_sends(counted, semantics, chans, sizes, cons)
+    return tuple(_rank_peak(program, run, sizes, r, held.get(r, ()), cuts.get(r, {})) for r in range(program.num_ranks))
 
 
-def _rank_peak(program: Program, run: _Run, sizes: _Sizes, r: int, held) -> Peak:
-    """One rank's worst moment, told at the user's step (`held`: its sent messages' spans)."""
+def _rank_peak(program: Program, run: _Run, sizes: _Sizes, r: int, held, cuts) -> Peak:
+    """One rank's worst moment, told at the user's step (`held`: its sent messages' spans; `cuts`:
+    inside its groups, `_group_cuts`)."""
     steps = run.program.ranks[r]
-    memory, x = _worst_step(steps, sizes, held)
+    memory, x, moment = _worst_step(steps, sizes, held, cuts)
     if not steps or memory <= 0:
         return Peak(r, 0.0, 0, None, ())
-    live = _live_at(run, sizes, r, x, tuple(a for first, stop, a in held if first <= x < stop))
+    if moment == 2:
+        sent = cuts[x][0]
+    else:
+        sent = tuple(h.action for h in held if h.at(moment)[0] <= x < h.at(moment)[1])
+    live = _live_at(run, sizes, r, x, sent)
     buffers = live.total - live.act
     items = live.items(run.user_step is not None)
     if run.user_step is None:
@@ -373,24 +391,32 @@ def _rank_peak(program: Program, run: _Run, sizes: _Sizes, r: int, held) -> Peak
     return Peak(r, memory, y, program.ranks[r][y].parts[0], items, buffers, True, inserted)
 
 
-def _worst_step(steps, sizes: _Sizes, held) -> tuple[float, int]:
-    """(the most one rank holds, the first step where it does), the sent messages it holds (`held`:
-    (first step, step after the last, send) spans) included."""
-    sent = [0.0] * (len(steps) + 1)  # what the spans add at each step, as a running sum of their ends
-    for first, stop, a in held:
-        size = sizes.message(a)
-        sent[first] += size
-        sent[stop] -= size
+def _worst_step(steps, sizes: _Sizes, held, cuts) -> tuple[float, int, int]:
+    """(the most one rank holds, the first step where it does, the moment: 0 as the step is posted,
+    1 as it completes, 2 inside a group (`cuts`)), the sent messages it holds (`held`) included. A
+    step's allocations count at every moment: a receive's buffer from its posting, a compute
+    step's at once (at the communication level no other rank's step comes between its posting and
+    its completion); only the sent messages held differ."""
+    sent = [[0.0] * (len(steps) + 1) for _ in range(2)]  # per moment, a running sum of the spans' ends
+    for h in held:
+        size = sizes.message(h.action)
+        for moment in (0, 1):
+            first, stop = h.at(moment)
+            if first < stop:
+                sent[moment][first] += size
+                sent[moment][stop] -= size
     live = _Live(sizes)
-    peak, where, sending = 0.0, 0, 0.0
+    peak, where, when, posted, completed = 0.0, 0, 0, 0.0, 0.0
     for x, st in enumerate(steps):
         live.allocate(st.parts)
-        sending += sent[x]
-        total = live.total + sending
+        posted += sent[0][x]
+        completed += sent[1][x]
+        inside = cuts[x][1] if x in cuts else 0.0
+        total = live.total + max(posted, completed, inside)
         if total > peak:
-            peak, where = total, x
+            peak, where, when = total, x, 2 if inside > max(posted, completed) else int(completed > posted)
         live.free(st.parts)
-    return peak, where
+    return peak, where, when
 
 
 def _live_at(run: _Run, sizes: _Sizes, r: int, x: int, sent) -> _Live:
@@ -422,15 +448,28 @@ def _num(x: float):
     return int(x) if float(x).is_integer() else x
 
 
-def _held_sends(program: Program, semantics: Semantics, chans: Channels, sizes: _Sizes) -> dict:
-    """rank -> (first step, step after the last, send) of each sent message of some size the rank
-    may still hold there. Under eager or bounded sends a message is held until its receive is surely
-    posted; under a backend, as torch's runtime holds a sent tensor, until its send is waited for:
-    at its explicit WAIT_SEND, else at the end of the step (its last step). Rendezvous holds none."""
+class Held(NamedTuple):
+    """A sent message its rank may still hold, at each of two moments of its steps: as a step is
+    posted (`posted`: the steps x with first <= x < stop) and as it completes (`completed`)."""
+
+    posted: tuple[int, int]
+    completed: tuple[int, int]
+    action: Action
+
+    def at(self, moment: int) -> tuple[int, int]:
+        return self.completed if moment else self.posted
+
+
+def _held_sends(program: Program, semantics: Semantics, chans: Channels, sizes: _Sizes, cons=None) -> dict:
+    """rank -> the `Held` spans of each sent message of some size the rank may still hold. Under
+    eager or bounded sends a message is held from its send's completion until its receive is posted,
+    in the worst run the happens-before graph allows (`cons`, the program's if None); under a
+    backend, as torch's runtime holds a sent tensor, until its send is waited for: at its explicit
+    WAIT_SEND, else at the end of the step (its last step), at both moments. Rendezvous holds none."""
     sends = [(ch, k, send) for ch, endpoints in chans.sends.items() for k, send in enumerate(endpoints)
              if sizes.message(send.action) > 0]
     if semantics.kind == "rendezvous" or not sends:
-        return {}
+        return {}, {}
     out: dict = defaultdict(list)
     if semantics.posted:
         waits = {(r, WAITS[a.op], a.stage, a.microbatch): x for r, steps in enumerate(program.ranks)
@@ -438,38 +477,103 @@ def _held_sends(program: Program, semantics: Semantics, chans: Channels, sizes: 
         for ch, _, send in sends:
             a = send.action
             stop = waits.get((send.rank, a.op, a.stage, a.microbatch), len(program.ranks[send.rank]) - 1) + 1
-            out[send.rank].append((send.step, max(stop, send.step + 1), a))
-        return out
-    known = _known_posted(program, constraints(program, semantics, chans),
-                          {(send.rank, ch[1]) for ch, _, send in sends})
+            span = (send.step, max(stop, send.step + 1))
+            out[send.rank].append(Held(span, span, a))
+        return out, {}
+    if cons is None:
+        cons = constraints(program, semantics, chans)
+    waits = _waits_for_room(program, semantics, chans, sends)
+    known, kept = _known_posted(program, cons, {(send.rank, ch[1]) for ch, _, send in sends},
+                                {w[1] for w in waits.values()})
     for ch, k, send in sends:
-        a, b = ch[0], ch[1]
+        a, b, x = ch[0], ch[1], send.step
+        end = len(program.ranks[a])
         recvs = chans.recvs.get(ch, [])
-        posted_at = recvs[k].step - 1 if k < len(recvs) else None  # posting it is finishing the step before
-        if posted_at is None:  # never received: held to the end
-            stop = len(program.ranks[a])
-        elif posted_at < 0:  # posted before anything runs
-            stop = send.step
+        # a send completes as its step is posted unless it waits for room (bounded:K, its k-th with k >= K)
+        at_once = semantics.kind == "eager" or k < semantics.buffer
+        if k >= len(recvs):  # never received: held to the end
+            posted, done = end, end
         else:
-            # the receive is certainly posted at a's step x once b's step before it happens-before
-            # a's step x - 1: the first such x from the send on (a row only grows along a's list)
-            row = known[a, b]
-            j = bisect_left(row, posted_at, max(0, send.step - 1))
-            stop = j + 1 if j < len(row) else len(program.ranks[a])
-        if stop > send.step:
-            out[a].append((send.step, stop, send.action))
+            # a's step i completes once the receive (b's step y) is surely posted when row[i] >= y
+            row, y = known[a, b], recvs[k].step
+            done = bisect_left(row, y, x)
+            posted = done + 1 if done < len(row) else end
+            done = done if done < len(row) else end
+            if at_once and (row[x - 1] if x > 0 else -1) < y:
+                x -= 1  # held as its own step is posted too
+        out[a].append(Held((x + 1, min(posted, end)), (send.step, done), send.action))
+    return out, _group_cuts(sizes, chans, sends, waits, known, kept)
+
+
+def _waits_for_room(program: Program, semantics: Semantics, chans: Channels, sends) -> dict:
+    """(rank, step, part) of each sent message of some size that a group posts and that waits for
+    room (bounded:K, the k-th with k >= K) -> (the channel's receive it waits for, the step whose
+    completion posts that receive: (rank, -1) for the rank's start). A group's sends complete one by
+    one, so the moments between its posting and its completion count too (`_group_cuts`)."""
+    out = {}
+    if semantics.kind != "bounded":
+        return out
+    for ch, k, send in sends:
+        recvs = chans.recvs.get(ch, [])
+        grouped = len(program.ranks[send.rank][send.step].parts) > 1
+        if grouped and semantics.buffer <= k < len(recvs) + semantics.buffer:
+            room = recvs[k - semantics.buffer]
+            out[send.rank, send.step, send.part] = (room, (room.rank, room.step - 1))
+    return out
+
+
+def _group_cuts(sizes: _Sizes, chans: Channels, sends, waits: dict, known, kept) -> dict:
+    """rank -> step -> (the sent messages held, their size) at the worst moment inside a group whose
+    sends wait for room: after its posting, once some of those sends completed (each set of them in
+    turn: a group has few parts). Exact: a moment is the posting and the room those sends waited for."""
+    if not waits:
+        return {}
+    mine = defaultdict(list)  # rank -> (step, channel, k, send) of its sent messages of some size
+    for ch, k, send in sends:
+        mine[send.rank].append((send.step, ch, k, send))
+    receivers = defaultdict(list)  # rank -> the ranks it sends messages of some size to
+    for a, b in known:
+        receivers[a].append(b)
+    groups = defaultdict(list)  # (rank, step) -> its sends that wait for room
+    for key in waits:
+        groups[key[:2]].append(key)
+    out: dict = defaultdict(dict)
+    for (a, x), blocked in groups.items():
+        for n in range(1, 1 << len(blocked)):
+            clock = {b: (known[a, b][x - 1] if x > 0 else -1) for b in receivers[a]}
+            for i, key in enumerate(blocked):
+                if n >> i & 1:
+                    for b, v in kept[waits[key][1]].items():
+                        if b in clock:
+                            clock[b] = max(clock[b], v)
+            held = []
+            for step, ch, k, send in mine[a]:
+                if step > x:
+                    continue
+                room = waits.get((a, step, send.part)) if step == x else None
+                if room is not None and clock[ch[1]] < room[0].step:
+                    continue  # not sent yet: it waits for room
+                recvs = chans.recvs.get(ch, [])
+                if k >= len(recvs) or clock[ch[1]] < recvs[k].step:
+                    held.append(send.action)
+            size = sum(sizes.message(h) for h in held)
+            if size > out[a].get(x, ((), 0.0))[1]:
+                out[a][x] = (tuple(held), size)
     return out
 
 
 MAX_HOLD_WORK = 1_000_000_000  # steps x receiving ranks: the exact hold analysis's work (about a second)
 
 
-def _known_posted(program: Program, cons, pairs: set[tuple[int, int]]) -> dict[tuple[int, int], list[int]]:
-    """(a, b) -> for each step x of rank a, the last step of rank b that happens-before (or is)
-    a's step x. One pass in topological order carries, per step, a vector over the receiving ranks
-    (a vector clock restricted to them): linear in steps x receiving ranks, which MAX_HOLD_WORK
-    bounds (a `too-large` error past it, before the pass). Steps on a cycle (a deadlock) and after
-    it are left out: their rows end there."""
+def _known_posted(program: Program, cons, pairs: set[tuple[int, int]], keep=frozenset()) -> tuple[dict, dict]:
+    """(a, b) -> for each step x of rank a, the latest step of rank b surely posted when a's step x
+    completes (b's step y is posted when its step y - 1 completes, its first when b starts, which
+    may be at any time: surely, when that happens-before a's step x; -1: not even its first). And
+    for each step of `keep` ((q, -1): rank q's start), the same over every receiving rank b: {b: step}.
+    One pass in topological order carries, per step, a vector over the receiving ranks (a vector
+    clock restricted to them): linear in steps x receiving ranks, which MAX_HOLD_WORK bounds (a
+    `too-large` error past it, before the pass). Steps on a cycle (a deadlock) and after it are left
+    out: their rows end there."""
     import numpy as np
     from ..errors import SchedcError
     receivers = sorted({b for _, b in pairs})
@@ -503,22 +607,29 @@ def _known_posted(program: Program, cons, pairs: set[tuple[int, int]]) -> dict[t
     last = [None] * len(lengths)  # each rank's latest vector
     none = np.full(len(receivers), -1, dtype=np.int64)
     uses = {p: len(w) for p, w in waiters.items()}  # waiters not yet counted, per held vector
+    starts = cons.starts
+    kept = {(q, j): {q: 0} for q, j in keep if j < 0}  # a start: only its rank's first step is posted
     queue = deque((r, 0) for r in range(len(lengths)) if lengths[r] and waiting[r, 0] == 0)
     while queue:
         r, i = node = queue.popleft()
         v = last[r] if last[r] is not None else none
-        if cross.get(node) or r in col:
+        if cross.get(node) or r in col or node in starts:
             v = v.copy()
             for p in cross.get(node, ()):
                 np.maximum(v, held[p], out=v)
                 uses[p] -= 1
                 if not uses[p]:
                     del held[p]
+            for q in starts.get(node, ()):  # it waits for rank q to start: q's first step is posted
+                if q in col:
+                    v[col[q]] = max(v[col[q]], 0)
             if r in col:
-                v[col[r]] = i
+                v[col[r]] = i + 1
         last[r] = v
         for b in wanted.get(r, ()):
             rows[r, b].append(int(v[col[b]]))
+        if node in keep:
+            kept[node] = {b: int(v[col[b]]) for b in receivers}
         if uses.get(node):
             held[node] = v
         for m in waiters.get(node, ()):
@@ -529,4 +640,4 @@ def _known_posted(program: Program, cons, pairs: set[tuple[int, int]]) -> dict[t
             waiting[r, i + 1] -= 1
             if not waiting[r, i + 1]:
                 queue.append((r, i + 1))
-    return rows
+    return rows, kept

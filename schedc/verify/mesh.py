@@ -145,12 +145,15 @@ def job(program: Program, semantics: Semantics) -> tuple[Program, Constraints]:
 
     prereq: list = [None] * total
     never: dict = {}
+    starts: dict = {}
     lanes: list[Lane] = []
     for d, c in enumerate(per):
         for n, steps in enumerate(c.prereq):
             prereq[node(d, n)] = [[(node(d, q), j, why, k) for q, j, why, k in pre] for pre in steps]
         for (n, i), v in c.never.items():
             never[(node(d, n), i)] = v
+        for (n, i), ranks in c.starts.items():
+            starts[(node(d, n), i)] = [d * P + q for q in ranks]
         lanes.extend(Lane(d * P + lane.rank, None if lane.peer is None else d * P + lane.peer, tuple(
             tuple(e._replace(rank=d * P + e.rank, channel=(d * P + e.channel[0], d * P + e.channel[1], *e.channel[2:]))
                   for e in ops)
@@ -174,10 +177,20 @@ def job(program: Program, semantics: Semantics) -> tuple[Program, Constraints]:
                         prereq[m][step].append((m2, others[k].step, "collective-posted", part))
                     elif others[k].step > 0:  # reached once its rank finished the step before
                         prereq[m][step].append((m2, others[k].step - 1, "collective", part))
-    flat = replace(program, num_ranks=R, ranks=flat_ranks, replicas=())
+                    else:  # reached once its rank started
+                        starts.setdefault((m, step), []).append(m2)
     ends = tuple(tuple(w if w.node is None else w._replace(node=node(d, w.node)) for w in waits)
                  for d, c in enumerate(per) for waits in (c.ends or ((),) * P))
-    return flat, Constraints(prereq, never, tuple(lanes), any(c.posted for c in per), ends)
+    return flat_job(program), Constraints(prereq, never, tuple(lanes), any(c.posted for c in per), ends=ends,
+                                          starts=starts)
+
+
+def flat_job(program: Program) -> Program:
+    """The job as one program: replica after replica, replica d's pipeline rank p as rank d * P + p."""
+    if not program.replicas:
+        return program
+    ranks = tuple(steps for d in range(program.dp) for steps in program.replica(d).ranks)
+    return replace(program, num_ranks=len(ranks), ranks=ranks, replicas=())
 
 
 def _next_compute(steps, after: int, stage: int) -> tuple[int, int] | None:
