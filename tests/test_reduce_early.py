@@ -185,7 +185,7 @@ def test_run_refuses_it_before_any_rank_starts(run_cli, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("case", ["REDUCE_GRAD, replicas", "REDUCE_TIED, both ends on the rank"])
-def test_the_runtime_refuses_at_the_action_check_finds(case):
+def test_the_runtime_refuses_at_the_action_check_finds(case, monkeypatch):
     """Unverified (`run --no-verify`), schedc's runtime stops at the reduction `check` names, with
     the rule's code; one rank in-process: the refusal comes before any collective is issued."""
     torch = pytest.importorskip("torch")
@@ -210,6 +210,8 @@ def test_the_runtime_refuses_at_the_action_check_finds(case):
     if S == 2:
         extra["tied"] = {s: [modules[s].weight] for s in range(S)}
     interp = PipelineInterpreter(table, 0, modules, lambda y, t: ((y - t) ** 2).mean(), group=object(), **extra)
+    # (the stand-in groups make no communicator: the refusal comes before any collective)
+    monkeypatch.setattr(interp, "_open_communicators", lambda: None)
     M = table.num_microbatches
     x = torch.randn(2 * M, 2, dtype=torch.float64)
     with pytest.raises(StepFailure) as failed:
