@@ -18,7 +18,8 @@ from .. import solver, syntax as ast
 from ..errors import SchedcError
 from . import smt
 from .given import check_assumptions, check_bound
-from .model import Model, MemoryUnits, Unsupported, domain, memory_spec, memory_units, model, pins, rank_lets, unroll
+from .model import (Model, MemoryUnits, Unsupported, domain, memory_spec, memory_units, model, pins,
+                    rank_lets, unroll)
 from .sample import Stop, base_env, evaluate, feature_names, rank_env
 from .search import ConcreteFailure, cegis_timing, infer_bound, inside, peaks, setting_text, settings, unit_peaks
 
@@ -453,7 +454,7 @@ def _memory(proof, m, assumed, bound, deadline, certificate, samples, ordered, r
     if inferred:
         mem_text = infer_bound(m, samples, units.sizes)
     if mem_text is None:
-        proof.parts.append(Part("memory", "unknown", f"no closed form in P, M and the rank matches the sampled "
+        proof.parts.append(Part("memory", "unknown", "no closed form in P, M and the rank matches the sampled "
                                 "peaks; state one with --memory"))
         return None, None, None
     expr = bound if bound is not None else parse_condition(mem_text, "--memory")
@@ -659,8 +660,8 @@ def _check_memory(m, assumed, expr, deadline, capacity: bool, units: MemoryUnits
             except Stop:
                 over = None
             return over or (f"counting in rank order: {why}; and by capacity the proof only shows bounds of "
-                            f"at least (stages) x (microbatches) x (an F's units) per rank, and {_text(expr)} is less at "
-                            f"{verdict.params}"), "capacity"
+                            f"at least (stages) x (microbatches) x (an F's units) per rank, and {_text(expr)} is "
+                            f"less at {verdict.params}"), "capacity"
     return None, "capacity"
 
 
