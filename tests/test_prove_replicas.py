@@ -95,8 +95,7 @@ LINE = 9  # the line of `body` in `write`'s file (with no `head`)
     ("tied", "    if r == 0 or r == P - 1 { REDUCE_TIED(r) }", "", "rank r", "REDUCE_TIED: the proof covers"),
     ("sends", "    if r > 0 { SEND_B(r, 0) }", "", "rank r", "SEND_B: the proof covers"),
     ("waits", "    WAIT_SEND_F(r, 0)", "", "rank r", "WAIT_SEND_F: the proof covers"),
-    ("groups", "    group(REDUCE_GRAD(r))", "", "rank r", "group(...)"),
-    ("overlapped", "    overlap(B(r, 0), REDUCE_GRAD(r))", "", "rank r", "overlap(...) of something other"),
+    ("groups", "    if r > 0 { group(SEND_B(r, 0)) }", "", "rank r", "group(...)"),
 ])
 def test_each_construct_outside_the_proof_is_unknown_naming_it_and_its_line(tmp_path, name, body, head, ranks, why):
     path = write(tmp_path, name, body, head, ranks)
@@ -110,6 +109,18 @@ def test_each_construct_outside_the_proof_is_unknown_naming_it_and_its_line(tmp_
         return
     assert why in proof.reason and f"(line {LINE})" in proof.reason, proof.reason
     assert proof.bounded is not None and proof.bounded["settings"] > 0
+
+
+@pytest.mark.parametrize("name, body", [("grouped", "    group(REDUCE_GRAD(r))"),
+                                        ("overlapped", "    overlap(B(r, 0), REDUCE_GRAD(r))")])
+def test_a_collective_where_the_language_takes_none_is_an_input_error(tmp_path, name, body):
+    """A collective in a group or an overlap compiles at no setting: prove says the input error, as
+    check does (exit 2), and proves or refutes nothing."""
+    path = write(tmp_path, name, body, "", "rank r")
+    with pytest.raises(SchedcError) as caught:
+        prove(str(path), timeout=60)
+    (diag,) = caught.value.diagnostics
+    assert diag.code == "bad-action" and diag.span.line == LINE
 
 
 def test_a_forward_only_job_is_unknown_naming_the_line(tmp_path):

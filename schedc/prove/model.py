@@ -17,7 +17,9 @@ from fractions import Fraction
 
 from .. import loops as ir_loops
 from .. import syntax as ast
+from ..ir import Op
 from ..span import Span
+from ..verify.memory import whole_deltas
 
 KINDS = ("F", "B", "I", "W")
 COLLECTIVES = ("REDUCE_GRAD", "UNSHARD", "RESHARD")  # a stage's own: on its rank, with no microbatch
@@ -426,46 +428,88 @@ def _unrolled(stmts, env0: dict, known) -> tuple[Stmt, ...]:
 
 
 @dataclass(frozen=True)
+class MemoryUnits:
+    """How a proof counts memory: by `check`'s rule (schedc/verify/memory.py's `whole_deltas`), in
+    whole units, each `unit` x a stage's activation size (`act`: the file's, or None for the
+    default, each stage's share R / S of a rank-sized chunk's one unit, docs/semantics.md "Units").
+    `deltas`: what each kind the schedule runs adds (F) or frees (< 0), in units. By default
+    (`weight = act`) a unit is one activation: F adds one, B and W free one, I nothing."""
+
+    act: Fraction | None
+    unit: Fraction
+    deltas: dict[str, int]
+
+    @property
+    def sizes(self) -> tuple[int, int]:
+        """(act, weight) in units: the sizes to count a stage with (verify/memory.py's rule)."""
+        return self.deltas["F"], -self.deltas.get("W", -self.deltas["F"])
+
+    @property
+    def one_per_forward(self) -> bool:
+        return self.deltas["F"] == 1
+
+
+def memory_units(m: Model) -> MemoryUnits:
+    """The units the proof counts memory in, so that its count x the unit is what `check` counts
+    as a rank's activations: every stage has the same sizes (literals, or the defaults) and an I
+    frees (never allocates). Unsupported otherwise, with the reason: the count would not be check's."""
+    sizes = {}
+    for item in m.annotations:
+        for s in item.settings if item.what == "memory" else ():
+            if s.name in ("limit", "out"):
+                continue
+            if item.scope == "stage":
+                raise Unsupported(f"a per-stage memory size (`memory stage ...: {s.name} = ...`)", s.span)
+            if (sizes.setdefault(s.name, literal(s.value))) is None:
+                raise Unsupported(f"a memory size that is not a number (`{s.name} = ...`)", s.span)
+    kinds = {x.kind for x in m.stmts} | {"F"}
+    split = bool(kinds & {"I", "W"})
+    if split:
+        kinds |= {"I", "W"}
+    act, weight = sizes.get("act"), sizes.get("weight")
+    if split and weight is not None and act is None:
+        raise Unsupported("a `memory weight` without an `act`: its ratio to the default activation size "
+                          "varies, so an I's free is not a whole count")
+    a = act if act is not None else Fraction(1)  # the default: each stage's share, counted as one
+    w = weight if split and weight is not None else a
+    if "I" in kinds and w > a:
+        raise Unsupported("a `memory weight` larger than `act`: an I then adds memory, and the count "
+                          "follows forwards only")
+    unit, deltas = whole_deltas([Op[k] for k in sorted(kinds)], a, w)
+    return MemoryUnits(act, unit / a if a else Fraction(1), {op.value: d for op, d in deltas.items()})
+
+
+@dataclass(frozen=True)
 class MemorySpec:
     """The file's memory annotations as a proof reads them: every stage's activation `act` (None:
     the default, each stage's share R / S of a rank-sized chunk's one unit, docs/semantics.md
-    "Units"), and the limits in file order, each `(rank or None for every rank, limit)` (a later one
-    overrides an earlier one for the ranks it names, as the compiler does)."""
+    "Units"), the counted unit relative to it (MemoryUnits.unit), and the limits in file order,
+    each `(rank or None for every rank, limit)` (a later one overrides an earlier one for the ranks
+    it names, as the compiler does)."""
 
     act: Fraction | None
     limits: tuple[tuple[ast.Expr | None, ast.Expr], ...]
+    unit: Fraction = Fraction(1)
 
 
 def memory_spec(m: Model) -> MemorySpec:
-    """What `check`'s memory figure is in the proof's unit count: `act` x live activations, which
-    holds exactly when every stage has one activation size (a literal, or the default share), the
-    messages are free (`out` 0, so receive and send buffers weigh nothing) and an I frees no more
-    than a B would (`weight` no larger than `act`: then `act` x the count is an upper bound, exact
-    with B's). Unsupported otherwise, with the reason."""
-    act, limits, weight = None, [], None
+    """What `check`'s memory figure is in the proof's count: the unit's size x the count, which
+    holds exactly when the count is check's (memory_units) and the messages are free (`out` 0, so
+    receive and send buffers weigh nothing). Unsupported otherwise, with the reason."""
+    units = memory_units(m)
+    limits = []
     for item in m.annotations:
         if item.what != "memory":
             continue
         for s in item.settings:
-            if s.name == "limit" and item.scope != "stage":
-                limits.append((item.scope_expr if item.scope == "rank" else None, s.value))
-                continue
             if item.scope == "stage":
                 raise Unsupported(f"a per-stage memory size (`memory stage ...: {s.name} = ...`)", s.span)
-            value = literal(s.value)
-            if value is None:
-                raise Unsupported(f"a memory size that is not a number (`{s.name} = ...`)", s.span)
-            if s.name == "act":
-                act = value
-            elif s.name == "weight":
-                weight = value
-            elif s.name == "out" and value != 0:
+            if s.name == "limit":
+                limits.append((item.scope_expr if item.scope == "rank" else None, s.value))
+            elif s.name == "out" and literal(s.value) != 0:
                 raise Unsupported("messages with a size (`memory out = ...`): receive and send buffers count "
                                   "towards the limit", s.span)
-    if weight is not None and (act is None or weight > act) and any(x.kind == "I" for x in m.stmts):
-        raise Unsupported("a `memory weight` " + ("without an `act`" if act is None else "larger than `act`")
-                          + ", so an I may add memory where the count says it frees none")
-    return MemorySpec(act, tuple(limits))
+    return MemorySpec(units.act, tuple(limits), units.unit)
 
 
 def literal(e: ast.Expr) -> Fraction | None:

@@ -18,7 +18,8 @@ from .. import solver, syntax as ast
 from ..errors import SchedcError
 from . import collectives, smt
 from .given import check_assumptions, check_bound
-from .model import Model, Unsupported, domain, memory_spec, model, pins, rank_lets, unroll
+from .model import (Model, MemoryUnits, Unsupported, domain, memory_spec, memory_units, model, pins,
+                    rank_lets, unroll)
 from .sample import Stop, base_env, evaluate, feature_names, rank_env
 from .search import ConcreteFailure, cegis_timing, infer_bound, inside, peaks, setting_text, settings, unit_peaks
 
@@ -102,7 +103,7 @@ def _prove(source: str, assumptions, memory, deadline: solver.Deadline, certific
                 raise
             log(f"  {exc.diagnostics[0].message}; searching instead")
         else:
-            if first.verdict != "unknown" or _timed_out(first):
+            if first.verdict == "proved" or _timed_out(first):
                 return first
             log("  the saved certificate does not prove it; searching instead")
     tree = parse(read_text(path), str(path))
@@ -143,7 +144,8 @@ def _decide(proof, path, tree, m, unsupported, assumed, bound, deadline, certifi
     """The verdict: the bounded sweep, then the proof in linear, then nonlinear arithmetic, then
     case by case (raises solver.TimeUp once the command's limit passes)."""
     log(f"{tree.name}: checking small settings concretely")
-    failure = _bounded(proof, path, m, assumed, bound, deadline)
+    units = _units(m) if unsupported is None else None
+    failure = _bounded(proof, path, m, assumed, bound, units, deadline)
     if failure is not None:
         proof.verdict, proof.counterexample = "refuted", failure
         return _done(proof, start)
@@ -169,14 +171,16 @@ def _decide(proof, path, tree, m, unsupported, assumed, bound, deadline, certifi
             failed = again.reason
         if other.verdict == "refuted" or (failed is None and other.parts):
             other.verdict = "refuted" if other.verdict == "refuted" else "proved"
+            _settle(other, path, m, assumed, bound, units, deadline)
             return _done(other, start)
         why = "; ".join(x for x in (why, f"in nonlinear arithmetic: {failed}") if x)
         if certificate is None:
-            _cases(proof, path, tree, assumed, bound, deadline, exc, log)
+            _cases(proof, path, tree, assumed, bound, units, deadline, exc, log)
         if proof.verdict == "refuted":  # one of the cases failed, and the concrete check agrees
             return _done(proof, start)
         return _unknown(proof, start, why)
     if proof.verdict == "refuted":
+        _settle(proof, path, m, assumed, bound, units, deadline)
         return _done(proof, start)
     statuses = {p.status for p in proof.parts}
     proof.verdict = "proved" if statuses == {"proved"} else "unknown"
@@ -212,7 +216,7 @@ NONLINEAR_UNITS = 2_500_000_000  # the whole attempt in nonlinear arithmetic, fi
 CASES = range(1, 5)  # a parameter that makes the schedule nonlinear is tried at each of these values
 
 
-def _cases(proof, path, tree, assumed, bound, deadline, exc, log) -> None:
+def _cases(proof, path, tree, assumed, bound, units, deadline, exc, log) -> None:
     """Not linear for every value of some parameter: prove each small value of it separately
     (pinned, the loops over it unrolled). Recorded as parts; the verdict stays unknown."""
     from ..span import span_text
@@ -231,9 +235,11 @@ def _cases(proof, path, tree, assumed, bound, deadline, exc, log) -> None:
             log(f"  case {name} = {k}")
             try:
                 m = unroll(base, pins(assumed + (pin,)))
-                failure = _bounded(sub, path, m, assumed + (pin,), bound, deadline)
+                failure = _bounded(sub, path, m, assumed + (pin,), bound, units, deadline)
                 if failure is None:
                     _symbolic(sub, path, m, assumed + (pin,), bound, deadline, None, log)
+                    if sub.verdict == "refuted":
+                        _settle(sub, path, m, assumed + (pin,), bound, units, deadline)
                 else:
                     sub.verdict, sub.counterexample = "refuted", failure
             except Unsupported:
@@ -267,11 +273,14 @@ def _unknown(proof: Proof, start: float, reason: str) -> Proof:
     return _done(proof, start)
 
 
-def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, deadline):
-    """Check small settings concretely, smallest first; the first failure, or None."""
+def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, units, deadline):
+    """Check small settings concretely, smallest first: the smallest failing setting (see
+    _least_failing: the sweep's box leaves some out), or None. A file that compiles at none of
+    them is bad input: its error is raised (exit 2), as `check` and `sim` raise it."""
     from ..api import check, load
-    checked, largest, steps_checked = 0, {}, 0
-    for params in settings(m, assumed, BOUNDED_MAX, BOUNDED_SETTINGS):
+    checked, largest, steps_checked, passed = 0, {}, 0, []
+    sweep = settings(m, assumed, BOUNDED_MAX, BOUNDED_SETTINGS)
+    for n, params in enumerate(sweep):
         deadline.check()
         if steps_checked >= BOUNDED_STEPS:
             break
@@ -280,22 +289,56 @@ def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, deadline):
         except SchedcError as exc:
             if _outside(exc):
                 continue
-            return {"params": params, "property": "compile error",
-                    "report": "\n".join(d.render() for d in exc.diagnostics)}
+            if checked == 0 and not _compiles_somewhere(path, sweep[n + 1:], deadline):
+                raise
+            failure = {"params": params, "property": "compile error",
+                       "report": "\n".join(d.render() for d in exc.diagnostics)}
+            return _least_failing(path, m, assumed, failure, deadline, bound, units, passed)
         checked += 1
         steps_checked += sum(len(rank) for rank in program.ranks)
         for k, v in params.items():
             largest[k] = max(largest.get(k, v), v)
         report = check(program)
+        failure = None
         if report.ok is not True:
-            return {"params": params, "property": "checks", "summary": report.summary(), "report": report.render()}
-        if bound is not None:
+            failure = {"params": params, "property": "checks", "summary": report.summary(), "report": report.render()}
+        elif bound is not None and units is not None:
             steps = [[[a.op.value for a in st.parts] for st in rank] for rank in program.ranks]
-            over = _over_bound(m, bound, params, unit_peaks(steps))
-            if over is not None:
-                return over
+            failure = _over_bound(m, bound, params, unit_peaks(steps, units.sizes), units)
+        if failure is not None:
+            return _least_failing(path, m, assumed, failure, deadline, bound, units, passed)
+        passed.append(params)
     proof.bounded = {"settings": checked, "largest": largest, "ok": True}
     return None
+
+
+def _compiles_somewhere(path: Path, sweep, deadline) -> bool:
+    """Some setting of the sweep compiles (one outside the schedule's domain does not count)."""
+    from ..api import load
+    for params in sweep:
+        deadline.check()
+        try:
+            load(str(path), params)
+            return True
+        except SchedcError as exc:
+            if _outside(exc):
+                continue
+    return False
+
+
+def _units(m: Model) -> MemoryUnits | None:
+    """The units memory is counted in (model.memory_units), None where the count cannot be check's."""
+    try:
+        return memory_units(m)
+    except Unsupported:
+        return None
+
+
+def _settle(proof: Proof, path: Path, m: Model, assumed, bound, units, deadline) -> None:
+    """A refutation found symbolically (and confirmed concretely at its setting) is stated at the
+    smallest failing setting, or marked as not shown to be it (_least_failing)."""
+    if proof.verdict == "refuted":
+        proof.counterexample = _least_failing(path, m, assumed, proof.counterexample, deadline, bound, units)
 
 
 def _outside(exc: SchedcError) -> bool:
@@ -310,14 +353,36 @@ def _empty(m: Model, assumed) -> bool:
         return False
 
 
-def _over_bound(m: Model, expr, params, got) -> dict | None:
-    """The counterexample if some rank's peak in `got` exceeds the bound at these parameters."""
+def _over_bound(m: Model, expr, params, got, units: MemoryUnits) -> dict | None:
+    """The counterexample if some rank's peak in `got` (in `units`) exceeds the bound at these
+    parameters, told in `check`'s sizes too."""
     for r, peak in enumerate(got):
         limit = evaluate(expr, rank_env(m, params, r), m.functions)
         if peak > limit:
             return {"params": params, "property": "memory", "rank": r, "report": "",
-                    "summary": f"rank {r} holds {peak} activations at its peak; the bound {_text(expr)} is {limit}"}
+                    "summary": f"rank {r} holds {peak} {_unit_words(units)} at its peak (check's peak activation: "
+                               f"{_number(peak * _unit_size(m, params, units))}); the bound {_text(expr)} is {limit}"}
     return None
+
+
+def _unit_words(units: MemoryUnits) -> str:
+    if units.one_per_forward:
+        return "activations"
+    return f"units of {_number(units.act * units.unit)}"  # (only the file's act makes a unit other than one)
+
+
+def _unit_size(m: Model, params, units: MemoryUnits):
+    """One counted unit in check's sizes at these parameters: the file's act, or the default R / S, x the unit."""
+    from fractions import Fraction
+    if units.act is not None:
+        return units.act * units.unit
+    env = base_env(m, params)
+    return Fraction(evaluate(m.ranks, env, m.functions), evaluate(m.stages, env, m.functions)) * units.unit
+
+
+def _number(x) -> str:
+    """A size as check prints it: whole numbers without a point."""
+    return str(int(x)) if x == int(x) else f"{float(x):g}"
 
 
 def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
@@ -344,8 +409,7 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
     except ConcreteFailure as exc:
         log(f"  the schedule fails its checks at {setting_text(exc.counterexample['params'])}; "
             "looking for a smaller failing setting")
-        proof.verdict, proof.counterexample = "refuted", _least_failing(path, m, assumed, exc.counterexample,
-                                                                        deadline)
+        proof.verdict, proof.counterexample = "refuted", exc.counterexample  # made the smallest by _settle
         proof.parts.append(Part("deadlock-free", "refuted", "a setting the timing search met fails its checks"))
         return
     ordered = timing is not None and why is None
@@ -357,47 +421,10 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
     else:
         proof.parts.append(Part("deadlock-free", "unknown", why))
     log("  memory")
-    capacity = _capacity_only(m, assumed)  # stages per rank vary: counted in rank order, or capacity
-    argument = None
-    mem_text = _text(bound) if bound is not None else (certificate or {}).get("memory", {}).get("bound")
-    inferred = mem_text is None  # a guess from the samples, not a claim to refute the schedule with
-    if inferred:
-        mem_text = infer_bound(m, samples)
-    if mem_text is None:
-        proof.parts.append(Part("memory", "unknown", "no closed form in P, M and the rank matches the sampled "
-                                "peaks; state one with --memory"))
-    else:
-        expr = bound if bound is not None else parse_condition(mem_text, "--memory")
-        why, argument = _check_memory(m, assumed, expr, deadline, capacity, ordered)
-        tries = 0
-        while isinstance(why, dict) and inferred and tries < 3:
-            # the bound was only inferred: its counterexample refutes the guess, not the schedule
-            # (unless the schedule fails its checks there)
-            if (cex := refute(why["params"])) is not None:
-                proof.verdict, proof.counterexample = "refuted", _least_failing(path, m, assumed, cex, deadline)
-                return
-            tries += 1
-            samples = samples + [why["params"]]
-            mem_text = infer_bound(m, samples)
-            if mem_text is None:
-                why = "no closed form in P, M and the rank matches the sampled peaks; state one with --memory"
-                break
-            log(f"  memory: the bound guessed first fails at {setting_text(why['params'])}; trying {mem_text}")
-            expr = parse_condition(mem_text, "--memory")
-            why, argument = _check_memory(m, assumed, expr, deadline, capacity, ordered)
-        if isinstance(why, dict) and not inferred:
-            proof.verdict, proof.counterexample = "refuted", why
-            return
-        if isinstance(why, dict):
-            why = (f"no bound guessed from the samples holds (the last fails at {setting_text(why['params'])}); "
-                   "state one with --memory")
-        proof.memory_bound = mem_text if why is None else None
-        lets = [x for x in rank_lets(m) if x.name in ast.names_in(expr)]
-        where = f", where {', '.join(f'{x.name} = {_text(x.value)}' for x in lets)}" if lets else ""
-        proof.parts.append(Part("memory", "proved" if why is None else "unknown",
-                                f"at most {mem_text} live activations on rank {m.rank_var} (counted one per forward, whatever "
-                                f"its size){where}"
-                                if why is None else why))
+    mem_text, expr, argument = _memory(proof, m, assumed, bound, deadline, certificate, samples, ordered,
+                                     refute, log)
+    if proof.verdict == "refuted":
+        return
     limit = _limit(proof, path, m, assumed, expr if proof.memory_bound else None, deadline)
     if limit is not None:
         proof.parts.append(limit)
@@ -412,11 +439,77 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
                          "memory": {"bound": mem_text, "argument": argument}}
 
 
+def _memory(proof, m, assumed, bound, deadline, certificate, samples, ordered, refute, log):
+    """The memory part, counted by check's rule in whole units (model.memory_units): the bound is
+    the user's (`--memory`: a claim, refuted where the count confirms it fails), the certificate's
+    (failing, it gives way: unknown, or the search), or guessed from the samples (failing, guessed
+    again). Appends the part; returns (the bound's text, its expression, the argument made)."""
+    try:
+        units = memory_units(m)
+    except Unsupported as exc:
+        proof.parts.append(Part("memory", "unknown", f"the count cannot be `check`'s: {exc.reason}"
+                                + (f" (line {exc.span.line})" if exc.span else "")))
+        return None, None, None
+    capacity = _capacity_only(m, assumed)  # stages per rank vary: counted in rank order, or capacity
+    mem_text = _text(bound) if bound is not None else (certificate or {}).get("memory", {}).get("bound")
+    inferred = mem_text is None  # a guess from the samples, not a claim to refute the schedule with
+    if inferred:
+        mem_text = infer_bound(m, samples, units.sizes)
+    if mem_text is None:
+        proof.parts.append(Part("memory", "unknown", "no closed form in P, M and the rank matches the sampled "
+                                "peaks; state one with --memory"))
+        return None, None, None
+    expr = bound if bound is not None else parse_condition(mem_text, "--memory")
+    why, argument = _check_memory(m, assumed, expr, deadline, capacity, units, ordered)
+    tries = 0
+    while isinstance(why, dict) and inferred and tries < 3:
+        # the bound was only inferred: its counterexample refutes the guess, not the schedule
+        # (unless the schedule fails its checks there)
+        if (cex := refute(why["params"])) is not None:
+            proof.verdict, proof.counterexample = "refuted", cex
+            return mem_text, expr, argument
+        tries += 1
+        samples = samples + [why["params"]]
+        mem_text = infer_bound(m, samples, units.sizes)
+        if mem_text is None:
+            why = "no closed form in P, M and the rank matches the sampled peaks; state one with --memory"
+            break
+        log(f"  memory: the bound guessed first fails at {setting_text(why['params'])}; trying {mem_text}")
+        expr = parse_condition(mem_text, "--memory")
+        why, argument = _check_memory(m, assumed, expr, deadline, capacity, units, ordered)
+    if isinstance(why, dict) and bound is not None:  # the user's claim fails, confirmed by the count
+        proof.verdict, proof.counterexample = "refuted", why
+        return mem_text, expr, argument
+    if isinstance(why, dict) and (cex := refute(why["params"])) is not None:
+        proof.verdict, proof.counterexample = "refuted", cex
+        return mem_text, expr, argument
+    if isinstance(why, dict):
+        which = "the last bound guessed from the samples" if inferred else f"the certificate's bound {mem_text}"
+        why = f"{which} fails at {setting_text(why['params'])} ({why['summary']}); state one with --memory"
+    proof.memory_bound = mem_text if why is None else None
+    proof.parts.append(Part("memory", "proved" if why is None else "unknown",
+                            _memory_text(m, expr, mem_text, units) if why is None else why))
+    return mem_text, expr, argument
+
+
+def _memory_text(m, expr, mem_text, units: MemoryUnits) -> str:
+    lets = [x for x in rank_lets(m) if x.name in ast.names_in(expr)]
+    where = f", where {', '.join(f'{x.name} = {_text(x.value)}' for x in lets)}" if lets else ""
+    if units.one_per_forward:
+        how = "one per forward, freed by its B or W: check's peak activation is this x the activation size"
+    else:
+        d = units.deltas
+        how = ", ".join(f"{k} {'adds' if d[k] > 0 else 'frees'} {abs(d[k])}" for k in ("F", "B", "I", "W")
+                        if d.get(k)) + ", by check's sizes"
+    what = "live activations" if units.one_per_forward else _unit_words(units)
+    return f"at most {mem_text} {what} on rank {m.rank_var} ({how}){where}"
+
+
 def _limit(proof, path, m, assumed, bound, deadline) -> Part | None:
     """The file's `memory limit`s hold at every setting: the proved bound, in the file's sizes, is
     within each rank's limit (smt.over_limit). None when the file sets no limit. A setting where it
-    is not is checked concretely: a refutation if `check` fails there (the least such setting:
-    every setting where `check` fails is one where the bound is over the limit), else unknown."""
+    is not is checked concretely: a refutation if `check` fails there (made the smallest failing
+    setting by _settle), else unknown."""
     try:
         spec = memory_spec(m)
     except Unsupported as exc:
@@ -446,8 +539,7 @@ def _limit(proof, path, m, assumed, bound, deadline) -> Part | None:
         return Part("memory limit", "unknown", f"Z3 gave up on the file's memory limit ({verdict.reason})")
     cex = _concrete(path, m, verdict.params, what="memory limit")
     if cex is not None:
-        proof.verdict = "refuted"
-        proof.counterexample = cex if verdict.least else {**cex, "smallest": False}
+        proof.verdict, proof.counterexample = "refuted", cex  # made the smallest by _settle
         return Part("memory limit", "refuted", f"over the file's memory limit at {setting_text(verdict.params)}")
     return Part("memory limit", "unknown", f"the bound {scaled} is over the file's memory limit "
                 f"(line {lines}) at {setting_text(verdict.params)}, where the schedule itself stays within it: "
@@ -539,26 +631,27 @@ def _check_timing(m, assumed, timing, names, deadline, refute=None):
     return None
 
 
-def _check_memory(m, assumed, expr, deadline, capacity: bool, ordered: bool = False):
+def _check_memory(m, assumed, expr, deadline, capacity: bool, units: MemoryUnits, ordered: bool = False):
     """(None if the bound holds everywhere, the smallest counterexample (a dict, confirmed on the
     concrete instance) if it fails somewhere, else why this proof cannot tell; the argument made).
     `capacity`: the stages per rank vary, so the live activations are counted in rank order
     (smt.counted), or failing that bounded by capacity (smt.capacity); else counted per stage in
     microbatch order (smt.memory). `ordered`: a timing certificate is proved, so every free follows
     its forward (B and I need F's activation, W needs I's gradient: each comes later in time, and
-    time increases along the rank's order), which need not be asked of Z3 again."""
+    time increases along the rank's order), which need not be asked of Z3 again. Counted in
+    `units`: check's rule in whole units (model.memory_units)."""
     enc = smt.Encoding(m, assumed)
     bound = (lambda r: enc.int(expr, enc.at_rank(r)))
     if not capacity:
-        return _per_stage(m, enc, expr, bound, deadline), "counted"
+        return _per_stage(m, enc, expr, bound, deadline, units), "counted"
     try:
-        why = _in_rank_order(m, enc, expr, bound, deadline, ordered)
+        why = _in_rank_order(m, enc, expr, bound, deadline, ordered, units)
     except Unsupported as exc:
         why = exc.reason
     if why is None or isinstance(why, dict):
         return why, "rank order"
     try:
-        obligations = list(smt.capacity(enc, bound))
+        obligations = list(smt.capacity(enc, bound, units.deltas["F"]))
     except Unsupported as exc:
         return f"counting in rank order: {why}; and by capacity: {exc.reason}", "capacity"
     for what, formula, shown in obligations:
@@ -567,27 +660,27 @@ def _check_memory(m, assumed, expr, deadline, capacity: bool, ordered: bool = Fa
             return f"Z3 gave up on the memory bound ({verdict.reason})", "capacity"
         if isinstance(verdict, solver.Refuted):
             try:
-                over = _confirmed(m, expr, verdict, deadline)
+                over = _confirmed(m, expr, verdict, deadline, units)
             except Stop:
                 over = None
             return over or (f"counting in rank order: {why}; and by capacity the proof only shows bounds of "
-                            f"at least (stages) x (microbatches) per rank, and {_text(expr)} is less at "
-                            f"{verdict.params}"), "capacity"
+                            f"at least (stages) x (microbatches) x (an F's units) per rank, and {_text(expr)} is "
+                            f"less at {verdict.params}"), "capacity"
     return None, "capacity"
 
 
-def _in_rank_order(m, enc, expr, bound, deadline, ordered):
+def _in_rank_order(m, enc, expr, bound, deadline, ordered, units):
     """The memory bound by counting instances in rank order (smt.counted): None, a confirmed
     counterexample, or why not."""
-    if not ordered and (why := _frees_follow(enc, deadline)) is not None:
+    if not ordered and (why := _frees_follow(enc, deadline, units)) is not None:
         return why
-    for what, formula, shown in smt.counted(enc, bound):
+    for what, formula, shown in smt.counted(enc, bound, units.deltas):
         verdict = enc.run(formula, _one(deadline), shown, smallest=True)
         if isinstance(verdict, solver.Unknown):
             return f"Z3 gave up on the memory bound ({verdict.reason})"
         if isinstance(verdict, solver.Refuted):
             try:
-                over = _confirmed(m, expr, verdict, deadline)
+                over = _confirmed(m, expr, verdict, deadline, units)
             except Stop:
                 return f"the bound fails symbolically at {verdict.params}, too large to confirm concretely"
             return over or (f"the bound fails symbolically at {verdict.params}, which the concrete count does "
@@ -595,8 +688,8 @@ def _in_rank_order(m, enc, expr, bound, deadline, ordered):
     return None
 
 
-def _frees_follow(enc, deadline):
-    for what, formula, shown in smt.frees_follow(enc):
+def _frees_follow(enc, deadline, units):
+    for what, formula, shown in smt.frees_follow(enc, smt.freeing(units.deltas)):
         verdict = enc.run(formula, _one(deadline), shown)
         if not isinstance(verdict, solver.Proved):
             return (f"a free may come before its forward ({_action_text(what[1])}, line {what[1].span.line})"
@@ -604,11 +697,15 @@ def _frees_follow(enc, deadline):
     return None
 
 
-def _per_stage(m, enc, expr, bound, deadline):
-    if (why := _frees_follow(enc, deadline)) is not None:
+def _per_stage(m, enc, expr, bound, deadline, units):
+    """The memory bound counted per stage (smt.memory), each group of smt.memory_groups in
+    microbatch order: None, a confirmed counterexample, or why not."""
+    if (why := _frees_follow(enc, deadline, units)) is not None:
         return why
     directions = []
-    for kinds, label in ((smt.ALLOCS, "forwards"), (smt.FREES, "frees")):
+    groups = smt.memory_groups(units.deltas)
+    for kinds, _ in groups:
+        label = "forwards" if kinds == ("F",) else f"{' and '.join(kinds)}s"
         for direction in (1, -1):
             failed = None
             for what, formula, shown in smt.memory_order(enc, kinds, direction):
@@ -627,7 +724,7 @@ def _per_stage(m, enc, expr, bound, deadline):
                     f"(e.g. at {verdict.params}, {_action_text(what[1])}, line {what[1].span.line}), which "
                     "this proof needs")
     worst = None
-    for what, formula, shown in smt.memory(enc, bound, tuple(directions)):
+    for what, formula, shown in smt.memory(enc, bound, groups, tuple(directions)):
         verdict = enc.run(formula, _one(deadline), shown, smallest=True)
         if isinstance(verdict, solver.Unknown):
             return f"Z3 gave up on the memory bound ({verdict.reason})"
@@ -639,16 +736,17 @@ def _per_stage(m, enc, expr, bound, deadline):
         return None
     params = worst[1].params
     try:
-        over = _confirmed(m, expr, worst[1], deadline)
+        over = _confirmed(m, expr, worst[1], deadline, units)
     except Stop:
         return f"the bound fails symbolically at {params}, too large to confirm concretely"
     return over or f"the bound fails symbolically at {params}, which the concrete count does not confirm"
 
 
-def _confirmed(m: Model, expr, verdict, deadline) -> dict | None:
-    """Z3's memory counterexample if the concrete count confirms it (Stop: too large to count),
-    marked `smallest: false` when Z3's budget ran out before showing that no smaller setting fails."""
-    over = _over_bound(m, expr, verdict.params, peaks(m, verdict.params, deadline))
+def _confirmed(m: Model, expr, verdict, deadline, units) -> dict | None:
+    """Z3's memory counterexample if the concrete count (in `units`) confirms it (Stop: too large
+    to count), marked `smallest: false` when Z3's budget ran out before showing that no smaller
+    setting fails."""
+    over = _over_bound(m, expr, verdict.params, peaks(m, verdict.params, deadline, units.sizes), units)
     if over and not verdict.least:
         over = {**over, "smallest": False}
     return over
@@ -682,28 +780,32 @@ def _refuter(path, m: Model):
 LEAST_PAIRS = 2_000_000  # the most work spent looking for a smaller failing setting (stages x microbatches)
 
 
-def _least_failing(path, m: Model, assumed, cex: dict, deadline) -> dict:
-    """The smallest failing setting at or below the failing one in `cex`: every setting before it
-    (by sum of parameters, then each parameter in turn, as the sweep and Z3's descent order them) is
-    checked concretely, within LEAST_PAIRS of work (marked `smallest: false` when it runs out) and
-    `deadline`'s clock (TimeUp)."""
+def _least_failing(path, m: Model, assumed, cex: dict, deadline, bound=None, units=None, passed=()) -> dict:
+    """The smallest failing setting at or below the failing one in `cex` (a setting where `check`
+    fails, or the user's `bound` does, in `units`): every setting before it (by sum of parameters,
+    then each parameter in turn, the order the output states) is checked concretely, but for those
+    in `passed` (already checked and clean), within LEAST_PAIRS of work and CONCRETE_PAIRS a setting
+    (else marked `smallest: false`) and `deadline`'s clock (TimeUp)."""
     target = tuple(cex["params"][p] for p in m.params)
+    least = {k: v for k, v in cex.items() if k != "smallest"}
     spent = 0
     for values in _by_size(len(m.params), sum(target)):
         if values >= target and sum(values) == sum(target):
-            return cex
+            return least
         deadline.check()
         params = dict(zip(m.params, values))
-        if not inside(m, assumed, params):
+        if params in passed or not inside(m, assumed, params):
             continue
         env = base_env(m, params)
         spent += evaluate(m.stages, env, m.functions) * evaluate(m.microbatches, env, m.functions)
-        if spent > LEAST_PAIRS:
-            return {**cex, "smallest": False}
-        found = _concrete(path, m, params, what=cex["property"])
+        if spent > LEAST_PAIRS or not _small_enough(m, params):
+            return {**least, "smallest": False}
+        found = _concrete(path, m, params, what="checks")
+        if found is None and bound is not None and units is not None:
+            found = _over_bound(m, bound, params, peaks(m, params, deadline, units.sizes), units)
         if found is not None:
             return found
-    return cex
+    return least
 
 
 def _by_size(n: int, most: int):
@@ -731,6 +833,8 @@ def _concrete(path, m: Model, params, what):
     try:
         program = load(str(path), params)
     except SchedcError as exc:
+        if _outside(exc):
+            return None
         return {"params": params, "property": what, "report": "\n".join(d.render() for d in exc.diagnostics)}
     report = check(program)
     if report.ok is not True:

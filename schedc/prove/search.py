@@ -92,17 +92,18 @@ def _named(m: Model, found) -> dict:
     return out
 
 
-def unit_peaks(ranks) -> list[int]:
-    """Peak live activations per rank in unit sizes, the unit a bound of `prove` is stated in:
-    schedc/verify/memory.py's rule with act = weight = 1 on every stage (F allocates one, B or W
-    frees it, I frees nothing; inside a step allocations come before frees), whatever the file's
-    sizes. `ranks`: per rank, its steps, each a sequence of action kinds ("F", "B", ...)."""
-    one = (1,)  # every action counted on one stage of unit sizes: only its kind matters
-    return [peak_activations([[Action(Op(k), 0, 0) for k in kinds if k in COMPUTE] for kinds in steps], one, one)
+def unit_peaks(ranks, sizes: tuple[int, int] = (1, 1)) -> list[int]:
+    """Peak memory per rank in whole units, the units a bound of `prove` is stated in:
+    schedc/verify/memory.py's rule on every stage with (act, weight) = `sizes` in units
+    (model.MemoryUnits.sizes; by default one unit each: F allocates one, B or W frees it, I frees
+    nothing; inside a step allocations come before frees). `ranks`: per rank, its steps, each a
+    sequence of action kinds ("F", "B", ...)."""
+    act, weight = (sizes[0],), (sizes[1],)  # every action counted on one stage: only its kind matters
+    return [peak_activations([[Action(Op(k), 0, 0) for k in kinds if k in COMPUTE] for kinds in steps], act, weight)
             for steps in ranks]
 
 
-def peaks(m: Model, params, deadline=None) -> list[int]:
+def peaks(m: Model, params, deadline=None, sizes: tuple[int, int] = (1, 1)) -> list[int]:
     """unit_peaks of the model's instances at these parameters (no compiling), within `deadline`."""
     out = []
     for insts in instances(m, params, deadline):
@@ -113,14 +114,15 @@ def peaks(m: Model, params, deadline=None) -> list[int]:
             else:
                 steps.append([b.stmt.kind])
         out.append(steps)
-    return unit_peaks(out)
+    return unit_peaks(out, sizes)
 
 
-def infer_bound(m: Model, samples) -> str | None:
-    """The simplest expression in the parameters and the rank equal to every sampled peak."""
+def infer_bound(m: Model, samples, sizes: tuple[int, int] = (1, 1)) -> str | None:
+    """The simplest expression in the parameters and the rank equal to every sampled peak (in the
+    whole units of `sizes`, see unit_peaks)."""
     points = []
     for params in samples:
-        for r, peak in enumerate(peaks(m, params)):
+        for r, peak in enumerate(peaks(m, params, sizes=sizes)):
             points.append((rank_env(m, params, r), peak))
     terms = [(p,) for p in m.params]
     if m.nonlinear:  # and products of two parameters (`V * M`)

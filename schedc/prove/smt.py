@@ -810,7 +810,23 @@ def timing(enc: Encoding, cert: dict, names: dict):
                                                                            "t(a)": ta, "t(b)": tb, **feats}
 
 
-ALLOCS, FREES = ("F",), ("B", "W")
+def memory_groups(deltas: dict[str, int]) -> list[tuple[tuple[str, ...], int]]:
+    """Check's memory rule as counts: `(kinds, delta)` pairs such that a rank holds, in whole units,
+    the sum of each delta x the number of its kinds' instances so far. `deltas` is each kind's
+    delta in whole units (model.memory_units, from schedc/verify/memory.py's rule): F adds; an I
+    and its W free between them what a B frees, so B joins the I's group and the W's group. Groups
+    that move nothing are left out: by default (`weight = act`) the F's and the (B, W)'s."""
+    groups = [(("F",), deltas.get("F", 0))]
+    if "I" in deltas or "W" in deltas:
+        groups += [(("B", "I"), deltas["I"]), (("B", "W"), deltas["W"])]
+    else:
+        groups.append((("B",), deltas.get("B", 0)))
+    return [(kinds, d) for kinds, d in groups if d]
+
+
+def freeing(deltas: dict[str, int]) -> tuple[str, ...]:
+    """The kinds that free memory under `deltas` (memory_groups' groups after the F's)."""
+    return tuple(sorted({k for kinds, d in memory_groups(deltas) if d < 0 for k in kinds}))
 
 
 def memory_order(enc: Encoding, kinds, direction: int):
@@ -827,11 +843,11 @@ def memory_order(enc: Encoding, kinds, direction: int):
                                                         earlier, enc.before(b, a)), {**a.shown("a"), **b.shown("b")}
 
 
-def frees_follow(enc: Encoding):
-    """Every B or W comes after the F of its stage and microbatch in its rank's list (so the count
-    of live activations never goes below what was allocated)."""
-    for x in [x for x in enc.m.stmts if x.kind in FREES]:
-        for y in [y for y in enc.m.stmts if y.kind in ALLOCS]:
+def frees_follow(enc: Encoding, frees: tuple[str, ...]):
+    """Every action of the kinds `frees` comes after the F of its stage and microbatch in its
+    rank's list (so the count of live activations never goes below what was allocated)."""
+    for x in [x for x in enc.m.stmts if x.kind in frees]:
+        for y in [y for y in enc.m.stmts if y.kind == "F"]:
             if not one_body(x, y) or stages_apart(x, y, 0):
                 continue
             g, a = enc.instance(x, "g"), enc.instance(y, "a")
@@ -840,93 +856,93 @@ def frees_follow(enc: Encoding):
                 enc.before(g, a)), {**g.shown("g"), **a.shown("a")}
 
 
-def memory(enc: Encoding, bound, directions: tuple[int, int]):
-    """At most `bound(rank)` live activations (unit sizes: F allocates, B or W frees) on every rank.
-    No certificate needed: with F's and frees in microbatch order per stage (memory_order) and
-    well-formedness (each F, B/W exists once), the F's of stage s at or before a moment are the
-    first j microbatches in that order, told by two existential facts, so the count right after
-    each F is linear."""
+def memory(enc: Encoding, bound, groups, directions: tuple[int, ...]):
+    """At most `bound(rank)` units held on every rank, counted by memory_groups' `groups` (F's
+    first; the others free). No certificate needed: with each group's actions in microbatch order
+    per stage (memory_order, `directions` one per group) and well-formedness (each F, B, I, W exists
+    once), the actions of a group on stage s at or before a moment are the first j microbatches in
+    that order, told by two existential facts, so the count right after each F is linear (a peak
+    follows an F, every other group freeing)."""
     m = enc.m
-    allocs = [x for x in m.stmts if x.kind in ALLOCS]
-    frees = [x for x in m.stmts if x.kind in FREES]
 
     def nth(direction, j):  # the microbatch that is j-th (from 0) in this order
         return j if direction > 0 else enc.Mb - 1 - j
 
-    def some(group, a, stage, micro, when, tag):
+    def some(kinds, a, stage, micro, when, tag):
         options = []
-        for y in group:
-            if not one_body(y, a.stmt):
+        for y in m.stmts:
+            if y.kind not in kinds or not one_body(y, a.stmt):
                 continue
             g = enc.instance(y, tag)
             options.append(z3.And(g.where(), g.rank == a.rank, g.stage == stage, g.microbatch == micro, when(g)))
         return z3.Or(*options) if options else z3.BoolVal(False, enc.ctx)
-    da, df = directions
-    for x in allocs:
+    for x in [x for x in m.stmts if x.kind == "F"]:
         a = enc.instance(x, "a")
         live, facts, shown = [], [], a.shown("a")
+        at_or_before = (lambda g: z3.Or(enc.before(g, a), z3.And(g.stage == a.stage, g.microbatch == a.microbatch)))
         for i, s in enumerate(enc.local_stages(a.rank)):
-            j, k = z3.Int(f"j{i}", enc.ctx), z3.Int(f"k{i}", enc.ctx)
-            at_or_before = (lambda g: z3.Or(enc.before(g, a), z3.And(g.stage == a.stage,
-                                                                    g.microbatch == a.microbatch)))
-            facts += [j >= 0, j <= enc.Mb, k >= 0, k <= enc.Mb,
-                      z3.Or(j == 0, some(allocs, a, s, nth(da, j - 1), at_or_before, "f")),
-                      z3.Or(j == enc.Mb, some(allocs, a, s, nth(da, j), lambda g: enc.before(a, g), "f")),
-                      z3.Or(k == 0, some(frees, a, s, nth(df, k - 1), lambda g: enc.before(g, a), "g")),
-                      z3.Or(k == enc.Mb, some(frees, a, s, nth(df, k), lambda g: enc.before(a, g), "g"))]
-            live.append(j - k)
-            shown.update({f"stage {i}": s, f"forwards of stage {i}": j, f"frees of stage {i}": k})
+            shown[f"stage {i}"] = s
+            for n, ((kinds, delta), d) in enumerate(zip(groups, directions)):
+                j = z3.Int(f"j{i}_{n}", enc.ctx)
+                done = at_or_before if kinds == ("F",) else (lambda g: enc.before(g, a))
+                facts += [j >= 0, j <= enc.Mb,
+                          z3.Or(j == 0, some(kinds, a, s, nth(d, j - 1), done, "g")),
+                          z3.Or(j == enc.Mb, some(kinds, a, s, nth(d, j), lambda g: enc.before(a, g), "g"))]
+                live.append(delta * j)
+                shown[f"{'/'.join(kinds)} of stage {i}"] = j
         yield ("live activations", x, None), z3.And(a.where(), *facts, z3.Sum(live) > bound(a.rank)), shown
 
 
-def counted(enc: Encoding, bound):
-    """At most `bound(rank)` live activations on every rank, by counting instances in the rank's
-    order: right after an F, a rank holds the F's up to it less the B's and W's before it (with
-    frees following their forwards, frees_follow). For a model whose stages per rank vary, where
-    `memory` does not apply; Unsupported when the statements cannot be counted (smt.Encoding.count)."""
+def counted(enc: Encoding, bound, deltas: dict[str, int]):
+    """At most `bound(rank)` units held on every rank, by counting instances in the rank's order:
+    right after an F, a rank holds each kind's `deltas` x its instances (the F's up to it, the
+    others before it; frees following their forwards, frees_follow). For a model whose stages per
+    rank vary, where `memory` does not apply; Unsupported when the statements cannot be counted
+    (smt.Encoding.count)."""
     out = []
     m = enc.m
-    for x in [x for x in m.stmts if x.kind in ALLOCS]:
+    for x in [x for x in m.stmts if x.kind == "F"]:
         a = enc.instance(x, "a")
-        made, freed, facts = [], [], []
+        held, facts = [], []
         for y in m.stmts:
-            if not one_body(x, y) or y.kind not in ALLOCS + FREES:
+            if not one_body(x, y) or not deltas.get(y.kind):
                 continue
-            n, side = enc.count(y, a.rank, (a, y.kind in ALLOCS))
-            (made if y.kind in ALLOCS else freed).append(n)
+            n, side = enc.count(y, a.rank, (a, y.kind == "F"))
+            held.append(deltas[y.kind] * n)
             facts += side
-        live = z3.Sum([enc.num(0)] + made) - z3.Sum([enc.num(0)] + freed)
+        live = z3.Sum([enc.num(0)] + held)
         out.append((("live activations", x, None), z3.And(a.where(), *facts, live > bound(a.rank)),
                     {**a.shown("a"), "live": live}))
     return out
 
 
-def capacity(enc: Encoding, bound):
-    """The bound is at least what a rank can ever hold, (its stages) x (microbatches): each F
-    allocates one activation of its own (stage, microbatch), and well-formedness makes those
-    distinct. For a nonlinear model whose number of stages per rank varies (`stages V * P`); a
-    model is a rank where the bound is smaller (which does not make the bound wrong)."""
+def capacity(enc: Encoding, bound, allocated: int = 1):
+    """The bound is at least what a rank can ever hold, (its stages) x (microbatches) x what an F
+    `allocated` (in whole units): each F allocates one activation of its own (stage, microbatch),
+    and well-formedness makes those distinct. For a nonlinear model whose number of stages per
+    rank varies (`stages V * P`); a model is a rank where the bound is smaller (which does not make
+    the bound wrong)."""
     r = z3.Int("r", enc.ctx)
     stages, facts = enc.owned(r)
-    yield ("capacity", None, None), z3.And(r >= 0, r < enc.R, r < enc.S, *facts, bound(r) < stages * enc.Mb), \
-        {"rank": r, "stages": stages}
-
+    yield ("capacity", None, None), z3.And(r >= 0, r < enc.R, r < enc.S, *facts,
+                                           bound(r) < allocated * stages * enc.Mb), {"rank": r, "stages": stages}
 
 
 def share(enc: Encoding, spec) -> Fraction | None:
-    """A stage's activation size as a number: the file's `act`, or the default share R / S when the
-    stages are a fixed multiple of the ranks (`stages P`, `stages 2 * P`); None when it varies."""
+    """The size of one unit the proof counts (spec.unit x a stage's activation size), as a number:
+    with the file's `act`, or the default share R / S when the stages are a fixed multiple of the
+    ranks (`stages P`, `stages 2 * P`); None when it varies."""
     if spec.act is not None:
-        return spec.act
+        return spec.act * spec.unit
     for k in range(1, 9):
         if enc.proves(enc.S == k * enc.R):
-            return Fraction(1, k)
+            return Fraction(1, k) * spec.unit
     return None
 
 
 def over_limit(enc: Encoding, bound, spec, act: Fraction | None):
-    """Some rank whose bound, in the file's sizes (a stage's activation size `act`, `share`'s
-    answer, x `bound(rank)` live activations), is over the file's memory limit for it (`spec.limits`,
+    """Some rank whose bound, in the file's sizes (the size of one counted unit `act`, `share`'s
+    answer, x `bound(rank)` units), is over the file's memory limit for it (`spec.limits`,
     the last that names the rank winning, as in the compiler): the memory check of `check` at every
     setting, given the proved bound. A default size that varies (`act` None: R / S with S not a
     fixed multiple of R) is a product of quantities that vary: for a nonlinear model only."""

@@ -17,13 +17,15 @@ level"): on its lowering (schedc/passes), receive buffers included, each moment 
 the user's program. `_Live` is the one accounting; `peak_memory` (the worst run, for `check`) and
 `step_memory` (each step of a run, for the simulator's timed run) both read it. `op_delta` and
 `peak_activations` give the same rule in sizes a caller chooses (`order greedy`'s cap, synth's
-integer units, prove's unit sizes), so no other module restates it.
+integer units, prove's whole units of `whole_deltas`), so no other module restates it.
 """
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from fractions import Fraction
+from math import gcd, lcm
 from typing import NamedTuple
 
 from ..deps import delivers, needs, value_name
@@ -45,6 +47,20 @@ def op_delta(op: Op, act: float, weight: float) -> float:
     if op is Op.I:
         return weight - act
     return -weight if op is Op.W else 0.0
+
+
+def whole_deltas(ops, act, weight) -> tuple[Fraction, dict[Op, int]]:
+    """`op_delta` of each of `ops` (the compute ops a schedule runs) in the largest size in which
+    all of them are whole numbers, for a stage of exact sizes `act` and `weight` (ints or
+    Fractions): (that size, {op: its delta in it}). With `weight = act` that size is `act`: F adds
+    one, B and W free one, I nothing (what prove counts and calls live activations)."""
+    exact = {op: Fraction(op_delta(op, Fraction(act), Fraction(weight))) for op in ops}
+    moved = [abs(d) for d in exact.values() if d]
+    if not moved:
+        return Fraction(1), {op: 0 for op in exact}
+    scale = lcm(*(d.denominator for d in moved))
+    unit = Fraction(gcd(*(int(d * scale) for d in moved)), scale)
+    return unit, {op: int(d / unit) for op, d in exact.items()}
 
 
 def activation_delta(program: Program, op: Op, stage: int) -> float:
