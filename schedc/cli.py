@@ -238,7 +238,7 @@ def _version() -> str:
     return __version__
 
 
-def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:  # noqa: C901
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     args = None

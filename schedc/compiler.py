@@ -240,7 +240,7 @@ class _Compiler:
         return self.code.get(("expr", id(e)), lambda: _compile_expr(e, scope))
 
     # ---- the whole schedule ----
-    def run(self, overrides: dict[str, int]) -> Program:
+    def run(self, overrides: dict[str, int]) -> Program:  # noqa: C901
         tree, loops = self.tree, self.loops
         env: Env = {}
         known = {p.name for p in tree.params}
@@ -452,7 +452,7 @@ class _Compiler:
                 seen(rank, site.index, step, env)
         return out
 
-    def placement(self, p: ast.Placement | None, num_stages, num_ranks, env, rank_lists):
+    def placement(self, p: ast.Placement | None, num_stages, num_ranks, env, rank_lists):  # noqa: C901
         if p is None:  # inferred: the rank where a stage's first action appears
             table = [0] * num_stages
             seen = set()
@@ -496,7 +496,7 @@ class _Compiler:
         inner.define(p.var, p.span, INT)
         return _compile_expr(p.expr, inner)
 
-    def annotations(self, items, num_stages, num_ranks, env) -> Annotations:
+    def annotations(self, items, num_stages, num_ranks, env) -> Annotations:  # noqa: C901
         base_cost: dict[str, float] = {}
         stage_cost: dict[int, dict[str, float]] = {}
         base_mem: dict[str, float] = {}

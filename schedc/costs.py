@@ -222,7 +222,7 @@ def toml_costs(text: str, name: str = "costs.toml") -> Costs:
                  rank_dispatch=dispatch)
 
 
-def profile_costs(text: str, name: str = "profile.json") -> Costs:
+def profile_costs(text: str, name: str = "profile.json") -> Costs:  # noqa: C901
     """Parse a measured profile (format in the README, "Simulating a schedule"), including exactly
     what `schedc run --profile` writes (`runtime/profile.py`): `messages[s]` is stage s's output bytes."""
     source = Source(name, text)

@@ -13,7 +13,6 @@ end of this module, which give every type, overflow and division error its messa
 from __future__ import annotations
 
 import difflib
-from operator import itemgetter
 from typing import Callable, Protocol
 
 from . import syntax as ast
@@ -148,7 +147,7 @@ class Emitter:
     def span(self, span: Span) -> str:
         return self.module.const(span, "_s")
 
-    def expr(self, e: ast.Expr, scope: Scope, depth: int = 0) -> tuple[str, str]:
+    def expr(self, e: ast.Expr, scope: Scope, depth: int = 0) -> tuple[str, str]:  # noqa: C901
         """(Python source, type) of `e`; errors that need no values (names, arity) raised now."""
         if depth >= SPILL_DEPTH:
             return self._spilled(e, scope)

@@ -164,7 +164,7 @@ def preset_list(kind: str) -> str:
 
 
 # ---- reading a description ----
-def describe(file: str | None = None, *, model: str | None = None, hardware: str | None = None,
+def describe(file: str | None = None, *, model: str | None = None, hardware: str | None = None,  # noqa: C901
              link: str | None = None) -> Setup | None:
     """The description a setup file and the preset flags give (a flag names the preset of its table,
     the file's own keys apply on top); None when none is given. The link defaults to the
@@ -261,7 +261,7 @@ class _Place:
         return self.data
 
 
-def _model(t: dict, place: _Place) -> Model:
+def _model(t: dict, place: _Place) -> Model:  # noqa: C901
     missing = [k for k in MODEL_REQUIRED if k not in t]
     if missing:
         raise place.error(f"[model] needs {', '.join(missing)} (or preset = one of {preset_list('model')})")

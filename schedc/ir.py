@@ -376,7 +376,7 @@ class ActionSyntaxError(ValueError):
     """A compact action text that does not parse; the caller attaches the location."""
 
 
-def parse_step(text: str, span: Span | None = None, *, notation: str = "current") -> Step:
+def parse_step(text: str, span: Span | None = None, *, notation: str = "current") -> Step:  # noqa: C901
     """Parse `2F0`, `1SEND_F3`, `0UNSHARD` or `(0F3;3B1)OVERLAP_F_B`.
 
     `notation="legacy"` reads PyTorch's older spelling, where `B` meant backward-input (today's

@@ -249,7 +249,7 @@ def _missing_count(p: Program, F: set, backward: set) -> int:
     return (total - len(F)) + (total - len(backward))
 
 
-def _inputs(p: Program, out: Findings) -> None:
+def _inputs(p: Program, out: Findings) -> None:  # noqa: C901
     """Every value an action needs (schedc/deps.py) that its own rank makes or receives must be there
     before it: listed later, it is an `order` error, at the compute level as at the comms level.
 
@@ -359,7 +359,7 @@ def _never_received(p: Program, out: Findings, rank: int, step: int, a: Action, 
             f"rank {rank} never receives it (no {recv}({a.stage},{a.microbatch}))", rank, step, a)
 
 
-def _communication(p: Program, out: Findings) -> None:
+def _communication(p: Program, out: Findings) -> None:  # noqa: C901
     """With explicit communication, no action is posted twice and every remote value is sent."""
     S, placement = p.num_stages, p.placement
     sends = SENDS

@@ -124,7 +124,7 @@ def build(tree: ast.Schedule) -> Loops:
     return loops
 
 
-def _build(tree: ast.Schedule) -> Loops:
+def _build(tree: ast.Schedule) -> Loops:  # noqa: C901
     header, decls, annotations = [], {}, []
     once: dict[type, object] = {}
     generic = None

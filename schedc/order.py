@@ -44,7 +44,7 @@ def greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, sp
     return hit
 
 
-def _greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, span: Span) -> Program:
+def _greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, span: Span) -> Program:  # noqa: C901
     ann = program.annotations
     rank_of_kind = {op: i for i, op in enumerate(prefer)}
     queues: list[dict[tuple[Op, int], deque]] = []

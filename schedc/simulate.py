@@ -467,7 +467,7 @@ class _Simulator:
             return end
         return self.transfer(rk, x, a, base + makes, route, end)
 
-    def overlap_f_b(self, rk: _Rank, x: int, st: Compound, t: float):
+    def overlap_f_b(self, rk: _Rank, x: int, st: Compound, t: float):  # noqa: C901
         """OVERLAP_F_B: its parts run as one action, for the sum of their times."""
         plans = []
         for a in st.parts:
@@ -551,7 +551,7 @@ class _Simulator:
         rk.end[x] = free = t if self.overlap else arrival
         return free
 
-    def group(self, rk: _Rank, x: int, st: Compound, t: float):
+    def group(self, rk: _Rank, x: int, st: Compound, t: float):  # noqa: C901
         """GROUP: post every member at once; go on once all are matched, at the posting time
         (overlap) or when the last of its messages has arrived (no overlap)."""
         members = []

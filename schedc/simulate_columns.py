@@ -151,7 +151,7 @@ class _Run:
                         Messages(self._messages(sent, end, arrival), sim.K), 0,
                         tuple(posted[lo:hi] for lo, hi in bounds), sim.semantics)
 
-    def drive(self, dur: array) -> list[float] | None:
+    def drive(self, dur: array) -> list[float] | None:  # noqa: C901
         """`_Simulator.run`'s driver and `compute` handler: run each rank until it waits for a value
         not sent yet, resume it when that value is sent. When each rank is free at the end, or None
         if one stops."""

@@ -16,16 +16,16 @@ from .ir import COMM, COMPUTE, RECVS, SENDS, WAITS, Compound, CompoundKind, Prog
 from .verify.channels import Semantics, channels
 from .verify.deadlock import end_of_step_notes, find_deadlock
 from .verify.graph import constraints
+from .verify.memory import message_size
 from .verify.mesh import job, job_channels, joins_ranks
 
 _COLLECTIVE = ("collective", "collective-posted")  # the waits verify/mesh.py adds between a group's members
-from .verify.memory import message_size
 
 if TYPE_CHECKING:
     from .simulate import Timeline
 
 
-def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=None) -> Timeline:
+def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=None) -> Timeline:  # noqa: C901
     """The timed run of a comms-level `program` under `semantics` (overlap on: posting is the only
     rank time communication takes). `links`: (sending rank, receiving rank) -> simulate.Link;
     `draw`, as `simulate`'s, scales each compute time and posting overhead.
@@ -209,7 +209,7 @@ def _posting(overhead: float, channel, pipeline: int, draw) -> float:
     return overhead * draw.post((channel[0] % pipeline) * pipeline + channel[1] % pipeline)
 
 
-def _topological(cons, lengths) -> list[tuple[int, int]]:
+def _topological(cons, lengths) -> list[tuple[int, int]]:  # noqa: C901
     """Every node (rank or stream, step) after its predecessor and its prerequisites (the graph is
     acyclic: the deadlock check came first)."""
     base = []

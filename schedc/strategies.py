@@ -68,7 +68,7 @@ def _choices(name: str, value, allowed: tuple[str, ...]) -> tuple[str, ...]:
     return out
 
 
-def _backward_forms(kinds, split_backward) -> tuple[bool, ...]:
+def _backward_forms(kinds, split_backward) -> tuple[bool, ...]:  # noqa: C901
     """Which backward forms the options allow: (False,) fused B only, (True,) I + W only, or both."""
     if isinstance(kinds, Op):
         kinds = (kinds,)
@@ -211,7 +211,7 @@ def _key(node):
     return (m, s, _ORDER[op])
 
 
-def _topological_order(draw, R, S, M, placement, split, overlap, stage_cap):
+def _topological_order(draw, R, S, M, placement, split, overlap, stage_cap):  # noqa: C901
     """Per-rank lists from one random topological order of the dependency graph (a valid run).
 
     Every action gets a priority byte; whenever several are ready, the one with the lowest

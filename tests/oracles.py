@@ -40,7 +40,7 @@ def oracle_problems(p: Program) -> list[str]:
     for s in range(S):
         for m in range(M):
             n = {op: len(where[(op, s, m)]) for op in COMPUTE}
-            if n[Op.F] != 1 or not ((n[Op.B], n[Op.I], n[Op.W]) in ((1, 0, 0), (0, 1, 1))):
+            if n[Op.F] != 1 or (n[Op.B], n[Op.I], n[Op.W]) not in ((1, 0, 0), (0, 1, 1)):
                 problems.append(f"counts of ({s},{m}): {n}")
     if problems:
         return problems

@@ -160,7 +160,7 @@ def test_execute_finishes(p):
 @given(SMALL)
 def test_literal_form_compiles_to_same_program(p):
     """A program pasted in the literal form (`rank 0: 0F0 ...`) compiles back to itself."""
-    lines = [f"schedule pasted {{", f"  stages {p.num_stages}", f"  microbatches {p.num_microbatches}",
+    lines = ["schedule pasted {", f"  stages {p.num_stages}", f"  microbatches {p.num_microbatches}",
              "  place [" + ", ".join(map(str, p.placement)) + "]"]
     for r, steps in enumerate(p.ranks):
         lines.append(f"  rank {r}: " + " ".join(format_step(s) for s in steps))

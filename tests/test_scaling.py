@@ -173,7 +173,6 @@ def test_a_lowering_over_the_action_limit_is_refused_before_it_is_built(monkeypa
     counted up front, not a lowering that runs out of memory. Here at P=4, M=8: 64 actions and 96
     sends and receives, against a limit of 159 and then 160."""
     import pytest
-    import schedc
     from schedc.errors import SchedcError
     from schedc.passes import comms, lower, lower_for_torch
     program = schedc.load("1f1b", {"P": 4, "M": 8})
@@ -214,7 +213,6 @@ def _lines(run) -> int:
 
 
 def _lowered_csv(M: int) -> str:
-    import schedc
     from schedc.interop.torch_csv import TorchCsv
     from schedc.passes import lower
     return TorchCsv(lower(schedc.load("1f1b", {"P": 4, "M": M})).ranks).dumps()
@@ -225,7 +223,6 @@ def test_a_csv_is_read_and_checked_without_an_object_per_action(monkeypatch):
     the ranks (the run over the steps is the one loop), and no action is made but the one each
     rank's peak names, and those only when asked for (a clear report shows the peaks' sizes). 4x the
     actions: under 4.4x the work, and the same 4 actions made."""
-    import schedc
     from schedc import columns
     from schedc.interop.torch_csv import program_from_csv
     made = [0]

@@ -35,7 +35,7 @@ class SolverTime:
         return self.end - clock() if self.on else self.seconds
 
 
-def run(args, stdout, stderr) -> int:
+def run(args, stdout, stderr) -> int:  # noqa: C901
     from ..verify.execute import Semantics
     params = common.params(args.param)
     Semantics.parse(args.semantics)  # a bad value is a usage error before any work
@@ -90,7 +90,7 @@ def _bound(m: re.Match, group: int) -> int:
     return integer(m.group(group), f"--sweep {m.group(1)}", where="--sweep")
 
 
-def _sweep(args, params, stdout, stderr, setup=None) -> int:
+def _sweep(args, params, stdout, stderr, setup=None) -> int:  # noqa: C901
     """Check every combination of the swept parameter ranges; a table, then the first failure."""
     import itertools
     limit = memory_limit(args.memory_limit, sized=setup is not None)

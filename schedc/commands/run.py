@@ -28,7 +28,7 @@ from . import common
 _RANK_EXITS = {1: "failed", 2: "could not start (bad usage or model)", 124: "was stopped by the watchdog"}
 
 
-def run(args, stdout, stderr) -> int:
+def run(args, stdout, stderr) -> int:  # noqa: C901
     """Verify (unless --no-verify), lower, and run on local ranks, or print the torchrun line."""
     import shlex
     from ..lower import lower_to_torch

@@ -6,7 +6,7 @@ from ..outputs import dumps_json
 from . import common, described
 
 
-def run(args, stdout, stderr) -> int:
+def run(args, stdout, stderr) -> int:  # noqa: C901
     """Simulate one schedule under its costs (overridden by --costs, then --cost)."""
     from ..costs import Costs
     from ..interop.chrome_trace import dumps_trace

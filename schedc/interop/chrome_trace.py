@@ -223,7 +223,7 @@ def read_part(text: str) -> list[dict]:
     return records
 
 
-def measured_trace(parts: dict[int, list[dict]], *, title: str = "", stopped: dict | None = None) -> dict:
+def measured_trace(parts: dict[int, list[dict]], *, title: str = "", stopped: dict | None = None) -> dict:  # noqa: C901
     """The trace of a run from its ranks' event lines (`read_part`), by rank. The ranks of one host
     share its monotonic clock; each host's time 0 is when its ranks left the barrier they pass
     together at the start. `stopped` (from the launcher: which ranks ended how) goes to otherData."""

@@ -96,7 +96,7 @@ def read_columns(text: str, name: str, program_name: str, limits: tuple[int, int
     return read(text, name, program_name, limits)
 
 
-def _read_arrays(text: str, name: str, program_name: str, limits: tuple[int, int, int]) -> Program | None:
+def _read_arrays(text: str, name: str, program_name: str, limits: tuple[int, int, int]) -> Program | None:  # noqa: C901
     try:
         b = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
     except UnicodeEncodeError:

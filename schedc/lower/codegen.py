@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..columns import columns_of
 from ..errors import SchedcError
-from ..ir import Compound as IrCompound, Op, Program
+from ..ir import Compound as IrCompound, Program
 from ..runtime.table import (COMM_OPS, PEER_STAGE, Compound, Instr, Table, TableError, load_table, parts)
 
 HEADER = '''\

@@ -123,7 +123,7 @@ def domain(tree: ast.Schedule) -> Model:
                  loops=loops)
 
 
-def model(tree: ast.Schedule) -> Model:
+def model(tree: ast.Schedule) -> Model:  # noqa: C901
     loops = ir_loops.build(tree)
     base = domain(tree)
     params, decls, placement = base.params, dict(loops.decls), loops.placement
@@ -382,7 +382,7 @@ def unroll(m: Model, consts: dict[str, int]) -> Model:
     return replace(m, stmts=_unrolled(m.stmts, env0, known), collectives=_unrolled(m.collectives, env0, known))
 
 
-def _unrolled(stmts, env0: dict, known) -> tuple[Stmt, ...]:
+def _unrolled(stmts, env0: dict, known) -> tuple[Stmt, ...]:  # noqa: C901
     """`unroll`'s statements: each one per iteration of the loops it can unroll (`known` evaluates
     an expression, or None)."""
     out: list[Stmt] = []

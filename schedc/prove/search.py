@@ -132,7 +132,7 @@ def infer_bound(m: Model, samples, sizes: tuple[int, int] = (1, 1)) -> str | Non
     return _bound_in(m, points, terms) or (_bound_in(m, points, lets) if lets else None)
 
 
-def _bound_in(m: Model, points, terms) -> str | None:
+def _bound_in(m: Model, points, terms) -> str | None:  # noqa: C901
     order = [t[0] for t in terms]
     top = max((peak for _, peak in points), default=0)
     lins = []
@@ -218,7 +218,7 @@ def _templates(m: Model, names) -> list:
              for x in m.stmts}, None]
 
 
-def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds, refute):
+def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds, refute):  # noqa: C901
     # a linear model's fit takes every sampled row at once and is fast; a nonlinear model's rows
     # carry products (large numbers): it starts from a few, bound 2, and adds the ones it violates
     bounds = list(FIT_BOUNDS) if m.nonlinear else list(FIT_BOUNDS[1:])

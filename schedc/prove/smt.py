@@ -72,7 +72,7 @@ class Encoding:
             raise Unsupported("a condition that is a number, not a comparison", e.span)
         return t
 
-    def term(self, e, env):
+    def term(self, e, env):  # noqa: C901
         if isinstance(e, ast.Num):
             if not isinstance(e.value, int):
                 raise Unsupported("a fractional number", e.span)
@@ -335,7 +335,7 @@ class Encoding:
         c, o = z3.Ints(f"c{self._fresh} o{self._fresh}", self.ctx)
         return [s == c * self.R + o, o >= 0, o < self.R, c >= 0]
 
-    def count(self, stmt: Stmt, r, before: tuple["Inst", bool] | None = None):
+    def count(self, stmt: Stmt, r, before: tuple["Inst", bool] | None = None):  # noqa: C901
         """How many instances stmt has on rank r, as a term: each loop's interval (its bounds, narrowed
         by the guards that compare its variable, with coefficient 1, to terms free of loop variables)
         contributes its length, each other guard a 0/1 factor. With `before` = (a, inclusive): only
@@ -682,7 +682,7 @@ def _pairs(enc: Encoding, kinds_a, kinds_b):
                 yield x, y
 
 
-def well_formed(enc: Encoding, which: str):
+def well_formed(enc: Encoding, which: str):  # noqa: C901
     """`which` is one of: range, placement, unique, exists."""
     m, S, Mb = enc.m, enc.S, enc.Mb
     if which in ("range", "placement"):

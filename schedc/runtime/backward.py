@@ -80,7 +80,7 @@ class WeightWork:
         self.groups, self.rest, self.out, self.grad, self.param_of = groups, rest, out, grad, param_of
 
 
-def backward_input(out: torch.Tensor, grad: torch.Tensor, leaf: torch.Tensor | None,
+def backward_input(out: torch.Tensor, grad: torch.Tensor, leaf: torch.Tensor | None,  # noqa: C901
                    params: list[torch.Tensor]) -> tuple[torch.Tensor | None, WeightWork]:
     """The gradient of the stage input (None without one), and the work left for W."""
     if leaf is None or not params:
@@ -125,7 +125,7 @@ def backward_input(out: torch.Tensor, grad: torch.Tensor, leaf: torch.Tensor | N
     return g, WeightWork(groups, rest, keep, grad if rest else None, param_of)
 
 
-def backward_weight(work: WeightWork) -> None:
+def backward_weight(work: WeightWork) -> None:  # noqa: C901
     """Accumulate the weight gradients into `.grad`."""
     for group in work.groups:
         edges, seeds = [], []

@@ -65,7 +65,7 @@ def _forward(pipe, stream: TextIO, lock: threading.Lock) -> None:
     pipe.close()
 
 
-def launch(command: Sequence[str], nproc: int, *, stdout: TextIO | None = None, stderr: TextIO | None = None,
+def launch(command: Sequence[str], nproc: int, *, stdout: TextIO | None = None, stderr: TextIO | None = None,  # noqa: C901
            grace: float = 10.0, env: dict | None = None, cwd: str | None = None,
            deadline: float | None = None, nnodes: int = 1, node_rank: int = 0,
            master_addr: str = "127.0.0.1", master_port: int | None = None) -> Launched:

@@ -65,7 +65,7 @@ def _factors(parts: list[float]) -> list[float]:
     return [round(p / mean, 4) for p in parts] if mean > 0 else [1.0]
 
 
-def build_profile(per_rank: list[dict]) -> dict:
+def build_profile(per_rank: list[dict]) -> dict:  # noqa: C901
     """Merge every rank's measurements (`entry.interp_profile`, in rank order) into the profile JSON."""
     times: dict[str, dict] = {}
     parts: dict[str, dict] = {}
@@ -132,7 +132,7 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
 
-def communication(per_rank: list[dict]) -> tuple[dict, dict]:
+def communication(per_rank: list[dict]) -> tuple[dict, dict]:  # noqa: C901
     """(latency, overhead and channels for `messages`; `meta`) from every rank's message records."""
     hosts = [part.get("host") for part in per_rank]
     sends, recvs = {}, {}

@@ -178,7 +178,7 @@ def _int(value, what: str, low: int, high: int) -> int:
     return value
 
 
-def load_table(program: dict, ranks) -> Table:
+def load_table(program: dict, ranks) -> Table:  # noqa: C901
     """Validate the literals of a lowered program (`PROGRAM`, `RANKS`) and build a `Table`.
 
     Every op is from the closed set above, every index in range, every action on the rank its stage
@@ -239,7 +239,7 @@ def _step(data, rank: int, index: int, S: int, M: int, placement) -> Step:
     return _instr(data, rank, where, S, M, placement)
 
 
-def _instr(data, rank: int, where: str, S: int, M: int, placement) -> Instr:
+def _instr(data, rank: int, where: str, S: int, M: int, placement) -> Instr:  # noqa: C901
     if not isinstance(data, (list, tuple)) or not data or not isinstance(data[0], str):
         raise TableError(f"{where}: expected a tuple starting with an op name, got {data!r}")
     op = data[0]

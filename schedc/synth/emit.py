@@ -77,7 +77,7 @@ def header(outcome: Outcome, command: str | None) -> list[str]:
             "# peak activations per rank: " + ", ".join(number(x * float(p.memory_unit)) for x in best.peaks)]
 
 
-def settings(p: Problem, head: list[str]) -> list[str]:
+def settings(p: Problem, head: list[str]) -> list[str]:  # noqa: C901
     """The declarations (stages, placement, costs, sizes, memory limit) the schedule was found for;
     what the language cannot say is noted in `head`."""
     ann = p.program.annotations

@@ -40,7 +40,7 @@ class Graph:
         return bool(self.after[x] >> y & 1)
 
 
-def build_graph(problem: Problem) -> Graph:
+def build_graph(problem: Problem) -> Graph:  # noqa: C901
     n = len(problem.jobs)
     succ: list[dict[int, int]] = [dict() for _ in range(n)]
 

@@ -101,7 +101,7 @@ def placement_table(name: str, P: int) -> tuple[int, ...]:
     return tuple(s if s < P else 2 * P - 1 - s for s in range(2 * P))
 
 
-def build_problem(P: int, M: int, *, placement: str = "loop", costs=None,
+def build_problem(P: int, M: int, *, placement: str = "loop", costs=None,  # noqa: C901
                   memory_limit: float | dict | None = None, name: str | None = None) -> Problem:
     """Validate and scale. `costs` is a schedc.costs.Costs (None: the defaults F = I = W = 1);
     `memory_limit` one number for every rank or {rank: limit}."""

@@ -71,7 +71,7 @@ class Infeasible:
     reason: str
 
 
-def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,  # noqa: C901
                progress: Callable[[str], None] | None = None) -> Outcome | Infeasible:
     """The best schedule found within `time_limit_s` (one solver.Deadline for every step), each query
     within its budget of solver work; the time limit or Ctrl-C stops the search with the best so far."""

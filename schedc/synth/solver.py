@@ -23,7 +23,7 @@ def count_pairs(problem: Problem, graph: Graph) -> int:
     return sum(1 for _ in _free_pairs(problem, graph))
 
 
-def decide(problem: Problem, graph: Graph, T: int, *, deadline: Deadline, hint=None) -> Result:
+def decide(problem: Problem, graph: Graph, T: int, *, deadline: Deadline, hint=None) -> Result:  # noqa: C901
     """Decide makespan <= T within `deadline` (this query's share of solver work; the command's
     limit passing raises TimeUp, while the query is built as while Z3 runs, and Ctrl-C KeyboardInterrupt):
     `Proved(witness)` with witness[r] rank r's jobs by start time, or `Refuted(why=...)`: no
@@ -95,7 +95,7 @@ def _free_pairs(problem: Problem, graph: Graph):
                     yield x, y
 
 
-def _memory_sums(problem: Problem, graph: Graph, before, ctx):
+def _memory_sums(problem: Problem, graph: Graph, before, ctx):  # noqa: C901
     """Per F job x on a capped rank: the activations live when x starts stay within the cap.
     Live = sum over microbatches m and stages s of the rank, over F, I and W, of d * [F started] or
     d * [I or W done], d being what the job allocates or frees (schedc/verify/memory.py); a free

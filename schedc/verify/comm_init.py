@@ -70,7 +70,7 @@ def _collectives(program: Program):
                 yield FirstUse(key, i.rank, i.step, i.part, i.action)
 
 
-def creation_cycle(uses: dict[int, list[FirstUse]]) -> list[tuple[FirstUse, FirstUse]] | None:
+def creation_cycle(uses: dict[int, list[FirstUse]]) -> list[tuple[FirstUse, FirstUse]] | None:  # noqa: C901
     """A cycle of "first used before" among communicators, as (rank's earlier use, its later use)
     pairs, one per rank on the cycle; None when one order of creation suits every rank."""
     edges: dict[tuple, list[tuple[FirstUse, FirstUse]]] = {}

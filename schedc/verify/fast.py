@@ -99,7 +99,7 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
     return array_check(program, semantics, limits)
 
 
-def array_check(program: Program, semantics: Semantics, limits: dict[int, float] | None) -> Clear | None:
+def array_check(program: Program, semantics: Semantics, limits: dict[int, float] | None) -> Clear | None:  # noqa: C901
     """`quick_check`'s decision with whole-array questions (the caller has excluded bounded
     buffers, posted sends, forward-only programs and message sizes)."""
     S, M, R = program.num_stages, program.num_microbatches, program.num_ranks

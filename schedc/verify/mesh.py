@@ -127,7 +127,7 @@ def job_channels(program: Program) -> Channels:
     return Channels(sends, recvs)
 
 
-def job(program: Program, semantics: Semantics) -> tuple[Program, Constraints]:
+def job(program: Program, semantics: Semantics) -> tuple[Program, Constraints]:  # noqa: C901
     """The whole job as one program (replica after replica: rank d * P + p) and its happens-before
     constraints: each replica's, and for each collective the wait for every other member of its
     group to reach its partner (the member's collective of the same number)."""

@@ -360,7 +360,7 @@ def _runs(lengths: list[int], waits: list[tuple]) -> bool:
     return run_ranks(lengths, list(lengths), starts, tq, tj) == lengths
 
 
-def _peaks(program: Program, acts: _Actions, op_stages: list[int]) -> tuple[list[float], list[int]] | None:
+def _peaks(program: Program, acts: _Actions, op_stages: list[int]) -> tuple[list[float], list[int]] | None:  # noqa: C901
     """Peak activations per rank along its order and the first step at each peak: inside a step,
     allocations (F's) come before frees (memory.py's rule). None if some backward grows memory
     (odd sizes: the detailed checks count those). `op_stages`: each action's op * S + stage."""
