@@ -98,3 +98,16 @@ def test_the_runtime_vouches_as_the_rule_says():
     assert vouches("rendezvous", "nccl") and vouches("nccl+shapes", "nccl") and vouches("eager", "gloo")
     assert not vouches("eager", "nccl") and not vouches("gloo", "nccl") and not vouches("bounded:2", "nccl")
     assert vouches("something else", "gloo") and not vouches("something else", "nccl")
+
+
+def test_no_engine_names_a_semantics_kind():
+    """The rule lives in schedc/rules/semantics.py: no other module compares a semantics' kind or
+    reads its raw buffer (issue #31's grep, kept)."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent / "schedc"
+    kinds = "|".join(("rendezvous", "eager", "bounded", *BACKENDS))
+    pattern = re.compile(rf"""\.kind\s*(==|!=|in|not in)\s*\(?["']({kinds})|semantics\.(kind|buffer)\b|kind in BACKENDS""")
+    found = [f"{p.relative_to(root)}:{n}: {line.strip()}" for p in root.rglob("*.py") if p.parent.name != "rules"
+             for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert found == []
