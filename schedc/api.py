@@ -15,7 +15,7 @@ from .errors import SchedcError
 from .inputs import decode, read_text
 from .ir import Program
 from .resources import builtin_schedules
-from .verify.execute import Semantics
+from .rules.semantics import Semantics
 
 FORMATS = ("pp", "torch-csv", "ir-json")
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)  # (opening a pipe: no wait)

@@ -3,7 +3,7 @@
 Indices in range; every action on the rank its stage is placed on; exactly one F and one B or
 one I + one W per (stage, microbatch) (a forward-only program: one F and no backward), duplicates
 reported, not merged; every value an action needs
-made on its rank before it, by the one rule of schedc/deps.py at both levels (F before B/I, I before
+made on its rank before it, by the one rule of schedc/rules/deps.py at both levels (F before B/I, I before
 W, F(s-1,m) before F(s,m) when both stages share a rank); for explicit communication, a receive
 before every consumer of a remote value and a send after every producer of one; a reduction of a
 stage's gradients after every backward that adds to them (deps.py's `reduces`). Deadlock and
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .deps import (ADDS_GRADIENT, REDUCTIONS, consumer_stage, delivers, message, needs, payload, peer_stage, produces,
-                   reduces, value_name)
 from .errors import Diagnostic
 from .ir import COMPUTE, SENDS, WAITS, Action, Op, Program, describe
+from .rules.deps import (ADDS_GRADIENT, RECEIVES, REDUCTIONS, consumer_stage, delivers, message, needs, payload,
+                         peer_stage, produces, reduces, value_name)
 
 MAX_PER_CODE = 20
 MAX_PAIRS = 10_000_000  # (stage, microbatch) pairs a program can have and still fit the action limit
@@ -250,7 +250,7 @@ def _missing_count(p: Program, F: set, backward: set) -> int:
 
 
 def _inputs(p: Program, out: Findings) -> None:  # noqa: C901
-    """Every value an action needs (schedc/deps.py) that its own rank makes or receives must be there
+    """Every value an action needs (schedc/rules/deps.py) that its own rank makes or receives must be there
     before it: listed later, it is an `order` error, at the compute level as at the comms level.
 
     A value its rank never makes is an `order` error too (torch's validator says the same). A value
@@ -354,7 +354,7 @@ def _too_late(out: Findings, rank: int, step: int, a: Action, v, at: int, source
 
 def _never_received(p: Program, out: Findings, rank: int, step: int, a: Action, v) -> None:
     """`a` needs `v` from another rank, and no receive on this rank brings it."""
-    recv = "RECV_F" if v[0] == "act" else "RECV_B"
+    recv = RECEIVES[v[0]].value
     out.add("missing-recv", f"{describe(a)} needs {value_name(v)} from rank {p.placement[v[1]]}, but "
             f"rank {rank} never receives it (no {recv}({a.stage},{a.microbatch}))", rank, step, a)
 

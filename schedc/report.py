@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .deps import delivers, payload, value_name
 from .errors import Diagnostic, SchedcError
 from .outputs import rounded
 from .ir import RECVS, Action, Program, describe, format_step
 from .lint import display_step, lint
+from .rules.deps import delivers, payload, value_name
+from .rules.semantics import RENDEZVOUS, Semantics
 from .verify.deadlock import Deadlock, disagreement, end_of_step_notes, find_deadlock, render_grid
-from .verify.channels import BACKENDS, as_paired, describe_channel
-from .verify.execute import RENDEZVOUS, Semantics, channels, execute
+from .verify.channels import as_paired, describe_channel
+from .verify.execute import channels, execute
 from .verify.fast import Clear, over_limit, quick_check
 from .verify.mesh import joins_ranks
 from .verify.memory import Peak, peak_activation, peak_memory
@@ -305,25 +306,24 @@ def _other_backends(program: Program, semantics: Semantics, chans, declared: str
     if program.level != "comms":
         return ()
     verdicts = []
-    for kind in BACKENDS:
-        if kind == semantics.kind:
+    for other in Semantics.backends():
+        if other == semantics.base:
             continue
-        other = Semantics(kind)
         seen, _ = as_paired(replace(program, p2p=declared), other)
         paired = chans if seen.p2p == program.p2p else channels(seen)
         if any(payload(s.action) != payload(r.action) for s, r in paired.pairs()):
-            verdicts.append(f"under {kind} its messages pair otherwise and cross (NCCL ignores tags)")
+            verdicts.append(f"under {other} its messages pair otherwise and cross (NCCL ignores tags)")
             continue
-        verdicts.append(f"under {kind} it {'completes' if execute(seen, other, paired).finished else 'deadlocks too'}")
+        verdicts.append(f"under {other} it {'completes' if execute(seen, other, paired).finished else 'deadlocks too'}")
     notes = []
     if any(v.endswith("completes") for v in verdicts):
         notes.append(f"this verdict is under {semantics} semantics; {' and '.join(verdicts)} (--semantics "
                      "nccl|gloo: sends and receives posted and awaited as torch's runtime does)")
-    if semantics.kind == "nccl" and declared == "shared":
+    if semantics.one_stream_per_pair and declared == "shared":
         split = replace(program, p2p="split")
         if execute(split, semantics, channels(split)).finished:
             notes.append("with activations and gradients on communicators of their own (a `p2p split` line, "
-                         "or --p2p split: a stream each) it completes under nccl")
+                         f"or --p2p split: a stream each) it completes under {semantics.base}")
     return tuple(notes)
 
 
@@ -426,7 +426,7 @@ def _messages(pk: Peak, semantics: Semantics) -> str:
     """How much of a peak is messages, and whose."""
     if pk.buffers <= 0:
         return ""
-    what = ("receive buffers" if semantics.kind == "rendezvous" else "receive buffers and sent messages not yet "
-            "waited for" if semantics.posted else "receive buffers and sent messages not yet matched")
+    held = semantics.sent_held_until
+    what = "receive buffers" if held is None else f"receive buffers and sent messages not yet {held}"
     whose = " that lowering inserts" if pk.lowered else ""
     return f"; {_number(pk.buffers)} of it in {what}{whose}"

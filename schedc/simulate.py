@@ -20,10 +20,10 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Iterator, Mapping, NamedTuple
 
-from .deps import delivers, message, needs, peer_stage, produces, value_name
 from .errors import SchedcError
 from .outputs import rounded
 from .ir import COMM, COMPUTE, SENDS, Action, Compound, CompoundKind, Op, Program, Step, describe
+from .rules.deps import delivers, message, needs, peer_stage, produces, value_name
 from .verify.memory import message_size, step_memory
 
 MEMORY_RUN = "timed"  # `peak_memory` is the peak of the one simulated run (check's is "worst")
@@ -60,7 +60,7 @@ MEMORY_RUN = "timed"  # `peak_memory` is the peak of the one simulated run (chec
 # therefore handles events (a step can start, a message is matched) in dependency order, not time
 # order: each rank runs until it waits for something not yet known, and is resumed when it is.
 # Every step, message and wake-up is handled once, so a run takes time linear in the program.
-# What an action needs and makes is asked of schedc/deps.py once per (op, stage) and reused for
+# What an action needs and makes is asked of schedc/rules/deps.py once per (op, stage) and reused for
 # every microbatch (dependencies never cross microbatches, docs/semantics.md; checked when a plan is made).
 
 
@@ -169,7 +169,7 @@ class Timeline:
 
     @cached_property  # counted once, when asked (cached_property writes past the frozen __setattr__)
     def _memory(self) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
-        from .verify.channels import Semantics
+        from .rules.semantics import Semantics
         semantics = Semantics.parse(self.semantics)  # (a backend holds sent messages until waited for)
         if self.replicas > 1:  # each replica's pipeline, as memory.py counts one
             return tuple(m for d in range(self.replicas) for m in step_memory(self._replica(d), semantics))
@@ -236,7 +236,8 @@ def simulate(program: Program, *, overlap: bool = True,
     Semantics; default rendezvous) decides which runs exist: under another, a communication-level
     program is timed on that semantics' graph (schedc/simulate_graph.py). Raises
     SchedcError("deadlock") if some rank cannot reach the end of its list under it."""
-    from .verify.channels import Semantics, as_paired
+    from .verify.channels import as_paired
+    from .rules.semantics import Semantics
     from .verify.mesh import joins_ranks
     if semantics is not None and not isinstance(semantics, Semantics):
         semantics = Semantics.parse(str(semantics))
@@ -248,7 +249,7 @@ def simulate(program: Program, *, overlap: bool = True,
         program = lower(program)  # (a job's values on one rank only stay a compute-level job)
     # messages that pair other than in order per rank pair (`p2p tagged` or `split`): on the graph too
     paired_by_graph = job or program.p2p != "shared" and program_level(program) == "comms"
-    if semantics is not None and semantics.kind != "rendezvous" or paired_by_graph:
+    if semantics is not None and not semantics.send_waits_for_receive or paired_by_graph:
         if not overlap:
             raise SchedcError("usage", f"without overlap (--no-overlap, or overlap = false in the costs) a send or "
                               f"receive holds its rank until its message has arrived; under "
@@ -259,7 +260,7 @@ def simulate(program: Program, *, overlap: bool = True,
             from .simulate_graph import simulate_graph
             _step_by_step(program)
             return simulate_graph(program, semantics or Semantics(), links or {}, draw)
-    sim = _Simulator(program, overlap, links or {}, str(semantics or "rendezvous"), draw)
+    sim = _Simulator(program, overlap, links or {}, str(semantics or Semantics()), draw)
     collecting = gc.isenabled()
     gc.disable()  # the run makes many small acyclic objects; the collector would rescan the program
     try:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING, Mapping
 
-from .deps import needs, payload, produces, value_name
 from .errors import SchedcError
 from .ir import COMM, COMPUTE, RECVS, SENDS, WAITS, Compound, CompoundKind, Program, describe
-from .verify.channels import Semantics, channels
+from .rules.deps import needs, payload, produces, value_name
+from .rules.semantics import Semantics
+from .verify.channels import channels
 from .verify.deadlock import end_of_step_notes, find_deadlock
 from .verify.graph import constraints
 from .verify.memory import message_size
@@ -36,7 +37,7 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
     rendezvous runs time as gloo's; nccl's adds its streams). An explicit wait waits under a
     backend; under an abstract semantics its operation completed at its place, and it is free."""
     from .simulate import Messages, Timeline, _finite, dispatch_times
-    timing = semantics if semantics.posted else Semantics("gloo")
+    timing = semantics.timed_as
     pipeline = program.num_ranks  # (the ranks of one replica: a rank's speed is its pipeline rank's)
     lead = dispatch_times(program.annotations, pipeline) or (0.0,) * pipeline  # (its dispatch too)
     if joins_ranks(program):  # replicas, or a tied all-reduce: the whole job, joined by its collectives

@@ -15,8 +15,8 @@ from typing import NamedTuple
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from .deps import needs, producer
 from .ir import COMPUTE, Action, Annotations, Compound, CompoundKind, Op, Program, StageCost, StageMemory, format_step, placed
+from .rules.deps import needs, producer
 
 __all__ = ["MAX_PAIRS", "MUTATION_KINDS", "PLACEMENTS", "Mutant", "lowered_programs", "mutations", "programs",
            "reorderings", "sources"]
@@ -202,7 +202,7 @@ def _programs(draw, r_lo, r_hi, m_lo, m_hi, v_lo, v_hi, shapes, forms, overlap, 
 
 
 def _needs(op: Op, s: int, m: int, S: int, split: tuple[bool, ...]) -> list[tuple[Op, int, int]]:
-    """The producers of what (op, s, m) needs (schedc/deps.py's rule), as (op, stage, microbatch)."""
+    """The producers of what (op, s, m) needs (schedc/rules/deps.py's rule), as (op, stage, microbatch)."""
     return [producer(v, Op.I if split[v[1]] else Op.B) for v in needs(Action(op, s, m), S)]
 
 
@@ -442,7 +442,7 @@ def _bad_index(draw, p: Program, where):
 
 def _input_pairs(p: Program):
     """(rank, consumer step, producer step) with the producer earlier on the same rank."""
-    from .deps import delivers, needs, produces
+    from .rules.deps import delivers, needs, produces
     out = []
     S = p.num_stages
     for r, steps in enumerate(p.ranks):
@@ -472,7 +472,7 @@ def _before_input(draw, p: Program, where):
 
 def _message_swaps(p: Program):
     """Pairs of plain sends (or receives) on one channel with different payloads."""
-    from .deps import payload
+    from .rules.deps import payload
     from .verify.channels import channels
     if p.level != "comms":
         return []

@@ -37,7 +37,7 @@ def _fail(headline: str, program: Program, report) -> None:
 
 
 def _semantics(semantics):
-    from .verify.channels import Semantics
+    from .rules.semantics import Semantics
     return semantics if isinstance(semantics, Semantics) else Semantics.parse(semantics)
 
 

@@ -172,7 +172,8 @@ def test_waits_are_schedc_only_and_export_says_so():
 
 
 def test_under_gloo_a_send_awaited_where_it_stands_waits_for_its_receive():
-    from schedc.verify.channels import Semantics, channels
+    from schedc.verify.channels import channels
+    from schedc.rules.semantics import Semantics
     from schedc.verify.graph import constraints
     program = compile_text("""schedule w {
       rank 0: 0F0 0SEND_F0 0WAIT_SEND_F0 0RECV_B0 0B0

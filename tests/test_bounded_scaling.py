@@ -17,8 +17,8 @@ import pytest
 from schedc.api import load
 from schedc.passes import lower
 from schedc.report import run_checks
+from schedc.rules.semantics import Semantics
 from schedc.verify import memory
-from schedc.verify.channels import Semantics
 
 FACTOR = 2  # linear work per action at the larger size, with room for fixed costs; quadratic is 20x
 

@@ -208,7 +208,7 @@ def test_under_a_backend_unshard_is_awaited_where_its_stage_computes():
     """torch posts FSDP's all-gather at UNSHARD and waits for it at the stage's next compute: the
     job's wait for the other member sits there. Blocking at its place, the same job deadlocks."""
     from schedc.verify.mesh import job
-    from schedc.verify.channels import Semantics
+    from schedc.rules.semantics import Semantics
     program = compile_text(FSDP)
     flat, cons = job(program, Semantics("gloo"))
     # rank 2 (replica 1, pipeline rank 0): UNSHARD(0) at step 0, F(0,0) at step 1

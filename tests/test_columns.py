@@ -145,7 +145,7 @@ def test_the_csv_written_from_columns_is_the_csv_written_from_actions(name):
 
 def test_a_compounds_sends_follow_it_part_by_part():
     """A compound's messages are sent right after it, in the order of its parts (deps.message)."""
-    from schedc.deps import message
+    from schedc.rules.deps import message
     program = schedc.load("dualpipev", {"P": 3, "M": 6})
     lowered, seen = lower(program), 0
     for row in lowered.ranks:

@@ -19,9 +19,9 @@ from schedc.interop.torch_csv import TorchCsv, to_torch_csv
 from schedc.ir import format_step
 from schedc.passes import add_reduce_grad, add_unshard_reshard, lower, lower_for_torch
 from schedc.resources import builtin_schedules
+from schedc.rules.semantics import Semantics
 from schedc.simulate_columns import run_columns
 from schedc.strategies import mutations, programs, reorderings
-from schedc.verify.channels import Semantics
 from schedc.verify import memory
 from schedc.verify.memory import step_memory
 

@@ -76,7 +76,7 @@ def test_every_lowered_builtin_finishes_in_the_plain_run():
 @given(mutants(), st.sampled_from(["rendezvous", "eager"]))
 def test_fast_path_never_clears_what_the_detailed_checks_reject(program, semantics):
     from schedc.report import run_checks
-    from schedc.verify.channels import Semantics
+    from schedc.rules.semantics import Semantics
     from schedc.verify.fast import quick_check
     sem = Semantics.parse(semantics)
     detailed = run_checks(program, semantics=sem, fast=False)
@@ -88,7 +88,7 @@ def test_fast_path_never_clears_what_the_detailed_checks_reject(program, semanti
 
 
 def test_fast_path_clears_every_lowered_builtin():
-    from schedc.verify.channels import RENDEZVOUS
+    from schedc.rules.semantics import RENDEZVOUS
     from schedc.verify.fast import quick_check
     for program in LOWERED + [schedc.load(n, p) for n, p in BUILTINS]:
         clear = quick_check(program, RENDEZVOUS, None)

@@ -43,7 +43,8 @@ def test_z3_witness_meets_every_constraint():
     program = lower(schedc.load("1f1b", {"P": 3, "M": 4}))
     report = schedc.check(program, engine="z3")
     assert report.ok and report.witness is not None
-    from schedc.verify.execute import RENDEZVOUS, channels
+    from schedc.verify.execute import channels
+    from schedc.rules.semantics import RENDEZVOUS
     from schedc.verify.graph import constraints
     cons = constraints(program, RENDEZVOUS, channels(program))
     assert not cons.never
@@ -274,7 +275,7 @@ def test_a_memory_violation_at_an_inserted_send_points_at_its_producer():
 def test_compute_level_memory_is_the_lowered_programs(program, semantics):
     """One memory model: a compute-level check reports its lowering's peaks, on every path."""
     from schedc.report import run_checks
-    from schedc.verify.channels import Semantics
+    from schedc.rules.semantics import Semantics
     sem = Semantics.parse(semantics)
     lowered = run_checks(lower(program), semantics=sem, fast=False)
     for fast in (True, False):
@@ -295,7 +296,7 @@ def test_fast_and_detailed_paths_give_one_memory_figure(program, semantics, slac
     """The fast path (schedc/verify/fast.py) clears only what the detailed path clears, with the
     same peaks; what it cannot count exactly it declines."""
     from schedc.report import run_checks
-    from schedc.verify.channels import Semantics
+    from schedc.rules.semantics import Semantics
     from schedc.verify.fast import quick_check
     sem = Semantics.parse(semantics)
     detailed = run_checks(program, semantics=sem, fast=False)

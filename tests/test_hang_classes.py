@@ -24,7 +24,7 @@ import pytest
 
 import schedc
 from schedc.errors import SchedcError
-from schedc.verify.channels import Semantics
+from schedc.rules.semantics import Semantics
 from schedc.verify.comm_init import FirstUse, creation_cycle, first_uses
 
 from conftest import compile_text

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import schedc
-from schedc.deps import delivers, needs
+from schedc.rules.deps import delivers, needs
 from schedc.ir import Action
 from schedc.passes import lower
 

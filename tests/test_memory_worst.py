@@ -78,7 +78,7 @@ def test_a_tied_all_reduce_orders_the_runs_as_a_message_does():
     # SEND_F(2,0)'s message is received by then (the count, without the collective, held it on: 4).
     # Placed mid-step the reductions come before their stages' W, which check refuses (reduce-early,
     # a structural finding): the memory count is asked of the memory check itself.
-    from schedc.verify.channels import Semantics
+    from schedc.rules.semantics import Semantics
     from schedc.verify.memory import peak_memory
     program = compile_text(TIED)
     assert {e.code for e in schedc.check(program, semantics="eager").errors} == {"reduce-early"}
@@ -165,7 +165,7 @@ def test_check_reports_the_most_any_run_holds(program, semantics):
     # memory check itself, where no run gets stuck
     worst, stuck = explore(program, semantics)
     if not stuck:
-        from schedc.verify.channels import Semantics
+        from schedc.rules.semantics import Semantics
         from schedc.verify.memory import peak_memory
         assert [pk.memory for pk in peak_memory(program, Semantics.parse(semantics))] == worst
 

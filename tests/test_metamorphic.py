@@ -120,7 +120,7 @@ def test_relabel_moves_stages_with_their_rank():
 # Swapping independent adjacent steps
 # ---------------------------------------------------------------------------------------------
 def _values(a):
-    """(needs, makes) of one action, from DESIGN.md's rule (written here, not schedc.deps)."""
+    """(needs, makes) of one action, from DESIGN.md's rule (written here, not schedc.rules.deps)."""
     s, m = a.stage, a.microbatch
     if a.op is Op.F:
         return ([("act", s - 1, m)] if s > 0 else []), [("act", s, m)]

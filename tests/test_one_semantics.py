@@ -2,7 +2,7 @@
 
 On generated programs, valid and mutated: the runtime's table is the program `check` verified and
 pairs messages as the checker does; the simulator starts no action before what it needs
-(schedc/deps.py) and finishes exactly the programs `check` clears; `check` at the compute level
+(schedc/rules/deps.py) and finishes exactly the programs `check` clears; `check` at the compute level
 and at the communication level (its own lowering) agree on structure, deadlock and peak memory.
 `prove` against `check` is tests/test_prove_agrees_with_check.py.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 import schedc
-from schedc.deps import needs, produces
+from schedc.rules.deps import needs, produces
 from schedc.errors import SchedcError
 from schedc.ir import Action, Op, Program, format_step
 from schedc.lower.codegen import table_of
@@ -48,7 +48,7 @@ def test_the_runtime_table_is_the_program_check_verified(p):
                 if i.microbatch is None:
                     continue
                 a = Action(Op[i.op], i.stage, i.microbatch)
-                want = produces(a) if a.op.is_compute else schedc.deps.payload(a)
+                want = produces(a) if a.op.is_compute else schedc.rules.deps.payload(a)
                 assert i.value() == want
     # and check says the same of the table as of the program
     assert schedc.check(to_program(table)).ok is schedc.check(lowered).ok is True
@@ -85,7 +85,7 @@ def test_compute_and_lowered_programs_get_one_answer_and_sim_agrees(p, data):
 
 
 def _starts_after_what_it_needs(p: Program, timeline) -> None:
-    """No step starts before every value it needs (schedc/deps.py) has been made."""
+    """No step starts before every value it needs (schedc/rules/deps.py) has been made."""
     made: dict = {}
     for r, rank in enumerate(p.ranks):
         for x, step in enumerate(rank):

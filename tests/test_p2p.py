@@ -151,7 +151,7 @@ def test_under_nccl_a_grouped_operation_never_meets_a_single_one():
     p = program(mixed, None)
     assert verdict(p, "gloo") == "ok" and posted_run(p, "gloo")
     assert verdict(p, "nccl") == "deadlock" and not posted_run(p, "nccl")
-    from schedc.verify.channels import Semantics
+    from schedc.rules.semantics import Semantics
     from schedc.verify.graph import constraints
     never = constraints(p, Semantics("nccl"), channels(p)).never
     assert any("one grouped and one single" in why for why, _ in never.values()), never
@@ -312,7 +312,7 @@ def test_backend_verdicts_agree_with_the_oracle_under_every_mode(p):
 def test_where_messages_pair_in_order_every_mode_pairs_them_alike(p):
     """A tag or a communicator only matters where in-order pairing crosses payloads: otherwise every
     mode makes the same pairs (so the same verdict under rendezvous and eager)."""
-    from schedc.deps import payload
+    from schedc.rules.deps import payload
 
     def pairs(mode):
         return sorted((s.rank, s.step, s.part, r.rank, r.step, r.part)

@@ -17,9 +17,9 @@ import schedc
 from schedc.passes import lower
 from schedc.report import run_checks
 from schedc.resources import builtin_schedules
+from schedc.rules.semantics import RENDEZVOUS, Semantics
 from schedc.strategies import lowered_programs, mutations, programs, reorderings
 from schedc.verify import fast, small
-from schedc.verify.channels import RENDEZVOUS, Semantics
 
 from profiles import budget
 

@@ -18,9 +18,9 @@ from schedc.interop.csv_columns import _read_arrays, _read_small
 from schedc.interop.torch_csv import TorchCsv
 from schedc.passes import lower
 from schedc.report import run_checks
+from schedc.rules.semantics import Semantics
 from schedc.strategies import lowered_programs, mutations, programs, reorderings
 from schedc.verify import fast, small
-from schedc.verify.channels import Semantics
 
 from profiles import budget
 

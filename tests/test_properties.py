@@ -27,8 +27,9 @@ from schedc.ir import Action, Op, Program, format_step, parse_step
 from schedc.parse import parse
 from schedc.passes import lower, lower_for_torch
 from schedc.resources import builtin_schedules
+from schedc.rules.semantics import Semantics
 from schedc.strategies import programs
-from schedc.verify.execute import Semantics, execute
+from schedc.verify.execute import execute
 
 from oracles import compute_only, comms_oracle_problems, oracle_problems
 

@@ -19,8 +19,8 @@ from schedc.errors import EXIT_INPUT
 from schedc.ir import RECVS, Action, Compound, CompoundKind, Op, Program
 from schedc.passes import lower, post_receives_early
 from schedc.report import run_checks
+from schedc.rules.semantics import Semantics
 from schedc.strategies import lowered_programs, programs, reorderings
-from schedc.verify.channels import Semantics
 
 from profiles import budget
 

@@ -1,5 +1,5 @@
 """Reductions come after their stage's backwards: a REDUCE_GRAD (or REDUCE_TIED) placed before a B
-or W of a stage it reduces is `reduce-early` (schedc/deps.py's `reduces`, read by lint, by both
+or W of a stage it reduces is `reduce-early` (schedc/rules/deps.py's `reduces`, read by lint, by both
 fast paths and by the runtime's refusal).
 
 torch's runtime reduces, and scales by 1/M, the partial sum of such a schedule and trains silently
@@ -20,9 +20,9 @@ from schedc.columns import held_as_columns
 from schedc.ir import Action, Op
 from schedc.passes.stage_ops import add_reduce_grad
 from schedc.report import run_checks
+from schedc.rules.semantics import Semantics
 from schedc.span import span_text
 from schedc.verify import small
-from schedc.verify.execute import Semantics
 from schedc.verify.fast import array_check
 
 from conftest import compile_text

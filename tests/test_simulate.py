@@ -20,9 +20,10 @@ from schedc.costs import Costs, load_costs, parse_cost_option, profile_costs, to
 from schedc.ir import StageCost
 from schedc.lint import lint
 from schedc.passes import lower
+from schedc.rules.semantics import RENDEZVOUS
 from schedc.simulate import Link, simulate
 from schedc.strategies import lowered_programs, programs
-from schedc.verify.execute import RENDEZVOUS, execute
+from schedc.verify.execute import execute
 from schedc.verify.memory import peak_activation
 
 

@@ -5,7 +5,8 @@ import pytest
 
 import schedc
 from conftest import compile_text
-from schedc.verify.execute import Semantics, execute
+from schedc.rules.semantics import Semantics
+from schedc.verify.execute import execute
 from schedc.verify.memory import peak_activation
 
 CROSS = """schedule cross {

@@ -36,7 +36,7 @@ class SolverTime:
 
 
 def run(args, stdout, stderr) -> int:  # noqa: C901
-    from ..verify.execute import Semantics
+    from ..rules.semantics import Semantics
     params = common.params(args.param)
     Semantics.parse(args.semantics)  # a bad value is a usage error before any work
     setup = common.description(args)  # seconds and GiB from a model and hardware description, or None

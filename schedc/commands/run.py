@@ -33,7 +33,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     import shlex
     from ..lower import lower_to_torch
     from ..lower.codegen import refuse_unrunnable
-    from ..verify.execute import Semantics
+    from ..rules.semantics import Semantics
     if args.steps < 1:
         raise SchedcError("usage", f"--steps {args.steps}: expected at least 1", where="--steps")
     seconds(args.timeout, "--timeout")
@@ -78,7 +78,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
             stderr.write("schedc: checks did not pass; not running (--no-verify runs it anyway)\n")
             return common.exit_of(report)
         verified = str(semantics)
-        if args.backend == "nccl" and semantics.kind != "nccl":
+        if args.backend == "nccl" and not semantics.one_stream_per_pair:
             on_nccl = _nccl_checked(program, verified, stdout, stderr)
             if on_nccl.ok is not True:
                 return common.exit_of(on_nccl)

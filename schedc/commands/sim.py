@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
 from ..outputs import dumps_json
+from ..rules.semantics import RENDEZVOUS, Semantics
 from . import common, described
 
 
@@ -13,12 +14,11 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     from ..columns import held_as_columns
     from ..report import lint_findings
     from ..simulate import simulate
-    from ..verify.channels import Semantics
     # (receives posted early run on gloo only: under rendezvous a rank would stop at its first receive)
     semantics = Semantics.parse(args.semantics or ("gloo" if args.lower == "early" else "rendezvous"))
     if semantics.modifiers:
         raise SchedcError("usage", f"{semantics}: what +{' and +'.join(semantics.modifiers)} adds is checked "
-                          f"(`schedc check`), not timed: simulate under {semantics.kind}", where="--semantics")
+                          f"(`schedc check`), not timed: simulate under {semantics.base}", where="--semantics")
     setup = common.description(args)  # seconds and GiB from a model and hardware description, or None
     costs = common.costs(args, setup) or Costs("the schedule")
     if args.samples and costs.spread is None:
@@ -112,7 +112,7 @@ def _sim_text(timeline, trace) -> str:
     lines = [f"{p.name}{f' ({params})' if params else ''}: {p.num_ranks} ranks, {p.num_stages} stages, "
              f"{p.num_microbatches} microbatches, {p.num_actions} actions, {timeline.level} level, "
              f"overlap {'on' if timeline.overlap else 'off'}"
-             + (f", under {timeline.semantics}" if timeline.semantics != "rendezvous" else ""),
+             + (f", under {timeline.semantics}" if timeline.semantics != str(RENDEZVOUS) else ""),
              f"  makespan {num(timeline.makespan)}, bubble ratio {timeline.bubble_ratio:.4f}",
              "  rank        busy        idle  peak memory"]
     for r, (busy, idle, peak) in enumerate(zip(timeline.busy, timeline.idle, timeline.peak_memory)):

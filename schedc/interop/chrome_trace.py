@@ -17,9 +17,9 @@ import json
 import math
 from typing import Iterable
 
-from ..deps import delivers, message, needs, payload, produces
 from ..ir import COMM, COMPUTE, RECVS, SENDS, Compound, describe
 from ..outputs import dumps_json
+from ..rules.deps import delivers, message, needs, payload, produces
 from ..simulate import Timeline
 
 COMPUTE_TRACK, COMM_TRACK = 0, 1

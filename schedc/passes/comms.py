@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .. import deps
 from ..columns import CODE, COMPOUND, Columns, as_columns, objects
 from ..errors import SchedcError
 from ..ir import MAX_LOWERED_ACTIONS, Op, Program
+from ..rules import deps
 
 
 def insert_comms(program: Program) -> Program:
@@ -68,6 +68,9 @@ for _k in range(max(len(n) for n in deps.NEEDS.values())):
 NONE, OTHER = -1, -2  # no value (or rank); a compound's (looked up in `_Steps.compound`)
 _SEND = {_KIND[deps.NEEDS[op][0][0]]: CODE[op] for op in (Op.SEND_F, Op.SEND_B)}  # what carries a kind of value
 _RECEIVE = {_KIND[kind]: CODE[op] for op, (kind, _) in deps.DELIVERS.items()}
+_CONSUMER_OFFSET = np.zeros(len(_KIND), dtype=np.int64)  # by value kind: the stage that uses a value of s is s + this
+for _kind, _off in deps.CONSUMER_OFFSET.items():
+    _CONSUMER_OFFSET[_KIND[_kind]] = _off
 
 
 @dataclass
@@ -151,7 +154,7 @@ class _Steps:
     @staticmethod
     def _messages(program: Program, cols: Columns, kind, stage, mb) -> dict[str, np.ndarray]:
         S, placement = program.num_stages, np.asarray(program.placement, dtype=np.int64)
-        to = stage + np.where(kind == 0, 1, -1)  # the consumer: F's value goes to s+1, a backward's to s-1
+        to = stage + _CONSUMER_OFFSET[np.maximum(kind, 0)]  # the consumer (no value: `crosses` drops it)
         home = placement[np.clip(stage, 0, S - 1)]
         crosses = (kind >= 0) & (to >= 0) & (to < S) & (placement[np.clip(to, 0, S - 1)] != home)
         i = np.flatnonzero(crosses)

@@ -16,8 +16,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..columns import CODE, NO_MICROBATCH, OPS, Columns, columns_of, has_op, objects
-from ..deps import ADDS_GRADIENT as _BACKWARDS  # the actions that finish a microbatch's weight gradient
 from ..ir import Action, Op, Program, Step
+from ..rules.deps import ADDS_GRADIENT as _BACKWARDS  # the actions that finish a microbatch's weight gradient
 
 MAX_ACTIVE_STAGES = 3  # torch's default prefetch window for `_add_unshard_reshard`
 

@@ -7,11 +7,11 @@ memory need nothing of them: docs/prove.md, "Replicas and collectives", says why
 """
 from __future__ import annotations
 
-from ..deps import ADDS_GRADIENT as _ADDS, REDUCTIONS as _READS
+from ..rules.deps import ADDS_GRADIENT as _ADDS, REDUCTIONS as _READS
 from ..solver import z3
 from .model import Model, one_body
 
-# schedc/deps.py's rule for reductions (lint's `reduce-early`), by the model's kind names: a stage's
+# schedc/rules/deps.py's rule for reductions (lint's `reduce-early`), by the model's kind names: a stage's
 # weight gradients are added to by its B and W, and a reduction reads them (REDUCE_TIED is outside
 # the fragment: model.py refuses it)
 ADDS_GRADIENT = frozenset(op.value for op in _ADDS)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import itertools
 
 from .. import solver, syntax as ast
-from ..deps import needs, produces
 from ..ir import COMPUTE, Action, Op
+from ..rules.deps import needs, produces
 from ..verify.memory import peak_activations
 from . import ilp, smt
 from .model import Model, rank_lets

@@ -770,8 +770,8 @@ def divisors(enc: Encoding):
 
 
 def _producers():
-    """consumer kind -> [(producer kinds, stage offset)], read off schedc/deps.py (the one rule)."""
-    from ..deps import needs, produces
+    """consumer kind -> [(producer kinds, stage offset)], read off schedc/rules/deps.py (the one rule)."""
+    from ..rules.deps import needs, produces
     from ..ir import Action, Op
     out = {}
     for k in ("F", "B", "I", "W"):

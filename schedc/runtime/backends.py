@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 
+from ..errors import SchedcError
+from ..rules.semantics import Semantics
+
 
 def problem(backend: str, nproc: int) -> str | None:
     """Why `backend` cannot run `nproc` ranks on this machine, or None."""
@@ -35,12 +38,14 @@ def problem(backend: str, nproc: int) -> str | None:
 
 def vouches(semantics: str, backend: str) -> bool:
     """Does a program that completes under `semantics` complete when run on `backend`? The runtime
-    posts and awaits as the backends do, and the semantics nest (docs/semantics.md): rendezvous =>
-    nccl => gloo, bounded:K => eager => gloo. So every verdict holds on gloo, and on nccl only one
-    under rendezvous or nccl (eager's and gloo's sends need not wait for their stream). (rendezvous
-    => nccl asks that each message be grouped on both ends or on neither: a grouped operation and a
-    single one are on different NCCL communicators, which only the nccl verdict checks.)"""
-    return backend != "nccl" or semantics.split("+")[0] in ("rendezvous", "nccl")  # (nccl+shapes: stricter)
+    posts and awaits as the backends do, so this is `Semantics.holds_on` (schedc/rules/semantics.py);
+    a verdict under a semantics schedc does not know holds only where every verdict does."""
+    on = Semantics.parse(backend)
+    try:
+        verdict = Semantics.parse(semantics)
+    except SchedcError:
+        return Semantics.buffered(None).holds_on(on)  # (as the weakest verdict, eager's)
+    return verdict.holds_on(on)
 
 
 def not_vouched(semantics: str, backend: str) -> str:

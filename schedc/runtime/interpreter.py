@@ -24,10 +24,10 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 
-from ..deps import reduces
 from ..ir import Action, Op
+from ..rules.deps import delivers, neighbour_input, reduces, value_name
 from .backward import backward_input as split_backward_input, backward_weight as split_backward_weight
-from .table import Compound, Instr, Table, parts, partners, value_name
+from .table import Compound, Instr, Table, parts, partners
 from .trace import Recorder, step_name
 from .watchdog import Watchdog
 
@@ -234,14 +234,14 @@ class PipelineInterpreter:
                         raise ScheduleError(f"stage {s - 1} on rank {rank} made no output for stage {s}")
                     shape, dtype = local
                 else:
-                    shape, dtype = shapes[("act", s - 1)] = self._shape_from(place[s - 1], s - 1)
+                    shape, dtype = shapes[_received_at(Op.RECV_F, s)] = self._shape_from(place[s - 1], s - 1)
                 x = torch.zeros(shape, dtype=dtype, device=self.device)
             if s == self.S - 1:
                 continue
             y = self._dry_forward(s, x)
             local, local_stage = (y.shape, y.dtype), s
             if place[s + 1] != rank:
-                shapes[("grad", s + 1)] = local  # the input gradient of stage s+1 has the activation's shape
+                shapes[_received_at(Op.RECV_B, s)] = local  # the input gradient of stage s+1 has the activation's shape
                 header = _header(y).to(y.device)
                 sent.append((self.pg.send([header], self._peer(place[s + 1]), SHAPE_TAG), header, s))
         for work, _, s in sent:
@@ -387,7 +387,7 @@ class PipelineInterpreter:
 
     def _after_backwards(self, a: Instr, what: str) -> None:
         """Every backward that adds to the gradients `a` reduces has run: the rule `schedc check`
-        holds a schedule to (schedc/deps.py's `reduces`; its finding `reduce-early`)."""
+        holds a schedule to (schedc/rules/deps.py's `reduces`; its finding `reduce-early`)."""
         for s in reduces(Action(Op(a.op), a.stage), self.table.placement):
             done = self._backwards.get(s, 0)
             if done < self.M:
@@ -431,14 +431,15 @@ class PipelineInterpreter:
 
     def forward(self, a: Instr) -> None:
         s, m = a.stage, a.microbatch
-        if s == 0:
+        source = self._from_neighbour(a)
+        if source is None:
             if self._inputs is None:
                 raise ScheduleError(f"{a} needs the inputs, but rank {self.rank} was given none")
             x = self._inputs[m]
         elif self.table.forward_only:  # inference: no autograd graph is kept
-            x = self._take(("act", s - 1, m), a)
+            x = self._take(source, a)
         else:
-            x = self._take(("act", s - 1, m), a).detach().requires_grad_()
+            x = self._take(source, a).detach().requires_grad_()
             self._leaf[(s, m)] = x
         t0 = time.perf_counter()
         if self.table.forward_only:
@@ -454,20 +455,26 @@ class PipelineInterpreter:
         else:
             if not isinstance(y, torch.Tensor):
                 raise ScheduleError(f"stage {s} returned {type(y).__name__}; a stage must return one tensor")
-            self._values[("act", s, m)] = y
+            self._values[a.value()] = y
             self.message_bytes[s] = y.numel() * y.element_size()
         self._record(a, t0)
         if not self.table.forward_only:
             self._out[(s, m)] = y
+
+    def _from_neighbour(self, a: Instr) -> tuple[str, int, int] | None:
+        """The value a compute action takes from another stage (schedc/rules/deps.py), None at the
+        model's ends (the inputs, the loss)."""
+        return neighbour_input(Action(Op(a.op), a.stage, a.microbatch), self.S)
 
     def _output_grad(self, a: Instr):
         s, m = a.stage, a.microbatch
         out = self._out.pop((s, m), None)
         if out is None:
             raise ScheduleError(f"{a} before F({s},{m})")
-        if s == self.S - 1:  # the loss of one microbatch: d(mean over M microbatches)/d(loss_m) = 1/M
+        source = self._from_neighbour(a)
+        if source is None:  # the loss of one microbatch: d(mean over M microbatches)/d(loss_m) = 1/M
             return out, torch.full_like(out, 1.0 / self.M)
-        return out, self._take(("grad", s + 1, m), a)
+        return out, self._take(source, a)
 
     def backward(self, a: Instr) -> None:
         s, m = a.stage, a.microbatch
@@ -476,7 +483,7 @@ class PipelineInterpreter:
         leaf = self._leaf.pop((s, m), None)
         torch.autograd.backward(out, grad)
         if leaf is not None:
-            self._values[("grad", s, m)] = leaf.grad
+            self._values[a.value()] = leaf.grad
         self._backwards[s] = self._backwards.get(s, 0) + 1
         self._record(a, t0)
 
@@ -486,7 +493,7 @@ class PipelineInterpreter:
         t0 = time.perf_counter()
         g, work = split_backward_input(out, grad, self._leaf.pop((s, m), None), self.params[s])
         if g is not None:
-            self._values[("grad", s, m)] = g
+            self._values[a.value()] = g
         self._pending_w[(s, m)] = work
         self._record(a, t0)
 
@@ -694,6 +701,12 @@ class _Batch:
 def _grad(p: torch.Tensor) -> torch.Tensor:
     """A parameter's gradient, zeros if this step did not reach it."""
     return p.grad if p.grad is not None else torch.zeros_like(p)
+
+
+def _received_at(op: Op, stage: int) -> tuple[str, int]:
+    """(kind, stage) of the value a receive of `op` at `stage` brings: the key of its shape."""
+    kind, source, _ = delivers(Action(op, stage, 0))
+    return kind, source
 
 
 def payload_tag(value: tuple[str, int, int], num_stages: int) -> int:

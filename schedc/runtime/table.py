@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
 
-from ..deps import payload, peer_stage, produces
 from ..ir import COMPUTE, P2P_MODES, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, WAITS, Action, CompoundKind, Op
+from ..rules.deps import payload, peer_stage, produces
 
 FORMAT = "schedc-program"
 VERSION = 1
@@ -29,7 +29,7 @@ COMM_OPS = SEND_OPS + RECV_OPS
 WAIT_OPS = {wait.value: op.value for wait, op in WAITS.items()}  # a wait -> the operation it awaits
 STAGE_OPS = tuple(op.value for op in Op if op in IR_STAGE_OPS)
 COMPOUNDS = tuple(kind.value for kind in CompoundKind)
-# The stage on the other end of a send or receive, from the one rule (schedc/deps.py: a receive is
+# The stage on the other end of a send or receive, from the one rule (schedc/rules/deps.py: a receive is
 # named by the stage that receives; SEND_F(s) meets RECV_F(s+1), SEND_B(s) meets RECV_B(s-1)).
 PEER_STAGE = {op: peer_stage(Action(Op[op], 0, 0)) for op in COMM_OPS}
 
@@ -56,7 +56,7 @@ class Instr(NamedTuple):
 
     def value(self) -> tuple[str, int, int] | None:
         """What the action makes (compute) or carries (send / receive; a wait: the operation it awaits),
-        by schedc/deps.py's rule: `("act", s, m)` the output of F(s,m), `("grad", s, m)` the input
+        by schedc/rules/deps.py's rule: `("act", s, m)` the output of F(s,m), `("grad", s, m)` the input
         gradient of I/B(s,m)."""
         if self.microbatch is None:
             return None
@@ -297,11 +297,6 @@ def partners(table: Table) -> dict[tuple[int, int, int], Partner]:
             out[(sr, sx, si)] = Partner(rr, rx, ra)
             out[(rr, rx, ri)] = Partner(sr, sx, sa)
     return out
-
-
-def value_name(value: tuple[str, int, int]) -> str:
-    kind, s, m = value
-    return f"the activation of F({s},{m})" if kind == "act" else f"the input gradient of I/B({s},{m})"
 
 
 def to_program(table: Table):

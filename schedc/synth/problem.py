@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from ..deps import needs, producer
 from ..errors import SchedcError
 from ..ir import Action, Annotations, Op, Program
+from ..rules.deps import needs, producer
 from ..verify.memory import peak_activations
 
 MAX_RANKS = 64
@@ -70,7 +70,7 @@ class Problem:
         place = self.program.placement
         for m in range(self.M):
             for s in range(self.S):
-                for kind in ("F", "I", "W"):  # backwards split: an input gradient is I's (schedc/deps.py)
+                for kind in ("F", "I", "W"):  # backwards split: an input gradient is I's (schedc/rules/deps.py)
                     after = self.job(kind, s, m)
                     for v in needs(Action(Op[kind], s, m), self.S):
                         op, t, _ = producer(v, Op.I)

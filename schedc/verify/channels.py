@@ -1,93 +1,20 @@
-"""Send semantics and channels: every send and receive, in posting order per channel.
+"""Channels: every send and receive, in posting order per channel.
 
 A channel is an ordered rank pair, and under the program's `p2p` mode also a communicator
 (`split`: activations and gradients each have their own) and a tag (`tagged`: each message's tag
 names its payload). The k-th send on a channel meets its k-th receive (FIFO, as NCCL and gloo pair
-point-to-point messages within a communicator and tag). `Semantics` is one of the abstract ones, where a send or receive blocks at its place:
-`rendezvous` (a send completes with its receive), `eager` (sends never block) or `bounded` with K
-messages of buffer per channel; or a backend, where a send or receive is posted at its place and
-completes later, awaited as torch's runtime awaits it (a receive by the action that needs its
-value, a send at the end of the step): `nccl` (a rank pair's operations run on one stream in issue
-order) or `gloo` (operations progress independently, a send completing once its receive is posted).
-docs/semantics.md.
+point-to-point messages within a communicator and tag). What blocks when under a semantics is
+schedc/rules/semantics.py's; docs/semantics.md.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from dataclasses import replace
-
-from ..deps import payload, peer_stage
 from ..errors import SchedcError
 from ..ir import Action, Op, Program
-
-
-BACKENDS = ("nccl", "gloo")
-# What a backend's runtime does around its messages, written after it (`nccl+shapes+lazy`): which
-# backends each modifier applies to, and what it means (docs/semantics.md, "How the runtimes set up
-# communication").
-MODIFIERS = {
-    "shapes": (BACKENDS, "each step's shapes exchanged first, blocking, as Megatron does with variable sequence "
-                         "lengths"),
-    "lazy": (("nccl",), "each NCCL communicator made at its first use (no warm-up), as Megatron's and torch's "
-                        "sub-groups are"),
-}
-
-
-@dataclass(frozen=True)
-class Semantics:
-    """`rendezvous` (buffer 0), `eager` (unbounded), `bounded` with `buffer` messages per channel,
-    or a backend, `nccl` or `gloo`, whose operations are posted and awaited (`posted`); a backend
-    with `shapes` (`nccl+shapes`) exchanges each step's message shapes first, blocking, as Megatron
-    does with variable sequence lengths (schedc/verify/shapes.py); `nccl+lazy` makes each NCCL
-    communicator at its first use (schedc/verify/comm_init.py)."""
-
-    kind: str = "rendezvous"
-    buffer: int = 0
-    shapes: bool = False
-    lazy: bool = False
-
-    @staticmethod
-    def parse(text: str) -> "Semantics":
-        base, *mods = text.split("+")
-        if mods and base in BACKENDS and all(base in MODIFIERS.get(m, ((),))[0] for m in mods) \
-                and len(set(mods)) == len(mods):
-            return Semantics(base, 0, shapes="shapes" in mods, lazy="lazy" in mods)
-        if text in ("rendezvous", "eager") or text in BACKENDS:
-            return Semantics(text, 0)
-        if text.startswith("bounded:") and text[8:].isdigit():
-            k = int(text[8:])
-            return Semantics("bounded", k) if k > 0 else Semantics("rendezvous", 0)
-        raise SchedcError("usage", f"unknown semantics {text!r}; expected rendezvous, eager, bounded:K "
-                          "(K a positive integer), nccl or gloo, a backend with modifiers after it: "
-                          + "; ".join(f"+{m} ({', '.join(kinds)}: {what})" for m, (kinds, what) in MODIFIERS.items()),
-                          where="--semantics")
-
-    @property
-    def modifiers(self) -> tuple[str, ...]:
-        """The runtime's ways around its messages this semantics adds to its backend (`MODIFIERS`)."""
-        return tuple(m for m in MODIFIERS if getattr(self, m))
-
-    @property
-    def posted(self) -> bool:
-        """Operations are posted at their place and awaited later (a backend), rather than blocking there."""
-        return self.kind in BACKENDS
-
-    def phrase(self) -> str:
-        """How a verdict names the semantics it is under: "rendezvous sends", "nccl (posted and awaited
-        as torch's runtime does; one stream per rank pair)"."""
-        if self.kind == "nccl":
-            return "nccl (operations posted and awaited as torch's runtime does; one stream per rank pair)"
-        if self.kind == "gloo":
-            return "gloo (operations posted and awaited as torch's runtime does; each completes once its partner is posted)"
-        return f"{self} sends"
-
-    def __str__(self) -> str:
-        return f"bounded:{self.buffer}" if self.kind == "bounded" else "+".join((self.kind, *self.modifiers))
-
-
-RENDEZVOUS = Semantics()
+from ..rules.deps import payload, peer_stage
+from ..rules.semantics import Semantics
 
 
 class Endpoint(NamedTuple):
@@ -120,7 +47,7 @@ class Channels:
 
 
 _SENDS_AND_RECVS = (Op.SEND_F, Op.SEND_B, Op.RECV_F, Op.RECV_B)
-_PEER = {op: peer_stage(Action(op, 0, 0)) for op in _SENDS_AND_RECVS}  # the one rule: schedc/deps.py
+_PEER = {op: peer_stage(Action(op, 0, 0)) for op in _SENDS_AND_RECVS}  # the one rule: schedc/rules/deps.py
 _IS_SEND = {op: op in (Op.SEND_F, Op.SEND_B) for op in _SENDS_AND_RECVS}
 
 
@@ -167,9 +94,9 @@ def as_paired(program: Program, semantics: Semantics) -> tuple[Program, str | No
     modelled."""
     if program.p2p != "tagged":
         return program, None
-    if semantics.kind == "nccl":
+    if not semantics.pairs_by_tag:
         return replace(program, p2p="shared"), NCCL_IGNORES_TAGS
-    if semantics.kind == "bounded":
+    if semantics.channel_buffer:  # (bounded:K; 0 under rendezvous, None where sends never block)
         raise SchedcError("usage", f"{program.name} tags its messages (`p2p tagged`); bounded:K buffers are "
                           "modelled for messages that pair in order only: check it under rendezvous, eager, "
                           "gloo or nccl", where="--semantics")

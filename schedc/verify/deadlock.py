@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from ..ir import Action, Program, describe, format_step
 from ..lint import shown_step
-from .execute import Channels, Outcome, Semantics, Wait, channels, execute
+from ..rules.semantics import Semantics
+from .execute import Channels, Outcome, Wait, channels, execute
 from ..solver import Proved
 
 
@@ -63,7 +64,7 @@ def find_deadlock(program: Program, semantics: Semantics, chans: Channels | None
         return None
     cycle = shortest_cycle(outcome)
     min_buffer = None
-    if cons is None and program.level == "comms" and semantics.kind not in ("eager", "gloo", "nccl") and any(
+    if cons is None and program.level == "comms" and semantics.channel_buffer is not None and any(
             w.reason in ("recv-not-posted", "buffer-full") for w in cycle):
         min_buffer = _smallest_buffer(program, chans, semantics)
     R = program.num_ranks
@@ -124,14 +125,14 @@ def shortest_cycle(outcome: Outcome) -> tuple[Wait, ...]:
 def _smallest_buffer(program: Program, chans: Channels, semantics: Semantics) -> int | None:
     if program.p2p == "tagged":
         return None  # bounded buffers are modelled for messages that pair in order (channels.as_paired)
-    if not execute(program, Semantics("eager"), chans).finished:
+    if not execute(program, Semantics.buffered(None), chans).finished:
         return None
-    lo, hi = max(1, semantics.buffer + 1), max((len(v) for v in chans.sends.values()), default=1)
-    if not execute(program, Semantics("bounded", hi), chans).finished:
+    lo, hi = max(1, semantics.channel_buffer + 1), max((len(v) for v in chans.sends.values()), default=1)
+    if not execute(program, Semantics.buffered(hi), chans).finished:
         return None
     while lo < hi:
         mid = (lo + hi) // 2
-        if execute(program, Semantics("bounded", mid), chans).finished:
+        if execute(program, Semantics.buffered(mid), chans).finished:
             hi = mid
         else:
             lo = mid + 1
@@ -172,7 +173,7 @@ def _what(w: Wait) -> str:
 
 
 def _peer_of(w: Wait) -> str:
-    from ..deps import peer_stage
+    from ..rules.deps import peer_stage
     stage = peer_stage(w.on_action)
     return f"the rank of stage {stage}" if stage is not None else "its peer"
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir import Action, Program
-from .channels import RENDEZVOUS, Channels, Endpoint, Semantics, channels
+from ..rules.semantics import RENDEZVOUS, Semantics
+from .channels import Channels, Endpoint, channels
 from .graph import Constraints, constraints
 
-__all__ = ["RENDEZVOUS", "Channels", "Endpoint", "Outcome", "Semantics", "Wait", "channels", "execute"]
+__all__ = ["Channels", "Endpoint", "Outcome", "Wait", "channels", "execute"]
 
 _REASON = {"data": "value", "recv-posted": "recv-not-posted", "send-posted": "send-not-posted",
            "buffer": "buffer-full", "posted": "not-posted", "recv-done": "recv-not-done",
@@ -173,7 +174,7 @@ def _waits(program: Program, cons: Constraints, n: int, pc: list[int]):
 
 def _partner(parts, action: Action) -> Action:
     """Inside the partner step, the action this one waits for (the matching comm, if any)."""
-    from ..deps import needs, payload
+    from ..rules.deps import needs, payload
     want = payload(action)
     for a in parts:
         if a.op.is_comm and payload(a) == want:

@@ -19,10 +19,10 @@ from operator import attrgetter
 
 import numpy as np
 
-from .. import deps
 from ..columns import COMPOUND, OPS, as_columns, columns_of
 from ..ir import SCHEDC_ONLY, CompoundKind, Op, Program
-from .channels import Semantics
+from ..rules import deps
+from ..rules.semantics import Semantics
 from .execute import run_ranks
 from .memory import Peak, activation_delta_table, activation_deltas
 
@@ -38,6 +38,9 @@ MAX_CELLS = 4_000_000  # stage x microbatch tables above this go to the detailed
 assert deps.NEEDS[Op.B] == deps.NEEDS[Op.I]  # below, "the backward" (B, or I where split) stands for both
 SEND_OF = {deps.NEEDS[o][0][0]: o for o in (Op.SEND_F, Op.SEND_B)}  # the send that carries a kind of value
 RECEIVE_OF = {v: o for o, v in deps.DELIVERS.items()}  # (kind, offset) -> the receive that brings it
+_PEER_OFFSET = np.zeros(len(_OPS), dtype=np.int64)  # by op code: a send's or receive's other stage is its own + this
+for _op, _off in deps.PEER_OFFSET.items():
+    _PEER_OFFSET[_CODE[_op]] = _off
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
     from . import small  # (it reads this module's tables)
     if program.forward_only:
         return None
-    if semantics.kind == "bounded" or semantics.posted:
+    if semantics.posted or semantics.channel_buffer:  # (bounded:K: the detailed checks)
         if program.level != "compute":
             return None
         # no messages are written and (below) none has a size: every semantics waits for data
@@ -145,7 +148,7 @@ def array_check(program: Program, semantics: Semantics, limits: dict[int, float]
     if _reduces_early(op, stage, step, pos):
         return None
     back = np.where(full, posB, posI)  # the step that makes the input gradient
-    links = _links({"act": posF, "grad": back}, ((Op.F, posF, None), (Op.B, back, None), (Op.W, posW, split)),
+    links = _links({deps.MAKES[Op.F]: posF, deps.MAKES[Op.B]: back}, ((Op.F, posF, None), (Op.B, back, None), (Op.W, posW, split)),
                    placement, S)
     for link in links:  # a need met on the consumer's own rank: its producer must come first there
         same = (link.c_rank == link.p_rank)[:, None]
@@ -310,7 +313,7 @@ def _message_waits(op, stage, mb, rank, step, gid, is_comm, semantics, R):
     # payload key (is gradient, stage it comes from, microbatch); a receive names the receiving stage
     width, depth = int(stage.max()) + 2, int(max(mb.max(), 0)) + 1
     s_key = ((op[s_idx] == SB) * width + stage[s_idx]) * depth + mb[s_idx]
-    r_origin = stage[r_idx] + np.where(op[r_idx] == RF, -1, 1)
+    r_origin = stage[r_idx] + _PEER_OFFSET[op[r_idx]]
     r_key = ((op[r_idx] == RB) * width + r_origin) * depth + mb[r_idx]
     # each send's payload partner (unique, by the count checks) gives the channel's other end
     s_order, r_order = np.argsort(s_key, kind="stable"), np.argsort(r_key, kind="stable")
@@ -329,7 +332,7 @@ def _message_waits(op, stage, mb, rank, step, gid, is_comm, semantics, R):
     # a receive completes only after its send is posted (the send's previous step completed) ...
     has = step[sends] > 0
     waits = [(gid[recvs][has], rank[sends][has], step[sends][has] - 1)]
-    if semantics.kind == "rendezvous":  # ... and a send only after its receive is posted
+    if semantics.send_waits_for_receive:  # ... and a send only after its receive is posted
         has = step[recvs] > 0
         waits.append((gid[sends][has], rank[recvs][has], step[recvs][has] - 1))
     return waits

@@ -30,9 +30,10 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
-from ..deps import delivers, needs, produces
 from ..ir import WAITS, Compound, CompoundKind, Op, Program
-from .channels import Channels, Endpoint, Semantics
+from ..rules.deps import delivers, needs, produces
+from ..rules.semantics import Semantics
+from .channels import Channels, Endpoint
 
 Step = tuple[int, int]  # (rank, index)
 
@@ -128,8 +129,7 @@ def constraints(program: Program, semantics: Semantics, chans: Channels) -> Cons
         _data(program, prereq, never)
     if semantics.posted:
         return _posted(program, semantics, chans, prereq, never)
-    buffer = semantics.buffer if semantics.kind == "bounded" else 0
-    eager = semantics.kind == "eager"
+    buffer = semantics.channel_buffer  # (None: sends never block)
     for ch, sends in chans.sends.items():
         recvs = chans.recvs.get(ch, ())
         n = len(recvs)
@@ -140,7 +140,7 @@ def constraints(program: Program, semantics: Semantics, chans: Channels) -> Cons
                     prereq[recv.rank][recv.step].append((send.rank, send.step - 1, "send-posted", recv.part))
                 else:
                     starts.setdefault((recv.rank, recv.step), []).append(send.rank)
-            if eager or k < buffer:
+            if buffer is None or k < buffer:
                 continue
             if k - buffer >= n:
                 never.setdefault((send.rank, send.step), ("waits for a receive that is never posted", send.part))
@@ -187,7 +187,7 @@ def _data(program: Program, prereq, never) -> None:  # noqa: C901
 def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, never) -> Constraints:  # noqa: C901
     """The backends: posting never blocks; the action that needs a received value waits for the
     receive to complete; under nccl, streams per rank pair (lanes) complete operations in order."""
-    nccl = semantics.kind == "nccl"
+    nccl = semantics.one_stream_per_pair
     partner: dict[tuple[int, int, int], Endpoint] = {}
     apart: dict[tuple[int, int, int], str] = {}  # nccl: an operation whose partner is on another communicator
     for ch, sends in chans.sends.items():

@@ -28,13 +28,15 @@ from fractions import Fraction
 from math import gcd, lcm
 from typing import NamedTuple
 
-from ..deps import delivers, needs, value_name
 from ..ir import COMM, COMPUTE, RECVS, SENDS, WAITS, Action, Op, Program, describe
-from .channels import Channels, Semantics, channels
+from ..rules.deps import PEER_OFFSET, delivers, needs, value_name
+from ..rules.semantics import Semantics
+from .channels import Channels, channels
 from .graph import constraints
 
-# the stage whose output a message carries, relative to the stage that names the send or receive
-_SOURCE = {Op.SEND_F: 0, Op.RECV_F: -1, Op.SEND_B: -1, Op.RECV_B: 0}
+# the stage whose output a message carries, relative to the stage that names the send or receive: the
+# lower of its two ends, the stage below the boundary it crosses
+_SOURCE = {op: min(0, off) for op, off in PEER_OFFSET.items()}
 
 
 def op_delta(op: Op, act: float, weight: float) -> float:
@@ -150,7 +152,7 @@ class _Live:
     """What one rank holds as it runs its steps in order: activations and receive buffers.
 
     `allocate(step)` then `free(step)` for each step: F allocates its activation and a receive its
-    buffer; a buffer is freed by the action that needs its value (schedc/deps.py), an activation by
+    buffer; a buffer is freed by the action that needs its value (schedc/rules/deps.py), an activation by
     B, I and W. With `detail`, it also keeps which activations are held (for `items`)."""
 
     __slots__ = ("sizes", "act", "buf", "acts", "bufs", "unmatched")
@@ -484,7 +486,7 @@ def _held_sends(program: Program, semantics: Semantics, chans: Channels, sizes: 
     WAIT_SEND, else at the end of the step (its last step), at both moments. Rendezvous holds none."""
     sends = [(ch, k, send) for ch, endpoints in chans.sends.items() for k, send in enumerate(endpoints)
              if sizes.message(send.action) > 0]
-    if semantics.kind == "rendezvous" or not sends:
+    if semantics.sent_held_until is None or not sends:
         return {}, {}
     out: dict = defaultdict(list)
     if semantics.posted:
@@ -498,7 +500,7 @@ def _held_sends(program: Program, semantics: Semantics, chans: Channels, sizes: 
         return out, {}
     if cons is None:
         cons = constraints(program, semantics, chans)
-    waits = _waits_for_room(program, semantics, chans, sends)
+    waits, buffer = _waits_for_room(program, semantics, chans, sends), semantics.channel_buffer
     known, kept = _known_posted(program, cons, {(send.rank, ch[1]) for ch, _, send in sends},
                                 {w[1] for w in waits.values()})
     for ch, k, send in sends:
@@ -506,7 +508,7 @@ def _held_sends(program: Program, semantics: Semantics, chans: Channels, sizes: 
         end = len(program.ranks[a])
         recvs = chans.recvs.get(ch, [])
         # a send completes as its step is posted unless it waits for room (bounded:K, its k-th with k >= K)
-        at_once = semantics.kind == "eager" or k < semantics.buffer
+        at_once = buffer is None or k < buffer
         if k >= len(recvs):  # never received: held to the end
             posted, done = end, end
         else:
@@ -527,13 +529,14 @@ def _waits_for_room(program: Program, semantics: Semantics, chans: Channels, sen
     completion posts that receive: (rank, -1) for the rank's start). A group's sends complete one by
     one, so the moments between its posting and its completion count too (`_group_cuts`)."""
     out = {}
-    if semantics.kind != "bounded":
+    buffer = semantics.channel_buffer
+    if not buffer:  # (a buffer of K > 0: bounded:K)
         return out
     for ch, k, send in sends:
         recvs = chans.recvs.get(ch, [])
         grouped = len(program.ranks[send.rank][send.step].parts) > 1
-        if grouped and semantics.buffer <= k < len(recvs) + semantics.buffer:
-            room = recvs[k - semantics.buffer]
+        if grouped and buffer <= k < len(recvs) + buffer:
+            room = recvs[k - buffer]
             out[send.rank, send.step, send.part] = (room, (room.rank, room.step - 1))
     return out
 

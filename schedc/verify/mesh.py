@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from ..columns import has_op
 from ..errors import Diagnostic
 from ..ir import COLLECTIVES, Action, Op, Program, describe
-from .channels import Channels, Semantics, channels
+from ..rules.semantics import Semantics
+from .channels import Channels, channels
 from .graph import Constraints, Lane, constraints
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from ..errors import Diagnostic
 from ..ir import Program
 from ..lint import display_step
-from .channels import Semantics
+from ..rules.semantics import Semantics
 from .comm_init import comm_init_findings
 from .shapes import MEGATRON, shape_cause, shape_exchange_deadlock
 

@@ -8,7 +8,8 @@ under `rendezvous`. This finds the deadlock of that exchange; docs/semantics.md,
 from __future__ import annotations
 
 from ..ir import Program
-from .channels import RENDEZVOUS, Semantics, as_paired
+from ..rules.semantics import RENDEZVOUS, Semantics
+from .channels import as_paired
 from .deadlock import Deadlock, find_deadlock
 from .mesh import job, joins_ranks
 
@@ -31,5 +32,5 @@ def shape_exchange_deadlock(program: Program, semantics: Semantics) -> Deadlock 
 
 def shape_cause(deadlock: Deadlock, semantics: Semantics) -> str:
     """The finding's sentence: the exchange, then the wait cycle it closes."""
-    return (f"deadlock under {semantics.kind} with a blocking shape exchange before each communication step: each "
+    return (f"deadlock under {semantics.base} with a blocking shape exchange before each communication step: each "
             f"rank waits there for its partners' shapes before it posts its data, so {deadlock.cause}")

@@ -20,10 +20,10 @@ from operator import attrgetter, gt, lt
 
 import numpy as np
 
-from .. import deps
 from ..columns import CODE, COMPOUND, OPS, columns_of
 from ..ir import Action, CompoundKind, Op, Program
-from .channels import Semantics
+from ..rules import deps
+from ..rules.semantics import Semantics
 from .execute import run_ranks
 from .fast import RECEIVE_OF, SEND_OF, Clear, cleared
 from .memory import op_delta
@@ -242,7 +242,7 @@ def _needs(pos: list[int], placement, S: int, M: int) -> list[tuple] | None:
     forward = pos[:SM]
     b, i = pos[B * SM:(B + 1) * SM], pos[I * SM:(I + 1) * SM]
     back = b if i.count(-1) == SM else [x if x >= 0 else y for x, y in zip(b, i)]  # (B, or I where split)
-    made = {"act": forward, "grad": back}
+    made = {deps.MAKES[Op.F]: forward, deps.MAKES[Op.B]: back}  # a value kind -> the steps that make it
     cross = []
     consumers = [(Op.F, forward), (Op.B, back)]
     w = pos[W * SM:(W + 1) * SM]
@@ -299,7 +299,7 @@ def _messages_run(acts: _Actions, pos: list[int], cross, semantics: Semantics, S
     if 4 * SM - pos[4 * SM:].count(-1) != 2 * M * len(cross):
         return False  # a message no computation needs
     waits: list[list[tuple[int, int, int]]] = [[] for _ in acts.lengths]  # per rank: (step, rank waited on, its step)
-    rendezvous = semantics.kind == "rendezvous"
+    rendezvous = semantics.send_waits_for_receive
     for (src, dst), (sends, receives) in messages.items():
         if not _in_order(sends, receives):
             return False  # crossed payloads: the detailed checks report the mismatch

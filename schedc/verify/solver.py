@@ -11,8 +11,9 @@ fixed seed and a timeout (schedc/solver.py, which owns Z3); when it gives up the
 from __future__ import annotations
 
 from ..ir import Program
+from ..rules.semantics import Semantics
 from ..solver import Proved, Refuted, Result, Unknown, check, context, make, value, z3
-from .channels import Channels, Semantics, channels
+from .channels import Channels, channels
 from .graph import constraints
 
 DEFAULT_TIMEOUT_S = 30.0

@@ -388,7 +388,7 @@ def _program_order(scene: Scene, program: Program, report, structural) -> None:
     if deadlock is None and not structural and not _rendezvous_checked(report):
         # the checks passed under buffered sends, but the simulator times rendezvous sends
         from ..verify.deadlock import find_deadlock
-        from ..verify.execute import RENDEZVOUS
+        from ..rules.semantics import RENDEZVOUS
         deadlock = find_deadlock(program, RENDEZVOUS)
         if deadlock is not None:
             scene.notes.append(f"times are simulated with rendezvous sends, under which this program stops: "
@@ -463,7 +463,7 @@ def _program_order(scene: Scene, program: Program, report, structural) -> None:
 def _rendezvous_checked(report) -> bool:
     """Whether the report's deadlock check has already answered for rendezvous sends (the
     simulator's), so a report without a deadlock needs no second search."""
-    from ..verify.execute import RENDEZVOUS
+    from ..rules.semantics import RENDEZVOUS
     return report.semantics == RENDEZVOUS and report.unknown is None
 
 

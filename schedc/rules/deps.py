@@ -8,7 +8,7 @@ simulator asks this module, so the rule is written once. A reduction of weight g
 """
 from __future__ import annotations
 
-from .ir import Action, Op
+from ..ir import Action, Op
 
 Value = tuple[str, int, int]
 
@@ -40,6 +40,13 @@ def needs(a: Action, num_stages: int) -> tuple[Value, ...]:
     """The values an action needs present on its rank before it can run."""
     s, m = a.stage, a.microbatch
     return tuple((kind, s + off, m) for kind, off in NEEDS.get(a.op, ()) if 0 <= s + off < num_stages)
+
+
+def neighbour_input(a: Action, num_stages: int) -> Value | None:
+    """The value a compute action needs from another stage: F's the activation of s-1, B's and I's
+    the input gradient of s+1. None where there is no such stage: the first stage's F reads the
+    inputs, the last stage's backward the loss."""
+    return next((v for v in needs(a, num_stages) if v[1] != a.stage), None)
 
 
 def producer(v: Value, backward: Op = Op.B) -> tuple[Op, int, int]:
@@ -78,7 +85,8 @@ def payload(a: Action) -> Value | None:
 # the offset of the stage that consumes a value made on another stage: "act" of s is F(s+1)'s, "grad" of s is s-1's
 _CROSS = {kind: off for op in MAKES for kind, off in NEEDS[op] if off}
 _SENDS = {NEEDS[op][0][0]: op for op in (Op.SEND_F, Op.SEND_B)}  # the send that carries a kind of value
-_RECEIVES = {kind: op for op, (kind, _) in DELIVERS.items()}  # the receive that brings it
+RECEIVES = {kind: op for op, (kind, _) in DELIVERS.items()}  # the receive that brings it
+CONSUMER_OFFSET = {kind: -off for kind, off in _CROSS.items()}  # the stage using a value of s: s + this
 PEER_OFFSET = {**{op: -_CROSS[NEEDS[op][0][0]] for op in (Op.SEND_F, Op.SEND_B)},
                 **{op: off for op, (_, off) in DELIVERS.items()}}
 
@@ -94,7 +102,7 @@ def consumer_stage(a: Action, num_stages: int) -> int | None:
     kind = MAKES.get(a.op)
     if kind is None:
         return None
-    dest = a.stage - _CROSS[kind]
+    dest = a.stage + CONSUMER_OFFSET[kind]
     return dest if 0 <= dest < num_stages else None
 
 
@@ -111,7 +119,7 @@ def message(a: Action, placement: tuple[int, ...], num_stages: int) -> tuple[Act
     if dest is None:
         return None
     kind = MAKES[a.op]
-    return Action(_SENDS[kind], a.stage, a.microbatch, a.span), Action(_RECEIVES[kind], dest, a.microbatch, a.span)
+    return Action(_SENDS[kind], a.stage, a.microbatch, a.span), Action(RECEIVES[kind], dest, a.microbatch, a.span)
 
 
 def value_name(v: Value) -> str:
