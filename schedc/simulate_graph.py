@@ -191,8 +191,12 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
             if cons.lanes:
                 j, x = lane_of[e[:3]]
                 t = max(t, done[j][x])
-            elif target in RECVS:  # gloo: a send completes at once
+            elif target in RECVS:  # gloo: a receive completes when its message has arrived
                 t = max(t, arrival[e[:3]])
+            else:  # gloo: a send completes once its receive is posted
+                other = partner.get(e[:3])
+                if other is not None and other[:3] in posted:
+                    t = max(t, posted[other[:3]])
         start[r][i] = end[r][i] = t
     arrivals = list(memoryview(msgs)[6::7])
     makespan = max([end[r][-1] for r in range(R) if lengths[r]] + arrivals + [d[-1] for d in done if d] + [0.0])
