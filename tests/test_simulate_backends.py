@@ -151,7 +151,7 @@ def test_under_gloo_an_explicit_send_wait_lasts_until_its_receive_is_posted():
     """check's gloo model: a send completes once its receive is posted. Rank 1 posts RECV_F(1,1) at
     4 (after F(1,0), B(1,0)), so rank 0's WAIT_SEND_F(0,1) ends then, not where it stands (2)."""
     from schedc.simulate import simulate
-    from schedc.verify.channels import Semantics
+    from schedc.rules.semantics import Semantics
     program = compile_text("""schedule waits {
   rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0WAIT_SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1
   rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1
