@@ -33,12 +33,15 @@ REDUCTIONS = frozenset({Op.REDUCE_GRAD, Op.REDUCE_TIED})
 def produces(a: Action) -> Value | None:
     """The value a compute action makes, if any."""
     kind = MAKES.get(a.op)
-    return None if kind is None else (kind, a.stage, a.microbatch)
+    return None if kind is None or a.microbatch is None else (kind, a.stage, a.microbatch)
 
 
 def needs(a: Action, num_stages: int) -> tuple[Value, ...]:
-    """The values an action needs present on its rank before it can run."""
+    """The values an action needs present on its rank before it can run (a collective, which has no
+    microbatch, needs none: it waits for its group, verify/mesh.py)."""
     s, m = a.stage, a.microbatch
+    if m is None:
+        return ()
     return tuple((kind, s + off, m) for kind, off in NEEDS.get(a.op, ()) if 0 <= s + off < num_stages)
 
 
@@ -71,12 +74,12 @@ def reduces(a: Action, placement: tuple[int, ...]) -> tuple[int, ...]:
 def delivers(a: Action) -> Value | None:
     """The value a receive brings to its rank (named by the receiving stage)."""
     rule = DELIVERS.get(a.op)
-    return None if rule is None else (rule[0], a.stage + rule[1], a.microbatch)
+    return None if rule is None or a.microbatch is None else (rule[0], a.stage + rule[1], a.microbatch)
 
 
 def payload(a: Action) -> Value | None:
     """What travels with a send or receive; a matched pair is consistent iff payloads agree."""
-    if a.op is Op.SEND_F or a.op is Op.SEND_B:
+    if (a.op is Op.SEND_F or a.op is Op.SEND_B) and a.microbatch is not None:
         ((kind, _),) = NEEDS[a.op]
         return (kind, a.stage, a.microbatch)
     return delivers(a)

@@ -5,7 +5,7 @@ held, one stream per rank pair) and never compare its kind; an unknown kind is a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..errors import SchedcError
 
@@ -36,7 +36,7 @@ class Semantics:
     shapes: bool = False
     lazy: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind not in ABSTRACT + BACKENDS:
             raise ValueError(f"unknown semantics kind {self.kind!r}; the kinds are {', '.join(ABSTRACT + BACKENDS)}")
         if (self.buffer > 0) is not (self.kind == "bounded"):
@@ -136,7 +136,7 @@ class Semantics:
     @property
     def base(self) -> "Semantics":
         """This semantics without its modifiers."""
-        return replace(self, **{m: False for m in MODIFIERS})
+        return Semantics(self.kind, self.buffer)
 
     def phrase(self) -> str:
         """How a verdict names the semantics it is under: "rendezvous sends", "nccl (posted and awaited
