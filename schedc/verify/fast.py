@@ -1,6 +1,6 @@
 """The fast path of `schedc check`: decide with array arithmetic that every check passes.
 
-The same rules as schedc/lint.py, schedc/verify/channels.py, graph.py and memory.py, asked as
+The same rules as schedc/lint.py, schedc/verify/channels.py, graph.py and rules/memory.py, asked as
 whole-array questions (numpy), the dependencies read from deps.py's tables: indices and placement, one F and one B or I+W per (stage,
 microbatch) in order, a receive before every remote use and a send after every remote producer,
 FIFO payload matching, then the run itself over the happens-before prerequisites, and peak
@@ -24,7 +24,8 @@ from ..columns import COMPOUND, OPS, as_columns, columns_of
 from ..ir import SCHEDC_ONLY, CompoundKind, Op, Program
 from .channels import Semantics
 from .execute import run_ranks
-from .memory import Peak, activation_delta_table, activation_deltas
+from ..rules.memory import activation_deltas
+from .memory import Peak, activation_delta_table
 
 _OPS = list(OPS)  # op codes are schedc/columns.py's
 _CODE = {op: i for i, op in enumerate(_OPS)}
@@ -371,7 +372,7 @@ def _runs(waits, lengths) -> bool:
 def _peaks(program, op, stage, rank, step, R):
     """Peak activations per rank along each rank's order (its actions, an overlapped pair's F
     first), and the step where each peak is reached."""
-    delta = activation_delta_table(program)[op, stage]  # memory.py's deltas
+    delta = activation_delta_table(program)[op, stage]  # rules/memory.py's deltas
     peaks, where = [0.0] * R, [0] * R
     starts = np.searchsorted(rank, np.arange(R + 1))
     longest = int(np.diff(starts).max(initial=0))

@@ -1,0 +1,1 @@
+"""The ground floor of meaning: the rules every engine derives from (docs/design.md)."""
