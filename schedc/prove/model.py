@@ -19,7 +19,7 @@ from .. import loops as ir_loops
 from .. import syntax as ast
 from ..ir import Op
 from ..span import Span
-from ..rules.memory import whole_deltas
+from ..rules.memory import op_delta, whole_deltas
 
 KINDS = ("F", "B", "I", "W")
 COLLECTIVES = ("REDUCE_GRAD", "UNSHARD", "RESHARD")  # a stage's own: on its rank, with no microbatch
@@ -472,7 +472,7 @@ def memory_units(m: Model) -> MemoryUnits:
                           "varies, so an I's free is not a whole count")
     a = act if act is not None else Fraction(1)  # the default: each stage's share, counted as one
     w = weight if split and weight is not None else a
-    if "I" in kinds and w > a:
+    if "I" in kinds and op_delta(Op.I, a, w) > 0:
         raise Unsupported("a `memory weight` larger than `act`: an I then adds memory, and the count "
                           "follows forwards only")
     unit, deltas = whole_deltas([Op[k] for k in sorted(kinds)], a, w)

@@ -22,14 +22,15 @@ import numpy as np
 from .. import deps
 from ..columns import COMPOUND, OPS, as_columns, columns_of
 from ..ir import SCHEDC_ONLY, CompoundKind, Op, Program
+from ..rules.memory import ALLOCATES, FREES, activation_deltas
 from .channels import Semantics
 from .execute import run_ranks
-from ..rules.memory import activation_deltas
 from .memory import Peak, activation_delta_table
 
 _OPS = list(OPS)  # op codes are schedc/columns.py's
 _CODE = {op: i for i, op in enumerate(_OPS)}
 F, B, I, W = (_CODE[o] for o in (Op.F, Op.B, Op.I, Op.W))
+_ALLOCATING = [_CODE[o] for o in ALLOCATES]  # inside a step these count first (rules/memory.py)
 SF, RF, SB, RB = (_CODE[o] for o in (Op.SEND_F, Op.RECV_F, Op.SEND_B, Op.RECV_B))
 _SCHEDC_ONLY = [_CODE[o] for o in SCHEDC_ONLY]  # explicit waits and the tied all-reduce: the detailed checks
 _KINDS = (Op.F, Op.B, Op.I, Op.W)  # the rows of the position table below
@@ -229,7 +230,7 @@ def _arrays(program: Program):
 def _overlapped_pairs(held, op, stage, mb):
     """The columns with each compound replaced by its parts, which keep its global step id: (op,
     stage, microbatch, global step id) per action. Inside a step allocations come before frees
-    (memory.py's rule), so a pair's F parts are put first: the running sum along the actions then
+    (rules/memory.py's rule), so a pair's F parts are put first: the running sum along the actions then
     peaks where the steps' does. None unless every compound is an OVERLAP_F_B of computations."""
     at = np.flatnonzero(op == COMPOUND)
     steps = held.kept[at].tolist()
@@ -240,7 +241,7 @@ def _overlapped_pairs(held, op, stage, mb):
     codes = np.fromiter(map(_CODE.__getitem__, map(attrgetter("op"), parts)), dtype=np.int64, count=len(parts))
     if not np.isin(codes, (F, B, I, W)).all():
         return None  # a send, receive or stage operation inside
-    order = np.lexsort((codes != F, np.repeat(at, sizes)))  # compound by compound, its F parts first
+    order = np.lexsort((~np.isin(codes, _ALLOCATING), np.repeat(at, sizes)))  # compound by compound, its F parts first
     count = np.ones(len(op), dtype=np.int64)
     count[at] = sizes
     gid = np.repeat(np.arange(len(op), dtype=np.int64), count)
@@ -255,8 +256,8 @@ def _overlapped_pairs(held, op, stage, mb):
 def _grows_only_forward(program: Program) -> bool:
     """Does only F grow activations, and every backward (B, I, W) shrink them or leave them?"""
     deltas = activation_deltas(program)
-    return (all(d >= 0 for d in deltas.get(Op.F, ()))
-            and all(d <= 0 for o in (Op.B, Op.I, Op.W) for d in deltas.get(o, ())))
+    return (all(d >= 0 for o in ALLOCATES for d in deltas.get(o, ()))
+            and all(d <= 0 for o in FREES for d in deltas.get(o, ())))
 
 
 def _links(made, consumers, placement, S) -> list[Link]:

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from ..deps import delivers, needs, value_name
 from ..ir import COMM, COMPUTE, RECVS, SENDS, WAITS, Action, Op, Program, describe
-from ..rules.memory import FREES, activation_deltas, allocated, freed, message_stage, stage_sizes
+from ..rules.memory import ALLOCATES, FREES, activation_deltas, allocated, freed, message_stage, stage_sizes
 from .channels import Channels, Semantics, channels
 from .graph import constraints
 
@@ -67,15 +67,15 @@ def _empty(_size) -> int:
 
 class _Sizes:
     """Per-stage sizes, looked up once: each message's (`out`), and what each compute op allocates
-    (`grows[op][s]`, F) or frees (`frees[op][s]`, B, I, W; in a forward-only program, F frees what
-    it allocated as its step ends: nothing is kept for a backward). `_Sizes.of(program)`: the program's.
+    as its step starts (`grows[op][s]`, F) or frees as it ends (`frees[op][s]`, B, I, W; F too in a
+    forward-only program), by schedc/rules/memory.py's `allocated` and `freed`. `_Sizes.of(program)`: the program's.
     `out` None: every message is empty (an activations-only walk)."""
 
     def __init__(self, act, weight, out=None, forward_only: bool = False):
         self.out = list(out) if out is not None else _PerStage(lambda s: _empty(act[s]))
         self.stages = len(act)
-        self.grows = {Op.F: _PerStage(lambda s: allocated(Op.F, act[s], weight[s]))}
-        frees = FREES + ((Op.F,) if forward_only else ())
+        self.grows = {op: _PerStage(lambda s, op=op: allocated(op, act[s], weight[s])) for op in ALLOCATES}
+        frees = FREES + (tuple(ALLOCATES) if forward_only else ())
         self.frees = {op: _PerStage(lambda s, op=op: freed(op, act[s], weight[s], forward_only)) for op in frees}
 
     @classmethod
@@ -110,10 +110,12 @@ class _Live:
         return self.act + self.buf + sent
 
     def allocate(self, parts) -> None:
+        grows = self.sizes.grows
         for a in parts:
             op = a.op
-            if op is Op.F:
-                size = self.sizes.grows[op][a.stage]
+            table = grows.get(op)
+            if table is not None:
+                size = table[a.stage]
                 self.act += size
                 if self.acts is not None:
                     self.acts[(a.stage, a.microbatch)] = size
@@ -279,7 +281,7 @@ def _activations_of_columns(program: Program, semantics: Semantics | None):
     if len(cols.stage) and (cols.stage.min() < 0 or cols.stage.max() >= S):
         return None
     delta = activation_delta_table(program)[cols.op, cols.stage]
-    frees = cols.op != CODE[Op.F]
+    frees = ~np.isin(cols.op, [CODE[op] for op in ALLOCATES])  # counted after the step's allocations
     changes = np.zeros((len(delta), 2))  # per step: (its allocation, its free)
     changes[~frees, 0], changes[frees, 1] = delta[~frees], delta[frees]
     out = []

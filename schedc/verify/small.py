@@ -23,10 +23,10 @@ import numpy as np
 from .. import deps
 from ..columns import CODE, COMPOUND, OPS, columns_of
 from ..ir import Action, CompoundKind, Op, Program
+from ..rules.memory import ALLOCATES, FREES, op_delta
 from .channels import Semantics
 from .execute import run_ranks
 from .fast import RECEIVE_OF, SEND_OF, Clear, cleared
-from ..rules.memory import op_delta
 
 MAX_ACTIONS = 1500  # programs up to this many steps take this path (beyond, the arrays are faster)
 F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B = range(8)  # op codes (schedc/columns.py's): the ones this path knows
@@ -37,6 +37,8 @@ _ADDS_GRADIENT = tuple(CODE[op] for op in deps.ADDS_GRADIENT)
 assert all(off == 0 for _, off in deps.NEEDS[Op.W])  # only F and the backward, which always exist, need across ranks
 _SEND = {kind: CODE[op] for kind, op in SEND_OF.items()}  # the send of a value's kind
 _RECEIVE = {need: CODE[op] for need, op in RECEIVE_OF.items()}  # the receive of a (kind, offset) need
+_ALLOCATING = frozenset(CODE[op] for op in ALLOCATES)  # inside a step these count first (rules/memory.py)
+_FREEING = frozenset(CODE[op] for op in FREES)  # and these after the step's peak
 
 
 class _Actions:
@@ -389,12 +391,12 @@ def _peaks(program: Program, acts: _Actions, op_stages: list[int]) -> tuple[list
             while j < end and step[j] == t:
                 j += 1
             for x in range(i, j):
-                if op[x] == F:
-                    live += table[F][stage[x]]
+                if op[x] in _ALLOCATING:
+                    live += table[op[x]][stage[x]]
             if live > peaks[r]:
                 peaks[r], where[r] = live, t
             for x in range(i, j):
-                if F < op[x] <= W:
+                if op[x] in _FREEING:
                     live += table[op[x]][stage[x]]
             i = j
     return peaks, where
@@ -409,6 +411,7 @@ def _delta_table(sizes: tuple[tuple[float, float], ...]) -> list[float] | None:
     for stages of these sizes (act, weight); None if a backward grows memory or an F frees it."""
     table = [op_delta(op, act, weight) for op in OPS[:RECV_B + 1] for act, weight in sizes]
     S = len(sizes)
-    if any(d > 0 for d in table[B * S:(W + 1) * S]) or any(d < 0 for d in table[:S]):
+    if (any(d > 0 for k in _FREEING for d in table[k * S:(k + 1) * S])
+            or any(d < 0 for k in _ALLOCATING for d in table[k * S:(k + 1) * S])):
         return None
     return table
