@@ -5,7 +5,7 @@ orders them the way zero-bubble schedules are built: time runs under the schedul
 annotations (unit times by default, communication and dispatch free); whenever a rank is free it starts the
 ready action of the most preferred kind (ties: the one listed first), an F only if the rank's live
 activations stay within the cap. Actions of one kind and stage keep their listed order. The rule
-of what is ready is schedc/rules/deps.py's, what each action allocates or frees schedc/verify/memory.py's;
+of what is ready is schedc/rules/deps.py's, what each action allocates or frees schedc/rules/memory.py's;
 the result is an ordinary per-rank order.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .errors import SchedcError
 from .ir import DEFAULT_SPEED, Action, Op, Program
 from .rules.deps import needs, produces
 from .span import Span
-from .verify.memory import activation_delta
+from .rules.memory import activation_delta
 
 KINDS = {"F": Op.F, "B": Op.B, "I": Op.I, "W": Op.W}
 

@@ -24,7 +24,8 @@ from .errors import SchedcError
 from .outputs import rounded
 from .ir import COMM, COMPUTE, SENDS, Action, Compound, CompoundKind, Op, Program, Step, describe
 from .rules.deps import delivers, message, needs, peer_stage, produces, value_name
-from .verify.memory import message_size, step_memory
+from .rules.memory import message_size
+from .verify.memory import step_memory
 
 MEMORY_RUN = "timed"  # `peak_memory` is the peak of the one simulated run (check's is "worst")
 

@@ -17,7 +17,7 @@ from .rules.semantics import Semantics
 from .verify.channels import channels
 from .verify.deadlock import end_of_step_notes, find_deadlock
 from .verify.graph import constraints
-from .verify.memory import message_size
+from .rules.memory import message_size
 from .verify.mesh import job, job_channels, joins_ranks
 
 _COLLECTIVE = ("collective", "collective-posted")  # the waits verify/mesh.py adds between a group's members

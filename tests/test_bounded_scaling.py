@@ -17,6 +17,7 @@ import pytest
 from schedc.api import load
 from schedc.passes import lower
 from schedc.report import run_checks
+from schedc.rules import memory as rule
 from schedc.rules.semantics import Semantics
 from schedc.verify import memory
 
@@ -78,13 +79,13 @@ def test_activation_walk_reads_the_sizes_of_the_ranks_own_stages(monkeypatch):
     """The root cause, counted: peak_activation's per-rank walk computed the size every stage of the
     program frees and allocates (`op_delta`), for each rank."""
     calls = [0]
-    real = memory.op_delta
+    real = rule.op_delta
 
     def counted(op, act, weight):
         calls[0] += 1
         return real(op, act, weight)
 
-    monkeypatch.setattr(memory, "op_delta", counted)
+    monkeypatch.setattr(rule, "op_delta", counted)
     per_action = []
     for P in (50, 1000):
         program = load("looped_bfs", {"P": P})

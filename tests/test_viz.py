@@ -227,7 +227,8 @@ def test_a_compute_level_deadlock_is_drawn_too():
 def test_the_program_order_memory_strip_follows_the_one_memory_rule():
     """An I whose `weight` exceeds `act` adds memory as it frees (after the step's allocations):
     the picture's strip is verify/memory.py's count, not its own walk."""
-    from schedc.verify.memory import activations_along, stage_sizes
+    from schedc.rules.memory import stage_sizes
+    from schedc.verify.memory import activations_along
     program = compile_text("""schedule crossed {
       memory act = 1, weight = 3
       rank 0: 0F0 0I0 0W0 0F1 0I1 0W1

@@ -19,7 +19,7 @@ from .. import loops as ir_loops
 from .. import syntax as ast
 from ..ir import Op
 from ..span import Span
-from ..verify.memory import whole_deltas
+from ..rules.memory import op_delta, whole_deltas
 
 KINDS = ("F", "B", "I", "W")
 COLLECTIVES = ("REDUCE_GRAD", "UNSHARD", "RESHARD")  # a stage's own: on its rank, with no microbatch
@@ -429,7 +429,7 @@ def _unrolled(stmts, env0: dict, known) -> tuple[Stmt, ...]:  # noqa: C901
 
 @dataclass(frozen=True)
 class MemoryUnits:
-    """How a proof counts memory: by `check`'s rule (schedc/verify/memory.py's `whole_deltas`), in
+    """How a proof counts memory: by `check`'s rule (schedc/rules/memory.py's `whole_deltas`), in
     whole units, each `unit` x a stage's activation size (`act`: the file's, or None for the
     default, each stage's share R / S of a rank-sized chunk's one unit, docs/semantics.md "Units").
     `deltas`: what each kind the schedule runs adds (F) or frees (< 0), in units. By default
@@ -441,7 +441,7 @@ class MemoryUnits:
 
     @property
     def sizes(self) -> tuple[int, int]:
-        """(act, weight) in units: the sizes to count a stage with (verify/memory.py's rule)."""
+        """(act, weight) in units: the sizes to count a stage with (rules/memory.py's rule)."""
         return self.deltas["F"], -self.deltas.get("W", -self.deltas["F"])
 
     @property
@@ -472,7 +472,7 @@ def memory_units(m: Model) -> MemoryUnits:
                           "varies, so an I's free is not a whole count")
     a = act if act is not None else Fraction(1)  # the default: each stage's share, counted as one
     w = weight if split and weight is not None else a
-    if "I" in kinds and w > a:
+    if "I" in kinds and op_delta(Op.I, a, w) > 0:
         raise Unsupported("a `memory weight` larger than `act`: an I then adds memory, and the count "
                           "follows forwards only")
     unit, deltas = whole_deltas([Op[k] for k in sorted(kinds)], a, w)

@@ -94,7 +94,7 @@ def _named(m: Model, found) -> dict:
 
 def unit_peaks(ranks, sizes: tuple[int, int] = (1, 1)) -> list[int]:
     """Peak memory per rank in whole units, the units a bound of `prove` is stated in:
-    schedc/verify/memory.py's rule on every stage with (act, weight) = `sizes` in units
+    schedc/rules/memory.py's rule on every stage with (act, weight) = `sizes` in units
     (model.MemoryUnits.sizes; by default one unit each: F allocates one, B or W frees it, I frees
     nothing; inside a step allocations come before frees). `ranks`: per rank, its steps, each a
     sequence of action kinds ("F", "B", ...)."""

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from .. import solver, syntax as ast
 from ..solver import Proved, Refuted, Unknown, z3
+from ..ir import Op
+from ..rules.memory import count_groups
 from .ilp import fresh_terms
 from .sample import products
 from .model import (GuardFrame, LetFrame, Model, Stmt, Unsupported, literal, one_body, order_pairs, pins, rank_lets,
@@ -811,17 +813,12 @@ def timing(enc: Encoding, cert: dict, names: dict):
 
 
 def memory_groups(deltas: dict[str, int]) -> list[tuple[tuple[str, ...], int]]:
-    """Check's memory rule as counts: `(kinds, delta)` pairs such that a rank holds, in whole units,
-    the sum of each delta x the number of its kinds' instances so far. `deltas` is each kind's
-    delta in whole units (model.memory_units, from schedc/verify/memory.py's rule): F adds; an I
-    and its W free between them what a B frees, so B joins the I's group and the W's group. Groups
-    that move nothing are left out: by default (`weight = act`) the F's and the (B, W)'s."""
-    groups = [(("F",), deltas.get("F", 0))]
-    if "I" in deltas or "W" in deltas:
-        groups += [(("B", "I"), deltas["I"]), (("B", "W"), deltas["W"])]
-    else:
-        groups.append((("B",), deltas.get("B", 0)))
-    return [(kinds, d) for kinds, d in groups if d]
+    """Check's memory rule as counts (schedc/rules/memory.py's `count_groups`), by kind name:
+    `(kinds, delta)` pairs such that a rank holds, in whole units, the sum of each delta x the
+    number of its kinds' instances so far. `deltas`: each kind's delta in whole units
+    (model.memory_units)."""
+    groups = count_groups({Op(kind): d for kind, d in deltas.items()})
+    return [(tuple(op.value for op in ops), d) for ops, d in groups]
 
 
 def freeing(deltas: dict[str, int]) -> tuple[str, ...]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ir import Op
+from ..rules.memory import op_delta
 from .problem import Problem
 
 # Symmetry breaking: on every rank the F's of one stage run in increasing microbatch order, and so
@@ -84,15 +86,21 @@ def _memory_edges(problem: Problem, add) -> bool:
         if problem.cap[r] is None:
             continue
         stages = problem.stages_of(r)
-        if len(stages) != 1 or problem.weight[stages[0]] != problem.act[stages[0]]:
+        if len(stages) != 1 or not _w_frees_the_forward(problem, stages[0]):
             plain = False
             continue
         s = stages[0]
-        c = problem.cap[r] // problem.act[s]
+        c = problem.cap[r] // op_delta(Op.F, problem.act[s], problem.weight[s])
         for k in range(c, problem.M):
             w = problem.job("W", s, k - c)
             add(w, problem.job("F", s, k), problem.jobs[w].dur)
     return plain
+
+
+def _w_frees_the_forward(problem: Problem, s: int) -> bool:
+    """Stage s's W frees all that its F allocated (schedc/rules/memory.py's `op_delta`): its I, nothing."""
+    act, weight = problem.act[s], problem.weight[s]
+    return -op_delta(Op.W, act, weight) == op_delta(Op.F, act, weight)
 
 
 def _topological(succ: list[dict[int, int]]) -> list[int]:

@@ -13,6 +13,7 @@ from fractions import Fraction
 from ..errors import SchedcError
 from ..ir import Action, Annotations, Op, Program
 from ..rules.deps import needs, producer
+from ..rules.memory import op_delta
 from ..verify.memory import peak_activations
 
 MAX_RANKS = 64
@@ -152,7 +153,7 @@ def build_problem(P: int, M: int, *, placement: str = "loop", costs=None,  # noq
     for s, mm in enumerate(mem):
         if mm.act <= 0:
             raise SchedcError("usage", f"stage {s}: act must be positive for synth (got {mm.act:g})", where="--cost")
-        if mm.weight > mm.act:
+        if op_delta(Op.I, mm.act, mm.weight) > 0:  # (schedc/rules/memory.py: I frees act - weight)
             raise SchedcError("usage", f"stage {s}: weight ({mm.weight:g}) must not exceed act ({mm.act:g}): "
                               "I would allocate memory", where="--cost")
     caps_given = _caps(memory_limit, P)

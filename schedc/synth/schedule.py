@@ -2,7 +2,7 @@
 
 `evaluate(problem, orders)` builds the Program, simulates it (schedc/simulate.py is the judge of
 the makespan the user will see) and measures each rank's peak activations along its order in the
-problem's integer memory units (schedc/verify/memory.py's rule); `Candidate.fits` says whether
+problem's integer memory units (schedc/rules/memory.py's rule); `Candidate.fits` says whether
 every cap holds.
 """
 from __future__ import annotations

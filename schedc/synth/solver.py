@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..ir import Op
 from ..solver import Deadline, Proved, Refuted, Result, Unknown, check, context, make, value, watched, z3
-from ..verify.memory import op_delta
+from ..rules.memory import held_within, op_delta
 from .graph import Graph
 from .problem import KINDS, Problem
 
@@ -98,8 +98,8 @@ def _free_pairs(problem: Problem, graph: Graph):
 def _memory_sums(problem: Problem, graph: Graph, before, ctx):  # noqa: C901
     """Per F job x on a capped rank: the activations live when x starts stay within the cap.
     Live = sum over microbatches m and stages s of the rank, over F, I and W, of d * [F started] or
-    d * [I or W done], d being what the job allocates or frees (schedc/verify/memory.py); a free
-    (d < 0) is written with a positive weight as -d * [not done] + d, so the sum is
+    d * [I or W done], d being what the job allocates or frees (schedc/rules/memory.py, which writes
+    a free (d < 0) with a positive weight as -d * [not done] + d: `held_within`), so the sum is
     sum act*[F started] + (act-w)*[I not done] + w*[W not done] <= cap + sum act."""
 
     def lit(y, x):
@@ -119,21 +119,12 @@ def _memory_sums(problem: Problem, graph: Graph, before, ctx):  # noqa: C901
         for s0 in stages:
             for m0 in range(problem.M):
                 x = problem.job("F", s0, m0)
-                terms, bound = [], cap
+                changes = []
                 for s in stages:
                     deltas = [(kind, op_delta(Op(kind), problem.act[s], problem.weight[s])) for kind in KINDS]
-                    for m in range(problem.M):
-                        for kind, d in deltas:
-                            if d == 0:
-                                continue
-                            v = lit(problem.job(kind, s, m), x)
-                            if d < 0:
-                                bound -= d
-                                v = (not v) if isinstance(v, bool) else z3.Not(v)
-                            if v is True:
-                                bound -= abs(d)
-                            elif v is not False:
-                                terms.append((v, abs(d)))
+                    changes += [(d, lit(problem.job(kind, s, m), x))
+                                for m in range(problem.M) for kind, d in deltas if d]
+                terms, bound = held_within(changes, cap, z3.Not)
                 if bound < 0:
                     yield z3.BoolVal(False, ctx)
                 elif terms and sum(wt for _, wt in terms) > bound:

@@ -1,6 +1,6 @@
 """The fast path of `schedc check`: decide with array arithmetic that every check passes.
 
-The same rules as schedc/lint.py, schedc/verify/channels.py, graph.py and memory.py, asked as
+The same rules as schedc/lint.py, schedc/verify/channels.py, graph.py and rules/memory.py, asked as
 whole-array questions (numpy), the dependencies read from deps.py's tables: indices and placement, one F and one B or I+W per (stage,
 microbatch) in order, a receive before every remote use and a send after every remote producer,
 FIFO payload matching, then the run itself over the happens-before prerequisites, and peak
@@ -22,13 +22,15 @@ import numpy as np
 from ..columns import COMPOUND, OPS, as_columns, columns_of
 from ..ir import SCHEDC_ONLY, CompoundKind, Op, Program
 from ..rules import deps
+from ..rules.memory import ALLOCATES, FREES, activation_deltas
 from ..rules.semantics import Semantics
 from .execute import run_ranks
-from .memory import Peak, activation_delta_table, activation_deltas
+from .memory import Peak, activation_delta_table
 
 _OPS = list(OPS)  # op codes are schedc/columns.py's
 _CODE = {op: i for i, op in enumerate(_OPS)}
 F, B, I, W = (_CODE[o] for o in (Op.F, Op.B, Op.I, Op.W))
+_ALLOCATING = [_CODE[o] for o in ALLOCATES]  # inside a step these count first (rules/memory.py)
 SF, RF, SB, RB = (_CODE[o] for o in (Op.SEND_F, Op.RECV_F, Op.SEND_B, Op.RECV_B))
 _SCHEDC_ONLY = [_CODE[o] for o in SCHEDC_ONLY]  # explicit waits and the tied all-reduce: the detailed checks
 _KINDS = (Op.F, Op.B, Op.I, Op.W)  # the rows of the position table below
@@ -231,7 +233,7 @@ def _arrays(program: Program):
 def _overlapped_pairs(held, op, stage, mb):
     """The columns with each compound replaced by its parts, which keep its global step id: (op,
     stage, microbatch, global step id) per action. Inside a step allocations come before frees
-    (memory.py's rule), so a pair's F parts are put first: the running sum along the actions then
+    (rules/memory.py's rule), so a pair's F parts are put first: the running sum along the actions then
     peaks where the steps' does. None unless every compound is an OVERLAP_F_B of computations."""
     at = np.flatnonzero(op == COMPOUND)
     steps = held.kept[at].tolist()
@@ -242,7 +244,7 @@ def _overlapped_pairs(held, op, stage, mb):
     codes = np.fromiter(map(_CODE.__getitem__, map(attrgetter("op"), parts)), dtype=np.int64, count=len(parts))
     if not np.isin(codes, (F, B, I, W)).all():
         return None  # a send, receive or stage operation inside
-    order = np.lexsort((codes != F, np.repeat(at, sizes)))  # compound by compound, its F parts first
+    order = np.lexsort((~np.isin(codes, _ALLOCATING), np.repeat(at, sizes)))  # compound by compound, its F parts first
     count = np.ones(len(op), dtype=np.int64)
     count[at] = sizes
     gid = np.repeat(np.arange(len(op), dtype=np.int64), count)
@@ -257,8 +259,8 @@ def _overlapped_pairs(held, op, stage, mb):
 def _grows_only_forward(program: Program) -> bool:
     """Does only F grow activations, and every backward (B, I, W) shrink them or leave them?"""
     deltas = activation_deltas(program)
-    return (all(d >= 0 for d in deltas.get(Op.F, ()))
-            and all(d <= 0 for o in (Op.B, Op.I, Op.W) for d in deltas.get(o, ())))
+    return (all(d >= 0 for o in ALLOCATES for d in deltas.get(o, ()))
+            and all(d <= 0 for o in FREES for d in deltas.get(o, ())))
 
 
 def _links(made, consumers, placement, S) -> list[Link]:
@@ -374,7 +376,7 @@ def _runs(waits, lengths) -> bool:
 def _peaks(program, op, stage, rank, step, R):
     """Peak activations per rank along each rank's order (its actions, an overlapped pair's F
     first), and the step where each peak is reached."""
-    delta = activation_delta_table(program)[op, stage]  # memory.py's deltas
+    delta = activation_delta_table(program)[op, stage]  # rules/memory.py's deltas
     peaks, where = [0.0] * R, [0] * R
     starts = np.searchsorted(rank, np.arange(R + 1))
     longest = int(np.diff(starts).max(initial=0))

@@ -1,107 +1,48 @@
-"""Memory per rank in DESIGN.md's unit model: activations, receive buffers, eager send buffers.
+"""Memory per rank, the worst case: activations, receive buffers, eager send buffers along every run.
 
-Activations along each rank's order: F(s,m) allocates a_s; B frees a_s; I frees a_s - w_s; W frees
-w_s (defaults: a_s = ir.default_share, w = a). A message weighs the `out` size of the stage below the
-boundary it crosses (the sender's for an activation, the receiver's for a gradient); a receive holds
-it from the moment it is posted until the action that consumes it. Under eager or bounded sends a
-sent message stays from its send's completion until its receive is posted, which depends on timing
-(ranks start at any time): the worst case at each moment of a step (its posting, its completion,
-inside a group as its sends go) counts every message whose receive need not be posted by then, i.e.
-does not happen-before it (exact, from the happens-before graph of schedc/verify/graph.py, the
-collectives' waits included). Under a backend a sent message stays until its send is waited for, as
-torch's runtime holds the tensor: at its WAIT_SEND, else to the end of the step. Inside a step,
-allocations come before frees.
+What each action holds is schedc/rules/memory.py's rule (F(s,m) allocates a_s; B frees a_s; I frees
+a_s - w_s; W frees w_s; a message weighs the `out` of the stage below the boundary it crosses;
+inside a step, allocations come before frees); this module counts it over the runs a semantics
+allows. A receive holds its message from the moment it is posted until the action that consumes it.
+Under eager or bounded sends a sent message stays from its send's completion until its receive is
+posted, which depends on timing (ranks start at any time): the worst case at each moment of a step
+(its posting, its completion, inside a group as its sends go) counts every message whose receive
+need not be posted by then, i.e. does not happen-before it (exact, from the happens-before graph of
+schedc/verify/graph.py, the collectives' waits included). Under a backend a sent message stays until
+its send is waited for, as torch's runtime holds the tensor: at its WAIT_SEND, else to the end of
+the step.
 
 A compute-level program is counted as schedc lowers and runs it (DESIGN.md, "Memory at the compute
 level"): on its lowering (schedc/passes), receive buffers included, each moment told at a step of
 the user's program. `_Live` is the one accounting; `peak_memory` (the worst run, for `check`) and
-`step_memory` (each step of a run, for the simulator's timed run) both read it. `op_delta` and
-`peak_activations` give the same rule in sizes a caller chooses (`order greedy`'s cap, synth's
-integer units, prove's whole units of `whole_deltas`), so no other module restates it.
+`step_memory` (each step of a run, for the simulator's timed run) both read it; `peak_activations`
+gives it along one rank's steps in sizes a caller chooses (`order greedy`'s cap, synth's integer
+units, prove's whole units).
 """
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict, deque
 from dataclasses import dataclass
-from fractions import Fraction
-from math import gcd, lcm
 from typing import NamedTuple
 
 from ..ir import COMM, COMPUTE, RECVS, SENDS, WAITS, Action, Op, Program, describe
-from ..rules.deps import PEER_OFFSET, delivers, needs, value_name
+from ..rules.deps import delivers, needs, value_name
+from ..rules.memory import ALLOCATES, FREES, activation_deltas, allocated, freed, message_stage, stage_sizes
 from ..rules.semantics import Semantics
 from .channels import Channels, channels
 from .graph import constraints
 
-# the stage whose output a message carries, relative to the stage that names the send or receive: the
-# lower of its two ends, the stage below the boundary it crosses
-_SOURCE = {op: min(0, off) for op, off in PEER_OFFSET.items()}
-
-
-def op_delta(op: Op, act: float, weight: float) -> float:
-    """The activation an action allocates (> 0) or frees (< 0) when its stage's sizes are `act` (a)
-    and `weight` (w): F allocates a; B frees a; I frees a - w; W frees w; other ops hold nothing."""
-    if op is Op.F:
-        return act
-    if op is Op.B:
-        return -act
-    if op is Op.I:
-        return weight - act
-    return -weight if op is Op.W else 0.0
-
-
-def whole_deltas(ops, act, weight) -> tuple[Fraction, dict[Op, int]]:
-    """`op_delta` of each of `ops` (the compute ops a schedule runs) in the largest size in which
-    all of them are whole numbers, for a stage of exact sizes `act` and `weight` (ints or
-    Fractions): (that size, {op: its delta in it}). With `weight = act` that size is `act`: F adds
-    one, B and W free one, I nothing (what prove counts and calls live activations)."""
-    exact = {op: Fraction(op_delta(op, Fraction(act), Fraction(weight))) for op in ops}
-    moved = [abs(d) for d in exact.values() if d]
-    if not moved:
-        return Fraction(1), {op: 0 for op in exact}
-    scale = lcm(*(d.denominator for d in moved))
-    unit = Fraction(gcd(*(int(d * scale) for d in moved)), scale)
-    return unit, {op: int(d / unit) for op, d in exact.items()}
-
-
-def activation_delta(program: Program, op: Op, stage: int) -> float:
-    """`op_delta` in the program's sizes of that stage."""
-    mem = program.annotations.memory_of(stage)
-    return op_delta(op, mem.act, mem.weight)
-
-
-def activation_deltas(program: Program) -> dict[Op, list[float]]:
-    """`activation_delta` of every compute op on every stage: {op: [delta of stage 0, ...]}."""
-    return _deltas(*stage_sizes(program)[:2])
-
 
 def activation_delta_table(program: Program):
-    """`activation_delta` as a numpy array by op code (schedc/columns.py's) and stage: 0 for an
-    op that holds nothing. (The array paths look each step's delta up in it.)"""
+    """schedc/rules/memory.py's `activation_deltas` as a numpy array by op code (schedc/columns.py's)
+    and stage: 0 for an op that holds nothing. (The array paths look each step's delta up in it.)"""
     from ..columns import CODE, OPS  # (numpy: imported when asked)
     import numpy as np
     table = np.zeros((len(OPS), program.num_stages))
     for op, row in activation_deltas(program).items():
         table[CODE[op]] = row
     return table
-
-
-def _deltas(act, weight) -> dict[Op, list[float]]:
-    """`op_delta` of every compute op on every stage, given the stages' sizes."""
-    return {op: [op_delta(op, a, w) for a, w in zip(act, weight)] for op in (Op.F, Op.B, Op.I, Op.W)}
-
-
-def stage_sizes(program: Program) -> tuple[list[float], list[float], list[float]]:
-    """(act, weight, out) of every stage, from the program's annotations."""
-    mems = [program.annotations.memory_of(s) for s in range(program.num_stages)]
-    return [m.act for m in mems], [m.weight for m in mems], [m.out for m in mems]
-
-
-def message_size(program: Program, a: Action) -> float:
-    """Bytes (units) a send or receive carries: the output of the stage below the boundary it crosses
-    (an activation's sending stage, a gradient's receiving stage)."""
-    return program.annotations.memory_of(a.stage + _SOURCE[a.op]).out
 
 
 class _PerStage(dict):
@@ -127,25 +68,24 @@ def _empty(_size) -> int:
 
 class _Sizes:
     """Per-stage sizes, looked up once: each message's (`out`), and what each compute op allocates
-    (`grows[op][s]`, F) or frees (`frees[op][s]`, B, I, W; in a forward-only program, F frees what
-    it allocated as its step ends: nothing is kept for a backward). `_Sizes.of(program)`: the program's.
+    as its step starts (`grows[op][s]`, F) or frees as it ends (`frees[op][s]`, B, I, W; F too in a
+    forward-only program), by schedc/rules/memory.py's `allocated` and `freed`. `_Sizes.of(program)`: the program's.
     `out` None: every message is empty (an activations-only walk)."""
 
     def __init__(self, act, weight, out=None, forward_only: bool = False):
         self.out = list(out) if out is not None else _PerStage(lambda s: _empty(act[s]))
         self.stages = len(act)
-        self.grows = {Op.F: _PerStage(lambda s: op_delta(Op.F, act[s], weight[s]))}
-        self.frees = {op: _PerStage(lambda s, op=op: -op_delta(op, act[s], weight[s])) for op in (Op.B, Op.I, Op.W)}
-        if forward_only:
-            self.frees[Op.F] = self.grows[Op.F]
+        self.grows = {op: _PerStage(lambda s, op=op: allocated(op, act[s], weight[s])) for op in ALLOCATES}
+        frees = FREES + (tuple(ALLOCATES) if forward_only else ())
+        self.frees = {op: _PerStage(lambda s, op=op: freed(op, act[s], weight[s], forward_only)) for op in frees}
 
     @classmethod
     def of(cls, program: Program) -> "_Sizes":
         return cls(*stage_sizes(program), forward_only=program.forward_only)
 
     def message(self, a: Action) -> float:
-        """`message_size` from the table."""
-        return self.out[a.stage + _SOURCE[a.op]]
+        """schedc/rules/memory.py's `message_size` from the table."""
+        return self.out[message_stage(a)]
 
 
 class _Live:
@@ -171,10 +111,12 @@ class _Live:
         return self.act + self.buf + sent
 
     def allocate(self, parts) -> None:
+        grows = self.sizes.grows
         for a in parts:
             op = a.op
-            if op is Op.F:
-                size = self.sizes.grows[op][a.stage]
+            table = grows.get(op)
+            if table is not None:
+                size = table[a.stage]
                 self.act += size
                 if self.acts is not None:
                     self.acts[(a.stage, a.microbatch)] = size
@@ -340,7 +282,7 @@ def _activations_of_columns(program: Program, semantics: Semantics | None):
     if len(cols.stage) and (cols.stage.min() < 0 or cols.stage.max() >= S):
         return None
     delta = activation_delta_table(program)[cols.op, cols.stage]
-    frees = cols.op != CODE[Op.F]
+    frees = ~np.isin(cols.op, [CODE[op] for op in ALLOCATES])  # counted after the step's allocations
     changes = np.zeros((len(delta), 2))  # per step: (its allocation, its free)
     changes[~frees, 0], changes[frees, 1] = delta[~frees], delta[frees]
     out = []

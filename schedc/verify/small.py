@@ -7,7 +7,7 @@ does not decide goes to the detailed checks. It also clears DualPipe's overlappe
 compute level (`OVERLAP_F_B` compounds of computation: one step, two actions). The program is
 read as flat lists, one entry per action (its step, op code, stage and microbatch) rank by rank, into
 a table of each action's step, whose slices (a stage's microbatches) answer most rules at once; the
-needs and the payloads come from deps.py's tables, the activation sizes from memory.py, and the
+needs and the payloads come from deps.py's tables, the activation sizes from rules/memory.py, and the
 run is execute.py's (`run_ranks`; with sends and receives, where a step waits on at most one
 other, its simpler form `_run`).
 """
@@ -23,10 +23,10 @@ import numpy as np
 from ..columns import CODE, COMPOUND, OPS, columns_of
 from ..ir import Action, CompoundKind, Op, Program
 from ..rules import deps
+from ..rules.memory import ALLOCATES, FREES, op_delta
 from ..rules.semantics import Semantics
 from .execute import run_ranks
 from .fast import RECEIVE_OF, SEND_OF, Clear, cleared
-from .memory import op_delta
 
 MAX_ACTIONS = 1500  # programs up to this many steps take this path (beyond, the arrays are faster)
 F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B = range(8)  # op codes (schedc/columns.py's): the ones this path knows
@@ -37,6 +37,8 @@ _ADDS_GRADIENT = tuple(CODE[op] for op in deps.ADDS_GRADIENT)
 assert all(off == 0 for _, off in deps.NEEDS[Op.W])  # only F and the backward, which always exist, need across ranks
 _SEND = {kind: CODE[op] for kind, op in SEND_OF.items()}  # the send of a value's kind
 _RECEIVE = {need: CODE[op] for need, op in RECEIVE_OF.items()}  # the receive of a (kind, offset) need
+_ALLOCATING = frozenset(CODE[op] for op in ALLOCATES)  # inside a step these count first (rules/memory.py)
+_FREEING = frozenset(CODE[op] for op in FREES)  # and these after the step's peak
 
 
 class _Actions:
@@ -362,7 +364,7 @@ def _runs(lengths: list[int], waits: list[tuple]) -> bool:
 
 def _peaks(program: Program, acts: _Actions, op_stages: list[int]) -> tuple[list[float], list[int]] | None:  # noqa: C901
     """Peak activations per rank along its order and the first step at each peak: inside a step,
-    allocations (F's) come before frees (memory.py's rule). None if some backward grows memory
+    allocations (F's) come before frees (rules/memory.py's rule). None if some backward grows memory
     (odd sizes: the detailed checks count those). `op_stages`: each action's op * S + stage."""
     S, R = program.num_stages, program.num_ranks
     sizes = program.annotations.stage_memory
@@ -389,12 +391,12 @@ def _peaks(program: Program, acts: _Actions, op_stages: list[int]) -> tuple[list
             while j < end and step[j] == t:
                 j += 1
             for x in range(i, j):
-                if op[x] == F:
-                    live += table[F][stage[x]]
+                if op[x] in _ALLOCATING:
+                    live += table[op[x]][stage[x]]
             if live > peaks[r]:
                 peaks[r], where[r] = live, t
             for x in range(i, j):
-                if F < op[x] <= W:
+                if op[x] in _FREEING:
                     live += table[op[x]][stage[x]]
             i = j
     return peaks, where
@@ -405,10 +407,11 @@ _ACT_WEIGHT = attrgetter("act", "weight")  # (what `op_delta` reads of a stage's
 
 @lru_cache(maxsize=256)
 def _delta_table(sizes: tuple[tuple[float, float], ...]) -> list[float] | None:
-    """memory.py's `op_delta` by op code and stage, at `[op * S + stage]` (sends and receives: 0),
+    """rules/memory.py's `op_delta` by op code and stage, at `[op * S + stage]` (sends and receives: 0),
     for stages of these sizes (act, weight); None if a backward grows memory or an F frees it."""
     table = [op_delta(op, act, weight) for op in OPS[:RECV_B + 1] for act, weight in sizes]
     S = len(sizes)
-    if any(d > 0 for d in table[B * S:(W + 1) * S]) or any(d < 0 for d in table[:S]):
+    if (any(d > 0 for k in _FREEING for d in table[k * S:(k + 1) * S])
+            or any(d < 0 for k in _ALLOCATING for d in table[k * S:(k + 1) * S])):
         return None
     return table

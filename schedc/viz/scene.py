@@ -383,7 +383,8 @@ def _message_arrows(scene: Scene, timeline) -> None:
 
 def _program_order(scene: Scene, program: Program, report, structural) -> None:
     """One cell per step; the steps where ranks stop, the wait-for cycle, and what never ran."""
-    from ..verify.memory import activations_along, stage_sizes
+    from ..rules.memory import stage_sizes
+    from ..verify.memory import activations_along
     deadlock = report.deadlock
     if deadlock is None and not structural and not _rendezvous_checked(report):
         # the checks passed under buffered sends, but the simulator times rendezvous sends
