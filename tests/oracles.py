@@ -358,6 +358,17 @@ def frames_instances(m, params) -> list[list[tuple[int, int, int]]]:
     return out
 
 
+def _received_input(a, S: int) -> list:
+    """The value a compute action needs from another stage, which a receive may bring: F's the
+    activation of s-1, B's and I's the input gradient of s+1 (none at the ends of the model)."""
+    s, m = a.stage, a.microbatch
+    if a.op is Op.F:
+        return [("F", s - 1, m)] if s > 0 else []
+    if a.op in (Op.B, Op.I):
+        return [("G", s + 1, m)] if s < S - 1 else []
+    return []
+
+
 def posted_run(program, backend: str) -> bool:
     """Does a comms-level program finish under a backend (`nccl` or `gloo`): no rank hangs
     (`posted_hangs`)."""
@@ -425,14 +436,6 @@ def posted_hangs(program, backend: str) -> dict[int, int]:
             v = ("F", a.stage - 1, a.microbatch) if a.op is Op.RECV_F else ("G", a.stage + 1, a.microbatch)
             brings[(r, v)] = (ch, k)
 
-    def needed(a):
-        s, m = a.stage, a.microbatch
-        if a.op is Op.F:
-            return [("F", s - 1, m)] if s > 0 else []
-        if a.op in (Op.B, Op.I):
-            return [("G", s + 1, m)] if s < S - 1 else []
-        return []
-
     def reached(ch, k):  # the operation is posted and, under nccl, has been at the head of its stream
         where = by_key.get((ch, k))
         if where is None or pc[where[0]] <= where[1]:
@@ -458,7 +461,7 @@ def posted_hangs(program, backend: str) -> dict[int, int]:
             while pc[r] < len(program.ranks[r]):
                 ok = True
                 for a in program.ranks[r][pc[r]].parts:
-                    for v in needed(a):
+                    for v in _received_input(a, S):
                         got = brings.get((r, v))
                         if got is not None and not done(*got):
                             ok = False
@@ -623,20 +626,12 @@ def job_run(program: Program, semantics: str) -> bool:
                     return op_key[(r, i2, j2)]
         return None
 
-    def needs(a):
-        s, m = a.stage, a.microbatch
-        if a.op is Op.F:
-            return [("F", s - 1, m)] if s > 0 else []
-        if a.op in (Op.B, Op.I):
-            return [("G", s + 1, m)] if s < S - 1 else []
-        return []
-
     def ready_posted(r, i):
         for j, a in enumerate(steps[r][i].parts):
             if (r, i, j) in coll_at and a.op is not Op.UNSHARD and not collective_ready(r, i, j, False):
                 return False
             if a.op.is_compute:
-                for need in needs(a):
+                for need in _received_input(a, S):
                     key = brings(r, i, need)
                     if key is not None and not done(key):
                         return False
