@@ -114,7 +114,7 @@ def _peer(placement: tuple[int, ...], op: str, stage: int) -> int:
     return placement[other] if 0 <= other < len(placement) else -1
 
 
-MAX_RUNNABLE_ACTIONS = 500_000  # the most actions (sends and receives too) a generated program holds (8 to 16 s to write)
+MAX_RUNNABLE_ACTIONS = 500_000  # the most actions (sends and receives too) a generated program holds (about 17 s to write)
 
 
 def refuse_unrunnable(program: Program) -> None:
