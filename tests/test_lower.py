@@ -3,7 +3,8 @@
 Every built-in lowers to a program that parses, imports only schedc.runtime, holds exactly the
 communication-level table (which verifies), and does nothing on import; names from CSV stems and
 IR JSON (free text) cannot inject code; `schedc compile` writes the program; the core never
-imports torch; the runtime's table reader rejects malformed tables.
+imports torch; the runtime's table reader rejects malformed tables; each instruction's inputs and
+value in the table are the dependency rule's, and the interpreter reads them from there.
 """
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ import pytest
 from hypothesis import given, settings
 
 import schedc
+from schedc.ir import WAITS, Action, Op
 from schedc.lower import lower_to_torch
 from schedc.passes import lower
 from schedc.resources import builtin_schedules
+from schedc.rules.deps import needs, payload, produces
 from schedc.strategies import programs
 from schedc.runtime.table import TableError, load_table, parts, partners, to_program
 
@@ -75,10 +78,39 @@ def test_every_builtin_lowers_to_a_program_holding_its_communication_table(name,
     assert lowered.torchrun_command("p.py", "m:f")[:2] == ["torchrun", "--nproc-per-node=4"]
 
 
+@pytest.mark.parametrize("name", builtin_schedules())
+@pytest.mark.parametrize("receives", ["needed", "early"])
+def test_every_instruction_carries_the_rules_inputs_and_value(name, receives):
+    lowered = lower_to_torch(schedc.load(name), receives=receives)
+    table = lowered.table
+    seen = 0
+    for steps in table.ranks:
+        for instr in (i for st in steps for i in parts(st) if i.microbatch is not None):
+            a = Action(Op[instr.op], instr.stage, instr.microbatch)
+            if a.op.is_compute:
+                assert instr.inputs == needs(a, table.num_stages), instr
+                assert instr.value() == produces(a), instr
+            else:  # a send or receive moves its payload; a wait awaits its operation's
+                assert instr.inputs == ()
+                assert instr.value() == payload(Action(WAITS.get(a.op, a.op), a.stage, a.microbatch)), instr
+            seen += 1
+    assert seen > 0
+    meta, ranks = table.to_data()  # and the literal carries them
+    assert meta["version"] == 2 and load_table(meta, ranks) == table
+
+
+def test_the_interpreter_imports_no_dependency_rule():
+    source = (ROOT / "schedc" / "runtime" / "interpreter.py").read_text()
+    imported = {node.module for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)}
+    assert not {m for m in imported if m and "deps" in m}, imported
+
+
 def test_the_program_reads_as_a_table_with_a_comment_per_step():
     source = lower_to_torch(schedc.load("1f1b", {"P": 2, "M": 2})).source
-    assert "('SEND_F', 0, 0, 1),                     #    1  0SEND_F0 -> rank 1\n" in source
-    assert "('RECV_F', 1, 0, 0),                     #    0  1RECV_F0 <- rank 0\n" in source
+    assert "('SEND_F', 0, 0, 1, ('act', 0, 0)),              #    1  0SEND_F0 -> rank 1\n" in source
+    assert "('RECV_F', 1, 0, 0, ('act', 0, 0)),              #    0  1RECV_F0 <- rank 0\n" in source
+    assert "('F', 1, 0, (('act', 0, 0),)),                   #    1  1F0\n" in source  # its inputs, from the rule
+    assert "('B', 0, 0, (('act', 0, 0), ('grad', 1, 0))),    #    5  0B0\n" in source
     assert "    # rank 1: stages 1; 8 steps\n" in source
     assert "'verified': None," in source
 
@@ -162,12 +194,22 @@ def _data():
     (lambda m, r: m.update(format="other"), "not a schedc program table"),
     (lambda m, r: m.update(version=9), "version"),
     (lambda m, r: r[0].__setitem__(0, ("X", 0, 0)), "unknown op 'X'"),
-    (lambda m, r: r[0].__setitem__(0, ("F", 1, 0)), "stage 1 is on rank 1"),
-    (lambda m, r: r[0].__setitem__(0, ("F", 0, 5)), "microbatch"),
-    (lambda m, r: r[0].__setitem__(0, ("F", 0, True)), "microbatch"),
-    (lambda m, r: r[0].__setitem__(1, ("SEND_F", 0, 0, 0)), "not rank 0"),
-    (lambda m, r: r[0].__setitem__(1, ("SEND_B", 0, 0, 1)), "no stage -1"),
-    (lambda m, r: r[0].__setitem__(1, ("GROUP", (("F", 0, 0),))), "a GROUP holds only"),
+    (lambda m, r: r[0].__setitem__(0, ("F", 0, 0)), "F expects 4 fields, got 3"),  # a version 1 step
+    (lambda m, r: r[0].__setitem__(0, ("F", 1, 0, ())), "stage 1 is on rank 1"),
+    (lambda m, r: r[0].__setitem__(0, ("F", 0, 5, ())), "microbatch"),
+    (lambda m, r: r[0].__setitem__(0, ("F", 0, True, ())), "microbatch"),
+    (lambda m, r: r[0].__setitem__(1, ("SEND_F", 0, 0, 0, ("act", 0, 0))), "not rank 0"),
+    (lambda m, r: r[0].__setitem__(1, ("SEND_B", 0, 0, 1, ("grad", 0, 0))), "no stage -1"),
+    (lambda m, r: r[0].__setitem__(1, ("GROUP", (("F", 0, 0, ()),))), "a GROUP holds only"),
+    # the inputs and values are the rule's (schedc/rules/deps.py), plain (kind, stage, microbatch)
+    (lambda m, r: r[1].__setitem__(1, ("F", 1, 0, ())), r"consumes \(\), but by the rule"),
+    (lambda m, r: r[1].__setitem__(1, ("F", 1, 0, (("grad", 0, 0),))), "but by the rule"),
+    (lambda m, r: r[1].__setitem__(1, ("F", 1, 0, (("act", 0, 0, 0),))), "expected \\(kind, stage, microbatch\\)"),
+    (lambda m, r: r[1].__setitem__(1, ("F", 1, 0, (("os.system", 0, 0),))), "kind one of act, grad"),
+    (lambda m, r: r[1].__setitem__(1, ("F", 1, 0, (("act", 0, 9),))), "inputs: microbatch"),
+    (lambda m, r: r[1].__setitem__(1, ("F", 1, 0, "act")), "expected a tuple of values"),
+    (lambda m, r: r[0].__setitem__(1, ("SEND_F", 0, 0, 1, ("act", 0, 1))), "carries .* but by the rule"),
+    (lambda m, r: r[0].__setitem__(1, ("SEND_F", 0, 0, 1, None)), "value: expected"),
     (lambda m, r: m.update(params={"P": "2"}), "params"),
     (lambda m, r: r.pop(), "one list of steps per rank"),
 ])

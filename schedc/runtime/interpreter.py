@@ -24,10 +24,8 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 
-from ..ir import Action, Op
-from ..rules.deps import delivers, neighbour_input, reduces, value_name
 from .backward import backward_input as split_backward_input, backward_weight as split_backward_weight
-from .table import Compound, Instr, Table, parts, partners
+from .table import Compound, Instr, Table, parts, partners, value_name
 from .trace import Recorder, step_name
 from .watchdog import Watchdog
 
@@ -216,8 +214,10 @@ class PipelineInterpreter:
         SHAPE_TAG), runs its forward once on zeros of that shape (no autograd; the RNG and the
         module's buffers are restored, so training is unchanged) and sends its output's shape to
         the rank of the next stage. The chain follows model order, so it cannot deadlock whatever
-        the schedule; the gradient coming back has the activation's shape. No receive then waits
-        at its place for a shape: every step runs as posted."""
+        the schedule; the gradient coming back has the activation's shape. The shapes are keyed by
+        (kind, stage) of the values received (an `Instr`'s `carries`): ("act", s) stage s's output,
+        ("grad", s) the gradient of stage s's input. No receive then waits at its place for a
+        shape: every step runs as posted."""
         table, rank, dog = self.table, self.rank, self.watchdog
         place = tuple(table.rank_of(s, rank) for s in range(self.S))  # job ranks of this rank's replica
         shapes: dict = {}
@@ -234,14 +234,14 @@ class PipelineInterpreter:
                         raise ScheduleError(f"stage {s - 1} on rank {rank} made no output for stage {s}")
                     shape, dtype = local
                 else:
-                    shape, dtype = shapes[_received_at(Op.RECV_F, s)] = self._shape_from(place[s - 1], s - 1)
+                    shape, dtype = shapes[("act", s - 1)] = self._shape_from(place[s - 1], s - 1)
                 x = torch.zeros(shape, dtype=dtype, device=self.device)
             if s == self.S - 1:
                 continue
             y = self._dry_forward(s, x)
             local, local_stage = (y.shape, y.dtype), s
             if place[s + 1] != rank:
-                shapes[_received_at(Op.RECV_B, s)] = local  # the input gradient of stage s+1 has the activation's shape
+                shapes[("grad", s + 1)] = local  # the gradient of stage s+1's input has its input's shape
                 header = _header(y).to(y.device)
                 sent.append((self.pg.send([header], self._peer(place[s + 1]), SHAPE_TAG), header, s))
         for work, _, s in sent:
@@ -388,7 +388,7 @@ class PipelineInterpreter:
     def _after_backwards(self, a: Instr, what: str) -> None:
         """Every backward that adds to the gradients `a` reduces has run: the rule `schedc check`
         holds a schedule to (schedc/rules/deps.py's `reduces`; its finding `reduce-early`)."""
-        for s in reduces(Action(Op(a.op), a.stage), self.table.placement):
+        for s in self.table.reduced_stages(a):
             done = self._backwards.get(s, 0)
             if done < self.M:
                 raise ScheduleError(f"{a} {what} after only {done} of stage {s}'s {self.M} backwards: "
@@ -461,10 +461,12 @@ class PipelineInterpreter:
         if not self.table.forward_only:
             self._out[(s, m)] = y
 
-    def _from_neighbour(self, a: Instr) -> tuple[str, int, int] | None:
-        """The value a compute action takes from another stage (schedc/rules/deps.py), None at the
-        model's ends (the inputs, the loss)."""
-        return neighbour_input(Action(Op(a.op), a.stage, a.microbatch), self.S)
+    @staticmethod
+    def _from_neighbour(a: Instr) -> tuple[str, int, int] | None:
+        """The input a compute action takes from another stage (the table's `inputs`, written by the
+        lowering from schedc/rules/deps.py; its own stage's activation a backward holds itself), None
+        at the model's ends (the inputs, the loss)."""
+        return next((v for v in a.inputs if v[1] != a.stage), None)
 
     def _output_grad(self, a: Instr):
         s, m = a.stage, a.microbatch
@@ -701,12 +703,6 @@ class _Batch:
 def _grad(p: torch.Tensor) -> torch.Tensor:
     """A parameter's gradient, zeros if this step did not reach it."""
     return p.grad if p.grad is not None else torch.zeros_like(p)
-
-
-def _received_at(op: Op, stage: int) -> tuple[str, int]:
-    """(kind, stage) of the value a receive of `op` at `stage` brings: the key of its shape."""
-    kind, source, _ = delivers(Action(op, stage, 0))
-    return kind, source
 
 
 def payload_tag(value: tuple[str, int, int], num_stages: int) -> int:

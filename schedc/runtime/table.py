@@ -1,9 +1,11 @@
 """The action table a lowered program carries, validated: one list of steps per rank.
 
 Pure Python (no torch), so the code generator, the launcher and the runtime share one reading of
-the table. A step is `(op, stage, microbatch)` for compute and waits, `(op, stage, microbatch, peer)` for a
-send or receive (`peer` is the rank on the other end), `(op, stage)` for UNSHARD / RESHARD /
-REDUCE_GRAD, or `(kind, (step, ...))` for a GROUP or OVERLAP_F_B compound.
+the table. A step is `(op, stage, microbatch, inputs)` for compute (`inputs`: the values it consumes,
+written by the lowering from schedc/rules/deps.py), `(op, stage, microbatch, value)` for a wait,
+`(op, stage, microbatch, peer, value)` for a send or receive (`peer` is the rank on the other end,
+`value` what travels or is awaited), `(op, stage)` for UNSHARD / RESHARD / REDUCE_GRAD, or
+`(kind, (step, ...))` for a GROUP or OVERLAP_F_B compound. A value is `(kind, stage, microbatch)`.
 
 A data-parallel job (`replicas` D > 1) holds D copies of a pipeline of P ranks: `num_ranks` is the
 job's D * P, job rank d * P + p runs replica d's pipeline rank p, `placement` maps a stage to its
@@ -16,10 +18,10 @@ from functools import cached_property
 from typing import NamedTuple
 
 from ..ir import COMPUTE, P2P_MODES, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, WAITS, Action, CompoundKind, Op
-from ..rules.deps import payload, peer_stage, produces
+from ..rules.deps import MAKES, Value, needs, payload, peer_stage, produces, reduces, value_name
 
 FORMAT = "schedc-program"
-VERSION = 1
+VERSION = 2  # 2: every compute step lists its inputs, every send, receive and wait its value
 
 # The op names of schedc/ir.py, as the table spells them (strings: the table is data in a file)
 COMPUTE_OPS = tuple(op.value for op in Op if op in COMPUTE)
@@ -32,6 +34,8 @@ COMPOUNDS = tuple(kind.value for kind in CompoundKind)
 # The stage on the other end of a send or receive, from the one rule (schedc/rules/deps.py: a receive is
 # named by the stage that receives; SEND_F(s) meets RECV_F(s+1), SEND_B(s) meets RECV_B(s-1)).
 PEER_STAGE = {op: peer_stage(Action(Op[op], 0, 0)) for op in COMM_OPS}
+VALUE_KINDS = tuple(sorted(set(MAKES.values())))  # "act", "grad"
+__all__ = ["value_name"]  # (the runtime's words for a value, from the rule's module)
 
 
 class TableError(ValueError):
@@ -39,12 +43,16 @@ class TableError(ValueError):
 
 
 class Instr(NamedTuple):
-    """One action: `op` on `stage` (and `microbatch`); `peer` is the other rank of a send/receive."""
+    """One action: `op` on `stage` (and `microbatch`); `peer` is the other rank of a send/receive;
+    `inputs` the values a compute action consumes and `carries` the value it makes, a send or
+    receive moves, or a wait awaits: table data, so the interpreter holds no dependency rule."""
 
     op: str
     stage: int
     microbatch: int | None = None
     peer: int | None = None
+    inputs: tuple[Value, ...] = ()
+    carries: Value | None = None
 
     @property
     def is_send(self) -> bool:
@@ -54,14 +62,10 @@ class Instr(NamedTuple):
     def is_recv(self) -> bool:
         return self.op in RECV_OPS
 
-    def value(self) -> tuple[str, int, int] | None:
-        """What the action makes (compute) or carries (send / receive; a wait: the operation it awaits),
-        by schedc/rules/deps.py's rule: `("act", s, m)` the output of F(s,m), `("grad", s, m)` the input
-        gradient of I/B(s,m)."""
-        if self.microbatch is None:
-            return None
-        a = Action(Op[WAIT_OPS.get(self.op, self.op)], self.stage, self.microbatch)
-        return produces(a) if a.op.is_compute else payload(a)
+    def value(self) -> Value | None:
+        """What the action makes (compute) or carries (send / receive; a wait: the operation it awaits):
+        `("act", s, m)` the output of F(s,m), `("grad", s, m)` the input gradient of I/B(s,m)."""
+        return self.carries
 
     def __str__(self) -> str:
         """`F(1,3)`, `SEND_F(0,2)`, `UNSHARD(1)`: the way the language writes it."""
@@ -73,6 +77,17 @@ class Instr(NamedTuple):
     def compact(self) -> str:
         """PyTorch's compact notation: `1F3`, `0SEND_F2`, `1UNSHARD`."""
         return f"{self.stage}{self.op}{'' if self.microbatch is None else self.microbatch}"
+
+
+def by_rule(op: str, stage: int, microbatch: int | None, num_stages: int) -> tuple[tuple[Value, ...], Value | None]:
+    """`(inputs, carries)` of an action by the rule (schedc/rules/deps.py): what the lowering writes
+    into the table and what `load_table` holds a table to."""
+    if microbatch is None:
+        return (), None
+    a = Action(Op[WAIT_OPS.get(op, op)], stage, microbatch)
+    if a.op.is_compute:
+        return needs(a, num_stages), produces(a)
+    return (), payload(a)
 
 
 class Compound(NamedTuple):
@@ -129,6 +144,11 @@ class Table:
             return "grad" if a.op in ("SEND_B", "RECV_B") else "act"
         return a.value() if self.p2p == "tagged" else None
 
+    def reduced_stages(self, a: Instr) -> tuple[int, ...]:
+        """The stages whose weight gradients a reduction reads on its rank (schedc/rules/deps.py's
+        `reduces`: every backward of them comes before it)."""
+        return reduces(Action(Op[a.op], a.stage), self.placement)
+
     def dp_group(self, rank: int) -> tuple[int, ...]:
         """The data-parallel group of job rank `rank`: the ranks holding its pipeline rank in every replica."""
         P = self.pipeline_ranks
@@ -166,10 +186,12 @@ def _step_data(step: Step) -> tuple:
     if isinstance(step, Compound):
         return (step.kind, tuple(_step_data(p) for p in step.parts))
     if step.op in COMM_OPS:
-        return (step.op, step.stage, step.microbatch, step.peer)
+        return (step.op, step.stage, step.microbatch, step.peer, step.carries)
     if step.op in STAGE_OPS:
         return (step.op, step.stage)
-    return (step.op, step.stage, step.microbatch)
+    if step.op in WAIT_OPS:
+        return (step.op, step.stage, step.microbatch, step.carries)
+    return (step.op, step.stage, step.microbatch, step.inputs)
 
 
 def _int(value, what: str, low: int, high: int) -> int:
@@ -239,37 +261,69 @@ def _step(data, rank: int, index: int, S: int, M: int, placement) -> Step:
     return _instr(data, rank, where, S, M, placement)
 
 
-def _instr(data, rank: int, where: str, S: int, M: int, placement) -> Instr:  # noqa: C901
+def _size(data, where: str) -> int:
+    """The number of fields a step of its op has (the op checked against the closed set)."""
     if not isinstance(data, (list, tuple)) or not data or not isinstance(data[0], str):
         raise TableError(f"{where}: expected a tuple starting with an op name, got {data!r}")
     op = data[0]
-    if op in COMPUTE_OPS or op in WAIT_OPS:
-        size = 3
-    elif op in COMM_OPS:
-        size = 4
-    elif op in STAGE_OPS:
-        size = 2
-    else:
+    size = 4 if op in COMPUTE_OPS or op in WAIT_OPS else 5 if op in COMM_OPS else 2 if op in STAGE_OPS else 0
+    if not size:
         raise TableError(f"{where}: unknown op {op!r}")
     if len(data) != size:
         raise TableError(f"{where}: {op} expects {size} fields, got {len(data)}")
+    return size
+
+
+def _instr(data, rank: int, where: str, S: int, M: int, placement) -> Instr:
+    size = _size(data, where)
+    op = data[0]
     stage = _int(data[1], f"{where}: stage", 0, S)
     if placement[stage] != rank:
         raise TableError(f"{where}: {op} of stage {stage} on rank {rank}, but stage {stage} is on rank "
                          f"{placement[stage]}")
-    mb = _int(data[2], f"{where}: microbatch", 0, M) if size >= 3 else None
-    peer = None
-    if size == 4:
-        other = stage + PEER_STAGE[op]
-        if not 0 <= other < S:
-            raise TableError(f"{where}: {op}({stage},{mb}) has no stage {other} on the other end")
-        peer = _int(data[3], f"{where}: peer", 0, 1 << 20)
-        if peer != placement[other]:
-            raise TableError(f"{where}: {op}({stage},{mb}) talks to stage {other} on rank "
-                             f"{placement[other]}, not rank {peer}")
-        if peer == rank:
-            raise TableError(f"{where}: {op}({stage},{mb}) would talk to its own rank")
-    return Instr(op, stage, mb, peer)
+    mb = _int(data[2], f"{where}: microbatch", 0, M) if size > 2 else None
+    peer = _peer(data[3], op, stage, mb, rank, where, placement) if size == 5 else None
+    inputs, carries = by_rule(op, stage, mb, S)
+    if op in COMPUTE_OPS:
+        _agrees(_values(data[3], f"{where}: inputs", S, M), inputs, f"{where}: {op}({stage},{mb}) consumes")
+    elif size > 2:
+        _agrees(_value(data[-1], f"{where}: value", S, M), carries, f"{where}: {op}({stage},{mb}) carries")
+    return Instr(op, stage, mb, peer, inputs, carries)
+
+
+def _peer(data, op: str, stage: int, mb: int | None, rank: int, where: str, placement) -> int:
+    """The peer of a send or receive: the rank of the stage on the other end, not its own."""
+    other = stage + PEER_STAGE[op]
+    if not 0 <= other < len(placement):
+        raise TableError(f"{where}: {op}({stage},{mb}) has no stage {other} on the other end")
+    peer = _int(data, f"{where}: peer", 0, 1 << 20)
+    if peer != placement[other]:
+        raise TableError(f"{where}: {op}({stage},{mb}) talks to stage {other} on rank "
+                         f"{placement[other]}, not rank {peer}")
+    if peer == rank:
+        raise TableError(f"{where}: {op}({stage},{mb}) would talk to its own rank")
+    return peer
+
+
+def _value(data, what: str, S: int, M: int) -> Value:
+    """A value `(kind, stage, microbatch)`: a kind of the rule's, a stage and a microbatch in range."""
+    if not isinstance(data, (list, tuple)) or len(data) != 3 or not isinstance(data[0], str) \
+            or data[0] not in VALUE_KINDS:
+        raise TableError(f"{what}: expected (kind, stage, microbatch) with kind one of "
+                         f"{', '.join(VALUE_KINDS)}, got {data!r}")
+    return (data[0], _int(data[1], f"{what}: stage", 0, S), _int(data[2], f"{what}: microbatch", 0, M))
+
+
+def _values(data, what: str, S: int, M: int) -> tuple[Value, ...]:
+    if not isinstance(data, (list, tuple)):
+        raise TableError(f"{what}: expected a tuple of values, got {data!r}")
+    return tuple(_value(v, what, S, M) for v in data)
+
+
+def _agrees(got, want, what: str) -> None:
+    """A step's inputs or value are the rule's (schedc/rules/deps.py), as its peer is the placement's."""
+    if got != want:
+        raise TableError(f"{what} {got!r}, but by the rule (schedc/rules/deps.py) {want!r}")
 
 
 class Partner(NamedTuple):
