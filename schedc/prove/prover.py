@@ -396,8 +396,8 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):  # no
     proof.parts.append(_well_formed(proof, path, m, assumed, deadline))
     if proof.verdict == "refuted":
         return
-    if (same := collectives.replicas_part(m)) is not None:
-        proof.parts.append(same)
+    if (same := collectives.replicas_proved(m)) is not None:
+        proof.parts.append(Part("replicas", "proved", same))
     log("  deadlock freedom: timing certificate")
     refute = _refuter(path, m)
     try:
