@@ -8,6 +8,7 @@ SchedcError("deadlock"). Memory is schedc/verify/memory.py's count of each step 
 receive buffers, a compute-level program as lowered), placed at the step's times: the peak of this
 one run. A compute-level program held as columns (schedc/columns.py), millions of steps at the
 limits, is timed by schedc/simulate_columns.py: the same rule, in one pass over integer columns.
+The run, `Timeline`, is schedc/timeline.py's; the simulators fill it and import it from there.
 """
 from __future__ import annotations
 
