@@ -12,8 +12,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "schedc"
 
 # The layers, lowest first (docs/design.md, "Layout"). A module imports modules of its own layer or
-# lower ones; the command line at the top may import anything. Names are relative to `schedc`;
-# `rules` is the package itself, `rules.*` its modules.
+# lower ones; the command line at the top may import anything. Names are relative to `schedc`
+# ("" is `schedc/__init__.py`, whose names load lazily); `rules` is the package, `rules.*` its modules.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground floor: positions, errors, the IR, the rules", ("span", "errors", "ir", "rules", "rules.*")),
     ("the language, columns and plumbing", ("syntax", "parse", "expr", "loops", "order", "compiler", "columns",
