@@ -139,8 +139,7 @@ def check(program: Program, *, semantics: str | Semantics = "rendezvous", engine
 
 def to_torch_csv(program: Program, level: str = "comms") -> str:
     """The program as PyTorch's CSV text (`compute` = compute_only, `comms` = compute_comms)."""
-    from .interop.torch_csv import to_torch_csv as rows
-    from .ir import torch_cannot_run
+    from .interop.torch_csv import to_torch_csv as rows, torch_cannot_run
     why = torch_cannot_run(program)
     if why is not None:
         raise SchedcError("usage", why, where="--to torch-csv")

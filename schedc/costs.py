@@ -22,7 +22,7 @@ from .ir import Program
 from .span import Source, Span
 
 if TYPE_CHECKING:
-    from .simulate import Link
+    from .timeline import Link
     from .simulate_sampled import Spread
 
 TIME_KEYS = ("F", "B", "I", "W")
@@ -146,7 +146,7 @@ class Costs:
     def links(self, program: Program) -> dict[tuple[int, int], Link]:
         """Per-channel links for the simulator (unset fields from the program's latency/bandwidth and
         from the top-level overhead); with a top-level overhead, every channel between two ranks."""
-        from .simulate import Link
+        from .timeline import Link
         ann = program.annotations
         every = self.overhead or 0.0
         chans = dict(self.channels)

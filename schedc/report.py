@@ -18,7 +18,8 @@ from .rules.semantics import RENDEZVOUS, Semantics
 from .verify.deadlock import Deadlock, disagreement, end_of_step_notes, find_deadlock, render_grid
 from .verify.channels import as_paired, describe_channel
 from .verify.execute import channels, execute
-from .verify.fast import Clear, over_limit, quick_check
+from .verify.clear import Clear, over_limit
+from .verify.fast import quick_check
 from .verify.mesh import joins_ranks
 from .verify.memory import Peak, peak_activation, peak_memory
 

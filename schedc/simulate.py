@@ -8,26 +8,20 @@ SchedcError("deadlock"). Memory is schedc/verify/memory.py's count of each step 
 receive buffers, a compute-level program as lowered), placed at the step's times: the peak of this
 one run. A compute-level program held as columns (schedc/columns.py), millions of steps at the
 limits, is timed by schedc/simulate_columns.py: the same rule, in one pass over integer columns.
+The run, `Timeline`, is schedc/timeline.py's; the simulators fill it and import it from there.
 """
 from __future__ import annotations
 
 import gc
-import math
 from array import array
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import Iterator, Mapping, NamedTuple
+from typing import Mapping
 
 from .errors import SchedcError
-from .outputs import rounded
 from .ir import COMM, COMPUTE, SENDS, Action, Compound, CompoundKind, Op, Program, Step, describe
 from .rules.deps import delivers, message, needs, peer_stage, produces, value_name
 from .rules.memory import message_size
-from .verify.memory import step_memory
-
-MEMORY_RUN = "timed"  # `peak_memory` is the peak of the one simulated run (check's is "worst")
+from .timeline import Link, Messages, Timeline, check_finite, dispatch_times
 
 # How a run is timed (the rule every handler below follows):
 #
@@ -63,165 +57,6 @@ MEMORY_RUN = "timed"  # `peak_memory` is the peak of the one simulated run (chec
 # Every step, message and wake-up is handled once, so a run takes time linear in the program.
 # What an action needs and makes is asked of schedc/rules/deps.py once per (op, stage) and reused for
 # every microbatch (dependencies never cross microbatches, docs/semantics.md; checked when a plan is made).
-
-
-class Message(NamedTuple):
-    """One value that crossed ranks: from step `src_step` of `src_rank` to `dst_step` of `dst_rank`.
-
-    At the compute level the steps are the producer and the consumer (`dst_step` is -1 if nothing
-    consumed it); at the comms level, the send and the receive. `departure` is when it left (after
-    the rendezvous and any queue on its channel), `arrival` when it was present on the receiver.
-    """
-
-    src_rank: int
-    src_step: int
-    dst_rank: int
-    dst_step: int
-    value: tuple  # deps.py's value: ("act" | "grad", stage, microbatch)
-    departure: float
-    arrival: float
-
-
-class Messages(Sequence):
-    """The messages of a run, in the order they were matched: a read-only sequence of `Message`,
-    stored flat (seven numbers each) so a large run leaves no objects behind for the collector."""
-
-    WIDTH = 7
-
-    def __init__(self, flat: bytes, stride: int):
-        self._flat = memoryview(flat).cast("d")
-        self._stride = stride  # value key = microbatch * stride + 2 * stage + (0 act | 1 grad)
-
-    def __len__(self) -> int:
-        return len(self._flat) // self.WIDTH
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("message index out of range")
-        f = self._flat
-        j = i * self.WIDTH
-        m, rest = divmod(int(f[j + 4]), self._stride)
-        return Message(int(f[j]), int(f[j + 1]), int(f[j + 2]), int(f[j + 3]),
-                       (("act", "grad")[rest % 2], rest // 2, m), f[j + 5], f[j + 6])
-
-    def __repr__(self) -> str:
-        return f"<{len(self)} messages>"
-
-
-@dataclass(frozen=True)
-class Link:
-    """One channel's latency and bandwidth (`bandwidth` 0 means infinite), and the `overhead` of
-    posting one send (on the sending rank) or one receive (on the receiving rank) on it: rank time,
-    not overlapped with compute and not counted as busy (LogP's `o`)."""
-
-    latency: float = 0.0
-    bandwidth: float = 0.0
-    overhead: float = 0.0
-
-
-@dataclass(frozen=True)
-class Timeline:
-    """A simulated run, frozen. Times are per rank and step (a compound step has one start and end).
-
-    `start[r][x]`/`end[r][x]`: when step x of rank r began and when it released the rank (a send or
-    receive under overlap releases it at once; see `messages` for when data moved); `busy[r]`: its
-    compute time; `memory_during[r][x]` / `memory_after[r][x]`: live memory (activations and receive
-    buffers, schedc/verify/memory.py's `step_memory`) while step x runs (after its allocations) and
-    once it has finished (after its frees). `peak_memory` is the peak of this one run (MEMORY_RUN);
-    `schedc check` reports the worst over every run the semantics allows.
-    """
-
-    program: Program
-    level: str
-    overlap: bool
-    start: tuple[tuple[float, ...], ...]
-    end: tuple[tuple[float, ...], ...]
-    busy: tuple[float, ...]
-    makespan: float
-    messages: Messages = field(repr=False)
-    mismatches: int = 0  # matched send/receive pairs whose payloads differ (see `schedc check`)
-    # posted[r][x]: when step x of rank r had posted its sends and receives (its posting overhead
-    # over); at the compute level, when a step's output was posted to the rank that consumes it.
-    # 0 for a step that posts nothing. (Traces draw a message from its send's post.)
-    posted: tuple = field(default=(), repr=False)
-    semantics: str = "rendezvous"  # the send semantics the run was timed under (docs/sim.md)
-    replicas: int = 1  # a data-parallel job: `program` is the whole job, replica after replica
-
-    def _replica(self, d: int) -> Program:
-        """Replica d's ranks of a job's timeline, as a program of one pipeline."""
-        P = self.program.num_ranks // self.replicas
-        return replace(self.program, num_ranks=P, ranks=self.program.ranks[d * P:(d + 1) * P])
-
-    @property
-    def bubble_ratio(self) -> float:
-        """`1 - sum(busy) / (R * makespan)` (0 for an empty program)."""
-        if self.makespan <= 0:
-            return 0.0
-        return 1.0 - sum(self.busy) / (len(self.busy) * self.makespan)
-
-    @property
-    def idle(self) -> tuple[float, ...]:
-        return tuple(self.makespan - b for b in self.busy)
-
-    @cached_property  # counted once, when asked (cached_property writes past the frozen __setattr__)
-    def _memory(self) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
-        from .rules.semantics import Semantics
-        semantics = Semantics.parse(self.semantics)  # (a backend holds sent messages until waited for)
-        if self.replicas > 1:  # each replica's pipeline, as memory.py counts one
-            return tuple(m for d in range(self.replicas) for m in step_memory(self._replica(d), semantics))
-        return step_memory(self.program, semantics)
-
-    @cached_property
-    def memory_during(self) -> tuple[tuple[float, ...], ...]:
-        return tuple(during for during, _ in self._memory)
-
-    @cached_property
-    def memory_after(self) -> tuple[tuple[float, ...], ...]:
-        return tuple(after for _, after in self._memory)
-
-    @cached_property  # a scan of every step: done once
-    def peak_memory(self) -> tuple[float, ...]:
-        """The most each rank holds in this run (activations and receive buffers)."""
-        return tuple(max(during, default=0.0) for during, _ in self._memory)
-
-    def steps(self) -> Iterator[tuple[int, int, Step, float, float]]:
-        """(rank, step index, step, start, end) for every step, rank by rank."""
-        for r, steps in enumerate(self.program.ranks):
-            starts, ends = self.start[r], self.end[r]
-            for x, st in enumerate(steps):
-                yield r, x, st, starts[x], ends[x]
-
-    def actions(self) -> Iterator[tuple[int, int, Action, float, float]]:
-        """(rank, step index, action, start, end) for every action, compounds opened."""
-        for r, x, st, s, e in self.steps():
-            for a in st.parts:
-                yield r, x, a, s, e
-
-    def memory(self, rank: int) -> tuple[tuple[float, float], ...]:
-        """Live memory of a rank over time: (time, live) at each change, from (0, 0)."""
-        out = [(0.0, 0.0)]
-        during, after = self._memory[rank]
-        for s, e, hi, lo in zip(self.start[rank], self.end[rank], during, after):
-            for t, v in ((s, hi), (e, lo)):
-                if v != out[-1][1]:
-                    if t == out[-1][0]:
-                        out[-1] = (t, v)
-                    else:
-                        out.append((t, v))
-        return tuple(out)
-
-    def to_dict(self) -> dict:
-        """The metrics as JSON-ready values (the core of `schedc sim --json`)."""
-        return {"level": self.level, "overlap": self.overlap, "makespan": rounded(self.makespan),
-                "bubble_ratio": rounded(self.bubble_ratio), "busy": [rounded(x) for x in self.busy],
-                "idle": [rounded(x) for x in self.idle], "peak_memory": [rounded(x) for x in self.peak_memory],
-                "memory_run": MEMORY_RUN, "messages": len(self.messages), "mismatches": self.mismatches,
-                "semantics": self.semantics}
 
 
 def _graph_reason(program: Program) -> str:
@@ -276,15 +111,6 @@ def simulate(program: Program, *, overlap: bool = True,
             gc.enable()
 
 
-def dispatch_times(ann, ranks: int) -> tuple[float, ...]:
-    """Each rank's time to start a step (the annotations' `rank_dispatch`), checked; () when every one is 0."""
-    times = tuple(float(ann.dispatch_of(r)) for r in range(ranks))
-    for r, d in enumerate(times):
-        if not 0 <= d < math.inf:
-            raise SchedcError("costs", f"rank {r} has dispatch time {d}; it must be a finite non-negative number")
-    return times if any(times) else ()
-
-
 MAX_SIMULATED_ACTIONS = 3_000_000  # timed step by step (~10 us and ~0.5 KB an action); the one pass has no limit
 
 
@@ -295,14 +121,6 @@ def _step_by_step(program: Program) -> None:
         raise SchedcError("too-large", f"{program.num_actions:,} actions to time step by step (a program at the "
                           "communication level, or with bandwidths, overheads or groups); at most "
                           f"{MAX_SIMULATED_ACTIONS:,}: simulate it at fewer microbatches, or at the compute level")
-
-
-def _finite(makespan: float, ranks: int) -> None:
-    """Every time of a run is at most the makespan, and the bubble ratio divides by ranks x makespan:
-    when that is not a finite float, the costs overflow it (a `costs` error, not inf or nan)."""
-    if not math.isfinite(makespan * ranks):
-        raise SchedcError("costs", f"the simulated times overflow (the makespan is {makespan:g} over {ranks} "
-                          "ranks): the costs, latencies or message sizes are too large; give them in a larger unit")
 
 
 def program_level(program: Program) -> str:
@@ -411,7 +229,7 @@ class _Simulator:
         msgs = Messages(self.msgs.tobytes(), self.K)
         arrivals = memoryview(self.msgs)[6::7]
         makespan = max([rk.free for rk in self.ranks] + [max(arrivals, default=0.0)])
-        _finite(makespan, self.R)
+        check_finite(makespan, self.R)
         col = lambda name: tuple(tuple(getattr(rk, name)) for rk in self.ranks)  # noqa: E731
         return Timeline(self.program, self.level, self.overlap, col("start"), col("end"),
                         tuple(rk.busy for rk in self.ranks), makespan, msgs, self.mismatches,

@@ -21,7 +21,7 @@ import numpy as np
 from .columns import CODE, OPS, columns_of
 from .errors import SchedcError
 from .ir import COMPUTE, Action
-from .simulate import Messages, Timeline, _finite
+from .timeline import Messages, Timeline, check_finite
 
 _COMPUTE_CODES = np.array(sorted(CODE[op] for op in COMPUTE))
 NONE = -1  # no value waited for, no destination
@@ -142,7 +142,7 @@ class _Run:
         sent = np.frombuffer(self.sent, dtype=np.int64)
         end, arrival = (np.frombuffer(a, dtype=np.float64) for a in (self.end, self.arrival))
         makespan = max(free + [float(arrival[sent].max()) if len(sent) else 0.0])
-        _finite(makespan, R)
+        check_finite(makespan, R)
         bounds = list(zip(self.starts, self.starts[1:]))
         busy = tuple(float(np.add.accumulate(self.duration[lo:hi])[-1]) if hi > lo else 0.0 for lo, hi in bounds)
         posted = _floats(np.where(np.asarray(self.dest) != NONE, end, 0.0))
@@ -202,7 +202,7 @@ class _Run:
         return free if all(pc[r] == starts[r + 1] for r in range(R)) else None
 
     def _messages(self, sent: np.ndarray, end: np.ndarray, arrival: np.ndarray) -> bytes:
-        """simulate.Messages' seven numbers of each message, in the order they were sent: its
+        """timeline.Messages' seven numbers of each message, in the order they were sent: its
         consumer is the first step of the receiving rank that waits for it."""
         starts = np.asarray(self.starts, dtype=np.int64)
         src = -2 - np.concatenate([np.frombuffer(a, dtype=np.int64) for a in (self.src_a, self.src_b)])

@@ -8,12 +8,13 @@ collective completes once every member of its group has reached it.
 from __future__ import annotations
 
 from array import array
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from .errors import SchedcError
 from .ir import COMM, COMPUTE, RECVS, SENDS, WAITS, Compound, CompoundKind, Program, describe
 from .rules.deps import needs, payload, produces, value_name
 from .rules.semantics import Semantics
+from .timeline import Messages, Timeline, check_finite, dispatch_times
 from .verify.channels import channels
 from .verify.deadlock import end_of_step_notes, find_deadlock
 from .verify.graph import constraints
@@ -22,13 +23,10 @@ from .verify.mesh import job, job_channels, joins_ranks
 
 _COLLECTIVE = ("collective", "collective-posted")  # the waits verify/mesh.py adds between a group's members
 
-if TYPE_CHECKING:
-    from .simulate import Timeline
-
 
 def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=None) -> Timeline:  # noqa: C901
     """The timed run of a comms-level `program` under `semantics` (overlap on: posting is the only
-    rank time communication takes). `links`: (sending rank, receiving rank) -> simulate.Link;
+    rank time communication takes). `links`: (sending rank, receiving rank) -> timeline.Link;
     `draw`, as `simulate`'s, scales each compute time and posting overhead.
 
     Which runs exist is the question of `semantics`' own graph. Times follow simulate.py's
@@ -36,7 +34,6 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
     consumer waits, for its data): that is the posted graph of gloo (eager, bounded:K and
     rendezvous runs time as gloo's; nccl's adds its streams). An explicit wait waits under a
     backend; under an abstract semantics its operation completed at its place, and it is free."""
-    from .simulate import Messages, Timeline, _finite, dispatch_times
     timing = semantics.timed_as
     pipeline = program.num_ranks  # (the ranks of one replica: a rank's speed is its pipeline rank's)
     lead = dispatch_times(program.annotations, pipeline) or (0.0,) * pipeline  # (its dispatch too)
@@ -200,7 +197,7 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
         start[r][i] = end[r][i] = t
     arrivals = list(memoryview(msgs)[6::7])
     makespan = max([end[r][-1] for r in range(R) if lengths[r]] + arrivals + [d[-1] for d in done if d] + [0.0])
-    _finite(makespan, R)
+    check_finite(makespan, R)
     return Timeline(program, "comms", True, tuple(map(tuple, start)), tuple(map(tuple, end)), tuple(busy),
                     makespan, Messages(msgs.tobytes(), K), mismatches, tuple(post_at), str(semantics),
                     R // pipeline)

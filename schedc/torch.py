@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from .errors import SchedcError
-from .ir import Program, format_step, torch_cannot_run
+from .ir import Program, format_step
 
 
 def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
@@ -27,7 +27,7 @@ def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
     """
     from torch.distributed.pipelining.schedules import _Action, _PipelineScheduleRuntime
 
-    from .interop.torch_csv import to_torch_csv
+    from .interop.torch_csv import to_torch_csv, torch_cannot_run
     if not stages:
         raise SchedcError("usage", "schedc.torch.schedule needs this rank's pipeline stages; got none")
     if isinstance(source, Program) and params:

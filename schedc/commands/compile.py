@@ -10,8 +10,7 @@ from . import common
 def run(args, stdout, stderr) -> int:
     from ..columns import held_as_columns
     from ..interop.ir_json import dumps_ir
-    from ..interop.torch_csv import to_torch_csv
-    from ..ir import torch_cannot_run
+    from ..interop.torch_csv import to_torch_csv, torch_cannot_run
     program = common.load(args.input, args, common.params(args.param))
     report = common.run_checks(program, args)
     stdout.write(report.summary() + "\n")

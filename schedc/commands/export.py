@@ -13,8 +13,7 @@ def run(args, stdout, stderr) -> int:
     else:
         from ..api import check
         from ..columns import held_as_columns
-        from ..interop.torch_csv import to_torch_csv
-        from ..ir import torch_cannot_run
+        from ..interop.torch_csv import to_torch_csv, torch_cannot_run
         why = torch_cannot_run(program)
         if why is not None:
             raise SchedcError("usage", why + ": export it as IR JSON (--to ir-json)", where="--to torch-csv")

@@ -20,7 +20,7 @@ from typing import Iterable
 from ..ir import COMM, COMPUTE, RECVS, SENDS, Compound, describe
 from ..outputs import dumps_json
 from ..rules.deps import delivers, message, needs, payload, produces
-from ..simulate import Timeline
+from ..timeline import Timeline
 
 COMPUTE_TRACK, COMM_TRACK = 0, 1
 TRACK_NAMES = ("compute", "communication")

@@ -11,14 +11,37 @@ import csv
 import io
 from dataclasses import dataclass
 
-from ..columns import Columns, columns_of
+from ..columns import Columns, columns_of, has_op
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
-from ..ir import ActionSyntaxError, Compound, CompoundKind, Program, Step, format_step, parse_step, placed
+from ..ir import (SCHEDC_ONLY, ActionSyntaxError, Compound, CompoundKind, Op, Program, Step, format_step, parse_step,
+                  placed)
 from ..span import Source, Span
 from .compact import step_texts
 
 NOTATIONS = ("current", "legacy")
+
+
+
+def torch_cannot_run(program: Program) -> str | None:
+    """Why torch's runtime cannot run the program as written, or None: actions it has no name for
+    (it awaits by its own convention and has no tied all-reduce), messages it would pair otherwise
+    (it sends every message on one communicator with one tag), or replicas that differ (it runs one
+    schedule on every data-parallel replica: the CSV of a job is its replica 0's)."""
+    if any(steps != program.ranks for steps in program.replicas):
+        return (f"{program.name}'s data-parallel replicas run different schedules; torch's runtime runs one "
+                "schedule on every replica")
+    if columns_of(program) is not None:  # (steps held as columns, millions of them, are asked as arrays)
+        own = next((op for op in Op if op in SCHEDC_ONLY and has_op(program, op)), None)
+    else:
+        own = next((a.op for steps in program.ranks for st in steps for a in st.parts if a.op in SCHEDC_ONLY), None)
+    if own is not None:
+        return (f"{program.name} has {own.value} actions, which torch's runtime has no name for (it awaits "
+                "by its own convention and has no tied all-reduce)")
+    if program.p2p != "shared":
+        return (f"{program.name} declares `p2p {program.p2p}`; torch's runtime sends every message on one "
+                "communicator with one tag, so it would pair them otherwise")
+    return None
 
 
 @dataclass(frozen=True)

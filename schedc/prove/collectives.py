@@ -39,15 +39,15 @@ def obligations(enc):
             yield x, y, early, {**a.shown("a"), **b.shown("b")}
 
 
-def replicas_part(m: Model):
-    """The Part that says what a job of identical replicas adds to the pipeline's proof, or None."""
-    from .prover import Part
+def replicas_proved(m: Model) -> str | None:
+    """Why a job of identical replicas holds when its pipeline does (the prover's `replicas` part,
+    proved), or None when the schedule has no replicas."""
     if m.replicas is None:
         return None
-    return Part("replicas", "proved", f"every replica runs the same lists (no body names its replica), so the "
-                f"job of {_text(m.replicas)} replicas deadlocks only if one pipeline does (the collectives' waits "
-                "join a step to the step before it in another copy), its data-parallel groups issue their "
-                "collectives in one order, and each rank holds what its pipeline rank does")
+    return (f"every replica runs the same lists (no body names its replica), so the job of {_text(m.replicas)} "
+            "replicas deadlocks only if one pipeline does (the collectives' waits join a step to the step before "
+            "it in another copy), its data-parallel groups issue their collectives in one order, and each rank "
+            "holds what its pipeline rank does")
 
 
 def text(x) -> str:

@@ -12,8 +12,9 @@ from __future__ import annotations
 from .. import syntax as ast
 from ..errors import SchedcError
 from ..expr import compile_expr
+from .evaluator import Names, Stop, evaluate
 from .model import Model, rank_lets
-from .sample import Names, Stop, base_env, evaluate, rank_env
+from .sample import base_env, rank_env
 from .search import inside, setting_text
 
 

@@ -20,6 +20,7 @@ from .. import syntax as ast
 from ..ir import Op
 from ..span import Span
 from ..rules.memory import op_delta, whole_deltas
+from .evaluator import Names, Stop, evaluate
 
 KINDS = ("F", "B", "I", "W")
 COLLECTIVES = ("REDUCE_GRAD", "UNSHARD", "RESHARD")  # a stage's own: on its rank, with no microbatch
@@ -116,7 +117,6 @@ def domain(tree: ast.Schedule) -> Model:
     lets = tuple(LetFrame(i.name, i.value) for i in loops.header if isinstance(i, ast.Let) and i.params is None)
     functions = {i.name: (i.params, i.value) for i in loops.header if isinstance(i, ast.Let) and i.params is not None}
     if functions:  # compiled once here, in order: one nested too deep to evaluate is an input error
-        from .sample import Names
         Names(functions).function(next(reversed(functions)))
     one = ast.Num(1, tree.span)
     return Model(tree.name, params, requires, lets, functions, one, one, one, "loop", None, None, "r", (),
@@ -365,8 +365,6 @@ def unroll(m: Model, consts: dict[str, int]) -> Model:
     """Loops whose bounds are known (from pinned parameters and literals) with at most MAX_UNROLL
     iterations become one statement per iteration, the loop variable a constant: `v * P` in
     `for v in 0 .. V` is linear once V is pinned. Guards that are then decided are applied."""
-    from .sample import Stop, evaluate
-
     def known(e, env):
         try:
             return evaluate(e, env, m.functions)

@@ -17,10 +17,11 @@ from pathlib import Path
 from .. import solver, syntax as ast
 from ..errors import SchedcError
 from . import collectives, smt
+from .evaluator import Stop, evaluate
 from .given import check_assumptions, check_bound
 from .model import (Model, MemoryUnits, Unsupported, domain, memory_spec, memory_units, model, pins,
                     rank_lets, unroll)
-from .sample import Stop, base_env, evaluate, feature_names, rank_env
+from .sample import base_env, feature_names, rank_env
 from .search import ConcreteFailure, cegis_timing, infer_bound, inside, peaks, setting_text, settings, unit_peaks
 
 BOUNDED_MAX = 8         # each parameter of the concrete sweep runs over 0..BOUNDED_MAX
@@ -395,8 +396,8 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):  # no
     proof.parts.append(_well_formed(proof, path, m, assumed, deadline))
     if proof.verdict == "refuted":
         return
-    if (same := collectives.replicas_part(m)) is not None:
-        proof.parts.append(same)
+    if (same := collectives.replicas_proved(m)) is not None:
+        proof.parts.append(Part("replicas", "proved", same))
     log("  deadlock freedom: timing certificate")
     refute = _refuter(path, m)
     try:

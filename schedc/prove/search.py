@@ -17,8 +17,9 @@ from ..ir import COMPUTE, Action, Op
 from ..rules.deps import needs, produces
 from ..verify.memory import peak_activations
 from . import ilp, smt
+from .evaluator import Stop, evaluate
 from .model import Model, rank_lets
-from .sample import Stop, evaluate, feature_names, instances, rank_env
+from .sample import feature_names, instances, rank_env
 
 FIT_BOUNDS = (2, 4, 8, 16, 64)  # coefficient bounds tried in turn, smallest (simplest certificate) first;
 # a linear model starts at 4

@@ -12,8 +12,7 @@ paths to the same verdicts and peaks.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
 
@@ -24,8 +23,10 @@ from ..ir import SCHEDC_ONLY, CompoundKind, Op, Program
 from ..rules import deps
 from ..rules.memory import ALLOCATES, FREES, activation_deltas
 from ..rules.semantics import Semantics
+from . import small
+from .clear import RECEIVE_OF, SEND_OF, Clear, cleared
 from .execute import run_ranks
-from .memory import Peak, activation_delta_table
+from .memory import activation_delta_table
 
 _OPS = list(OPS)  # op codes are schedc/columns.py's
 _CODE = {op: i for i, op in enumerate(_OPS)}
@@ -38,8 +39,6 @@ _ADDS_GRADIENT = [_KINDS.index(o) for o in deps.ADDS_GRADIENT]  # its rows of th
 assert deps.REDUCTIONS - {Op.REDUCE_GRAD} <= SCHEDC_ONLY  # REDUCE_GRAD is the one reduction asked here
 MAX_CELLS = 4_000_000  # stage x microbatch tables above this go to the detailed checks
 assert deps.NEEDS[Op.B] == deps.NEEDS[Op.I]  # below, "the backward" (B, or I where split) stands for both
-SEND_OF = {deps.NEEDS[o][0][0]: o for o in (Op.SEND_F, Op.SEND_B)}  # the send that carries a kind of value
-RECEIVE_OF = {v: o for o, v in deps.DELIVERS.items()}  # (kind, offset) -> the receive that brings it
 _PEER_OFFSET = np.zeros(len(_OPS), dtype=np.int64)  # by op code: a send's or receive's other stage is its own + this
 for _op, _off in deps.PEER_OFFSET.items():
     _PEER_OFFSET[_CODE[_op]] = _off
@@ -62,28 +61,10 @@ class Link:
     hi: int
 
 
-@dataclass(frozen=True)
-class Clear:
-    """Every check passes; the numbers the report needs: each rank's peak activation and the step
-    of its rank where it is first reached. The peaks as `Peak`s (with their actions and spans) are
-    made when asked for: a clear report shows only their sizes, unless something asks more."""
-
-    peak_activation: tuple[float, ...]
-    peak_steps: tuple[int, ...]
-    program: Program = field(compare=False, repr=False)
-
-    @cached_property
-    def peak_memory(self) -> tuple[Peak, ...]:
-        at = step_at(self.program)
-        return tuple(Peak(r, peak, t, at(r, t).parts[0], ()) if peak > 0 else Peak(r, 0.0, 0, None, ())
-                     for r, (peak, t) in enumerate(zip(self.peak_activation, self.peak_steps)))
-
-
 def quick_check(program: Program, semantics: Semantics, limits: dict[int, float] | None) -> Clear | None:
     """`Clear` when every default check surely holds, else None (run the detailed checks): a
     small program in plain Python first (schedc/verify/small.py), else (or if that path cannot
     decide it) with arrays."""
-    from . import small  # (it reads this module's tables)
     if program.forward_only:
         return None
     if semantics.posted or semantics.channel_buffer:  # (bounded:K: the detailed checks)
@@ -182,31 +163,10 @@ def _reduces_early(op, stage, step, pos: np.ndarray) -> bool:
     return bool((step[reduce] <= last[stage[reduce]]).any())
 
 
-def cleared(program: Program, peaks: list[float], steps: list[int], limits: dict[int, float] | None) -> Clear | None:
-    """`Clear` with each rank's peak activation (reached first at its step `steps[r]`), unless a
-    peak is over a limit (given, or the program's own): then None, the detailed checks report it."""
-    if over_limit(program, peaks, limits):
-        return None
-    return Clear(tuple(peaks), tuple(t if peak > 0 else 0 for peak, t in zip(peaks, steps)), program)
-
-
-def over_limit(program: Program, peaks, limits: dict[int, float] | None) -> bool:
-    """Is some rank's peak over its limit (given, or the program's own)?"""
-    R = program.num_ranks
-    return (bool(limits) and any(peaks[r] > limits[r] + 1e-9 for r in limits if r < R)
-            or any(peaks[r] > limit + 1e-9 for r, limit in program.annotations.memory_limit))
-
-
 def _size(program: Program) -> int:
     """How many steps the program has (compounds count one)."""
     held = columns_of(program)
     return len(held.op) if held is not None else sum(map(len, program.ranks))
-
-
-def step_at(program: Program):
-    """`step_at(rank, index)`: one step of a rank, made alone when the program holds columns."""
-    held = columns_of(program)
-    return held.step if held is not None else (lambda r, i: program.ranks[r][i])
 
 
 def _arrays(program: Program):

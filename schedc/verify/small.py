@@ -25,8 +25,8 @@ from ..ir import Action, CompoundKind, Op, Program
 from ..rules import deps
 from ..rules.memory import ALLOCATES, FREES, op_delta
 from ..rules.semantics import Semantics
+from .clear import RECEIVE_OF, SEND_OF, Clear, cleared
 from .execute import run_ranks
-from .fast import RECEIVE_OF, SEND_OF, Clear, cleared
 
 MAX_ACTIONS = 1500  # programs up to this many steps take this path (beyond, the arrays are faster)
 F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B = range(8)  # op codes (schedc/columns.py's): the ones this path knows
@@ -71,7 +71,7 @@ class _Actions:
 
 
 def quick_check(program: Program, semantics: Semantics, limits: dict[int, float] | None) -> Clear | None:
-    """fast.py's `Clear` when every default check surely holds, else None (run the detailed checks).
+    """clear.py's `Clear` when every default check surely holds, else None (run the detailed checks).
     The caller has excluded what neither fast path decides (bounded buffers, posted sends, forward
     only, message sizes)."""
     if program.p2p != "shared":

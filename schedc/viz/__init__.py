@@ -8,6 +8,7 @@ wait-for cycle. Nothing here writes files except through the caller (the CLI wri
 """
 from __future__ import annotations
 
+from .rendered import Rendered
 from .scene import AGGREGATE_BINS, MAX_BLOCKS, MAX_ROWS, Scene, build_scene
 
 __all__ = ["AGGREGATE_BINS", "MAX_BLOCKS", "MAX_ROWS", "Rendered", "Scene", "build_scene", "check_suffix", "render",
@@ -63,14 +64,3 @@ def check_suffix(suffix: str, dag: bool = False) -> str:
         raise SchedcError("usage", f"cannot write {what} as {suffix or 'a file without a suffix'}; expected "
                           + ", ".join(f"OUT{s}" for s in allowed), where="-o")
     return suffix
-
-
-class Rendered:
-    """A picture ready to be written: its data (str or bytes), its suffix, and a note for the user."""
-
-    def __init__(self, data, suffix: str, note: str | None = None):
-        self.data, self.suffix, self.note = data, suffix, note
-
-    def note_for(self, written, requested) -> str | None:
-        """The note with the file written and the one asked for filled in."""
-        return None if self.note is None else self.note.format(written=written, requested=requested)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ..errors import SchedcError
 from ..ir import format_step
 from . import palette
+from .rendered import Rendered
 from .scene import chunk_of, kind_of, what_of
 from .text import dot
 
@@ -140,7 +141,6 @@ def render_dag(program, report, suffix: str):
     """The graph as `suffix` (.svg, .png or .dot); the .dot source with a note when `dot` is missing."""
     import graphviz
 
-    from . import Rendered
     g = dependency_graph(program, report)
     if suffix == ".dot":
         return Rendered(g.source, ".dot")
