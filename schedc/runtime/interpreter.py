@@ -234,14 +234,14 @@ class PipelineInterpreter:
                         raise ScheduleError(f"stage {s - 1} on rank {rank} made no output for stage {s}")
                     shape, dtype = local
                 else:
-                    shape, dtype = shapes[("act", s - 1)] = self._shape_from(place[s - 1], s - 1)
+                    shape, dtype = shapes[table.output_of(s - 1)] = self._shape_from(place[s - 1], s - 1)
                 x = torch.zeros(shape, dtype=dtype, device=self.device)
             if s == self.S - 1:
                 continue
             y = self._dry_forward(s, x)
             local, local_stage = (y.shape, y.dtype), s
             if place[s + 1] != rank:
-                shapes[("grad", s + 1)] = local  # the gradient of stage s+1's input has its input's shape
+                shapes[table.gradient_into(s)] = local  # the gradient for stage s's output has its shape
                 header = _header(y).to(y.device)
                 sent.append((self.pg.send([header], self._peer(place[s + 1]), SHAPE_TAG), header, s))
         for work, _, s in sent:

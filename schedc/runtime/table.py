@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import NamedTuple
 
 from ..ir import COMPUTE, P2P_MODES, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, WAITS, Action, CompoundKind, Op
-from ..rules.deps import MAKES, Value, needs, payload, peer_stage, produces, reduces, value_name
+from ..rules.deps import MAKES, Value, needs, neighbour_input, payload, peer_stage, produces, reduces, value_name
 
 FORMAT = "schedc-program"
 VERSION = 2  # 2: every compute step lists its inputs, every send, receive and wait its value
@@ -143,6 +143,19 @@ class Table:
         if self.p2p == "split":
             return "grad" if a.op in ("SEND_B", "RECV_B") else "act"
         return a.value() if self.p2p == "tagged" else None
+
+    def output_of(self, s: int) -> tuple[str, int]:
+        """(kind, stage) of the value stage s's forward makes, as the next stage receives it (the
+        rule's `produces`), for the shape pass before the first step."""
+        value = produces(Action(Op.F, s, 0))
+        assert value is not None  # (every forward makes its activation)
+        return value[0], value[1]
+
+    def gradient_into(self, s: int) -> tuple[str, int] | None:
+        """(kind, stage) of the gradient stage s's backward receives for its output (the rule's
+        `neighbour_input` of B(s)); None for the last stage, whose backward starts at the loss."""
+        value = neighbour_input(Action(Op.B, s, 0), self.num_stages)
+        return None if value is None else (value[0], value[1])
 
     def reduced_stages(self, a: Instr) -> tuple[int, ...]:
         """The stages whose weight gradients a reduction reads on its rank (schedc/rules/deps.py's
