@@ -21,6 +21,7 @@ from .verify.execute import channels, execute
 from .verify.clear import Clear, over_limit
 from .verify.fast import quick_check
 from .verify.mesh import joins_ranks
+from .verify.runtime_hangs import add_runtime_findings
 from .verify.memory import Peak, peak_activation, peak_memory
 
 ENGINES = ("native", "z3")
@@ -160,7 +161,6 @@ def _peak_dict(pk: Peak, limit) -> dict:
 
 def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, **options) -> Report:
     """Every check of `program` (`_checks`), then the runtimes' own hangs (schedc/verify/runtime_hangs.py)."""
-    from .verify.runtime_hangs import add_runtime_findings
     report = _checks(program, semantics=semantics, **options)
     add_runtime_findings(report, program, semantics)
     return report

@@ -6,6 +6,7 @@ held, one stream per rank pair) and never compare its kind; an unknown kind is a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..errors import SchedcError
 
@@ -46,6 +47,7 @@ class Semantics:
                 raise ValueError(f"{self.kind} takes no +{m}")
 
     @staticmethod
+    @lru_cache(maxsize=256)  # (asked once per check: a small file's whole check is ~150 us)
     def parse(text: str) -> "Semantics":
         base, *mods = text.split("+")
         if mods and base in BACKENDS and all(base in MODIFIERS.get(m, ((),))[0] for m in mods) \

@@ -24,6 +24,8 @@ TORCH_EVAL_V = ("torch 2.13's own runtime cannot run this inference: its eval() 
 
 def add_runtime_findings(report, program: Program, semantics: Semantics) -> None:
     """The runtime hangs of `program` under `semantics`, added to `report` (a `schedc.report.Report`)."""
+    if not semantics.modifiers and not program.forward_only:
+        return  # (asked of every check: nothing here applies)
     if any(d.code not in READ_FURTHER for d in report.errors):
         return  # the structure is wrong: those findings come first
     if semantics.lazy:  # (nccl alone: its communicators are made before the step, in one order)
