@@ -101,7 +101,7 @@ def test_run_checks_the_early_program_under_gloo_and_records_it(tmp_path, run_cl
     assert code == 0, err
     assert "receives posted early (--receives early): the lowered program under gloo: ok" in out
     source = (tmp_path / "1f1b_program.py").read_text()
-    assert "'verified': 'gloo'" in source and source.index("('RECV_B', 0, 0, 1,") < source.index("('F', 0, 0,")
+    assert "'verified': 'gloo'" in source and source.index("('RECV_B', 0, 0, 1)") < source.index("('F', 0, 0)")
 
 
 SIZED = """schedule sized(P = 2, M = 4) {

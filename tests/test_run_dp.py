@@ -161,7 +161,7 @@ def test_the_lowered_table_carries_every_replica():
     meta, data = table.to_data()
     assert meta["replicas"] == 2 and load_table(meta, data) == table
     bad = [list(r) for r in data]
-    bad[2] = [(*st[:3], 1, st[4]) if st[0] == "SEND_F" else st for st in bad[2]]  # across replicas
+    bad[2] = [("SEND_F", 0, 0, 1) if st[0] == "SEND_F" else st for st in bad[2]]  # across replicas
     with pytest.raises(ValueError, match="talks to stage 1 on rank 3, not rank 1"):
         load_table(meta, bad)
     one = lower_to_torch(load("1f1b", {"P": 2, "M": 2})).table

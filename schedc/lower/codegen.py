@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..columns import columns_of
 from ..errors import SchedcError
 from ..ir import Compound as IrCompound, Program
-from ..runtime.table import (COMM_OPS, PEER_STAGE, Compound, Instr, Table, TableError, by_rule, load_table, parts)
+from ..runtime.table import (COMM_OPS, PEER_STAGE, Compound, Instr, Table, TableError, load_table, parts)
 
 HEADER = '''\
 #!/usr/bin/env python3
@@ -23,15 +23,10 @@ HEADER = '''\
 PROGRAM describes the schedule (its name, parameters, sizes, and the placement: stage -> rank).
 RANKS holds, for each rank, the steps it runs in order, with every message explicit. A step is data:
 
-    (op, stage, microbatch, inputs)  F forward, B full backward (I then W), I backward for
-                                     inputs, W backward for weights; inputs are the values it
-                                     consumes: ("act", s, m) the output of F(s,m), ("grad", s, m)
-                                     the input gradient made by B(s,m) or I(s,m)
-    (op, stage, microbatch, peer, value)
-                                     SEND_F / RECV_F / SEND_B / RECV_B; peer is the rank on the
-                                     other end, value what travels; a receive is named by the
-                                     stage that receives
-    (op, stage, microbatch, value)   WAIT_SEND_F ... WAIT_RECV_B: wait for that send or receive
+    (op, stage, microbatch)          F forward, B full backward (I then W),
+                                     I backward for inputs, W backward for weights
+    (op, stage, microbatch, peer)    SEND_F / RECV_F / SEND_B / RECV_B; peer is the rank on the
+                                     other end; a receive is named by the stage that receives
     (op, stage)                      UNSHARD / RESHARD (no-ops in this runtime) / REDUCE_GRAD
                                      (with replicas: the stage's gradients averaged over its
                                      data-parallel group; else a no-op)
@@ -78,9 +73,10 @@ class LoweredProgram:
 
 
 def table_of(program: Program, verified: str | None = None) -> Table:
-    """The runtime table of a communication-level program (peers resolved from the placement, each
-    action's inputs and value written from the rule, schedc/rules/deps.py). A data-parallel job gives one list per job rank, replica after replica (rank d * P + p), each
-    replica's peers inside it."""
+    """The runtime table of a communication-level program (peers resolved from the placement; each
+    action's inputs and value filled in from the rule, schedc/rules/deps.py, as the table is read
+    back). A data-parallel job gives one list per job rank, replica after replica (rank d * P + p),
+    each replica's peers inside it."""
     P = program.num_ranks
     ranks = []
     for d in range(program.dp):
@@ -89,8 +85,7 @@ def table_of(program: Program, verified: str | None = None) -> Table:
 
         def instr(a, placement=placement) -> Instr:
             op = a.op.value
-            return Instr(op, a.stage, a.microbatch, _peer(placement, op, a.stage) if op in COMM_OPS else None,
-                         *by_rule(op, a.stage, a.microbatch, program.num_stages))
+            return Instr(op, a.stage, a.microbatch, _peer(placement, op, a.stage) if op in COMM_OPS else None)
 
         held = columns_of(one)  # a rank's steps held as columns are made for this and not kept
         ranks.extend(tuple(Compound(st.kind.value, tuple(instr(p) for p in st.parts)) if isinstance(st, IrCompound)
@@ -114,7 +109,7 @@ def _peer(placement: tuple[int, ...], op: str, stage: int) -> int:
     return placement[other] if 0 <= other < len(placement) else -1
 
 
-MAX_RUNNABLE_ACTIONS = 500_000  # the most actions (sends and receives too) a generated program holds (about 17 s to write)
+MAX_RUNNABLE_ACTIONS = 500_000  # the most actions (sends and receives too) a generated program holds (8 to 16 s to write)
 
 
 def refuse_unrunnable(program: Program) -> None:
@@ -168,7 +163,7 @@ def render_program(table: Table) -> str:
         lines = [f"    # rank {int(r)}{where}: stages {stages}; {len(steps)} steps\n    [\n"]
         for x, (data, st) in enumerate(zip(steps, table.ranks[r])):
             text = _literal(data)
-            lines.append(f"        {text},{' ' * max(1, 48 - len(text))}# {int(x):>4}  {_comment(st)}\n")
+            lines.append(f"        {text},{' ' * max(1, 40 - len(text))}# {int(x):>4}  {_comment(st)}\n")
         lines.append("    ],\n")
         blocks.append("".join(lines))
     tail = "]\n" + FOOTER

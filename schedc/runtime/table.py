@@ -1,11 +1,11 @@
 """The action table a lowered program carries, validated: one list of steps per rank.
 
 Pure Python (no torch), so the code generator, the launcher and the runtime share one reading of
-the table. A step is `(op, stage, microbatch, inputs)` for compute (`inputs`: the values it consumes,
-written by the lowering from schedc/rules/deps.py), `(op, stage, microbatch, value)` for a wait,
-`(op, stage, microbatch, peer, value)` for a send or receive (`peer` is the rank on the other end,
-`value` what travels or is awaited), `(op, stage)` for UNSHARD / RESHARD / REDUCE_GRAD, or
-`(kind, (step, ...))` for a GROUP or OVERLAP_F_B compound. A value is `(kind, stage, microbatch)`.
+the table. A step is `(op, stage, microbatch)` for compute and waits, `(op, stage, microbatch, peer)` for a
+send or receive (`peer` is the rank on the other end), `(op, stage)` for UNSHARD / RESHARD /
+REDUCE_GRAD, or `(kind, (step, ...))` for a GROUP or OVERLAP_F_B compound. Reading it fills each
+step's inputs and value from schedc/rules/deps.py (`by_rule`), so the interpreter holds no
+dependency rule and the file repeats nothing the rule says.
 
 A data-parallel job (`replicas` D > 1) holds D copies of a pipeline of P ranks: `num_ranks` is the
 job's D * P, job rank d * P + p runs replica d's pipeline rank p, `placement` maps a stage to its
@@ -14,14 +14,14 @@ pipeline rank p, and a send or receive names its peer in the job (inside its own
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import NamedTuple
 
 from ..ir import COMPUTE, P2P_MODES, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, WAITS, Action, CompoundKind, Op
-from ..rules.deps import MAKES, Value, needs, neighbour_input, payload, peer_stage, produces, reduces, value_name
+from ..rules.deps import Value, needs, neighbour_input, payload, peer_stage, produces, reduces, value_name
 
 FORMAT = "schedc-program"
-VERSION = 2  # 2: every compute step lists its inputs, every send, receive and wait its value
+VERSION = 1
 
 # The op names of schedc/ir.py, as the table spells them (strings: the table is data in a file)
 COMPUTE_OPS = tuple(op.value for op in Op if op in COMPUTE)
@@ -34,7 +34,6 @@ COMPOUNDS = tuple(kind.value for kind in CompoundKind)
 # The stage on the other end of a send or receive, from the one rule (schedc/rules/deps.py: a receive is
 # named by the stage that receives; SEND_F(s) meets RECV_F(s+1), SEND_B(s) meets RECV_B(s-1)).
 PEER_STAGE = {op: peer_stage(Action(Op[op], 0, 0)) for op in COMM_OPS}
-VALUE_KINDS = tuple(sorted(set(MAKES.values())))  # "act", "grad"
 __all__ = ["value_name"]  # (the runtime's words for a value, from the rule's module)
 
 
@@ -80,14 +79,25 @@ class Instr(NamedTuple):
 
 
 def by_rule(op: str, stage: int, microbatch: int | None, num_stages: int) -> tuple[tuple[Value, ...], Value | None]:
-    """`(inputs, carries)` of an action by the rule (schedc/rules/deps.py): what the lowering writes
-    into the table and what `load_table` holds a table to."""
+    """`(inputs, carries)` of an action by the rule (schedc/rules/deps.py), as `load_table` fills
+    them in: what a compute action consumes and makes, what a send or receive moves, what a wait
+    awaits. (The rule keeps an action's microbatch: it is asked once per op and stage.)"""
     if microbatch is None:
         return (), None
-    a = Action(Op[WAIT_OPS.get(op, op)], stage, microbatch)
+    inputs, carries = _rule_at(op, stage, num_stages)
+    return (tuple((kind, s, microbatch) for kind, s in inputs),
+            None if carries is None else (carries[0], carries[1], microbatch))
+
+
+@lru_cache(maxsize=1 << 16)
+def _rule_at(op: str, stage: int, num_stages: int) -> tuple[tuple[tuple[str, int], ...], tuple[str, int] | None]:
+    """`by_rule` of `op` on `stage` at microbatch 0, as (kind, stage) pairs."""
+    a = Action(Op[WAIT_OPS.get(op, op)], stage, 0)
     if a.op.is_compute:
-        return needs(a, num_stages), produces(a)
-    return (), payload(a)
+        inputs, carries = needs(a, num_stages), produces(a)
+    else:
+        inputs, carries = (), payload(a)
+    return tuple((k, s) for k, s, _ in inputs), None if carries is None else (carries[0], carries[1])
 
 
 class Compound(NamedTuple):
@@ -199,12 +209,10 @@ def _step_data(step: Step) -> tuple:
     if isinstance(step, Compound):
         return (step.kind, tuple(_step_data(p) for p in step.parts))
     if step.op in COMM_OPS:
-        return (step.op, step.stage, step.microbatch, step.peer, step.carries)
+        return (step.op, step.stage, step.microbatch, step.peer)
     if step.op in STAGE_OPS:
         return (step.op, step.stage)
-    if step.op in WAIT_OPS:
-        return (step.op, step.stage, step.microbatch, step.carries)
-    return (step.op, step.stage, step.microbatch, step.inputs)
+    return (step.op, step.stage, step.microbatch)
 
 
 def _int(value, what: str, low: int, high: int) -> int:
@@ -279,7 +287,7 @@ def _size(data, where: str) -> int:
     if not isinstance(data, (list, tuple)) or not data or not isinstance(data[0], str):
         raise TableError(f"{where}: expected a tuple starting with an op name, got {data!r}")
     op = data[0]
-    size = 4 if op in COMPUTE_OPS or op in WAIT_OPS else 5 if op in COMM_OPS else 2 if op in STAGE_OPS else 0
+    size = 3 if op in COMPUTE_OPS or op in WAIT_OPS else 4 if op in COMM_OPS else 2 if op in STAGE_OPS else 0
     if not size:
         raise TableError(f"{where}: unknown op {op!r}")
     if len(data) != size:
@@ -295,13 +303,8 @@ def _instr(data, rank: int, where: str, S: int, M: int, placement) -> Instr:
         raise TableError(f"{where}: {op} of stage {stage} on rank {rank}, but stage {stage} is on rank "
                          f"{placement[stage]}")
     mb = _int(data[2], f"{where}: microbatch", 0, M) if size > 2 else None
-    peer = _peer(data[3], op, stage, mb, rank, where, placement) if size == 5 else None
-    inputs, carries = by_rule(op, stage, mb, S)
-    if op in COMPUTE_OPS:
-        _agrees(_values(data[3], f"{where}: inputs", S, M), inputs, f"{where}: {op}({stage},{mb}) consumes")
-    elif size > 2:
-        _agrees(_value(data[-1], f"{where}: value", S, M), carries, f"{where}: {op}({stage},{mb}) carries")
-    return Instr(op, stage, mb, peer, inputs, carries)
+    peer = _peer(data[3], op, stage, mb, rank, where, placement) if size == 4 else None
+    return Instr(op, stage, mb, peer, *by_rule(op, stage, mb, S))
 
 
 def _peer(data, op: str, stage: int, mb: int | None, rank: int, where: str, placement) -> int:
@@ -316,27 +319,6 @@ def _peer(data, op: str, stage: int, mb: int | None, rank: int, where: str, plac
     if peer == rank:
         raise TableError(f"{where}: {op}({stage},{mb}) would talk to its own rank")
     return peer
-
-
-def _value(data, what: str, S: int, M: int) -> Value:
-    """A value `(kind, stage, microbatch)`: a kind of the rule's, a stage and a microbatch in range."""
-    if not isinstance(data, (list, tuple)) or len(data) != 3 or not isinstance(data[0], str) \
-            or data[0] not in VALUE_KINDS:
-        raise TableError(f"{what}: expected (kind, stage, microbatch) with kind one of "
-                         f"{', '.join(VALUE_KINDS)}, got {data!r}")
-    return (data[0], _int(data[1], f"{what}: stage", 0, S), _int(data[2], f"{what}: microbatch", 0, M))
-
-
-def _values(data, what: str, S: int, M: int) -> tuple[Value, ...]:
-    if not isinstance(data, (list, tuple)):
-        raise TableError(f"{what}: expected a tuple of values, got {data!r}")
-    return tuple(_value(v, what, S, M) for v in data)
-
-
-def _agrees(got, want, what: str) -> None:
-    """A step's inputs or value are the rule's (schedc/rules/deps.py), as its peer is the placement's."""
-    if got != want:
-        raise TableError(f"{what} {got!r}, but by the rule (schedc/rules/deps.py) {want!r}")
 
 
 class Partner(NamedTuple):
