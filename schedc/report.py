@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from .errors import Diagnostic, SchedcError
 from .outputs import rounded
-from .ir import RECVS, Action, Program, describe, format_step
+from .ir import RECVS, Action, Compound, CompoundKind, Program, describe, format_step
 from .lint import display_step, lint
 from .rules.deps import delivers, payload, value_name
 from .rules.semantics import RENDEZVOUS, Semantics
@@ -198,6 +198,7 @@ def _checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str 
     report.peak_activation = peak_activation(program)
     chans = channels(program)
     _match(report, chans)
+    report.notes += _one_sided_groups(program, semantics, chans)
     if engine == "z3":
         _deadlock_z3(report, chans, timeout_s)
     else:
@@ -263,6 +264,25 @@ def _check_job(program: Program, semantics: Semantics, limits, file, engine) -> 
     report.memory_limit = tuple(given.get(r) for r in range(flat.num_ranks))
     _over_limits(report)
     return report
+
+
+def _one_sided_groups(program: Program, semantics: Semantics, chans) -> tuple[str, ...]:
+    """A note, under a semantics other than nccl, where a message is grouped on one end only: NCCL
+    posts a group on the process group's communicator and a single operation on the pair's, so the
+    two never meet there (docs/semantics.md, "Groups under nccl"); the nccl verdict says so."""
+    if semantics.one_stream_per_pair or program.level != "comms":
+        return ()
+
+    def grouped(ep) -> bool:
+        step = program.ranks[ep.rank][ep.step]
+        return isinstance(step, Compound) and step.kind is CompoundKind.GROUP
+
+    for send, recv in chans.pairs():
+        if grouped(send) != grouped(recv):
+            return (f"rank {send.rank}'s {describe(send.action)} and rank {recv.rank}'s {describe(recv.action)} "
+                    "meet here, but one is in a group and the other is not: on NCCL a group and a single "
+                    "operation travel on different communicators and never meet (--semantics nccl)",)
+    return ()
 
 
 def _deadlock_finding(report: Report, notes: tuple[str, ...]) -> None:

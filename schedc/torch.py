@@ -38,6 +38,10 @@ def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
     why = torch_cannot_run(program)
     if why is not None:
         raise SchedcError("usage", why)
+    if program.forward_only:  # (torch's runtime asserts "Invalid backward microbatches" on one)
+        raise SchedcError("usage", f"{program.name} is forward only; torch's _PipelineScheduleRuntime runs "
+                          "training schedules (it refuses an action list without backwards): run inference with "
+                          "`schedc run`, or with torch's own schedule's eval()")
     _verified(program, semantics)
     rows = to_torch_csv(program.replica(0), "comms").rows  # (identical replicas: each runs this)
     runtime = _PipelineScheduleRuntime(list(stages), n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads)

@@ -155,6 +155,10 @@ def test_under_nccl_a_grouped_operation_never_meets_a_single_one():
     from schedc.verify.graph import constraints
     never = constraints(p, Semantics("nccl"), channels(p)).never
     assert any("one grouped and one single" in why for why, _ in never.values()), never
+    # rendezvous clears it, and its report says what NCCL makes of the one-sided group
+    clear = schedc.check(p)
+    assert clear.ok and any("never meet (--semantics nccl)" in n for n in clear.notes), clear.notes
+    assert not any("never meet" in n for n in schedc.check(program(GROUPED, None)).notes)
 
 
 def test_run_on_nccl_refuses_what_only_rendezvous_clears(tmp_path, run_cli, monkeypatch):

@@ -92,6 +92,8 @@ def test_a_schedule_that_fails_check_is_refused(tmp_path):
      "runs stage(s) 2 on rank 0, which was not given them"),
     (lambda: schedc.torch.schedule("1f1b", [MockStage(0, 2, 2, 0)], 4, V=2), "unknown-param", "does not declare V"),
     (lambda: schedc.torch.schedule("1f1b", [], 4), "usage", "needs this rank's pipeline stages"),
+    (lambda: schedc.torch.schedule(str(Path(__file__).parent / "data" / "forward" / "ds_inference.pp"),
+                                   [MockStage(0, 2, 2, 0)], 3, P=2), "usage", "is forward only; torch's"),
     (lambda: schedc.torch.schedule(schedc.load("gpipe", {"P": 2, "M": 2}), [MockStage(0, 2, 2, 0)], 2, M=2),
      "usage", "given with a compiled Program"),
 ])
