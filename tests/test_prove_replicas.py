@@ -20,6 +20,36 @@ from schedc.prove.model import Unsupported, model
 
 DATA = Path(__file__).parent / "data" / "prove" / "replicas"
 BOUNDS = {"1f1b_dp": "min(P - r, M)", "gpipe_dp": "M", "zb_h1_dp": "min(P, M)"}
+# each rank's reductions of its stages' gradients, by placement (a V-chunk loop holds r, r + P, ...)
+REDUCTIONS = {"vshape": "REDUCE_GRAD(r) REDUCE_GRAD(2 * P - 1 - r)",
+              "loop": "REDUCE_GRAD(r)", "loop, V": "for k in 0 .. V { REDUCE_GRAD(r + k * P) }"}
+
+
+def job_of(name: str, folder: Path) -> Path:
+    """schedules/NAME.pp as a job of D identical replicas (NAME_dp, D = 2 by default), each rank
+    reducing each of its stages' gradients after its last backward: written from the built-in
+    itself, so the proof follows it as it changes."""
+    from schedc.resources import builtin_schedules
+    text = builtin_schedules()[name].read_text()
+    head, _, rest = text.partition(f"schedule {name}(")
+    params, _, body = rest.partition(")")
+    lines = f"{head}schedule {name}_dp({params}, D = 2){body}".splitlines()
+    at = next(k for k, line in enumerate(lines) if line.strip().startswith("stages "))
+    lines[at + 1:at + 1] = ["  require D >= 1", "  replicas D"]
+    place = next(line.split()[1] for line in lines if line.strip().startswith("place "))
+    key = "loop, V" if place == "loop" and "V = " in params else place
+    assert lines[-2:] == ["  }", "}"], lines[-2:]  # the rank body closes, then the schedule
+    lines[-2:-2] = ["    " + REDUCTIONS[key]]
+    path = folder / f"{name}_dp.pp"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def source(name: str, folder: Path) -> Path:
+    """A job's file: a built-in written with replicas, else one of tests/data/prove/replicas/."""
+    built = name.removesuffix("_dp")
+    from schedc.resources import builtin_schedules
+    return job_of(built, folder) if built in builtin_schedules() and name != "gpipe_dp" else DATA / f"{name}.pp"
 
 
 def passes(path, **params) -> bool:
@@ -31,22 +61,23 @@ def passes(path, **params) -> bool:
 
 
 @pytest.mark.parametrize("name", sorted(BOUNDS))
-def test_builtins_written_with_replicas_and_reductions_are_proved_for_every_p_m_d(name):
-    proof = prove(str(DATA / f"{name}.pp"))
+def test_builtins_written_with_replicas_and_reductions_are_proved_for_every_p_m_d(name, tmp_path):
+    path = source(name, tmp_path)
+    proof = prove(str(path))
     assert proof.verdict == "proved", proof.reason
     assert [p.name for p in proof.parts] == ["well-formed", "replicas", "deadlock-free", "memory"]
     assert "every collective names a stage in range" in proof.parts[0].detail
     assert proof.memory_bound == BOUNDS[name]
     assert "D" in proof.bounded["largest"]
     for P, M, D in ((13, 29, 3), (20, 7, 5), (9, 40, 2)):  # far beyond the sweep, as the claim says
-        assert passes(DATA / f"{name}.pp", P=P, M=M, D=D), (P, M, D)
+        assert passes(path, P=P, M=M, D=D), (P, M, D)
 
 
 @pytest.mark.slow  # 15-90 s each (the nonlinear ones, as their own proofs in tests/test_prove.py)
 @pytest.mark.parametrize("name", ["interleaved_1f1b_dp", "zb_h2_dp", "zbv_dp", "dualpipev_dp", "looped_bfs_dp",
                                   "interleaved_zero_bubble_dp"])
-def test_every_other_builtin_written_with_replicas_is_proved_for_every_setting(name):
-    proof = prove(str(DATA / f"{name}.pp"))
+def test_every_other_builtin_written_with_replicas_is_proved_for_every_setting(name, tmp_path):
+    proof = prove(str(source(name, tmp_path)))
     assert proof.verdict == "proved", proof.reason
     assert "replicas" in [p.name for p in proof.parts]
 
