@@ -49,9 +49,9 @@ def _import(path: Path):
 def _only_template(source: str) -> None:
     tree = ast.parse(source)
     imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert [(n.module, [a.name for a in n.names]) for n in imports] == [("schedc.runtime.entry", ["main"])]
+    assert [(n.module, [a.name for a in n.names]) for n in imports] == [("schedc.runtime.entry", ["main", "leave"])]
     calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    assert calls == {"_run", "main", "SystemExit"}, calls
+    assert calls == {"_run", "main", "_leave"}, calls
 
 
 @pytest.mark.parametrize("name", sorted(builtin_schedules()))

@@ -42,7 +42,7 @@ send between two ranks meets the k-th receive. Run it on every rank, for example
 rank p on its share of the batch), or `schedc run`; or import it and call main(argv).
 `python this_file.py --help` lists the options. It needs only torch and schedc.runtime.
 """
-from schedc.runtime.entry import main as _run
+from schedc.runtime.entry import main as _run, leave as _leave
 
 '''
 
@@ -54,7 +54,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _leave(main())  # at once: nothing torch holds is freed after its process groups are gone
 '''
 
 

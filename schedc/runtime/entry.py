@@ -385,6 +385,13 @@ def end_rank(status: int = 0) -> NoReturn:
     finished test launches died so), so nothing is freed after the groups are destroyed."""
     import torch.distributed as dist
     dist.destroy_process_group()
+    leave(status)
+
+
+def leave(status: int = 0) -> NoReturn:
+    """Leave a rank's process at once with `status`, its output flushed: a generated program's
+    ranks end so once `main` has destroyed their groups (`end_rank`'s reason: gloo's threads can
+    abort a finished rank, signal 6, while Python frees what torch held as it shuts down)."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
@@ -442,5 +449,5 @@ def interp_profile(interp: PipelineInterpreter, skip_steps: int) -> dict:
             "cores": cores}
 
 
-__all__ = ["EXIT_FAILED", "EXIT_TIMEOUT", "EXIT_USAGE", "Model", "build_modules", "end_rank", "load_model", "main",
+__all__ = ["EXIT_FAILED", "EXIT_TIMEOUT", "EXIT_USAGE", "Model", "build_modules", "end_rank", "leave", "load_model", "main",
            "make_dp_group", "replica_share", "split"]
