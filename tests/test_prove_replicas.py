@@ -25,12 +25,12 @@ REDUCTIONS = {"vshape": "REDUCE_GRAD(r) REDUCE_GRAD(2 * P - 1 - r)",
               "loop": "REDUCE_GRAD(r)", "loop, V": "for k in 0 .. V { REDUCE_GRAD(r + k * P) }"}
 
 
-def job_of(name: str, folder: Path) -> Path:
-    """schedules/NAME.pp as a job of D identical replicas (NAME_dp, D = 2 by default), each rank
-    reducing each of its stages' gradients after its last backward: written from the built-in
-    itself, so the proof follows it as it changes."""
-    from schedc.resources import builtin_schedules
-    text = builtin_schedules()[name].read_text()
+def job_of(schedule: Path, folder: Path) -> Path:
+    """The schedule in `schedule` (a built-in, or a file of tests/data/prove/) as a job of D identical
+    replicas (NAME_dp, D = 2 by default), each rank reducing each of its stages' gradients after its
+    last backward: written from the schedule itself, so the proof follows it as it changes."""
+    name = schedule.stem
+    text = schedule.read_text()
     head, _, rest = text.partition(f"schedule {name}(")
     params, _, body = rest.partition(")")
     lines = f"{head}schedule {name}_dp({params}, D = 2){body}".splitlines()
@@ -46,10 +46,11 @@ def job_of(name: str, folder: Path) -> Path:
 
 
 def source(name: str, folder: Path) -> Path:
-    """A job's file: a built-in written with replicas, else one of tests/data/prove/replicas/."""
-    built = name.removesuffix("_dp")
+    """A job's file: a built-in written with replicas, else one of tests/data/prove/replicas/ (gpipe_dp
+    names its replica and gathers, on purpose)."""
     from schedc.resources import builtin_schedules
-    return job_of(built, folder) if built in builtin_schedules() and name != "gpipe_dp" else DATA / f"{name}.pp"
+    built = builtin_schedules().get(name.removesuffix("_dp"))
+    return job_of(built, folder) if built is not None and name != "gpipe_dp" else DATA / f"{name}.pp"
 
 
 def passes(path, **params) -> bool:
@@ -82,8 +83,8 @@ def test_every_other_builtin_written_with_replicas_is_proved_for_every_setting(n
     assert "replicas" in [p.name for p in proof.parts]
 
 
-def test_a_job_whose_pipeline_deadlocks_is_refuted_where_check_fails():
-    path = DATA / "late_warmup_dp.pp"
+def test_a_job_whose_pipeline_deadlocks_is_refuted_where_check_fails(tmp_path):
+    path = job_of(DATA.parent / "late_warmup.pp", tmp_path)
     proof = prove(str(path))
     assert proof.verdict == "refuted"
     cex = proof.counterexample
