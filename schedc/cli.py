@@ -60,6 +60,10 @@ def _parser(stdout: TextIO) -> _Parser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     from .ir import P2P_MODES, RECEIVE_POSTINGS
+    from .rules.semantics import listed, modifiers_help, names
+    # the semantics --semantics takes, from their registry: blocking ones besides the default, backends
+    blocking = ", ".join(n for n in names(posted=False) if n != "rendezvous")
+    backends = listed(names(posted=True))
 
     def common(q, many=False):
         q.add_argument("inputs" if many else "input", nargs="+" if many else None, metavar="FILE|NAME",
@@ -81,9 +85,8 @@ def _parser(stdout: TextIO) -> _Parser:
                             "payload) or split (activations and gradients on communicators of their own)")
 
     def checking(q):
-        q.add_argument("--semantics", default="rendezvous", help="rendezvous (default), eager, bounded:K, or a backend: nccl, gloo "
-                                                                "(+shapes: with Megatron's shape exchange, e.g. nccl+shapes; nccl+lazy: "
-                                                                "communicators made at first use)")
+        q.add_argument("--semantics", default="rendezvous", help=f"rendezvous (default), {blocking}, or a backend: "
+                                                                f"{', '.join(names(posted=True))} ({modifiers_help()})")
         q.add_argument("--engine", choices=["native", "z3"], default="native",
                        help="deadlock check: the native executor (default) or the Z3 solver")
         q.add_argument("--timeout", type=float, default=30.0, metavar="S", help="--engine z3: the solver's seconds for the whole command (inputs and sweep instances share them)")
@@ -145,8 +148,8 @@ def _parser(stdout: TextIO) -> _Parser:
     q.add_argument("--seed", type=int, default=0, help="the seed of the sampled runs (default 0)")
     q.add_argument("--no-overlap", action="store_true", help="communication holds the ranks it involves")
     q.add_argument("--semantics",
-                   help="which runs exist: rendezvous (default; gloo with --lower early), eager, bounded:K, or a "
-                        "backend, nccl or gloo, whose sends and receives are timed as posted and awaited")
+                   help=f"which runs exist: rendezvous (default; gloo with --lower early), {blocking}, or a "
+                        f"backend, {backends}, whose sends and receives are timed as posted and awaited")
     q.add_argument("--json", action="store_true", help="print one JSON object")
     q.add_argument("--trace", metavar="FILE", help="write a Chrome trace / Perfetto JSON of the timeline")
     describing(q)
@@ -196,8 +199,8 @@ def _parser(stdout: TextIO) -> _Parser:
                    "Perfetto JSON (the layout of `schedc sim --trace`), also when the run is stopped")
     q.add_argument("--no-verify", action="store_true", help="run without checking the schedule first")
     q.add_argument("--semantics", default="rendezvous",
-                   help="send semantics to verify under (default rendezvous): eager, bounded:K, or the backend's, "
-                        "nccl or gloo; the runtime always posts and awaits as the backends do")
+                   help=f"send semantics to verify under (default rendezvous): {blocking}, or the backend's, "
+                        f"{backends}; the runtime always posts and awaits as the backends do")
     q.add_argument("--receives", choices=RECEIVE_POSTINGS, default="needed",
                    help="where the runtime posts receives: needed (default: in the round their sender runs, "
                         "as lowering places them) or early (every receive at the start of its rank's step: on "

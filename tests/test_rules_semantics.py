@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from schedc.errors import SchedcError
-from schedc.rules.semantics import BACKENDS, MODIFIERS, RENDEZVOUS, Semantics
+from schedc.rules.semantics import MODIFIERS, RENDEZVOUS, Semantics, names
+
+BACKENDS = names(posted=True)
 
 NAMES = ("rendezvous", "eager", "bounded:1", "bounded:3", "nccl", "gloo", "nccl+shapes", "nccl+lazy",
          "nccl+shapes+lazy", "gloo+shapes")
