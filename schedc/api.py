@@ -13,21 +13,17 @@ from typing import Mapping
 from .report import ENGINES, Report, run_checks
 from .errors import SchedcError
 from .inputs import decode, read_text
+from .interop.formats import by_extension, named, readable
 from .ir import Program
 from .resources import builtin_schedules
 from .rules.semantics import Semantics
 
-FORMATS = ("pp", "torch-csv", "ir-json")
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)  # (opening a pipe: no wait)
 
 
 def detect_format(path: str) -> str:
-    low = path.lower()
-    if low.endswith(".csv"):
-        return "torch-csv"
-    if low.endswith(".json"):
-        return "ir-json"
-    return "pp"
+    """The format a file's extension picks (schedc/interop/formats.py): `pp` for any it does not know."""
+    return by_extension(path).name
 
 
 def resolve(path_or_name: str) -> Path:
@@ -68,20 +64,13 @@ def load_text(text: str, name: str, fmt: str = "pp", params: Mapping[str, int] |
 
 
 def _read(text: str, name: str, fmt: str, params, notation: str, strict_params: bool) -> Program:
-    if fmt not in FORMATS:
-        raise SchedcError("usage", f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}",
+    form = named(fmt)
+    if form.read is None:
+        raise SchedcError("usage", f"{fmt} is written, not read; read one of {', '.join(readable())}",
                           where="--format")
-    if fmt != "pp" and params:
+    if not form.takes_params and params:
         raise SchedcError("usage", "--param applies to .pp schedules only", where="--param")
-    if fmt == "torch-csv":
-        from .interop.torch_csv import program_from_csv
-        return program_from_csv(text, name, notation=notation)
-    if fmt == "ir-json":
-        from .interop.ir_json import read_ir_json
-        return read_ir_json(text, name)
-    from .compiler import compile_schedule
-    from .parse import parse
-    return compile_schedule(parse(text, name), params, strict=strict_params)
+    return form.read(text, name, params=params, notation=notation, strict=strict_params)
 
 
 def load(path_or_name: str, params: Mapping[str, int] | None = None, *, fmt: str | None = None,

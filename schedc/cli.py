@@ -59,6 +59,7 @@ def _parser(stdout: TextIO) -> _Parser:
     p.add_argument("--version", action="version", version=f"schedc {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
+    from .interop.formats import readable, writable
     from .ir import P2P_MODES, RECEIVE_POSTINGS
     from .rules.semantics import listed, modifiers_help, names
     # the semantics --semantics takes, from their registry: blocking ones besides the default, backends
@@ -71,7 +72,7 @@ def _parser(stdout: TextIO) -> _Parser:
         q.add_argument("--param", action="append", default=[], metavar="K=V",
                        help="set schedule parameters, e.g. --param P=4 or --param P=4,M=8 (repeatable; "
                             "each name once)")
-        q.add_argument("--format", choices=["pp", "torch-csv", "ir-json"],
+        q.add_argument("--format", choices=readable(),
                        help="input format (default: by file extension)")
         q.add_argument("--notation", choices=["current", "legacy"], default="current",
                        help="PyTorch CSV notation: current (B = full backward) or legacy (B = backward-input, "
@@ -126,7 +127,7 @@ def _parser(stdout: TextIO) -> _Parser:
 
     q = sub.add_parser("export", help="write a schedule in another format", stdout=stdout)
     common(q)
-    q.add_argument("--to", required=True, choices=["torch-csv", "ir-json"], help="output format")
+    q.add_argument("--to", required=True, choices=writable(), help="output format")
     q.add_argument("--level", choices=["compute", "comms"], default="comms",
                    help="torch-csv: compute_only or compute_comms (default)")
     q.add_argument("-o", "--output", metavar="FILE", help="output file (default: standard output)")

@@ -29,8 +29,9 @@ def description(args):
 def load(name: str, args, values=None, strict=True):
     """A schedule by name or path with the parameter values (ignored for CSV and JSON inputs)."""
     from ..api import detect_format, load as load_program
+    from ..interop.formats import FORMATS
     fmt = args.format or detect_format(name)
-    program = load_program(name, values if fmt == "pp" else None, fmt=fmt, notation=args.notation,
+    program = load_program(name, values if FORMATS[fmt].takes_params else None, fmt=fmt, notation=args.notation,
                            strict_params=strict, forward_only=getattr(args, "forward_only", False))
     p2p = getattr(args, "p2p", None)
     return program if p2p is None or p2p == program.p2p else replace(program, p2p=p2p)

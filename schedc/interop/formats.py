@@ -1,0 +1,139 @@
+"""The formats a program is read from and written to, one registered `Format` each (its name, the
+file extensions that pick it, its reader and writer): `--format`, `export --to`, inference from a
+file's extension, `schedc compile`'s outputs and the lists in docs/cli.md all read `FORMATS`.
+The readers and writers import their modules when called, so listing the formats stays cheap.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping
+
+from ..errors import SchedcError
+
+if TYPE_CHECKING:
+    from ..ir import Program
+    from ..report import Report
+
+
+class Refused(Exception):
+    """A writer that will not write a program its checks fail: the failing report and one line why."""
+
+    def __init__(self, report: "Report", why: str):
+        super().__init__(why)
+        self.report, self.why = report, why
+
+
+@dataclass(frozen=True)
+class Format:
+    """One format: `name` (`--format`, `--to`), `extensions` (lower case, with the dot; the first is
+    the one written), `what` it is in a sentence; `read(text, name, params=, notation=, strict=)`
+    gives a `Program` (`takes_params`: the text has parameters for `--param`); `write(program,
+    level=)` gives the text (`level`: compute or comms, for a format with both) or raises `Refused`."""
+
+    name: str
+    extensions: tuple[str, ...]
+    what: str
+    read: Callable[..., "Program"] | None = None
+    write: Callable[..., str] | None = None
+    takes_params: bool = False
+
+
+def _read_pp(text: str, name: str, *, params: Mapping[str, int] | None, strict: bool, **_: object) -> "Program":
+    from ..compiler import compile_schedule
+    from ..parse import parse
+    return compile_schedule(parse(text, name), params, strict=strict)
+
+
+def _read_csv(text: str, name: str, *, notation: str, **_: object) -> "Program":
+    from .torch_csv import program_from_csv
+    return program_from_csv(text, name, notation=notation)
+
+
+def _read_ir(text: str, name: str, **_: object) -> "Program":
+    from .ir_json import read_ir_json
+    return read_ir_json(text, name)
+
+
+def _write_ir(program: "Program", **_: object) -> str:
+    from .ir_json import dumps_ir
+    return dumps_ir(program)
+
+
+def _write_csv(program: "Program", *, level: str = "comms", **_: object) -> str:
+    """torch's CSV of replica 0 (torch runs it on each); at the comms level only of a program that
+    checks, as compute_comms and again as the CSV has it (no groups)."""
+    from ..columns import held_as_columns
+    from ..report import run_checks
+    from .torch_csv import to_torch_csv, torch_cannot_run
+    why = torch_cannot_run(program)
+    if why is not None:
+        raise SchedcError("usage", why + ": export it as IR JSON (--to ir-json)", where="--to torch-csv")
+    program = program.replica(0)
+    if level == "comms" and program.level == "compute":
+        report = run_checks(program)
+        if not report.ok:  # communication can only be inserted into a sound compute order
+            raise Refused(report, "the schedule fails its checks; nothing exported")
+    table = to_torch_csv(held_as_columns(program), level)  # (lowered and written from integer columns)
+    if level == "comms" and table.flattened:
+        flat = run_checks(table.to_program(program.name))
+        if flat.ok is False:  # groups do not survive the CSV: what torch would run must check too
+            raise Refused(flat, "as a PyTorch CSV (which has no groups) the schedule fails its checks; "
+                                "nothing exported")
+    return table.dumps()
+
+
+FORMATS: dict[str, Format] = {}
+
+
+def register(fmt: Format) -> Format:
+    """Add a format (docs/design.md, "How to add an export format")."""
+    if fmt.name in FORMATS:
+        raise ValueError(f"a format named {fmt.name!r} is registered already")
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
+def unregister(name: str) -> None:
+    """Remove a format `register` added (a test's throwaway one)."""
+    del FORMATS[name]
+
+
+for _fmt in (  # the first is the default: a file whose extension picks no other format
+    Format("pp", (".pp",), "a schedc schedule", read=_read_pp, takes_params=True),
+    Format("torch-csv", (".csv",), "PyTorch's schedule CSV (compute_only or compute_comms)", read=_read_csv,
+           write=_write_csv),
+    Format("ir-json", (".json",), "schedc's IR as JSON", read=_read_ir, write=_write_ir),
+):
+    register(_fmt)
+
+
+def readable() -> tuple[str, ...]:
+    """The names `--format` takes."""
+    return tuple(f.name for f in FORMATS.values() if f.read is not None)
+
+
+def writable() -> tuple[str, ...]:
+    """The names `export --to` takes."""
+    return tuple(f.name for f in FORMATS.values() if f.write is not None)
+
+
+def by_extension(path: str) -> Format:
+    """The format a file's extension picks; the first registered (`pp`) for any other."""
+    low = path.lower()
+    found = (f for f in FORMATS.values() if any(low.endswith(ext) for ext in f.extensions))
+    return next(found, next(iter(FORMATS.values())))
+
+
+def writer(name: str) -> Callable[..., str]:
+    """The writer of the format called `name`, or a usage error listing those with one."""
+    write = named(name, "--to").write
+    if write is None:
+        raise SchedcError("usage", f"{name} is read, not written; write one of {', '.join(writable())}", where="--to")
+    return write
+
+
+def named(name: str, where: str = "--format") -> Format:
+    """The format called `name`, or a usage error listing them."""
+    if name not in FORMATS:
+        raise SchedcError("usage", f"unknown format {name!r}; expected one of {', '.join(FORMATS)}", where=where)
+    return FORMATS[name]
