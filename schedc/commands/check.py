@@ -9,7 +9,7 @@ from ..inputs import integer
 from ..options import memory_limit, seconds
 from ..outputs import dumps_json
 from ..progress import progress
-from . import common, described
+from . import arguments, common, described
 
 
 _SWEEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)\.\.(-?\d+)")
@@ -33,6 +33,18 @@ class SolverTime:
         """Seconds left for the next check (the whole `--timeout` when no solver runs)."""
         from ..solver import clock
         return self.end - clock() if self.on else self.seconds
+
+
+
+def add_arguments(q) -> None:
+    arguments.inputs(q, many=True)
+    q.add_argument("--json", action="store_true", help="print one JSON object per input, one per line")
+    q.add_argument("--sweep", action="append", default=[], metavar="K=A..B",
+                   help="check every value of a parameter in A..B (inclusive; repeatable)")
+    q.add_argument("--viz", metavar="OUT.svg|OUT.html|OUT.png",
+                   help="also draw the schedule; a failing one with its counterexample (one input)")
+    arguments.checking(q)
+    arguments.describing(q)
 
 
 def run(args, stdout, stderr) -> int:  # noqa: C901

@@ -4,7 +4,24 @@ from __future__ import annotations
 from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
 from ..options import memory_limit
 from ..outputs import dumps_json
-from . import common
+from . import arguments, common
+
+
+
+def add_arguments(q) -> None:
+    q.add_argument("inputs", nargs="*", metavar="FILE|NAME",
+                   help=".pp schedules or built-in names (default: every built-in schedule)")
+    q.add_argument("--param", action="append", default=[], metavar="K=V",
+                   help="the setting, e.g. --param P=4,M=8,V=2 (repeatable; each name once); each schedule "
+                        "takes the parameters it declares")
+    arguments.costs(q, "costs for every stage of every schedule, as written (not divided by V), e.g. "
+                       "F=1,I=1,W=1; applied after --costs")
+    q.add_argument("--memory-limit", metavar="N",
+                   help="mark (and rank last) schedules whose peak memory on some rank exceeds N (with a "
+                        "description: GiB, or a size such as 80GiB; default the accelerator's memory)")
+    q.add_argument("--no-overlap", action="store_true", help="communication holds the ranks it involves")
+    q.add_argument("--json", action="store_true", help="print one JSON object per schedule, best first")
+    arguments.describing(q)
 
 
 def run(args, stdout, stderr) -> int:

@@ -4,7 +4,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import SchedcError
-from . import common
+from . import arguments, common
+
+
+
+def add_arguments(q) -> None:
+    arguments.inputs(q)
+    q.add_argument("-o", "--output", default="build", metavar="DIR", help="output folder (default: build)")
+    q.add_argument("--force", action="store_true", help="write outputs even if checks fail")
+    arguments.checking(q)
 
 
 def run(args, stdout, stderr) -> int:

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from ..errors import EXIT_FAIL, EXIT_OK
-from . import common
+from . import arguments, common
+
+
+
+def add_arguments(q) -> None:
+    from ..interop.formats import writable
+    arguments.inputs(q)
+    q.add_argument("--to", required=True, choices=writable(), help="output format")
+    q.add_argument("--level", choices=["compute", "comms"], default="comms",
+                   help="torch-csv: compute_only or compute_comms (default)")
+    q.add_argument("-o", "--output", metavar="FILE", help="output file (default: standard output)")
 
 
 def run(args, stdout, stderr) -> int:

@@ -10,6 +10,11 @@ from ..outputs import dumps_json
 _SENTENCE = re.compile(r"(.+?(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bcf)[.!?])(?=\s|$)", re.S)
 
 
+
+def add_arguments(q) -> None:
+    q.add_argument("--json", action="store_true", help="one JSON object per schedule")
+
+
 def run(args, stdout, stderr) -> int:
     from ..resources import builtin_schedules
     rows = [_row(name, path) for name, path in builtin_schedules().items()]

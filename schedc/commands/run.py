@@ -22,10 +22,50 @@ from pathlib import Path
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, SchedcError
 from ..options import seconds
 from ..progress import progress
-from . import common
+from . import arguments, common
 
 
 _RANK_EXITS = {1: "failed", 2: "could not start (bad usage or model)", 124: "was stopped by the watchdog"}
+
+
+
+def add_arguments(q) -> None:
+    from ..ir import RECEIVE_POSTINGS
+    arguments.inputs(q)
+    q.add_argument("--model", required=True, metavar="PKG.MOD:FN",
+                   help="the model: build_stages(stage_ids, num_stages) in an importable module that also "
+                        "defines loss_fn and make_batch, e.g. examples.mlp:build_stages")
+    q.add_argument("--nproc", type=int, metavar="R", help="ranks to start on this node (default: the schedule's "
+                   "ranks, divided by --nnodes)")
+    q.add_argument("--nnodes", type=int, default=1, metavar="N",
+                   help="nodes the run spans, each starting --nproc ranks (default 1); as torchrun's --nnodes")
+    q.add_argument("--node-rank", type=int, metavar="K",
+                   help="this node's rank, 0..N-1: it runs global ranks K*R..K*R+R-1 (with --print-torchrun: "
+                        "print node K's line only)")
+    q.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+                   help="rendezvous: node 0's address and a free port there (needed with --nnodes > 1)")
+    q.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend")
+    q.add_argument("--steps", type=int, default=5, metavar="K", help="training steps (default 5)")
+    q.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                   help="watchdog: an action, a send or receive, or a phase of training (make_batch, the "
+                        "optimizer step) taking longer stops the run (default 300)")
+    q.add_argument("--profile", metavar="OUT.json", help="write measured per-stage F/I/W/B times and message sizes")
+    q.add_argument("--trace", metavar="FILE", help="write the measured timeline of every rank as a Chrome trace / "
+                   "Perfetto JSON (the layout of `schedc sim --trace`), also when the run is stopped")
+    q.add_argument("--no-verify", action="store_true", help="run without checking the schedule first")
+    q.add_argument("--semantics", default="rendezvous",
+                   help=f"send semantics to verify under (default rendezvous): {arguments.blocking()}, or the "
+                        f"backend's, {arguments.backends()}; the runtime always posts and awaits as the backends do")
+    q.add_argument("--receives", choices=RECEIVE_POSTINGS, default="needed",
+                   help="where the runtime posts receives: needed (default: in the round their sender runs, "
+                        "as lowering places them) or early (every receive at the start of its rank's step: on "
+                        "gloo a message then goes as soon as it is sent; checked under gloo, gloo only)")
+    q.add_argument("--batch-size", type=int, metavar="N", help="samples per step (default 8 x microbatches)")
+    q.add_argument("--dtype", choices=["bfloat16", "float16", "float32", "float64"], help="model and input dtype")
+    q.add_argument("--lr", type=float, metavar="LR", help="SGD learning rate unless the model defines make_optimizer")
+    q.add_argument("--print-torchrun", action="store_true",
+                   help="write DIR/<name>_program.py and print the torchrun command instead of running")
+    q.add_argument("-o", "--output", default="build", metavar="DIR", help="with --print-torchrun: output folder")
 
 
 def run(args, stdout, stderr) -> int:  # noqa: C901

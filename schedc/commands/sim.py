@@ -4,7 +4,31 @@ from __future__ import annotations
 from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
 from ..outputs import dumps_json
 from ..rules.semantics import RENDEZVOUS, Semantics
-from . import common, described
+from . import arguments, common, described
+
+
+
+def add_arguments(q) -> None:
+    from ..ir import RECEIVE_POSTINGS
+    arguments.inputs(q)
+    arguments.costs(q, "costs for every stage, e.g. F=1,I=1,W=1,B=2 (also act, weight, out, latency, "
+                       "bandwidth, overhead, dispatch); applied after --costs")
+    q.add_argument("--lower", nargs="?", const="needed", choices=RECEIVE_POSTINGS, metavar="RECEIVES",
+                   help="time the program as `schedc run` lowers and runs it, its sends and receives as steps "
+                        "(receives where needed, or `--lower early`: as `run --receives early`); with a profile "
+                        "of that run, what predicts its step")
+    q.add_argument("--samples", type=int, default=0, metavar="N",
+                   help="also time N runs with each time drawn from the measured spread of a profile "
+                        "(--costs run.json from `schedc run --profile`): the expected makespan and its spread")
+    q.add_argument("--seed", type=int, default=0, help="the seed of the sampled runs (default 0)")
+    q.add_argument("--no-overlap", action="store_true", help="communication holds the ranks it involves")
+    q.add_argument("--semantics",
+                   help=f"which runs exist: rendezvous (default; gloo with --lower early), {arguments.blocking()}, "
+                        f"or a backend, {arguments.backends()}, whose sends and receives are timed as posted and "
+                        "awaited")
+    q.add_argument("--json", action="store_true", help="print one JSON object")
+    q.add_argument("--trace", metavar="FILE", help="write a Chrome trace / Perfetto JSON of the timeline")
+    arguments.describing(q)
 
 
 def run(args, stdout, stderr) -> int:  # noqa: C901

@@ -4,7 +4,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import EXIT_OK
-from . import common, described
+from . import arguments, common, described
+
+
+
+def add_arguments(q) -> None:
+    q.description = ("Draw a schedule. It is checked first and the check summary is printed; a failing "
+                     "schedule is drawn with its counterexample. Exits 0 once the picture is written, "
+                     "whatever the checks found (the picture is the product); use schedc check, or "
+                     "schedc check --viz OUT, for an exit code that fails with the schedule.")
+    arguments.inputs(q)
+    q.add_argument("-o", "--output", required=True, metavar="OUT.svg|OUT.html|OUT.png",
+                   help="the picture; the suffix picks the format (--dag: .svg, .png or .dot)")
+    q.add_argument("--dag", action="store_true", help="draw the dependency graph through graphviz instead")
+    q.add_argument("--arrows", action="store_true", help="draw every message as an arrow from sender to receiver")
+    arguments.costs(q, "costs for every stage, e.g. F=1,I=1,W=1,B=2; applied after --costs")
+    arguments.checking(q)
+    arguments.describing(q)
 
 
 def run(args, stdout, stderr) -> int:

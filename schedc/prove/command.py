@@ -14,9 +14,7 @@ from ..progress import progress
 from ..solver import ctrl_c
 
 
-def add_parser(sub, stdout):
-    q = sub.add_parser("prove", help="prove a parametric schedule sound for every size: proved, refuted or unknown",
-                       stdout=stdout)
+def add_arguments(q) -> None:
     q.add_argument("input", metavar="FILE|NAME", help="a .pp schedule or a built-in name")
     q.add_argument("--assume", action="append", default=[], metavar="COND",
                    help="an assumption on the parameters, e.g. 'P >= 2' (repeatable; the schedule's own "

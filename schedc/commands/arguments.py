@@ -1,0 +1,70 @@
+"""The option groups several commands share (inputs, checking, a model and hardware description),
+added to a command's parser by its `add_arguments`. Lists of choices come from their registries:
+formats (schedc/interop/formats.py), send semantics (schedc/rules/semantics.py), presets."""
+from __future__ import annotations
+
+
+def inputs(q, many: bool = False) -> None:
+    """The schedule to read: a file or a built-in name, its parameters, its format and notation."""
+    from ..interop.formats import readable
+    from ..ir import P2P_MODES
+    q.add_argument("inputs" if many else "input", nargs="+" if many else None, metavar="FILE|NAME",
+                   help="a .pp schedule, a PyTorch .csv, a schedc .json, or a built-in name")
+    q.add_argument("--param", action="append", default=[], metavar="K=V",
+                   help="set schedule parameters, e.g. --param P=4 or --param P=4,M=8 (repeatable; "
+                        "each name once)")
+    q.add_argument("--format", choices=readable(),
+                   help="input format (default: by file extension)")
+    q.add_argument("--notation", choices=["current", "legacy"], default="current",
+                   help="PyTorch CSV notation: current (B = full backward) or legacy (B = backward-input, "
+                        "BW = full backward)")
+    q.add_argument("--forward-only", action="store_true",
+                   help="the schedule runs forwards alone (inference): no backward is expected, as a "
+                        "schedule's `forward only` line says")
+    q.add_argument("--p2p", choices=P2P_MODES,
+                   help="how messages travel, as a schedule's `p2p` line says: shared (one communicator and "
+                        "tag, torch's runtime; the default for a CSV), tagged (each message tagged with its "
+                        "payload) or split (activations and gradients on communicators of their own)")
+
+
+def blocking() -> str:
+    """The blocking semantics besides the default, as `--semantics` lists them: `eager, bounded:K`."""
+    from ..rules.semantics import names
+    return ", ".join(n for n in names(posted=False) if n != "rendezvous")
+
+
+def backends() -> str:
+    """The backends, as `--semantics` lists them: `nccl or gloo`."""
+    from ..rules.semantics import listed, names
+    return listed(names(posted=True))
+
+
+def checking(q) -> None:
+    """How to check: the send semantics, the deadlock engine and its time, a memory limit."""
+    from ..rules.semantics import modifiers_help, names
+    q.add_argument("--semantics", default="rendezvous", help=f"rendezvous (default), {blocking()}, or a backend: "
+                                                            f"{', '.join(names(posted=True))} ({modifiers_help()})")
+    q.add_argument("--engine", choices=["native", "z3"], default="native",
+                   help="deadlock check: the native executor (default) or the Z3 solver")
+    q.add_argument("--timeout", type=float, default=30.0, metavar="S", help="--engine z3: the solver's seconds for the whole command (inputs and sweep instances share them)")
+    q.add_argument("--memory-limit", metavar="N|R=N,...",
+                   help="memory limit per rank: one number, or rank=limit pairs, e.g. 0=4,1=3 (with a model "
+                        "and hardware description: GiB, or sizes such as 80GiB)")
+
+
+def describing(q) -> None:
+    """A model and hardware description: presets or a setup file (docs/units.md)."""
+    from ..hardware import preset_list
+    q.add_argument("--model", metavar="NAME", help="count in seconds and GiB for this model preset: "
+                   + preset_list("model") + " (docs/units.md)")
+    q.add_argument("--hardware", metavar="NAME", help="the accelerator preset: " + preset_list("hardware"))
+    q.add_argument("--link", metavar="NAME", help="the link between ranks (default: the accelerator's): "
+                   + preset_list("link"))
+    q.add_argument("--setup", metavar="FILE", help="a model and hardware description, TOML or JSON: tables "
+                   "[model], [hardware], [link], each a preset and keys on top")
+
+
+def costs(q, help: str) -> None:
+    """--cost and --costs, as sim, compare and viz take them (`help`: --cost's)."""
+    q.add_argument("--cost", action="append", default=[], metavar="K=V,...", help=help)
+    q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")
