@@ -83,3 +83,11 @@ def test_help_and_sim_know_a_registered_kind(run_cli, mailbox, relay):
     assert code == 0, err
     assert json.loads(out)["makespan"] == json.loads(run_cli("sim", "1f1b", "--semantics", "bounded:1",
                                                               "--json")[1])["makespan"]
+
+
+def test_docs_name_every_registered_kind():
+    """docs/semantics.md's "Send semantics" says what each kind means (docs/design.md's recipe)."""
+    from pathlib import Path
+    page = (Path(__file__).resolve().parent.parent / "docs" / "semantics.md").read_text(encoding="utf-8")
+    section = page.split("## Send semantics", 1)[1].split("\n## ", 1)[0]
+    assert [n for n in semantics.names() if f"`{n}`" not in section] == []
