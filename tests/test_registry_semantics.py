@@ -91,3 +91,12 @@ def test_docs_name_every_registered_kind():
     page = (Path(__file__).resolve().parent.parent / "docs" / "semantics.md").read_text(encoding="utf-8")
     section = page.split("## Send semantics", 1)[1].split("\n## ", 1)[0]
     assert [n for n in semantics.names() if f"`{n}`" not in section] == []
+
+
+def test_bounded_tags_refusal_lists_the_registry(run_cli, relay, tmp_path):
+    path = tmp_path / "tagged.pp"
+    path.write_text("schedule t {\n  p2p tagged\n  rank 0: 0F0 0SEND_F0 0RECV_B0 0B0\n"
+                    "  rank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n}\n")
+    code, _, err = run_cli("check", str(path), "--semantics", "bounded:2")
+    assert code == 2 and "check it under rendezvous, eager, nccl, gloo or relay" in err
+    assert run_cli("check", str(path), "--semantics", "relay")[0] == 0

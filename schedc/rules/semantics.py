@@ -89,6 +89,12 @@ def names(posted: bool | None = None) -> tuple[str, ...]:
     return tuple(k.form for k in KINDS.values() if posted is None or k.posted is posted)
 
 
+def unbuffered() -> tuple[str, ...]:
+    """The kinds whose channels buffer no sent message for a send to wait on (rendezvous, eager and
+    the backends): those that pair tagged messages out of order without modelling a shared buffer."""
+    return tuple(k.name for k in KINDS.values() if not k.buffered and not k.buffer)
+
+
 def listed(forms: tuple[str, ...], last: str = "or") -> str:
     """`a, b or c`: the kinds as a sentence lists them."""
     return forms[0] if len(forms) == 1 else f"{', '.join(forms[:-1])} {last} {forms[-1]}"

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from ..errors import SchedcError
 from ..ir import Action, Op, Program
 from ..rules.deps import payload, peer_stage
-from ..rules.semantics import Semantics
+from ..rules.semantics import Semantics, listed, unbuffered
 
 
 class Endpoint(NamedTuple):
@@ -98,8 +98,8 @@ def as_paired(program: Program, semantics: Semantics) -> tuple[Program, str | No
         return replace(program, p2p="shared"), NCCL_IGNORES_TAGS
     if semantics.channel_buffer:  # (bounded:K; 0 under rendezvous, None where sends never block)
         raise SchedcError("usage", f"{program.name} tags its messages (`p2p tagged`); bounded:K buffers are "
-                          "modelled for messages that pair in order only: check it under rendezvous, eager, "
-                          "gloo or nccl", where="--semantics")
+                          f"modelled for messages that pair in order only: check it under {listed(unbuffered())}",
+                          where="--semantics")
     return program, None
 
 
