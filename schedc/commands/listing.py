@@ -10,7 +10,6 @@ from ..outputs import dumps_json
 _SENTENCE = re.compile(r"(.+?(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bcf)[.!?])(?=\s|$)", re.S)
 
 
-
 def add_arguments(q) -> None:
     q.add_argument("--json", action="store_true", help="one JSON object per schedule")
 
