@@ -2,7 +2,7 @@
 
 `main(argv, stdout, stderr) -> int` so tests drive it with in-memory streams. Exit codes: 0 every
 check holds, 1 a check fails, 2 bad input or usage, 3 unknown (a solver gave up), 4 an internal error
-(a bug in schedc).
+(a bug in schedc), 130 interrupted (Ctrl-C), 143 stopped by SIGTERM (handled as Ctrl-C is).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import threading
 from typing import Sequence, TextIO
 
 from .errors import EXIT_INPUT, EXIT_OK, SchedcError
+from .signals import exit_code, interrupts, terminated
 
 EXIT_INTERNAL = 4
 
@@ -72,8 +73,14 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Run one command; its exit code. SIGTERM is handled as Ctrl-C for the duration (main thread)."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
+    with interrupts():
+        return _main(argv, stdout, stderr)
+
+
+def _main(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # noqa: C901
     args = None
     try:
         argv = list(argv if argv is not None else sys.argv[1:])
@@ -91,9 +98,9 @@ def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Te
             from .commands.common import input_error_json
             stdout.write(input_error_json(e, getattr(args, "input", None)) + "\n")
         return EXIT_INPUT
-    except KeyboardInterrupt:
-        stderr.write("schedc: interrupted\n")
-        return 130
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (schedc/signals.py): every `finally` has run
+        stderr.write("schedc: terminated (SIGTERM)\n" if terminated() else "schedc: interrupted\n")
+        return exit_code()
     except BrokenPipeError:
         return EXIT_OK
     except Exception as e:  # a bug in schedc: say so briefly, no traceback unless asked

@@ -14,6 +14,8 @@ EXIT_OK = 0  # every check holds
 EXIT_FAIL = 1  # a check fails (structure, deadlock, ...)
 EXIT_INPUT = 2  # bad input or usage
 EXIT_UNKNOWN = 3  # a solver gave up (verifier)
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM), handled as Ctrl-C is (schedc/signals.py)
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,11 @@ new file usually gets, and JSON that is valid JSON. Every command's `-o`, `--tra
 `--json` goes through here (docs/cli.md, "Output files").
 
 A regular file (or a new one) is written to a temporary file in its folder and renamed over it: a
-new file gets 0666 less the umask, a replaced one keeps its mode, and a failure leaves nothing
-behind. A symbolic link is written through: its target is replaced atomically, the link stays (a
-link to nothing is refused). A FIFO, a character device or an open descriptor (`/dev/stdout`, a
+new file gets 0666 less the umask (applied by the kernel, as for a shell's `>`), a replaced one
+keeps its mode and, where the user may, its owner and group (hard links to it keep the old file); a
+file the user may not write is refused, as `cp` refuses it; a failure or an interrupt leaves
+nothing behind. A symbolic link is written through: its target is replaced atomically, the link
+stays (a link to nothing is refused). A FIFO, a character device or an open descriptor (`/dev/stdout`, a
 shell's `>(...)`) is written directly, as a shell redirection would; a FIFO nobody reads is an
 error, not a wait. Anything else (a folder, a block device, a socket) is refused. JSON never holds
 `Infinity` or `NaN`: a number that is not finite is written `null`. What a native library prints
@@ -20,7 +22,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,11 +68,11 @@ def write_files(folder: Path | str, files: dict[str, str | bytes]) -> list[Path]
 @dataclass(frozen=True)
 class _Target:
     """Where an output goes: `path` (a symbolic link resolved), written directly or replaced
-    atomically, and the mode the replacement gets."""
+    atomically; what it replaces (None: a new file, which gets 0666 less the umask)."""
 
     path: Path
     direct: bool = False
-    mode: int = 0o644
+    old: os.stat_result | None = None
 
 
 def _target(path: Path) -> _Target:
@@ -82,14 +83,16 @@ def _target(path: Path) -> _Target:
         if os.path.islink(path):
             raise SchedcError("io", "is a symbolic link to a missing file; not writing through it",
                               where=str(path)) from None
-        return _Target(path, mode=0o666 & ~_umask())
+        return _Target(path)
     except OSError as exc:
         raise _io_error(exc, path) from None
     if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or (stat.S_ISREG(st.st_mode) and
                                                                   _names_a_descriptor(path)):
         return _Target(path, direct=True)  # `-o /dev/stdout >> log` appends, as the shell would
     if stat.S_ISREG(st.st_mode):
-        return _Target(Path(os.path.realpath(path)), mode=stat.S_IMODE(st.st_mode))
+        real = Path(os.path.realpath(path))
+        _refuse_read_only(real, st)
+        return _Target(real, old=st)
     what = "a folder" if stat.S_ISDIR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode) else \
         "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file"
     raise SchedcError("io", f"is {what}; schedc writes regular files, FIFOs and character devices",
@@ -113,11 +116,20 @@ def _names_a_descriptor(path: Path) -> bool:
     return False
 
 
-def _umask() -> int:
-    """The process's umask (read by setting it, then setting it back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+def _refuse_read_only(path: Path, st: os.stat_result) -> None:
+    """Refuse to replace a file this process may not write, as `cp` and a shell's `>` refuse it
+    (renaming over it needs only the folder's permission). The kernel's answer for this process, so
+    root may replace it, as root's `cp` does."""
+    if not _may_write(path):
+        raise SchedcError("io", f"is read-only (mode {stat.S_IMODE(st.st_mode):04o}); not replacing it: make it "
+                          "writable (chmod u+w) or remove it first", where=str(path))
+
+
+def _may_write(path: Path) -> bool:
+    """Whether this process may open the existing file `path` for writing (effective ids where the
+    platform can check them)."""
+    effective = os.access in os.supports_effective_ids
+    return os.access(path, os.W_OK, effective_ids=effective)
 
 
 def _make_folder(folder: Path) -> None:
@@ -128,15 +140,49 @@ def _make_folder(folder: Path) -> None:
 
 
 def _stage(target: _Target, data: bytes, temps: list[tuple[str, Path]]) -> None:
-    """Write `data` to a new temporary file beside `target.path`, with its mode, flushed to disk;
-    listed in `temps` before the first byte, so a failure part-way can remove it."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.path.name}.", suffix=".tmp", dir=target.path.parent)
-    temps.append((tmp, target.path))
+    """Write `data` to a new temporary file beside `target.path`, with the mode (owner, group) of
+    what it replaces, flushed to disk; listed in `temps` before it exists, so a failure or an
+    interrupt at any point can remove it."""
+    fd, tmp = _create_temp(target, temps)
     with os.fdopen(fd, "wb") as fh:
-        os.chmod(tmp, target.mode)
+        if target.old is not None:
+            _keep_owner(fd, target.old)
+            mode = stat.S_IMODE(target.old.st_mode)  # set after chown, which clears set-id bits
+            if hasattr(os, "fchmod"):
+                os.fchmod(fd, mode)
+            else:
+                os.chmod(tmp, mode)
         fh.write(data)
         fh.flush()
         os.fsync(fd)
+
+
+def _create_temp(target: _Target, temps: list[tuple[str, Path]]) -> tuple[int, str]:
+    """A new hidden `.NAME.XXXXXXXX.tmp` beside the target, open for writing: mode 0666 less the
+    umask for a new output (the kernel applies the umask, so it is never read or changed here), 0600
+    until its mode is set for a replacement."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = str(target.path.parent / f".{target.path.name}.{os.urandom(4).hex()}.tmp")
+        temps.append((tmp, target.path))
+        try:
+            return os.open(tmp, flags, 0o666 if target.old is None else 0o600), tmp
+        except FileExistsError:
+            temps.pop()  # someone else's file: not ours to remove
+    raise OSError(errno.EEXIST, "no free name for a temporary file")
+
+
+def _keep_owner(fd: int, old: os.stat_result) -> None:
+    """Give the replacement the old file's owner and group where this process may (root may; a user
+    may keep a group they belong to); else it is the user's, as a file they create."""
+    if not hasattr(os, "fchown"):
+        return
+    for uid, gid in ((old.st_uid, old.st_gid), (-1, old.st_gid)):
+        try:
+            os.fchown(fd, uid, gid)
+            return
+        except OSError:  # not allowed (or a file system without owners): try less
+            continue
 
 
 def _write_direct(path: Path, data: bytes) -> None:

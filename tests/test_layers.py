@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "schedc"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground floor: positions, errors, the IR, the rules", ("span", "errors", "ir", "rules", "rules.*")),
     ("the language, columns and plumbing", ("syntax", "parse", "expr", "loops", "order", "compiler", "columns",
-                                             "inputs", "outputs", "resources", "units", "estimate", "solver",
+                                             "inputs", "outputs", "signals", "resources", "units", "estimate", "solver",
                                              "progress")),
     ("structural checks and passes", ("lint", "passes", "passes.*")),
     ("the checks", ("verify", "verify.*", "report")),

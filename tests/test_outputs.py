@@ -6,7 +6,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import stat
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -101,6 +104,125 @@ def test_a_replaced_output_keeps_its_mode(run_cli, tmp_path, umask):
     target.chmod(0o640)
     assert export(run_cli, target)[0] == 0
     assert stat.S_IMODE(target.stat().st_mode) == 0o640 and target.read_text().startswith(FIRST)
+
+
+def test_the_umask_is_never_changed_to_be_read(run_cli, tmp_path, umask, monkeypatch):
+    """Reading the umask by setting it and setting it back races with every other thread of a
+    program that uses schedc as a library (a file one of them creates in between gets the wrong
+    mode). A new output is created with 0666 and the kernel takes the umask off, as for `>`."""
+    umask(0o027)
+
+    def no_umask(mask):
+        raise AssertionError("os.umask called")
+    monkeypatch.setattr(os, "umask", no_umask)
+    code, _, err = run_cli("compile", "1f1b", *SMALL, "-o", str(tmp_path / "out"))
+    assert code == 0, err
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "out").iterdir()} == {0o640}
+
+
+# ---- replacing what is there ----
+def _as_non_root_user(monkeypatch):
+    """os.access answered as for a user without root's override: writable when the mode bits of
+    the owner, the group or others (whichever class the user is in) allow it. The tests run as root
+    here, and root may write any file, so `cp` and `>` as root would not refuse either; this is the
+    check the kernel makes for everyone else."""
+    def access(path, mode, *, effective_ids=False, **kw):
+        st = os.stat(path)
+        uid, gids = (os.geteuid(), os.getgroups() + [os.getegid()])
+        bits = 0o200 if st.st_uid == uid else 0o020 if st.st_gid in gids else 0o002
+        return not (mode & os.W_OK) or bool(st.st_mode & bits)
+    monkeypatch.setattr(os, "access", access)
+
+
+def test_a_read_only_file_is_refused_as_cp_refuses_it(run_cli, tmp_path, monkeypatch):
+    """Renaming over a file needs only the folder's permission, so a 0444 output used to be replaced
+    where `cp` and a shell's `>` say "Permission denied"."""
+    _as_non_root_user(monkeypatch)
+    target = tmp_path / "one.csv"
+    target.write_text("the old contents\n")
+    target.chmod(0o444)
+    code, _, err = export(run_cli, target)
+    assert code == 2 and "error[io]" in err and "is read-only (mode 0444); not replacing it" in err, err
+    assert target.read_text() == "the old contents\n" and os.listdir(tmp_path) == ["one.csv"]
+    target.chmod(0o644)  # writable again: replaced
+    assert export(run_cli, target)[0] == 0 and target.read_text().startswith(FIRST)
+
+
+def test_a_read_only_file_among_a_commands_outputs_stops_it_before_any_is_written(run_cli, tmp_path, monkeypatch):
+    _as_non_root_user(monkeypatch)
+    out = tmp_path / "out"
+    assert run_cli("compile", "1f1b", *SMALL, "-o", str(out))[0] == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    locked = sorted(out.iterdir())[-1]
+    locked.chmod(0o444)
+    code, _, err = run_cli("compile", "1f1b", "--param", "P=3", "--param", "M=3", "-o", str(out))
+    assert code == 2 and "is read-only" in err and locked.name in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing replaced, nothing left over
+
+
+@pytest.mark.skipif(not hasattr(os, "seteuid") or os.geteuid() != 0, reason="needs root, to become another user")
+def test_a_read_only_file_is_refused_for_an_ordinary_user_by_the_kernels_answer(run_cli, monkeypatch):
+    """The same, without the stand-in: the test process becomes `nobody` (effective ids) for the
+    command, in a folder anyone may write, as an ordinary user would run it."""
+    folder = Path(tempfile.mkdtemp(prefix="schedc-ro-"))
+    try:
+        folder.chmod(0o777)
+        target = folder / "one.csv"
+        target.write_text("the old contents\n")
+        target.chmod(0o444)
+        assert export(run_cli, folder / "warm.csv")[0] == 0  # every module loaded while still root
+        os.setegid(65534)
+        os.seteuid(65534)
+        try:
+            with pytest.raises(PermissionError):  # what `cp` and `>` meet
+                open(target, "w")
+            code, _, err = export(run_cli, target)
+        finally:
+            os.seteuid(0)
+            os.setegid(0)
+        assert code == 2 and "is read-only" in err, err
+        assert target.read_text() == "the old contents\n" and sorted(os.listdir(folder)) == ["one.csv", "warm.csv"]
+    finally:
+        shutil.rmtree(folder)
+
+
+@pytest.mark.skipif(not hasattr(os, "chown") or os.geteuid() != 0, reason="only root may give a file away")
+def test_a_replaced_output_keeps_its_owner_and_group(run_cli, tmp_path):
+    target = tmp_path / "one.csv"
+    target.write_text("old\n")
+    os.chown(target, 65534, 65534)
+    target.chmod(0o4750)  # a set-user-id bit too: chown clears it, so the mode is set after
+    assert export(run_cli, target)[0] == 0
+    st = target.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (65534, 65534, 0o4750)
+    assert target.read_text().startswith(FIRST)
+
+
+def test_an_owner_a_user_may_not_give_keeps_the_group_if_it_may(tmp_path, monkeypatch):
+    """An ordinary user may not give a file to another user, but may keep a group they belong to;
+    failing both, the replacement is theirs, as a file they create (the write goes on)."""
+    calls = []
+
+    def fchown(fd, uid, gid):
+        calls.append((uid, gid))
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+    monkeypatch.setattr(os, "fchown", fchown)
+    target = tmp_path / "one.json"
+    target.write_text("{}")
+    st = target.stat()
+    write_file(target, "[]")
+    assert calls == [(st.st_uid, st.st_gid), (-1, st.st_gid)] and target.read_text() == "[]"
+
+
+def test_a_hard_linked_output_is_replaced_not_written_through(run_cli, tmp_path):
+    """As documented (docs/cli.md, "Output files"): the name given gets the new file, atomically;
+    its other names keep the old contents (as `mv`, `sed -i` and rsync do; `cp` writes through)."""
+    target, other = tmp_path / "one.csv", tmp_path / "other.csv"
+    target.write_text("old\n")
+    os.link(target, other)
+    assert export(run_cli, target)[0] == 0
+    assert target.read_text().startswith(FIRST) and other.read_text() == "old\n"
+    assert target.stat().st_nlink == 1 and other.stat().st_nlink == 1
 
 
 # ---- symbolic links, FIFOs, devices ----

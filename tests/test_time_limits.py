@@ -46,19 +46,22 @@ def test_synth_ends_at_its_time_limit_with_the_best_so_far():
     assert report["stopped"] == "time-limit" and report["optimal"] is False
 
 
-@pytest.mark.parametrize("args,code,wait", [
-    (("prove", "interleaved_1f1b"), 130, 3.0),  # prove: nothing to show, "interrupted"; by then in a
-    # nonlinear Z3 query, which used to swallow Ctrl-C as "unknown (interrupted from keyboard)"
-    (SYNTH_BIG + ("--json",), 0, 0.5),  # synth: the best schedule so far, labelled interrupted; by then
-    # building its first query, which used to take 28-60 s and print "Exception ignored in __del__"
+@pytest.mark.parametrize("args,code,wait,how", [
+    (("prove", "interleaved_1f1b"), 130, 3.0, signal.SIGINT),  # prove: nothing to show, "interrupted";
+    # by then in a nonlinear Z3 query, which used to swallow Ctrl-C as "unknown (interrupted from keyboard)"
+    (("prove", "interleaved_1f1b"), 143, 3.0, signal.SIGTERM),  # SIGTERM (`timeout`, Slurm) as Ctrl-C:
+    # it used to end the process where it stood, exit -15
+    (SYNTH_BIG + ("--json",), 0, 0.5, signal.SIGINT),  # synth: the best schedule so far, labelled
+    # interrupted; by then building its first query, which used to take 28-60 s and print "Exception
+    # ignored in __del__"
 ])
-def test_ctrl_c_ends_the_command_quickly_without_a_traceback(args, code, wait):
+def test_ctrl_c_ends_the_command_quickly_without_a_traceback(args, code, wait, how):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     p = subprocess.Popen([sys.executable, "-m", "schedc", *args], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env)
     _until_solving(p.pid, wait)
     sent = time.monotonic()
-    p.send_signal(signal.SIGINT)
+    p.send_signal(how)
     try:
         out, err = p.communicate(timeout=30)
     finally:
@@ -66,8 +69,8 @@ def test_ctrl_c_ends_the_command_quickly_without_a_traceback(args, code, wait):
     assert time.monotonic() - sent < 5, time.monotonic() - sent
     assert "Traceback" not in err and "Exception ignored" not in err, err
     assert p.returncode == code, err
-    if code == 130:
-        assert "interrupted" in err
+    if code in (130, 143):
+        assert ("terminated (SIGTERM)" if how == signal.SIGTERM else "interrupted") in err
     else:
         assert json.loads(out)["stopped"] == "interrupted"
 

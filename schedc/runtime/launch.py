@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import Sequence, TextIO
 
+from ..signals import terminate_as_interrupt
+
 
 @dataclass(frozen=True)
 class Launched:
@@ -87,7 +89,7 @@ def launch(command: Sequence[str], nproc: int, *, stdout: TextIO | None = None, 
     procs: list[subprocess.Popen] = []
     threads = []
     preexec = _pdeathsig()
-    restore = _terminate_as_interrupt()
+    restore = terminate_as_interrupt()  # SIGTERM stops the ranks as Ctrl-C does
     try:
         for local in range(nproc):
             env_r = dict(base, RANK=str(node_rank * nproc + local), LOCAL_RANK=str(local))
@@ -153,15 +155,3 @@ def _group_alive(pgid: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
-
-
-def _terminate_as_interrupt():
-    """While the ranks run, SIGTERM to the launcher raises KeyboardInterrupt (so the ranks and their
-    groups are stopped on the way out, as for Ctrl-C). Returns the function that restores the handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    return lambda: signal.signal(signal.SIGTERM, previous)

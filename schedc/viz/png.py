@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import SchedcError
-from .browser import find_chromium, run_page
+from .browser import find_chromium, remove_folder, run_page
 
 
 def svg_size(svg: str) -> tuple[int, int]:
@@ -46,7 +46,8 @@ def svg_to_png(svg: str) -> bytes:
         raise SchedcError("usage", f"PNG output needs a converter: {INSTALL}; or write -o OUT.svg instead",
                           where="-o")
     width, height = svg_size(svg)
-    with tempfile.TemporaryDirectory(prefix="schedc-png-") as folder:
+    folder = tempfile.mkdtemp(prefix="schedc-png-")
+    try:
         page, shot = Path(folder) / "timeline.svg", Path(folder) / "timeline.png"
         page.write_text(svg, encoding="utf-8")
         run = run_page(page.as_uri(), screenshot=shot, size=(width, height))
@@ -54,3 +55,5 @@ def svg_to_png(svg: str) -> bytes:
             raise SchedcError("io", "headless Chromium did not write the screenshot: "
                               + (run.stderr.strip().splitlines() or ["no output"])[-1])
         return shot.read_bytes()
+    finally:
+        remove_folder(folder)  # after Chromium's group is gone (run_page), whatever ended the run
