@@ -6,9 +6,12 @@ each formula's source (Narayanan et al. 2021, FLOPs; Korthikanti et al. 2022, ac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-RECOMPUTE = ("none", "selective", "full")
+from .jobs import activations
+
+DTYPE_BYTES = activations.DTYPE_BYTES
+RECOMPUTE = activations.CHECKPOINT
 LOGIT_BYTES = 4  # the output layer's logits are kept in fp32 for the loss (Korthikanti et al. 2022, 4.3)
 
 
@@ -50,18 +53,42 @@ def embedding_params(m) -> int:
     return m.vocab * m.hidden
 
 
-def layer_flops(m) -> tuple[float, float, float]:
+def layer_flops(m, layer: int = 0) -> tuple[float, float, float]:
     """FLOPs of one layer on one microbatch: (F, I, W). F = 2bs x weights + 4bs^2h (QK^T and the
     attention-weighted V); W = 2bs x weights (the weight gradients); I = 2bs x weights + 8bs^2h (the
     input gradients, and the attention core's backward). Recomputation adds to I what it recomputes
-    before the backward: the attention core's forward (selective) or the whole forward (full)."""
+    before the backward: the whole forward (full, or the layers selective every-N checkpoints), the
+    attention core's forward (selective `attention`) or the matmuls with a weight it does not keep
+    (selective `op`: every second one, counted from the first)."""
     b, s, h = m.micro_batch, m.seq_len, m.hidden
     matmul = 2.0 * b * s * layer_params(m)
     core = 4.0 * b * s * s * h
     F = matmul + core
     I = matmul + 2 * core  # noqa: E741
-    I += {"none": 0.0, "selective": core, "full": F}[m.recompute]  # noqa: E741
+    mode = checkpoint_of(m, layer)
+    if mode == "full":
+        I += F  # noqa: E741
+    elif mode == "selective" and m.selective == "attention":
+        I += core  # noqa: E741
+    elif mode == "selective":
+        I += 2.0 * b * s * _recomputed_weights(m)  # noqa: E741
     return F, I, matmul
+
+
+def checkpoint_of(m, layer: int) -> str:
+    """The checkpointing mode of the model's `layer` (from 0): selective every N (torchtitan's
+    `selective_ac_option = "N"`) checkpoints layers 0, N, 2N, ... whole and leaves the rest."""
+    if m.recompute == "selective" and m.selective.isdigit():
+        return "full" if layer % int(m.selective) == 0 else "none"
+    return m.recompute
+
+
+def _recomputed_weights(m) -> int:
+    """The weights of the matmuls torchtitan's per-op policy recomputes: the second, fourth, ... in
+    forward order (wk, wo, and w3 or none of the MLP's two)."""
+    h, kv = m.hidden, m.hidden * m.kv_heads // m.heads
+    order = [h * h, h * kv, h * kv, h * h] + ([h * m.ffn_hidden] * 3 if m.gated_mlp else [h * m.ffn_hidden] * 2)
+    return sum(w for i, w in enumerate(order) if i % 2 == 1)
 
 
 def output_flops(m) -> tuple[float, float, float]:
@@ -70,26 +97,26 @@ def output_flops(m) -> tuple[float, float, float]:
     return x, x, x
 
 
-def layer_activation_bytes(m) -> float:
-    """Bytes one layer keeps for its backward, per microbatch (Korthikanti et al. 2022, section 4.1
-    and Table 2; recomputation, section 5), with d bytes per element, kv/a of the heads for K and V,
-    an MLP of width f:
+def shape(m, device: str = "cuda") -> activations.Shape:
+    """The layer of model `m` as the activation model reads it."""
+    return activations.Shape(m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.seq_len, DTYPE_BYTES[m.dtype],
+                             norm=m.norm, rope=m.rope, gated_mlp=m.gated_mlp, dropout=m.dropout, device=device)
 
-    none: sbh (d (6 + 2 kv/a + c f/h) + 2) + as^2b (2d + 1), c = 2 (4 for a gated MLP); without
-    dropout the 2 sbh of masks go and the attention core keeps d as^2b. At d = 2, kv = a, f = 4h:
-    sbh (34 + 5as/h), the paper's. selective: the attention core is recomputed, its as^2b term goes
-    (34 sbh). full: only the layer's input, d sbh (2 sbh)."""
-    b, s, h, a, d = m.micro_batch, m.seq_len, m.hidden, m.heads, DTYPE_BYTES[m.dtype]
-    sbh = float(s * b * h)
-    if m.recompute == "full":
-        return d * sbh
-    elements = 6 + 2 * m.kv_heads / a + (4 if m.gated_mlp else 2) * m.ffn_hidden / h
-    masks = 2 if m.dropout else 0
-    kept = sbh * (d * elements + masks)
-    if m.recompute == "selective":
-        return kept
-    core = (2 * d + 1) if m.dropout else d
-    return kept + float(a * s * s * b) * core
+
+def layer_activation_bytes(m, layer: int = 0, tp: int = 1, sp: bool = True, cp: int = 1) -> float:
+    """Bytes one layer keeps for its backward, per microbatch, on one rank: the tensors its
+    operations save (schedc/jobs/activations.py, op by op, per attention kernel and checkpointing
+    mode), for the s b / cp tokens the rank holds, tensor parallelism dividing them as
+    `activations.bytes_per_token` says. With the eager kernel, dropout, d = 2, kv = a, f = 4h and
+    no parallelism: sbh (34 + 5as/h), Korthikanti et al. 2022 section 4.1 (plus the norms'
+    statistics, 16 bytes a token)."""
+    return _per_token(m, checkpoint_of(m, layer), tp, sp) * m.seq_len * m.micro_batch / cp
+
+
+@lru_cache(maxsize=256)
+def _per_token(m, mode: str, tp: int, sp: bool) -> float:
+    selective = m.selective if m.selective in activations.SELECTIVE else "op"
+    return activations.bytes_per_token(activations.saved(shape(m), m.attention, mode, selective), tp, sp)
 
 
 def first_stage_bytes(m) -> float:
@@ -120,15 +147,15 @@ def state_bytes_per_param(m) -> int:
 
 def stages(m, num_stages: int) -> list[StageEstimate]:
     """The model cut into `num_stages` stages, in model order."""
-    F1, I1, W1 = layer_flops(m)
     Fo, Io, Wo = output_flops(m)
-    per_layer = layer_activation_bytes(m)
-    out = []
+    out, start = [], 0
     for s, n in enumerate(layers_per_stage(m.layers, num_stages)):
         first, last = s == 0, s == num_stages - 1
+        F, I, W = (sum(x) for x in zip(*(layer_flops(m, i) for i in range(start, start + n)))) if n else (0, 0, 0)
+        kept = sum(layer_activation_bytes(m, i) for i in range(start, start + n))
         out.append(StageEstimate(
-            n, first, last,
-            n * F1 + (Fo if last else 0.0), n * I1 + (Io if last else 0.0), n * W1 + (Wo if last else 0.0),
-            n * per_layer + (first_stage_bytes(m) if first else 0.0) + (last_stage_bytes(m) if last else 0.0),
+            n, first, last, F + (Fo if last else 0.0), I + (Io if last else 0.0), W + (Wo if last else 0.0),
+            kept + (first_stage_bytes(m) if first else 0.0) + (last_stage_bytes(m) if last else 0.0),
             n * layer_params(m) + (embedding_params(m) if first else 0) + (embedding_params(m) if last else 0)))
+        start += n
     return out

@@ -7,23 +7,34 @@ like a cost file) and each rank's model states. docs/units.md is the user's guid
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 from . import estimate
+from .jobs import activations
 from .errors import SchedcError
 from .units import GIB, Units, rate, size
 
 KINDS = ("model", "hardware", "link")
+# The default reserve: 2 GiB for the CUDA context with its library workspaces and the communicators'
+# buffers, and 5% of the memory for the caching allocator's fragmentation (docs/units.md, "Reserve")
+RESERVE_FIXED = 2 * GIB
+RESERVE_FRACTION = 0.05
 MAX_COUNT = 2 ** 31  # no count of a model's shape is larger
 MODEL_REQUIRED = ("layers", "hidden", "heads", "seq_len", "vocab")
-MODEL_OPTIONAL = ("kv_heads", "ffn_hidden", "gated_mlp", "dropout", "tied_embeddings", "dtype", "micro_batch",
-                  "recompute")
+MODEL_OPTIONAL = ("kv_heads", "ffn_hidden", "gated_mlp", "dropout", "tied_embeddings", "norm", "rope", "attention",
+                  "dtype", "micro_batch", "recompute")
+NORMS = ("layernorm", "rmsnorm")
+# torchtitan's [activation_checkpoint] table: mode, and for selective its option ("op", or every N
+# layers whole); "attention" is Megatron-LM's selective recomputation (the attention core)
+CHECKPOINT_KEYS = ("mode", "selective_ac_option")
 # the keys of a setup file's tables, besides `preset` (`name` too, so `Setup.to_dict()` is a setup file)
 KEYS = {"model": MODEL_REQUIRED + MODEL_OPTIONAL + ("name",),
-        "hardware": ("flops", "memory", "efficiency", "link", "name"), "link": ("bandwidth", "latency", "name")}
+        "hardware": ("flops", "memory", "efficiency", "link", "reserve", "name"), "link": ("bandwidth", "latency", "name"),
+        "activation_checkpoint": CHECKPOINT_KEYS}
 FLAGS = {"model": "--model", "hardware": "--hardware", "link": "--link"}
+TABLES = ("activation_checkpoint",)  # a setup file's tables besides the described kinds
 
 
 @dataclass(frozen=True)
@@ -41,21 +52,27 @@ class Model:
     gated_mlp: bool = False
     dropout: bool = True
     tied_embeddings: bool = False
+    norm: str = "layernorm"
+    rope: bool = False
+    attention: str = "sdpa"
     dtype: str = "bf16"
     micro_batch: int = 1
     recompute: str = "none"
+    selective: str = "attention"  # what `recompute = "selective"` recomputes: see CHECKPOINT_KEYS
 
 
 @dataclass(frozen=True)
 class Hardware:
-    """One accelerator: peak FLOP/s at each dtype, usable memory in bytes, the fraction of the peak
-    training reaches, and the link its ranks talk over unless another is named."""
+    """One accelerator: peak FLOP/s at each dtype, its memory in bytes, the fraction of the peak
+    training reaches, the link its ranks talk over unless another is named, and the bytes of its
+    memory kept back from schedules (the CUDA context, communicator buffers, fragmentation)."""
 
     name: str
     flops: tuple[tuple[str, float], ...]
     memory: float
     efficiency: float
     link: str | None = None
+    reserve: float = 0.0  # bytes no schedule may use: `default_reserve(memory)` unless a setup says
 
     def flops_at(self, dtype: str) -> float:
         return dict(self.flops)[dtype]
@@ -82,13 +99,17 @@ class Setup:
     @property
     def title(self) -> str:
         m = self.model
-        return (f"{m.name} ({m.dtype}, micro-batch {m.micro_batch}, seq {m.seq_len}, recompute {m.recompute}) "
-                f"on {self.hardware.name} over {self.link.name}")
+        ac = m.recompute if m.recompute != "selective" else f"selective {m.selective}"
+        hw = self.hardware
+        return (f"{m.name} ({m.dtype}, {m.attention} attention, micro-batch {m.micro_batch}, seq {m.seq_len}, "
+                f"recompute {ac}) on {hw.name} ({hw.memory / GIB:.4g} GiB, {hw.reserve / GIB:.4g} GiB reserved) "
+                f"over {self.link.name}")
 
     @property
     def memory(self) -> float:
-        """The accelerator's usable memory, in GiB (the unit of the program's sizes)."""
-        return self.hardware.memory / GIB
+        """What a rank may hold, in GiB (the unit of the program's sizes): the accelerator's memory
+        less its reserve."""
+        return (self.hardware.memory - self.hardware.reserve) / GIB
 
     def units(self, note: str = "") -> Units:
         return Units("s", "GiB", note)
@@ -136,7 +157,12 @@ class Setup:
     def to_dict(self) -> dict:
         hw = asdict(self.hardware)
         hw["flops"] = dict(self.hardware.flops)
-        return {"model": asdict(self.model), "hardware": hw, "link": asdict(self.link)}
+        model = asdict(self.model)
+        selective = model.pop("selective")
+        out = {"model": model, "hardware": hw, "link": asdict(self.link)}
+        if model["recompute"] == "selective" and selective != "attention":  # torchtitan's table says it
+            out["activation_checkpoint"] = {"mode": model.pop("recompute"), "selective_ac_option": selective}
+        return out
 
 
 # ---- presets ----
@@ -206,7 +232,7 @@ def describe(file: str | None = None, *, model: str | None = None, hardware: str
     hw = _hardware(merged["hardware"], place)
     if not merged["link"]:
         raise place.error(f"{hw.name} names no link: add --link ({preset_list('link')}) or a [link] table")
-    m = _model(merged["model"], place)
+    m = _checkpointing(_model(merged["model"], place), merged["model"], tables.get("activation_checkpoint"), place)
     if m.dtype not in dict(hw.flops):
         raise place.error(f"{hw.name} gives no FLOP/s for {m.dtype} (it gives {', '.join(dict(hw.flops))}): "
                           "set [hardware] flops for it", "hardware", "flops")
@@ -248,16 +274,18 @@ class _Place:
         from .expr import did_you_mean
         if not isinstance(self.data, dict):
             raise self.error("a setup file holds the tables model, hardware and link")
+        tables = KINDS + TABLES
         for kind, table in self.data.items():
-            if kind not in KINDS:
-                raise self.error(f"unknown table '{kind}'; a setup file holds [model], [hardware] and [link]"
-                                 f"{did_you_mean(kind, KINDS)}")
+            if kind not in tables:
+                raise self.error(f"unknown table '{kind}'; a setup file holds [model], [hardware], [link] and "
+                                 f"[activation_checkpoint]{did_you_mean(kind, tables)}")
             if not isinstance(table, dict):
                 raise self.error(f"'{kind}' must be a table ([{kind}])")
+            known = KEYS[kind] + (("preset",) if kind in KINDS else ())
             for key in table:
-                if key not in KEYS[kind] + ("preset",):
-                    raise self.error(f"[{kind}] has no key '{key}'; expected preset, {', '.join(KEYS[kind])}"
-                                     f"{did_you_mean(key, KEYS[kind] + ('preset',))}", kind, key)
+                if key not in known:
+                    raise self.error(f"[{kind}] has no key '{key}'; expected {', '.join(known)}"
+                                     f"{did_you_mean(key, known)}", kind, key)
         return self.data
 
 
@@ -278,12 +306,13 @@ def _model(t: dict, place: _Place) -> Model:  # noqa: C901
         raise place.error(f"[model] heads ({n['heads']}) must divide hidden ({n['hidden']}), and kv_heads "
                           f"({n['kv_heads']}) must divide heads", "model", "heads")
     flags = {}
-    for k in ("gated_mlp", "dropout", "tied_embeddings"):
+    for k in ("gated_mlp", "dropout", "tied_embeddings", "rope"):
         if k in t:
             if not isinstance(t[k], bool):
                 raise place.error(f"[model] {k} must be true or false, not {t[k]!r}", "model", k)
             flags[k] = t[k]
-    for k, choices in (("dtype", tuple(estimate.DTYPE_BYTES)), ("recompute", estimate.RECOMPUTE)):
+    for k, choices in (("dtype", tuple(estimate.DTYPE_BYTES)), ("recompute", estimate.RECOMPUTE),
+                       ("norm", NORMS), ("attention", activations.ATTENTION)):
         if k in t:
             if t[k] not in choices:
                 from .expr import did_you_mean
@@ -291,6 +320,29 @@ def _model(t: dict, place: _Place) -> Model:  # noqa: C901
                                   f"{did_you_mean(str(t[k]), choices)}", "model", k)
             flags[k] = t[k]
     return Model(t.get("name", "model"), **n, **flags)
+
+
+def _checkpointing(m: Model, model_table: dict, table: dict | None, place: _Place) -> Model:
+    """torchtitan's [activation_checkpoint] table on the model: `mode` none, selective or full; for
+    selective, `selective_ac_option` "op" (torchtitan's per-op policy, the default), "attention"
+    (Megatron-LM's: the attention core) or a whole number N (every N-th layer checkpointed whole)."""
+    if not table:
+        return m
+    if "recompute" in model_table:
+        raise place.error("[model] recompute and [activation_checkpoint] both say what is recomputed: keep one",
+                          "activation_checkpoint", next(iter(table)))
+    mode = table.get("mode", "none")
+    if mode not in estimate.RECOMPUTE:
+        from .expr import did_you_mean
+        raise place.error(f"[activation_checkpoint] mode must be one of {', '.join(estimate.RECOMPUTE)}, not {mode!r}"
+                          f"{did_you_mean(str(mode), estimate.RECOMPUTE)}", "activation_checkpoint", "mode")
+    option = table.get("selective_ac_option", "op")
+    if isinstance(option, int) and not isinstance(option, bool):
+        option = str(option)
+    if not (option in activations.SELECTIVE or (isinstance(option, str) and option.isdigit() and 0 < int(option) < MAX_COUNT)):
+        raise place.error(f"[activation_checkpoint] selective_ac_option must be \"op\", \"attention\" or a positive "
+                          f"whole number of layers, not {option!r}", "activation_checkpoint", "selective_ac_option")
+    return replace(m, recompute=mode, selective=option)
 
 
 def _positive(value, place: _Place, kind: str, key: str, parse=None, what: str | None = None) -> float:
@@ -328,8 +380,19 @@ def _hardware(t: dict, place: _Place) -> Hardware:
     link = t.get("link")
     if link is not None and link not in presets()["link"]:
         raise place.error(_unknown("link", link), "hardware", "link")
-    return Hardware(t.get("name", "hardware"), peaks, _positive(t["memory"], place, "hardware", "memory", _size),
-                    efficiency, link)
+    memory = _positive(t["memory"], place, "hardware", "memory", _size)
+    reserve = default_reserve(memory)
+    if "reserve" in t:
+        reserve = 0.0 if t["reserve"] == 0 else _positive(t["reserve"], place, "hardware", "reserve", _size)
+        if reserve >= memory:
+            raise place.error(f"[hardware] reserve ({reserve / GIB:.4g} GiB) leaves nothing of the memory "
+                              f"({memory / GIB:.4g} GiB)", "hardware", "reserve")
+    return Hardware(t.get("name", "hardware"), peaks, memory, efficiency, link, reserve)
+
+
+def default_reserve(memory: float) -> float:
+    """The bytes kept back on an accelerator of `memory` bytes unless a setup file says otherwise."""
+    return min(RESERVE_FIXED + RESERVE_FRACTION * memory, memory / 2)
 
 
 def _link(t: dict, place: _Place) -> Link:
