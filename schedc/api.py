@@ -121,7 +121,7 @@ def check(program: Program, *, semantics: str | Semantics = "rendezvous", engine
     if engine not in ENGINES:
         raise SchedcError("usage", f"unknown engine {engine!r}; expected native or z3", where="--engine")
     if isinstance(memory_limit, (int, float)):
-        memory_limit = {r: float(memory_limit) for r in range(program.num_ranks)}
+        memory_limit = {r: float(memory_limit) for r in range(program.num_ranks * program.dp)}  # every job rank
     return run_checks(program, semantics=sem, engine=engine, timeout_s=timeout,
                       memory_limit=dict(memory_limit) if memory_limit else None)
 

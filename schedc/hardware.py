@@ -140,19 +140,23 @@ class Setup:
         """GiB per second, the unit of sizes per the unit of time."""
         return self.link.bandwidth / GIB
 
-    def model_states(self, program) -> tuple[float, ...]:
+    def model_states(self, program, replicas: int | None = None) -> tuple[float, ...]:
         """GiB each rank holds for the whole run: weights, gradients and optimizer state of its stages
         (estimate.state_bytes_per_param per parameter). A rank that holds both the first and the last
-        stage of a model with tied embeddings keeps the shared matrix once."""
-        params = [0] * program.num_ranks
+        stage of a model with tied embeddings keeps the shared matrix once. A data-parallel job holds
+        the same on every replica: `program` with `replicas D`, or its flat form (rank d * P + p) with
+        `replicas` saying D."""
+        D = replicas or program.dp
+        P = program.num_ranks if program.replicas or D == 1 else program.num_ranks // D
+        params = [0] * P
         for s, st in enumerate(self.estimates(program.num_stages)):
-            if 0 <= program.placement[s] < program.num_ranks:  # (lint reports a stage placed elsewhere)
+            if 0 <= program.placement[s] < P:  # (lint reports a stage placed elsewhere)
                 params[program.placement[s]] += st.params
         if (self.model.tied_embeddings and program.num_stages and program.placement[0] == program.placement[-1]
-                and 0 <= program.placement[0] < program.num_ranks):
+                and 0 <= program.placement[0] < P):
             params[program.placement[0]] -= estimate.embedding_params(self.model)
         per = estimate.state_bytes_per_param(self.model)
-        return tuple(p * per / GIB for p in params)
+        return tuple(p * per / GIB for p in params) * D
 
     def to_dict(self) -> dict:
         hw = asdict(self.hardware)

@@ -44,10 +44,11 @@ def run_checks(program, args, setup=None, timeout: float | None = None):
     from ..api import check
     seconds(args.timeout, "--timeout")
     limit = memory_limit(args.memory_limit, sized=setup is not None)
-    if isinstance(limit, dict) and any(not 0 <= r < program.num_ranks for r in limit):
-        bad = next(r for r in limit if not 0 <= r < program.num_ranks)
+    ranks = program.num_ranks * program.dp  # a data-parallel job's ranks d * P + p
+    if isinstance(limit, dict) and any(not 0 <= r < ranks for r in limit):
+        bad = next(r for r in limit if not 0 <= r < ranks)
         raise SchedcError("usage", f"--memory-limit names rank {bad}, but {program.name} has ranks "
-                          f"0..{program.num_ranks - 1}", where="--memory-limit")
+                          f"0..{ranks - 1}", where="--memory-limit")
     if setup is not None:
         from .described import room
         limit = room(setup, program, limit)

@@ -13,11 +13,12 @@ from ..units import gib_text
 def device_limits(setup, program, limit) -> tuple[float, ...]:
     """Each rank's limit on all it holds, in GiB: `limit` (one for every rank, or {rank: GiB} for
     some) or else the accelerator's memory."""
+    ranks = program.num_ranks * program.dp  # every rank of a data-parallel job
     if limit is None:
-        return (setup.memory,) * program.num_ranks
+        return (setup.memory,) * ranks
     if isinstance(limit, dict):
-        return tuple(limit.get(r, setup.memory) for r in range(program.num_ranks))
-    return (float(limit),) * program.num_ranks
+        return tuple(limit.get(r, setup.memory) for r in range(ranks))
+    return (float(limit),) * ranks
 
 
 def room(setup, program, limit) -> dict[int, float]:
@@ -36,7 +37,7 @@ def explain(report, setup, limit) -> None:
     """Each memory finding of `report` with a note in the user's terms: the rank's model states, its
     total and its device limit (the finding itself counts activations and buffers against what is
     left)."""
-    states = setup.model_states(report.program)
+    states = setup.model_states(report.program, report.replicas)
     device = device_limits(setup, report.program, limit)
     worst = {pk.rank: pk for pk in report.memory_violations}
     for i, d in enumerate(report.errors):
@@ -53,7 +54,7 @@ def check_fields(report, setup, limit) -> dict:
     """The keys `check --json` adds under a description (the report's own keys count activations and
     buffers against what the model states leave)."""
     p = report.program
-    states = setup.model_states(p)
+    states = setup.model_states(p, report.replicas)
     peaks = list(report.peak_sizes)
     return {"units": setup.units().to_dict(), "setup": setup.to_dict(), "model_states": _rounded(states),
             "total_memory": _rounded(totals(states, peaks)) if peaks else [],
@@ -64,7 +65,7 @@ def check_text(report, setup, limit) -> str:
     """`check`'s summary under a description: its first line, then memory per rank in GiB."""
     p = report.program
     lines = [report.summary().splitlines()[0], f"  {setup.title}; sizes in GiB"]
-    states = setup.model_states(p)
+    states = setup.model_states(p, report.replicas)
     device = device_limits(setup, p, limit)
     peaks = list(report.peak_sizes)
     if not peaks:
@@ -79,7 +80,7 @@ def check_text(report, setup, limit) -> str:
 
 # ---- sim ----
 def sim_fields(timeline, setup) -> dict:
-    states = setup.model_states(timeline.program)
+    states = setup.model_states(timeline.program, timeline.replicas)
     return {"units": setup.units().to_dict(), "setup": setup.to_dict(), "model_states": _rounded(states),
             "total_memory": _rounded(totals(states, timeline.peak_memory))}
 
@@ -88,7 +89,7 @@ def sim_text(timeline, setup, trace) -> str:
     """`sim`'s text under a description: seconds and GiB, and each rank's model states and total."""
     p = timeline.program
     params = ", ".join(f"{k}={v}" for k, v in p.params)
-    states = setup.model_states(p)
+    states = setup.model_states(p, timeline.replicas)
     lines = [f"{p.name}{f' ({params})' if params else ''}: {p.num_ranks} ranks, {p.num_stages} stages, "
              f"{p.num_microbatches} microbatches, {p.num_actions} actions, {timeline.level} level, "
              f"overlap {'on' if timeline.overlap else 'off'}",
@@ -103,7 +104,8 @@ def sim_text(timeline, setup, trace) -> str:
     over = [r for r, t in enumerate(totals(states, timeline.peak_memory)) if t > setup.memory + 1e-9]
     if over:
         lines.append(f"  rank{'s' if len(over) > 1 else ''} {', '.join(map(str, over))} need more than the "
-                     f"{gib_text(setup.memory)} of {setup.hardware.name}")
+                     f"{gib_text(setup.memory)} a rank may hold on {setup.hardware.name} (its memory less the "
+                     f"reserve)")
     if trace:
         lines.append(f"  wrote {trace}")
     return "\n".join(lines)
