@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .jobs import activations
+from .jobs import activations, mesh
 
 DTYPE_BYTES = activations.DTYPE_BYTES
 RECOMPUTE = activations.CHECKPOINT
@@ -145,17 +145,31 @@ def state_bytes_per_param(m) -> int:
     return 2 * d + (12 if d < 4 else 8)
 
 
-def stages(m, num_stages: int) -> list[StageEstimate]:
-    """The model cut into `num_stages` stages, in model order."""
+def stages(m, num_stages: int, p: mesh.Parallel = mesh.Parallel()) -> list[StageEstimate]:
+    """The model cut into `num_stages` stages, in model order, each as one rank of the job holds it:
+    tensor parallelism t splits the weights (the embedding and output layer by vocabulary) and the
+    FLOPs, context parallelism c the tokens, and the activations divide as `layer_activation_bytes`
+    says; the layers per stage as `mesh.split_layers` cuts them (ValueError if they cannot be)."""
     Fo, Io, Wo = output_flops(m)
+    work, shards = p.tp * p.cp, p.sequence_shards
     out, start = [], 0
-    for s, n in enumerate(layers_per_stage(m.layers, num_stages)):
+    for s, n in enumerate(mesh.split_layers(m.layers, num_stages, p)):
         first, last = s == 0, s == num_stages - 1
         F, I, W = (sum(x) for x in zip(*(layer_flops(m, i) for i in range(start, start + n)))) if n else (0, 0, 0)
-        kept = sum(layer_activation_bytes(m, i) for i in range(start, start + n))
+        kept = sum(layer_activation_bytes(m, i, p.tp, p.sp, p.cp) for i in range(start, start + n))
+        ends = (first_stage_bytes(m) / shards if first else 0.0) + (_last_stage_bytes(m, p) if last else 0.0)
         out.append(StageEstimate(
-            n, first, last, F + (Fo if last else 0.0), I + (Io if last else 0.0), W + (Wo if last else 0.0),
-            kept + (first_stage_bytes(m) if first else 0.0) + (last_stage_bytes(m) if last else 0.0),
-            n * layer_params(m) + (embedding_params(m) if first else 0) + (embedding_params(m) if last else 0)))
+            n, first, last, (F + (Fo if last else 0.0)) / work, (I + (Io if last else 0.0)) / work,
+            (W + (Wo if last else 0.0)) / work, kept + ends,
+            (n * layer_params(m) + (embedding_params(m) if first else 0) + (embedding_params(m) if last else 0))
+            // p.tp))
         start += n
     return out
+
+
+def _last_stage_bytes(m, p: mesh.Parallel) -> float:
+    """`last_stage_bytes` on one rank: the norm's and projection's inputs split like the sequence,
+    the logits by vocabulary (tensor parallelism's cross entropy) and tokens (context parallelism)."""
+    s, b = m.seq_len, m.micro_batch
+    return (2.0 * DTYPE_BYTES[m.dtype] * s * b * m.hidden / p.sequence_shards
+            + float(LOGIT_BYTES * s * b * m.vocab) / (p.tp * p.cp))

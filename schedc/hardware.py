@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import estimate
-from .jobs import activations
+from .jobs import activations, mesh
 from .errors import SchedcError
 from .units import GIB, Units, rate, size
 
@@ -32,9 +32,9 @@ CHECKPOINT_KEYS = ("mode", "selective_ac_option")
 # the keys of a setup file's tables, besides `preset` (`name` too, so `Setup.to_dict()` is a setup file)
 KEYS = {"model": MODEL_REQUIRED + MODEL_OPTIONAL + ("name",),
         "hardware": ("flops", "memory", "efficiency", "link", "reserve", "name"), "link": ("bandwidth", "latency", "name"),
-        "activation_checkpoint": CHECKPOINT_KEYS}
+        "activation_checkpoint": CHECKPOINT_KEYS, "parallelism": mesh.KEYS}
 FLAGS = {"model": "--model", "hardware": "--hardware", "link": "--link"}
-TABLES = ("activation_checkpoint",)  # a setup file's tables besides the described kinds
+TABLES = ("activation_checkpoint", "parallelism")  # a setup file's tables besides the described kinds
 
 
 @dataclass(frozen=True)
@@ -95,15 +95,17 @@ class Setup:
     hardware: Hardware
     link: Link
     source: str = "the description"
+    parallel: mesh.Parallel = mesh.Parallel()
 
     @property
     def title(self) -> str:
         m = self.model
         ac = m.recompute if m.recompute != "selective" else f"selective {m.selective}"
-        hw = self.hardware
+        hw, p = self.hardware, self.parallel
+        layout = "" if p.is_default() else f", {_layout(p)}"
         return (f"{m.name} ({m.dtype}, {m.attention} attention, micro-batch {m.micro_batch}, seq {m.seq_len}, "
-                f"recompute {ac}) on {hw.name} ({hw.memory / GIB:.4g} GiB, {hw.reserve / GIB:.4g} GiB reserved) "
-                f"over {self.link.name}")
+                f"recompute {ac}{layout}) on {hw.name} ({hw.memory / GIB:.4g} GiB, {hw.reserve / GIB:.4g} GiB "
+                f"reserved) over {self.link.name}")
 
     @property
     def memory(self) -> float:
@@ -118,13 +120,16 @@ class Setup:
         if num_stages > self.model.layers:
             raise SchedcError("costs", f"{self.model.name} has {self.model.layers} layers, too few for a schedule "
                               f"with {num_stages} stages (each stage holds at least one layer)", where=self.source)
-        return estimate.stages(self.model, num_stages)
+        try:
+            return estimate.stages(self.model, num_stages, self.parallel)
+        except ValueError as exc:
+            raise SchedcError("costs", f"[parallelism] {exc}", where=self.source) from None
 
     def stage_settings(self, num_stages: int) -> dict[int, dict[str, float]]:
         """Per stage, its times in seconds (F, I, W; B becomes I + W) and sizes in GiB (act, so
         weight = act; out, the activation it sends on: the last stage sends none)."""
         speed = self.hardware.flops_at(self.model.dtype) * self.hardware.efficiency
-        out = estimate.message_bytes(self.model) / GIB
+        out = estimate.message_bytes(self.model) / self.parallel.sequence_shards / GIB
         settings = {}
         for s, st in enumerate(self.estimates(num_stages)):
             F, I, W = st.flops_F / speed, st.flops_I / speed, st.flops_W / speed  # noqa: E741
@@ -148,15 +153,39 @@ class Setup:
         `replicas` saying D."""
         D = replicas or program.dp
         P = program.num_ranks if program.replicas or D == 1 else program.num_ranks // D
+        self.check_job(P, D)
         params = [0] * P
         for s, st in enumerate(self.estimates(program.num_stages)):
             if 0 <= program.placement[s] < P:  # (lint reports a stage placed elsewhere)
                 params[program.placement[s]] += st.params
         if (self.model.tied_embeddings and program.num_stages and program.placement[0] == program.placement[-1]
                 and 0 <= program.placement[0] < P):
-            params[program.placement[0]] -= estimate.embedding_params(self.model)
-        per = estimate.state_bytes_per_param(self.model)
-        return tuple(p * per / GIB for p in params) * D
+            params[program.placement[0]] -= estimate.embedding_params(self.model) // self.parallel.tp
+        layout = self.parallel
+        if layout.dp_replicate is None and D > 1 and layout.dp_shard == 1:  # the schedule's replicas are DDP's
+            layout = replace(layout, dp_replicate=D)
+        per = mesh.state_bytes_per_param(layout, estimate.DTYPE_BYTES[self.model.dtype])
+        gathered = self._gathered_bytes()
+        return tuple((p * per + (gathered if p else 0.0)) / GIB for p in params) * D
+
+    def _gathered_bytes(self) -> float:
+        """FSDP's working copy: the unsharded 16-bit weights of the layer being computed and of the
+        next, all-gathered ahead of it (torchtitan's FSDP2 prefetches one layer)."""
+        if self.parallel.dp_shard == 1:
+            return 0.0
+        return 2.0 * estimate.DTYPE_BYTES[self.model.dtype] * estimate.layer_params(self.model) / self.parallel.tp
+
+    def check_job(self, ranks_per_pipeline: int, replicas: int) -> None:
+        """The schedule and the [parallelism] table describe the same job: its pipeline degree is the
+        schedule's ranks, and a schedule with `replicas D` runs D data-parallel replicas."""
+        p = self.parallel
+        if p.pp is not None and p.pp != ranks_per_pipeline:
+            raise SchedcError("costs", f"[parallelism] pipeline_parallel_degree is {p.pp}, but the schedule runs "
+                              f"{ranks_per_pipeline} pipeline ranks", where=self.source)
+        if replicas > 1 and p.dp != replicas and (p.dp_replicate is not None or p.dp_shard > 1):
+            raise SchedcError("costs", f"the schedule runs {replicas} data-parallel replicas (replicas {replicas}), "
+                              f"but [parallelism] gives a data-parallel degree of {p.dp} "
+                              "(data_parallel_replicate_degree x data_parallel_shard_degree)", where=self.source)
 
     def to_dict(self) -> dict:
         hw = asdict(self.hardware)
@@ -166,6 +195,8 @@ class Setup:
         out = {"model": model, "hardware": hw, "link": asdict(self.link)}
         if model["recompute"] == "selective" and selective != "attention":  # torchtitan's table says it
             out["activation_checkpoint"] = {"mode": model.pop("recompute"), "selective_ac_option": selective}
+        if not self.parallel.is_default():
+            out["parallelism"] = _parallelism_table(self.parallel)
         return out
 
 
@@ -237,10 +268,11 @@ def describe(file: str | None = None, *, model: str | None = None, hardware: str
     if not merged["link"]:
         raise place.error(f"{hw.name} names no link: add --link ({preset_list('link')}) or a [link] table")
     m = _checkpointing(_model(merged["model"], place), merged["model"], tables.get("activation_checkpoint"), place)
+    parallel = _parallelism(tables.get("parallelism") or {}, m, place)
     if m.dtype not in dict(hw.flops):
         raise place.error(f"{hw.name} gives no FLOP/s for {m.dtype} (it gives {', '.join(dict(hw.flops))}): "
                           "set [hardware] flops for it", "hardware", "flops")
-    return Setup(m, hw, _link(merged["link"], place), source)
+    return Setup(m, hw, _link(merged["link"], place), source, parallel)
 
 
 def _unknown(kind: str, name) -> str:
@@ -408,3 +440,103 @@ def _link(t: dict, place: _Place) -> Link:
                                                                                   and latency >= 0):
         raise place.error(f"[link] latency must be a non-negative number of seconds, not {latency!r}", "link", "latency")
     return Link(t.get("name", "link"), _positive(t["bandwidth"], place, "link", "bandwidth", rate), float(latency))
+
+
+# ---- the job's parallel layout ----
+def _parallelism(t: dict, m: Model, place: _Place) -> mesh.Parallel:
+    """The [parallelism] table (torchtitan's names; Megatron-LM's for the first and last stage's
+    layers), each value checked against the model it splits."""
+    deg = {}
+    for key in mesh.DEGREES:
+        if key in t:
+            v = t[key]
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < MAX_COUNT:
+                hint = " (torchtitan's -1, the GPUs the others leave, needs the GPU count: give the degree)" \
+                    if v == -1 else ""
+                raise place.error(f"[parallelism] {key} must be a positive whole number, not {v!r}{hint}",
+                                  "parallelism", key)
+            deg[key] = v
+    if "sequence_parallel" in t and "enable_sequence_parallel" in t:
+        raise place.error("[parallelism] sequence_parallel and enable_sequence_parallel say the same: keep one",
+                          "parallelism", "enable_sequence_parallel")
+    sp_key = "sequence_parallel" if "sequence_parallel" in t else "enable_sequence_parallel"
+    sp = t.get(sp_key, True)
+    if not isinstance(sp, bool):
+        raise place.error(f"[parallelism] {sp_key} must be true or false, not {sp!r}", "parallelism", sp_key)
+    zero = t.get("zero_stage", 0)
+    if zero not in mesh.ZERO_STAGES or isinstance(zero, bool):
+        raise place.error(f"[parallelism] zero_stage must be 0, 1, 2 or 3, not {zero!r}", "parallelism", "zero_stage")
+    p = mesh.Parallel(deg.get("data_parallel_replicate_degree"), deg.get("data_parallel_shard_degree", 1),
+                      deg.get("tensor_parallel_degree", 1), deg.get("context_parallel_degree", 1),
+                      deg.get("expert_parallel_degree", 1), deg.get("pipeline_parallel_degree"), sp, zero,
+                      *_split(t, place))
+    _fits_model(p, m, place)
+    return p
+
+
+def _split(t: dict, place: _Place) -> tuple:
+    """(layers per stage, first stage's, last stage's) from the table."""
+    per = t.get("pipeline_parallel_layers_per_stage")
+    if per is not None and not (isinstance(per, list) and per and all(
+            isinstance(n, int) and not isinstance(n, bool) and 0 < n < MAX_COUNT for n in per)):
+        raise place.error("[parallelism] pipeline_parallel_layers_per_stage must be a list of positive whole numbers, "
+                          f"one per stage, not {per!r}", "parallelism", "pipeline_parallel_layers_per_stage")
+    ends = []
+    for key in mesh.SPLIT_KEYS[1:]:
+        v = t.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 < v < MAX_COUNT):
+            raise place.error(f"[parallelism] {key} must be a positive whole number, not {v!r}", "parallelism", key)
+        if v is not None and per is not None:
+            raise place.error(f"[parallelism] {key} and pipeline_parallel_layers_per_stage both split the layers: "
+                              "keep one", "parallelism", key)
+        ends.append(v)
+    return (tuple(per) if per is not None else None, *ends)
+
+
+def _fits_model(p: mesh.Parallel, m: Model, place: _Place) -> None:
+    """Tensor parallelism splits heads, key/value heads and the MLP; context parallelism the sequence."""
+    if p.ep > 1:
+        raise place.error("[parallelism] expert_parallel_degree needs a mixture-of-experts model, which a setup "
+                          "cannot describe yet", "parallelism", "expert_parallel_degree")
+    if p.zero_stage and p.dp_shard > 1:
+        raise place.error("[parallelism] zero_stage and data_parallel_shard_degree (FSDP) both shard the model "
+                          "states: keep one", "parallelism", "zero_stage")
+    for what, n in (("heads", m.heads), ("kv_heads", m.kv_heads), ("ffn_hidden", m.ffn_hidden)):
+        if n % p.tp:
+            raise place.error(f"[parallelism] tensor_parallel_degree {p.tp} must divide the model's {what} ({n})",
+                              "parallelism", "tensor_parallel_degree")
+    if m.seq_len % (p.cp * (p.tp if p.sp else 1)):
+        raise place.error(f"[parallelism] the sequence ({m.seq_len}) must split evenly over context parallelism "
+                          f"({p.cp}) and sequence parallelism ({p.tp if p.sp else 1})", "parallelism",
+                          "context_parallel_degree" if p.cp > 1 else "tensor_parallel_degree")
+
+
+def _parallelism_table(p: mesh.Parallel) -> dict:
+    """The [parallelism] table that describes `p` (the inverse of `_parallelism`)."""
+    out: dict = {"data_parallel_shard_degree": p.dp_shard, "tensor_parallel_degree": p.tp, "context_parallel_degree": p.cp, "expert_parallel_degree": p.ep,
+                 "sequence_parallel": p.sequence_parallel, "zero_stage": p.zero_stage}
+    if p.pp is not None:
+        out["pipeline_parallel_degree"] = p.pp
+    if p.dp_replicate is not None:
+        out["data_parallel_replicate_degree"] = p.dp_replicate
+    if p.layers is not None:
+        out["pipeline_parallel_layers_per_stage"] = list(p.layers)
+    for key, v in zip(mesh.SPLIT_KEYS[1:], (p.first, p.last)):
+        if v is not None:
+            out[key] = v
+    return out
+
+
+def _layout(p: mesh.Parallel) -> str:
+    """The degrees that are not 1, for a title: `dp 8 (fsdp 8), tp 4 + sp, cp 2`."""
+    parts = []
+    if p.dp > 1:
+        parts.append(f"dp {p.dp}" + (f" (fsdp {p.dp_shard})" if p.dp_shard > 1 else "")
+                     + (f" zero-{p.zero_stage}" if p.zero_stage else ""))
+    if p.tp > 1:
+        parts.append(f"tp {p.tp}" + (" + sp" if p.sp else ""))
+    if p.cp > 1:
+        parts.append(f"cp {p.cp}")
+    if p.layers is not None or p.first is not None or p.last is not None:
+        parts.append("uneven layers")
+    return ", ".join(parts) or "pp only"

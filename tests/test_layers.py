@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "schedc"
 # lower ones; the command line at the top may import anything. Names are relative to `schedc`
 # ("" is `schedc/__init__.py`, whose names load lazily); `rules` is the package, `rules.*` its modules.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("ground floor: positions, errors, the IR, the rules", ("span", "errors", "ir", "rules", "rules.*")),
+    ("ground floor: positions, errors, the IR, the rules", ("span", "errors", "ir", "rules", "rules.*", "jobs",
+                                                            "jobs.*")),
     ("the language, columns and plumbing", ("syntax", "parse", "expr", "loops", "order", "compiler", "columns",
                                              "inputs", "outputs", "signals", "resources", "units", "estimate", "solver",
                                              "progress")),

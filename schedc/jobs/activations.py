@@ -5,6 +5,7 @@ docs/units.md gives the sources; tests/test_activations.py measures real layers 
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -197,7 +198,7 @@ def saved(s: Shape, kernel: str, checkpoint: str = "none", selective: str = "op"
     return _once(kept)
 
 
-def _once(tensors) -> list[Tensor]:
+def _once(tensors: Iterable[Tensor]) -> list[Tensor]:
     out: dict[str, Tensor] = {}
     for t in tensors:
         out.setdefault(t.name, t)

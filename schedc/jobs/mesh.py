@@ -23,7 +23,7 @@ class Parallel:
     layers per stage, or None for an even split (with Megatron-LM's first and last stage counts,
     `first`/`last`, taken out first)."""
 
-    dp_replicate: int = 1
+    dp_replicate: int | None = None  # None: not stated (a schedule's `replicas D` says it)
     dp_shard: int = 1
     tp: int = 1
     cp: int = 1
@@ -37,7 +37,7 @@ class Parallel:
 
     @property
     def dp(self) -> int:
-        return self.dp_replicate * self.dp_shard
+        return (self.dp_replicate or 1) * self.dp_shard
 
     @property
     def sp(self) -> bool:

@@ -1,0 +1,117 @@
+"""A setup file's [parallelism] table (torchtitan's names): what tensor, sequence and context
+parallelism, FSDP and ZeRO do to what each rank holds, how the layers split over the stages, and the
+schedule and the table agreeing on the job (docs/units.md, "The job")."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from schedc import estimate
+from schedc.api import load
+from schedc.errors import SchedcError
+from schedc.hardware import describe
+from schedc.jobs import mesh
+from schedc.units import GIB
+
+
+def setup(tmp_path, parallelism: str = "", model: str = 'preset = "llama2-7b"\n'):
+    path = tmp_path / "job.toml"
+    path.write_text(f'[model]\n{model}\n[hardware]\npreset = "h100-80gb"\n\n[parallelism]\n{parallelism}')
+    return describe(str(path))
+
+
+def test_tensor_and_sequence_parallelism_divide_each_stage(tmp_path):
+    alone = setup(tmp_path)
+    tp = setup(tmp_path, "tensor_parallel_degree = 4\n")
+    no_sp = setup(tmp_path, "tensor_parallel_degree = 4\nsequence_parallel = false\n")
+    a, b, c = (s.estimates(4)[1] for s in (alone, tp, no_sp))
+    assert b.activation_bytes == pytest.approx(a.activation_bytes / 4)  # with SP every tensor splits
+    assert a.activation_bytes / 4 < c.activation_bytes < a.activation_bytes  # without, the norms' do not
+    assert b.params == a.params // 4 and b.flops_F == pytest.approx(a.flops_F / 4)
+    # the message between stages is the sequence-parallel shard
+    assert tp.stage_settings(4)[0]["out"] == pytest.approx(alone.stage_settings(4)[0]["out"] / 4)
+    assert no_sp.stage_settings(4)[0]["out"] == alone.stage_settings(4)[0]["out"]
+    assert "tp 4 + sp" in tp.title
+
+
+def test_context_parallelism_divides_the_tokens(tmp_path):
+    alone, cp = setup(tmp_path), setup(tmp_path, "context_parallel_degree = 2\n")
+    for x, y in zip(alone.estimates(4), cp.estimates(4)):
+        assert y.activation_bytes == pytest.approx(x.activation_bytes / 2)
+        assert y.flops_F == pytest.approx(x.flops_F / 2) and y.params == x.params
+
+
+def test_zero_stages_are_the_zero_papers_figure_1():
+    """Rajbhandari et al. 2020, Figure 1: a 7.5B model on 64 data-parallel GPUs holds 120 GB of model
+    states per GPU, 31.4 with P_os, 16.6 with P_os+g, 1.88 with P_os+g+p."""
+    psi, got = 7.5e9, []
+    for stage in mesh.ZERO_STAGES:
+        got.append(psi * mesh.state_bytes_per_param(mesh.Parallel(dp_replicate=64, zero_stage=stage), 2) / 1e9)
+    assert got == pytest.approx([120, 31.40625, 16.640625, 1.875])
+
+
+def test_fsdp_shards_the_states_and_gathers_a_layer_ahead(tmp_path):
+    s = setup(tmp_path, "data_parallel_shard_degree = 8\n")
+    program = load("1f1b", {"P": 4, "M": 8})
+    plain = setup(tmp_path).model_states(program)
+    sharded = s.model_states(program)
+    gathered = 2 * 2 * estimate.layer_params(s.model) / GIB  # two layers' bf16 weights
+    for a, b in zip(plain, sharded):
+        assert b == pytest.approx(a / 8 + gathered)
+    assert "dp 8 (fsdp 8)" in s.title
+
+
+def test_layers_per_stage_as_a_list_or_megatrons_first_and_last(tmp_path):
+    listed = setup(tmp_path, "pipeline_parallel_layers_per_stage = [7, 9, 9, 7]\n")
+    assert [st.layers for st in listed.estimates(4)] == [7, 9, 9, 7]
+    ends = setup(tmp_path, "decoder_first_pipeline_num_layers = 6\ndecoder_last_pipeline_num_layers = 5\n")
+    assert [st.layers for st in ends.estimates(5)] == [6, 7, 7, 7, 5]
+    with pytest.raises(SchedcError, match="must give each of the 3 stages"):
+        listed.estimates(3)
+
+
+def test_the_table_and_the_schedule_describe_one_job(tmp_path, run_cli):
+    s = setup(tmp_path, "pipeline_parallel_degree = 8\n")
+    with pytest.raises(SchedcError, match="pipeline_parallel_degree is 8, but the schedule runs 4"):
+        s.model_states(load("1f1b", {"P": 4, "M": 8}))
+    job = tmp_path / "dp.pp"
+    job.write_text("schedule dp(P = 2, M = 4) {\n  stages P\n  place loop\n  replicas 2\n"
+                   "  rank r { for m in 0 .. M { F(r, m); B(r, m) } REDUCE_GRAD(r) }\n}\n")
+    (tmp_path / "dp4.toml").write_text('[model]\npreset = "llama2-7b"\n[hardware]\npreset = "h100-80gb"\n'
+                                       "[parallelism]\ndata_parallel_replicate_degree = 4\n")
+    code, _, err = run_cli("check", str(job), "--setup", str(tmp_path / "dp4.toml"))
+    assert code == 2 and "runs 2 data-parallel replicas" in err and "degree of 4" in err
+    (tmp_path / "dp2.toml").write_text('[model]\npreset = "llama2-7b"\n[hardware]\npreset = "h100-80gb"\n'
+                                       "[parallelism]\ndata_parallel_replicate_degree = 2\nzero_stage = 1\n")
+    code, out, err = run_cli("check", str(job), "--setup", str(tmp_path / "dp2.toml"), "--json")
+    states = json.loads(out)["model_states"]
+    plain = json.loads(run_cli("check", str(job), "--model", "llama2-7b", "--hardware", "h100-80gb",
+                               "--json")[1])["model_states"]
+    assert states == pytest.approx([x * (4 + 12 / 2) / 16 for x in plain], rel=1e-4)
+
+
+@pytest.mark.parametrize("text, phrase", [
+    ("tensor_parallel_degree = 3\n", "must divide the model's heads"),
+    ("tensor_parallel_degree = -1\n", "positive whole number"),
+    ("data_parallel_shard_degree = -1\n", "torchtitan's -1"),
+    ("expert_parallel_degree = 2\n", "mixture-of-experts"),
+    ("zero_stage = 2\ndata_parallel_shard_degree = 2\n", "keep one"),
+    ("zero_stage = 4\n", "0, 1, 2 or 3"),
+    ("context_parallel_degree = 3\n", "split evenly"),
+    ("sequence_parallel = 1\n", "true or false"),
+    ("pipeline_parallel_layers_per_stage = [8, 0]\n", "list of positive whole numbers"),
+    ("tensor_parallel = 2\n", "has no key 'tensor_parallel'"),
+])
+def test_a_bad_parallelism_table_is_an_error_at_its_key(tmp_path, text, phrase):
+    with pytest.raises(SchedcError, match=phrase) as e:
+        setup(tmp_path, text)
+    assert e.value.diagnostics[0].span is not None
+
+
+def test_a_job_round_trips_through_its_json(tmp_path):
+    s = setup(tmp_path, "data_parallel_shard_degree = 8\ntensor_parallel_degree = 2\ncontext_parallel_degree = 2\n"
+                        "pipeline_parallel_degree = 4\ndecoder_first_pipeline_num_layers = 6\n")
+    path = tmp_path / "again.json"
+    path.write_text(json.dumps(s.to_dict()))
+    assert describe(str(path)).parallel == s.parallel
