@@ -21,11 +21,11 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 
 @dataclass(frozen=True)
 class Config:
-    hidden: int = 256
+    hidden: int = 128
     heads: int = 4
     kv_heads: int = 4
     ffn_hidden: int = 1024
-    seq_len: int = 128
+    seq_len: int = 64
     micro_batch: int = 2
     style: str = "llama"  # or "gpt"
     attention: str = "sdpa"  # or "eager"

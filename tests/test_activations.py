@@ -25,7 +25,7 @@ def config(style: str, kv: int, kernel: str, **kw):
     gpt = style == "gpt"
     # On the CPU, torch's fused attention has no dropout (it falls back to the math path in fp32);
     # CUDA's kernels keep only a random-number state for it, so the fused cases run without.
-    return reference.Config(style=style, kv_heads=kv, attention=kernel, ffn_hidden=1024 if gpt else 704,
+    return reference.Config(style=style, kv_heads=kv, attention=kernel, ffn_hidden=512 if gpt else 352,
                             dropout=0.1 if gpt else 0.0,
                             attention_dropout=0.1 if gpt and kernel == "eager" else 0.0, **kw)
 
