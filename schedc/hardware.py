@@ -10,9 +10,12 @@ import math
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Callable
 
 from . import estimate
 from .errors import SchedcError
+from .ir import Program
+from .span import Source
 from .units import GIB, Units, rate, size
 
 KINDS = ("model", "hardware", "link")
@@ -119,7 +122,7 @@ class Setup:
         """GiB per second, the unit of sizes per the unit of time."""
         return self.link.bandwidth / GIB
 
-    def model_states(self, program) -> tuple[float, ...]:
+    def model_states(self, program: Program) -> tuple[float, ...]:
         """GiB each rank holds for the whole run: weights, gradients and optimizer state of its stages
         (estimate.state_bytes_per_param per parameter). A rank that holds both the first and the last
         stage of a model with tied embeddings keeps the shared matrix once."""
@@ -133,7 +136,7 @@ class Setup:
         per = estimate.state_bytes_per_param(self.model)
         return tuple(p * per / GIB for p in params)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         hw = asdict(self.hardware)
         hw["flops"] = dict(self.hardware.flops)
         return {"model": asdict(self.model), "hardware": hw, "link": asdict(self.link)}
@@ -141,10 +144,9 @@ class Setup:
 
 # ---- presets ----
 @lru_cache(maxsize=1)
-def presets() -> dict[str, dict[str, dict]]:
+def presets() -> dict[str, dict[str, dict[str, Any]]]:
     """The shipped presets: {"model": {name: table}, "hardware": ..., "link": ...}."""
     from .costs import _read_toml
-    from .span import Source
     path = Path(__file__).resolve().parent / "presets.toml"
     text = path.read_text(encoding="utf-8")
     return _read_toml(text, Source(str(path), text))
@@ -184,6 +186,7 @@ def describe(file: str | None = None, *, model: str | None = None, hardware: str
             if preset not in presets()[kind]:
                 raise _Place(FLAGS[kind], code="usage").error(_unknown(kind, preset))
         elif preset is not None and (not isinstance(preset, str) or preset not in presets()[kind]):
+            assert place is not None  # (a table's own preset key comes from a file)
             raise place.error(_unknown(kind, preset), kind, "preset")
         if preset is not None:
             table = {**presets()[kind][preset], "name": preset, **table}
@@ -194,8 +197,10 @@ def describe(file: str | None = None, *, model: str | None = None, hardware: str
     for kind, table in merged.items():
         if table:
             if "name" not in table:  # a table of the file's own, without a preset
+                assert file is not None  # (every preset has a name)
                 table["name"] = f"{kind} of {Path(file).name}"
             if not (isinstance(table["name"], str) and table["name"].strip()):
+                assert place is not None  # (every preset's name is a string)
                 raise place.error(f"[{kind}] name must be a non-empty string, not {table['name']!r}", kind, "name")
     missing = [k for k in ("model", "hardware") if not merged[k]]
     if missing:
@@ -213,7 +218,7 @@ def describe(file: str | None = None, *, model: str | None = None, hardware: str
     return Setup(m, hw, _link(merged["link"], place), source)
 
 
-def _unknown(kind: str, name) -> str:
+def _unknown(kind: str, name: object) -> str:
     from .expr import did_you_mean
     names = preset_names(kind)
     return f"no {kind} preset {name!r} (presets: {', '.join(names)}){did_you_mean(str(name), names)}"
@@ -223,14 +228,13 @@ class _Place:
     """Where a description's values come from, for its errors: a setup file (TOML: at the key's line
     and column) or a flag."""
 
-    def __init__(self, name: str, source=None, code: str = "costs", data=None):
+    def __init__(self, name: str, source: Source | None = None, code: str = "costs", data: Any = None):
         self.name, self.source, self.code, self.data = name, source, code, data
 
     @classmethod
     def of_file(cls, path: str) -> "_Place":
         from .costs import _read_toml
         from .inputs import loads_json, read_text
-        from .span import Source
         text = read_text(path, "the setup file")
         if path.lower().endswith(".json"):
             return cls(path, data=loads_json(text, path, "costs"))
@@ -243,7 +247,7 @@ class _Place:
         return SchedcError(self.code, message, span) if span is not None else SchedcError(self.code, message,
                                                                                            where=self.name)
 
-    def tables(self) -> dict:
+    def tables(self) -> dict[str, Any]:
         """The file's tables, every key known."""
         from .expr import did_you_mean
         if not isinstance(self.data, dict):
@@ -261,11 +265,11 @@ class _Place:
         return self.data
 
 
-def _model(t: dict, place: _Place) -> Model:  # noqa: C901
+def _model(t: dict[str, Any], place: _Place) -> Model:  # noqa: C901
     missing = [k for k in MODEL_REQUIRED if k not in t]
     if missing:
         raise place.error(f"[model] needs {', '.join(missing)} (or preset = one of {preset_list('model')})")
-    n = {}
+    n: dict[str, Any] = {}
     for k in MODEL_REQUIRED + ("kv_heads", "ffn_hidden", "micro_batch"):
         if k in t:
             v = t[k]
@@ -277,7 +281,7 @@ def _model(t: dict, place: _Place) -> Model:  # noqa: C901
     if n["hidden"] % n["heads"] or n["heads"] % n["kv_heads"]:
         raise place.error(f"[model] heads ({n['heads']}) must divide hidden ({n['hidden']}), and kv_heads "
                           f"({n['kv_heads']}) must divide heads", "model", "heads")
-    flags = {}
+    flags: dict[str, Any] = {}
     for k in ("gated_mlp", "dropout", "tied_embeddings"):
         if k in t:
             if not isinstance(t[k], bool):
@@ -293,7 +297,8 @@ def _model(t: dict, place: _Place) -> Model:  # noqa: C901
     return Model(t.get("name", "model"), **n, **flags)
 
 
-def _positive(value, place: _Place, kind: str, key: str, parse=None, what: str | None = None) -> float:
+def _positive(value: object, place: _Place, kind: str, key: str, parse: Callable[[str, str, str], float] | None = None,
+              what: str | None = None) -> float:
     """A positive finite number (or, with `parse`, text such as 80GiB or 300GB/s)."""
     what = what or f"[{kind}] {key}"
     if isinstance(value, str) and parse is not None:
@@ -310,7 +315,7 @@ def _size(text: str, what: str, code: str) -> float:
     return size(text, what, code).value
 
 
-def _hardware(t: dict, place: _Place) -> Hardware:
+def _hardware(t: dict[str, Any], place: _Place) -> Hardware:
     missing = [k for k in ("flops", "memory", "efficiency") if k not in t]
     if missing:
         raise place.error(f"[hardware] needs {', '.join(missing)} (or preset = one of {preset_list('hardware')})")
@@ -332,7 +337,7 @@ def _hardware(t: dict, place: _Place) -> Hardware:
                     efficiency, link)
 
 
-def _link(t: dict, place: _Place) -> Link:
+def _link(t: dict[str, Any], place: _Place) -> Link:
     missing = [k for k in ("bandwidth", "latency") if k not in t]
     if missing:
         raise place.error(f"[link] needs {', '.join(missing)} (or preset = one of {preset_list('link')})")

@@ -140,7 +140,7 @@ class Budget:
 
     def exhausted(self) -> str | None:
         """Why no work is left, naming the first budget from here up that ran out; else None."""
-        b = self
+        b: Budget | None = self
         while b is not None:
             if b.units is not None and b.spent >= b.units:
                 return f"{BUDGET}: {b.units:,} Z3 resource units for {b.name}"
