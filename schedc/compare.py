@@ -13,7 +13,7 @@ accelerator's memory): the first row that fits is the fastest that does. What `s
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from .errors import SchedcError
 from .outputs import rounded
@@ -42,9 +42,9 @@ class Row:
             return self.peak_memory
         return tuple(a + b for a, b in zip(self.model_states, self.peak_memory))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         shown = (lambda x: None if x is None else rounded(x))
-        out = {"schedule": self.name, "params": dict(self.params), "makespan": shown(self.makespan),
+        out: dict[str, Any] = {"schedule": self.name, "params": dict(self.params), "makespan": shown(self.makespan),
                "bubble_ratio": shown(self.bubble_ratio), "peak_memory": [rounded(x) for x in self.peak_memory],
                "peak": shown(self.peak), "over_limit": self.over_limit, "skipped": self.skipped}
         if self.model_states is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import SchedcError
 from .inputs import integer, loads_json, read_text, too_long_number
@@ -52,7 +52,9 @@ class Costs:
     overlap: bool | None = None
     overhead: float | None = None  # every channel: rank time to post one send or receive
     measured: int = 0  # a profile's number of stages (its `stages` are split over V x measured); 0: as written
-    derived: object = None  # a hardware.Setup: every stage's seconds and GiB, beneath the settings above
+    # a hardware.Setup (typed Any: hardware imports this module, which may not import it back): every
+    # stage's seconds and GiB, beneath the settings above
+    derived: Any = None
     dispatch: float | None = None  # every rank: time to start each step (the runtime's own work)
     rank_dispatch: tuple[tuple[int, float], ...] = ()  # rank -> dispatch
     spread: Spread | None = field(default=None, compare=False)  # a profile's: how the measured times vary
@@ -174,7 +176,8 @@ def _chunk_of(measured: dict[int, dict[str, float]], stage: int, V: int) -> dict
 def parse_cost_option(text: str) -> Costs:
     """`F=1,I=1,W=1,B=2` (also act, weight, out, latency, bandwidth, overhead, dispatch): the same
     for every stage (and rank)."""
-    every, links = {}, {}
+    every: dict[str, float] = {}
+    links: dict[str, float] = {}
     for part in (p for p in text.split(",") if p.strip()):
         key, eq, value = (x.strip() for x in part.partition("="))
         try:

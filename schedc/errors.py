@@ -7,6 +7,7 @@ several at once. Exit codes used by the CLI live here too, so scripts can rely o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .span import Span, caret_lines
 
@@ -41,8 +42,8 @@ class Diagnostic:
             body = []
         return "\n".join([head, *body, *(f"  = note: {n}" for n in self.notes)])
 
-    def to_dict(self) -> dict:
-        out: dict = {"code": self.code, "message": self.message}
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.span is not None:
             out["file"] = self.span.file
             out["line"] = self.span.line

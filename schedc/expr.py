@@ -13,7 +13,7 @@ end of this module, which give every type, overflow and division error its messa
 from __future__ import annotations
 
 import difflib
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from . import syntax as ast
 from .errors import SchedcError
@@ -62,7 +62,7 @@ def compile_expr(e: ast.Expr, scope: Scope) -> Eval:
     else:
         emitter.block.line(f"return {src}")
         run = module.function(emitter.block, "expression", "env", before=functions.finish())
-    run.type = kind
+    run.type = kind  # type: ignore[attr-defined]  # the inferred type rides on the function (its callers read it)
     return run
 
 
@@ -101,7 +101,7 @@ class Module:
             self.globals[name] = value
         return name
 
-    def function(self, block: "Block", hint: str, *params: str, before: list[str] = ()):
+    def function(self, block: "Block", hint: str, *params: str, before: Sequence[str] = ()):
         """`block` made a function of `params` and compiled in this module (after the lines
         `before`: functions it calls); the function."""
         name = self.fresh(f"_{hint}")

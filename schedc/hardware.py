@@ -10,10 +10,13 @@ import math
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Callable
 
 from . import estimate
 from .jobs import activations, mesh
 from .errors import SchedcError
+from .ir import Program
+from .span import Source
 from .units import GIB, Units, rate, size
 
 KINDS = ("model", "hardware", "link")
@@ -145,7 +148,7 @@ class Setup:
         """GiB per second, the unit of sizes per the unit of time."""
         return self.link.bandwidth / GIB
 
-    def model_states(self, program, replicas: int | None = None) -> tuple[float, ...]:
+    def model_states(self, program: Program, replicas: int | None = None) -> tuple[float, ...]:
         """GiB each rank holds for the whole run: weights, gradients and optimizer state of its stages
         (estimate.state_bytes_per_param per parameter). A rank that holds both the first and the last
         stage of a model with tied embeddings keeps the shared matrix once. A data-parallel job holds
@@ -187,7 +190,7 @@ class Setup:
                               f"but [parallelism] gives a data-parallel degree of {p.dp} "
                               "(data_parallel_replicate_degree x data_parallel_shard_degree)", where=self.source)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         hw = asdict(self.hardware)
         hw["flops"] = dict(self.hardware.flops)
         model = asdict(self.model)
@@ -202,10 +205,9 @@ class Setup:
 
 # ---- presets ----
 @lru_cache(maxsize=1)
-def presets() -> dict[str, dict[str, dict]]:
+def presets() -> dict[str, dict[str, dict[str, Any]]]:
     """The shipped presets: {"model": {name: table}, "hardware": ..., "link": ...}."""
     from .costs import _read_toml
-    from .span import Source
     path = Path(__file__).resolve().parent / "presets.toml"
     text = path.read_text(encoding="utf-8")
     return _read_toml(text, Source(str(path), text))
@@ -245,6 +247,7 @@ def describe(file: str | None = None, *, model: str | None = None, hardware: str
             if preset not in presets()[kind]:
                 raise _Place(FLAGS[kind], code="usage").error(_unknown(kind, preset))
         elif preset is not None and (not isinstance(preset, str) or preset not in presets()[kind]):
+            assert place is not None  # (a table's own preset key comes from a file)
             raise place.error(_unknown(kind, preset), kind, "preset")
         if preset is not None:
             table = {**presets()[kind][preset], "name": preset, **table}
@@ -255,8 +258,10 @@ def describe(file: str | None = None, *, model: str | None = None, hardware: str
     for kind, table in merged.items():
         if table:
             if "name" not in table:  # a table of the file's own, without a preset
+                assert file is not None  # (every preset has a name)
                 table["name"] = f"{kind} of {Path(file).name}"
             if not (isinstance(table["name"], str) and table["name"].strip()):
+                assert place is not None  # (every preset's name is a string)
                 raise place.error(f"[{kind}] name must be a non-empty string, not {table['name']!r}", kind, "name")
     missing = [k for k in ("model", "hardware") if not merged[k]]
     if missing:
@@ -275,7 +280,7 @@ def describe(file: str | None = None, *, model: str | None = None, hardware: str
     return Setup(m, hw, _link(merged["link"], place), source, parallel)
 
 
-def _unknown(kind: str, name) -> str:
+def _unknown(kind: str, name: object) -> str:
     from .expr import did_you_mean
     names = preset_names(kind)
     return f"no {kind} preset {name!r} (presets: {', '.join(names)}){did_you_mean(str(name), names)}"
@@ -285,14 +290,13 @@ class _Place:
     """Where a description's values come from, for its errors: a setup file (TOML: at the key's line
     and column) or a flag."""
 
-    def __init__(self, name: str, source=None, code: str = "costs", data=None):
+    def __init__(self, name: str, source: Source | None = None, code: str = "costs", data: Any = None):
         self.name, self.source, self.code, self.data = name, source, code, data
 
     @classmethod
     def of_file(cls, path: str) -> "_Place":
         from .costs import _read_toml
         from .inputs import loads_json, read_text
-        from .span import Source
         text = read_text(path, "the setup file")
         if path.lower().endswith(".json"):
             return cls(path, data=loads_json(text, path, "costs"))
@@ -305,7 +309,7 @@ class _Place:
         return SchedcError(self.code, message, span) if span is not None else SchedcError(self.code, message,
                                                                                            where=self.name)
 
-    def tables(self) -> dict:
+    def tables(self) -> dict[str, Any]:
         """The file's tables, every key known."""
         from .expr import did_you_mean
         if not isinstance(self.data, dict):
@@ -325,11 +329,11 @@ class _Place:
         return self.data
 
 
-def _model(t: dict, place: _Place) -> Model:  # noqa: C901
+def _model(t: dict[str, Any], place: _Place) -> Model:  # noqa: C901
     missing = [k for k in MODEL_REQUIRED if k not in t]
     if missing:
         raise place.error(f"[model] needs {', '.join(missing)} (or preset = one of {preset_list('model')})")
-    n = {}
+    n: dict[str, Any] = {}
     for k in MODEL_REQUIRED + ("kv_heads", "ffn_hidden", "micro_batch"):
         if k in t:
             v = t[k]
@@ -341,7 +345,7 @@ def _model(t: dict, place: _Place) -> Model:  # noqa: C901
     if n["hidden"] % n["heads"] or n["heads"] % n["kv_heads"]:
         raise place.error(f"[model] heads ({n['heads']}) must divide hidden ({n['hidden']}), and kv_heads "
                           f"({n['kv_heads']}) must divide heads", "model", "heads")
-    flags = {}
+    flags: dict[str, Any] = {}
     for k in ("gated_mlp", "dropout", "tied_embeddings", "rope"):
         if k in t:
             if not isinstance(t[k], bool):
@@ -358,7 +362,7 @@ def _model(t: dict, place: _Place) -> Model:  # noqa: C901
     return Model(t.get("name", "model"), **n, **flags)
 
 
-def _checkpointing(m: Model, model_table: dict, table: dict | None, place: _Place) -> Model:
+def _checkpointing(m: Model, model_table: dict[str, Any], table: dict[str, Any] | None, place: _Place) -> Model:
     """torchtitan's [activation_checkpoint] table on the model: `mode` none, selective or full; for
     selective, `selective_ac_option` "op" (torchtitan's per-op policy, the default), "attention"
     (Megatron-LM's: the attention core) or a whole number N (every N-th layer checkpointed whole)."""
@@ -381,7 +385,8 @@ def _checkpointing(m: Model, model_table: dict, table: dict | None, place: _Plac
     return replace(m, recompute=mode, selective=option)
 
 
-def _positive(value, place: _Place, kind: str, key: str, parse=None, what: str | None = None) -> float:
+def _positive(value: object, place: _Place, kind: str, key: str, parse: Callable[[str, str, str], float] | None = None,
+              what: str | None = None) -> float:
     """A positive finite number (or, with `parse`, text such as 80GiB or 300GB/s)."""
     what = what or f"[{kind}] {key}"
     if isinstance(value, str) and parse is not None:
@@ -398,7 +403,7 @@ def _size(text: str, what: str, code: str) -> float:
     return size(text, what, code).value
 
 
-def _hardware(t: dict, place: _Place) -> Hardware:
+def _hardware(t: dict[str, Any], place: _Place) -> Hardware:
     missing = [k for k in ("flops", "memory", "efficiency") if k not in t]
     if missing:
         raise place.error(f"[hardware] needs {', '.join(missing)} (or preset = one of {preset_list('hardware')})")
@@ -431,7 +436,7 @@ def default_reserve(memory: float) -> float:
     return min(RESERVE_FIXED + RESERVE_FRACTION * memory, memory / 2)
 
 
-def _link(t: dict, place: _Place) -> Link:
+def _link(t: dict[str, Any], place: _Place) -> Link:
     missing = [k for k in ("bandwidth", "latency") if k not in t]
     if missing:
         raise place.error(f"[link] needs {', '.join(missing)} (or preset = one of {preset_list('link')})")
@@ -443,7 +448,7 @@ def _link(t: dict, place: _Place) -> Link:
 
 
 # ---- the job's parallel layout ----
-def _parallelism(t: dict, m: Model, place: _Place) -> mesh.Parallel:
+def _parallelism(t: dict[str, Any], m: Model, place: _Place) -> mesh.Parallel:
     """The [parallelism] table (torchtitan's names; Megatron-LM's for the first and last stage's
     layers), each value checked against the model it splits."""
     deg = {}
@@ -474,14 +479,14 @@ def _parallelism(t: dict, m: Model, place: _Place) -> mesh.Parallel:
     return p
 
 
-def _split(t: dict, place: _Place) -> tuple:
+def _split(t: dict[str, Any], place: _Place) -> tuple[tuple[int, ...] | None, int | None, int | None]:
     """(layers per stage, first stage's, last stage's) from the table."""
     per = t.get("pipeline_parallel_layers_per_stage")
     if per is not None and not (isinstance(per, list) and per and all(
             isinstance(n, int) and not isinstance(n, bool) and 0 < n < MAX_COUNT for n in per)):
         raise place.error("[parallelism] pipeline_parallel_layers_per_stage must be a list of positive whole numbers, "
                           f"one per stage, not {per!r}", "parallelism", "pipeline_parallel_layers_per_stage")
-    ends = []
+    ends: list[int | None] = []
     for key in mesh.SPLIT_KEYS[1:]:
         v = t.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 < v < MAX_COUNT):
@@ -490,7 +495,7 @@ def _split(t: dict, place: _Place) -> tuple:
             raise place.error(f"[parallelism] {key} and pipeline_parallel_layers_per_stage both split the layers: "
                               "keep one", "parallelism", key)
         ends.append(v)
-    return (tuple(per) if per is not None else None, *ends)
+    return (tuple(per) if per is not None else None, ends[0], ends[1])
 
 
 def _fits_model(p: mesh.Parallel, m: Model, place: _Place) -> None:
@@ -511,9 +516,9 @@ def _fits_model(p: mesh.Parallel, m: Model, place: _Place) -> None:
                           "context_parallel_degree" if p.cp > 1 else "tensor_parallel_degree")
 
 
-def _parallelism_table(p: mesh.Parallel) -> dict:
+def _parallelism_table(p: mesh.Parallel) -> dict[str, Any]:
     """The [parallelism] table that describes `p` (the inverse of `_parallelism`)."""
-    out: dict = {"data_parallel_shard_degree": p.dp_shard, "tensor_parallel_degree": p.tp, "context_parallel_degree": p.cp, "expert_parallel_degree": p.ep,
+    out: dict[str, Any] = {"data_parallel_shard_degree": p.dp_shard, "tensor_parallel_degree": p.tp, "context_parallel_degree": p.cp, "expert_parallel_degree": p.ep,
                  "sequence_parallel": p.sequence_parallel, "zero_stage": p.zero_stage}
     if p.pp is not None:
         out["pipeline_parallel_degree"] = p.pp

@@ -12,7 +12,7 @@ import enum
 import operator
 import re
 from dataclasses import dataclass, field, replace
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from .span import Span
 
@@ -98,7 +98,7 @@ class Action:
     microbatch: int | None = None
     span: Span | None = field(default=None, compare=False, hash=False, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if (self.microbatch is None) is not (self.op in STAGE_OPS):  # `has_microbatch`, without the call
             need = "needs" if self.op.has_microbatch else "takes no"
             raise ValueError(f"{self.op.value} {need} microbatch")
@@ -124,8 +124,9 @@ class Compound:
 Step = Action | Compound
 _OP_OF = operator.attrgetter("op")
 
-_SET_OP, _SET_STAGE, _SET_MICROBATCH, _SET_SPAN = (Action.op.__set__, Action.stage.__set__,
-                                                  Action.microbatch.__set__, Action.span.__set__)
+# the slots' own setters (`vars`: the member descriptors, which mypy reads as the fields' types)
+_SET_OP, _SET_STAGE, _SET_MICROBATCH, _SET_SPAN = (vars(Action)[name].__set__ for name in
+                                                  ("op", "stage", "microbatch", "span"))
 
 
 def unchecked_action(op: Op, stage: int, microbatch: int | None, span: Span | None = None) -> Action:
@@ -279,7 +280,7 @@ class Program:
     replicas: tuple[tuple[tuple[Step, ...], ...], ...] = ()
     p2p: str = "shared"  # one of P2P_MODES: how messages pair (docs/semantics.md, "Communicators and tags")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # Every stage has its times and sizes, whoever built the program (the compiler, a CSV, JSON,
         # synth, a test): the ones given, the defaults of docs/semantics.md "Units" for the rest.
         ann = self.annotations
@@ -311,7 +312,8 @@ class Program:
     def level(self) -> str:
         """`comms` if any communication is explicit, else `compute`."""
         if hasattr(self.ranks, "level"):  # steps held as columns (schedc/columns.py) know, without making actions
-            return self.ranks.level
+            level: str = self.ranks.level
+            return level
         ops: set[Op] = set()  # (the ops that occur, a rank at a time: few, and no call per action)
         for steps in self.ranks:
             if Compound in set(map(type, steps)):
@@ -334,10 +336,11 @@ class Program:
     @property
     def num_actions(self) -> int:
         if hasattr(self.ranks, "num_actions"):  # columns count without making actions
-            return self.ranks.num_actions
+            count: int = self.ranks.num_actions
+            return count
         return sum(len(step.parts) for steps in self.ranks for step in steps)
 
-    def with_ranks(self, ranks) -> "Program":
+    def with_ranks(self, ranks: Iterable[Iterable[Step]]) -> "Program":
         from dataclasses import replace
         return replace(self, ranks=tuple(tuple(r) for r in ranks))
 
@@ -365,7 +368,7 @@ def parse_step(text: str, span: Span | None = None, *, notation: str = "current"
     if compound:
         inner, kind_text = compound.groups()
         try:
-            kind = CompoundKind(kind_text)
+            compound_kind = CompoundKind(kind_text)
         except ValueError:
             raise ActionSyntaxError(
                 f"unknown compound kind {kind_text!r}; expected OVERLAP_F_B or GROUP") from None
@@ -377,7 +380,7 @@ def parse_step(text: str, span: Span | None = None, *, notation: str = "current"
             if isinstance(part, Compound):
                 raise ActionSyntaxError(f"compounds do not nest: {text!r}")
             parts.append(part)
-        return Compound(kind, tuple(parts), span)
+        return Compound(compound_kind, tuple(parts), span)
     match = _ACTION_RE.fullmatch(text)
     if not match:
         raise ActionSyntaxError(

@@ -10,6 +10,7 @@ every loop numbered once. The compiler expands this IR into a Program at given p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from . import syntax as ast
 from .errors import SchedcError
@@ -125,8 +126,10 @@ def build(tree: ast.Schedule) -> Loops:
 
 
 def _build(tree: ast.Schedule) -> Loops:  # noqa: C901
-    header, decls, annotations = [], {}, []
-    once: dict[type, object] = {}
+    header: list[ast.Let | ast.Require | ast.Decl] = []
+    decls: dict[str, ast.Decl] = {}
+    annotations: list[ast.Annotation] = []
+    once: dict[type, ast.Placement | ast.Order | ast.ForwardOnly | ast.P2P] = {}
     generic = None
     specific: dict[int, ast.RankBody | ast.RankLiteral] = {}
     for item in tree.items:
@@ -137,7 +140,7 @@ def _build(tree: ast.Schedule) -> Loops:  # noqa: C901
                 raise SchedcError("duplicate-decl", f"'{item.what}' is declared twice", item.span)
             decls[item.what] = item
             header.append(item)
-        elif type(item) in _ONCE:
+        elif isinstance(item, (ast.Placement, ast.Order, ast.ForwardOnly, ast.P2P)):  # _ONCE's kinds
             if type(item) in once:
                 raise SchedcError("duplicate-decl", f"'{_ONCE[type(item)]}' is declared twice", item.span)
             once[type(item)] = item
@@ -150,11 +153,14 @@ def _build(tree: ast.Schedule) -> Loops:  # noqa: C901
                                   "write `rank 0 { ... }` for one rank", item.span)
             generic = item
         else:
-            if item.index in specific:
-                raise SchedcError("duplicate-decl", f"rank {item.index} is defined twice", item.span,
-                                  [f"first defined at {specific[item.index].span}"])
-            specific[item.index] = item
-    placement, order, forward, p2p = (once.get(kind) for kind in _ONCE)
+            index = item.index
+            assert index is not None  # (`rank N`: a body without a name has a number)
+            if index in specific:
+                raise SchedcError("duplicate-decl", f"rank {index} is defined twice", item.span,
+                                  [f"first defined at {specific[index].span}"])
+            specific[index] = item
+    placement, order = _one(once, ast.Placement), _one(once, ast.Order)
+    forward, p2p = _one(once, ast.ForwardOnly), _one(once, ast.P2P)
     if p2p is not None and p2p.mode not in P2P_MODES:
         raise SchedcError("unknown-name", f"unknown p2p mode {p2p.mode!r}; expected {', '.join(P2P_MODES)}"
                           f"{did_you_mean(p2p.mode, P2P_MODES)}", p2p.span)
@@ -174,6 +180,16 @@ def _build(tree: ast.Schedule) -> Loops:  # noqa: C901
                            generic.replica))
     return Loops(tree, tuple(header), decls, placement, order, tuple(annotations), tuple(bodies),
                  numbering.sites, forward, "next" in ast.names_in(tree.items), p2p)
+
+
+_T = TypeVar("_T")
+
+
+def _one(once: dict, kind: type[_T]) -> _T | None:
+    """The item of `kind` declared once, if any."""
+    item = once.get(kind)
+    assert item is None or isinstance(item, kind)
+    return item
 
 
 class _Numbering:

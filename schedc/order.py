@@ -14,7 +14,7 @@ import heapq
 from collections import deque
 
 from .errors import SchedcError
-from .ir import DEFAULT_SPEED, Action, Op, Program
+from .ir import DEFAULT_SPEED, Action, Annotations, Op, Program
 from .rules.deps import needs, produces
 from .span import Span
 from .rules.memory import activation_delta
@@ -24,10 +24,10 @@ KINDS = {"F": Op.F, "B": Op.B, "I": Op.I, "W": Op.W}
 
 MAX_CACHED_ACTIONS = 4_000  # orders of programs up to this size are kept: the same program, the same order
 MAX_CACHED = 32  # orders kept; then the cache starts again
-_ORDERED: dict[tuple, Program] = {}
+_ORDERED: dict[tuple[object, ...], Program] = {}
 
 
-def greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, span: Span) -> Program:
+def greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, span: Span | None) -> Program:
     """The program with each rank's actions in greedy order (the module's docstring). The order of
     a small program is computed once: a built-in loaded again, or a property test's thousands of
     calls, find it made. The key holds the actions' spans, so a report still points at the file
@@ -44,12 +44,12 @@ def greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, sp
     return hit
 
 
-def _greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, span: Span) -> Program:  # noqa: C901
+def _greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, span: Span | None) -> Program:  # noqa: C901
     ann = program.annotations
     rank_of_kind = {op: i for i, op in enumerate(prefer)}
-    queues: list[dict[tuple[Op, int], deque]] = []
+    queues: list[dict[tuple[Op, int], deque[tuple[int, Action]]]] = []
     for r, steps in enumerate(program.ranks):
-        table: dict[tuple[Op, int], deque] = {}
+        table: dict[tuple[Op, int], deque[tuple[int, Action]]] = {}
         for index, st in enumerate(steps):
             if not isinstance(st, Action) or not st.op.is_compute:
                 raise SchedcError("bad-action", f"order greedy orders single compute actions; rank {r} lists "
@@ -58,7 +58,7 @@ def _greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, s
                 raise SchedcError("bad-action", f"order greedy: {st.op.value} is not in prefer", st.span or span)
             table.setdefault((st.op, st.stage), deque()).append((index, st))
         queues.append(table)
-    done_at: dict = {}  # value -> time it exists
+    done_at: dict[tuple[str, int, int], float] = {}  # value -> time it exists
     live = [0.0] * program.num_ranks
     out: list[list[Action]] = [[] for _ in program.ranks]
     left = [len(s) for s in program.ranks]
@@ -104,7 +104,9 @@ def _greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, s
     return program.with_ranks(out)
 
 
-def _pick(table, t, done_at, rank_of_kind, live, cap, program: Program):
+def _pick(table: dict[tuple[Op, int], deque[tuple[int, Action]]], t: float,
+          done_at: dict[tuple[str, int, int], float], rank_of_kind: dict[Op, int], live: float, cap: float | None,
+          program: Program) -> tuple[tuple[Op, int], tuple[int, Action]] | None:
     S = program.num_stages
     best = None
     for key, q in table.items():
@@ -119,6 +121,6 @@ def _pick(table, t, done_at, rank_of_kind, live, cap, program: Program):
     return None if best is None else (best[1], best[2])
 
 
-def _cost(ann, a: Action, rank: int) -> float:
+def _cost(ann: Annotations, a: Action, rank: int) -> float:
     c = ann.cost_of(a.stage)
     return {Op.F: c.F, Op.B: c.B, Op.I: c.I, Op.W: c.W}[a.op] / (ann.speed_of(rank) or DEFAULT_SPEED)

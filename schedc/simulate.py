@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 from array import array
 from collections import deque
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from .errors import SchedcError
 from .ir import COMM, COMPUTE, SENDS, Action, Compound, CompoundKind, Op, Program, Step, describe
@@ -131,7 +131,7 @@ def program_level(program: Program) -> str:
     for steps in program.ranks:
         for st in steps:
             for a in (st.parts if st.__class__ is Compound else (st,)):
-                if a.op in COMM:
+                if a.op in COMM:  # type: ignore[union-attr]  # an Action here (its class is not Compound)
                     return "comms"
     return "compute"
 
@@ -208,7 +208,7 @@ class _Simulator:
         self.pend_send: dict[int, deque] = {}
         self.pend_recv: dict[int, deque] = {}
         self.plans: dict[Op, dict[int, tuple]] = {op: {} for op in Op}
-        self.handlers = {
+        self.handlers: dict[Op | CompoundKind, Callable[..., float | None]] = {
             Op.F: self.compute, Op.B: self.compute, Op.I: self.compute, Op.W: self.compute,
             Op.SEND_F: self.send, Op.SEND_B: self.send, Op.RECV_F: self.recv, Op.RECV_B: self.recv,
             Op.UNSHARD: self.stage_op, Op.RESHARD: self.stage_op, Op.REDUCE_GRAD: self.stage_op,
@@ -260,7 +260,7 @@ class _Simulator:
         """F, B, I, W: wait for the inputs, run for the stage's time divided by the rank's speed."""
         plan = self.plans[a.op].get(a.stage) or self.plan(a)
         dur, wants, makes, route = plan
-        base = a.microbatch * self.K
+        base = a.microbatch * self.K  # type: ignore[operator]  # F B I W and messages have a microbatch (Action checks)
         have = rk.have
         if self.overheads and rk.inbox:
             t = self.receiving(rk, t, base, wants)
@@ -295,7 +295,7 @@ class _Simulator:
                 raise SchedcError("bad-action", f"rank {rk.r}, step {x}: OVERLAP_F_B holds {describe(a)}; "
                                   "it pairs compute actions only", a.span)
             plan = self.plans[a.op].get(a.stage) or self.plan(a)
-            base = a.microbatch * self.K
+            base = a.microbatch * self.K  # type: ignore[operator]  # F B I W and messages have a microbatch (Action checks)
             for k in plan[1]:
                 if rk.have.get(base + k) is None:
                     rk.waiting = base + k
@@ -330,7 +330,7 @@ class _Simulator:
     def send(self, rk: _Rank, x: int, a: Action, t: float):
         """SEND_F, SEND_B: post; go on once the matching receive is posted."""
         plan = self.plans[a.op].get(a.stage) or self.plan(a)
-        key = a.microbatch * self.K + plan[3]
+        key = a.microbatch * self.K + plan[3]  # type: ignore[operator]  # F B I W and messages have a microbatch (Action checks)
         tv = rk.have.get(key)
         if tv is None:  # its value is not on this rank (yet)
             rk.waiting = key
@@ -355,7 +355,7 @@ class _Simulator:
     def recv(self, rk: _Rank, x: int, a: Action, t: float):
         """RECV_F, RECV_B: post; go on once the matching send is posted."""
         plan = self.plans[a.op].get(a.stage) or self.plan(a)
-        base = a.microbatch * self.K
+        base = a.microbatch * self.K  # type: ignore[operator]  # F B I W and messages have a microbatch (Action checks)
         rk.start[x] = t
         ch = plan[1] * self.R + rk.r
         if self.overheads:
@@ -380,7 +380,7 @@ class _Simulator:
                 raise SchedcError("bad-action", f"rank {rk.r}, step {x}: a GROUP holds {describe(a)}; "
                                   "it groups communication only", a.span)
             plan = self.plans[a.op].get(a.stage) or self.plan(a)
-            base = a.microbatch * self.K
+            base = a.microbatch * self.K  # type: ignore[operator]  # F B I W and messages have a microbatch (Action checks)
             if plan[0]:
                 tv = rk.have.get(base + plan[3])
                 if tv is None:
@@ -532,9 +532,10 @@ class _Simulator:
             route = None
             if not self.explicit and makes is not None:
                 route = self.route(a)
-            plan = (d, wants, makes, route)
+            plan: tuple[Any, ...] = (d, wants, makes, route)
         else:
             peer = peer_stage(a)
+            assert peer is not None  # (a send or a receive)
             if not 0 <= peer < S:
                 raise SchedcError("bad-index", f"{describe(a)}: its peer stage {peer} is not in 0..{S - 1}", a.span)
             carried = [needs(b, S)[0] if op in SENDS else delivers(b) for b in probe]

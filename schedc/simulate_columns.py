@@ -131,7 +131,8 @@ class _Run:
             src[waits] = np.where(here, p, -2 - p)
             sources.append(src)
         duration = plans["time"] / np.asarray(sim.speeds)[rank]  # a plan's time over the rank's speed, as `compute`
-        return cls(starts, sim, rank, *sources, dest, make, duration)
+        src_a, src_b = sources  # (one per input: `wants` has two)
+        return cls(starts, sim, rank, src_a, src_b, dest, make, duration)
 
     def timeline(self) -> Timeline | None:
         """The Timeline, as `_Simulator.run` builds it; None if some rank cannot finish."""

@@ -84,7 +84,7 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
     post_at = [array("d", bytes(8 * lengths[r])) for r in range(R)]
     done = [[0.0] * len(lane.steps) for lane in cons.lanes]  # nccl: when each stream step completed
     busy = [0.0] * R
-    have = [dict() for _ in range(R)]  # value key -> when it is present on the rank
+    have: list[dict[int, float]] = [{} for _ in range(R)]  # value key -> when it is present on the rank
     posted: dict = {}  # (rank, step, part) -> when that send or receive was posted
     arrival: dict = {}  # (rank, step, part) of a receive -> when its message arrived
     chan_free: dict = {}
@@ -154,9 +154,9 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
             start[r][i], end[r][i] = t, t + d
             busy[r] += d
             for a in parts:
-                v = produces(a)
-                if v is not None:
-                    have[r][key(v)] = t + d
+                made = produces(a)
+                if made is not None:
+                    have[r][key(made)] = t + d
             continue
         if first in COMM:  # a send or receive, or a group: posted, and the rank goes on
             if st.__class__ is Compound and st.kind is not CompoundKind.GROUP:
@@ -171,29 +171,29 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
             post_at[r][i] = end[r][i] = t
             for e in members:
                 posted[e[:3]] = t
-                other = partner.get(e[:3])
-                if other is None or cons.lanes or other[:3] not in posted:
+                mate = partner.get(e[:3])
+                if mate is None or cons.lanes or mate[:3] not in posted:
                     continue  # never matched, timed by its streams, or timed when its partner is posted
-                send, recv = (e, other) if e.action.op in SENDS else (other, e)
-                have[recv.rank][key(payload(recv.action))] = message(send, recv, max(t, posted[other[:3]]))
+                send, recv = (e, mate) if e.action.op in SENDS else (mate, e)
+                have[recv.rank][key(payload(recv.action))] = message(send, recv, max(t, posted[mate[:3]]))
             continue
         # UNSHARD, RESHARD, REDUCE_GRAD, REDUCE_TIED: free; a wait, under a backend, for its operation
         for a in parts:
             target = WAITS.get(a.op)
             if target is None or not waits_block:
                 continue
-            e = mine.get((r, target, a.stage, a.microbatch))
-            if e is None or e.step > i:  # waits for nothing (the structure check says so)
+            waited = mine.get((r, target, a.stage, a.microbatch))
+            if waited is None or waited.step > i:  # waits for nothing (the structure check says so)
                 continue
             if cons.lanes:
-                j, x = lane_of[e[:3]]
+                j, x = lane_of[waited[:3]]
                 t = max(t, done[j][x])
             elif target in RECVS:  # gloo: a receive completes when its message has arrived
-                t = max(t, arrival[e[:3]])
+                t = max(t, arrival[waited[:3]])
             else:  # gloo: a send completes once its receive is posted
-                other = partner.get(e[:3])
-                if other is not None and other[:3] in posted:
-                    t = max(t, posted[other[:3]])
+                mate = partner.get(waited[:3])
+                if mate is not None and mate[:3] in posted:
+                    t = max(t, posted[mate[:3]])
         start[r][i] = end[r][i] = t
     arrivals = list(memoryview(msgs)[6::7])
     makespan = max([end[r][-1] for r in range(R) if lengths[r]] + arrivals + [d[-1] for d in done if d] + [0.0])
@@ -230,7 +230,7 @@ def _topological(cons, lengths) -> list[tuple[int, int]]:  # noqa: C901
             for q, j, _, _ in pre:
                 succ[base[q] + j].append(b + i)
                 indeg[b + i] += 1
-    node = []
+    node: list[tuple[int, int]] = []
     for n, length in enumerate(lengths):
         node.extend((n, i) for i in range(length))
     ready = [g for g in range(total) if indeg[g] == 0]

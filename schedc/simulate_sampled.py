@@ -13,10 +13,12 @@ import random
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from .errors import SchedcError
 from .ir import Op, Program
 from .outputs import rounded
+from .timeline import Link
 
 MAX_RUNS = 10_000
 
@@ -58,7 +60,7 @@ class Sampled:
         hi = min(lo + 1, len(xs) - 1)
         return xs[lo] + (xs[hi] - xs[lo]) * (at - lo)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"runs": len(self.makespans), "seed": self.seed, "mean": rounded(self.mean),
                 **{f"p{round(q * 100)}": rounded(self.quantile(q)) for q in (0.1, 0.5, 0.9)}}
 
@@ -81,7 +83,8 @@ class _Draw:
 
 
 def sample(program: Program, spread: Spread, runs: int, *, seed: int = 0, overlap: bool = True,
-           links: Mapping | None = None, semantics=None, say=None) -> Sampled:
+           links: Mapping[tuple[int, int], Link] | None = None, semantics: Any = None,
+           say: Callable[[str], None] | None = None) -> Sampled:
     """Time `program` `runs` times as `simulate` does (under `semantics`, default rendezvous), each
     time drawing every compute time and posting overhead from `spread`; `say`
     (schedc/progress.py), if given, hears of every tenth of the runs done. A SchedcError for too

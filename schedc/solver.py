@@ -13,14 +13,17 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from types import FrameType
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 SEED = 0
+_T = TypeVar("_T")
 
 
 class _Z3:
     """The z3 module, imported when a name of it is first asked for (each then kept, as a module's)."""
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # introspection (copy, pickle, doctest) is no query: load nothing
             raise AttributeError(name)
         import z3
@@ -45,11 +48,11 @@ class Refuted:
     `least` (False: asked for the smallest, but the budget ran out before it was shown smallest); `why`,
     in words, when it fails without a model; `core`, what cannot all hold, for an unsat core."""
 
-    params: dict = field(default_factory=dict)
-    detail: dict = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
     least: bool = True
     why: str = ""
-    core: tuple = ()
+    core: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ _pending = threading.Event()  # a Ctrl-C that arrived where raising it would be 
 
 
 @contextmanager
-def ctrl_c():
+def ctrl_c() -> Iterator[None]:
     """Within this block (main thread), Ctrl-C raises KeyboardInterrupt as usual, except inside
     z3's Python API or a destructor (ctypes would wrap it in an ArgumentError; in `__del__`, where
     Z3 frees terms, Python would print and drop it): then it is kept, and raised at the next
@@ -75,7 +78,7 @@ def ctrl_c():
         yield
         return
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> None:
         while frame is not None:
             if frame.f_code.co_name == "__del__" or _Z3_CODE in frame.f_code.co_filename:
                 _pending.set()
@@ -140,7 +143,7 @@ class Budget:
 
     def exhausted(self) -> str | None:
         """Why no work is left, naming the first budget from here up that ran out; else None."""
-        b = self
+        b: Budget | None = self
         while b is not None:
             if b.units is not None and b.spent >= b.units:
                 return f"{BUDGET}: {b.units:,} Z3 resource units for {b.name}"
@@ -189,12 +192,13 @@ class Deadline:
             raise TimeUp(self.seconds)
 
 
-def context():
+def context() -> Any:
     """A fresh Z3 context: one per query or encoding, so no query sees another's terms."""
     return z3.Context()
 
 
-def make(ctx, timeout_s: float | None = None, logic: str | None = None, nonlinear: bool = False, seed: int = 0):
+def make(ctx: Any, timeout_s: float | None = None, logic: str | None = None, nonlinear: bool = False,
+         seed: int = 0) -> Any:
     """A solver in ctx (for `logic`, if given; for nonlinear integer arithmetic, `nonlinear_tactic`'s)
     with the fixed seed (plus `seed`, for a restart on another path). `timeout_s`, a wall-clock cap,
     is for `check --engine z3` alone (its `--timeout`); prove and synth budget their queries in
@@ -210,7 +214,7 @@ def make(ctx, timeout_s: float | None = None, logic: str | None = None, nonlinea
     return s
 
 
-def watched(items, deadline: Deadline, every: int = 1024):
+def watched(items: Iterable[_T], deadline: Deadline, every: int = 1024) -> Iterator[_T]:
     """items, looking at `deadline` every `every` of them (TimeUp once the command's limit passed):
     for loops in Python that build a query or count, whose length grows with the input."""
     for n, item in enumerate(items):
@@ -223,13 +227,13 @@ SMT_CONFLICTS = 20_000  # the SMT core's first attempt at a nonlinear problem (Z
 NLSAT_CONFLICTS = 20_000  # nlsat's attempt after it (Z3's own cuts it after 3 s)
 
 
-def nonlinear_tactic(ctx):
+def nonlinear_tactic(ctx: Any) -> Any:
     """Z3's own strategy for nonlinear integer problems (its `qfnia` tactic: a preamble of
     simplifications, an attempt by bit-blasting, the SMT core, nlsat, the SMT core again) with the
     attempts it cuts off by wall-clock time (2 s, 3 s) cut off by counted conflicts instead: with
     those, the work a query took, and so its answer near a budget, depended on the machine's load.
     Every limit left is counted (conflicts, steps, memory); the query's budget bounds the whole."""
-    def t(name, *params):
+    def t(name: str, *params: object) -> Any:
         tactic = z3.Tactic(name, ctx)
         return z3.With(tactic, *params) if params else tactic
 
@@ -250,7 +254,7 @@ def nonlinear_tactic(ctx):
     return z3.Then(t("simplify"), preamble, z3.OrElse(by_bits, smt_first, nlsat, z3.Then(som, t("smt"))))
 
 
-def check(s, *assumptions, deadline: Deadline | None = None):
+def check(s: Any, *assumptions: Any, deadline: Deadline | None = None) -> Any:
     """s.check(*assumptions) within `deadline`'s budget, which it spends (Z3's rlimit: the query
     stops, `unknown`, where its units run out; with none left it is not asked), watched (see
     `watch`): Ctrl-C or the command's limit passing interrupts the query (Z3 then stops within
@@ -268,27 +272,29 @@ def check(s, *assumptions, deadline: Deadline | None = None):
     return verdict
 
 
-def reason(s, deadline: Deadline | None = None) -> str:
+def reason(s: Any, deadline: Deadline | None = None) -> str:
     """Why s's last check answered unknown: the budget that ran out, named (see Budget.exhausted),
     else Z3's own reason."""
-    return (deadline.exhausted() if deadline is not None else None) or s.reason_unknown()
+    why: str = (deadline.exhausted() if deadline is not None else None) or s.reason_unknown()
+    return why
 
 
-def _count(s) -> int:
+def _count(s: Any) -> int:
     """Z3's resource count in s's context so far (it only grows)."""
     stats = s.statistics()
-    return stats.get_key_value("rlimit count") if "rlimit count" in stats.keys() else 0
+    count: int = stats.get_key_value("rlimit count") if "rlimit count" in stats.keys() else 0
+    return count
 
 
-def watch(work, deadline: Deadline | None = None, stop=None):
+def watch(work: Callable[[], _T], deadline: Deadline | None = None, stop: Callable[[], object] | None = None) -> _T:
     """work() run in a worker thread (Z3 and HiGHS release the GIL) so the main thread keeps
     watching: Ctrl-C (KeyboardInterrupt) or the command's limit passing (TimeUp) is raised within
     POLL_S, whatever the solver is doing, after `stop()` (then the worker is waited for; without
     `stop` it is left to end by its own time limit, a daemon thread). Python's garbage collector
     waits meanwhile."""
-    out: list = [None, None]
+    out: list[Any] = [None, None]
 
-    def run():
+    def run() -> None:
         try:
             out[0] = work()
         except BaseException as exc:  # z3.Z3Exception once stopped: raised below if it was not us
@@ -316,9 +322,11 @@ def watch(work, deadline: Deadline | None = None, stop=None):
             gc.enable()
     if out[1] is not None:
         raise out[1]
-    return out[0]
+    result: _T = out[0]
+    return result
 
 
-def value(model, term) -> int:
+def value(model: Any, term: Any) -> int:
     """The integer term's value in model (a variable the model leaves free counts as 0)."""
-    return model.eval(term, model_completion=True).as_long()
+    got: int = model.eval(term, model_completion=True).as_long()
+    return got

@@ -222,7 +222,9 @@ def _topological_order(draw, R, S, M, placement, split, overlap, stage_cap):  # 
     towards fewer ranks and microbatches without losing the order that made a test fail. Few
     draws keep large programs fast to generate.
     """
-    nodes, waiting, users = [], {}, {}
+    nodes: list = []
+    waiting: dict = {}
+    users: dict = {}
     for m in range(M):
         for s in range(S):
             for op in ((Op.F, Op.I, Op.W) if split[s] else (Op.F, Op.B)):
@@ -284,7 +286,7 @@ _SLOT = {Op.F: 0, Op.B: 1, Op.I: 1, Op.W: 2}
 
 
 def _priorities(draw, n: int) -> list[int]:
-    out = []
+    out: list[int] = []
     while len(out) < n:
         out.extend(draw(st.binary(min_size=_BLOCK, max_size=_BLOCK), label="priorities"))
     return out[:n]
@@ -446,7 +448,7 @@ def _input_pairs(p: Program):
     out = []
     S = p.num_stages
     for r, steps in enumerate(p.ranks):
-        made = {}
+        made: dict[tuple[str, int, int], int] = {}
         for i, step in enumerate(steps):
             for a in step.parts:
                 for v in needs(a, S):
@@ -454,9 +456,9 @@ def _input_pairs(p: Program):
                     if j is not None and j != i:
                         out.append((r, i, j))
             for a in step.parts:
-                v = produces(a) or delivers(a)
-                if v is not None:
-                    made.setdefault(v, i)
+                value = produces(a) or delivers(a)
+                if value is not None:
+                    made.setdefault(value, i)
     return sorted(set(out))
 
 

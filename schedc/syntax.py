@@ -225,7 +225,7 @@ class Schedule:
 
 
 # ---- walking ----
-def walk(*nodes) -> Iterator[object]:
+def walk(*nodes: object) -> Iterator[object]:
     """Every node under `nodes` (tuples of nodes included), each before its children, in source
     order; iterative, so however deep the nesting, for passes that need not follow it."""
     stack = list(reversed(nodes))
@@ -238,6 +238,6 @@ def walk(*nodes) -> Iterator[object]:
             stack.extend(getattr(node, f) for f in reversed(node.__dataclass_fields__))
 
 
-def names_in(*nodes) -> list[str]:
+def names_in(*nodes: object) -> list[str]:
     """The names (`Var`s) used under `nodes`, each once, in source order."""
     return list(dict.fromkeys(n.name for n in walk(*nodes) if isinstance(n, Var)))

@@ -9,10 +9,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple, overload
 
 from .errors import SchedcError
-from .ir import Action, Program, Step
+from .ir import Action, Annotations, Program, Step
 from .outputs import rounded
 from .verify.memory import step_memory
 
@@ -31,12 +31,12 @@ class Message(NamedTuple):
     src_step: int
     dst_rank: int
     dst_step: int
-    value: tuple  # deps.py's value: ("act" | "grad", stage, microbatch)
+    value: tuple[str, int, int]  # deps.py's value: ("act" | "grad", stage, microbatch)
     departure: float
     arrival: float
 
 
-class Messages(Sequence):
+class Messages(Sequence[Message]):
     """The messages of a run, in the order they were matched: a read-only sequence of `Message`,
     stored flat (seven numbers each) so a large run leaves no objects behind for the collector."""
 
@@ -49,7 +49,13 @@ class Messages(Sequence):
     def __len__(self) -> int:
         return len(self._flat) // self.WIDTH
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Message]: ...
+
+    def __getitem__(self, i: int | slice) -> Message | list[Message]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         n = len(self)
@@ -102,7 +108,7 @@ class Timeline:
     # posted[r][x]: when step x of rank r had posted its sends and receives (its posting overhead
     # over); at the compute level, when a step's output was posted to the rank that consumes it.
     # 0 for a step that posts nothing. (Traces draw a message from its send's post.)
-    posted: tuple = field(default=(), repr=False)
+    posted: tuple[Sequence[float], ...] = field(default=(), repr=False)
     semantics: str = "rendezvous"  # the send semantics the run was timed under (docs/sim.md)
     replicas: int = 1  # a data-parallel job: `program` is the whole job, replica after replica
 
@@ -169,7 +175,7 @@ class Timeline:
                         out.append((t, v))
         return tuple(out)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The metrics as JSON-ready values (the core of `schedc sim --json`)."""
         return {"level": self.level, "overlap": self.overlap, "makespan": rounded(self.makespan),
                 "bubble_ratio": rounded(self.bubble_ratio), "busy": [rounded(x) for x in self.busy],
@@ -178,7 +184,7 @@ class Timeline:
                 "semantics": self.semantics}
 
 
-def dispatch_times(ann, ranks: int) -> tuple[float, ...]:
+def dispatch_times(ann: Annotations, ranks: int) -> tuple[float, ...]:
     """Each rank's time to start a step (the annotations' `rank_dispatch`), checked; () when every one is 0."""
     times = tuple(float(ann.dispatch_of(r)) for r in range(ranks))
     for r, d in enumerate(times):

@@ -65,7 +65,7 @@ class Units:
     memory: str = "GiB"
     note: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, str]:
         return {"time": self.time, "memory": self.memory}
 
 

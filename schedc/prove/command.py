@@ -92,7 +92,7 @@ def render(proof) -> str:
 
 def affine(coeffs: dict) -> str:
     """`{"1": -2, "P": 1, "m": 2}` as `P + 2*m - 2`."""
-    parts = []
+    parts: list[str] = []
     const = coeffs.get("1", 0)
     for name, c in coeffs.items():
         if name == "1" or not c:

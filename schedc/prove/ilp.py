@@ -37,7 +37,7 @@ def minimise(rows: list[dict], limits: list[int], weights: list[float], *, nodes
             A[k, i], A[k, n + i] = v, -v
     w = np.asarray(weights, dtype=float)
     u = np.asarray(limits, dtype=float)
-    options = {"node_limit": nodes, "presolve": True, "disp": False}
+    options: dict[str, object] = {"node_limit": nodes, "presolve": True, "disp": False}
     if deadline is not None:  # HiGHS stops at the command's limit too (then TimeUp, below)
         deadline.check()
         options["time_limit"] = max(0.1, deadline.left())

@@ -17,7 +17,7 @@ from fractions import Fraction
 
 from .. import loops as ir_loops
 from .. import syntax as ast
-from ..ir import Op
+from ..ir import Action, Op
 from ..span import Span
 from ..rules.memory import op_delta, whole_deltas
 from .evaluator import Names, Stop, evaluate
@@ -146,25 +146,25 @@ def model(tree: ast.Schedule) -> Model:  # noqa: C901
         raise Unsupported("the placement must be `place loop`, `place vshape` or `place s -> expr`",
                           placement.span if placement is not None else tree.span)
     generic, specific = loops.generic, loops.specific
-    rank_var = generic.var if generic is not None else "r"
+    rank_var = _var_of(generic) if generic is not None else "r"
     builder = _Builder(dict(base.functions))
     for body in specific:  # rank N's own list: its statements hold where r == N only
-        only = (GuardFrame(ast.BinOp("==", ast.Var(rank_var, body.span), ast.Num(body.rank, body.span),
+        only = (GuardFrame(ast.BinOp("==", ast.Var(rank_var, body.span), ast.Num(_rank_of(body), body.span),
                                      body.span), True),)
         if body.literal:
             builder.literal(body.nodes, only, (("s", body.position),))
         else:
             builder.block(body.nodes, only, (("s", body.position),))
     if generic is not None:  # every other rank
-        others = tuple(GuardFrame(ast.BinOp("==", ast.Var(rank_var, b.span), ast.Num(b.rank, b.span), b.span),
+        others = tuple(GuardFrame(ast.BinOp("==", ast.Var(rank_var, b.span), ast.Num(_rank_of(b), b.span), b.span),
                                   False) for b in specific)
         builder.block(generic.nodes, others, (("s", generic.position),))
     if "stages" not in decls:  # the compiler would count them from the actions
         raise Unsupported("declare `stages E`: the proof needs the number of stages as an expression", tree.span)
-    counted = {}
+    counted: dict[str, ast.Expr] = {}
     if generic is None and specific:  # only `rank N` lists: count what they say, as the compiler does
         if "ranks" not in decls and "P" not in params:
-            counted["ranks"] = ast.Num(max(b.rank for b in specific) + 1, tree.span)
+            counted["ranks"] = ast.Num(max(_rank_of(b) for b in specific) + 1, tree.span)
         numbers = [x.microbatch.value for x in builder.stmts if isinstance(x.microbatch, ast.Num)]
         if "microbatches" not in decls and "M" not in params and len(numbers) == len(builder.stmts) and numbers:
             counted["microbatches"] = ast.Num(max(numbers) + 1, tree.span)
@@ -174,6 +174,24 @@ def model(tree: ast.Schedule) -> Model:  # noqa: C901
                    rank_var=rank_var, stmts=tuple(builder.stmts), functions=builder.functions,
                    annotations=loops.annotations, collectives=tuple(builder.collectives),
                    replicas=decls["replicas"].value if "replicas" in decls else None)
+
+
+def _rank_of(body: ir_loops.Body) -> int:
+    """A `rank N` body's N (the generic body, `rank r`, has a variable instead)."""
+    assert body.rank is not None
+    return body.rank
+
+
+def _var_of(body: ir_loops.Body) -> str:
+    """The generic body's rank variable (`rank r`: r)."""
+    assert body.var is not None
+    return body.var
+
+
+def _microbatch_of(a: Action) -> int:
+    """A compute action's microbatch (F, B, I, W always have one)."""
+    assert a.microbatch is not None
+    return a.microbatch
 
 
 def _same_replicas(loops: ir_loops.Loops) -> None:
@@ -230,7 +248,7 @@ class _Builder:
                 first = len(self.stmts)
                 for c, a in enumerate(step.parts):
                     self.stmts.append(Stmt(len(self.stmts), a.op.value, ast.Num(a.stage, lit.span),
-                                           ast.Num(a.microbatch, lit.span), frames,
+                                           ast.Num(_microbatch_of(a), lit.span), frames,
                                            path + (("s", k), ("c", c)), lit.span, first, site.index, c))
                 continue
             if step.op.value in COLLECTIVES:
@@ -240,11 +258,12 @@ class _Builder:
             if step.op.value not in KINDS:
                 raise Unsupported(f"{lit.text}: {_outside(step.op.value)}", lit.span)
             self.stmts.append(Stmt(len(self.stmts), step.op.value, ast.Num(step.stage, lit.span),
-                                   ast.Num(step.microbatch, lit.span), frames, path + (("s", k),), lit.span,
+                                   ast.Num(_microbatch_of(step), lit.span), frames, path + (("s", k),), lit.span,
                                    site=site.index))
 
     def action(self, site: ir_loops.Site, frames, path):
         call = site.action
+        assert isinstance(call, ast.Call)  # (a literal list's actions are read by `literal`)
         if call.name == "overlap":  # one step, two statements: part 0 keys the pair
             first = len(self.stmts)
             for c, part in enumerate(call.args):
@@ -386,9 +405,10 @@ def _unrolled(stmts, env0: dict, known) -> tuple[Stmt, ...]:  # noqa: C901
     out: list[Stmt] = []
     parts: dict[int, list[int]] = {}  # statement -> the indices of its variants in `out`
     for stmt in stmts:
-        variants = [((), dict(env0), {}, ())]  # (frames, known values, loop id -> static position, fixed)
+        # (frames, known values, loop id -> static position, fixed)
+        variants: list[tuple[tuple, dict, dict, tuple]] = [((), dict(env0), {}, ())]
         for f in stmt.frames:
-            nxt = []
+            nxt: list[tuple[tuple, dict, dict, tuple]] = []
             for frames, env, where, fixed in variants:
                 if isinstance(f, LetFrame):
                     v = known(f.value, env)
@@ -451,7 +471,7 @@ def memory_units(m: Model) -> MemoryUnits:
     """The units the proof counts memory in, so that its count x the unit is what `check` counts
     as a rank's activations: every stage has the same sizes (literals, or the defaults) and an I
     frees (never allocates). Unsupported otherwise, with the reason: the count would not be check's."""
-    sizes = {}
+    sizes: dict = {}
     for item in m.annotations:
         for s in item.settings if item.what == "memory" else ():
             if s.name in ("limit", "out"):

@@ -11,6 +11,7 @@ the bounded range that was checked instead, labelled as such.
 from __future__ import annotations
 
 import time
+from typing import Any
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -246,6 +247,7 @@ def _cases(proof, path, tree, assumed, bound, units, deadline, exc, log) -> None
             except Unsupported:
                 break
             if sub.verdict == "refuted":
+                assert sub.counterexample is not None  # (a refutation carries its counterexample)
                 proof.verdict, proof.counterexample = "refuted", {**sub.counterexample, "within": f"{name} == {k}"}
                 return
             if {p.status for p in sub.parts} != {"proved"}:
@@ -279,7 +281,10 @@ def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, units, deadline
     _least_failing: the sweep's box leaves some out), or None. A file that compiles at none of
     them is bad input: its error is raised (exit 2), as `check` and `sim` raise it."""
     from ..api import check, load
-    checked, largest, steps_checked, passed = 0, {}, 0, []
+    checked, steps_checked = 0, 0
+    largest: dict[str, int] = {}
+    passed: list[dict[str, int]] = []
+    failure: dict[str, Any] | None
     sweep = settings(m, assumed, BOUNDED_MAX, BOUNDED_SETTINGS)
     for n, params in enumerate(sweep):
         deadline.check()
@@ -339,6 +344,7 @@ def _settle(proof: Proof, path: Path, m: Model, assumed, bound, units, deadline)
     """A refutation found symbolically (and confirmed concretely at its setting) is stated at the
     smallest failing setting, or marked as not shown to be it (_least_failing)."""
     if proof.verdict == "refuted":
+        assert proof.counterexample is not None  # (a refutation carries its counterexample)
         proof.counterexample = _least_failing(path, m, assumed, proof.counterexample, deadline, bound, units)
 
 
@@ -369,7 +375,8 @@ def _over_bound(m: Model, expr, params, got, units: MemoryUnits) -> dict | None:
 def _unit_words(units: MemoryUnits) -> str:
     if units.one_per_forward:
         return "activations"
-    return f"units of {_number(units.act * units.unit)}"  # (only the file's act makes a unit other than one)
+    # (only the file's act makes a unit other than one: act is set here)
+    return f"units of {_number(units.act * units.unit)}"  # type: ignore[operator]
 
 
 def _unit_size(m: Model, params, units: MemoryUnits):
@@ -720,6 +727,7 @@ def _per_stage(m, enc, expr, bound, deadline, units):  # noqa: C901
                 directions.append(direction)
                 break
         else:
+            assert failed is not None  # (the loop over both directions ends by `break` or with a failure)
             what, verdict = failed
             return (f"the {label} of a stage run in neither increasing nor decreasing microbatch order "
                     f"(e.g. at {verdict.params}, {_action_text(what[1])}, line {what[1].span.line}), which "

@@ -113,6 +113,7 @@ def instances(m: Model, params: dict[str, int], deadline=None) -> list[list[Inst
         if deadline is not None and count % CHECK_EVERY < len(step.parts):
             deadline.check()
 
+    assert m.loops is not None  # (a model read from a schedule carries its loop-level IR)
     try:
         program = expand(m.loops, params, seen)
     except SchedcError as exc:

@@ -100,7 +100,8 @@ def unit_peaks(ranks, sizes: tuple[int, int] = (1, 1)) -> list[int]:
     nothing; inside a step allocations come before frees). `ranks`: per rank, its steps, each a
     sequence of action kinds ("F", "B", ...)."""
     act, weight = (sizes[0],), (sizes[1],)  # every action counted on one stage: only its kind matters
-    return [peak_activations([[Action(Op(k), 0, 0) for k in kinds if k in COMPUTE] for kinds in steps], act, weight)
+    # (integer sizes give an integer peak: int() keeps it)
+    return [int(peak_activations([[Action(Op(k), 0, 0) for k in kinds if k in COMPUTE] for kinds in steps], act, weight))
             for steps in ranks]
 
 
@@ -125,7 +126,7 @@ def infer_bound(m: Model, samples, sizes: tuple[int, int] = (1, 1)) -> str | Non
     for params in samples:
         for r, peak in enumerate(peaks(m, params, sizes=sizes)):
             points.append((rank_env(m, params, r), peak))
-    terms = [(p,) for p in m.params]
+    terms: list[tuple[str, ...]] = [(p,) for p in m.params]
     if m.nonlinear:  # and products of two parameters (`V * M`)
         terms += list(itertools.combinations(m.params, 2))
     # in the parameters; failing that, in the lets at the top of the rank body (`warm + 1`)
@@ -166,9 +167,9 @@ def _bound_in(m: Model, points, terms) -> str | None:  # noqa: C901
     for size in (1, 2, 3):
         for combo in itertools.combinations(uppers[:60], size):
             if all(min(value(x, env) for x in combo) == peak for env, peak in points):
-                combo = sorted(combo, key=lambda lin: (len(lin[0][0]), order.index(lin[0][0][0])) if lin[0][0]
+                shown = sorted(combo, key=lambda lin: (len(lin[0][0]), order.index(lin[0][0][0])) if lin[0][0]
                                else (3, 0))
-                return text(combo[0]) if size == 1 else f"min({', '.join(text(x) for x in combo)})"
+                return text(shown[0]) if size == 1 else f"min({', '.join(text(x) for x in shown)})"
     return None
 
 

@@ -11,7 +11,9 @@ a nonlinear one (`Model.nonlinear`) accepts both, a division as fresh quotient a
 """
 from __future__ import annotations
 
+import builtins
 from fractions import Fraction
+from typing import Any
 from dataclasses import dataclass
 
 from .. import solver, syntax as ast
@@ -38,7 +40,7 @@ class Encoding:
         fixed = pins(assumptions)  # `V == 2`: the constant itself, so `V * P` is linear
         self.params = {p: z3.IntVal(fixed[p], self.ctx) if p in fixed else z3.Int(p, self.ctx) for p in m.params}
         self._fresh = 0
-        self._per_rank: int | None = None
+        self._per_rank: builtins.int | None = None
         # a nonlinear model's `a // b` and `a % b` by a b that varies: fresh q, j with a = q*b + j,
         # 0 <= j < b; those made while building an instance are its own (quantified with it)
         self._side: tuple[list, list] = ([], [])
@@ -245,7 +247,7 @@ class Encoding:
             cases.append(z3.And(*equal))
         return z3.Or(*cases) if cases else z3.BoolVal(False, self.ctx)
 
-    def stages_per_rank(self) -> int:
+    def stages_per_rank(self) -> builtins.int:
         """k with stages = k x ranks in every setting (asked of Z3 once per encoding); Unsupported if
         the placement gives no fixed k (`place s -> expr` is handled by `owner` alone)."""
         if self._per_rank is None:
@@ -281,7 +283,7 @@ class Encoding:
             out = z3.If(s < (i + 1) * self.R, s - i * self.R, out)
         return out
 
-    def neighbours(self, a: "Inst", b: "Inst", offset: int) -> list:
+    def neighbours(self, a: "Inst", b: "Inst", offset: builtins.int) -> list:
         """Facts about two instances whose stages are `offset` apart, for Z3's nonlinear arithmetic
         (it does not find them itself): under `place loop` (placement proved first) a stage is
         chunk x R + rank, so one stage on is the next rank of the same chunk, or rank 0 of the next
@@ -337,7 +339,7 @@ class Encoding:
         c, o = z3.Ints(f"c{self._fresh} o{self._fresh}", self.ctx)
         return [s == c * self.R + o, o >= 0, o < self.R, c >= 0]
 
-    def count(self, stmt: Stmt, r, before: tuple["Inst", bool] | None = None):  # noqa: C901
+    def count(self, stmt: Stmt, r, before: tuple["Inst", builtins.bool] | None = None):  # noqa: C901
         """How many instances stmt has on rank r, as a term: each loop's interval (its bounds, narrowed
         by the guards that compare its variable, with coefficient 1, to terms free of loop variables)
         contributes its length, each other guard a 0/1 factor. With `before` = (a, inclusive): only
@@ -365,7 +367,7 @@ class Encoding:
         try:
             env = {**self.env, self.m.rank_var: r}
             bounds: dict = {}  # id of a loop variable -> (variable, [lower bounds], [upper bounds])
-            factors = []
+            factors: list = []
             for f in stmt.frames:
                 if isinstance(f, LetFrame):
                     env[f.name] = self.term(f.value, env)
@@ -434,7 +436,7 @@ class Encoding:
         else:
             bounds[var.get_id()][1].append(at if op in ("<=", ">=") else at + 1)
 
-    def _mentions(self, t, bounds) -> bool:
+    def _mentions(self, t, bounds) -> builtins.bool:
         return any(_has(t, b[0]) for b in bounds.values())
 
     def at_rank(self, r) -> dict:
@@ -479,16 +481,16 @@ class Encoding:
             return [r, 2 * self.R - 1 - r]
         return [r + i * self.R for i in range(k)]
 
-    def empty(self) -> bool:
+    def empty(self) -> builtins.bool:
         """No setting satisfies the assumptions and requires."""
         return self.proves(z3.BoolVal(False, self.ctx))
 
-    def proves(self, claim) -> bool:
+    def proves(self, claim) -> builtins.bool:
         s = solver.make(self.ctx, nonlinear=self.m.nonlinear)
         s.add(*self.domain, z3.Not(claim))
         return solver.check(s, deadline=solver.Deadline.only(FACT_UNITS, "a fact the encoding needs")) == z3.unsat
 
-    def within(self, formula, box: int | None):
+    def within(self, formula, box: builtins.int | None):
         """formula with every parameter at most `box` (None: formula itself)."""
         if box is None:
             return formula
@@ -498,8 +500,8 @@ class Encoding:
         """sum(coeff x feature) of a certificate function at an instance."""
         return z3.Sum([self.num(int(coeffs.get(n, 0))) * f for n, f in zip(names, inst.feats)])
 
-    def run(self, formula, deadline: solver.Deadline, show: dict | None = None, smallest: bool = False,
-            domain: bool = True):
+    def run(self, formula, deadline: solver.Deadline, show: dict | None = None, smallest: builtins.bool = False,
+            domain: builtins.bool = True):
         """Proved, Unknown, or Refuted at a setting, asked within `deadline` (solver.Deadline: this
         query's share of solver work, and the command's limit, which raises TimeUp); with
         `smallest`, the setting with the least sum of parameters and, among those, the
@@ -535,10 +537,10 @@ class Encoding:
         while True:
             left = deadline.budget.left()
             cap = FIRST_ATTEMPT << seed if self.m.nonlinear and left is not None else None
-            last = cap is None or cap >= left
+            last = cap is None or left is None or cap >= left  # (cap is set only when left is)
             s = solver.make(self.ctx, nonlinear=self.m.nonlinear, seed=seed)
             s.add(*assertions)
-            share = deadline if last else deadline.share(cap, "an attempt")
+            share = deadline if last or cap is None else deadline.share(cap, "an attempt")
             verdict = solver.check(s, deadline=share)
             if last or verdict != z3.unknown or not share.exhausted():
                 return s, verdict
@@ -572,11 +574,11 @@ class Inst:
     """A symbolic instance of a statement: its rank, variables, domain and terms."""
 
     stmt: Stmt
-    rank: object
+    rank: Any  # z3 terms (z3 has no types for mypy)
     variables: tuple
     domain: tuple
-    stage: object
-    microbatch: object
+    stage: Any
+    microbatch: Any
     feats: tuple
     order: dict  # loop id -> that loop's variable, negated when the loop runs backwards
 

@@ -21,7 +21,7 @@ def _node(t: torch.Tensor):
     if t.grad_fn is not None:
         return t.grad_fn
     if t.requires_grad:
-        return t.view_as(t).grad_fn.next_functions[0][0]
+        return t.view_as(t).grad_fn.next_functions[0][0]  # type: ignore[union-attr]  # (a view of a tensor that requires grad has a grad_fn)
     return None
 
 
@@ -45,7 +45,7 @@ def _towards_output(roots, stop: set, rev: dict) -> tuple[set, set]:
     """Nodes reachable from `roots` walking towards the output, not entering `stop`; and the nodes
     of `stop` where the walk was stopped."""
     closure, hit = set(), set()
-    queue = deque()
+    queue: deque = deque()
     for node in roots:
         if node is not None and node not in closure:
             closure.add(node)

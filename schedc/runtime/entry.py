@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, NoReturn
+from typing import Any, Callable, NoReturn
 
 import torch
 
@@ -320,6 +320,7 @@ def _main(table: Table, args) -> int:  # noqa: C901
         return out
 
     def optimize():
+        assert optimizer is not None  # (called only when there are parameters to step)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -347,9 +348,10 @@ def _main(table: Table, args) -> int:  # noqa: C901
         if args.profile:
             skip = 1 if args.steps > 1 else 0  # the first step learns shapes and warms up
             mine = interp_profile(interp, skip)
-            gathered = [None] * world if rank == 0 else None
+            gathered: list[Any] | None = [None] * world if rank == 0 else None
             phase("gathering the profile on rank 0", args.steps, dist.gather_object, mine, gathered, 0)
             if rank == 0:
+                assert gathered is not None
                 write_profile(args.profile, build_profile(gathered))
         if last and replica == 0 and not args.quiet:
             steady = times[1:] or times
@@ -430,7 +432,8 @@ def interp_profile(interp: PipelineInterpreter, skip_steps: int) -> dict:
     interpreter's `comm_log`), where each step's time went (`step_log`), the host and its cores."""
     import socket
     M = interp.M
-    times, spread = {}, {}
+    times: dict[str, dict] = {}
+    spread: dict[str, dict] = {}
     for (op, stage), values in interp.times.items():
         kept = values[skip_steps * M:] or values
         times.setdefault(str(stage), {})[op] = sum(kept) / len(kept)

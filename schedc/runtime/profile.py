@@ -135,7 +135,8 @@ def _mean(xs: list[float]) -> float:
 def communication(per_rank: list[dict]) -> tuple[dict, dict]:  # noqa: C901
     """(latency, overhead and channels for `messages`; `meta`) from every rank's message records."""
     hosts = [part.get("host") for part in per_rank]
-    sends, recvs = {}, {}
+    sends: dict = {}
+    recvs: dict = {}
     overheads: dict[tuple[int, int], list[float]] = {}
     for rank, part in enumerate(per_rank):
         for step, role, kind, stage, mb, peer, posted, returned, began, ended in part["comm"]:

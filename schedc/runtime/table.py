@@ -309,7 +309,7 @@ def _instr(data, rank: int, where: str, S: int, M: int, placement) -> Instr:
 
 def _peer(data, op: str, stage: int, mb: int | None, rank: int, where: str, placement) -> int:
     """The peer of a send or receive: the rank of the stage on the other end, not its own."""
-    other = stage + PEER_STAGE[op]
+    other = stage + PEER_STAGE[op]  # type: ignore[operator]  # (a send or receive: its peer offset is set)
     if not 0 <= other < len(placement):
         raise TableError(f"{where}: {op}({stage},{mb}) has no stage {other} on the other end")
     peer = _int(data, f"{where}: peer", 0, 1 << 20)

@@ -34,12 +34,12 @@ class Watchdog:
         # (since, interpreter, current step, step of the send/recv, instr, why, consumer); why is
         # "send" or "recv" for a wait, "run" for an action, "phase" (instr is then the text, and
         # consumer the phase's limit in seconds)
-        self._current = None
-        self._running = None  # (interpreter, step) of the action being run, resumed after its waits
-        self._thread = None
+        self._current: tuple | None = None
+        self._running: tuple | None = None  # (interpreter, step) of the action being run, resumed after its waits
+        self._thread: threading.Thread | None = None
         self._closed = False
         self.on_stop: list = []  # callables (report, current) run before the process ends
-        self.fired = None  # the report, once it has fired (for in-process tests with a custom exit)
+        self.fired: str | None = None  # the report, once it has fired (for in-process tests with a custom exit)
 
     def running(self, interp, at: int) -> None:
         """The rank starts program step `at` (an action, or a compound step)."""
@@ -81,18 +81,24 @@ class Watchdog:
             self._thread.start()
 
     @property
+    def _timeout(self) -> float:
+        """The timeout, while watching (the watching thread starts only with one)."""
+        assert self.timeout is not None
+        return self.timeout
+
+    @property
     def linger(self) -> float:
         """Seconds between the report and the exit, for the ranks waiting on this one to report."""
-        return min(1.0, self.timeout / 2)
+        return min(1.0, self._timeout / 2)
 
     @property
     def backstop(self) -> float:
         """Seconds past an activity's limit after which faulthandler ends a rank whose watchdog
         cannot run (native code holding the GIL)."""
-        return max(2.0, min(30.0, self.timeout))
+        return max(2.0, min(30.0, self._timeout))
 
     def _watch(self) -> None:
-        tick = min(0.1, max(0.005, self.timeout / 20))
+        tick = min(0.1, max(0.005, self._timeout / 20))
         armed, armed_for = 0.0, None
         while not self._closed:
             cur, now = self._current, time.monotonic()
@@ -101,11 +107,11 @@ class Watchdog:
                     faulthandler.cancel_dump_traceback_later()
                     armed_for = None
             elif cur is not armed_for or now - armed >= 1.0:  # re-armed while this thread runs
-                faulthandler.dump_traceback_later(_limit(cur, self.timeout) + self.backstop, exit=True)
+                faulthandler.dump_traceback_later(_limit(cur, self._timeout) + self.backstop, exit=True)
                 armed, armed_for = now, cur
             time.sleep(tick)
             cur = self._current
-            if cur is not None and not self._closed and time.monotonic() - cur[0] > _limit(cur, self.timeout):
+            if cur is not None and not self._closed and time.monotonic() - cur[0] > _limit(cur, self._timeout):
                 self.fired = report = self.report(cur)
                 for fn in self.on_stop:
                     try:

@@ -83,14 +83,15 @@ def _memory_edges(problem: Problem, add) -> bool:
     after W(s,k-c) ends. Returns False when memory needs the solver's counting constraints."""
     plain = True
     for r in range(problem.P):
-        if problem.cap[r] is None:
+        cap = problem.cap[r]
+        if cap is None:
             continue
         stages = problem.stages_of(r)
         if len(stages) != 1 or not _w_frees_the_forward(problem, stages[0]):
             plain = False
             continue
         s = stages[0]
-        c = problem.cap[r] // op_delta(Op.F, problem.act[s], problem.weight[s])
+        c = int(cap // op_delta(Op.F, problem.act[s], problem.weight[s]))  # (whole units: int() keeps the value)
         for k in range(c, problem.M):
             w = problem.job("W", s, k - c)
             add(w, problem.job("F", s, k), problem.jobs[w].dur)

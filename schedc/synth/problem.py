@@ -89,7 +89,7 @@ class Problem:
         """What rank r holds at least once in any schedule, in memory units: one microbatch's
         forwards all run before its first input gradient, so it holds their peak."""
         forwards = [Action(Op.F, s, 0).parts for s in self.stages_of(r)]
-        return peak_activations(forwards, self.act, self.weight)
+        return int(peak_activations(forwards, self.act, self.weight))  # (integer sizes: an integer peak)
 
     def minimum_cap(self, r: int) -> Fraction:
         """`minimum` in the sizes the request gave."""
@@ -159,7 +159,8 @@ def build_problem(P: int, M: int, *, placement: str = "loop", costs=None,  # noq
     caps_given = _caps(memory_limit, P)
     sizes = [_fraction(m.act) for m in mem] + [_fraction(m.weight) for m in mem if m.weight]
     munit = _unit(sizes, "memory sizes")
-    jobs, index = [], {}
+    jobs: list[Job] = []
+    index: dict[tuple[str, int, int], int] = {}
     for m in range(M):
         for s in range(S):
             for kind in KINDS:

@@ -55,4 +55,6 @@ def evaluate(problem: Problem, orders, origin: str) -> Candidate:
 
 def peaks_of(problem: Problem, program: Program) -> tuple[int, ...]:
     """Peak live activations per rank of a candidate's program, in the problem's memory units."""
-    return tuple(peak_activations([st.parts for st in steps], problem.act, problem.weight) for steps in program.ranks)
+    # (integer sizes give an integer peak: int() keeps it)
+    return tuple(int(peak_activations([st.parts for st in steps], problem.act, problem.weight))
+                 for steps in program.ranks)

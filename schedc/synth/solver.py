@@ -10,6 +10,8 @@ is never read as a no.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..ir import Op
 from ..solver import Deadline, Proved, Refuted, Result, Unknown, check, context, make, value, watched, z3
 from ..rules.memory import held_within, op_delta
@@ -76,7 +78,7 @@ def decide(problem: Problem, graph: Graph, T: int, *, deadline: Deadline, hint=N
     if verdict == z3.sat:
         model = solver.model()
         at = [value(model, v) for v in start]
-        rows = [[] for _ in range(problem.P)]
+        rows: list[list[int]] = [[] for _ in range(problem.P)]
         for u in sorted(range(len(jobs)), key=lambda u: at[u]):
             rows[jobs[u].rank].append(u)
         return Proved(tuple(tuple(r) for r in rows))
@@ -119,7 +121,7 @@ def _memory_sums(problem: Problem, graph: Graph, before, ctx):  # noqa: C901
         for s0 in stages:
             for m0 in range(problem.M):
                 x = problem.job("F", s0, m0)
-                changes = []
+                changes: list[tuple[Any, object]] = []  # (delta: whole units, as op_delta gives them; literal)
                 for s in stages:
                     deltas = [(kind, op_delta(Op(kind), problem.act[s], problem.weight[s])) for kind in KINDS]
                     changes += [(d, lit(problem.job(kind, s, m), x))
