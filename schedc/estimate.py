@@ -40,12 +40,44 @@ def layers_per_stage(layers: int, stages: int) -> list[int]:
     return [base + (1 if s < extra else 0) for s in range(stages)]
 
 
-def layer_params(m) -> int:
-    """Weights of the matrix multiplications of one layer: Q and the output projection h x h each,
-    K and V h x (h kv/a) each, and the MLP's 2 (3 when gated) matrices h x f. Norms and biases,
-    O(h), are left out."""
+def layer_params(m, layer: int = 0) -> int:
+    """Weights of the matrix multiplications of one layer: attention's and its MLP's (or its
+    mixture of experts': the router and every expert). Norms and biases, O(h), are left out."""
+    return attention_params(m) + sum(expert_params(m, layer)) + mlp_params(m, layer)
+
+
+def attention_params(m) -> int:
+    """Q and the output projection h x h each, K and V h x (h kv/a) each."""
     kv = m.hidden * m.kv_heads // m.heads
-    return 2 * m.hidden * m.hidden + 2 * m.hidden * kv + (3 if m.gated_mlp else 2) * m.hidden * m.ffn_hidden
+    return 2 * m.hidden * m.hidden + 2 * m.hidden * kv
+
+
+def is_moe(m, layer: int) -> bool:
+    """A mixture-of-experts layer: the model has experts and the layer is past the dense ones."""
+    return m.experts > 0 and layer >= m.first_dense_layers
+
+
+def mlp_params(m, layer: int) -> int:
+    """The MLP's 2 (3 when gated) matrices h x f of a dense layer; of an MoE layer, the router
+    h x E and the shared expert's (its routed experts are `expert_params`)."""
+    per = 3 if m.gated_mlp else 2
+    if not is_moe(m, layer):
+        return per * m.hidden * m.ffn_hidden
+    return m.hidden * m.experts + per * m.hidden * m.shared_expert_ffn_hidden
+
+
+def expert_params(m, layer: int) -> tuple[int, ...]:
+    """Each routed expert's weights in an MoE layer (none in a dense one)."""
+    if not is_moe(m, layer):
+        return ()
+    return ((3 if m.gated_mlp else 2) * m.hidden * m.expert_ffn_hidden,) * m.experts
+
+
+def active_params(m, layer: int) -> int:
+    """The weights one token meets in the layer: all of a dense layer; of an MoE layer, attention,
+    the router, the shared expert and its top-k routed experts."""
+    experts = expert_params(m, layer)
+    return attention_params(m) + mlp_params(m, layer) + (m.top_k * experts[0] if experts else 0)
 
 
 def embedding_params(m) -> int:
@@ -61,7 +93,7 @@ def layer_flops(m, layer: int = 0) -> tuple[float, float, float]:
     attention core's forward (selective `attention`) or the matmuls with a weight it does not keep
     (selective `op`: every second one, counted from the first)."""
     b, s, h = m.micro_batch, m.seq_len, m.hidden
-    matmul = 2.0 * b * s * layer_params(m)
+    matmul = 2.0 * b * s * active_params(m, layer)
     core = 4.0 * b * s * s * h
     F = matmul + core
     I = matmul + 2 * core  # noqa: E741
@@ -71,7 +103,7 @@ def layer_flops(m, layer: int = 0) -> tuple[float, float, float]:
     elif mode == "selective" and m.selective == "attention":
         I += core  # noqa: E741
     elif mode == "selective":
-        I += 2.0 * b * s * _recomputed_weights(m)  # noqa: E741
+        I += 2.0 * b * s * _recomputed_weights(m, layer)  # noqa: E741
     return F, I, matmul
 
 
@@ -83,12 +115,13 @@ def checkpoint_of(m, layer: int) -> str:
     return m.recompute
 
 
-def _recomputed_weights(m) -> int:
+def _recomputed_weights(m, layer: int = 0) -> int:
     """The weights of the matmuls torchtitan's per-op policy recomputes: the second, fourth, ... in
-    forward order (wk, wo, and w3 or none of the MLP's two)."""
+    forward order (wk, wo, and w3 or none of the MLP's two). In an MoE layer only attention's are
+    counted (wk, wo): the experts' grouped matmuls are kept, an approximation (docs/units.md)."""
     h, kv = m.hidden, m.hidden * m.kv_heads // m.heads
-    order = [h * h, h * kv, h * kv, h * h] + ([h * m.ffn_hidden] * 3 if m.gated_mlp else [h * m.ffn_hidden] * 2)
-    return sum(w for i, w in enumerate(order) if i % 2 == 1)
+    mlp = [] if is_moe(m, layer) else [h * m.ffn_hidden] * (3 if m.gated_mlp else 2)
+    return sum(w for i, w in enumerate([h * h, h * kv, h * kv, h * h] + mlp) if i % 2 == 1)
 
 
 def output_flops(m) -> tuple[float, float, float]:
@@ -97,10 +130,13 @@ def output_flops(m) -> tuple[float, float, float]:
     return x, x, x
 
 
-def shape(m, device: str = "cuda") -> activations.Shape:
-    """The layer of model `m` as the activation model reads it."""
+def shape(m, device: str = "cuda", moe: bool = False) -> activations.Shape:
+    """A layer of model `m` (an MoE one with `moe`) as the activation model reads it."""
+    experts = dict(experts=m.experts, top_k=m.top_k, expert_ffn=m.expert_ffn_hidden,
+                   shared_ffn=m.shared_expert_ffn_hidden) if moe else {}
     return activations.Shape(m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.seq_len, DTYPE_BYTES[m.dtype],
-                             norm=m.norm, rope=m.rope, gated_mlp=m.gated_mlp, dropout=m.dropout, device=device)
+                             norm=m.norm, rope=m.rope, gated_mlp=m.gated_mlp, dropout=m.dropout, device=device,
+                             **experts)
 
 
 def layer_activation_bytes(m, layer: int = 0, tp: int = 1, sp: bool = True, cp: int = 1) -> float:
@@ -110,13 +146,14 @@ def layer_activation_bytes(m, layer: int = 0, tp: int = 1, sp: bool = True, cp: 
     `activations.bytes_per_token` says. With the eager kernel, dropout, d = 2, kv = a, f = 4h and
     no parallelism: sbh (34 + 5as/h), Korthikanti et al. 2022 section 4.1 (plus the norms'
     statistics, 16 bytes a token)."""
-    return _per_token(m, checkpoint_of(m, layer), tp, sp) * m.seq_len * m.micro_batch / cp
+    return _per_token(m, checkpoint_of(m, layer), is_moe(m, layer), tp, sp) * m.seq_len * m.micro_batch / cp
 
 
 @lru_cache(maxsize=256)
-def _per_token(m, mode: str, tp: int, sp: bool) -> float:
+def _per_token(m, mode: str, moe: bool, tp: int, sp: bool) -> float:
     selective = m.selective if m.selective in activations.SELECTIVE else "op"
-    return activations.bytes_per_token(activations.saved(shape(m), m.attention, mode, selective), tp, sp)
+    kept = activations.saved(shape(m, moe=moe), m.attention, mode, selective)
+    return activations.bytes_per_token(kept, tp, sp)
 
 
 def first_stage_bytes(m) -> float:
@@ -161,10 +198,16 @@ def stages(m, num_stages: int, p: mesh.Parallel = mesh.Parallel()) -> list[Stage
         out.append(StageEstimate(
             n, first, last, (F + (Fo if last else 0.0)) / work, (I + (Io if last else 0.0)) / work,
             (W + (Wo if last else 0.0)) / work, kept + ends,
-            (n * layer_params(m) + (embedding_params(m) if first else 0) + (embedding_params(m) if last else 0))
-            // p.tp))
+            sum(rank_params(m, i, p) for i in range(start, start + n))
+            + ((embedding_params(m) if first else 0) + (embedding_params(m) if last else 0)) // p.tp))
         start += n
     return out
+
+
+def rank_params(m, layer: int, p: mesh.Parallel = mesh.Parallel()) -> int:
+    """A layer's weights on one rank: tensor parallelism splits attention, the MLP, the router and
+    the shared expert t ways; expert parallelism gives each rank 1/ep of the routed experts."""
+    return (attention_params(m) + mlp_params(m, layer)) // p.tp + sum(expert_params(m, layer)) // p.ep
 
 
 def _last_stage_bytes(m, p: mesh.Parallel) -> float:

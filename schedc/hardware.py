@@ -26,8 +26,9 @@ RESERVE_FIXED = 2 * GIB
 RESERVE_FRACTION = 0.05
 MAX_COUNT = 2 ** 31  # no count of a model's shape is larger
 MODEL_REQUIRED = ("layers", "hidden", "heads", "seq_len", "vocab")
+MOE_KEYS = ("experts", "top_k", "expert_ffn_hidden", "shared_expert_ffn_hidden", "first_dense_layers")
 MODEL_OPTIONAL = ("kv_heads", "ffn_hidden", "gated_mlp", "dropout", "tied_embeddings", "norm", "rope", "attention",
-                  "dtype", "micro_batch", "recompute")
+                  "dtype", "micro_batch", "recompute") + MOE_KEYS
 NORMS = ("layernorm", "rmsnorm")
 # torchtitan's [activation_checkpoint] table: mode, and for selective its option ("op", or every N
 # layers whole); "attention" is Megatron-LM's selective recomputation (the attention core)
@@ -62,6 +63,11 @@ class Model:
     micro_batch: int = 1
     recompute: str = "none"
     selective: str = "attention"  # what `recompute = "selective"` recomputes: see CHECKPOINT_KEYS
+    experts: int = 0  # a mixture of experts: routed experts per MoE layer (0: a dense model)
+    top_k: int = 0  # experts each token goes to
+    expert_ffn_hidden: int = 0  # each routed expert's MLP width
+    shared_expert_ffn_hidden: int = 0  # the shared expert's MLP width (0: none)
+    first_dense_layers: int = 0  # layers before the first MoE layer (DeepSeek-V3: 3)
 
 
 @dataclass(frozen=True)
@@ -176,7 +182,9 @@ class Setup:
         next, all-gathered ahead of it (torchtitan's FSDP2 prefetches one layer)."""
         if self.parallel.dp_shard == 1:
             return 0.0
-        return 2.0 * estimate.DTYPE_BYTES[self.model.dtype] * estimate.layer_params(self.model) / self.parallel.tp
+        m = self.model
+        largest = max(estimate.rank_params(m, i, self.parallel) for i in (0, m.layers - 1))
+        return 2.0 * estimate.DTYPE_BYTES[m.dtype] * largest
 
     def check_job(self, ranks_per_pipeline: int, replicas: int) -> None:
         """The schedule and the [parallelism] table describe the same job: its pipeline degree is the
@@ -195,6 +203,9 @@ class Setup:
         hw["flops"] = dict(self.hardware.flops)
         model = asdict(self.model)
         selective = model.pop("selective")
+        for k in MOE_KEYS:  # 0: none (a dense model, no shared expert, no dense layers first)
+            if model[k] == 0:
+                del model[k]
         out = {"model": model, "hardware": hw, "link": asdict(self.link)}
         if model["recompute"] == "selective" and selective != "attention":  # torchtitan's table says it
             out["activation_checkpoint"] = {"mode": model.pop("recompute"), "selective_ac_option": selective}
@@ -334,7 +345,8 @@ def _model(t: dict[str, Any], place: _Place) -> Model:  # noqa: C901
     if missing:
         raise place.error(f"[model] needs {', '.join(missing)} (or preset = one of {preset_list('model')})")
     n: dict[str, Any] = {}
-    for k in MODEL_REQUIRED + ("kv_heads", "ffn_hidden", "micro_batch"):
+    for k in MODEL_REQUIRED + ("kv_heads", "ffn_hidden", "micro_batch", "experts", "top_k", "expert_ffn_hidden",
+                               "shared_expert_ffn_hidden", "first_dense_layers"):
         if k in t:
             v = t[k]
             if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < MAX_COUNT:
@@ -342,6 +354,7 @@ def _model(t: dict[str, Any], place: _Place) -> Model:  # noqa: C901
             n[k] = v
     n.setdefault("kv_heads", n["heads"])
     n.setdefault("ffn_hidden", 4 * n["hidden"])
+    _experts(n, place)
     if n["hidden"] % n["heads"] or n["heads"] % n["kv_heads"]:
         raise place.error(f"[model] heads ({n['heads']}) must divide hidden ({n['hidden']}), and kv_heads "
                           f"({n['kv_heads']}) must divide heads", "model", "heads")
@@ -360,6 +373,23 @@ def _model(t: dict[str, Any], place: _Place) -> Model:  # noqa: C901
                                   f"{did_you_mean(str(t[k]), choices)}", "model", k)
             flags[k] = t[k]
     return Model(t.get("name", "model"), **n, **flags)
+
+
+def _experts(n: dict[str, Any], place: _Place) -> None:
+    """A mixture of experts' keys, completed: `experts` routed experts, `top_k` of them a token (2 by
+    default), each `expert_ffn_hidden` wide (the MLP's width by default)."""
+    moe = [k for k in MOE_KEYS if k in n]
+    if not moe:
+        return
+    if "experts" not in n:
+        raise place.error(f"[model] {moe[0]} describes a mixture of experts: give experts too", "model", moe[0])
+    n.setdefault("top_k", 2)
+    n.setdefault("expert_ffn_hidden", n["ffn_hidden"])
+    if n["top_k"] > n["experts"]:
+        raise place.error(f"[model] top_k ({n['top_k']}) must not exceed experts ({n['experts']})", "model", "top_k")
+    if n.get("first_dense_layers", 0) >= n["layers"]:
+        raise place.error(f"[model] first_dense_layers ({n['first_dense_layers']}) leaves no MoE layer of the "
+                          f"{n['layers']}", "model", "first_dense_layers")
 
 
 def _checkpointing(m: Model, model_table: dict[str, Any], table: dict[str, Any] | None, place: _Place) -> Model:
@@ -500,9 +530,9 @@ def _split(t: dict[str, Any], place: _Place) -> tuple[tuple[int, ...] | None, in
 
 def _fits_model(p: mesh.Parallel, m: Model, place: _Place) -> None:
     """Tensor parallelism splits heads, key/value heads and the MLP; context parallelism the sequence."""
-    if p.ep > 1:
-        raise place.error("[parallelism] expert_parallel_degree needs a mixture-of-experts model, which a setup "
-                          "cannot describe yet", "parallelism", "expert_parallel_degree")
+    if p.ep > 1 and (not m.experts or m.experts % p.ep):
+        raise place.error(f"[parallelism] expert_parallel_degree {p.ep} must divide the model's experts "
+                          f"({m.experts or 'none: a dense model'})", "parallelism", "expert_parallel_degree")
     if p.zero_stage and p.dp_shard > 1:
         raise place.error("[parallelism] zero_stage and data_parallel_shard_degree (FSDP) both shard the model "
                           "states: keep one", "parallelism", "zero_stage")

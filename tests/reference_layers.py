@@ -32,6 +32,10 @@ class Config:
     dropout: float = 0.0  # hidden dropout (after the attention projection and the MLP)
     attention_dropout: float = 0.0  # dropout of the attention probabilities
     recompute_core: bool = False  # Megatron-LM's selective recomputation: the attention core checkpointed
+    experts: int = 0  # a mixture of experts in place of the MLP (0: dense)
+    top_k: int = 2
+    expert_ffn: int = 96
+    shared_ffn: int = 0
 
 
 class Layer(nn.Module):
@@ -51,6 +55,7 @@ class Layer(nn.Module):
         self.w1 = nn.Linear(h, c.ffn_hidden, bias=gpt, dtype=dtype)
         self.w2 = nn.Linear(c.ffn_hidden, h, bias=gpt, dtype=dtype)
         self.w3 = None if gpt else nn.Linear(h, c.ffn_hidden, bias=False, dtype=dtype)
+        self.moe = MoE(c, dtype) if c.experts else None
         d = h // c.heads
         freqs = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
         angles = torch.outer(torch.arange(c.seq_len).float(), freqs)
@@ -93,6 +98,8 @@ class Layer(nn.Module):
                                               enable_gqa=c.kv_heads != c.heads)
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        if self.moe is not None:
+            return self.moe(x)
         if self.w3 is not None:
             return self.w2(F.silu(self.w1(x)) * self.w3(x))
         return self.w2(F.gelu(self.w1(x)))
@@ -101,6 +108,47 @@ class Layer(nn.Module):
         p = self.c.dropout
         h = x + F.dropout(self.attention(self.attention_norm(x)), p, self.training)
         return h + F.dropout(self.mlp(self.ffn_norm(h)), p, self.training)
+
+
+class MoE(nn.Module):
+    """A mixture of experts in torchtitan's make-up (torchtitan/models/common/moe.py), written plainly:
+    the router in fp32 (softmax over the experts, top-k), the tokens sorted by expert and gathered,
+    each expert a SwiGLU MLP on its tokens, the outputs weighted by the router's scores and
+    scatter-added back, and a shared expert on every token."""
+
+    def __init__(self, c: Config, dtype: torch.dtype):
+        super().__init__()
+        h, f = c.hidden, c.expert_ffn
+        self.k, self.experts = c.top_k, c.experts
+        self.gate = nn.Linear(h, c.experts, bias=False, dtype=torch.float32)
+        self.w1 = nn.Parameter(torch.randn(c.experts, f, h, dtype=dtype) * 0.02)
+        self.w3 = nn.Parameter(torch.randn(c.experts, f, h, dtype=dtype) * 0.02)
+        self.w2 = nn.Parameter(torch.randn(c.experts, h, f, dtype=dtype) * 0.02)
+        self.shared = None
+        if c.shared_ffn:
+            self.shared = nn.ModuleList([nn.Linear(h, c.shared_ffn, bias=False, dtype=dtype),
+                                         nn.Linear(h, c.shared_ffn, bias=False, dtype=dtype),
+                                         nn.Linear(c.shared_ffn, h, bias=False, dtype=dtype)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        t = x.reshape(-1, h)
+        scores = torch.softmax(self.gate(t.float()), dim=-1)
+        top, chosen = torch.topk(scores, self.k, dim=-1)
+        order = torch.argsort(chosen.reshape(-1), stable=True)
+        tokens = order // self.k
+        routed = t[tokens]
+        outs, start = [], 0
+        for e, n in enumerate(torch.bincount(chosen.reshape(-1), minlength=self.experts).tolist()):
+            xe = routed[start:start + n]
+            start += n
+            outs.append(F.linear(F.silu(F.linear(xe, self.w1[e])) * F.linear(xe, self.w3[e]), self.w2[e]))
+        weights = top.reshape(-1)[order].to(x.dtype)
+        y = torch.zeros_like(t).index_add(0, tokens, torch.cat(outs) * weights[:, None])
+        if self.shared is not None:
+            w1, w3, w2 = self.shared
+            y = y + w2(F.silu(w1(t)) * w3(t))
+        return y.view(b, s, h)
 
 
 MUST_SAVE_OPS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,

@@ -15,7 +15,8 @@ def shape_of(c, dtype_bytes: int = 2, device: str = "cpu") -> A.Shape:
     llama = c.style == "llama"
     return A.Shape(c.hidden, c.heads, c.kv_heads, c.ffn_hidden, c.seq_len, dtype_bytes,
                    norm="rmsnorm" if llama else "layernorm", rope=llama, gated_mlp=llama,
-                   dropout=c.dropout > 0, device=device)
+                   dropout=c.dropout > 0, device=device, experts=c.experts, top_k=c.top_k,
+                   expert_ffn=c.expert_ffn, shared_ffn=c.shared_ffn)
 
 
 CASES = [(style, kv, kernel) for style in ("llama", "gpt") for kv in (4, 2) for kernel in ("eager", "sdpa")]
@@ -47,6 +48,18 @@ def test_megatron_selective_keeps_the_core_inputs(style, kv, kernel):
     c = config(style, kv, kernel, recompute_core=True)
     measured = reference.layer_bytes_per_token(c, "none")
     assert A.bytes_per_token(A.saved(shape_of(c), kernel, "selective", "attention")) == pytest.approx(measured, rel=0.01)
+
+
+@pytest.mark.parametrize("mode", ["none", "full"])
+@pytest.mark.parametrize("shared", [0, 192])
+@pytest.mark.parametrize("kernel", ["eager", "sdpa"])
+def test_a_mixture_of_experts_layer(kernel, shared, mode):
+    """A Llama-style layer whose MLP is a mixture of 8 experts, top-2, with and without a shared
+    expert: the router, the routing indices, the k copies of each token and their experts' tensors."""
+    c = reference.Config(style="llama", kv_heads=2, attention=kernel, experts=8, top_k=2, expert_ffn=96,
+                         shared_ffn=shared)
+    measured = reference.layer_bytes_per_token(c, mode)
+    assert A.bytes_per_token(A.saved(shape_of(c), kernel, mode)) == pytest.approx(measured, rel=0.01)
 
 
 def test_an_fp32_layer_too():

@@ -95,7 +95,7 @@ def test_the_table_and_the_schedule_describe_one_job(tmp_path, run_cli):
     ("tensor_parallel_degree = 3\n", "must divide the model's heads"),
     ("tensor_parallel_degree = -1\n", "positive whole number"),
     ("data_parallel_shard_degree = -1\n", "torchtitan's -1"),
-    ("expert_parallel_degree = 2\n", "mixture-of-experts"),
+    ("expert_parallel_degree = 2\n", "must divide the model.s experts"),
     ("zero_stage = 2\ndata_parallel_shard_degree = 2\n", "keep one"),
     ("zero_stage = 4\n", "0, 1, 2 or 3"),
     ("context_parallel_degree = 3\n", "split evenly"),
@@ -115,3 +115,39 @@ def test_a_job_round_trips_through_its_json(tmp_path):
     path = tmp_path / "again.json"
     path.write_text(json.dumps(s.to_dict()))
     assert describe(str(path)).parallel == s.parallel
+
+
+@pytest.mark.parametrize("name, total, active", [("mixtral-8x7b", 46.7, 12.9), ("olmoe-1b-7b", 6.9, 1.3),
+                                                 ("llama3-8b", 8.03, 8.03)])
+def test_the_presets_have_their_published_sizes(name, total, active):
+    """Mixtral's paper (46.7B, 12.9B active), OLMoE's (6.9B, 1.3B active), Llama 3's 8B."""
+    m = describe(model=name, hardware="h100-80gb").model
+    ends = 2 * estimate.embedding_params(m)
+    assert (sum(estimate.layer_params(m, i) for i in range(m.layers)) + ends) / 1e9 == pytest.approx(total, abs=0.05)
+    assert (sum(estimate.active_params(m, i) for i in range(m.layers)) + ends) / 1e9 == pytest.approx(active, abs=0.05)
+
+
+def test_expert_parallelism_splits_the_experts(tmp_path):
+    moe = 'preset = "mixtral-8x7b"\n'
+    alone, ep = setup(tmp_path, "", moe), setup(tmp_path, "expert_parallel_degree = 8\n", moe)
+    m = alone.model
+    experts = sum(estimate.expert_params(m, 0))
+    for a, b in zip(alone.estimates(4), ep.estimates(4)):
+        assert a.params - b.params == b.layers * (experts - experts // 8)
+        assert a.activation_bytes == b.activation_bytes  # each rank still holds its tokens' k copies
+    with pytest.raises(SchedcError, match="must divide the model's experts"):
+        setup(tmp_path, "expert_parallel_degree = 3\n", moe)
+
+
+def test_dense_layers_first_and_a_shared_expert(tmp_path):
+    text = ('layers = 8\nhidden = 1024\nheads = 8\nseq_len = 2048\nvocab = 32000\ngated_mlp = true\nexperts = 16\n'
+            'top_k = 4\nexpert_ffn_hidden = 512\nshared_expert_ffn_hidden = 1024\nfirst_dense_layers = 2\n')
+    m = setup(tmp_path, "", text).model
+    assert [estimate.is_moe(m, i) for i in range(4)] == [False, False, True, True]
+    assert estimate.layer_params(m, 0) == estimate.attention_params(m) + 3 * 1024 * 4096
+    assert estimate.layer_params(m, 2) == estimate.attention_params(m) + 1024 * 16 + 3 * 1024 * 1024 + 16 * 3 * 1024 * 512
+    assert estimate.layer_activation_bytes(m, 2) != estimate.layer_activation_bytes(m, 0)
+    with pytest.raises(SchedcError, match="give experts too"):
+        setup(tmp_path, "", 'preset = "llama3-8b"\ntop_k = 2\n')
+    with pytest.raises(SchedcError, match="must not exceed experts"):
+        setup(tmp_path, "", 'preset = "mixtral-8x7b"\ntop_k = 9\n')

@@ -56,6 +56,10 @@ class Shape:
     gated_mlp: bool = False
     dropout: bool = False
     device: str = "cuda"
+    experts: int = 0  # a mixture of experts in place of the MLP: routed experts (0: a dense MLP)
+    top_k: int = 1  # experts each token goes to
+    expert_ffn: int = 0  # each expert's MLP width
+    shared_ffn: int = 0  # the shared expert's MLP width (0: none)
 
     @property
     def mask_bytes(self) -> int:
@@ -159,17 +163,47 @@ def layer_ops(s: Shape, kernel: str) -> tuple[Tensor, list[Op]]:
     return x, ops
 
 
-def _mlp(y: Tensor, s: Shape) -> list[Op]:
-    d, f = s.dtype_bytes, s.ffn_hidden
-    out = Tensor("MLP output", d * s.hidden, "sequence")
+def _dense(y: Tensor, s: Shape, f: float, out: Tensor, name: str = "", per: float = 1.0) -> list[Op]:
+    """An MLP of width f on `per` copies of each token: gated, w2(silu(w1 y) * w3 y); else
+    fc2(gelu(fc1 y))."""
+    d = s.dtype_bytes * per
     if s.gated_mlp:
-        g, act, u, prod = (Tensor(n, d * f) for n in ("gate projection", "gate activation", "up projection",
-                                                        "gated product"))
-        ops = [_linear(y, g), Op("other", (act,), (g,)), _linear(y, u), Op("other", (prod,), (act, u)),
-               _linear(prod, out)]
-    else:
-        up, act = Tensor("MLP up projection", d * f), Tensor("MLP activation", d * f)
-        ops = [_linear(y, up), Op("other", (act,), (up,)), _linear(act, out)]
+        g, act, u, prod = (Tensor(name + n, d * f) for n in ("gate projection", "gate activation", "up projection",
+                                                               "gated product"))
+        return [_linear(y, g), Op("other", (act,), (g,)), _linear(y, u), Op("other", (prod,), (act, u)),
+                _linear(prod, out)]
+    up, act = Tensor(name + "MLP up projection", d * f), Tensor(name + "MLP activation", d * f)
+    return [_linear(y, up), Op("other", (act,), (up,)), _linear(act, out)]
+
+
+def _moe(y: Tensor, s: Shape, out: Tensor) -> list[Op]:
+    """A mixture of experts as tests/reference_layers.py's MoE runs it (torchtitan's make-up): an
+    fp32 router (its input cast to fp32, softmax probabilities), top-k, the tokens gathered in
+    expert order (the gather and the combine keep int64 indices, k a token each), each expert's MLP
+    on the k copies, the outputs weighted by the router's scores and scatter-added back; a shared
+    expert on every token beside them."""
+    d, h, k = s.dtype_bytes, s.hidden, s.top_k
+    f32 = y if d == 4 else Tensor("router input in fp32", 4 * h, "sequence")
+    probs = Tensor("router probabilities", 4 * s.experts, "sequence")
+    index = [Tensor(f"routing {n}", 8 * k, "sequence") for n in ("choices", "order", "tokens")]
+    routed = Tensor("routed tokens", d * h * k)
+    expert_out, weights = Tensor("expert outputs", d * h * k), Tensor("routing weights", d * k)
+    weighted = Tensor("weighted expert outputs", d * h * k)
+    ops = [Op("other", (f32,)), Op("mm", (Tensor("router logits", 4 * s.experts),), (f32,)),
+           Op("other", (probs,), (probs,)), Op("other", (index[0],), (index[0],)),
+           Op("other", (index[1],), (index[1],)), Op("other", (routed, index[2]), (index[2],)),
+           *_dense(routed, s, s.expert_ffn, expert_out, "expert ", k),
+           Op("other", (weights,), ()), Op("other", (weighted,), (expert_out, weights)),
+           Op("other", (out,), (weighted,))]
+    if s.shared_ffn:
+        ops += _dense(y, s, s.shared_ffn, Tensor("shared expert output", d * h, "sequence"), "shared expert ")
+    return ops
+
+
+def _mlp(y: Tensor, s: Shape) -> list[Op]:
+    d = s.dtype_bytes
+    out = Tensor("MLP output", d * s.hidden, "sequence")
+    ops = _moe(y, s, out) if s.experts else _dense(y, s, s.ffn_hidden, out)
     drop, _ = _dropout(out, s, "MLP dropout", s.hidden, "sequence")
     return ops + drop + [Op("other", (Tensor("layer output", d * s.hidden, "sequence"),))]
 
