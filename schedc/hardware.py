@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import estimate
-from .jobs import activations, mesh
+from .jobs import activations, comm, mesh
 from .errors import SchedcError
 from .ir import Program
 from .span import Source
@@ -35,7 +35,7 @@ NORMS = ("layernorm", "rmsnorm")
 CHECKPOINT_KEYS = ("mode", "selective_ac_option")
 # the keys of a setup file's tables, besides `preset` (`name` too, so `Setup.to_dict()` is a setup file)
 KEYS = {"model": MODEL_REQUIRED + MODEL_OPTIONAL + ("name",),
-        "hardware": ("flops", "memory", "efficiency", "link", "reserve", "name"), "link": ("bandwidth", "latency", "name"),
+        "hardware": ("flops", "memory", "efficiency", "link", "reserve", "gpus_per_node", "network", "name"), "link": ("bandwidth", "latency", "name"),
         "activation_checkpoint": CHECKPOINT_KEYS, "parallelism": mesh.KEYS}
 FLAGS = {"model": "--model", "hardware": "--hardware", "link": "--link"}
 TABLES = ("activation_checkpoint", "parallelism")  # a setup file's tables besides the described kinds
@@ -82,6 +82,8 @@ class Hardware:
     efficiency: float
     link: str | None = None
     reserve: float = 0.0  # bytes no schedule may use: `default_reserve(memory)` unless a setup says
+    gpus_per_node: int = 8  # the GPUs `link` joins; collectives of larger groups go over `network`
+    network: str = "ib-400g"  # the link preset between nodes
 
     def flops_at(self, dtype: str) -> float:
         return dict(self.flops)[dtype]
@@ -139,11 +141,41 @@ class Setup:
         weight = act; out, the activation it sends on: the last stage sends none)."""
         speed = self.hardware.flops_at(self.model.dtype) * self.hardware.efficiency
         out = estimate.message_bytes(self.model) / self.parallel.sequence_shards / GIB
-        settings = {}
+        settings, start = {}, 0
         for s, st in enumerate(self.estimates(num_stages)):
-            F, I, W = st.flops_F / speed, st.flops_I / speed, st.flops_W / speed  # noqa: E741
-            settings[s] = {"F": F, "I": I, "W": W, "act": st.activation_bytes / GIB, "out": 0.0 if st.last else out}
+            Fc, Ic = self._comm(range(start, start + st.layers))
+            start += st.layers
+            F, I, W = st.flops_F / speed + Fc, st.flops_I / speed + Ic, st.flops_W / speed  # noqa: E741
+            settings[s] = {"F": F, "I": I, "W": W, "F_comm": Fc, "I_comm": Ic, "W_comm": 0.0,
+                           "act": st.activation_bytes / GIB, "out": 0.0 if st.last else out}
         return settings
+
+    def _comm(self, layers: range) -> tuple[float, float]:
+        """Seconds of tensor-, context- and expert-parallel communication in the forward and the
+        backward of `layers` on one microbatch (schedc/jobs/comm.py); a layer recomputed whole
+        repeats its forward's before the backward."""
+        m, p = self.model, self.parallel
+        d = estimate.DTYPE_BYTES[m.dtype]
+        x = comm.LayerShape(m.seq_len * m.micro_batch, m.hidden, m.hidden * m.kv_heads // m.heads, d)
+        moe = replace(x, top_k=m.top_k)
+        tp = comm.tensor_parallel(x, p, self._wire(p.tp))
+        cp = comm.context_parallel(x, p, self._wire(p.tp * p.cp))
+        F = I = 0.0  # noqa: E741
+        for i in layers:
+            ep = comm.expert_parallel(moe, p, self._wire(p.tp * p.ep)) if estimate.is_moe(m, i) else (0.0, 0.0)
+            f, b = tp[0] + cp[0] + ep[0], tp[1] + cp[1] + ep[1]
+            F, I = F + f, I + b + (f if estimate.checkpoint_of(m, i) == "full" else 0.0)  # noqa: E741
+        return F, I
+
+    def _wire(self, span: int) -> comm.Wire:
+        """The link a group of collectives uses: the accelerator's own within a node (its `link`
+        preset, else the description's), the network across nodes."""
+        hw = self.hardware
+        name = hw.link if span <= hw.gpus_per_node else hw.network
+        link = presets()["link"][name] if name is not None else asdict(self.link)
+        rate_ = link["bandwidth"]
+        bandwidth = rate(rate_, "a link's bandwidth") if isinstance(rate_, str) else float(rate_)
+        return comm.Wire(bandwidth, float(link["latency"]))
 
     @property
     def latency(self) -> float:
@@ -458,7 +490,14 @@ def _hardware(t: dict[str, Any], place: _Place) -> Hardware:
         if reserve >= memory:
             raise place.error(f"[hardware] reserve ({reserve / GIB:.4g} GiB) leaves nothing of the memory "
                               f"({memory / GIB:.4g} GiB)", "hardware", "reserve")
-    return Hardware(t.get("name", "hardware"), peaks, memory, efficiency, link, reserve)
+    nodes = t.get("gpus_per_node", 8)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 0 < nodes < MAX_COUNT:
+        raise place.error(f"[hardware] gpus_per_node must be a positive whole number, not {nodes!r}", "hardware",
+                          "gpus_per_node")
+    network = t.get("network", "ib-400g")
+    if network not in presets()["link"]:
+        raise place.error(_unknown("link", network), "hardware", "network")
+    return Hardware(t.get("name", "hardware"), peaks, memory, efficiency, link, reserve, nodes, network)
 
 
 def default_reserve(memory: float) -> float:

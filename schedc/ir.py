@@ -165,6 +165,12 @@ class StageCost:
     B: float = 2.0
     I: float = 1.0  # noqa: E741
     W: float = 1.0
+    # the communication inside each time (tensor-parallel collectives, expert all-to-all): what an
+    # overlapped pair can hide (schedc/rules/time.py); 0 unless a model description says
+    F_comm: float = 0.0
+    B_comm: float = 0.0
+    I_comm: float = 0.0
+    W_comm: float = 0.0
 
     @classmethod
     def default(cls, num_stages: int, num_ranks: int) -> "StageCost":
@@ -179,7 +185,17 @@ class StageCost:
         F = given.get("F", self.F)
         I, W = given.get("I", self.I), given.get("W", self.W)  # noqa: E741
         B = given.get("B", I + W if ("I" in given or "W" in given) else self.B)
-        return StageCost(F=F, B=B, I=I, W=W)
+        Ic, Wc = given.get("I_comm", self.I_comm), given.get("W_comm", self.W_comm)
+        Bc = given.get("B_comm", Ic + Wc if ("I_comm" in given or "W_comm" in given) else self.B_comm)
+        return StageCost(F=F, B=B, I=I, W=W, F_comm=given.get("F_comm", self.F_comm), B_comm=Bc, I_comm=Ic, W_comm=Wc)
+
+    def comm_of(self, op: str) -> float:
+        """The communication inside `op`'s time (F, B, I or W)."""
+        return float(getattr(self, f"{op}_comm"))
+
+    def to_dict(self) -> dict[str, float]:
+        """Its times; the communication parts only where there are some."""
+        return {k: v for k, v in vars(self).items() if not (k.endswith("_comm") and v == 0)}
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from .errors import SchedcError
 from .ir import COMM, COMPUTE, SENDS, Action, Compound, CompoundKind, Op, Program, Step, describe
 from .rules.deps import delivers, message, needs, peer_stage, produces, value_name
 from .rules.memory import message_size
+from .rules.time import step_time, timed
 from .timeline import Link, Messages, Timeline, check_finite, dispatch_times
 
 # How a run is timed (the rule every handler below follows):
@@ -288,7 +289,7 @@ class _Simulator:
         return self.transfer(rk, x, a, base + makes, route, end)
 
     def overlap_f_b(self, rk: _Rank, x: int, st: Compound, t: float):  # noqa: C901
-        """OVERLAP_F_B: its parts run as one action, for the sum of their times."""
+        """OVERLAP_F_B: its parts run as one action, for the time rules/time.py gives the pair."""
         plans = []
         for a in st.parts:
             if a.op not in COMPUTE:
@@ -308,7 +309,9 @@ class _Simulator:
             for k in plan[1]:
                 t = max(t, rk.have[base + k])
         draw = self.draw
-        d = sum(plan[0] * (1.0 if draw is None else draw.time(a.op, a.stage)) for a, _, plan in plans) / rk.speed
+        costs = self.program.annotations
+        d = step_time([timed(costs.cost_of(a.stage), a.op.value, 1.0 if draw is None else draw.time(a.op, a.stage))
+                       for a, _, _ in plans]) / rk.speed
         end = t + d
         rk.start[x], rk.end[x] = t, end
         rk.busy += d

@@ -14,6 +14,7 @@ from .errors import SchedcError
 from .ir import COMM, COMPUTE, RECVS, SENDS, WAITS, Compound, CompoundKind, Program, describe
 from .rules.deps import needs, payload, produces, value_name
 from .rules.semantics import Semantics
+from .rules.time import step_time, timed
 from .timeline import Messages, Timeline, check_finite, dispatch_times
 from .verify.channels import channels
 from .verify.deadlock import end_of_step_notes, find_deadlock
@@ -147,8 +148,8 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
                                           f"{describe(a)}: it needs {value_name(v)}, which never reaches rank {r}",
                                           a.span)
                     t = max(t, tv)
-            d = sum(float(getattr(ann.cost_of(a.stage), a.op.value))
-                    * (1.0 if draw is None else draw.time(a.op, a.stage)) for a in parts) / speeds[r]
+            d = step_time([timed(ann.cost_of(a.stage), a.op.value, 1.0 if draw is None else draw.time(a.op, a.stage))
+                           for a in parts]) / speeds[r]
             if not d >= 0:
                 raise SchedcError("costs", f"rank {r}, step {i}: a negative time ({d})")
             start[r][i], end[r][i] = t, t + d

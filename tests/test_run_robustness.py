@@ -278,19 +278,3 @@ def test_the_process_group_is_freed_by_destroy_process_group_not_at_shutdown():
         assert done.returncode == 0, done.stderr[-2000:]
         seen[how] = done.stdout.split()[-1]
     assert seen == {"keep": "alive", "close": "freed", "drop": "freed"}
-
-
-def test_the_launcher_puts_each_rank_in_its_own_group_on_python_3_10_too(monkeypatch):
-    """Popen's process_group= exists from Python 3.11 (requires-python is 3.10): on 3.10 the launcher
-    makes each rank lead its own process group in preexec instead."""
-    from schedc.runtime import launch
-    calls = []
-    monkeypatch.setattr(launch.sys, "version_info", (3, 10, 14))
-    monkeypatch.setattr(launch.os, "setpgid", lambda pid, pgid: calls.append((pid, pgid)))
-    monkeypatch.setattr(launch, "_pdeathsig", lambda: lambda: calls.append("pdeathsig"))
-    preexec, extra = launch._child_setup()
-    assert extra == {} and preexec is not None
-    preexec()
-    assert calls == [(0, 0), "pdeathsig"]
-    monkeypatch.setattr(launch.sys, "version_info", (3, 11, 7))
-    assert launch._child_setup()[1] == {"process_group": 0}

@@ -37,7 +37,7 @@ def _head(program: Program) -> dict:
         "forward_only": program.forward_only,
         "p2p": program.p2p,
         "annotations": {
-            "stage_costs": [vars(c) for c in ann.stage_costs],
+            "stage_costs": [c.to_dict() for c in ann.stage_costs],
             "stage_memory": [vars(m) for m in ann.stage_memory],
             "rank_speed": list(ann.rank_speed),
             "memory_limit": {str(r): v for r, v in ann.memory_limit},

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence, TextIO
+from typing import Sequence, TextIO
 
 from ..signals import terminate_as_interrupt
 
@@ -59,20 +59,6 @@ def _pdeathsig():
     return lambda: prctl(1, sig)  # PR_SET_PDEATHSIG
 
 
-def _child_setup() -> tuple[Callable[[], object] | None, dict[str, int]]:
-    """(preexec_fn, more Popen arguments): each rank dies with the launcher and leads its own process
-    group. Popen's `process_group` exists from Python 3.11; on 3.10 the same setpgid runs in preexec."""
-    death = _pdeathsig()
-    if sys.version_info >= (3, 11):
-        return death, {"process_group": 0}
-
-    def preexec() -> None:
-        os.setpgid(0, 0)
-        if death is not None:
-            death()
-    return preexec, {}
-
-
 def _forward(pipe, stream: TextIO, lock: threading.Lock) -> None:
     for line in iter(pipe.readline, ""):
         with lock:
@@ -102,13 +88,13 @@ def launch(command: Sequence[str], nproc: int, *, stdout: TextIO | None = None, 
     lock = threading.Lock()
     procs: list[subprocess.Popen] = []
     threads = []
-    preexec, group = _child_setup()
+    preexec = _pdeathsig()
     restore = terminate_as_interrupt()  # SIGTERM stops the ranks as Ctrl-C does
     try:
         for local in range(nproc):
             env_r = dict(base, RANK=str(node_rank * nproc + local), LOCAL_RANK=str(local))
             p = subprocess.Popen(list(command), env=env_r, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, bufsize=1, preexec_fn=preexec, **group)
+                                 stderr=subprocess.PIPE, text=True, bufsize=1, preexec_fn=preexec, process_group=0)
             procs.append(p)
             for pipe, stream in ((p.stdout, stdout), (p.stderr, stderr)):
                 t = threading.Thread(target=_forward, args=(pipe, stream, lock), daemon=True)
