@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..errors import Diagnostic
 from ..ir import Action, Program, describe
 from ..lint import display_step
+from .analysis import Analysis
 from .channels import GRADIENTS, channels
 from .mesh import groups
 
@@ -32,10 +33,8 @@ class FirstUse:
 def first_uses(program: Program) -> dict[int, list[FirstUse]]:
     """Each job rank -> the communicators it uses, in the order it first uses them (a step's parts in
     the order listed, as schedc's runtime posts a group's members one `isend`/`irecv` at a time).
-    A compute-level program is read as schedc lowers it."""
-    if program.level != "comms":
-        from ..passes import lower
-        program = lower(program)
+    `program` is at the communication level (a compute-level one's lowering: its `Analysis`'s
+    `communication_level`)."""
     uses: dict[int, dict[tuple, FirstUse]] = {}
     for use in [*_messages(program), *_collectives(program)]:
         seen = uses.setdefault(use.rank, {})
@@ -104,9 +103,10 @@ def creation_cycle(uses: dict[int, list[FirstUse]]) -> list[tuple[FirstUse, Firs
     return None
 
 
-def comm_init_findings(program: Program) -> list[Diagnostic]:
-    """The `comm-init-order` finding of a job whose ranks first use communicators in a cyclic order."""
-    cycle = creation_cycle(first_uses(program))
+def comm_init_findings(analysis: Analysis) -> list[Diagnostic]:
+    """The `comm-init-order` finding of a job whose ranks first use communicators in a cyclic order
+    (as schedc lowers and runs it: the analysis' `communication_level`)."""
+    cycle = creation_cycle(first_uses(analysis.communication_level))
     if cycle is None:
         return []
     first = cycle[0][0]
