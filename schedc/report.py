@@ -270,8 +270,8 @@ def _check_job(analysis: Analysis, limits, file) -> Report:
     if report.errors:
         return report
     report.peak_activation = tuple(x for r in replicas for x in peak_activation(r))
-    for d, replica in enumerate(replicas):
-        _match(report, channels(replica), d * P, P if D > 1 else None)
+    for d, chans in enumerate(analysis.replica_channels):
+        _match(report, chans, d * P, P if D > 1 else None)
     report.errors.extend(order_findings(program))
     # every finding is told (a mismatch or a collective out of order hides no deadlock)
     report.deadlock = find_deadlock(flat, semantics, cons=cons)

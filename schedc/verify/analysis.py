@@ -64,7 +64,7 @@ def counted_lowered(program: Program) -> bool:
 
 class Analysis:
     """What the checks of one program under one semantics share, each part made on first use and
-    once: `channels`, `constraints`, a job's (`job`, `job_channels`), and (`lowered`, given by
+    once: `channels`, `constraints`, a job's (`replica_channels`, `job`, `job_channels`), and (`lowered`, given by
     report.py when a check needs it) the program's lowering, read through `communication_level`,
     `run` (the program memory is counted on, with its step map) and `counted` (the analysis of it)."""
 
@@ -87,18 +87,25 @@ class Analysis:
         return constraints(self.program, self.semantics, self.channels)
 
     @cached_property
+    def replica_channels(self) -> list[Channels]:
+        """Each replica's channels, in its own pipeline's rank numbers (a job's; one pipeline's: one)."""
+        if self.program.dp == 1:
+            return [self.channels]
+        return [channels(self.program.replica(d)) for d in range(self.program.dp)]
+
+    @cached_property
     def job(self) -> tuple[Program, Constraints]:
         """The whole job as one program and its constraints (schedc/verify/mesh.py's `job`)."""
-        return job(self.program, self.semantics)
+        return job(self.program, self.semantics, self.replica_channels)
 
     @cached_property
     def job_channels(self) -> Channels:
-        return job_channels(self.program)
+        return job_channels(self.program, self.replica_channels)
 
     def release(self) -> None:
         """Forget the parts made so far (made again if asked): a report kept after its checks holds no
         graph of the program, which would slow every later garbage collection while it lives."""
-        for part in ("channels", "constraints", "job", "job_channels", "run", "counted"):
+        for part in ("channels", "constraints", "replica_channels", "job", "job_channels", "run", "counted"):
             self.__dict__.pop(part, None)
 
     @property
