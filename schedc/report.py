@@ -2,8 +2,11 @@
 
 Structure first (schedc/lint.py); when the structure is sound, payload matching, deadlock freedom
 under the chosen send semantics (the native executor, or Z3 with `engine="z3"`), and memory per
-rank against its limit (schedc/verify/). `Report.to_dict()` is the JSON of `schedc check --json`
-(documented in docs/checks.md); `ok` is True, False, or None when a solver could not decide.
+rank against its limit (schedc/verify/). The program is analysed once (`Analysis`,
+schedc/verify/analysis.py: its channels, constraints, and the lowering, made here when a check
+needs it) and every check reads that analysis; the report keeps it. `Report.to_dict()` is the JSON
+of `schedc check --json` (documented in docs/checks.md); `ok` is True, False, or None when a solver
+could not decide.
 """
 from __future__ import annotations
 
@@ -13,15 +16,17 @@ from .errors import Diagnostic, SchedcError
 from .outputs import rounded
 from .ir import RECVS, Action, Compound, CompoundKind, Program, describe, format_step
 from .lint import display_step, lint
+from .passes import lower
 from .rules.deps import delivers, payload, value_name
 from .rules.semantics import RENDEZVOUS, Semantics
-from .verify.deadlock import Deadlock, disagreement, end_of_step_notes, find_deadlock, render_grid
+from .verify.analysis import Analysis, counted_lowered
+from .verify.deadlock import Deadlock, deadlock_of, disagreement, end_of_step_notes, find_deadlock, render_grid
 from .verify.channels import as_paired, describe_channel
 from .verify.execute import channels, execute
 from .verify.clear import Clear, over_limit
 from .verify.fast import quick_check
 from .verify.mesh import joins_ranks
-from .verify.runtime_hangs import add_runtime_findings
+from .verify.runtime_hangs import add_runtime_findings, reads_communication_level
 from .verify.memory import Peak, peak_activation, peak_memory
 
 ENGINES = ("native", "z3")
@@ -69,6 +74,8 @@ class Report:
     replicas: int = 1  # a data-parallel job: `program` is the whole job, replica after replica
     p2p: str = "shared"  # the program's `p2p` line (its messages pair as `program.p2p` says under this semantics)
     notes: tuple[str, ...] = ()  # what the verdict assumes that the program does not say (channels.as_paired)
+    # the one analysis every check read (channels, constraints, lowering): the pictures draw from it
+    analysis: Analysis | None = field(default=None, repr=False, compare=False)
 
     @property
     def peak_memory(self) -> tuple[Peak, ...]:
@@ -160,16 +167,31 @@ def _peak_dict(pk: Peak, limit) -> dict:
 
 
 def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, **options) -> Report:
-    """Every check of `program` (`_checks`), then the runtimes' own hangs (schedc/verify/runtime_hangs.py)."""
+    """Every check of `program` (`_checks`), then the runtimes' own hangs (schedc/verify/runtime_hangs.py),
+    all on one analysis of it (`report.analysis`)."""
     report = _checks(program, semantics=semantics, **options)
-    add_runtime_findings(report, program, semantics)
+    analysis = report.analysis
+    assert analysis is not None  # (`_checks` puts it in every report)
+    if reads_communication_level(report, semantics):
+        _lowered(analysis)
+    add_runtime_findings(report, analysis)
+    analysis.release()  # (the report keeps its analysis; the pictures ask it again for what they draw)
     return report
+
+
+def _lowered(analysis: Analysis) -> Analysis:
+    """The analysis with its program's lowering (schedc/passes), made the first time a check needs
+    it: only then, as lowering a program that deadlocks fails."""
+    if analysis.needs_lowering:
+        analysis.lowered = lower(analysis.program)
+    return analysis
 
 
 def _checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str = "native",
             timeout_s: float = 30.0, memory_limit: dict[int, float] | None = None,
             file: str | None = None, fast: bool = True) -> Report:
     declared, (program, note) = program.p2p, as_paired(program, semantics)
+    analysis = Analysis(program, semantics)  # (each part made when a check first reads it)
     # the fast paths (plain Python for a small program, else arrays); what they cannot clear gets
     # the detailed checks. They clear one pipeline without collectives only, so a program they clear
     # joins no ranks, and they go first (`joins_ranks` costs a pass over the program's steps).
@@ -179,15 +201,15 @@ def _checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str 
     if clear is None:
         _refuse_detailed(program)
     if clear is None and joins_ranks(program):  # replicas, or a tied all-reduce between two ranks: the job's question
-        report = _check_job(program, semantics, memory_limit, file if file is not None else program.source, engine)
+        report = _check_job(analysis, memory_limit, file if file is not None else program.source)
         report.p2p, report.notes = declared, (note,) if note else ()
         return report
     report = Report(program, file if file is not None else program.source, semantics, engine,
-                    p2p=declared, notes=(note,) if note else ())
+                    p2p=declared, notes=(note,) if note else (), analysis=analysis)
     if clear is not None:
         report.peak_activation = clear.peak_activation
         if over_limit(program, clear.peak_activation, memory_limit):
-            _memory(report, channels(program), memory_limit)
+            _memory(report, analysis, memory_limit)
             return report
         report.peak_memory = clear  # (its peaks' actions are made only if asked for)
         report.memory_limit = _limits(program, memory_limit)
@@ -196,19 +218,19 @@ def _checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str 
     if report.errors:
         return report
     report.peak_activation = peak_activation(program)
-    chans = channels(program)
+    chans = analysis.channels
     _match(report, chans)
     report.notes += _one_sided_groups(program, semantics, chans)
     if engine == "z3":
-        _deadlock_z3(report, chans, timeout_s)
+        _deadlock_z3(report, analysis, timeout_s)
     else:
-        report.deadlock = find_deadlock(program, semantics, chans)
+        report.deadlock = deadlock_of(analysis)
     if report.deadlock is not None:
         _deadlock_finding(report, _other_backends(program, semantics, chans, declared))
         return report
     if report.mismatches:
         return report
-    _memory(report, chans, memory_limit)
+    _memory(report, analysis, memory_limit)
     return report
 
 
@@ -231,24 +253,25 @@ def _refuse_detailed(program: Program) -> None:
                           "check it at fewer microbatches")
 
 
-def _check_job(program: Program, semantics: Semantics, limits, file, engine) -> Report:
+def _check_job(analysis: Analysis, limits, file) -> Report:
     """A pipeline x data-parallel job (`replicas D`): each replica's structure (once for replicas
     that run the same schedule) and messages, the order of every data-parallel group's
     collectives, then deadlock freedom and memory of the whole job, whose rank d * P + p is replica
     d's pipeline rank p (schedc/verify/mesh.py). The native executor decides (the Z3 engine checks
     one pipeline)."""
-    from .verify.mesh import job, order_findings
+    from .verify.mesh import order_findings
+    program, semantics = analysis.program, analysis.semantics
     P, D = program.num_ranks, program.dp
     replicas = [program.replica(d) for d in range(program.dp)]
-    flat, cons = job(program, semantics)
-    report = Report(flat, file, semantics, "native", replicas=program.dp)
+    flat, cons = analysis.job
+    report = Report(flat, file, semantics, "native", replicas=program.dp, analysis=analysis)
     for d, copies in _distinct(replicas).items():
         report.errors.extend(_in_replica(diag, d, P, copies) if D > 1 else diag for diag in lint(replicas[d]))
     if report.errors:
         return report
     report.peak_activation = tuple(x for r in replicas for x in peak_activation(r))
-    for d, replica in enumerate(replicas):
-        _match(report, channels(replica), d * P, P if D > 1 else None)
+    for d, chans in enumerate(analysis.replica_channels):
+        _match(report, chans, d * P, P if D > 1 else None)
     report.errors.extend(order_findings(program))
     # every finding is told (a mismatch or a collective out of order hides no deadlock)
     report.deadlock = find_deadlock(flat, semantics, cons=cons)
@@ -258,7 +281,7 @@ def _check_job(program: Program, semantics: Semantics, limits, file, engine) -> 
         return report
     if report.errors:
         return report
-    report.peak_memory = peak_memory(program, semantics)  # the whole job's: its collectives order the runs
+    report.peak_memory = peak_memory(_counted(analysis))  # the whole job's: its collectives order the runs
     given = {d * P + r: v for d in range(program.dp) for r, v in program.annotations.memory_limit}
     given.update(limits or {})
     report.memory_limit = tuple(given.get(r) for r in range(flat.num_ranks))
@@ -383,16 +406,17 @@ def _match(report: Report, chans, offset: int = 0, per_replica: int | None = Non
             f"number {ep.index + 1}", ep.action.span, rank=ep.rank + offset, step=step))
 
 
-def _deadlock_z3(report: Report, chans, timeout_s: float) -> None:
+def _deadlock_z3(report: Report, analysis: Analysis, timeout_s: float) -> None:
     """Z3 decides; a deadlock is told from the executor's run, as the native engine tells it, so the
     two engines give one report (the stuck steps, the cycle). Verdicts that differ are `unknown`."""
     from .solver import Proved, Unknown
     from .verify.solver import prove_deadlock_free
-    result = prove_deadlock_free(report.program, report.semantics, chans, timeout_s=timeout_s)
+    result = prove_deadlock_free(analysis.program, analysis.semantics, analysis.channels, timeout_s=timeout_s,
+                                 cons=analysis.constraints)
     if isinstance(result, Unknown):
         report.unknown = result.reason
         return
-    native = find_deadlock(report.program, report.semantics, chans)
+    native = deadlock_of(analysis)
     why = disagreement(result, native)
     if why is not None:
         report.unknown = why
@@ -408,11 +432,15 @@ def _limits(program: Program, limits: dict[int, float] | None) -> tuple[float | 
     return tuple(given.get(r) for r in range(program.num_ranks))
 
 
-def _memory(report: Report, chans, limits: dict[int, float] | None) -> None:
-    p = report.program
-    report.peak_memory = peak_memory(p, report.semantics, chans)
-    report.memory_limit = _limits(p, limits)
+def _memory(report: Report, analysis: Analysis, limits: dict[int, float] | None) -> None:
+    report.peak_memory = peak_memory(_counted(analysis))
+    report.memory_limit = _limits(analysis.program, limits)
     _over_limits(report)
+
+
+def _counted(analysis: Analysis) -> Analysis:
+    """The analysis, with the lowering its memory is counted on when that is the program's run."""
+    return _lowered(analysis) if counted_lowered(analysis.program) else analysis
 
 
 def _over_limits(report: Report) -> None:

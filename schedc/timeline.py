@@ -9,14 +9,26 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Iterator, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, overload
 
 from .errors import SchedcError
 from .ir import Action, Annotations, Program, Step
 from .outputs import rounded
+from .passes import lower
+from .verify.analysis import counted_lowered
 from .verify.memory import step_memory
 
+if TYPE_CHECKING:
+    from .rules.semantics import Semantics
+
 MEMORY_RUN = "timed"  # `peak_memory` is the peak of the one simulated run (check's is "worst")
+
+
+def _step_memory(program: Program, semantics: Semantics) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
+    """memory.py's `step_memory` of a run's program, on the lowering it is counted on (made here)."""
+    counted: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...] = step_memory(
+        program, semantics, lower(program) if counted_lowered(program) else None)
+    return counted
 
 
 class Message(NamedTuple):
@@ -133,8 +145,8 @@ class Timeline:
         from .rules.semantics import Semantics
         semantics = Semantics.parse(self.semantics)  # (a backend holds sent messages until waited for)
         if self.replicas > 1:  # each replica's pipeline, as memory.py counts one
-            return tuple(m for d in range(self.replicas) for m in step_memory(self._replica(d), semantics))
-        return step_memory(self.program, semantics)
+            return tuple(m for d in range(self.replicas) for m in _step_memory(self._replica(d), semantics))
+        return _step_memory(self.program, semantics)
 
     @cached_property
     def memory_during(self) -> tuple[tuple[float, ...], ...]:

@@ -137,6 +137,16 @@ def test_the_ir_imports_nothing_of_ours_but_spans_and_errors():
     assert set(import_graph()["ir"]) <= {"span", "errors"}
 
 
+def test_the_checker_never_lowers():
+    """The checks read one analysis made by schedc/report.py, which adds the lowering to it: nothing
+    under schedc/verify/ imports the passes (schedc/verify/analysis.py)."""
+    graph = import_graph()
+    lowering = [f"{m} -> {t}" for m, targets in graph.items() if m == "verify" or m.startswith("verify.")
+                for t in targets if t == "passes" or t.startswith("passes.")]
+    assert not lowering, "the checker imports the lowering:\n" + "\n".join(lowering)
+    assert "passes" in graph["report"]
+
+
 def test_no_import_circle():
     graph = import_graph()
     found = cycles(graph)

@@ -79,10 +79,9 @@ def test_a_tied_all_reduce_orders_the_runs_as_a_message_does():
     # Placed mid-step the reductions come before their stages' W, which check refuses (reduce-early,
     # a structural finding): the memory count is asked of the memory check itself.
     from schedc.rules.semantics import Semantics
-    from schedc.verify.memory import peak_memory
     program = compile_text(TIED)
     assert {e.code for e in schedc.check(program, semantics="eager").errors} == {"reduce-early"}
-    peaks = [pk.memory for pk in peak_memory(program, Semantics.parse("eager"))]
+    peaks = [pk.memory for pk in _peak_memory(program, Semantics.parse("eager"))]
     assert peaks == worst_memory(program, "eager") == [3, 5]
 
 
@@ -166,8 +165,7 @@ def test_check_reports_the_most_any_run_holds(program, semantics):
     worst, stuck = explore(program, semantics)
     if not stuck:
         from schedc.rules.semantics import Semantics
-        from schedc.verify.memory import peak_memory
-        assert [pk.memory for pk in peak_memory(program, Semantics.parse(semantics))] == worst
+        assert [pk.memory for pk in _peak_memory(program, Semantics.parse(semantics))] == worst
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -183,3 +181,11 @@ def test_the_worst_moment_lists_what_is_held_then(semantics):
         for peak in schedc.check(program, semantics=semantics).peak_memory:
             held = sum(float(item.rsplit(": ", 1)[1]) for item in peak.live)
             assert held == peak.memory, (text, peak)
+
+
+def _peak_memory(program, semantics):
+    """The memory check alone, on the analysis check makes (with the lowering it counts on, if any)."""
+    from schedc.passes import lower
+    from schedc.verify.analysis import Analysis, counted_lowered
+    from schedc.verify.memory import peak_memory
+    return peak_memory(Analysis(program, semantics, lower(program) if counted_lowered(program) else None))

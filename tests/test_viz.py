@@ -82,7 +82,7 @@ def structure(svg: str) -> dict:
 def test_one_block_per_step_placed_by_time_and_coloured_by_kind(name):
     program = builtin(name)
     timeline = simulate(program)
-    root = parse(timeline_svg(program))
+    root = parse(timeline_svg(program, schedc.check(program)))
     px, top, pitch = float(root.get("data-px")), float(root.get("data-top")), float(root.get("data-pitch"))
     drawn = blocks(root)
     assert len(drawn) == sum(len(s) for s in program.ranks)
@@ -110,7 +110,8 @@ def test_kinds_have_distinct_okabe_ito_colours_and_later_chunks_are_lighter():
     for k in kinds:
         light = palette.fill(k, 1, 2)
         assert light != palette.fill(k, 0, 2) and sum(palette._rgb(light)) > sum(palette._rgb(palette.fill(k)))
-    root = parse(timeline_svg(builtin("zbv")))
+    program = builtin("zbv")
+    root = parse(timeline_svg(program, schedc.check(program)))
     second = [b for b in blocks(root) if b.get("data-chunk") == "1"]
     assert second and all(b.get("stroke") == palette.KIND_COLOUR[b.get("data-kind")] for b in second)
 
@@ -118,7 +119,7 @@ def test_kinds_have_distinct_okabe_ito_colours_and_later_chunks_are_lighter():
 def test_idle_time_memory_strips_and_title():
     program = builtin("1f1b")
     timeline = simulate(program)
-    root = parse(timeline_svg(program))
+    root = parse(timeline_svg(program, schedc.check(program)))
     rows = by_class(root, "rect", "row")
     assert len(rows) == 4 and all(r.get("fill") == "url(#idle)" for r in rows)  # idle shows through
     assert len(by_class(root, "path", "mem")) == 4
@@ -130,7 +131,8 @@ def test_idle_time_memory_strips_and_title():
 
 
 def test_hover_text_names_kind_stage_microbatch_times_and_source():
-    root = parse(timeline_svg(builtin("1f1b")))
+    program = builtin("1f1b")
+    root = parse(timeline_svg(program, schedc.check(program)))
     first = blocks(root)[0]
     title = first.find("s:title", NS).text
     assert "F(0,0)" in title and "stage 0" in title and "microbatch 0" in title
@@ -140,7 +142,7 @@ def test_hover_text_names_kind_stage_microbatch_times_and_source():
 @pytest.mark.parametrize("name", ["1f1b", "zbv", "interleaved_1f1b"])
 def test_legible_at_eight_ranks_and_32_microbatches(name):
     program = builtin(name, P=8, M=32)
-    svg = timeline_svg(program)
+    svg = timeline_svg(program, schedc.check(program))
     root = parse(svg)
     assert root.get("data-mode") == "time"
     assert float(root.get("width")) <= LEFT + MAX_WIDTH + RIGHT
@@ -154,7 +156,7 @@ def test_legible_at_eight_ranks_and_32_microbatches(name):
 
 def test_very_large_runs_are_aggregated_not_drawn_block_by_block():
     program = schedc.load("1f1b", {"P": 64, "M": 256})  # 32,768 steps
-    svg = timeline_svg(program)
+    svg = timeline_svg(program, schedc.check(program))
     root = parse(svg)
     assert root.get("data-mode") == "aggregate" and not blocks(root)
     cells = by_class(root, "rect", "cell")
@@ -166,9 +168,9 @@ def test_very_large_runs_are_aggregated_not_drawn_block_by_block():
 def test_aggregation_threshold(monkeypatch):
     program = builtin("1f1b")  # 64 steps
     monkeypatch.setattr(scene_module, "MAX_BLOCKS", 64)
-    assert build_scene(program).mode == "time"
+    assert build_scene(program, schedc.check(program)).mode == "time"
     monkeypatch.setattr(scene_module, "MAX_BLOCKS", 63)
-    scene = build_scene(program)
+    scene = build_scene(program, schedc.check(program))
     assert scene.mode == "aggregate"
     # the aggregate keeps the busy time: per row, the cells' busy levels times their widths
     agg = scene.aggregate
@@ -179,16 +181,16 @@ def test_aggregation_threshold(monkeypatch):
 
 def test_many_ranks_are_grouped_into_rows():
     program = schedc.load("gpipe", {"P": 300, "M": 2})
-    scene = build_scene(program)
+    scene = build_scene(program, schedc.check(program))
     assert scene.mode == "aggregate" and scene.aggregate.group == 3 and len(scene.rows) == 100
     assert scene.row_labels[0] == "ranks 0-2"
 
 
 def test_message_arrows():
     program = builtin("1f1b")
-    root = parse(timeline_svg(program, arrows=True))
+    root = parse(timeline_svg(program, schedc.check(program), arrows=True))
     assert len(by_class(root, "line", "msg")) == len(simulate(program).messages) == 48
-    assert not by_class(parse(timeline_svg(program)), "line", "msg")
+    assert not by_class(parse(timeline_svg(program, schedc.check(program))), "line", "msg")
 
 
 # ---- counterexamples ----
@@ -308,7 +310,7 @@ GOLDEN_CASES = {
 @pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
 def test_golden_svg_structure(case):
     program, check_options, options = GOLDEN_CASES[case]()
-    report = schedc.check(program, **check_options) if check_options else None
+    report = schedc.check(program, **(check_options or {}))
     got = structure(timeline_svg(program, report, **options))
     path = GOLDEN / f"{case}.json"
     if UPDATE:
@@ -323,7 +325,7 @@ def test_golden_svg_structure(case):
 # ---- the HTML report ----
 def test_html_is_self_contained_with_summary_and_checks():
     program = builtin("zbv")
-    page = timeline_html(program)
+    page = timeline_html(program, schedc.check(program))
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
     outside = [u for u in __import__("re").findall(r"https?://[^\s\"'<>]+", page) if u != "http://www.w3.org/2000/svg"]
     assert outside == []
@@ -356,7 +358,7 @@ def test_html_renders_in_headless_chromium_without_console_errors(source, tmp_pa
         program = schedc.load(str(KNOWN / "pytorch_172668.pp"))
         expect_blocks = 16
     page = tmp_path / "report.html"
-    page.write_text(timeline_html(program), encoding="utf-8")
+    page.write_text(timeline_html(program, schedc.check(program)), encoding="utf-8")
     shot = tmp_path / "shot.png"
     run = run_page(page.as_uri(), screenshot=shot, size=(1400, 900))
     assert run.console == [], run.console
@@ -375,7 +377,8 @@ def test_html_renders_in_headless_chromium_without_console_errors(source, tmp_pa
 def test_the_console_check_catches_a_script_error(tmp_path):
     _chromium_or_skip()
     page = tmp_path / "bad.html"
-    page.write_text(timeline_html(builtin("1f1b", P=2, M=2)).replace("(function () {", "(function () { nope();", 1),
+    program = builtin("1f1b", P=2, M=2)
+    page.write_text(timeline_html(program, schedc.check(program)).replace("(function () {", "(function () { nope();", 1),
                     encoding="utf-8")
     run = run_page(page.as_uri(), dump_dom=True)
     assert any("nope is not defined" in line for line in run.console)
@@ -391,7 +394,8 @@ def _script_trap():
 
 
 def test_script_text_in_a_source_or_name_stays_inside_the_html_script():
-    page = timeline_html(_script_trap())
+    program = _script_trap()
+    page = timeline_html(program, schedc.check(program))
     script = page[page.index("<script>") + len("<script>"):page.rindex("</script>")]
     assert "<!--" not in script and "<script" not in script and "</script" not in script
     assert "\\u003c!--\\u003cscript>" in script  # still shown: the hover box decodes it
@@ -401,7 +405,8 @@ def test_script_text_in_a_source_or_name_stays_inside_the_html_script():
 def test_script_text_in_a_source_does_not_break_the_page_in_headless_chromium(tmp_path):
     _chromium_or_skip()
     page = tmp_path / "trap.html"
-    page.write_text(timeline_html(_script_trap()), encoding="utf-8")
+    program = _script_trap()
+    page.write_text(timeline_html(program, schedc.check(program)), encoding="utf-8")
     dom = run_page(page.as_uri() + "#selftest", dump_dom=True)
     assert dom.console == [], dom.console
     assert 'data-schedc="rendered"' in dom.stdout and 'data-blocks="8"' in dom.stdout
@@ -412,7 +417,7 @@ def test_script_text_in_a_source_does_not_break_the_page_in_headless_chromium(tm
 def test_characters_xml_forbids_in_a_name_keep_the_svg_valid():
     from dataclasses import replace
     program = replace(builtin("1f1b", P=2, M=2), name="bad\x01\x0b\x1fname\ufffe")
-    root = parse(timeline_svg(program))  # raised "not well-formed (invalid token)" before
+    root = parse(timeline_svg(program, schedc.check(program)))  # raised "not well-formed (invalid token)" before
     title = next(t.text for t in root.iter(f"{{{NS['s']}}}text") if t.get("class") == "title")
     assert title.startswith("bad\ufffd\ufffd\ufffdname\ufffd")
 
@@ -422,7 +427,7 @@ def test_png_output(tmp_path):
         _chromium_or_skip()
     program = builtin("1f1b")
     data = render(program, schedc.check(program), ".png").data
-    svg_width = float(parse(timeline_svg(program)).get("width"))
+    svg_width = float(parse(timeline_svg(program, schedc.check(program))).get("width"))
     assert _png_size(data)[0] == int(svg_width + 0.999)
 
 
@@ -441,7 +446,7 @@ def test_dependency_graph_clusters_ranks_and_draws_the_cycle_in_red():
 
 def test_dependency_graph_edges_are_the_verifiers_constraints():
     program = schedc.load("1f1b", {"P": 2, "M": 2})
-    source = dependency_graph(program).source
+    source = dependency_graph(program, schedc.check(program)).source
     # 8 steps: 6 program-order edges and 4 cross-rank data edges (2 activations, 2 gradients); the
     # invisible edge that puts rank 1's row under rank 0's is no constraint
     edges = [ln for ln in source.splitlines() if "->" in ln and "style=invis" not in ln]
@@ -463,7 +468,8 @@ def test_a_name_ending_in_a_backslash_cannot_inject_into_the_dot_file():
     _dot_or_skip()
     name = "{ inj [URL=evil] //\\"
     program = replace(builtin("1f1b", P=2, M=2), name=name)
-    done = subprocess.run(["dot", "-Tjson"], input=dependency_graph(program).source, capture_output=True,
+    source = dependency_graph(program, schedc.check(program)).source
+    done = subprocess.run(["dot", "-Tjson"], input=source, capture_output=True,
                           text=True, timeout=60, check=True)
     graph = json.loads(done.stdout)
     nodes = [o for o in graph["objects"] if "nodes" not in o and "subgraphs" not in o]
@@ -606,6 +612,7 @@ def _count_work(monkeypatch) -> dict:
     monkeypatch.setattr(schedc.simulate, "simulate", counted("simulate", schedc.simulate.simulate))
     for module in (schedc.report, schedc.verify.deadlock):
         monkeypatch.setattr(module, "find_deadlock", counted("deadlock", module.find_deadlock))
+    monkeypatch.setattr(schedc.report, "deadlock_of", counted("deadlock", schedc.report.deadlock_of))
     return calls
 
 
@@ -913,7 +920,7 @@ def test_the_dependency_graph_source_lays_ranks_out_as_rows_in_order():
     order), invisible edges stack the rows rank 0 first, and no edge between ranks moves a row."""
     import re
     program = DAG_CASES["interleaved_1f1b"]()
-    source = dependency_graph(program).source
+    source = dependency_graph(program, schedc.check(program)).source
     assert "rankdir=TB" in source
     for r in range(program.num_ranks):
         cluster = source[source.index(f"subgraph cluster_{r} {{"):]
@@ -977,7 +984,7 @@ def test_the_dependency_graph_draws_rank_0_on_top_and_the_cycle_red(case):
 # ---- the memory strip's scale, the HTML page fitting the window, each finding once ----
 def test_the_memory_strip_has_a_scale_in_units_of_activation_memory():
     program = builtin("1f1b")
-    root = parse(timeline_svg(program))
+    root = parse(timeline_svg(program, schedc.check(program)))
     strips = by_class(root, "rect", "memrow")
     scales = [g for g in root.iter(f"{{{NS['s']}}}g") if g.get("class") == "memscale"]
     assert len(scales) == len(strips) == 4
@@ -1040,7 +1047,7 @@ def test_the_html_page_fits_the_window_at_common_widths(source, tmp_path):
     import html
     import re
     program = builtin("1f1b", P=8, M=32) if source != "deadlock" else compile_text(_ring(4, 8))
-    report = timeline_html(program)
+    report = timeline_html(program, schedc.check(program))
     frames = "".join(f'<iframe width="{w}" height="700" srcdoc="{html.escape(report, quote=True)}"></iframe>'
                      for w in (1024, 1280, 1366, 1920))
     page = tmp_path / "fit.html"

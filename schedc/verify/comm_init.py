@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from ..errors import Diagnostic
 from ..ir import Action, Program, describe
 from ..lint import display_step
-from .channels import GRADIENTS, channels
+from .analysis import Analysis
+from .channels import GRADIENTS, Channels, channels
 from .mesh import groups
 
 
@@ -29,15 +30,13 @@ class FirstUse:
     action: Action
 
 
-def first_uses(program: Program) -> dict[int, list[FirstUse]]:
+def first_uses(program: Program, per_replica: list[Channels] | None = None) -> dict[int, list[FirstUse]]:
     """Each job rank -> the communicators it uses, in the order it first uses them (a step's parts in
     the order listed, as schedc's runtime posts a group's members one `isend`/`irecv` at a time).
-    A compute-level program is read as schedc lowers it."""
-    if program.level != "comms":
-        from ..passes import lower
-        program = lower(program)
+    `program` is at the communication level (a compute-level one's lowering: its `Analysis`'s
+    `communication_level`); `per_replica`: each replica's channels, when the caller has them."""
     uses: dict[int, dict[tuple, FirstUse]] = {}
-    for use in [*_messages(program), *_collectives(program)]:
+    for use in [*_messages(program, per_replica), *_collectives(program)]:
         seen = uses.setdefault(use.rank, {})
         if use.comm not in seen or _at(use) < _at(seen[use.comm]):
             seen[use.comm] = use
@@ -48,11 +47,11 @@ def _at(use: FirstUse) -> tuple[int, int]:
     return use.step, use.part
 
 
-def _messages(program: Program):
+def _messages(program: Program, per_replica: list[Channels] | None):
     """Every send and receive of every replica, on the communicator of its rank pair (job ranks)."""
     P = program.num_ranks
     for d in range(program.dp):
-        chans = channels(program.replica(d))
+        chans = per_replica[d] if per_replica is not None else channels(program.replica(d))
         for table in (*chans.sends.values(), *chans.recvs.values()):
             for ep in table:
                 src, dst, comm, _ = ep.channel
@@ -104,9 +103,11 @@ def creation_cycle(uses: dict[int, list[FirstUse]]) -> list[tuple[FirstUse, Firs
     return None
 
 
-def comm_init_findings(program: Program) -> list[Diagnostic]:
-    """The `comm-init-order` finding of a job whose ranks first use communicators in a cyclic order."""
-    cycle = creation_cycle(first_uses(program))
+def comm_init_findings(analysis: Analysis) -> list[Diagnostic]:
+    """The `comm-init-order` finding of a job whose ranks first use communicators in a cyclic order
+    (as schedc lowers and runs it: the analysis' `communication_level`)."""
+    per_replica = analysis.replica_channels if analysis.program.level == "comms" else None  # (else the lowering's)
+    cycle = creation_cycle(first_uses(analysis.communication_level, per_replica))
     if cycle is None:
         return []
     first = cycle[0][0]

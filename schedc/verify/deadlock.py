@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ..ir import Action, Program, describe, format_step
 from ..lint import shown_step
 from ..rules.semantics import Semantics
+from .analysis import Analysis
 from .execute import Channels, Outcome, Wait, channels, execute
 from ..solver import Proved
 
@@ -58,15 +59,29 @@ def find_deadlock(program: Program, semantics: Semantics, chans: Channels | None
                   cons=None) -> Deadlock | None:
     """The deadlock of a program under a semantics, or None; `cons`: its constraints, when the caller
     built them (a data-parallel job's, verify/mesh.py)."""
-    chans = chans or (None if cons is not None else channels(program))
+    if cons is not None:
+        return _deadlock(program, semantics, chans, cons, None)
+    chans = chans or channels(program)
+    return _deadlock(program, semantics, chans, None, chans)
+
+
+def deadlock_of(analysis: Analysis) -> Deadlock | None:
+    """The deadlock of the analysed program under its semantics, or None (`find_deadlock` on the
+    analysis' channels and constraints)."""
+    return _deadlock(analysis.program, analysis.semantics, analysis.channels, analysis.constraints, analysis.channels)
+
+
+def _deadlock(program: Program, semantics: Semantics, chans, cons, buffered: Channels | None) -> Deadlock | None:
+    """The deadlock; `buffered`: the channels to seek the smallest buffer that would do on (a
+    single pipeline's; None for a job)."""
     outcome = execute(program, semantics, chans, cons)
     if outcome.finished:
         return None
     cycle = shortest_cycle(outcome)
     min_buffer = None
-    if cons is None and program.level == "comms" and semantics.channel_buffer is not None and any(
+    if buffered is not None and program.level == "comms" and semantics.channel_buffer is not None and any(
             w.reason in ("recv-not-posted", "buffer-full") for w in cycle):
-        min_buffer = _smallest_buffer(program, chans, semantics)
+        min_buffer = _smallest_buffer(program, buffered, semantics)
     R = program.num_ranks
     stuck = {r: outcome.pcs[r] for r in sorted([*outcome.waits, *outcome.ends]) if r < R}
     return Deadlock(semantics, cycle, stuck, _cause(cycle, min_buffer), min_buffer, outcome.ends)

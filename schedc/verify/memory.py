@@ -13,8 +13,9 @@ its send is waited for, as torch's runtime holds the tensor: at its WAIT_SEND, e
 the step.
 
 A compute-level program is counted as schedc lowers and runs it (DESIGN.md, "Memory at the compute
-level"): on its lowering (schedc/passes), receive buffers included, each moment told at a step of
-the user's program. `_Live` is the one accounting; `peak_memory` (the worst run, for `check`) and
+level"): on its lowering, which the caller makes (report.py adds it to the `Analysis` the checks
+read, schedc/verify/analysis.py), receive buffers included, each moment told at a step of the
+user's program. `_Live` is the one accounting; `peak_memory` (the worst run, for `check`) and
 `step_memory` (each step of a run, for the simulator's timed run) both read it; `peak_activations`
 gives it along one rank's steps in sizes a caller chooses (`order greedy`'s cap, synth's integer
 units, prove's whole units).
@@ -26,12 +27,12 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..ir import COMM, COMPUTE, RECVS, SENDS, WAITS, Action, Op, Program, describe
+from ..ir import COMPUTE, RECVS, WAITS, Action, Program, describe
 from ..rules.deps import delivers, needs, value_name
 from ..rules.memory import ALLOCATES, FREES, activation_deltas, allocated, freed, message_stage, stage_sizes
 from ..rules.semantics import Semantics
-from .channels import Channels, channels
-from .graph import constraints
+from .analysis import Analysis, Run, inserted_op, user_steps
+from .channels import Channels
 
 
 def activation_delta_table(program: Program):
@@ -165,44 +166,6 @@ class _Live:
         return tuple(live)
 
 
-@dataclass(frozen=True)
-class _Run:
-    """The program whose memory is counted and, when it is the lowering of the user's compute-level
-    program, the user's step each of its steps belongs to (`user_step[r][x]`; None: the user's own
-    program). A receive lowering inserts belongs to the step it comes before (its consumer comes
-    later), a send to the step it follows (its producer)."""
-
-    program: Program
-    user_step: tuple[tuple[int, ...], ...] | None = None
-
-
-def _as_run(program: Program) -> _Run:
-    """The program as schedc runs it: a compute-level program whose messages have a size is lowered
-    (without sizes, lowering adds nothing to count and the program is its own run)."""
-    if program.level == "comms" or not any(_Sizes.of(program).out):
-        return _Run(program)
-    from ..passes import lower
-    lowered = lower(program)
-    return _Run(lowered, tuple(_user_steps(steps) for steps in lowered.ranks))
-
-
-def _user_steps(steps) -> tuple[int, ...]:
-    """For one rank of a lowering: the user's step each step belongs to (see `_Run`)."""
-    out, seen = [], 0
-    for st in steps:
-        op = _inserted_op(st)
-        out.append(max(seen - 1, 0) if op in SENDS else seen)
-        if op is None:
-            seen += 1
-    return tuple(out)
-
-
-def _inserted_op(st) -> Op | None:
-    """The op of a send or receive lowering inserted, None for the user's own steps (a lowered
-    compute-level program has no other communication)."""
-    return st.op if st.__class__ is Action and st.op in COMM else None
-
-
 def peak_activation(program: Program) -> tuple[float, ...]:
     """Peak live activations per rank along its order (no buffers)."""
     act, weight, _ = stage_sizes(program)
@@ -228,21 +191,23 @@ def activations_along(steps, act, weight, forward_only: bool = False):
         yield during, live.act
 
 
-def step_memory(program: Program, semantics: Semantics | None = None) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
+def step_memory(program: Program, semantics: Semantics | None = None, lowered: Program | None = None
+                ) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
     """Per rank, (memory while each step runs, after its allocations; memory once it has finished,
     after its frees), activations and receive buffers, for each step of `program`: the simulator's
     timed run, whose sends meet their receives as they are posted; under a backend (`semantics`)
     a sent message is held until its send is waited for, as in `peak_memory`. A compute-level
-    program is counted on its lowering; an inserted receive adds to the step it comes before."""
+    program whose messages have a size is counted on its lowering, which the caller gives (`lowered`;
+    `counted_lowered` says when); an inserted receive adds to the step it comes before."""
     held = _activations_of_columns(program, semantics)
     if held is not None:
         return held
-    run = _as_run(program)
+    run = Run.of(program, lowered)
     sizes = _Sizes.of(run.program)
-    lowered = run.user_step is not None
+    inserted = run.user_step is not None  # (steps lowering inserted count toward the user's steps)
     held = {}
     if semantics is not None and semantics.posted:
-        held, _ = _held_sends(run.program, semantics, channels(run.program), sizes)
+        held, _ = _held_sends(Analysis(run.program, semantics), sizes)
     out = []
     for r, steps in enumerate(run.program.ranks):
         starts, ends = [0.0] * len(steps), [0.0] * len(steps)  # sent messages first held at, last held at each step
@@ -254,7 +219,7 @@ def step_memory(program: Program, semantics: Semantics | None = None) -> tuple[t
         for x, st in enumerate(steps):
             live.allocate(st.parts)
             sending += starts[x]
-            if lowered and _inserted_op(st) is not None:
+            if inserted and inserted_op(st) is not None:
                 live.free(st.parts)
                 sending -= ends[x]
                 continue
@@ -309,28 +274,25 @@ class Peak:
     inserted: Action | None = None
 
 
-def peak_memory(program: Program, semantics: Semantics, chans: Channels | None = None) -> tuple[Peak, ...]:
-    """Worst-case memory per rank over every run the semantics allows (the program must not
-    deadlock); a compute-level program as schedc lowers and runs it. `chans`: the program's
-    channels, if already known. A job whose collectives join ranks (replicas, a tied all-reduce)
-    is counted whole, its ranks numbered as schedc/verify/mesh.py's `job` numbers them: a
-    collective's wait orders the runs as a message does."""
-    from .mesh import flat_job, job, job_channels, joins_ranks
-    run = _as_run(program)
-    counted, cons = run.program, None
+def peak_memory(analysis: Analysis) -> tuple[Peak, ...]:
+    """Worst-case memory per rank of the analysed program over every run its semantics allows (the
+    program must not deadlock); a compute-level program as schedc lowers and runs it (the
+    analysis' `run`, on its `counted` analysis). A job whose collectives join ranks (replicas, a
+    tied all-reduce) is counted whole, its ranks numbered as schedc/verify/mesh.py's `job` numbers
+    them: a collective's wait orders the runs as a message does."""
+    from .mesh import flat_job, joins_ranks
+    program, run, counted = analysis.program, analysis.run, analysis.counted
     if joins_ranks(program):
-        counted, cons = job(counted, semantics)
-        chans = job_channels(run.program)
-        lowered = run.user_step is not None
-        program, run = flat_job(program), _Run(counted, tuple(map(_user_steps, counted.ranks)) if lowered else None)
-    elif run.user_step is not None or chans is None:
-        chans = channels(counted)
-    sizes = _Sizes.of(counted)
-    held, cuts = _held_sends(counted, semantics, chans, sizes, cons)
+        flat, cons = counted.job
+        counted = Analysis(flat, analysis.semantics, chans=counted.job_channels, cons=cons)
+        steps = tuple(map(user_steps, flat.ranks)) if run.user_step is not None else None
+        program, run = flat_job(program), Run(flat, steps)
+    sizes = _Sizes.of(counted.program)
+    held, cuts = _held_sends(counted, sizes)
     return tuple(_rank_peak(program, run, sizes, r, held.get(r, ()), cuts.get(r, {})) for r in range(program.num_ranks))
 
 
-def _rank_peak(program: Program, run: _Run, sizes: _Sizes, r: int, held, cuts) -> Peak:
+def _rank_peak(program: Program, run: Run, sizes: _Sizes, r: int, held, cuts) -> Peak:
     """One rank's worst moment, told at the user's step (`held`: its sent messages' spans; `cuts`:
     inside its groups, `_group_cuts`)."""
     steps = run.program.ranks[r]
@@ -347,7 +309,7 @@ def _rank_peak(program: Program, run: _Run, sizes: _Sizes, r: int, held, cuts) -
     if run.user_step is None:
         return Peak(r, memory, x, steps[x].parts[0], items, buffers)
     y = run.user_step[r][x]
-    inserted = steps[x] if _inserted_op(steps[x]) is not None else None
+    inserted = steps[x] if inserted_op(steps[x]) is not None else None
     return Peak(r, memory, y, program.ranks[r][y].parts[0], items, buffers, True, inserted)
 
 
@@ -379,7 +341,7 @@ def _worst_step(steps, sizes: _Sizes, held, cuts) -> tuple[float, int, int]:
     return peak, where, when
 
 
-def _live_at(run: _Run, sizes: _Sizes, r: int, x: int, sent) -> _Live:
+def _live_at(run: Run, sizes: _Sizes, r: int, x: int, sent) -> _Live:
     """What rank r holds at step x of the counted program (after its allocations), sent messages
     still unmatched (`sent`) included."""
     live = _Live(sizes, detail=True)
@@ -420,12 +382,13 @@ class Held(NamedTuple):
         return self.completed if moment else self.posted
 
 
-def _held_sends(program: Program, semantics: Semantics, chans: Channels, sizes: _Sizes, cons=None) -> dict:
-    """rank -> the `Held` spans of each sent message of some size the rank may still hold. Under
-    eager or bounded sends a message is held from its send's completion until its receive is posted,
-    in the worst run the happens-before graph allows (`cons`, the program's if None); under a
+def _held_sends(counted: Analysis, sizes: _Sizes) -> tuple[dict, dict]:
+    """rank -> the `Held` spans of each sent message of some size the rank may still hold (the
+    program counted, as analysed). Under eager or bounded sends a message is held from its send's
+    completion until its receive is posted, in the worst run its happens-before graph allows; under a
     backend, as torch's runtime holds a sent tensor, until its send is waited for: at its explicit
     WAIT_SEND, else at the end of the step (its last step), at both moments. Rendezvous holds none."""
+    program, semantics, chans = counted.program, counted.semantics, counted.channels
     sends = [(ch, k, send) for ch, endpoints in chans.sends.items() for k, send in enumerate(endpoints)
              if sizes.message(send.action) > 0]
     if semantics.sent_held_until is None or not sends:
@@ -440,8 +403,7 @@ def _held_sends(program: Program, semantics: Semantics, chans: Channels, sizes: 
             span = (send.step, max(stop, send.step + 1))
             out[send.rank].append(Held(span, span, a))
         return out, {}
-    if cons is None:
-        cons = constraints(program, semantics, chans)
+    cons = counted.constraints
     waits, buffer = _waits_for_room(program, semantics, chans, sends), semantics.channel_buffer
     known, kept = _known_posted(program, cons, {(send.rank, ch[1]) for ch, _, send in sends},
                                 {w[1] for w in waits.values()})

@@ -114,13 +114,14 @@ def _at(a: Action) -> str:
     return "" if a.span is None else f" ({a.span.file}:{a.span.line})"
 
 
-def job_channels(program: Program) -> Channels:
-    """Every replica's sends and receives (messages stay inside a replica), with job rank numbers."""
+def job_channels(program: Program, per_replica: list[Channels] | None = None) -> Channels:
+    """Every replica's sends and receives (messages stay inside a replica), with job rank numbers
+    (`per_replica`: each replica's channels, when the caller has them)."""
     P = program.num_ranks
     sends: dict = {}
     recvs: dict = {}
     for d in range(program.dp):
-        mine = channels(program.replica(d))
+        mine = per_replica[d] if per_replica is not None else channels(program.replica(d))
         for table, out in ((mine.sends, sends), (mine.recvs, recvs)):
             for ch, endpoints in table.items():
                 key = (ch[0] + d * P, ch[1] + d * P, *ch[2:])
@@ -128,13 +129,16 @@ def job_channels(program: Program) -> Channels:
     return Channels(sends, recvs)
 
 
-def job(program: Program, semantics: Semantics) -> tuple[Program, Constraints]:  # noqa: C901
+def job(program: Program, semantics: Semantics,  # noqa: C901
+        per_replica: list[Channels] | None = None) -> tuple[Program, Constraints]:
     """The whole job as one program (replica after replica: rank d * P + p) and its happens-before
     constraints: each replica's, and for each collective the wait for every other member of its
-    group to reach its partner (the member's collective of the same number)."""
+    group to reach its partner (the member's collective of the same number). `per_replica`: each
+    replica's channels, when the caller has them."""
     P, D = program.num_ranks, program.dp
     replicas = [program.replica(d) for d in range(D)]
-    per = [constraints(r, semantics, channels(r)) for r in replicas]
+    chans = per_replica if per_replica is not None else [channels(r) for r in replicas]
+    per = [constraints(r, semantics, c) for r, c in zip(replicas, chans)]
     R = P * D
     base, total = [], R
     for c in per:

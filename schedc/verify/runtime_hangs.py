@@ -12,6 +12,7 @@ from ..errors import Diagnostic
 from ..ir import Program
 from ..lint import display_step
 from ..rules.semantics import Semantics
+from .analysis import Analysis
 from .comm_init import comm_init_findings
 from .shapes import MEGATRON, shape_cause, shape_exchange_deadlock
 
@@ -22,14 +23,27 @@ TORCH_EVAL_V = ("torch 2.13's own runtime cannot run this inference: its eval() 
                 "backwards; schedc run runs it")
 
 
-def add_runtime_findings(report, program: Program, semantics: Semantics) -> None:
-    """The runtime hangs of `program` under `semantics`, added to `report` (a `schedc.report.Report`)."""
+def reads_communication_level(report, semantics: Semantics) -> bool:
+    """Does `add_runtime_findings` read the program at the communication level (a compute-level
+    program's lowering, which the caller adds to the analysis first)?"""
+    return semantics.lazy and _read_further(report)
+
+
+def _read_further(report) -> bool:
+    """Is the structure sound (the findings so far are all READ_FURTHER's)?"""
+    return all(d.code in READ_FURTHER for d in report.errors)
+
+
+def add_runtime_findings(report, analysis: Analysis) -> None:
+    """The runtime hangs of the analysed program under its semantics, added to `report` (a
+    `schedc.report.Report`)."""
+    program, semantics = analysis.program, analysis.semantics
     if not semantics.modifiers and not program.forward_only:
         return  # (asked of every check: nothing here applies)
-    if any(d.code not in READ_FURTHER for d in report.errors):
+    if not _read_further(report):
         return  # the structure is wrong: those findings come first
     if semantics.lazy:  # (nccl alone: its communicators are made before the step, in one order)
-        report.errors.extend(comm_init_findings(program))
+        report.errors.extend(comm_init_findings(analysis))
     if report.deadlock is None:
         _shape_exchange(report, program, semantics)
     if program.forward_only and v_shaped(program):

@@ -14,16 +14,17 @@ from ..ir import Program
 from ..rules.semantics import Semantics
 from ..solver import Proved, Refuted, Result, Unknown, check, context, make, value, z3
 from .channels import Channels, channels
-from .graph import constraints
+from .graph import Constraints, constraints
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_STEPS = 200_000
 
 
 def prove_deadlock_free(program: Program, semantics: Semantics, chans: Channels | None = None, *,
-                        timeout_s: float = DEFAULT_TIMEOUT_S) -> Result:
-    chans = chans or channels(program)
-    cons = constraints(program, semantics, chans)
+                        timeout_s: float = DEFAULT_TIMEOUT_S, cons: Constraints | None = None) -> Result:
+    """Deadlock freedom by Z3 (`cons`: the program's constraints, when the caller has them)."""
+    if cons is None:
+        cons = constraints(program, semantics, chans or channels(program))
     impossible = cons.impossible()
     if impossible:
         return Refuted(core=tuple(impossible), why="some step waits for something that never comes")

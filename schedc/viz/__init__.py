@@ -2,9 +2,10 @@
 
 `timeline_svg(program, report)` and `timeline_html(program, report)` return text; `render(program,
 report, suffix)` returns what `schedc viz -o FILE.suffix` writes (text, or bytes for a PNG). Each
-draws what it is given: the caller's report and simulated timeline (`timeline=`), computing them
-only when none is passed. A schedule the simulator cannot time is drawn in program order with its
-wait-for cycle. Nothing here writes files except through the caller (the CLI writes atomically).
+draws what it is given: the caller's report (the caller checks once; nothing here checks) and
+simulated timeline (`timeline=`, simulated here only when none is passed). A schedule the
+simulator cannot time is drawn in program order with its wait-for cycle. Nothing here writes files
+except through the caller (the CLI writes atomically).
 """
 from __future__ import annotations
 
@@ -15,18 +16,18 @@ __all__ = ["AGGREGATE_BINS", "MAX_BLOCKS", "MAX_ROWS", "Rendered", "Scene", "bui
            "timeline_html", "timeline_svg"]
 
 
-def timeline_svg(program, report=None, *, timeline=None, arrows: bool = False, overlap: bool = True,
+def timeline_svg(program, report, *, timeline=None, arrows: bool = False, overlap: bool = True,
                  links=None, units=None) -> str:
-    """The timeline as SVG text, from `report` and `timeline` (checked and simulated here if None);
+    """The timeline as SVG text, from `report` and `timeline` (simulated here if None);
     `units` (schedc/units.py `Units`) labels times and sizes, as under a model and hardware description."""
     from .svg import render_svg
     return render_svg(build_scene(program, report, timeline=timeline, arrows=arrows, overlap=overlap, links=links,
                                   units=units))
 
 
-def timeline_html(program, report=None, *, timeline=None, arrows: bool = False, overlap: bool = True,
+def timeline_html(program, report, *, timeline=None, arrows: bool = False, overlap: bool = True,
                   links=None, units=None) -> str:
-    """The timeline as one HTML page, from `report` and `timeline` (checked and simulated here if None)."""
+    """The timeline as one HTML page, from `report` and `timeline` (simulated here if None)."""
     from .html import render_html
     return render_html(build_scene(program, report, timeline=timeline, arrows=arrows, overlap=overlap, links=links,
                                    units=units))
@@ -37,7 +38,7 @@ def render(program, report, suffix: str, *, dag: bool = False, timeline=None, ar
     """What to write for an output file ending in `suffix`: (data, note). `data` is str or bytes; a
     dependency graph without graphviz's `dot` comes back as its .dot source, with a note saying so
     (`Rendered.suffix` is then ".dot"), and a PNG timeline without a converter as its SVG (".svg").
-    `report` and `timeline` are what the caller computed (None: computed here when needed)."""
+    `report` and `timeline` are what the caller computed (a timeline None: simulated here when needed)."""
     suffix = check_suffix(suffix, dag)
     if dag:
         from .dag import render_dag

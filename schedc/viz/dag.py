@@ -37,12 +37,10 @@ def _node(r: int, x: int) -> str:
     return f"r{r}s{x}"
 
 
-def dependency_graph(program, report=None):
-    """A graphviz.Digraph of the program's steps and constraints, the findings of `report` marked."""
+def dependency_graph(program, report):
+    """A graphviz.Digraph of the program's steps and constraints (those of the report's analysis),
+    the findings of `report` marked."""
     import graphviz
-    if report is None:
-        from ..api import check
-        report = check(program)
     steps = sum(len(s) for s in program.ranks)
     if steps > MAX_DAG_STEPS:
         raise SchedcError("too-large", f"{program.name} has {steps:,} steps; a dependency graph is drawn for at most "
@@ -119,11 +117,10 @@ def _marks(program, report) -> dict[tuple[int, int], str]:
 
 
 def _edges(program, report):
-    """(before, after, why) of every constraint; program order only when the structure is broken."""
-    from ..verify.channels import channels
-    from ..verify.graph import constraints
+    """(before, after, why) of every constraint the checks read (the report's analysis); program order
+    only when the structure is broken."""
     try:
-        cons = constraints(program, report.semantics, channels(program))
+        cons = report.analysis.constraints
         # an nccl stream's step is drawn as the step of the rank that posts its operation
         edges = [(cons.where(e.before)[:2], cons.where(e.after)[:2], e.why) for e in cons.edges()]
         edges = [(b, a, why) for b, a, why in edges if b != a]

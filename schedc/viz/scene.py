@@ -159,15 +159,12 @@ class Scene:
         return [k for k in order if k in present]
 
 
-def build_scene(program: Program, report=None, *, timeline=None, arrows: bool = False, overlap: bool = True,
+def build_scene(program: Program, report, *, timeline=None, arrows: bool = False, overlap: bool = True,
                 links=None, units=None) -> Scene:
-    """The Scene of a program, drawn from what the caller computed: its report (checked here only if
-    not given) and its simulated timeline (simulated here only if not given and the run can be
-    timed; None when it cannot finish). `overlap` and `links` are the simulator's settings; `units`
-    (schedc/units.py) labels times and sizes, its note heads the notes."""
-    if report is None:
-        from ..api import check
-        report = check(program)
+    """The Scene of a program, drawn from what the caller computed: its report (schedc/report.py's,
+    never checked again here) and its simulated timeline (simulated here only if not given and the
+    run can be timed; None when it cannot finish). `overlap` and `links` are the simulator's
+    settings; `units` (schedc/units.py) labels times and sizes, its note heads the notes."""
     structural = [d for d in report.errors if d.code not in _RUN_CODES]
     # crossed pairs are about the order messages pair in, so they are drawn in program order too
     untimed = ("structure" if structural else "deadlock" if report.deadlock is not None else
