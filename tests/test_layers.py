@@ -15,8 +15,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "schedc"
 # lower ones; the command line at the top may import anything. Names are relative to `schedc`
 # ("" is `schedc/__init__.py`, whose names load lazily); `rules` is the package, `rules.*` its modules.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("ground floor: positions, errors, the IR, the rules", ("span", "errors", "ir", "rules", "rules.*")),
-    ("the language, columns and plumbing", ("syntax", "parse", "expr", "loops", "order", "compiler", "columns",
+    ("ground floor: positions, errors, the IR, the rules", ("span", "errors", "ir", "rules", "rules.*",
+                                                           "lazy_numpy")),
+    ("the language, columns and plumbing", ("syntax", "parse", "parser_table", "expr", "loops", "order", "compiler", "columns",
                                              "inputs", "outputs", "resources", "units", "estimate", "solver",
                                              "progress")),
     ("structural checks and passes", ("lint", "passes", "passes.*")),
