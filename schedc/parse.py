@@ -19,7 +19,7 @@ from .errors import SchedcError
 from .expr import did_you_mean
 from .span import Source, Span
 
-MAX_SOURCE_BYTES = 1_000_000  # characters: what parsing does in a few seconds and 0.25 GB (docs/limits.md)
+MAX_SOURCE_BYTES = 1_000_000  # characters: what parsing does in a few seconds and 0.16 GB (docs/limits.md)
 MAX_DIGITS = 4000  # longer integer literals cannot even be converted (Python's digit limit)
 MAX_DEPTH = 200  # nesting of the syntax tree: every pass after parsing follows it by recursion
 _OPEN, _CLOSE = ("LPAR", "LBRACE", "LSQB"), ("RPAR", "RBRACE", "RSQB")
