@@ -49,7 +49,12 @@ def load(**options: Any) -> Lark:
     built = Lark(grammar, **OPTIONS)
     if path is not None:
         write(path, want, built)
-    return built if not options else Lark._load_from_dict(*_serialized(built), **options)
+    if not options:
+        return built
+    try:
+        return Lark._load_from_dict(*_serialized(built), **options)
+    except Exception:  # a lark that cannot load its own tables back: built with the options instead
+        return Lark(grammar, **OPTIONS, **options)
 
 
 def _loaded(path: Path, want: str, options: dict) -> Lark | None:
@@ -78,7 +83,7 @@ def read(path: Path, want: str) -> dict | None:
         if meta.get("key") != want or meta.get("sha256") != hashlib.sha256(body).hexdigest():
             return None
         return json.loads(body, object_hook=_decode)
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, TypeError):
         return None
 
 
@@ -104,7 +109,7 @@ def write(path: Path, want: str, parser: Lark, mode: int = 0o600) -> bool:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         return True
-    except OSError:
+    except (OSError, TypeError, ValueError):  # (TypeError: tables of a lark holding what JSON cannot)
         return False
 
 

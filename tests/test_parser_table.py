@@ -93,6 +93,19 @@ def test_tables_that_lark_cannot_load_are_built_instead(other_grammar):
     assert built == [1]
 
 
+def test_a_lark_that_cannot_load_tables_back_still_parses(other_grammar, monkeypatch):
+    """(`Lark._load_from_dict` is lark's own, not public: a lark without it builds every time.)"""
+    built, cached, key = other_grammar
+
+    def refuse(cls, *args, **kwargs):
+        raise AttributeError("no _load_from_dict in this lark")
+
+    monkeypatch.setattr(parser_table.Lark, "_load_from_dict", classmethod(refuse))
+    _works(parser_table.load(lexer_callbacks={}))
+    _works(parser_table.load(lexer_callbacks={}))
+    assert len(built) == 4  # each time: the tables, then the parser with the options
+
+
 def test_a_cache_others_can_write_is_not_used(other_grammar):
     built, cached, key = other_grammar
     cached.parent.chmod(0o777)
