@@ -9,20 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import lru_cache
 from itertools import chain
 from operator import attrgetter
 
-import numpy as np
-
 from .ir import COMM, Compound, Op, Step, unchecked_action
+from .lazy_numpy import np
 
 OPS = tuple(Op)  # an action's op code is its index here
 CODE = {op: i for i, op in enumerate(OPS)}
 COMM_CODES = frozenset(CODE[op] for op in COMM)
 COMPOUND = -1  # op code of a step kept whole from another program (a compound): see `Columns.kept`
 NO_MICROBATCH = -1  # microbatch of UNSHARD, RESHARD, REDUCE_GRAD
-_IS_COMM = np.zeros(len(OPS) + 1, dtype=bool)  # by op code: a send or receive? (COMPOUND, -1, is the last: no)
-_IS_COMM[sorted(COMM_CODES)] = True
+
+
+@lru_cache(maxsize=1)
+def _is_comm():
+    """By op code: a send or receive? (COMPOUND, -1, is the last: no)"""
+    table = np.zeros(len(OPS) + 1, dtype=bool)
+    table[sorted(COMM_CODES)] = True
+    return table
 
 
 class Columns(Sequence):
@@ -108,7 +114,7 @@ class Columns(Sequence):
         if self._counts is None:
             compound = np.flatnonzero(self.op == COMPOUND).tolist()
             parts = [a for i in compound for a in self.kept[i].parts]
-            comms = bool(_IS_COMM[self.op].any()) or any(a.op in COMM for a in parts)
+            comms = bool(_is_comm()[self.op].any()) or any(a.op in COMM for a in parts)
             self._counts = (len(self.op) - len(compound) + len(parts), "comms" if comms else "compute", bool(compound))
         return self._counts
 

@@ -1,30 +1,41 @@
 """Parse schedule source text into the AST of schedc/syntax.py, with friendly syntax errors.
 
-The grammar is grammar/schedc.lark (LALR, positions kept); one Transformer turns the tree into
-frozen nodes. Syntax errors become `SchedcError("syntax", ...)` that say what was expected.
+The grammar is grammar/schedc.lark (LALR, positions kept; its tables from schedc/parser_table.py).
+The AST is built while parsing, with no parse tree of the whole text: a rule's node becomes an AST
+node as soon as its parent is reduced. Syntax errors become `SchedcError("syntax", ...)`.
 """
 from __future__ import annotations
 
+import gc
+import threading
 from functools import lru_cache
 
-from lark import Lark, Token, Transformer, Tree, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
+from . import parser_table
 from . import syntax as ast
 from .errors import SchedcError
 from .expr import did_you_mean
-from .resources import grammar_path
 from .span import Source, Span
 
-MAX_SOURCE_BYTES = 10_000_000
+MAX_SOURCE_BYTES = 1_000_000  # characters: what parsing does in a few seconds and 0.16 GB (docs/limits.md)
 MAX_DIGITS = 4000  # longer integer literals cannot even be converted (Python's digit limit)
 MAX_DEPTH = 200  # nesting of the syntax tree: every pass after parsing follows it by recursion
+_OPEN, _CLOSE = ("LPAR", "LBRACE", "LSQB"), ("RPAR", "RBRACE", "RSQB")
 
 
 @lru_cache(maxsize=1)
 def parser() -> Lark:
-    return Lark(grammar_path().read_text(encoding="utf-8"), parser="lalr",
-                propagate_positions=True, maybe_placeholders=True)
+    """The grammar's parser, built from the grammar, giving lark's parse tree: for tools and tests
+    (schedc.strategies derives texts from its grammar); `parse` builds no tree."""
+    return parser_table.build()
+
+
+@lru_cache(maxsize=1)
+def _ast_parser() -> Lark:
+    brackets = {name: _bracket(+1) for name in _OPEN} | {name: _bracket(-1) for name in _CLOSE}
+    return parser_table.load(transformer=_Callbacks(), lexer_callbacks=brackets)
 
 
 MAX_CACHED_BYTES = 50_000  # texts up to this size are parsed once: the same text gives the same tree
@@ -50,37 +61,125 @@ def parse(text: str, name: str = "<input>") -> ast.Schedule:
     return tree
 
 
+_NOW = threading.local()  # the text being parsed in this thread: its source, and how deep in brackets
+
+
 def _parse(text: str, name: str) -> ast.Schedule:
     source = Source(name, text)
     if len(text) > MAX_SOURCE_BYTES:
-        raise SchedcError("too-large", f"source is {len(text)} bytes; the limit is {MAX_SOURCE_BYTES}",
+        raise SchedcError("too-large", f"source is {len(text):,} characters; the limit is {MAX_SOURCE_BYTES:,}",
                           Span.point(source, 1, 1))
+    # the nodes made while parsing hold no cycles: the collector would only walk them again and again
+    collecting = gc.isenabled()
+    gc.disable()
+    _NOW.builder, _NOW.depth = _ToAst(source), 0
     try:
-        tree = parser().parse(text)
+        return _NOW.builder.node(_ast_parser().parse(text))
     except UnexpectedInput as exc:
         raise _syntax_error(exc, source) from None
-    _check_depth(tree, source)
-    try:
-        return _ToAst(source).transform(tree)
-    except VisitError as exc:  # a SchedcError raised while building a node (e.g. a huge number)
-        if isinstance(exc.orig_exc, SchedcError):
-            raise exc.orig_exc from None
-        raise
+    finally:
+        _NOW.builder = None
+        if collecting:
+            gc.enable()
 
 
-def _check_depth(tree: Tree, source: Source) -> None:
-    """A tree nested deeper than MAX_DEPTH is a `too-large` error at the first node that is, found
-    without recursion: the passes that follow (building the AST, compiling, evaluating, proving)
-    recurse once or a few times per level, so this bounds them all."""
-    stack = [(tree, 1, (1, 1))]
-    while stack:
-        node, depth, at = stack.pop()
-        at = (node.meta.line, node.meta.column) if not node.meta.empty else at
-        if depth > MAX_DEPTH:
-            raise SchedcError("too-large", f"this is nested more than {MAX_DEPTH} levels deep (each "
-                              "`if`, `for`, block, operator and call is a level); name parts with `let` "
-                              "or nest less", Span.point(source, *at))
-        stack.extend((c, depth + 1, at) for c in reversed(node.children) if isinstance(c, Tree))
+def _too_deep(source: Source, line: int, column: int) -> SchedcError:
+    return SchedcError("too-large", f"this is nested more than {MAX_DEPTH} levels deep (each `if`, `for`, "
+                       "block, bracket, operator and call is a level); name parts with `let` or nest less",
+                       Span.point(source, line, column))
+
+
+def _bracket(step: int):
+    """A lexer callback counting open brackets: deeper than MAX_DEPTH is refused at once, before
+    the parser holds them all."""
+    def count(tok: Token) -> Token:
+        _NOW.depth += step
+        if _NOW.depth > MAX_DEPTH:
+            raise _too_deep(_NOW.builder.source, tok.line, tok.column)
+        return tok
+    return count
+
+
+class _Pending(Tree):
+    """A rule's node whose parent is not reduced yet. lark gives a node its positions (`meta`)
+    after making it, so it becomes an AST node when its parent is made: only the nodes on the
+    parser's stack are trees. `height`: the levels of the tree it heads (MAX_DEPTH bounds it);
+    `deep`: the node at the bottom of its longest chain of levels (None: itself)."""
+
+    def __init__(self, data: str, children: list, height: int, deep: _Pending | None):
+        super().__init__(data, children)
+        self.height, self.deep = height, deep
+
+
+def _deepest(node: _Pending) -> _Pending:
+    return node.deep or node
+
+
+class _Mark:
+    """The first item of a list lark splices into a parent (an inlined `_rule`, or lark's helper rule
+    for `x*`): the height of what it holds, and how much of it is made into AST nodes already."""
+
+    __slots__ = ("height", "deep", "done")
+
+    def __init__(self):
+        self.height, self.deep, self.done = 0, None, 1
+
+    def take(self, height: int, deep: _Pending | None) -> None:
+        if height > self.height:
+            self.height, self.deep = height, deep
+
+
+class _Callbacks:
+    """lark's callback per rule (given as `transformer=`): each rule's node, its children made AST.
+    `__default__` takes the rules lark splices into their parents: the items of a long `stmt*` or
+    of a literal rank become AST nodes as they come, not when the whole list ends."""
+
+    def __init__(self):
+        for name in _RULES:
+            setattr(self, name, self._callback(name))
+
+    @staticmethod
+    def _callback(name: str):
+        def made(children: list) -> _Pending:
+            # a new list: lark reads the positions of the children it gave after this returns
+            builder, height, deep, nodes = _NOW.builder, 0, None, []
+            for child in children:
+                kind = type(child)
+                if kind is _Mark:
+                    if child.height > height:
+                        height, deep = child.height, child.deep
+                    continue
+                if kind is _Pending:
+                    if child.height > height:
+                        height, deep = child.height, _deepest(child)
+                    child = builder.node(child)
+                nodes.append(child)
+            return _Pending(name, nodes, height + 1, deep)
+        return made
+
+    @staticmethod
+    def __default__(data: str, children: list, meta) -> Tree:
+        if not children or type(children[0]) is not _Mark:
+            if all(type(child) is Token for child in children):
+                return Tree(data, children)  # tokens only (a literal rank's action)
+            mark, items = _Mark(), children
+            children = [mark]
+            for child in items:  # (a list lark made for this call: short, or once per list)
+                if type(child) is _Mark:
+                    mark.take(child.height, child.deep)
+                else:
+                    children.append(child)
+        # lark appended to the list this returned last time (a list of ours, so ours to change)
+        mark, builder = children[0], _NOW.builder
+        for i in range(mark.done, len(children)):
+            child = children[i]
+            if type(child) is _Pending:
+                mark.take(child.height, _deepest(child))
+                children[i] = builder.node(child)
+            elif type(child) is _Mark:  # not at the front: an inlined rule's list spliced in (skipped)
+                mark.take(child.height, child.deep)
+        mark.done = len(children)
+        return Tree(data, children)
 
 
 # ---- syntax errors ----
@@ -97,7 +196,7 @@ def _describe(terminal: str) -> str:
     if terminal in _PRETTY:
         return _PRETTY[terminal]
     try:
-        pattern = parser().get_terminal(terminal).pattern
+        pattern = _ast_parser().get_terminal(terminal).pattern
         if pattern.type == "str":
             return f"'{pattern.value}'"
     except KeyError:
@@ -146,7 +245,7 @@ def _keywords(terminals) -> dict[str, str]:
     out = {}
     for name in terminals:
         try:
-            pattern = parser().get_terminal(name).pattern
+            pattern = _ast_parser().get_terminal(name).pattern
         except KeyError:
             continue
         if pattern.type == "str" and pattern.value.isidentifier():
@@ -171,7 +270,7 @@ def _name_notes(exc: UnexpectedToken) -> list[str]:
     before = history[-1] if history else None
     if before is None or before.type != "NAME" or len(before) < 3 or _keyword_hint(exc):
         return []
-    hint = did_you_mean(str(before), _keywords(t.name for t in parser().terminals))
+    hint = did_you_mean(str(before), _keywords(t.name for t in _ast_parser().terminals))
     return [f"'{before}' is read as a name{hint}"] if hint else []
 
 
@@ -200,11 +299,19 @@ def _token_text(tok: Token) -> str:
 
 
 # ---- tree -> AST ----
-@v_args(meta=True)
-class _ToAst(Transformer):
+class _ToAst:
+    """One method per rule (or alias) of the grammar: its node's positions and children -> an AST node."""
+
     def __init__(self, source: Source):
-        super().__init__()
         self.source = source
+
+    def node(self, pending: _Pending):
+        """The AST node of a rule's node (whose children are AST nodes already)."""
+        meta = pending.meta
+        if pending.height > MAX_DEPTH:  # said where the nesting bottoms out
+            at = _deepest(pending).meta
+            raise _too_deep(self.source, *((1, 1) if at.empty else (at.line, at.column)))
+        return getattr(self, pending.data)(meta, pending.children)
 
     def _span(self, meta) -> Span:
         if getattr(meta, "empty", True):
@@ -392,7 +499,7 @@ class _ToAst(Transformer):
 def _binary(op):
     def method(self, meta, children):
         return ast.BinOp(op, children[0], children[1], self._span(meta))
-    return v_args(meta=True)(method)
+    return method
 
 
 for _name, _op in {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%",
@@ -405,3 +512,6 @@ def _unquote(tok: Token) -> str:
     """A string literal's text: `\\"` is a quote, `\\\\` a backslash, anything else as written."""
     import re
     return re.sub(r'\\(["\\])', r"\1", str(tok)[1:-1])
+
+
+_RULES = tuple(n for n in vars(_ToAst) if not n.startswith("_") and n != "node")

@@ -24,7 +24,7 @@ class Source:
         return lines[line - 1] if 1 <= line <= len(lines) else ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Span:
     """A range in a source; `rank`/`step` are set for cells of a PyTorch CSV."""
 

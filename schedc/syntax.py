@@ -12,19 +12,19 @@ from .span import Span
 
 
 # ---- expressions ----
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Num:
     value: int | float
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Var:
     name: str
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Call:
     name: str
     args: tuple["Expr", ...]
@@ -32,7 +32,7 @@ class Call:
     name_span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BinOp:
     op: str  # + - * // % == != < <= > >= and or
     left: "Expr"
@@ -40,14 +40,14 @@ class BinOp:
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class UnaryOp:
     op: str  # - not
     operand: "Expr"
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Ternary:
     cond: "Expr"
     then: "Expr"
@@ -59,7 +59,7 @@ Expr = Num | Var | Call | BinOp | UnaryOp | Ternary
 
 
 # ---- statements ----
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Let:
     """`let x = E`, or a function `let f(a, b) = E` (pure, not recursive)."""
 
@@ -69,7 +69,7 @@ class Let:
     params: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class For:
     var: str
     start: Expr
@@ -80,14 +80,14 @@ class For:
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class If:
     branches: tuple[tuple[Expr, tuple["Stmt", ...]], ...]
     orelse: tuple["Stmt", ...]
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Do:
     """An action statement: `F(r, m)`, `group(...)`, `overlap(...)`."""
 
@@ -99,27 +99,27 @@ Stmt = Let | For | If | Do
 
 
 # ---- schedule items ----
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Param:
     name: str
     default: Expr | None
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Constraint:
     cond: Expr
     message: str | None
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Require:
     constraints: tuple[Constraint, ...]
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decl:
     """`stages E`, `ranks E`, `microbatches E`, `replicas E`."""
 
@@ -128,7 +128,7 @@ class Decl:
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Placement:
     kind: str  # loop | vshape | expr | table
     var: str | None
@@ -137,14 +137,14 @@ class Placement:
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Setting:
     name: str
     value: Expr
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Annotation:
     """`cost [stage E:|rank E:] k = v, ...` or `memory [...] k = v, ...`."""
 
@@ -155,7 +155,7 @@ class Annotation:
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RankBody:
     """`rank r { ... }` (var set, for every rank), `rank r, replica d { ... }` (and the data-parallel
     replica's index named) or `rank 2 { ... }` (index set)."""
@@ -167,20 +167,20 @@ class RankBody:
     replica: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LiteralAction:
     text: str
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RankLiteral:
     index: int
     actions: tuple[LiteralAction, ...]
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OrderOption:
     name: str
     value: Expr | None  # `memory = E`
@@ -188,7 +188,7 @@ class OrderOption:
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Order:
     """`order greedy(prefer = [I, F, W], memory = E)`: reorder every rank's actions by time-stepped
     list scheduling: the ready action of the most preferred kind, under the memory cap."""
@@ -197,14 +197,14 @@ class Order:
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ForwardOnly:
     """`forward only`: the schedule runs forwards alone (inference, evaluation); no backward."""
 
     span: Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class P2P:
     """`p2p MODE`: how point-to-point messages travel (`shared`, `tagged` or `split`)."""
 
@@ -215,7 +215,7 @@ class P2P:
 Item = Require | Decl | Placement | Annotation | Let | Order | ForwardOnly | P2P | RankBody | RankLiteral
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Schedule:
     name: str
     params: tuple[Param, ...]

@@ -302,7 +302,7 @@ def test_the_limits_page_states_schedcs_limits():
         "ranks": f"{compiler.MAX_RANKS:,}",
         "stages, microbatches": f"{compiler.MAX_STAGES:,} each",
         "stage x microbatch pairs (`check`)": f"{lint.MAX_PAIRS:,}",
-        "source text": f"{parse.MAX_SOURCE_BYTES:,} bytes",
+        "source text": f"{parse.MAX_SOURCE_BYTES:,} characters",
         "nesting of the text": f"{parse.MAX_DEPTH} levels",
         "nesting of a `let` function, through the functions it calls": f"{expr.MAX_CALL_NESTING} levels",
         "integers in an option or a cost file's key": f"{MAX_DIGITS} digits",

@@ -16,9 +16,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "schedc"
 # ("" is `schedc/__init__.py`, whose names load lazily); `rules` is the package, `rules.*` its modules.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground floor: positions, errors, the IR, the rules", ("span", "errors", "ir", "rules", "rules.*", "jobs",
-                                                            "jobs.*")),
-    ("the language, columns and plumbing", ("syntax", "parse", "expr", "loops", "order", "compiler", "columns",
-                                             "inputs", "outputs", "signals", "resources", "units", "estimate", "solver",
+                                                            "jobs.*", "lazy_numpy")),
+    ("the language, columns and plumbing", ("syntax", "parse", "parser_table", "expr", "loops", "order", "compiler",
+                                             "columns", "inputs", "outputs", "signals", "resources", "units", "estimate",
+                                             "solver",
                                              "progress")),
     ("structural checks and passes", ("lint", "passes", "passes.*")),
     ("the checks", ("verify", "verify.*", "report")),

@@ -1,11 +1,19 @@
 """The parser: the grammar's forms become the AST, and syntax errors say where and what."""
 from __future__ import annotations
 
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from schedc import syntax as ast
 from schedc.errors import SchedcError
-from schedc.parse import parse
+from schedc.parse import MAX_DEPTH, MAX_SOURCE_BYTES, parse
+
+ROOT = Path(__file__).resolve().parent.parent
 
 FULL = """
 # a comment
@@ -98,3 +106,79 @@ def test_syntax_errors_are_located(src, line, col, words):
     text = info.value.render()
     assert text.startswith(f"bad.pp:{line}:{col}: error[syntax]:")
     assert "^" in text.splitlines()[2]
+
+
+# ---- size and nesting (issue 35): the parser builds the AST as it goes, within a bounded memory ----
+def _dense(size: int) -> str:
+    """About `size` characters of the densest text the grammar allows (a node every 2 characters)."""
+    line = "  let a = " + "+".join(["1"] * 46) + "\n"
+    return "schedule s(P = 4, M = 8) {\n  stages P\n  place loop\n" + line * ((size - 60) // len(line)) + "}\n"
+
+
+def _parse_capped(text: str, cap_mb: int) -> subprocess.CompletedProcess:
+    """Parse `text` in a child that may take at most `cap_mb` MB of address space (it fails with
+    MemoryError past it): a bound on the parser's memory that no other process's load moves."""
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (cap_mb << 20, cap_mb << 20))
+    code = ("import sys; from schedc.parse import parse\n"
+            "tree = parse(sys.stdin.read(), 'big.pp'); print(len(tree.items))")
+    return subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, text=True,
+                          preexec_fn=cap, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+
+
+def test_a_dense_200kb_file_parses_in_150mb():
+    # before: a parse tree of the whole text, then the AST beside it: 226 MB of address space here
+    # (58 MB now, of which about 32 MB is Python with schedc's parser loaded)
+    text = _dense(200_000)
+    done = _parse_capped(text, 150)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert int(done.stdout) == text.count("let a") + 2  # and `stages`, `place`
+
+
+@pytest.mark.slow
+def test_a_dense_file_at_the_source_limit_parses_in_300mb():
+    # before: 1 GB at 1 MB of this text (and a MemoryError under the old 10 MB limit); now about 0.19 GB
+    text = _dense(MAX_SOURCE_BYTES)
+    assert MAX_SOURCE_BYTES - 100 <= len(text) <= MAX_SOURCE_BYTES
+    done = _parse_capped(text, 300)
+    assert done.returncode == 0, done.stderr[-500:]
+
+
+def test_text_over_the_source_limit_is_too_large_before_parsing():
+    text = _dense(MAX_SOURCE_BYTES) + "#" * 200
+    with pytest.raises(SchedcError) as err:
+        parse(text, "big.pp")
+    assert err.value.code == "too-large" and "the limit is 1,000,000" in err.value.render()
+
+
+def test_200000_nested_brackets_are_refused_at_the_201st():
+    # before: the parser read all 400,000 brackets (6 s) before the depth check
+    deep = "(" * 200_000 + "m" + ")" * 200_000
+    text = f"schedule s(P = 4, M = 8) {{\n  stages P\n  place loop\n  rank r {{\n    F(r, {deep})\n  }}\n}}\n"
+    with pytest.raises(SchedcError) as err:
+        parse(text, "deep.pp")
+    # three brackets open before the call's: the schedule's, the rank's and the call's own
+    line, column = 5, len("    F(r, ") + MAX_DEPTH - 3 + 1
+    assert err.value.code == "too-large" and f"deep.pp:{line}:{column}:" in err.value.render()
+
+
+@pytest.mark.parametrize("depth, ok", [(95, True), (97, False)])
+def test_the_tree_is_refused_once_it_is_nested_past_the_limit(depth, ok):
+    body = "F(r, m)"
+    for _ in range(depth):
+        body = f"if P >= 1 {{ {body} }}"
+    text = f"schedule s(P = 4, M = 8) {{\n  stages P\n  place loop\n  rank r {{\n    {body}\n  }}\n}}\n"
+    if ok:
+        parse(text, "deep.pp")
+        return
+    with pytest.raises(SchedcError) as err:
+        parse(text, "deep.pp")
+    assert err.value.code == "too-large" and "deep.pp:5:" in err.value.render()
+
+
+def test_a_long_list_of_statements_is_not_held_as_a_tree():
+    """A block of 200,000 `;` (one node each) is one level, and its items become AST nodes as they
+    come (each used to be a tree node with positions until the block ended)."""
+    text = "schedule s(P = 4, M = 8) {\n  stages P\n  place loop\n  rank r {" + ";" * 200_000 + "F(r, 0) }\n}\n"
+    done = _parse_capped(text, 100)
+    assert done.returncode == 0, done.stderr[-500:]

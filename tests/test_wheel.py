@@ -26,6 +26,7 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_contains_the_grammar_and_schedules(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "schedc/grammar/schedc.lark" in names
+    assert "schedc/grammar/schedc.lark.json" in names  # the parser's tables, read instead of built
     builtins = {Path(n).name for n in names if n.startswith("schedc/schedules/")}
     assert {p.name for p in (ROOT / "schedules").glob("*.pp")} <= builtins
     assert "schedc/cli.py" in names and any(n.endswith("entry_points.txt") for n in names)
@@ -47,16 +48,25 @@ def test_installed_copy_finds_grammar_and_schedules(wheel, tmp_path):
         "print(schedc.check(p).ok, p.num_stages)\n"
         "import io; from schedc.cli import main; out = io.StringIO()\n"
         "print(main(['prove', '1f1b', '-q'], out, io.StringIO()), out.getvalue().splitlines()[0])\n"
+        "import schedc.parser_table as t\n"
+        "print(t.read(t.table_path(), t.key(r.grammar_path().read_text())) is not None, t.table_path())\n"
     )
     # -S: no site-packages .pth files, so the editable install of the checkout is not seen;
     # the dependencies come from site-packages on PYTHONPATH, after the installed wheel.
     # (every site-packages directory, so a virtualenv with system site packages works too)
     dirs = [str(target), *site.getsitepackages(), sysconfig.get_paths()["purelib"]]
-    env = {"PYTHONPATH": os.pathsep.join(dirs), "PATH": "/usr/bin:/bin"}
-    res = subprocess.run([sys.executable, "-S", "-c", probe], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=120)
+    cache = tmp_path / "cache"
+    env = {"PYTHONPATH": os.pathsep.join(dirs), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(cache)}
+    grammar_dir = target / "schedc" / "grammar"
+    grammar_dir.chmod(0o555)  # a read-only site-packages: the shipped tables are read, nothing is written
+    try:
+        res = subprocess.run([sys.executable, "-S", "-c", probe], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=120)
+    finally:
+        grammar_dir.chmod(0o755)
     assert res.returncode == 0, res.stderr
-    module, grammar, names, verdict, proved = res.stdout.splitlines()
+    module, grammar, names, verdict, proved, table = res.stdout.splitlines()
+    assert table == f"True {grammar_dir / 'schedc.lark.json'}" and not cache.exists()
     assert module.startswith(str(target))
     assert grammar.startswith(str(target)) and grammar.endswith("schedc.lark True")
     assert "1f1b" in names and "looped_bfs" in names

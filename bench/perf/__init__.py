@@ -335,6 +335,72 @@ def measure_runtime(steps: int = 8) -> list[Row]:
 HEADER = ("target", "case", "schedc", "torch / reference", "ratio", "goal", "met")
 
 
+# ---- the command line's latency: whole processes, CPU time ----
+LATENCY_GOAL = 0.12  # seconds of CPU (user + sys) for `schedc check NAME` at P=4, M=8 (issue 34, target 3)
+CHECK_ARGV = ["check", "1f1b", "--param", "P=4,M=8"]
+# the parser's tables: as shipped (the default), from the user's cache, or built (neither there)
+_TABLES = ("import sys, tempfile; from pathlib import Path; import schedc.parser_table as t; "
+           "t.table_path = lambda: Path('/nonexistent/schedc.lark.json'); from schedc.cli import main; "
+           "sys.exit(main(sys.argv[1:]))")
+
+
+def process_cpu(argv: list[str], env: dict | None = None) -> float:
+    """CPU seconds (user + sys) of one whole process running `argv` (its output thrown away) in the
+    environment `env` (default: this one's)."""
+    pid = os.fork()
+    if pid == 0:  # the child: quiet, then the program
+        try:
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.execve(argv[0], argv, os.environ if env is None else env)
+        finally:
+            os._exit(127)
+    _, status, usage = os.wait4(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed (exit {os.waitstatus_to_exitcode(status)})")
+    return usage.ru_utime + usage.ru_stime
+
+
+def cli_latency(repeat: int = 21) -> dict[str, float]:
+    """Median CPU seconds of each case, its processes alternated so that all see the same load.
+    Modules are read from bytecode, as from an installed wheel (pip compiles it when installing):
+    PYTHONDONTWRITEBYTECODE is dropped and the bytecode goes to a private folder of this run."""
+    py = sys.executable
+    with tempfile.TemporaryDirectory() as cold_home, tempfile.TemporaryDirectory() as warm_home, \
+            tempfile.TemporaryDirectory() as pycache:
+        base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        base["PYTHONPYCACHEPREFIX"] = pycache
+        cases = {
+            "python -c pass": ([py, "-c", "pass"], base),
+            "import schedc": ([py, "-c", "import schedc"], base),
+            "schedc check 1f1b (shipped tables)": ([py, "-m", "schedc", *CHECK_ARGV], base),
+            "schedc check 1f1b (user's cache)": ([py, "-c", _TABLES, *CHECK_ARGV], {**base, "XDG_CACHE_HOME": warm_home}),
+            "schedc check 1f1b (tables built)": ([py, "-c", _TABLES, *CHECK_ARGV], {**base, "XDG_CACHE_HOME": cold_home}),
+        }
+        for argv, env in cases.values():  # the bytecode written, the warm cache filled
+            process_cpu(argv, env)
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(repeat):
+            for name, (argv, env) in cases.items():
+                if name.endswith("(tables built)"):
+                    for f in Path(cold_home).glob("schedc/*"):
+                        f.unlink()  # cold: no tables anywhere
+                times[name].append(process_cpu(argv, env))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def measure_cli_latency(repeat: int = 21) -> list[Row]:
+    """`schedc check 1f1b --param P=4,M=8` as a whole process against `python -c pass` in the same run:
+    CPU seconds, goal 0.12 s."""
+    t = cli_latency(repeat)
+    bare = t["python -c pass"]
+    return [Row("command line: CPU of a whole process", f"schedc check 1f1b --param P=4,M=8 (python -c pass: "
+                f"{bare:.3f} s; import schedc {t['import schedc']:.3f} s; tables built: "
+                f"{t['schedc check 1f1b (tables built)']:.3f} s)",
+                t["schedc check 1f1b (shipped tables)"], bare, "s", LATENCY_GOAL, absolute=True)]
+
+
 def cells(row: Row) -> tuple[str, ...]:
     fmt = (lambda x: f"{x:.3g}")
     ours = f"{fmt(row.ours)} {row.unit}".rstrip()

@@ -13,13 +13,13 @@ paths to the same verdicts and peaks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import chain
 from operator import attrgetter
 
-import numpy as np
-
 from ..columns import COMPOUND, OPS, as_columns, columns_of
 from ..ir import SCHEDC_ONLY, CompoundKind, Op, Program
+from ..lazy_numpy import np
 from ..rules import deps
 from ..rules.memory import ALLOCATES, FREES, activation_deltas
 from ..rules.semantics import Semantics
@@ -39,9 +39,15 @@ _ADDS_GRADIENT = [_KINDS.index(o) for o in deps.ADDS_GRADIENT]  # its rows of th
 assert deps.REDUCTIONS - {Op.REDUCE_GRAD} <= SCHEDC_ONLY  # REDUCE_GRAD is the one reduction asked here
 MAX_CELLS = 4_000_000  # stage x microbatch tables above this go to the detailed checks
 assert deps.NEEDS[Op.B] == deps.NEEDS[Op.I]  # below, "the backward" (B, or I where split) stands for both
-_PEER_OFFSET = np.zeros(len(_OPS), dtype=np.int64)  # by op code: a send's or receive's other stage is its own + this
-for _op, _off in deps.PEER_OFFSET.items():
-    _PEER_OFFSET[_CODE[_op]] = _off
+
+
+@lru_cache(maxsize=1)
+def _peer_offset():
+    """By op code: a send's or receive's other stage is its own + this."""
+    table = np.zeros(len(_OPS), dtype=np.int64)
+    for op, off in deps.PEER_OFFSET.items():
+        table[_CODE[op]] = off
+    return table
 
 
 @dataclass(frozen=True)
@@ -275,7 +281,7 @@ def _message_waits(op, stage, mb, rank, step, gid, is_comm, semantics, R):
     # payload key (is gradient, stage it comes from, microbatch); a receive names the receiving stage
     width, depth = int(stage.max()) + 2, int(max(mb.max(), 0)) + 1
     s_key = ((op[s_idx] == SB) * width + stage[s_idx]) * depth + mb[s_idx]
-    r_origin = stage[r_idx] + _PEER_OFFSET[op[r_idx]]
+    r_origin = stage[r_idx] + _peer_offset()[op[r_idx]]
     r_key = ((op[r_idx] == RB) * width + r_origin) * depth + mb[r_idx]
     # each send's payload partner (unique, by the count checks) gives the channel's other end
     s_order, r_order = np.argsort(s_key, kind="stable"), np.argsort(r_key, kind="stable")

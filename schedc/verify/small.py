@@ -18,10 +18,9 @@ from functools import lru_cache
 from itertools import accumulate, chain, pairwise, repeat
 from operator import attrgetter, gt, lt
 
-import numpy as np
-
 from ..columns import CODE, COMPOUND, OPS, columns_of
 from ..ir import Action, CompoundKind, Op, Program
+from ..lazy_numpy import np
 from ..rules import deps
 from ..rules.memory import ALLOCATES, FREES, op_delta
 from ..rules.semantics import Semantics
