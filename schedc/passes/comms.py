@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, replace
-
-import numpy as np
+from functools import lru_cache
+from typing import Any
 
 from ..columns import CODE, COMPOUND, Columns, as_columns, objects
 from ..errors import SchedcError
 from ..ir import MAX_LOWERED_ACTIONS, Op, Program
+from ..lazy_numpy import np
 from ..rules import deps
 
 
@@ -53,24 +54,31 @@ def lowered_size(program: Program) -> int:
 
 
 # deps.py's rule as arrays over op codes: the kind of value an op makes at its own (stage,
-# microbatch), and its k-th need as (kind, stage offset)
+# microbatch), and its k-th need as (kind, stage offset); built at first use (numpy loads lazily)
 _KIND = {"act": 0, "grad": 1}
-_MAKES = np.full(len(CODE), -1, dtype=np.int64)
-for _op, _kind in deps.MAKES.items():
-    _MAKES[CODE[_op]] = _KIND[_kind]
-_NEEDS = []
-for _k in range(max(len(n) for n in deps.NEEDS.values())):
-    _kinds, _offsets = np.full(len(CODE), -1, dtype=np.int64), np.zeros(len(CODE), dtype=np.int64)
-    for _op, _needs in deps.NEEDS.items():
-        if len(_needs) > _k:
-            _kinds[CODE[_op]], _offsets[CODE[_op]] = _KIND[_needs[_k][0]], _needs[_k][1]
-    _NEEDS.append((_kinds, _offsets))
 NONE, OTHER = -1, -2  # no value (or rank); a compound's (looked up in `_Steps.compound`)
 _SEND = {_KIND[deps.NEEDS[op][0][0]]: CODE[op] for op in (Op.SEND_F, Op.SEND_B)}  # what carries a kind of value
 _RECEIVE = {_KIND[kind]: CODE[op] for op, (kind, _) in deps.DELIVERS.items()}
-_CONSUMER_OFFSET = np.zeros(len(_KIND), dtype=np.int64)  # by value kind: the stage that uses a value of s is s + this
-for _kind, _off in deps.CONSUMER_OFFSET.items():
-    _CONSUMER_OFFSET[_KIND[_kind]] = _off
+
+
+@lru_cache(maxsize=1)
+def _tables() -> tuple[Any, list[tuple[Any, Any]], Any]:
+    """(MAKES, NEEDS, CONSUMER_OFFSET): by op code the kind an op makes; per need, its kinds and
+    stage offsets; by value kind, the offset of the stage that uses it."""
+    makes = np.full(len(CODE), -1, dtype=np.int64)
+    for op, kind in deps.MAKES.items():
+        makes[CODE[op]] = _KIND[kind]
+    needs = []
+    for k in range(max(len(n) for n in deps.NEEDS.values())):
+        kinds, offsets = np.full(len(CODE), -1, dtype=np.int64), np.zeros(len(CODE), dtype=np.int64)
+        for op, wanted in deps.NEEDS.items():
+            if len(wanted) > k:
+                kinds[CODE[op]], offsets[CODE[op]] = _KIND[wanted[k][0]], wanted[k][1]
+        needs.append((kinds, offsets))
+    consumer = np.zeros(len(_KIND), dtype=np.int64)  # by value kind: the stage that uses a value of s is s + this
+    for kind, off in deps.CONSUMER_OFFSET.items():
+        consumer[_KIND[kind]] = off
+    return makes, needs, consumer
 
 
 @dataclass
@@ -108,11 +116,11 @@ class _Steps:
 
         single, code = op != COMPOUND, np.where(op == COMPOUND, 0, op)  # compounds: part by part, below
         needs = []
-        for kinds, offsets in _NEEDS:  # each op's k-th need, where the stage it names exists
+        for kinds, offsets in _tables()[1]:  # each op's k-th need, where the stage it names exists
             at = stage + offsets[code]
             ok = single & (kinds[code] >= 0) & (at >= 0) & (at < S)
             needs.append(np.where(ok, on(kinds[code], at, mb, rank), NONE).tolist())
-        kind = np.where(single, _MAKES[code], -1)
+        kind = np.where(single, _tables()[0][code], -1)
         msg = cls._messages(program, cols, kind, stage, mb)
         msg["value"] = on(msg["kind"], msg["stage"], msg["mb"], msg["dest"])
         sent, dest = np.full(len(op), NONE, dtype=msg["value"].dtype), np.full(len(op), NONE)
@@ -143,7 +151,7 @@ class _Steps:
         """The messages of the program's single actions (compounds' are added by `of`)."""
         cols = as_columns(program)
         op, stage, mb = (a.astype(np.int64) for a in (cols.op, cols.stage, cols.microbatch))
-        kind = np.where(op == COMPOUND, -1, _MAKES[np.where(op == COMPOUND, 0, op)])
+        kind = np.where(op == COMPOUND, -1, _tables()[0][np.where(op == COMPOUND, 0, op)])
         msg = _Steps._messages(program, cols, kind, stage, mb)
         if cols.compounds:
             msg["step"] = np.concatenate([msg["step"], [0] * sum(
@@ -154,7 +162,7 @@ class _Steps:
     @staticmethod
     def _messages(program: Program, cols: Columns, kind, stage, mb) -> dict[str, np.ndarray]:
         S, placement = program.num_stages, np.asarray(program.placement, dtype=np.int64)
-        to = stage + _CONSUMER_OFFSET[np.maximum(kind, 0)]  # the consumer (no value: `crosses` drops it)
+        to = stage + _tables()[2][np.maximum(kind, 0)]  # the consumer (no value: `crosses` drops it)
         home = placement[np.clip(stage, 0, S - 1)]
         crosses = (kind >= 0) & (to >= 0) & (to < S) & (placement[np.clip(to, 0, S - 1)] != home)
         i = np.flatnonzero(crosses)

@@ -11,13 +11,18 @@ microbatch ahead): the caller checks the result under `gloo` (docs/run.md, "Rece
 from __future__ import annotations
 
 from dataclasses import replace
-
-import numpy as np
+from functools import lru_cache
+from typing import Any
 
 from ..columns import CODE, COMPOUND, Columns, as_columns, objects
 from ..ir import RECVS, Program
+from ..lazy_numpy import np
 
-_RECEIVES = np.array(sorted(CODE[op] for op in RECVS), dtype=np.int8)
+
+@lru_cache(maxsize=1)
+def _receives() -> Any:
+    """The op codes of receives (made at first use: numpy loads lazily)."""
+    return np.array(sorted(CODE[op] for op in RECVS), dtype=np.int8)
 
 
 def post_receives_early(program: Program) -> Program:
@@ -28,7 +33,7 @@ def post_receives_early(program: Program) -> Program:
         return program
     held = as_columns(program)
     rank = np.repeat(np.arange(len(held), dtype=np.int64), np.diff(held.starts))
-    first = np.isin(held.op, _RECEIVES)
+    first = np.isin(held.op, _receives())
     if held.compounds:
         grouped = {int(rank[i]) for i in np.flatnonzero(held.op == COMPOUND).tolist()
                    if any(a.op in RECVS for a in held.kept[i].parts)}

@@ -12,19 +12,31 @@ Both passes find where the stage actions go (`Move`s) and place them; a program 
 from __future__ import annotations
 
 from dataclasses import replace
-
-import numpy as np
+from functools import lru_cache
+from typing import Any
 
 from ..columns import CODE, NO_MICROBATCH, OPS, Columns, columns_of, has_op, objects
 from ..ir import Action, Op, Program, Step
+from ..lazy_numpy import np
 from ..rules.deps import ADDS_GRADIENT as _BACKWARDS  # the actions that finish a microbatch's weight gradient
 
 MAX_ACTIVE_STAGES = 3  # torch's default prefetch window for `_add_unshard_reshard`
 
 
 _COMPUTE = frozenset(op for op in Op if op.is_compute)
-_IS_COMPUTE = np.array([op in _COMPUTE for op in OPS], dtype=bool)  # by op code
-_IS_BACKWARD = np.array([op in _BACKWARDS for op in OPS], dtype=bool)
+
+
+@lru_cache(maxsize=1)
+def _is_compute() -> Any:
+    """By op code: a compute action (made at first use: numpy loads lazily)."""
+    return np.array([op in _COMPUTE for op in OPS], dtype=bool)
+
+
+@lru_cache(maxsize=1)
+def _is_backward() -> Any:
+    """By op code: an action that finishes a microbatch's weight gradient."""
+    return np.array([op in _BACKWARDS for op in OPS], dtype=bool)
+
 
 Move = tuple[int, Op, int]  # a stage action to add to a rank: (the step it goes before, its op, its stage)
 
@@ -56,7 +68,7 @@ def add_unshard_reshard(program: Program, max_active_stages: int = MAX_ACTIVE_ST
 def _run_moves(cols: Columns, r: int, window: int) -> list[Move]:
     """Rank r's UNSHARD / RESHARD, from its runs of compute steps on one stage."""
     lo, hi = cols.starts[r], cols.starts[r + 1]
-    at = np.flatnonzero(_IS_COMPUTE[cols.op[lo:hi]])
+    at = np.flatnonzero(_is_compute()[cols.op[lo:hi]])
     stages = cols.stage[lo:hi][at]
     first = np.flatnonzero(np.diff(stages, prepend=stages[:1] - 1) != 0)  # where each run begins
     runs = [(s,) for s in stages[first].tolist()]
@@ -158,7 +170,7 @@ def add_reduce_grad(program: Program) -> Program:
 
 def _last_backwards(cols: Columns, M: int) -> list[list[Move]]:
     """Per rank, REDUCE_GRAD(s) after the step of stage s's M-th backward on it, in step order."""
-    i = np.flatnonzero(_IS_BACKWARD[cols.op])
+    i = np.flatnonzero(_is_backward()[cols.op])
     rank = np.searchsorted(cols.starts, i, side="right") - 1
     by = np.lexsort((i, cols.stage[i], rank))  # each (rank, stage)'s backwards in order, one after another
     group = np.r_[True, (np.diff(rank[by]) != 0) | (np.diff(cols.stage[i][by]) != 0)]
