@@ -53,37 +53,46 @@ def _resolve(path_or_name: str) -> tuple[Path, bool]:
 
 
 def load_text(text: str, name: str, fmt: str = "pp", params: Mapping[str, int] | None = None,
-              notation: str = "current", strict_params: bool = True, forward_only: bool = False) -> Program:
+              notation: str = "current", strict_params: bool = True, forward_only: bool = False,
+              placement: str | None = None) -> Program:
     """The program in `text`, read from the file `name`: its `source` is `name` whatever the text
     says (an IR file names the schedule it was compiled from), so reports name the file given.
-    `forward_only` declares it forward-only, as a schedule's `forward only` line does (for a CSV)."""
-    program = _read(text, name, fmt, params, notation, strict_params)
+    `forward_only` declares it forward-only, as a schedule's `forward only` line does (for a CSV);
+    a CSV's `params` (P, M, V) and `placement` state its shape (schedc/interop/torch_csv.py `stated`)."""
+    program = _read(text, name, fmt, params, notation, strict_params, placement)
     if forward_only and not program.forward_only:
         program = replace(program, forward_only=True)
     return program if program.source == name else replace(program, source=name)
 
 
-def _read(text: str, name: str, fmt: str, params, notation: str, strict_params: bool) -> Program:
+def _read(text: str, name: str, fmt: str, params, notation: str, strict_params: bool,
+          placement: str | None = None) -> Program:
     form = named(fmt)
     if form.read is None:
         raise SchedcError("usage", f"{fmt} is written, not read; read one of {', '.join(readable())}",
                           where="--format")
     if not form.takes_params and params:
-        raise SchedcError("usage", "--param applies to .pp schedules only", where="--param")
-    return form.read(text, name, params=params, notation=notation, strict=strict_params)
+        raise SchedcError("usage", "--param applies to .pp schedules and PyTorch CSVs only", where="--param")
+    if placement is not None and not form.takes_placement:
+        raise SchedcError("usage", f"--placement applies to PyTorch CSVs only ({name} is {form.what}; a "
+                          "schedule states its own with `place`)", where="--placement")
+    return form.read(text, name, params=params, notation=notation, strict=strict_params, placement=placement)
 
 
 def load(path_or_name: str, params: Mapping[str, int] | None = None, *, fmt: str | None = None,
-         notation: str = "current", strict_params: bool = True, forward_only: bool = False) -> Program:
+         notation: str = "current", strict_params: bool = True, forward_only: bool = False,
+         placement: str | None = None) -> Program:
     """Load and compile a schedule: a built-in name, a .pp file, a PyTorch .csv, or an IR .json
-    (`forward_only`: declare it forward-only, e.g. a CSV of an inference schedule)."""
+    (`forward_only`: declare it forward-only, e.g. a CSV of an inference schedule; for a CSV,
+    `params` P, M, V and `placement` state its ranks, microbatches and stages)."""
     name = str(path_or_name)
     text, path = _file_text(name), name
     if text is None:  # not a readable file of UTF-8 text by that name: resolve it, or say why not
         resolved, given = _resolve(name)
         text, path = read_text(resolved), str(resolved)
         name = name if given else path
-    return load_text(text, name, fmt or detect_format(path), params, notation, strict_params, forward_only)
+    return load_text(text, name, fmt or detect_format(path), params, notation, strict_params, forward_only,
+                     placement)
 
 
 def _file_text(path: str) -> str | None:

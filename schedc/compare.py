@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from .errors import SchedcError
+from .inputs import STDIN, STDIN_NAME
 from .outputs import rounded
 
 
@@ -58,20 +59,30 @@ class Row:
 MAX_COMPARED_ACTIONS = 3_000_000  # the actions of every schedule a compare checks and simulates, together (~15 s)
 
 
+def _load_declared(name: str, values: Mapping[str, int]):
+    """The schedule `name`, taking the parameters it declares (`schedc.api.load`)."""
+    from .api import load
+    return load(name, values, strict_params=False)
+
+
 def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float | None = None,
-            overlap: bool = True) -> list[Row]:
+            overlap: bool = True, semantics=None, load=None) -> list[Row]:
     """One row per schedule: fitting ones first by makespan, then those over the limit, then skipped.
     Under a description (`costs.derived`) `memory_limit` is GiB on all a rank holds, by default the
-    accelerator's memory."""
-    from .api import check, load
+    accelerator's memory. `semantics`: checked and timed under it (default rendezvous); `load(name,
+    params)`: how a schedule is read (default `schedc.api.load`, each taking the parameters it
+    declares; a PyTorch CSV takes P and M as what it states)."""
+    from .api import check
     from .simulate import simulate
+    load = load or _load_declared
     setup = getattr(costs, "derived", None)
     if setup is not None and memory_limit is None:
         memory_limit = setup.memory
     rows, total = [], 0
-    for name in names:
+    for given in names:
+        name = STDIN_NAME if given == STDIN else given
         try:
-            program = load(name, dict(params), strict_params=False)
+            program = load(given, dict(params))
         except SchedcError as exc:
             if exc.code != "require":
                 raise
@@ -88,12 +99,13 @@ def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float
             continue
         if costs is not None:
             program = costs.apply(program)
-        report = check(program)
+        report = check(program, semantics=semantics or "rendezvous")
         if report.ok is not True:
             first = report.errors[0].message if report.errors else report.unknown
             rows.append(Row(name, used, skipped=f"fails its checks: {first}"))
             continue
-        timeline = simulate(program, overlap=overlap, links=costs.links(program) if costs is not None else None)
+        timeline = simulate(program, overlap=overlap, links=costs.links(program) if costs is not None else None,
+                            semantics=semantics)
         peaks = report.peak_sizes
         row = Row(name, used, timeline.makespan, timeline.bubble_ratio, peaks,
                   model_states=setup.model_states(program) if setup is not None else None)

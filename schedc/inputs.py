@@ -16,6 +16,7 @@ from .errors import SchedcError
 from .span import Source, Span
 
 BOM = b"\xef\xbb\xbf"
+STDIN, STDIN_NAME = "-", "<stdin>"  # the input that is standard input, and the name its errors give
 MAX_DIGITS = 19  # no count or size schedc takes has more digits (2^62 has 19)
 
 
@@ -26,6 +27,16 @@ def read_text(path: Path | str, what: str = "the file") -> str:
     except OSError as exc:
         raise SchedcError("io", f"cannot read {what}: {exc.strerror}", where=str(path)) from None
     return decode(data, str(path))
+
+
+def read_stdin() -> str:
+    """Standard input's text (an input given as `-`), read to its end; its errors name `<stdin>`."""
+    stream = getattr(sys.stdin, "buffer", None)
+    try:
+        data = stream.read() if stream is not None else sys.stdin.read().encode("utf-8")
+    except OSError as exc:
+        raise SchedcError("io", f"cannot read standard input: {exc.strerror}", where=STDIN_NAME) from None
+    return decode(data, STDIN_NAME)
 
 
 def decode(data: bytes, name: str) -> str:

@@ -66,7 +66,8 @@ def test_check_json_lines_in_order(run_cli, tmp_path):
     bad = tmp_path / "bad.pp"
     bad.write_text(BAD_ORDER)
     csv_path = tmp_path / "one.csv"
-    csv_path.write_text(schedc.to_torch_csv(schedc.load("gpipe", {"P": 2, "M": 2}), "compute"))
+    # (one --param list: the CSV takes P and M as what it states, so it is written for them)
+    csv_path.write_text(schedc.to_torch_csv(schedc.load("gpipe", {"P": 2, "M": 3}), "compute"))
     code, out, _ = run_cli("check", "1f1b", str(bad), str(csv_path), "--json", "--param", "P=2", "--param", "M=3")
     assert code == 1
     reports = [json.loads(line) for line in out.splitlines()]

@@ -7,14 +7,19 @@ from __future__ import annotations
 def inputs(q, many: bool = False) -> None:
     """The schedule to read: a file or a built-in name, its parameters, its format and notation."""
     from ..interop.formats import readable
+    from ..interop.torch_csv import PLACEMENTS
     from ..ir import P2P_MODES
     q.add_argument("inputs" if many else "input", nargs="+" if many else None, metavar="FILE|NAME",
-                   help="a .pp schedule, a PyTorch .csv, a schedc .json, or a built-in name")
+                   help="a .pp schedule, a PyTorch .csv, a schedc .json, a built-in name, or - (standard input)")
     q.add_argument("--param", action="append", default=[], metavar="K=V",
                    help="set schedule parameters, e.g. --param P=4 or --param P=4,M=8 (repeatable; "
                         "each name once)")
     q.add_argument("--format", choices=readable(),
-                   help="input format (default: by file extension)")
+                   help="input format (default: by file extension; .pp for -)")
+    q.add_argument("--placement", choices=PLACEMENTS,
+                   help="a PyTorch CSV's placement of stages on ranks: loop (stage s on rank s %% P) or vshape "
+                        "(down the ranks and back up); with --param P=,M=,V= it states the CSV's shape "
+                        "(default: inferred from the cells)")
     q.add_argument("--notation", choices=["current", "legacy"], default="current",
                    help="PyTorch CSV notation: current (B = full backward) or legacy (B = backward-input, "
                         "BW = full backward)")

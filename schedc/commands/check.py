@@ -57,6 +57,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
         raise SchedcError("usage", "--viz draws one schedule: give one input and no --sweep", where="--viz")
     if args.viz:
         common.picture_suffix(Path(args.viz), dag=False)
+    common.one_stdin(args.inputs)
     if args.sweep:
         return _sweep(args, params, stdout, stderr, setup)
     worst = EXIT_OK

@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
+from ..inputs import STDIN, STDIN_NAME, read_stdin
 from .. import options
 from ..options import memory_limit, seconds
 from ..outputs import dumps_json, write_file, write_files  # every output is written by schedc/outputs.py
@@ -27,14 +28,39 @@ def description(args):
 
 
 def load(name: str, args, values=None, strict=True):
-    """A schedule by name or path with the parameter values (ignored for CSV and JSON inputs)."""
-    from ..api import detect_format, load as load_program
+    """A schedule by name or path (`-`: standard input, read as --format says, .pp by default) with
+    the parameter values (ignored for IR JSON inputs)."""
+    from ..api import detect_format, load as load_program, load_text
     from ..interop.formats import FORMATS
-    fmt = args.format or detect_format(name)
-    program = load_program(name, values if FORMATS[fmt].takes_params else None, fmt=fmt, notation=args.notation,
-                           strict_params=strict, forward_only=getattr(args, "forward_only", False))
+    fmt = args.format if args.format and not _builtin(name) else detect_format(name)  # (a built-in is .pp)
+    options = dict(params=values if FORMATS[fmt].takes_params else None, notation=args.notation,
+                   strict_params=strict, forward_only=getattr(args, "forward_only", False),
+                   placement=getattr(args, "placement", None))
+    if name == STDIN:
+        if getattr(args, "stdin_text", None) is None:  # read once (a sweep loads it at every instance)
+            args.stdin_text = read_stdin()
+        program = load_text(args.stdin_text, STDIN_NAME, fmt, **options)
+    else:
+        program = load_program(name, fmt=fmt, **options)
     p2p = getattr(args, "p2p", None)
     return program if p2p is None or p2p == program.p2p else replace(program, p2p=p2p)
+
+
+def shown(name: str) -> str:
+    """An input's name as output names it: `<stdin>` for `-`."""
+    return STDIN_NAME if name == STDIN else name
+
+
+def _builtin(name: str) -> bool:
+    """Whether `name` is a built-in schedule's (and no file of that name is there)."""
+    from ..resources import builtin_schedules
+    return name in builtin_schedules() and not Path(name).exists()
+
+
+def one_stdin(names) -> None:
+    """Standard input is read once: `-` among a command's inputs at most once (a usage error else)."""
+    if list(names).count(STDIN) > 1:
+        raise SchedcError("usage", "standard input (-) is given more than once; it can be read once", where="input")
 
 
 def run_checks(program, args, setup=None, timeout: float | None = None):
@@ -59,7 +85,7 @@ def run_checks(program, args, setup=None, timeout: float | None = None):
 def input_error_json(error: SchedcError, file: str | None = None) -> str:
     """The one JSON line of an input error (a bad file, option or name) for `--json`: `ok` false,
     `input_error` true, the diagnostics under `errors`, and the input's name when there is one."""
-    head = {"file": file} if file is not None else {}
+    head = {"file": shown(file)} if file is not None else {}
     return dumps_json({**head, "ok": False, "input_error": True, "errors": [d.to_dict() for d in error.diagnostics]})
 
 

@@ -12,21 +12,33 @@ def add_arguments(q) -> None:
     arguments.inputs(q)
     q.add_argument("-o", "--output", default="build", metavar="DIR", help="output folder (default: build)")
     q.add_argument("--force", action="store_true", help="write outputs even if checks fail")
+    q.add_argument("--json", action="store_true",
+                   help="print one JSON object: the check's report and the files written (`outputs`)")
     arguments.checking(q)
 
 
 def run(args, stdout, stderr) -> int:
-    from ..columns import held_as_columns
-    from ..interop.ir_json import dumps_ir
-    from ..interop.torch_csv import to_torch_csv, torch_cannot_run
     program = common.load(args.input, args, common.params(args.param))
     report = common.run_checks(program, args)
-    stdout.write(report.summary() + "\n")
+    if not args.json:
+        stdout.write(report.summary() + "\n")
     if report.ok is not True:
         stderr.write(report.render() + "\n")
         if not args.force:
             stderr.write("schedc: checks did not pass; nothing written (use --force to write anyway)\n")
-            return common.exit_of(report)
+            return _done(args, report, [], stdout)
+    written = common.write_files(Path(args.output), _outputs(program, report, stderr))
+    if not args.json:
+        stdout.write("  wrote " + ", ".join(str(p) for p in written) + "\n")
+    return _done(args, report, written, stdout)
+
+
+def _outputs(program, report, stderr) -> dict[str, str]:
+    """The files to write, by name: the IR, the PyTorch CSV, the program and the timeline (those
+    that can be made, with a note for each that cannot)."""
+    from ..columns import held_as_columns
+    from ..interop.ir_json import dumps_ir
+    from ..interop.torch_csv import to_torch_csv, torch_cannot_run
     stem = common.safe_stem(program.name)
     no_csv = torch_cannot_run(program)
     if no_csv is not None:
@@ -49,8 +61,13 @@ def run(args, stdout, stderr) -> int:
         if e.code != "too-large":
             raise
         stderr.write(f"schedc: no picture: {e.diagnostics[0].message}\n")
-    written = common.write_files(Path(args.output), outputs)
-    stdout.write("  wrote " + ", ".join(str(p) for p in written) + "\n")
+    return outputs
+
+
+def _done(args, report, written, stdout) -> int:
+    """The exit code of the report; with --json, first its one JSON object, `outputs` the files written."""
+    if args.json:
+        stdout.write(common.dumps_json({**report.to_dict(), "outputs": [str(p) for p in written]}) + "\n")
     return common.exit_of(report)
 
 

@@ -14,20 +14,32 @@ def add_arguments(q) -> None:
     q.add_argument("--level", choices=["compute", "comms"], default="comms",
                    help="torch-csv: compute_only or compute_comms (default)")
     q.add_argument("-o", "--output", metavar="FILE", help="output file (default: standard output)")
+    q.add_argument("--json", action="store_true",
+                   help="print one JSON object: the format, the file written (`outputs`) or, without -o, the "
+                        "exported text (`text`)")
 
 
 def run(args, stdout, stderr) -> int:
     from ..interop.formats import Refused, writer
     program = common.load(args.input, args, common.params(args.param))
+    head = {"file": common.shown(args.input), "schedule": program.name, "params": dict(program.params), "to": args.to,
+            **({"level": args.level} if args.to == "torch-csv" else {})}
     try:
         text = writer(args.to)(program, level=args.level)
     except Refused as refused:
         stderr.write(refused.report.render() + "\n")
         stderr.write(f"schedc: {refused.why}\n")
+        if args.json:
+            errors = [d.to_dict() for d in refused.report.errors]
+            stdout.write(common.dumps_json({**head, "ok": False, "errors": errors, "why": refused.why,
+                                            "outputs": []}) + "\n")
         return EXIT_FAIL
-    if args.output:
-        written = common.write_file(args.output, text)
+    written = common.write_file(args.output, text) if args.output else None
+    if written is not None:
         stderr.write(f"wrote {written}\n")
-    else:
+    if args.json:
+        shown = {"outputs": [str(written)]} if written is not None else {"outputs": [], "text": text}
+        stdout.write(common.dumps_json({**head, "ok": True, "errors": [], **shown}) + "\n")
+    elif written is None:
         stdout.write(text)
     return EXIT_OK

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -66,6 +67,9 @@ def add_arguments(q) -> None:
     q.add_argument("--print-torchrun", action="store_true",
                    help="write DIR/<name>_program.py and print the torchrun command instead of running")
     q.add_argument("-o", "--output", default="build", metavar="DIR", help="with --print-torchrun: output folder")
+    q.add_argument("--json", action="store_true",
+                   help="print one JSON object: the run's steps (time and loss), its median step time, the files "
+                        "written, or what stopped it (the ranks' other output goes to standard error)")
 
 
 def run(args, stdout, stderr) -> int:  # noqa: C901
@@ -109,23 +113,24 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
             raise SchedcError("usage", why, where="--backend")
     refuse_unrunnable(program)  # before the checks: a program too large to run is not checked first
     verified = None
+    said = stderr if args.json else stdout  # with --json standard output holds the JSON alone
     if not args.no_verify:
         checks = argparse.Namespace(semantics=str(semantics), engine="native", timeout=30.0, memory_limit=None)
         report = common.run_checks(program, checks)
-        stdout.write(report.summary() + "\n")
+        said.write(report.summary() + "\n")
         if report.ok is not True:
             stderr.write(report.render() + "\n")
             stderr.write("schedc: checks did not pass; not running (--no-verify runs it anyway)\n")
-            return common.exit_of(report)
+            return _not_run(args, report, stdout)
         verified = str(semantics)
         if args.backend == "nccl" and not semantics.one_stream_per_pair:
-            on_nccl = _nccl_checked(program, verified, stdout, stderr)
+            on_nccl = _nccl_checked(program, verified, said, stderr)
             if on_nccl.ok is not True:
-                return common.exit_of(on_nccl)
+                return _not_run(args, on_nccl, stdout)
         if args.receives == "early":
-            early = _early_receives_checked(program, stdout, stderr)
+            early = _early_receives_checked(program, said, stderr)
             if early.ok is not True:
-                return common.exit_of(early)
+                return _not_run(args, early, stdout)
             verified = "gloo"
     lowered = lower_to_torch(program, verified=verified, receives=args.receives)
     rank_args = ["--model", args.model, "--steps", str(args.steps), "--timeout", str(args.timeout),
@@ -139,15 +144,19 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
         (path,) = common.write_files(Path(args.output), {name: lowered.source})
         command = lowered.torchrun_command(str(path), args.model, rank_args[2:])
         nodes = range(nnodes) if node_rank is None else [node_rank]
-        for k in nodes:
-            stdout.write(shlex.join(_torchrun_nodes(command, nproc, nnodes, k, args.rdzv_endpoint)) + "\n")
+        lines = [shlex.join(_torchrun_nodes(command, nproc, nnodes, k, args.rdzv_endpoint)) for k in nodes]
+        if args.json:
+            stdout.write(common.dumps_json({"file": common.shown(args.input), "schedule": program.name, "ok": True, "errors": [],
+                                            "torchrun": lines, "outputs": [str(path)]}) + "\n")
+        else:
+            stdout.write("".join(line + "\n" for line in lines))
         return EXIT_OK
     from ..runtime.launch import launch
     node_rank = node_rank or 0
     first = node_rank * nproc  # this node's global ranks: first .. first + nproc - 1
     where = (f" on node {node_rank} of {nnodes}, global ranks {first}..{first + nproc - 1} of {nnodes * nproc}, "
              f"rendezvous at {args.rdzv_endpoint}" if nnodes > 1 else "")
-    progress(stderr, prefix="schedc run: ")(f"starting {nproc} rank(s){where} ({args.backend}, {args.steps} "
+    progress(stderr, quiet=args.json, prefix="schedc run: ")(f"starting {nproc} rank(s){where} ({args.backend}, {args.steps} "
                                             "step(s)); each rank loads torch and the model first")
     placed = dict(nnodes=nnodes, node_rank=node_rank)
     if endpoint is not None:
@@ -158,24 +167,68 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
         parts = Path(folder, "trace")
         if trace:
             rank_args += ["--trace-dir", str(parts)]
+        ranks_out = _Results(stderr) if args.json else stdout
         try:
-            done = launch([sys.executable, str(path), *rank_args], nproc, stdout=stdout, stderr=stderr,
+            done = launch([sys.executable, str(path), *rank_args], nproc, stdout=ranks_out, stderr=stderr,
                           grace=min(args.timeout, 30.0) + 5.0, **placed)
         except KeyboardInterrupt:  # the ranks are stopped; keep what they recorded
             if trace:
                 _write_trace(trace, parts, local_ranks, None, stderr)
             raise
-        if trace:
-            _write_trace(trace, parts, local_ranks, done, stderr)
+        traced = _write_trace(trace, parts, local_ranks, done, stderr) if trace else None
+    failed = [(first + r, code) for r, code in enumerate(done.returncodes) if code != 0]
+    how = [f"rank {rank} " + (_RANK_EXITS.get(code, f"exited with {code}") if code >= 0 else
+                              f"was stopped (signal {-code})") for rank, code in failed]
+    if not done.ok:
+        every = f"every rank of node {node_rank} exited" if nnodes > 1 else "every rank exited"
+        stderr.write("schedc: the run failed: " + "; ".join(how) + f" ({every})\n")
+    if args.json:
+        profiled = args.profile if done.ok and args.profile and node_rank == 0 else None  # (rank 0 writes it)
+        written = [str(p) for p in (profiled, traced) if p]
+        stdout.write(common.dumps_json({"file": common.shown(args.input), "schedule": program.name, "params": dict(program.params),
+                                        "ranks": nproc * nnodes, "backend": args.backend, "verified": verified,
+                                        **ranks_out.to_dict(), "ok": done.ok,
+                                        "errors": [{"message": m, "rank": rank, "exit_code": code}
+                                                   for m, (rank, code) in zip(how, failed)],
+                                        "exit_codes": list(done.returncodes), "outputs": written}) + "\n")
     if done.ok:
         return EXIT_OK
-    how = [f"rank {first + r} " + (_RANK_EXITS.get(code, f"exited with {code}") if code >= 0 else
-                                   f"was stopped (signal {-code})")
-           for r, code in enumerate(done.returncodes) if code != 0]
-    every = f"every rank of node {node_rank} exited" if nnodes > 1 else "every rank exited"
-    stderr.write("schedc: the run failed: " + "; ".join(how) + f" ({every})\n")
     # every failing rank rejected its arguments or model: bad input, not a failed run
     return EXIT_INPUT if all(code in (0, 2) for code in done.returncodes) else EXIT_FAIL
+
+
+_STEP = re.compile(r"step (\d+)/\d+\s+([\d.]+) ms\s+loss (\S+)$")  # the lines schedc/runtime/entry.py prints
+_MEDIAN = re.compile(r"median step time ([\d.]+) ms over (\d+) step")
+
+
+class _Results:
+    """The ranks' standard output under --json: the step lines (`step K/N  T ms  loss L`) and the
+    median step time kept for the JSON; any other line passed on to `other` (standard error)."""
+
+    def __init__(self, other):
+        self.other, self.steps, self.median = other, [], None
+
+    def write(self, line: str) -> None:
+        step, median = _STEP.match(line.strip()), _MEDIAN.match(line.strip())
+        if step:
+            self.steps.append({"step": int(step[1]), "time_ms": float(step[2]), "loss": float(step[3])})
+        elif median:
+            self.median = {"median_step_ms": float(median[1]), "steps_timed": int(median[2])}
+        else:
+            self.other.write(line)
+
+    def flush(self) -> None:
+        self.other.flush()
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps, **(self.median or {"median_step_ms": None, "steps_timed": 0})}
+
+
+def _not_run(args, report, stdout) -> int:
+    """The exit code of a check that stops the run; with --json, first the report as its JSON."""
+    if args.json:
+        stdout.write(common.dumps_json({**report.to_dict(), "steps": [], "outputs": []}) + "\n")
+    return common.exit_of(report)
 
 
 def _early_receives_checked(program, stdout, stderr):
@@ -286,8 +339,9 @@ def _writable(path: str, flag: str) -> None:
                           where=flag)
 
 
-def _write_trace(path: str, parts: Path, ranks, done, stderr) -> None:
-    """Merge the (global) ranks' event files into the trace at `path`, and say how complete it is."""
+def _write_trace(path: str, parts: Path, ranks, done, stderr) -> Path | None:
+    """Merge the (global) ranks' event files into the trace at `path`, and say how complete it is;
+    the file written (None if it could not be)."""
     from ..interop.chrome_trace import measured_trace, read_part
     from ..outputs import dumps_json
     events = {}
@@ -306,7 +360,7 @@ def _write_trace(path: str, parts: Path, ranks, done, stderr) -> None:
         written = common.write_file(path, dumps_json(doc, separators=(",", ":")) + "\n")
     except SchedcError as exc:  # the run's own outcome still decides the exit code
         stderr.write(exc.render() + "\n")
-        return
+        return None
     other = doc["otherData"]
     if other["watchdog"]:
         note = " (up to the watchdog stop: " + "; ".join(f"rank {stop['rank']} at {stop['name']}"
@@ -320,4 +374,5 @@ def _write_trace(path: str, parts: Path, ranks, done, stderr) -> None:
     if other["missing_ranks"]:
         note += f"; no events from rank(s) {', '.join(map(str, other['missing_ranks']))}"
     stderr.write(f"schedc run: wrote the trace {written}{note}\n")
+    return written
 

@@ -62,7 +62,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     def fail(diagnostics) -> int:
         stderr.write("\n".join(d.render() for d in diagnostics) + "\n")
         if args.json:
-            stdout.write(dumps_json({"file": args.input, "ok": False,
+            stdout.write(dumps_json({"file": common.shown(args.input), "ok": False,
                                      "errors": [d.to_dict() for d in diagnostics]}) + "\n")
         return EXIT_FAIL
 
@@ -90,7 +90,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     if args.json:
         extra = described.sim_fields(timeline, setup) if setup is not None else {}
         extra = {**extra, **({"sampled": sampled.to_dict()} if sampled is not None else {})}
-        stdout.write(dumps_json({**_sim_dict(args.input, timeline, costs, written), **extra}) + "\n")
+        stdout.write(dumps_json({**_sim_dict(common.shown(args.input), timeline, costs, written), **extra}) + "\n")
     elif setup is not None:
         stdout.write(described.sim_text(timeline, setup, written) + "\n")
     else:

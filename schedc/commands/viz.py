@@ -18,6 +18,8 @@ def add_arguments(q) -> None:
                    help="the picture; the suffix picks the format (--dag: .svg, .png or .dot)")
     q.add_argument("--dag", action="store_true", help="draw the dependency graph through graphviz instead")
     q.add_argument("--arrows", action="store_true", help="draw every message as an arrow from sender to receiver")
+    q.add_argument("--json", action="store_true",
+                   help="print one JSON object: the check's report and the picture written (`outputs`)")
     arguments.costs(q, "costs for every stage, e.g. F=1,I=1,W=1,B=2; applied after --costs")
     arguments.checking(q)
     arguments.describing(q)
@@ -36,10 +38,24 @@ def run(args, stdout, stderr) -> int:
         program = costs.apply(program)
         overlap, links = costs.overlap is not False, costs.links(program)
     report = common.run_checks(program, args, setup)
+    limit = common.memory_limit(args.memory_limit, sized=True) if setup is not None else None
     if setup is not None:
-        limit = common.memory_limit(args.memory_limit, sized=True)
         described.explain(report, setup, limit)
         units = described.picture_units(setup, program, limit)
+    if not args.json:
+        _say(report, setup, limit, stdout)
+    program = held_as_columns(program)  # drawn from integer columns (millions of steps, at the limits)
+    written = common.write_picture(program, report, Path(args.output), stderr, dag=args.dag, arrows=args.arrows,
+                                   overlap=overlap, links=links, units=units)
+    if args.json:
+        extra = described.check_fields(report, setup, limit) if setup is not None else {}
+        stdout.write(common.dumps_json({**report.to_dict(), **extra, "outputs": [str(written)]}) + "\n")
+    return EXIT_OK
+
+
+def _say(report, setup, limit, stdout) -> None:
+    """The check's summary (in seconds and GiB under a description) and, for a failing schedule, why."""
+    if setup is not None:
         stdout.write(described.check_text(report, setup, limit) + "\n")
     else:
         stdout.write(report.summary() + "\n")
@@ -49,8 +65,4 @@ def run(args, stdout, stderr) -> int:
         verdict = "fails its checks" if report.ok is False else "could not be decided"
         stdout.write(f"  the schedule {verdict}; the picture shows why (schedc viz exits 0 all the same: "
                      "schedc check gives the exit code)\n")
-    program = held_as_columns(program)  # drawn from integer columns (millions of steps, at the limits)
-    common.write_picture(program, report, Path(args.output), stderr, dag=args.dag, arrows=args.arrows,
-                         overlap=overlap, links=links, units=units)
-    return EXIT_OK
 

@@ -27,8 +27,9 @@ class Refused(Exception):
 class Format:
     """One format: `name` (`--format`, `--to`), `extensions` (lower case, with the dot; the first is
     the one written), `what` it is in a sentence; `read(text, name, params=, notation=, strict=)`
-    gives a `Program` (`takes_params`: the text has parameters for `--param`); `write(program,
-    level=)` gives the text (`level`: compute or comms, for a format with both) or raises `Refused`."""
+    gives a `Program` (`takes_params`: `--param` applies, to the text's parameters or to what it
+    states; `takes_placement`: so does `--placement`); `write(program, level=)` gives the text
+    (`level`: compute or comms, for a format with both) or raises `Refused`."""
 
     name: str
     extensions: tuple[str, ...]
@@ -36,6 +37,7 @@ class Format:
     read: Callable[..., "Program"] | None = None
     write: Callable[..., str] | None = None
     takes_params: bool = False
+    takes_placement: bool = False
 
 
 def _read_pp(text: str, name: str, *, params: Mapping[str, int] | None, strict: bool, **_: object) -> "Program":
@@ -44,9 +46,10 @@ def _read_pp(text: str, name: str, *, params: Mapping[str, int] | None, strict: 
     return compile_schedule(parse(text, name), params, strict=strict)
 
 
-def _read_csv(text: str, name: str, *, notation: str, **_: object) -> "Program":
-    from .torch_csv import program_from_csv
-    return program_from_csv(text, name, notation=notation)
+def _read_csv(text: str, name: str, *, notation: str, params: Mapping[str, int] | None = None,
+              placement: str | None = None, strict: bool = True, **_: object) -> "Program":
+    from .torch_csv import program_from_csv, stated
+    return stated(program_from_csv(text, name, notation=notation), params, placement, strict=strict)
 
 
 def _read_ir(text: str, name: str, **_: object) -> "Program":
@@ -101,7 +104,7 @@ def unregister(name: str) -> None:
 for _fmt in (  # the first is the default: a file whose extension picks no other format
     Format("pp", (".pp",), "a schedc schedule", read=_read_pp, takes_params=True),
     Format("torch-csv", (".csv",), "PyTorch's schedule CSV (compute_only or compute_comms)", read=_read_csv,
-           write=_write_csv),
+           write=_write_csv, takes_params=True, takes_placement=True),
     Format("ir-json", (".json",), "schedc's IR as JSON", read=_read_ir, write=_write_ir),
 ):
     register(_fmt)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Mapping
 
 from ..columns import Columns, columns_of, has_op
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
-from ..ir import (SCHEDC_ONLY, ActionSyntaxError, Compound, CompoundKind, Op, Program, Step, format_step, parse_step,
+from ..expr import did_you_mean
+from ..ir import (SCHEDC_ONLY, ActionSyntaxError, Annotations, Compound, CompoundKind, Op, Program, Step, format_step, parse_step,
                   placed)
 from ..span import Source, Span
 from .compact import step_texts
@@ -106,6 +108,50 @@ def program_from_csv(text: str, name: str = "<csv>", *, notation: str = "current
         if program is not None:
             return program
     return read_torch_csv(text, name, notation=notation).to_program()
+
+
+STATED = {"P": "ranks (one row each)", "M": "microbatches", "V": "stages per rank"}  # what --param states of a CSV
+PLACEMENTS = ("loop", "vshape")
+
+
+def stated(program: Program, params: Mapping[str, int] | None = None, placement: str | None = None, *,
+           strict: bool = True) -> Program:
+    """The program of a CSV with what its reader states about it (`--param P=,M=,V=`, `--placement`)
+    in place of what the cells suggest (the ranks are its rows, M one more than the largest
+    microbatch, the stages up to the largest index, each on the rank of its first cell). A cell
+    outside what is stated is then the check's error at its own row and column (`bad-index`,
+    `wrong-rank`), not `missing` actions blamed on other ranks. `strict` (the CSV is the one input):
+    a name besides P, M and V is an `unknown-param` error; else (one --param list for several
+    schedules) the CSV takes P and M and ignores the rest, V too, as schedules without chunks do."""
+    given = {k: v for k, v in (params or {}).items() if strict or k in ("P", "M")}
+    if not given and placement is None:
+        return program
+    _check_stated(program, given, placement)
+    R = program.num_ranks
+    S = given["V"] * R if "V" in given else program.num_stages
+    if placement is not None:
+        where = placed(placement, S, R)
+    else:  # the stages as read, any new one placed by loop
+        where = tuple(program.placement[s] if s < program.num_stages else s % R for s in range(S))
+    return replace(program, num_stages=S, num_microbatches=given.get("M", program.num_microbatches),
+                   placement=where, annotations=Annotations(),
+                   params=tuple((k, given[k]) for k in STATED if k in given))
+
+
+def _check_stated(program: Program, given: Mapping[str, int], placement: str | None) -> None:
+    for key, value in given.items():
+        if key not in STATED:
+            told = ", ".join(f"{k}: {w}" for k, w in STATED.items())
+            raise SchedcError("unknown-param", f"a PyTorch CSV states only P, M and V ({told}), not "
+                              f"'{key}'{did_you_mean(key, STATED)}", where="--param")
+        if value < 1:
+            raise SchedcError("range", f"{key}={value}: the {STATED[key]} must be at least 1", where="--param")
+    if "P" in given and given["P"] != program.num_ranks:
+        raise SchedcError("csv", f"P={given['P']} is stated, but the CSV has {program.num_ranks} row(s), one per "
+                          "rank", where=program.source or program.name)
+    if placement is not None and placement not in PLACEMENTS:
+        raise SchedcError("usage", f"unknown placement {placement!r}; expected one of {', '.join(PLACEMENTS)}",
+                          where="--placement")
 
 
 def _dumps_columns(cols: Columns) -> str:
