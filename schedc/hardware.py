@@ -167,6 +167,13 @@ class Setup:
             F, I = F + f, I + b + (f if estimate.checkpoint_of(m, i) == "full" else 0.0)  # noqa: E741
         return F, I
 
+    def dp_seconds(self, params: float) -> float:
+        """A step's data-parallel gradient reduction for a rank of `params` weights (after tensor and
+        expert parallelism), not overlapped: schedc/jobs/comm.py `data_parallel`."""
+        p = self.parallel
+        nbytes = params * estimate.DTYPE_BYTES[self.model.dtype]
+        return comm.data_parallel(nbytes, p, self._wire(p.dp * p.tp * p.cp))
+
     def _wire(self, span: int) -> comm.Wire:
         """The link a group of collectives uses: the accelerator's own within a node (its `link`
         preset, else the description's), the network across nodes."""

@@ -63,3 +63,11 @@ def expert_parallel(x: LayerShape, p: Parallel, wire: Wire) -> tuple[float, floa
     tokens = x.tokens / p.sequence_shards
     one = x.top_k * tokens * x.hidden * x.dtype_bytes * (p.ep - 1) / p.ep / wire.bandwidth + (p.ep - 1) * wire.latency
     return 2 * one, 2 * one
+
+
+def data_parallel(nbytes: float, p: Parallel, wire: Wire) -> float:
+    """A step's gradient reduction over the data-parallel degree, counted as not overlapped (an
+    upper bound: DDP and FSDP overlap most of it with the backward): FSDP's reduce-scatter of the
+    gradients and all-gather of the weights, or DDP's all-reduce, the same bytes, of a rank's
+    `nbytes` of 16-bit weights."""
+    return 2 * ring(nbytes, p.dp, wire)
