@@ -5,6 +5,7 @@ frozen nodes. Syntax errors become `SchedcError("syntax", ...)` that say what wa
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from lark import Lark, Token, Transformer, Tree, v_args
@@ -50,7 +51,14 @@ def parse(text: str, name: str = "<input>") -> ast.Schedule:
     return tree
 
 
+_LONE_CR = re.compile(r"\r(?!\n)")
+
+
 def _parse(text: str, name: str) -> ast.Schedule:
+    # Lines end at "\n", "\r\n" or a lone "\r", as Python reads text (universal newlines): a lone
+    # "\r" becomes "\n" (one character for one, so offsets stay), ending a `#` comment and a line.
+    if "\r" in text:
+        text = _LONE_CR.sub("\n", text)
     source = Source(name, text)
     if len(text) > MAX_SOURCE_BYTES:
         raise SchedcError("too-large", f"source is {len(text)} bytes; the limit is {MAX_SOURCE_BYTES}",

@@ -1,6 +1,7 @@
 """What several commands share: --param, loading, running the checks, exit codes, atomic writes, pictures."""
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -70,9 +71,19 @@ def worse(a: int, b: int) -> int:
     return a if rank[a] >= rank[b] else b
 
 
+MAX_STEM = 100
+
+
 def safe_stem(name: str) -> str:
-    stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", name).strip(".") or "schedule"
-    return stem[:100]
+    """The stem of a schedule's output files (compile's DIR/<stem>.json, ...): the name itself when
+    it is a plain file name (letters, digits, `_`, `.`, `-`; no dot at either end; at most MAX_STEM);
+    otherwise its plain part, `~` and 8 hex digits of a hash of the whole name. No plain name has a
+    `~`, so two names never share a stem (`a/b` is `a_b~...`, never `a_b`)."""
+    stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", name).strip(".")
+    if stem == name and 0 < len(stem) <= MAX_STEM:
+        return stem
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{stem[:MAX_STEM - 9].rstrip('.') or 'schedule'}~{digest}"
 
 
 def picture_suffix(out: Path, dag: bool) -> None:
