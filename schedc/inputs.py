@@ -60,7 +60,9 @@ def integer(text: str, what: str, span: Span | None = None, where: str | None = 
 
 def loads_json(text: str, name: str, code: str):
     """The JSON value in `text` (from the file `name`); what is not JSON is a `code` error, and so
-    is a string holding half a surrogate pair (`"\\ud800"`: no character, and no UTF-8 for it)."""
+    is a string holding half a surrogate pair (`"\\ud800"`: no character, and no UTF-8 for it). The
+    halves U+DC80..U+DCFF are let through: Python's name for a byte that is not UTF-8 (a file name
+    such as b"\\xff.csv"), which it writes back as that byte."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -76,7 +78,7 @@ def loads_json(text: str, name: str, code: str):
 
 
 _SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
-_RAW_SURROGATE = re.compile(r"[\ud800-\udfff]")  # (a text given as a str, not read from a file, can hold one)
+_RAW_SURROGATE = re.compile(r"[\ud800-\udc7f]")  # (a text given as a str, not read from a file, can hold one)
 _ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
 
 
@@ -94,8 +96,8 @@ def _refuse_lone_surrogate(text: str, name: str, code: str) -> None:
 
 
 def _lone_surrogate(text: str) -> re.Match | None:
-    """The first `\\uD800`-`\\uDFFF` escape of JSON `text` (which parsed: each backslash opens an
-    escape) that is not a high half followed at once by a low half, or None."""
+    """The first `\\uD800`-`\\uDC7F` escape of JSON `text` (which parsed: each backslash opens an
+    escape) that is not half of a high-low pair, or None."""
     high = None  # a high half waiting for its low half
     for m in _ESCAPE.finditer(text):
         unit = int(m.group(1), 16) if m.group(1) else -1
@@ -104,7 +106,7 @@ def _lone_surrogate(text: str) -> re.Match | None:
                 high = None
                 continue
             return high
-        if 0xDC00 <= unit <= 0xDFFF:
+        if 0xDC00 <= unit <= 0xDC7F:
             return m
         if 0xD800 <= unit <= 0xDBFF:
             high = m

@@ -102,7 +102,7 @@ def test_a_report_dict_is_strict_json_even_for_sizes_past_the_floats():
 
 
 # ---- half a surrogate pair ----
-@pytest.mark.parametrize("name", ["a\ud800b", "\udc00"])
+@pytest.mark.parametrize("name", ["a\ud800b", "\udc00", "\udc7f"])
 def test_a_json_name_with_half_a_surrogate_pair_is_an_input_error(run_cli, tmp_path, name):
     path = _ir(run_cli, tmp_path, lambda d: d.__setitem__("schedule", name))
     assert "\\ud" in path.read_text()  # (json.dumps escapes it)
@@ -112,9 +112,11 @@ def test_a_json_name_with_half_a_surrogate_pair_is_an_input_error(run_cli, tmp_p
     assert not (tmp_path / "out").exists()
 
 
-def test_a_whole_surrogate_pair_reads():
+def test_a_whole_surrogate_pair_reads_and_so_does_a_byte_that_is_not_utf8():
+    """A file name such as b"\\xff.csv" is "\\udcff.csv" in Python, and in the IR JSON of its program."""
     from schedc.inputs import loads_json
-    assert loads_json('["\\ud83d\\ude00", "\\\\ud800"]', "x.json", "ir-json") == ["\U0001F600", "\\ud800"]
+    assert loads_json('["\\ud83d\\ude00", "\\\\ud800", "\\udcff"]', "x.json", "ir-json") == \
+        ["\U0001F600", "\\ud800", "\udcff"]
 
 
 # ---- CR-only line ends ----
