@@ -188,7 +188,6 @@ def _cells(line: str, source: Source | None = None, rank: int = 0):
 def _unreadable_row(line: str, source: Source | None, rank: int, exc: csv.Error) -> SchedcError:
     """The `csv` error for a row the csv module refuses: at its first cell over the field limit."""
     limit = csv.field_size_limit()
-    start, step = 0, 0
     for step, (start, end) in enumerate(_raw_cells(line)):
         if end - start > limit:
             return SchedcError("csv", f"rank {rank}, step {step}: a cell of {end - start:,} characters; a CSV "
@@ -202,7 +201,7 @@ def _unreadable_row(line: str, source: Source | None, rank: int, exc: csv.Error)
 
 def _raw_cells(line: str):
     """(start, end) offsets of each cell's raw text in the line, quotes included."""
-    i, in_quotes, start = 0, False, 0
+    in_quotes, start = False, 0
     for i, ch in enumerate(line):
         if ch == '"':
             in_quotes = not in_quotes
