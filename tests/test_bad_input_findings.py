@@ -5,6 +5,7 @@ that collide, the detailed checks' `too-large` error)."""
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from dataclasses import replace
 
@@ -143,7 +144,9 @@ def test_different_names_never_share_output_files(run_cli, tmp_path):
         assert run_cli("compile", str(path), "-o", str(out))[0] == 0
     assert len(list(out.iterdir())) == 5 * 4
     assert safe_stem("a_b") == "a_b" and safe_stem("gpipe") == "gpipe"
-    assert len({safe_stem(n) for n in ["a b", "a_b", "a/b", "a.b.", "a.b", "", ".."]}) == 7
+    names = ["a b", "a_b", "a/b", "a.b.", "a.b", "", "..", "a_b--c8687a08", safe_stem("a b")]
+    assert len({safe_stem(n) for n in set(names)}) == len(set(names)) == 8
+    assert all(re.fullmatch(r"[A-Za-z0-9_.\-]{1,100}", safe_stem(n)) for n in names + ["x" * 300])
 
 
 # ---- the detailed checks' too-large error names the file ----

@@ -72,18 +72,19 @@ def worse(a: int, b: int) -> int:
 
 
 MAX_STEM = 100
+_HASHED = re.compile(r"--[0-9a-f]{8}$")
 
 
 def safe_stem(name: str) -> str:
     """The stem of a schedule's output files (compile's DIR/<stem>.json, ...): the name itself when
-    it is a plain file name (letters, digits, `_`, `.`, `-`; no dot at either end; at most MAX_STEM);
-    otherwise its plain part, `~` and 8 hex digits of a hash of the whole name. No plain name has a
-    `~`, so two names never share a stem (`a/b` is `a_b~...`, never `a_b`)."""
+    it is a plain file name (letters, digits, `_`, `.`, `-`; no dot at either end; at most MAX_STEM)
+    that does not end like a hashed one; otherwise its plain part, `--` and 8 hex digits of a hash
+    of the whole name. So two names never share a stem (`a/b` is `a_b--...`, never `a_b`)."""
     stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", name).strip(".")
-    if stem == name and 0 < len(stem) <= MAX_STEM:
+    if stem == name and 0 < len(stem) <= MAX_STEM and not _HASHED.search(stem):
         return stem
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    return f"{stem[:MAX_STEM - 9].rstrip('.') or 'schedule'}~{digest}"
+    return f"{stem[:MAX_STEM - 10].rstrip('.') or 'schedule'}--{digest}"
 
 
 def picture_suffix(out: Path, dag: bool) -> None:
