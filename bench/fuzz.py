@@ -2,7 +2,10 @@
 
 Inputs are generated and mutated: schedule text from the grammar (schedc.strategies.sources), the
 built-ins and variants of them that use `forward only` and `replicas D` (`rank r, replica d`),
-literal-form schedules, PyTorch CSVs and IR JSON of random valid programs, TOML cost files and
+literal-form schedules, PyTorch CSVs and IR JSON of random valid programs, collective programs
+with sends to no stage (`REDUCE_TIED`, `replicas D`), CR-only line ends, CSV cells past the csv
+module's field limit, IR JSON out of range (limits of ranks that do not exist, numbers near 1e308,
+short action lists, names with half a surrogate pair), TOML cost files and
 measured profiles, model and hardware setup files (TOML and JSON), proof certificates; and the
 command lines of check, compile, sim, viz, export, compare, prove, synth and run (up to
 `--print-torchrun`, or the point where ranks would start: the fuzzer never starts a rank), with
@@ -19,8 +22,11 @@ wall-clock cap and a memory cap, and counts in exactly one class:
             graphviz's parser rejects or that carries an attribute schedc never writes, a
             `_program.py` Python cannot parse, a CSV, IR JSON or synthesised .pp that does not read
             back (or, for synth, does not check), a `--json` line that is not JSON, a .pp or CSV
-            error without its line and column, or anything printed to the process's standard
-            output other than through the command's stream
+            error without its line and column, a `too-large` error that names no file, a .pp whose
+            verdict changes when its lines end in \r or \r\n instead of \n, a report whose
+            `to_dict()` is not strict JSON, two schedule names that would write the same output
+            files, a RuntimeWarning (numpy's), text no UTF-8 stream can print, or anything printed
+            to the process's standard output other than through the command's stream
 
 Each distinct failure is saved under --out DIR: its input files, the command (`repro.sh`, run from
 that folder), what it printed and why it failed. The report gives inputs tried per target and per
@@ -50,6 +56,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -73,9 +80,11 @@ CELL = re.compile(r"[^,\r\n]+|,|\r?\n")
 EXTRA_TOKENS = ["0", "-1", "999999", "4611686018427387904", "1.5", "overlap", "group", "SEND_F", '"', "#",
                 "{", "}", "(", ")", ";", "rank", "0:", "0F0", "(0F0;0B0)OVERLAP_F_B", "next", "order", "greedy",
                 "forward", "only", "forward only", "replicas", "replica", "replicas 2", "rank r, replica d",
-                "d", ",", "REDUCE_GRAD", "UNSHARD", "RESHARD", "0REDUCE_GRAD", "1REDUCE_TIED"]
+                "d", ",", "REDUCE_GRAD", "UNSHARD", "RESHARD", "0REDUCE_GRAD", "1REDUCE_TIED", "0REDUCE_TIED",
+                "1SEND_F0", "9SEND_B3", "\r"]
 EXTRA_CELLS = ["", '"', ",", "\n", "0BW0", "0F", "F0", "-1F0", "0X0", "(0F0;)GROUP", "((0F0))GROUP", "0F0 ",
-               " 1B0", "00F00", "0UNSHARD0", "(0SEND_F0;1RECV_F0)GROUP", "9F9", "0REDUCE_GRAD", "0UNSHARD"]
+               " 1B0", "00F00", "0UNSHARD0", "(0SEND_F0;1RECV_F0)GROUP", "9F9", "0REDUCE_GRAD", "0UNSHARD",
+               "0REDUCE_TIED", "9SEND_F6", "1SEND_F0", "0SEND_B0"]
 TOML_TOKENS = ["=", "[", "]", "[[", "]]", '"', "'", ".", "#", "{", "}", ",", "stage", "rank", "channel", '"0->1"',
                '"1->0"', "0", "1", "-1", "1e308", "1e-320", "nan", "inf", "-inf", "true", "false", "speed", "F", "B",
                "I", "W", "act", "weight", "out", "latency", "bandwidth", "overhead", "overlap", "preset", "model",
@@ -85,7 +94,10 @@ TOML_TOKENS = ["=", "[", "]", "[[", "]]", '"', "'", ".", "#", "{", "}", ",", "st
 CHARS = list("{}()[],;:=+-*/%<>!?.#\"\\ \n\t\r0123456789FBIWrmPMV_") + ["\x00", "\u00e9", "\u2028", "\ufeff"]
 # odd strings for a schedule's name, a file's name or an option: quotes, a final backslash, markup
 NASTY = ["a\\", 'a"b', "<!--<script>", "</script><b>", "]]>", "a\x01\x07b", "a\nb", "", "x" * 300, "\u2028",
-         "--", '\\"', 'r0s0 [URL="javascript:x"]', "a'b", "$(touch x)", "\udcff", "é", "a}b{", "-x"]
+         "--", '\\"', 'r0s0 [URL="javascript:x"]', "a'b", "$(touch x)", "\udcff", "é", "a}b{", "-x",
+         "a b", "a_b", "a/b", ".."]
+# ... and in JSON only (a command line holds no half surrogate pair but \udc80-\udcff, undecodable bytes)
+JSON_NASTY = ["a\ud800b", "\udc00", "\ud83d"]
 
 
 class Hang(Exception):
@@ -170,6 +182,36 @@ def feature_texts(builtins: dict[str, str]) -> list[str]:
             out.append(dp.replace("  rank r, replica d", "  replicas 2\n  rank r, replica d", 1))
         out.append(text.replace("{\n", "{\n  forward only\n", 1))
     return out
+
+
+SEND_TO_NO_STAGE = ["schedule t {\n  stages 2\n  microbatches 1\n  rank 0: 1SEND_F0\n  rank 1: 0REDUCE_TIED\n}\n",
+                    "schedule t {\n  stages 2\n  microbatches 1\n  replicas 2\n  rank 0: 1SEND_F0\n  rank 1: 0F0\n}\n"]
+COLLECTIVE_KINDS = ["F", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "REDUCE_TIED", "REDUCE_GRAD", "UNSHARD"]
+
+
+def collective_texts(rng: random.Random, n: int) -> tuple[list[str], list[str]]:
+    """(.pp texts, CSVs): literal programs that mix messages and collectives (`REDUCE_TIED`,
+    `REDUCE_GRAD`, `replicas D`), some with a send or receive past either end of the pipeline. The
+    job's channels were paired before its structure was checked: IndexError (issue 35)."""
+    pp, csv = list(SEND_TO_NO_STAGE), ["9SEND_F6\r\n0REDUCE_TIED\r\n"]
+    for _ in range(n):
+        P = rng.randint(1, 3)
+        S, M = P * rng.choice([1, 1, 2]), rng.randint(1, 2)
+        rows = []
+        for _ in range(P):
+            row = []
+            for _ in range(rng.randint(1, 6)):
+                kind = rng.choice(COLLECTIVE_KINDS)
+                stage = rng.randrange(S) if rng.random() < 0.8 else rng.choice([S - 1, S, 0, 9])
+                mb = "" if kind in ("REDUCE_TIED", "REDUCE_GRAD", "UNSHARD") else str(rng.randrange(M))
+                row.append(f"{stage}{kind}{mb}")
+            rows.append(row)
+        csv.append("".join(",".join(row) + "\r\n" for row in rows))
+        lines = ["schedule c {", f"  stages {S}", f"  microbatches {M}"]
+        if rng.random() < 0.4:
+            lines.append(f"  replicas {rng.randint(2, 3)}")
+        pp.append("\n".join(lines + [f"  rank {r}: " + " ".join(row) for r, row in enumerate(rows)] + ["}"]) + "\n")
+    return pp, csv
 
 
 def _cost_files() -> tuple[list[str], list[str]]:
@@ -259,6 +301,9 @@ def seeds(seed: int, n: int = 150) -> dict[str, list]:
     csv += [to_torch_csv(p, "compute").dumps() for p in generated[: n // 2]]
     csv += [to_torch_csv(p, "comms").dumps() for p in lowered]
     ir += [dumps_ir(p) for p in generated[: n // 4] + lowered[: n // 4]]
+    more_pp, more_csv = collective_texts(random.Random(seed), max(4, n // 4))
+    pp += more_pp
+    csv += more_csv
     # from_lark takes ~0.1 s a text: a few dozen are enough to start from (mutations do the rest)
     pp += _draw(sources(), n // 4, seed + 2) + _draw(sources(literals="any"), n // 10, seed + 3)
     costs_toml, profile_json = _cost_files()
@@ -310,7 +355,63 @@ def mutate(text: str, rng: random.Random, tokens: re.Pattern, vocab: list[str], 
 
 
 JSON_VALUES = [None, True, False, 0, 1, 2, 3, -1, 1.5, 1e308, 10 ** 30, 2 ** 63, "x", "0F0", "", [], {}, [0], [[]],
-               [["0F0"]], [-1, 0], {"a": 1}, "nan"] + NASTY
+               [["0F0"]], [-1, 0], {"a": 1}, "nan", 2.0 ** 62, 2.0 ** 63, 1e-308, 5e-324] + NASTY + JSON_NASTY
+
+
+def line_ends(text: str, rng: random.Random) -> str:
+    """The text with its lines ending in \\r (as old Mac files do) or \\r\\n, all or some of them."""
+    end = rng.choice(["\r", "\r", "\r\n"])
+    lines = text.split("\n")
+    if rng.random() < 0.6:
+        return end.join(lines)
+    return "".join(ln + (end if rng.random() < 0.5 else "\n") for ln in lines[:-1]) + lines[-1]
+
+
+def long_cell(text: str, rng: random.Random) -> str:
+    """A CSV with one cell just past the csv module's field limit (131,072), plain or quoted."""
+    import csv
+    cell = "x" * (csv.field_size_limit() + rng.randint(1, 10))
+    if rng.random() < 0.5:
+        cell = f'"{cell}"'
+    rows = text.split("\n")
+    r = rng.randrange(len(rows))
+    rows[r] = cell + ("," + rows[r] if rows[r] else "")
+    return "\n".join(rows)
+
+
+def mutate_ir(text: str, rng: random.Random) -> str:
+    """One edit of an IR document aimed at what its reader must refuse: a memory limit of a rank that
+    does not exist, a number near 1e308 (or a speed near 0), a rank's action list cut short, a name
+    with half a surrogate pair or that files cannot hold."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    if not (isinstance(data, dict) and isinstance(data.get("annotations"), dict) and isinstance(data.get("actions"), list)
+            and data["actions"]):
+        return text  # (an earlier edit broke it: the reader says so)
+    ann, ranks = data["annotations"], len(data["actions"])
+    how = rng.choice(["limit", "huge", "huge", "speed", "short", "name"])
+    if how == "limit":
+        ann["memory_limit"] = {str(rng.choice([ranks, ranks + 3, -1, 65536])): rng.choice([1, 100])}
+    elif how == "huge":
+        big = rng.choice([1e308, 1.7976931348623157e308, 2.0 ** 63, 2.0 ** 62 + 1e5])
+        tables = [t for key in ("stage_memory", "stage_costs") if isinstance(ann.get(key), list)
+                  for t in ann[key] if isinstance(t, dict) and t]
+        if tables and rng.random() < 0.7:
+            table = rng.choice(tables)
+            table[rng.choice(sorted(table))] = big
+        else:
+            ann[rng.choice(["latency", "bandwidth"])] = big
+    elif how == "speed":
+        ann["rank_speed"] = [rng.choice([1e-308, 5e-324, 1e-300])] * ranks
+    elif how == "short":
+        r = rng.randrange(ranks)
+        if isinstance(data["actions"][r], list):
+            data["actions"][r] = data["actions"][r][:rng.randrange(len(data["actions"][r]) + 1)]
+    else:
+        data["schedule"] = rng.choice(JSON_NASTY + NASTY)
+    return json.dumps(data, ensure_ascii=rng.random() < 0.7)
 
 
 def mutate_json(text: str, rng: random.Random, max_edits: int = 3) -> str:
@@ -345,7 +446,8 @@ def mutate_json(text: str, rng: random.Random, max_edits: int = 3) -> str:
             if how == "delete" and key in parent:
                 del parent[key]
             elif how == "add":
-                parent[rng.choice(["extra", "x", "format", "version", "schedule", "0", "-1", "P"])] = value
+                parent[rng.choice(["extra", "x", "format", "version", "schedule", "0", "-1", "P", "1", "5",
+                                   "65536"])] = value
             elif key is not None:
                 parent[key] = value
         elif isinstance(parent, list):
@@ -505,26 +607,67 @@ def _located(err, name: str) -> None:
 
 
 def _exercise(p) -> str:
-    """Check a loaded program (when small): check must not raise, and its report must render."""
+    """Check a loaded program (when small): check must not raise, its report must render and its
+    `to_dict()` be strict JSON; its name must give output files of its own (`_own_stem`)."""
     import schedc
     if p.num_actions > MAX_CELLS or p.num_stages * p.num_microbatches > MAX_CELLS:
+        _own_stem(p.name)
         return "loaded (too big to check)"
     report = schedc.check(p)
-    report.render()
-    report.summary()
-    json.dumps(report.to_dict())
+    _printable(report.render() + report.summary(), "the report")
+    try:
+        json.dumps(report.to_dict(), allow_nan=False)
+    except ValueError as exc:
+        raise Invalid(f"Report.to_dict() is not strict JSON: {exc}") from None
+    _own_stem(p.name)
     return "checks ok" if report.ok else "checks fail"
 
 
+def _own_stem(name: str) -> None:
+    """The stem of `name`'s output files (compile's DIR/<stem>.json) is one file name, and names
+    near it (a character changed to `_` or a space, cut, or lengthened) get other stems."""
+    from schedc.commands.common import safe_stem
+    near = {name, name.replace("_", " "), name.replace(" ", "_"), name + "/", "_" + name[1:], name[:100],
+            name + "x" * 200, name.rstrip(".") + ".", "." + name}
+    stems: dict[str, str] = {}
+    for n in near:
+        stem = safe_stem(n)
+        if not stem or stem in (".", "..") or "/" in stem or "\0" in stem or len(stem.encode("utf-8", "replace")) > 255:
+            raise Invalid(f"the schedule name {n!r} gives the output stem {stem!r}, not a file name")
+        if stems.setdefault(stem, n) != n:
+            raise Invalid(f"the schedule names {stems[stem]!r} and {n!r} would write the same files ({stem!r})")
+
+
+def _printable(text: str, what: str) -> None:
+    """Text a UTF-8 stream can write (a POSIX locale writes undecodable bytes back as they came)."""
+    try:
+        text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise Invalid(f"{what} holds {exc.object[exc.start:exc.end]!r}, which no UTF-8 stream can print") from None
+
+
 def run_parse(text: str) -> str:
+    """Parse; the same text with \\r or \\r\\n line ends must give the same verdict at the same place."""
+    outcome = _parsed(text)
+    if "\n" in text and "\r" not in text:
+        for end in ("\r", "\r\n"):
+            other = _parsed(text.replace("\n", end))
+            if other != outcome:
+                raise Invalid(f"with lines ending in {end!r} the parse gives {other}, with \\n {outcome}")
+    return outcome[0]
+
+
+def _parsed(text: str) -> tuple:
+    """("parsed",) or ("error CODE", line, column) of the text's parse."""
     from schedc.errors import SchedcError
     from schedc.parse import parse
     try:
         parse(text, "fuzz.pp")
     except SchedcError as err:
         _located(err, "fuzz.pp")
-        return f"error {err.code}"
-    return "parsed"
+        span = err.diagnostics[0].span
+        return f"error {err.code}", span.line, span.column
+    return ("parsed",)
 
 
 def run_pp(text: str) -> str:
@@ -625,6 +768,13 @@ def check_command(case: dict, code: int, out: str, err: str, before: dict[str, b
     argv = case["argv"][:case["argv"].index("--")] if "--" in case["argv"] else case["argv"]  # after it: names
     if code not in (0, 1, 2, 3) or "Traceback" in err or "internal error" in err:
         return "internal", f"exit {code}: {err[-2000:]}"
+    try:
+        _printable(out, "standard output")
+        _printable(err, "standard error")
+    except Invalid as exc:
+        return "invalid", f"exit {code}: {exc}"
+    if command != "compare" and re.search(r"^error\[too-large\]", err, re.M):  # (compare's names its schedule)
+        return "invalid", f"exit {code}: a too-large error that names no file: {err[:300]}"
     leftovers = [name for name in after if Path(name).name.startswith(".") and name.endswith(".tmp")]
     if leftovers:
         return "partial", f"exit {code}; temporary files left: {leftovers}"
@@ -675,6 +825,15 @@ class Runner:
         os.dup2(self.native.fileno(), 1)
 
     def __call__(self, case: dict) -> dict:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            result = self.one(case)
+        said = next((w for w in caught if issubclass(w.category, RuntimeWarning)), None)
+        if said is not None and result["cls"] == "ok":
+            result["cls"], result["detail"] = "invalid", f"a RuntimeWarning: {said.filename}:{said.lineno}: {said.message}"
+        return result
+
+    def one(self, case: dict) -> dict:
         t0 = time.perf_counter()
         if case["target"] in API:
             try:
@@ -940,6 +1099,13 @@ class Generator:
                 text = mutate_json(text, rng) if rng.random() < 0.7 else mutate(text, rng, TOKEN, self.vocab["pp"], 2)
             else:
                 text = mutate(text, rng, CELL if key == "csv" else TOKEN, self.vocab[key])
+        # edits aimed at issue 35's findings: line ends, the csv field limit, IR values out of range
+        if key == "pp" and rng.random() < 0.05:
+            text = line_ends(text, rng)
+        elif key == "csv" and rng.random() < 0.02:
+            text = long_cell(text, rng)
+        elif key == "ir" and rng.random() < 0.2:
+            text = mutate_ir(text, rng)
         return text
 
     def schedule(self, files: dict, p_builtin: float = 0.45) -> tuple[str, str]:

@@ -70,9 +70,12 @@ def integer(text: str, what: str, span: Span | None = None, where: str | None = 
 
 
 def loads_json(text: str, name: str, code: str):
-    """The JSON value in `text` (from the file `name`); what is not JSON is a `code` error."""
+    """The JSON value in `text` (from the file `name`); what is not JSON is a `code` error, and so
+    is a string holding half a surrogate pair (`"\\ud800"`: no character, and no UTF-8 for it). The
+    halves U+DC80..U+DCFF are let through: Python's name for a byte that is not UTF-8 (a file name
+    such as b"\\xff.csv"), which it writes back as that byte."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SchedcError(code, f"not JSON: {exc.msg}",
                           Span.point(Source(name, text), exc.lineno, exc.colno)) from None
@@ -80,6 +83,45 @@ def loads_json(text: str, name: str, code: str):
         raise SchedcError(code, "the JSON is nested too deeply to read", where=name) from None
     except ValueError:  # a number past Python's limit on converting digits to an int
         raise too_long_number(text, name, code) from None
+    if _SURROGATE.search(text):  # (a scan in C; the escapes are walked only when there is one)
+        _refuse_lone_surrogate(text, name, code)
+    return value
+
+
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+_RAW_SURROGATE = re.compile(r"[\ud800-\udc7f]")  # (a text given as a str, not read from a file, can hold one)
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+
+
+def _refuse_lone_surrogate(text: str, name: str, code: str) -> None:
+    """A `code` error at the first half of a surrogate pair in `text` that stands alone."""
+    lone = _RAW_SURROGATE.search(text) or _lone_surrogate(text)
+    if lone is None:
+        return
+    line = text.count("\n", 0, lone.start()) + 1
+    column = lone.start() - (text.rfind("\n", 0, lone.start()) + 1) + 1
+    shown = lone.group(0).encode("ascii", "backslashreplace").decode()
+    quoted = Source(name, _RAW_SURROGATE.sub("\ufffd", text))  # (the caret line must print too)
+    raise SchedcError(code, f"a string holds half a surrogate pair ({shown}): no character, and no UTF-8 text "
+                      "can hold it", Span.point(quoted, line, column, len(lone.group(0))))
+
+
+def _lone_surrogate(text: str) -> re.Match | None:
+    """The first `\\uD800`-`\\uDC7F` escape of JSON `text` (which parsed: each backslash opens an
+    escape) that is not half of a high-low pair, or None."""
+    high = None  # a high half waiting for its low half
+    for m in _ESCAPE.finditer(text):
+        unit = int(m.group(1), 16) if m.group(1) else -1
+        if high is not None:
+            if 0xDC00 <= unit <= 0xDFFF and m.start() == high.end():
+                high = None
+                continue
+            return high
+        if 0xDC00 <= unit <= 0xDC7F:
+            return m
+        if 0xD800 <= unit <= 0xDBFF:
+            high = m
+    return high
 
 
 def too_long_number(text: str, name: str, code: str) -> SchedcError:

@@ -222,17 +222,20 @@ def dumps_json(value, **options) -> str:
     try:
         return json.dumps(value, allow_nan=False, **options)
     except ValueError:  # rare: walk the value only when it holds such a number
-        return json.dumps(_finite(value), allow_nan=False, **options)
+        return json.dumps(finite_only(value), allow_nan=False, **options)
 
 
-def _finite(value):
-    """`value` with every non-finite float replaced by None (dicts, lists and tuples walked)."""
+def finite_only(value):
+    """`value` with every non-finite float replaced by None (dicts, lists and tuples walked; a tuple
+    stays a tuple)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return {k: finite_only(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite_only(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(finite_only(v) for v in value)
     return value
 
 

@@ -7,6 +7,7 @@ node as soon as its parent is reduced. Syntax errors become `SchedcError("syntax
 from __future__ import annotations
 
 import gc
+import re
 import threading
 from functools import lru_cache
 
@@ -62,9 +63,14 @@ def parse(text: str, name: str = "<input>") -> ast.Schedule:
 
 
 _NOW = threading.local()  # the text being parsed in this thread: its source, and how deep in brackets
+_LONE_CR = re.compile(r"\r(?!\n)")
 
 
 def _parse(text: str, name: str) -> ast.Schedule:
+    # Lines end at "\n", "\r\n" or a lone "\r", as Python reads text (universal newlines): a lone
+    # "\r" becomes "\n" (one character for one, so offsets stay), ending a `#` comment and a line.
+    if "\r" in text:
+        text = _LONE_CR.sub("\n", text)
     source = Source(name, text)
     if len(text) > MAX_SOURCE_BYTES:
         raise SchedcError("too-large", f"source is {len(text):,} characters; the limit is {MAX_SOURCE_BYTES:,}",

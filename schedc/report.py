@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from .errors import Diagnostic, SchedcError
-from .outputs import rounded
+from .outputs import finite_only, rounded
 from .ir import RECVS, Action, Compound, CompoundKind, Program, describe, format_step
 from .lint import display_step, lint
 from .passes import lower
@@ -131,7 +131,7 @@ class Report:
             out["witness"] = [list(row) for row in self.witness]
         if self.notes:
             out["notes"] = list(self.notes)
-        return out
+        return finite_only(out)  # strict JSON: a size past the floats is null, as `--json` writes it
 
     def summary(self) -> str:
         p = self.program
@@ -199,7 +199,7 @@ def _checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str 
     # gets the detailed memory walk alone (it says where and what is live), not every detailed check.
     clear = quick_check(program, semantics, None) if fast and engine == "native" and program.dp == 1 else None
     if clear is None:
-        _refuse_detailed(program)
+        _refuse_detailed(program, file)
     if clear is None and joins_ranks(program):  # replicas, or a tied all-reduce between two ranks: the job's question
         report = _check_job(analysis, memory_limit, file if file is not None else program.source)
         report.p2p, report.notes = declared, (note,) if note else ()
@@ -243,14 +243,16 @@ def lint_findings(program: Program) -> list[Diagnostic]:
     return lint(program)
 
 
-def _refuse_detailed(program: Program) -> None:
-    """A `too-large` error, before any detailed pass, for a program beyond MAX_DETAILED_ACTIONS."""
+def _refuse_detailed(program: Program, file: str | None = None) -> None:
+    """A `too-large` error, before any detailed pass, for a program beyond MAX_DETAILED_ACTIONS (named
+    by its file, or by the schedule's name for one from no file)."""
     if program.num_actions > MAX_DETAILED_ACTIONS:
+        where = file or program.source or program.name
         raise SchedcError("too-large", f"{program.num_actions:,} actions, and the fast checks did not clear them (a "
                           "finding, or what only the detailed checks decide: bounded buffers or posted sends at the "
                           "communication level, messages with a size, groups, waits, replicas, forward only); the "
                           f"detailed checks, which say what is wrong, take at most {MAX_DETAILED_ACTIONS:,} actions: "
-                          "check it at fewer microbatches")
+                          "check it at fewer microbatches", where=where)
 
 
 def _check_job(analysis: Analysis, limits, file) -> Report:
@@ -259,16 +261,16 @@ def _check_job(analysis: Analysis, limits, file) -> Report:
     collectives, then deadlock freedom and memory of the whole job, whose rank d * P + p is replica
     d's pipeline rank p (schedc/verify/mesh.py). The native executor decides (the Z3 engine checks
     one pipeline)."""
-    from .verify.mesh import order_findings
+    from .verify.mesh import flat_job, order_findings
     program, semantics = analysis.program, analysis.semantics
     P, D = program.num_ranks, program.dp
     replicas = [program.replica(d) for d in range(program.dp)]
-    flat, cons = analysis.job
-    report = Report(flat, file, semantics, "native", replicas=program.dp, analysis=analysis)
+    report = Report(flat_job(program), file, semantics, "native", replicas=program.dp, analysis=analysis)
     for d, copies in _distinct(replicas).items():
         report.errors.extend(_in_replica(diag, d, P, copies) if D > 1 else diag for diag in lint(replicas[d]))
-    if report.errors:
+    if report.errors:  # before any pairing: a send to no stage has no channel (`bad-comm`)
         return report
+    flat, cons = analysis.job
     report.peak_activation = tuple(x for r in replicas for x in peak_activation(r))
     for d, chans in enumerate(analysis.replica_channels):
         _match(report, chans, d * P, P if D > 1 else None)

@@ -121,7 +121,8 @@ def _step_by_step(program: Program) -> None:
     if program.num_actions > MAX_SIMULATED_ACTIONS:
         raise SchedcError("too-large", f"{program.num_actions:,} actions to time step by step (a program at the "
                           "communication level, or with bandwidths, overheads or groups); at most "
-                          f"{MAX_SIMULATED_ACTIONS:,}: simulate it at fewer microbatches, or at the compute level")
+                          f"{MAX_SIMULATED_ACTIONS:,}: simulate it at fewer microbatches, or at the compute level",
+                          where=program.source or program.name)
 
 
 def program_level(program: Program) -> str:

@@ -130,7 +130,8 @@ class _Run:
             src = np.full(n, NONE, dtype=np.int64)
             src[waits] = np.where(here, p, -2 - p)
             sources.append(src)
-        duration = plans["time"] / np.asarray(sim.speeds)[rank]  # a plan's time over the rank's speed, as `compute`
+        with np.errstate(over="ignore"):  # (a time past the floats is inf: `check_finite` refuses the makespan)
+            duration = plans["time"] / np.asarray(sim.speeds)[rank]  # a plan's time over the rank's speed, as `compute`
         src_a, src_b = sources  # (one per input: `wants` has two)
         return cls(starts, sim, rank, src_a, src_b, dest, make, duration)
 

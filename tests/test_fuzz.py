@@ -63,8 +63,11 @@ HEAD = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): error\[(?P<code>[
 
 
 def assert_located(err: SchedcError, text: str, name: str, *, exact_quote: bool = False) -> None:
-    """Every diagnostic of a bad .pp/.csv names the file, line and column and quotes the line."""
+    """Every diagnostic of a bad .pp/.csv names the file, line and column and quotes the line (a
+    .pp's lines end at \\n, \\r\\n or a lone \\r, as Python reads text; a CSV's at \\n or \\r\\n)."""
     assert isinstance(err, SchedcError)
+    if not name.endswith(".csv"):
+        text = re.sub(r"\r(?!\n)", "\n", text)
     assert err.diagnostics, "a SchedcError without diagnostics"
     rendered = err.render()
     assert "Traceback" not in rendered
@@ -382,7 +385,8 @@ def test_known_bad_inputs_fail_cleanly(fmt, text):
     "# caf\u00e9 \u2028 note\nschedule a(P = 1) {\n  rank r { F(0, 0) B(0, 0) } } oops\n",
 ], ids=["lone-CR-in-whitespace", "form-feed-in-whitespace", "U+2028-in-a-comment"])
 def test_error_quotes_the_line_it_points_at(text):
-    """The caret line quotes the line the error's line number names (lines end at \\n, as lark counts)."""
+    """The caret line quotes the line the error's line number names (lines end at \\n, \\r\\n or a
+    lone \\r: the lone-CR text's error is on its line 2)."""
     with pytest.raises(SchedcError) as info:
         load_text(text, "ws.pp")
     assert_located(info.value, text, "ws.pp", exact_quote=True)

@@ -438,7 +438,7 @@ def test_the_detailed_checks_refuse_a_program_beyond_their_limit_before_any_pass
     csv = tmp_path / "1f1b.csv"  # bounded buffers at the communication level: only the detailed checks decide
     assert run_cli("export", "1f1b", "--param", "P=4,M=16", "--level", "comms", "--to", "torch-csv", "-o", str(csv))[0] == 0
     code, out, err = run_cli("check", str(csv), "--semantics", "bounded:2")
-    assert code == 2 and err.startswith("error[too-large]: ") and "at most 100 actions" in err, (code, err)
+    assert code == 2 and err.startswith(f"{csv}: error[too-large]: ") and "at most 100 actions" in err, (code, err)
 
 
 def test_sim_asks_the_fast_checks_before_linting(run_cli, monkeypatch, tmp_path):

@@ -1,6 +1,7 @@
 """What several commands share: --param, loading, running the checks, exit codes, atomic writes, pictures."""
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -98,9 +99,20 @@ def worse(a: int, b: int) -> int:
     return a if rank[a] >= rank[b] else b
 
 
+MAX_STEM = 100
+_HASHED = re.compile(r"--[0-9a-f]{8}$")
+
+
 def safe_stem(name: str) -> str:
-    stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", name).strip(".") or "schedule"
-    return stem[:100]
+    """The stem of a schedule's output files (compile's DIR/<stem>.json, ...): the name itself when
+    it is a plain file name (letters, digits, `_`, `.`, `-`; no dot at either end; at most MAX_STEM)
+    that does not end like a hashed one; otherwise its plain part, `--` and 8 hex digits of a hash
+    of the whole name. So two names never share a stem (`a/b` is `a_b--...`, never `a_b`)."""
+    stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", name).strip(".")
+    if stem == name and 0 < len(stem) <= MAX_STEM and not _HASHED.search(stem):
+        return stem
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{stem[:MAX_STEM - 10].rstrip('.') or 'schedule'}--{digest}"
 
 
 def picture_suffix(out: Path, dag: bool) -> None:

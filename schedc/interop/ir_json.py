@@ -10,6 +10,7 @@ import math
 from ..columns import Columns
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
+from ..expr import MAX_INT
 from ..inputs import loads_json
 from ..ir import P2P_MODES, ActionSyntaxError, Annotations, Program, StageCost, StageMemory, format_step, parse_step
 from ..outputs import dumps_json
@@ -120,6 +121,25 @@ def _need(value, kind, what: str):
     return value
 
 
+def _number(value, what: str) -> float:
+    """A time, size, speed or limit: a number in 0..2^62, as a schedule's `cost` and `memory` lines
+    take (schedc/expr.py), so no sum or peak of them overflows."""
+    value = _need(value, (int, float), what)
+    if not 0 <= value <= MAX_INT:
+        raise ValueError(f"'{what}' must be a number in 0..2^62, not {value!r}")
+    return float(value)
+
+
+def _limits(given, ranks: int) -> tuple[tuple[int, float], ...]:
+    """`memory_limit`: rank (a key, as text) -> limit, for ranks that exist."""
+    out = {}
+    for key, value in _need(given, dict, "memory_limit").items():
+        if not (isinstance(key, str) and key.isdigit() and key.isascii() and len(key) <= 9 and int(key) < ranks):
+            raise ValueError(f"'memory_limit' names rank {key!r}; the ranks are 0..{ranks - 1}")
+        out[int(key)] = _number(value, "memory_limit")
+    return tuple(sorted(out.items()))
+
+
 def _p2p(data) -> str:
     mode = _need(data.get("p2p", "shared"), str, "p2p")
     if mode not in P2P_MODES:
@@ -150,17 +170,15 @@ def _program(data) -> Program:
         raise ValueError("each of 'replicas' needs one list per rank")
     ann = _need(data.get("annotations") or {}, dict, "annotations")
     notes = Annotations(
-        tuple(StageCost(**{k: float(_need(v, (int, float), k)) for k, v in _need(c, dict, "a stage cost").items()})
+        tuple(StageCost(**{k: _number(v, k) for k, v in _need(c, dict, "a stage cost").items()})
               for c in _need(ann.get("stage_costs", []), list, "stage_costs")),
-        tuple(StageMemory(**{k: float(_need(v, (int, float), k)) for k, v in _need(m, dict, "a stage memory").items()})
+        tuple(StageMemory(**{k: _number(v, k) for k, v in _need(m, dict, "a stage memory").items()})
               for m in _need(ann.get("stage_memory", []), list, "stage_memory")),
-        tuple(float(_need(x, (int, float), "rank_speed")) for x in _need(ann.get("rank_speed", []), list, "rank_speed")),
-        tuple(sorted((int(r), float(_need(v, (int, float), "memory_limit")))
-                     for r, v in _need(ann.get("memory_limit", {}), dict, "memory_limit").items())),
-        float(_need(ann.get("latency", 0.0), (int, float), "latency")),
-        float(_need(ann.get("bandwidth", 0.0), (int, float), "bandwidth")),
-        tuple(float(_need(x, (int, float), "rank_dispatch"))
-              for x in _need(ann.get("rank_dispatch", []), list, "rank_dispatch")))
+        tuple(_number(x, "rank_speed") for x in _need(ann.get("rank_speed", []), list, "rank_speed")),
+        _limits(ann.get("memory_limit", {}), ranks),
+        _number(ann.get("latency", 0.0), "latency"),
+        _number(ann.get("bandwidth", 0.0), "bandwidth"),
+        tuple(_number(x, "rank_dispatch") for x in _need(ann.get("rank_dispatch", []), list, "rank_dispatch")))
     params = _need(data.get("params") or {}, dict, "params")
     return Program(str(_need(data["schedule"], str, "schedule")), ranks, stages, mbs, placement, steps,
                    tuple((str(k), _need(v, int, "a parameter")) for k, v in params.items()), notes,

@@ -182,7 +182,7 @@ def read_torch_csv(text: str, name: str = "<csv>", *, notation: str = "current")
             raise SchedcError("csv", "a carriage return inside a row: rows must end with \\n or \\r\\n",
                               Span(source, rank + 1, col, rank + 1, col + 1, rank, None))
         row = []
-        for step, (column, cell) in enumerate(_cells(line)):
+        for step, (column, cell) in enumerate(_cells(line, source, rank)):
             text_cell = cell.strip()
             if not text_cell:
                 row.append(None)
@@ -204,11 +204,15 @@ def read_torch_csv(text: str, name: str = "<csv>", *, notation: str = "current")
     return TorchCsv(tuple(rows), name)
 
 
-def _cells(line: str):
-    """(1-based column, text) of each cell, as the csv module splits the line; none for a blank line."""
+def _cells(line: str, source: Source | None = None, rank: int = 0):
+    """(1-based column, text) of each cell, as the csv module splits the line; none for a blank line.
+    A cell over the csv module's field limit (which torch's reader has too) is an error at it."""
     if not line:
         return []
-    texts = next(csv.reader([line]))
+    try:
+        texts = next(csv.reader([line]))
+    except csv.Error as exc:
+        raise _unreadable_row(line, source, rank, exc) from None
     if '"' not in line:
         starts = [0]
         for i, ch in enumerate(line):
@@ -225,6 +229,32 @@ def _cells(line: str):
         i += 1
         col = i + 1
     return out
+
+
+def _unreadable_row(line: str, source: Source | None, rank: int, exc: csv.Error) -> SchedcError:
+    """The `csv` error for a row the csv module refuses: at its first cell over the field limit."""
+    limit = csv.field_size_limit()
+    for step, (start, end) in enumerate(_raw_cells(line)):
+        if end - start > limit:
+            return SchedcError("csv", f"rank {rank}, step {step}: a cell of {end - start:,} characters; a CSV "
+                               f"cell holds at most {limit:,} (Python's csv module, which torch reads "
+                               "schedules with, refuses a longer one)",
+                               None if source is None else Span(source, rank + 1, start + 1, rank + 1, end + 1,
+                                                                rank, step))
+    return SchedcError("csv", f"rank {rank}: the row cannot be read as CSV ({exc})",
+                       None if source is None else Span.point(source, rank + 1, 1))
+
+
+def _raw_cells(line: str):
+    """(start, end) offsets of each cell's raw text in the line, quotes included."""
+    in_quotes, start = False, 0
+    for i, ch in enumerate(line):
+        if ch == '"':
+            in_quotes = not in_quotes
+        elif ch == "," and not in_quotes:
+            yield start, i
+            start = i + 1
+    yield start, len(line)
 
 
 def to_torch_csv(program: Program, level: str = "comms") -> TorchCsv:

@@ -41,7 +41,8 @@ def within_limit(program: Program) -> Program:
     total = lowered_size(program)
     if total > MAX_LOWERED_ACTIONS:
         raise SchedcError("too-large", f"lowering adds {total - program.num_actions:,} sends and receives: the "
-                          f"program would have {total:,} actions, beyond the limit of {MAX_LOWERED_ACTIONS:,}")
+                          f"program would have {total:,} actions, beyond the limit of {MAX_LOWERED_ACTIONS:,}",
+                          where=program.source or program.name)
     return program
 
 

@@ -252,7 +252,8 @@ def _activations_of_columns(program: Program, semantics: Semantics | None):
     changes[~frees, 0], changes[frees, 1] = delta[~frees], delta[frees]
     out = []
     for lo, hi in zip(cols.starts, cols.starts[1:]):
-        live = np.cumsum(changes[lo:hi].ravel())  # one sum after another, in order
+        with np.errstate(over="ignore", invalid="ignore"):  # (sizes near 1e308 sum to inf, as `_Live` sums them)
+            live = np.cumsum(changes[lo:hi].ravel())  # one sum after another, in order
         out.append((tuple(live[0::2].tolist()), tuple(live[1::2].tolist())))
     return tuple(out)
 
@@ -507,7 +508,7 @@ def _known_posted(program: Program, cons, pairs: set[tuple[int, int]], keep=froz
         raise SchedcError("too-large", f"holding sent messages of some size under eager or bounded sends is "
                           f"worked out over {sum(lengths):,} steps x {len(receivers):,} receiving ranks, more "
                           f"than the {MAX_HOLD_WORK:,} allowed; check it under rendezvous or a backend's "
-                          "semantics, or without message sizes")
+                          "semantics, or without message sizes", where=program.source or program.name)
     cross = defaultdict(list)  # step -> the steps of other ranks it waits for
     waiters = defaultdict(list)  # step -> the steps of other ranks that wait for it
     waiting = defaultdict(int)  # step -> how many of the steps it waits for are not yet counted

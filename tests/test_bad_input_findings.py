@@ -1,0 +1,160 @@
+"""Issue 35's bad-input findings, each from its reproducer: internal errors (exit 4) on bad input, and
+the files and positions errors name (a send to no stage beside a collective, a CSV cell past the
+csv module's limit, IR JSON out of range, half a surrogate pair, CR-only line ends, output names
+that collide, the detailed checks' `too-large` error)."""
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from dataclasses import replace
+
+import pytest
+
+import schedc
+from schedc.commands.common import safe_stem
+from schedc.ir import StageMemory
+
+# ---- a send with no stage on the other end, in a job with a collective ----
+SEND_TO_NO_STAGE = {
+    "tied.pp": "schedule t {\n  stages 2\n  microbatches 1\n  rank 0: 1SEND_F0\n  rank 1: 0REDUCE_TIED\n}\n",
+    "replicas.pp": "schedule t {\n  stages 2\n  microbatches 1\n  replicas 2\n  rank 0: 1SEND_F0\n  rank 1: 0F0\n}\n",
+    "tied.csv": "9SEND_F6\r\n0REDUCE_TIED\r\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEND_TO_NO_STAGE))
+def test_a_send_to_no_stage_beside_a_collective_is_bad_comm(run_cli, tmp_path, name):
+    """The job's channels were paired before its replicas were linted: IndexError, exit 4. Now it is
+    the `bad-comm` finding it is without a collective, at the send."""
+    path = tmp_path / name
+    path.write_text(SEND_TO_NO_STAGE[name], newline="")
+    code, out, err = run_cli("check", str(path))
+    assert code == 1, err
+    line = 1 if name.endswith(".csv") else SEND_TO_NO_STAGE[name].splitlines().index(
+        next(ln for ln in SEND_TO_NO_STAGE[name].splitlines() if "SEND_F" in ln)) + 1
+    text = out + err
+    assert f"{path}:{line}:" in text and "error[bad-comm]" in text and "to talk to" in text, text
+    code, out, _ = run_cli("check", str(path), "--json")
+    assert code == 1 and [e["code"] for e in json.loads(out)["errors"]] == ["bad-comm"]
+
+
+# ---- a CSV cell past the csv module's field limit ----
+@pytest.mark.parametrize("cell", ["x" * 140_000, '"' + "x" * 140_000 + '"'], ids=["plain", "quoted"])
+def test_a_csv_cell_past_the_field_limit_is_a_csv_error_at_it(run_cli, tmp_path, cell):
+    path = tmp_path / "long.csv"
+    path.write_text(f"0F0,{cell}\r\n", newline="")
+    code, out, err = run_cli("check", str(path))
+    assert code == 2 and err.startswith(f"{path}:1:5: error[csv]: rank 0, step 1: a cell of ") \
+        and "131,072" in err, err
+
+
+# ---- IR JSON out of range ----
+def _ir(run_cli, tmp_path, edit, name="ir.json"):
+    path = tmp_path / name
+    assert run_cli("export", "gpipe", "--param", "P=2,M=2", "--to", "ir-json", "-o", str(path))[0] == 0
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("limits", [{"5": 10}, {"-1": 10}, {"2": 1}, {"1e3": 1}])
+def test_an_ir_memory_limit_of_a_rank_that_does_not_exist_is_refused(run_cli, tmp_path, limits):
+    path = _ir(run_cli, tmp_path, lambda d: d["annotations"].__setitem__("memory_limit", limits))
+    for command in ("check", "sim"):
+        code, out, err = run_cli(command, str(path))
+        assert code == 2 and "error[ir-json]" in err and "'memory_limit' names rank" in err, err
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: [m.__setitem__("act", 1e308) for m in d["annotations"]["stage_memory"]],
+    lambda d: d["annotations"]["stage_costs"][0].__setitem__("F", 1e308),
+    lambda d: d["annotations"].__setitem__("latency", 2.0 ** 63),
+    lambda d: d["annotations"].__setitem__("memory_limit", {"0": 1e308}),
+    lambda d: d["annotations"]["stage_memory"][0].__setitem__("act", -1),
+])
+def test_ir_numbers_beyond_what_a_schedule_takes_are_refused(run_cli, tmp_path, edit):
+    """A .pp refuses a number past 2^62 (schedc/expr.py); IR JSON near 1e308 gave `inf` peaks and a
+    raw numpy warning."""
+    path = _ir(run_cli, tmp_path, edit)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        code, out, err = run_cli("check", str(path))
+    assert code == 2 and "error[ir-json]" in err and "0..2^62" in err and "inf" not in out, (out, err)
+
+
+def test_a_speed_that_overflows_the_times_is_a_clean_error_without_warnings(run_cli, tmp_path):
+    path = _ir(run_cli, tmp_path, lambda d: d["annotations"].__setitem__("rank_speed", [1e-308, 1e-308]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        code, out, err = run_cli("sim", str(path))
+    assert code == 2 and "error[costs]: the simulated times overflow" in err, err
+
+
+def test_a_report_dict_is_strict_json_even_for_sizes_past_the_floats():
+    program = schedc.load("gpipe", {"P": 2, "M": 2})
+    huge = replace(program, annotations=replace(program.annotations, stage_memory=(StageMemory(act=1e308),) * 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        doc = schedc.check(huge).to_dict()
+    json.dumps(doc, allow_nan=False)
+    assert doc["peak_memory"] == [None, None]
+
+
+# ---- half a surrogate pair ----
+@pytest.mark.parametrize("name", ["a\ud800b", "\udc00", "\udc7f"])
+def test_a_json_name_with_half_a_surrogate_pair_is_an_input_error(run_cli, tmp_path, name):
+    path = _ir(run_cli, tmp_path, lambda d: d.__setitem__("schedule", name))
+    assert "\\ud" in path.read_text()  # (json.dumps escapes it)
+    for command in (["check"], ["sim"], ["compile", "-o", str(tmp_path / "out")]):
+        code, out, err = run_cli(*command, str(path))
+        assert code == 2 and "error[ir-json]: a string holds half a surrogate pair" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_whole_surrogate_pair_reads_and_so_does_a_byte_that_is_not_utf8():
+    """A file name such as b"\\xff.csv" is "\\udcff.csv" in Python, and in the IR JSON of its program."""
+    from schedc.inputs import loads_json
+    assert loads_json('["\\ud83d\\ude00", "\\\\ud800", "\\udcff"]', "x.json", "ir-json") == \
+        ["\U0001F600", "\\ud800", "\udcff"]
+
+
+# ---- CR-only line ends ----
+CR_ONLY = ("schedule t {\r  stages 2  # two stages\r  microbatches 1\r  rank 0: 0F0 0SEND_F0 0RECV_B0 0B0\r"
+           "  rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1X\r}\r")
+
+
+@pytest.mark.parametrize("ends", ["\r", "\r\n", "\n"])
+def test_a_comment_ends_at_a_lone_cr_and_positions_count_it_as_a_line_end(run_cli, tmp_path, ends):
+    path = tmp_path / "cr.pp"
+    path.write_bytes(CR_ONLY.replace("\r", ends).encode())
+    code, out, err = run_cli("check", str(path))
+    assert code == 2 and err.startswith(f"{path}:5:37: error[bad-action]: invalid action '1X'"), err
+    assert "\n   5 |   rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1X\n" in err
+    path.write_bytes(CR_ONLY.replace(" 1X", "").replace("\r", ends).encode())
+    assert run_cli("check", str(path))[0] == 0
+
+
+# ---- output names ----
+def test_different_names_never_share_output_files(run_cli, tmp_path):
+    out = tmp_path / "out"
+    for i, name in enumerate(["a b", "a_b", "a/b", "x" * 150, "x" * 100]):
+        path = _ir(run_cli, tmp_path, lambda d, name=name: d.__setitem__("schedule", name), f"in{i}.json")
+        assert run_cli("compile", str(path), "-o", str(out))[0] == 0
+    assert len(list(out.iterdir())) == 5 * 4
+    assert safe_stem("a_b") == "a_b" and safe_stem("gpipe") == "gpipe"
+    names = ["a b", "a_b", "a/b", "a.b.", "a.b", "", "..", "a_b--c8687a08", safe_stem("a b")]
+    assert len({safe_stem(n) for n in set(names)}) == len(set(names)) == 8
+    assert all(re.fullmatch(r"[A-Za-z0-9_.\-]{1,100}", safe_stem(n)) for n in names + ["x" * 300])
+
+
+# ---- the detailed checks' too-large error names the file ----
+def test_the_detailed_checks_too_large_error_names_the_file(run_cli, tmp_path, monkeypatch):
+    from schedc import report
+    monkeypatch.setattr(report, "MAX_DETAILED_ACTIONS", 1)
+    path = tmp_path / "tied.pp"  # a collective joins two ranks: only the detailed checks decide
+    path.write_text("schedule t {\n  stages 2\n  microbatches 1\n  rank 0: 0F0 0B0 0REDUCE_TIED\n"
+                    "  rank 1: 1F0 1B0 1REDUCE_TIED\n}\n")
+    code, out, err = run_cli("check", str(path))
+    assert code == 2 and err.startswith(f"{path}: error[too-large]: "), err
