@@ -69,6 +69,7 @@ class Report:
     replicas: int = 1  # a data-parallel job: `program` is the whole job, replica after replica
     p2p: str = "shared"  # the program's `p2p` line (its messages pair as `program.p2p` says under this semantics)
     notes: tuple[str, ...] = ()  # what the verdict assumes that the program does not say (channels.as_paired)
+    detailed: bool = False  # did the detailed checks run (what the fast checks could not clear)?
 
     @property
     def peak_memory(self) -> tuple[Peak, ...]:
@@ -180,10 +181,11 @@ def _checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str 
         _refuse_detailed(program)
     if clear is None and joins_ranks(program):  # replicas, or a tied all-reduce between two ranks: the job's question
         report = _check_job(program, semantics, memory_limit, file if file is not None else program.source, engine)
-        report.p2p, report.notes = declared, (note,) if note else ()
+        report.p2p, report.notes, report.detailed = declared, (note,) if note else (), True
         return report
     report = Report(program, file if file is not None else program.source, semantics, engine,
                     p2p=declared, notes=(note,) if note else ())
+    report.detailed = clear is None
     if clear is not None:
         report.peak_activation = clear.peak_activation
         if over_limit(program, clear.peak_activation, memory_limit):
