@@ -6,7 +6,9 @@ per-rank bodies with integer arithmetic, and resolves cost/memory annotations. T
 translated once into Python code (`_BodyWriter`, expressions by schedc/expr.py's emitter) that
 Python compiles; that code and every compiled expression are kept per loop-level IR (`_Code`), so
 expanding a schedule again at other parameters runs the code alone. Resource limits (actions, loop
-iterations) are counted per expansion and make huge inputs an error.
+iterations, and evaluation steps: loop iterations weighted by the operations of their bodies, and
+`let` function evaluations, schedc/expr.py's `Meter`) are counted per expansion and make huge
+inputs an error.
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from .errors import SchedcError
 from .ir import (DEFAULT_SPEED, MAX_ACTIONS, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op,
                  Program, placed, StageCost, StageMemory, parse_step, unchecked_action)
 from .expr import (FUNCTIONS, INT, MAX_INT, RUNTIME, Block, Emitter, Env, Eval, Function, Functions, Module,
-                   compile_expr as _compile_expr, compile_function, did_you_mean as _did_you_mean)
+                   CHECK_STEPS, calls_memoized, charge, compile_expr as _compile_expr, compile_function,
+                   did_you_mean as _did_you_mean, metered)
 from .span import Span, span_text
 
 MAX_ITERATIONS = 20_000_000
@@ -55,7 +58,7 @@ def expand(loops: ir_loops.Loops, params: Mapping[str, int], seen: Seen | None =
     if given, hears of every step as it is made, before `order greedy` (if any) reorders a rank:
     the call site (loops.Site.index) and the names in scope there with their values (the prover's
     concrete instances are these)."""
-    with _no_cycle_collection():
+    with _no_cycle_collection(), metered():
         return _Compiler(loops, _Code.of(loops), seen).run(dict(params))
 
 
@@ -472,6 +475,7 @@ class _Compiler:
             return placed("vshape", num_stages, num_ranks)
         if p.kind == "expr":
             fn = self.code.get(("place", id(p)), lambda: self.placement_expr(p))
+            charge(num_stages * (1 + fn.steps), p.expr.span)
             values = []
             for s in range(num_stages):
                 local = dict(env)
@@ -610,6 +614,7 @@ class _BodyWriter:
         self.rank = "_rank"
         self.counters: set[str] = set()
         self.before: list[str] = []  # lines before the loop over the ranks (`hoisted`)
+        self.frames: list[list] = []  # per loop open (innermost last): the steps of its statements, as written
 
     def code(self, body: ir_loops.Body) -> Callable:
         """The compiled function of a rank body (its header: every name of the schedule's header
@@ -626,6 +631,8 @@ class _BodyWriter:
         if body.var is not None:
             scope.define(body.var, body.span, INT)
         loop = len(top.lines)  # (where the ranges made before the ranks go)
+        top.line("")  # (the charge for the ranks' statements, once they are written)
+        top.line(f"if _M.left < 0: too_much_work({self.span(body.span)})")
         top.line(f"for {self.rank} in _ranks:")
         top.indent, top.loops = 1, 1
         if body.replica is not None:
@@ -634,7 +641,9 @@ class _BodyWriter:
         top.line("_out = []")
         if self.counting:
             top.line("_st = _State()")
+        self.frames.append([1])
         self.block(body.nodes, scope, top)
+        top.lines[loop] = f"_M.left -= len(_ranks) * {self.steps(self.frames.pop())}"
         top.line("_lists.append(_out)")
         top.indent -= 1
         top.line("_budget.actions, _budget.iterations = _ia, _ii")
@@ -643,7 +652,15 @@ class _BodyWriter:
         return self.module.function(top, "body", "_env", "_ranks", "_replica", "_lists", "_seen", "_budget")
 
     def emitter(self, block: Block) -> Emitter:
-        return Emitter(self.module, block, local=True, functions=self.functions)
+        """An emitter for an expression evaluated where this body is now (its steps counted there)."""
+        emitter = Emitter(self.module, block, local=True, functions=self.functions)
+        self.frames[-1].append(emitter)
+        return emitter
+
+    @staticmethod
+    def steps(frame: list) -> int:
+        """The steps of one run of the statements of a frame (every arm of an `if` counted)."""
+        return sum(x.steps if isinstance(x, Emitter) else x for x in frame)
 
     def span(self, span: Span) -> str:
         return self.module.const(span, "_s")
@@ -660,6 +677,9 @@ class _BodyWriter:
         if isinstance(s, (ir_loops.Loop, ir_loops.Branch)) and (block.loops >= MAX_NESTED_LOOPS
                                                                  or block.indent >= MAX_INDENT):
             block = self.nested(block)
+        self.frames[-1].append(1)
+        if any(calls_memoized(e, scope) for e in _evaluated(s)):  # (where a budget run out in a function is reported)
+            block.line(f"_M.at = {self.span(s.span)}")
         if isinstance(s, ast.Let):
             self.let(s, scope, block)
         elif isinstance(s, ir_loops.Loop):
@@ -690,12 +710,17 @@ class _BodyWriter:
         loop, length = self.hoisted(s, scope) or self.loop_range(s, scope, block)
         block.line(f"_ii -= {length}")
         block.line(f"if _ii < 0: too_many_iterations({self.span(s.span)})")
+        charged = len(block.lines)
+        block.line("")  # (the charge for the iterations, once the body is written)
+        block.line(f"if _M.left < 0: too_much_work({self.span(s.span)})")
         inner = scope.child()
         inner.define(s.var, s.span, INT)
         block.line(f"for v_{s.var} in {f'reversed({loop})' if s.reversed else loop}:")
         block.indent += 1
         block.loops += 1
+        self.frames.append([1])
         self.block(s.body, inner, block)
+        block.lines[charged] = "    " * (block.indent - 1) + f"_M.left -= {length} * {self.steps(self.frames.pop())}"
         block.loops -= 1
         block.indent -= 1
 
@@ -833,6 +858,7 @@ class _BodyWriter:
             values.append((src, kind, arg))
         for (src, kind, arg), name in zip(values, what):
             if kind != INT:
+                self.frames[-1].append(CHECK_STEPS)
                 block.line(f"{src} = as_nonneg({src}, {self.span(arg.span)}, {name!r})")
             elif not (isinstance(arg, ast.Num) or isinstance(arg, ast.Var) and arg.name in self.counters):
                 block.line(f"if {src} < 0: negative({src}, {self.span(arg.span)}, {name!r})")
@@ -863,6 +889,17 @@ class _BodyWriter:
 
     def op(self, op: Op) -> str:
         return self.module.const(op, "_op")
+
+
+def _evaluated(s: ir_loops.Node) -> tuple[ast.Expr, ...]:
+    """The expressions a statement evaluates itself (not those of the statements in its body)."""
+    if isinstance(s, ast.Let):
+        return () if s.params is not None else (s.value,)
+    if isinstance(s, ir_loops.Loop):
+        return (s.start, s.stop) + (() if s.step is None else (s.step,))
+    if isinstance(s, ir_loops.Branch):
+        return tuple(cond for cond, _ in s.arms)
+    return (s.action,) if isinstance(s.action, ast.Call) else ()
 
 
 def _positive(x: ast.Expr) -> bool:

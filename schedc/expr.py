@@ -13,7 +13,9 @@ end of this module, which give every type, overflow and division error its messa
 from __future__ import annotations
 
 import difflib
-from typing import Callable, Protocol, Sequence
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator, Protocol, Sequence
 
 from . import syntax as ast
 from .errors import SchedcError
@@ -62,7 +64,22 @@ def compile_expr(e: ast.Expr, scope: Scope) -> Eval:
     else:
         emitter.block.line(f"return {src}")
         run = module.function(emitter.block, "expression", "env", before=functions.finish())
-    run.type = kind  # type: ignore[attr-defined]  # the inferred type rides on the function (its callers read it)
+        if calls_memoized(e, scope):
+            run = _metered(run, e.span)
+    run.type, run.steps = kind, emitter.steps  # type: ignore[attr-defined]  # (its callers read them)
+    return run
+
+
+def _metered(inner: Eval, span: Span) -> Eval:
+    """`inner`, which calls memoized `let` functions, run on the budget of the evaluation it is
+    part of (an expansion), or else on a budget of its own; a budget run out is reported at `span`."""
+    def run(env):
+        if METER.active:
+            METER.at = span
+            return inner(env)
+        with metered():
+            METER.at = span
+            return inner(env)
     return run
 
 
@@ -143,6 +160,7 @@ class Emitter:
 
     def __init__(self, module: Module, block: Block, local: bool, functions: "Functions | None" = None):
         self.module, self.block, self.local, self.functions = module, block, local, functions
+        self.steps = 0  # the steps one evaluation of what this emitter wrote is charged (see `Meter`)
 
     def span(self, span: Span) -> str:
         return self.module.const(span, "_s")
@@ -151,6 +169,7 @@ class Emitter:
         """(Python source, type) of `e`; errors that need no values (names, arity) raised now."""
         if depth >= SPILL_DEPTH:
             return self._spilled(e, scope)
+        self.steps += 1
         if isinstance(e, ast.Num):
             if abs(e.value) > MAX_INT:
                 raise SchedcError("too-large", f"the number {str(e.value)[:12]}... is beyond ±2^62", e.span)
@@ -187,22 +206,27 @@ class Emitter:
 
     # ---- the checks, where the type does not settle them ----
     def number(self, src: str, kind: str, span: Span) -> str:
-        return src if kind in (INT, NUM) else f"as_number({src}, {self.span(span)})"
+        return src if kind in (INT, NUM) else self.check(f"as_number({src}, {self.span(span)})")
 
     def integer(self, src: str, kind: str, span: Span) -> str:
-        return src if kind == INT else f"as_int({src}, {self.span(span)})"
+        return src if kind == INT else self.check(f"as_int({src}, {self.span(span)})")
 
     def condition(self, e: ast.Expr, scope: Scope, depth: int = 0) -> str:
         """`e` as a Python condition (an integer is true when not 0)."""
         src, kind = self.expr(e, scope, depth)
-        return src if kind in (BOOL, INT) else f"as_truth({src}, {self.span(e.span)})"
+        return src if kind in (BOOL, INT) else self.check(f"as_truth({src}, {self.span(e.span)})")
 
     def boolean(self, e: ast.Expr, scope: Scope, depth: int) -> str:
         """`e` as a bool (the value of `and`, `or`)."""
         src, kind = self.expr(e, scope, depth)
         if kind == BOOL:
             return src
-        return f"({src} != 0)" if kind == INT else f"as_truth({src}, {self.span(e.span)})"
+        return f"({src} != 0)" if kind == INT else self.check(f"as_truth({src}, {self.span(e.span)})")
+
+    def check(self, call: str) -> str:
+        """`call`, a call of a check of this module, counted (a Python call costs several operations)."""
+        self.steps += CHECK_STEPS
+        return call
 
     # ---- the nodes ----
     def _builtin(self, e: ast.Call, scope: Scope, depth: int) -> tuple[str, str]:
@@ -219,8 +243,9 @@ class Emitter:
         args = [self.expr(a, scope, depth + 1) for a in e.args]
         values = [self.number(src, kind, a.span) for (src, kind), a in zip(args, e.args)]
         kind = INT if all(k == INT for _, k in args) else NUM
+        self.steps += len(values)  # (each argument passed costs about an operation more)
         if unary or len(values) > 1:
-            return f"{e.name}({', '.join(values)})", kind
+            return self.check(f"{e.name}({', '.join(values)})"), kind
         return values[0], kind  # min and max of one value are it
 
     def _binop(self, e: ast.BinOp, scope: Scope, depth: int) -> tuple[str, str]:
@@ -236,8 +261,10 @@ class Emitter:
                 return f"({left} {op} {right})", INT
             if _pure(e.left, lk) and _pure(e.right, rk):  # nothing to evaluate first: test the divisor inline
                 return f"({left} {op} {right} if {right} else zero_division({self.span(rs)}))", INT
-            return f"{'floordiv' if op == '//' else 'modulo'}({left}, {right}, {self.span(rs)})", INT
+            return self.check(f"{'floordiv' if op == '//' else 'modulo'}({left}, {right}, {self.span(rs)})"), INT
         value = f"{self.number(left, lk, ls)} {op} {self.number(right, rk, rs)}"
+        # the operation and the test of its result's range (slower on decimals)
+        self.steps += (ARITH_STEPS if lk == rk == INT else DECIMAL_STEPS) - 1
         return (f"(_t if {-MAX_INT} <= (_t := {value}) <= {MAX_INT} else overflow(_t, {self.span(e.span)}))",
                 INT if lk == rk == INT else NUM)
 
@@ -251,6 +278,7 @@ class Emitter:
         passed = scope.passed(fn) if isinstance(scope, Params) else ()
         values = ([] if self.local else ["env"]) + [src for src, _ in args] + [f"v_{n}" for n, _ in passed]
         name = self.functions.variant(fn, types, passed) if self.functions is not None else "_"
+        self.steps += CALL_STEPS + (0 if fn.memo else fn.cost(types, passed))  # a memoized one charges its own
         return f"{name}({', '.join(values)})", fn.result_type(types, passed)
 
     def _spilled(self, e: ast.Expr, scope: Scope) -> tuple[str, str]:
@@ -259,6 +287,7 @@ class Emitter:
         inner = Emitter(self.module, self.block.nest(f"{name}()"), self.local, self.functions)
         src, kind = inner.expr(e, scope)
         inner.block.line(f"return {src}")
+        self.steps += inner.steps + CHECK_STEPS
         return f"{name}()", kind
 
 
@@ -327,6 +356,7 @@ class Function:
                               f"{self.nesting} levels deep; at most {MAX_CALL_NESTING}", body.span)
         self.outer = tuple(sorted(_reads(body, scope) - set(params)))  # what a caller's memo key must include
         self.memo = _calls_function(body, scope)
+        self._costs: dict[tuple, int] = {}
         # the result's type for arguments of unknown types (an upper bound for any), of integers, and
         # when it is passed its outer names too (all of unknown types: an upper bound)
         unknown = (ANY,) * len(self.params)
@@ -338,6 +368,15 @@ class Function:
         if passed:
             return self._passed
         return self._types.get((types, ())) or self._types[((ANY,) * len(self.params), ())]
+
+    def cost(self, types: tuple[str, ...], passed: tuple[tuple[str, str], ...]) -> int:
+        """The steps of one evaluation of the body for arguments of these types (see `Meter`)."""
+        steps = self._costs.get((types, passed))
+        if steps is None:
+            emitter = Emitter(Module(), Block(), local=True)
+            emitter.expr(self.body, Params(self.params, types, self.scope, passed))
+            steps = self._costs[(types, passed)] = emitter.steps
+        return steps
 
     def _type(self, types: tuple[str, ...], passed: tuple[tuple[str, str], ...] = ()) -> str:
         return Emitter(Module(), Block(), local=True).expr(self.body, Params(self.params, types, self.scope, passed))[1]
@@ -359,6 +398,9 @@ class Function:
         block.line(f"_key = ({key},)")
         block.line(f"_hit = {memo}.get(_key, {memo})")
         block.line(f"if _hit is {memo}:")
+        block.line(f"    _M.left -= {emitter.steps + MISS_STEPS}")  # a miss evaluates the body: counted
+        block.line(f"    if _M.left < 0: out_of_steps({emitter.span(self.body.span)})")
+        block.line(f"    if not {memo}: _M.filled.append({memo})")  # (emptied when the next budget starts)
         block.line(f"    if len({memo}) >= {MEMO_SIZE}:")
         block.line(f"        {memo}.clear()")
         block.line(f"    _hit = {memo}[_key] = {src}")
@@ -437,6 +479,12 @@ def _children(n) -> tuple:
     return ()
 
 
+def calls_memoized(e: ast.Expr, scope: Scope) -> bool:
+    """Whether `e` calls a memoized `let` function (one whose evaluations are counted as they run)."""
+    return any(isinstance(n, ast.Call) and (f := scope.function(n.name)) is not None and f[1].memo
+               for n in ast.walk(e))
+
+
 def _calls_function(e: ast.Expr, scope: Scope) -> bool:
     """Whether `e` calls a `let` function."""
     return any(isinstance(n, ast.Call) and scope.function(n.name) is not None for n in ast.walk(e))
@@ -452,6 +500,66 @@ def _reads(e: ast.Expr, scope: Scope) -> set[str]:
         elif isinstance(n, ast.Call) and scope.function(n.name) is not None:
             out |= set(scope.function(n.name)[1].outer)
     return out
+
+
+# ---- the evaluation budget ----
+MAX_STEPS = 500_000_000  # steps one expansion (or one evaluation outside an expansion) may take
+# Steps are about 10 ns of work each: an operation, value or name is one; a Python call more
+CHECK_STEPS = 5  # a call of a check or of min, max, abs
+ARITH_STEPS = 2  # + - * and the test that the result is within ±2^62
+DECIMAL_STEPS = 6  # ... when an operand may be a decimal
+CALL_STEPS = 5  # a call of a `let` function, on top of its body (and a memoized one's key and lookup)
+MISS_STEPS = 80  # a memoized `let` function's body evaluated: storing the value, on top of the body's steps
+
+
+class Meter(threading.local):
+    """The steps the evaluation under way on this thread may still take (`left`), and the
+    statement or expression it is evaluating (`at`, where a budget run out is reported). Steps are
+    counted in units of one operation of an expression: a loop is charged its iterations times the
+    steps of its body when it starts, a memoized `let` function its body's steps at each miss.
+    `filled`: the memo tables written since the budget started (emptied when the next one starts,
+    so what an evaluation is charged does not depend on what ran before it)."""
+
+    active = False
+    left = 0
+    at: Span | None = None
+    filled: list | None = None
+
+
+METER = Meter()
+
+
+@contextmanager
+def metered() -> Iterator[None]:
+    """A budget of MAX_STEPS for what runs inside, unless one is already running (then that one)."""
+    if METER.active:
+        yield
+        return
+    for memo in METER.filled or ():
+        memo.clear()
+    METER.active, METER.left, METER.at, METER.filled = True, MAX_STEPS, None, []
+    try:
+        yield
+    finally:
+        METER.active, METER.at = False, None
+
+
+def charge(steps: int, span: Span) -> None:
+    """Count `steps` against the budget under way; past it, a `too-large` error at `span`."""
+    METER.left -= steps
+    if METER.left < 0:
+        too_much_work(span)
+
+
+def out_of_steps(span: Span):
+    """The budget ran out in a `let` function (body at `span`): reported at the statement that called it."""
+    too_much_work(METER.at or span)
+
+
+def too_much_work(span: Span):
+    raise SchedcError("too-large", f"evaluating this takes more than {MAX_STEPS:,} steps (loop iterations "
+                      "times the operations of their bodies, and `let` function evaluations); use smaller "
+                      "parameters or fewer chained functions", span)
 
 
 # ---- value checks (the generated code calls these where a type is not known) ----
@@ -506,7 +614,10 @@ def _kind(v) -> str:
     return {bool: "a condition", float: "a decimal number", int: "an integer"}.get(type(v), type(v).__name__)
 
 
-RUNTIME = {f.__name__: f for f in (as_number, as_int, as_nonneg, as_truth, overflow, zero_division, floordiv, modulo)}
+# what generated code may call, by name (and `_M`, the evaluation's step meter)
+RUNTIME: dict[str, object] = {f.__name__: f for f in (as_number, as_int, as_nonneg, as_truth, overflow, zero_division,
+                                                      floordiv, modulo, out_of_steps, too_much_work)}
+RUNTIME["_M"] = METER
 
 
 def did_you_mean(name: str, options) -> str:

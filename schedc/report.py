@@ -76,6 +76,7 @@ class Report:
     notes: tuple[str, ...] = ()  # what the verdict assumes that the program does not say (channels.as_paired)
     # the one analysis every check read (channels, constraints, lowering): the pictures draw from it
     analysis: Analysis | None = field(default=None, repr=False, compare=False)
+    detailed: bool = False  # did the detailed checks run (what the fast checks could not clear)?
 
     @property
     def peak_memory(self) -> tuple[Peak, ...]:
@@ -202,10 +203,11 @@ def _checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str 
         _refuse_detailed(program, file)
     if clear is None and joins_ranks(program):  # replicas, or a tied all-reduce between two ranks: the job's question
         report = _check_job(analysis, memory_limit, file if file is not None else program.source)
-        report.p2p, report.notes = declared, (note,) if note else ()
+        report.p2p, report.notes, report.detailed = declared, (note,) if note else (), True
         return report
     report = Report(program, file if file is not None else program.source, semantics, engine,
                     p2p=declared, notes=(note,) if note else (), analysis=analysis)
+    report.detailed = clear is None
     if clear is not None:
         report.peak_activation = clear.peak_activation
         if over_limit(program, clear.peak_activation, memory_limit):

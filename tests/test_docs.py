@@ -299,6 +299,8 @@ def test_the_limits_page_states_schedcs_limits():
         "actions a schedule expands to": f"{ir.MAX_ACTIONS:,}",
         "actions of the lowered program (its sends and receives too)": f"{ir.MAX_LOWERED_ACTIONS:,}",
         "loop iterations": f"{compiler.MAX_ITERATIONS:,}",
+        "evaluation steps (loop iterations times the operations of their bodies, and `let` function evaluations)":
+            f"{expr.MAX_STEPS:,}",
         "ranks": f"{compiler.MAX_RANKS:,}",
         "stages, microbatches": f"{compiler.MAX_STAGES:,} each",
         "stage x microbatch pairs (`check`)": f"{lint.MAX_PAIRS:,}",

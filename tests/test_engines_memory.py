@@ -321,12 +321,13 @@ def test_check_says_its_peak_is_the_worst_run(run_cli):
     assert "peak memory per rank (worst over every run eager allows, receive buffers included): [4, 3, 2, 1]" in out
 
 
-def test_a_sweep_whose_instances_hold_too_many_actions_in_all_stops_with_a_clear_error(run_cli, monkeypatch):
+def test_a_sweep_whose_instances_take_too_much_work_in_all_stops_with_a_clear_error(run_cli, monkeypatch):
     from schedc.commands import check as check_command
-    monkeypatch.setattr(check_command, "MAX_SWEEP_ACTIONS", 1000)  # 1F1B at P=4: 8 actions per microbatch
+    monkeypatch.setattr(check_command, "MAX_SWEEP_WORK", 20_000)
     code, out, err = run_cli("check", "1f1b", "--param", "P=4", "--sweep", "M=1..100")
-    assert code == 2 and "error[too-large]" in err and "more than 1,000 actions in all" in err
-    assert "Traceback" not in err and "instance 16 of 100" in err  # 8 * (1 + ... + 15) = 960, 16 more crosses
+    assert code == 2 and "error[too-large]" in err and "more than 20,000 units of work in all" in err
+    # 1F1B at P=4, cleared by the fast checks: 100 + 8 * 4 + 2 * 8M units an instance; 19,992 after M=42
+    assert "Traceback" not in err and "instance 43 of 100" in err, err
 
 
 def test_a_z3_sweep_shares_its_timeout_and_marks_what_it_did_not_reach_unknown(run_cli, monkeypatch):

@@ -16,7 +16,23 @@ _SWEEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)\.\.(-?\d+)")
 
 
 MAX_SWEEP = 100_000
-MAX_SWEEP_ACTIONS = 2_000_000  # the actions of all the instances a sweep checks, together (about 15 s at the slowest)
+# A sweep's work, counted in units of about 1 us of CPU time: what one instance costs however small
+# (loading, compiling, reporting; under a model and hardware, twice), each of its ranks, and each of
+# its actions, ten times as much when the detailed checks run (what the fast checks cannot clear).
+MAX_SWEEP_WORK = 12_000_000
+SWEEP_INSTANCE, SWEEP_RANK, SWEEP_ACTION, SWEEP_DETAILED = 100, 8, 2, 20
+
+
+def instance_work(program, setup) -> int:
+    """The units an instance is charged before it is checked (as if the fast checks clear it)."""
+    return SWEEP_INSTANCE * (1 if setup is None else 2) + SWEEP_RANK * program.num_ranks + \
+        SWEEP_ACTION * program.num_actions
+
+
+def too_much_sweep(n: int, total: int, instance: dict):
+    raise SchedcError("too-large", f"the sweep's instances take more than {MAX_SWEEP_WORK:,} units of work in all "
+                      f"(reached at instance {n} of {total}, {instance}); sweep fewer or smaller settings "
+                      "(see Limits in the docs)", where="--sweep")
 
 
 class SolverTime:
@@ -150,13 +166,13 @@ def _sweep(args, params, stdout, stderr, setup=None) -> int:  # noqa: C901
             if args.json:
                 stdout.write(dumps_json({"params": instance, "excluded": e.diagnostics[0].message}) + "\n")
             continue
-        work += program.num_actions
-        if work > MAX_SWEEP_ACTIONS:
-            raise SchedcError("too-large", f"the sweep's instances hold more than {MAX_SWEEP_ACTIONS:,} actions in "
-                              f"all (reached at instance {n} of {total}, {instance}); sweep fewer or smaller "
-                              "settings", where="--sweep")
+        work += instance_work(program, setup)
+        if work > MAX_SWEEP_WORK:
+            too_much_sweep(n, total, instance)
         program = _described(program, setup)
         report = common.run_checks(program, args, setup, timeout=left)
+        if report.detailed:  # (the next instance is refused if this one crossed the bound)
+            work += (SWEEP_DETAILED - SWEEP_ACTION) * program.num_actions
         if setup is not None:
             described.explain(report, setup, limit)
         code = common.exit_of(report)
