@@ -167,7 +167,7 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, **options
 
 
 def _checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str = "native",
-            timeout_s: float = 30.0, memory_limit: dict[int, float] | None = None,
+            timeout_s: float | None = None, memory_limit: dict[int, float] | None = None,
             file: str | None = None, fast: bool = True) -> Report:
     declared, (program, note) = program.p2p, as_paired(program, semantics)
     # the fast paths (plain Python for a small program, else arrays); what they cannot clear gets
@@ -383,7 +383,7 @@ def _match(report: Report, chans, offset: int = 0, per_replica: int | None = Non
             f"number {ep.index + 1}", ep.action.span, rank=ep.rank + offset, step=step))
 
 
-def _deadlock_z3(report: Report, chans, timeout_s: float) -> None:
+def _deadlock_z3(report: Report, chans, timeout_s: float | None) -> None:
     """Z3 decides; a deadlock is told from the executor's run, as the native engine tells it, so the
     two engines give one report (the stuck steps, the cycle). Verdicts that differ are `unknown`."""
     from .solver import Proved, Unknown
