@@ -239,3 +239,21 @@ def test_a_time_limit_the_user_sets_says_so_apart_from_a_budget(monkeypatch, run
 def test_bad_budgets_and_time_limits_are_usage_errors(argv, message, run_cli):
     code, _, err = run_cli(*argv)
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_a_descent_to_the_smallest_counterexample_from_far_away_takes_few_queries(monkeypatch):
+    # `prove 1f1b --assume 'P >= 10**18'` with no clock: the descent asked for each smaller P in
+    # turn, one small query at a time, for an hour or more before its budget ended it (the old
+    # default --timeout 300 hid it); it now halves the distance after PLAIN_STEPS queries
+    asked = []
+    real = solver.check
+
+    def counted(*args, **kwargs):
+        asked.append(1)
+        assert len(asked) < 3000, "the descent asks for each smaller value in turn"
+        return real(*args, **kwargs)
+    monkeypatch.setattr(solver, "check", counted)
+    proof = prove("1f1b", assumptions=("P >= 1000000000000000000",))
+    assert proof.verdict == "unknown" and "too large to confirm concretely" in proof.reason
+    assert "'P': 1000000000000000000" in proof.reason  # the smallest: the descent ended at the bound
+    assert len(asked) < 1000, len(asked)
