@@ -120,10 +120,11 @@ def _file_text(path: str) -> str | None:
 
 
 def check(program: Program, *, semantics: str | Semantics = "rendezvous", engine: str = "native",
-          memory_limit: float | Mapping[int, float] | None = None, timeout: float = 30.0) -> Report:
+          memory_limit: float | Mapping[int, float] | None = None, timeout: float | None = None) -> Report:
     """Every check on a program; `Report.ok` (None when a solver gave up), `Report.to_dict()`.
 
-    `engine="z3"` re-proves deadlock freedom with the solver (a witness timing when safe);
+    `engine="z3"` re-proves deadlock freedom with the solver (a witness timing when safe), within
+    a budget of Z3 resource units and, if `timeout` is given, that many seconds on the wall clock;
     `memory_limit` is one limit for every rank or a {rank: limit} mapping.
     """
     sem = semantics if isinstance(semantics, Semantics) else Semantics.parse(semantics)

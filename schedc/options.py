@@ -27,6 +27,20 @@ def seconds(value: float, flag: str) -> float:
     return value
 
 
+def clock_limit(value: float | None, flag: str) -> float | None:
+    """An optional wall-clock guard (`prove --timeout`, `synth --time-limit`, `check --timeout`):
+    None (the default: no clock, the command's budgets alone bound it) or `seconds`."""
+    return None if value is None else seconds(value, flag)
+
+
+def units(value: int | None, flag: str) -> int | None:
+    """A budget of solver work (`--budget`), in Z3 resource units: None (the command's default) or
+    a positive count."""
+    if value is not None and value < 1:
+        raise SchedcError("usage", f"{flag} {value}: expected a positive number of Z3 resource units", where=flag)
+    return value
+
+
 def params(pairs: list[str]) -> dict[str, int]:
     """The values of every `--param` (each `NAME=INTEGER`, or several separated by commas:
     `P=4,M=8`); a name given twice is a usage error, not a silent override."""

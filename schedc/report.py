@@ -189,7 +189,7 @@ def _lowered(analysis: Analysis) -> Analysis:
 
 
 def _checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str = "native",
-            timeout_s: float = 30.0, memory_limit: dict[int, float] | None = None,
+            timeout_s: float | None = None, memory_limit: dict[int, float] | None = None,
             file: str | None = None, fast: bool = True) -> Report:
     declared, (program, note) = program.p2p, as_paired(program, semantics)
     analysis = Analysis(program, semantics)  # (each part made when a check first reads it)
@@ -410,7 +410,7 @@ def _match(report: Report, chans, offset: int = 0, per_replica: int | None = Non
             f"number {ep.index + 1}", ep.action.span, rank=ep.rank + offset, step=step))
 
 
-def _deadlock_z3(report: Report, analysis: Analysis, timeout_s: float) -> None:
+def _deadlock_z3(report: Report, analysis: Analysis, timeout_s: float | None) -> None:
     """Z3 decides; a deadlock is told from the executor's run, as the native engine tells it, so the
     two engines give one report (the stuck steps, the cycle). Verdicts that differ are `unknown`."""
     from .solver import Proved, Unknown

@@ -1,7 +1,8 @@
 """schedc's one door to Z3: the `z3` handle (imported on the first query, never by `import schedc`),
 fresh contexts, solvers with the fixed seed, the answers `Proved`, `Refuted` or `Unknown`, and the one
 `Deadline` a command gives every query and long loop: a deterministic `Budget` of Z3 resource units
-(the same answers on a busy machine as on an idle one), within the wall clock as the outer guard.
+(the same answers on a busy machine as on an idle one), within the wall clock as an outer guard
+that only the user sets (no command has one by default).
 """
 from __future__ import annotations
 
@@ -164,8 +165,16 @@ class Deadline:
     budget: Budget = field(default_factory=Budget)
 
     @classmethod
-    def after(cls, seconds: float) -> "Deadline":
-        return cls(clock() + seconds, seconds)
+    def after(cls, seconds: float | None) -> "Deadline":
+        """The command's limits from now: `seconds` on the wall clock (None: no clock at all, the
+        default of every command: its budgets alone bound it)."""
+        return cls(math.inf, math.inf) if seconds is None else cls(clock() + seconds, seconds)
+
+    @classmethod
+    def within(cls, seconds: float | None, units: int, name: str) -> "Deadline":
+        """A command's deadline: at most `units` of solver work in all (`name` says whose, when it
+        runs out), within `seconds` on the wall clock if given."""
+        return cls.after(seconds).share(units, name)
 
     @classmethod
     def only(cls, units: int, name: str) -> "Deadline":
@@ -197,20 +206,17 @@ def context() -> Any:
     return z3.Context()
 
 
-def make(ctx: Any, timeout_s: float | None = None, logic: str | None = None, nonlinear: bool = False,
-         seed: int = 0) -> Any:
+def make(ctx: Any, logic: str | None = None, nonlinear: bool = False, seed: int = 0) -> Any:
     """A solver in ctx (for `logic`, if given; for nonlinear integer arithmetic, `nonlinear_tactic`'s)
-    with the fixed seed (plus `seed`, for a restart on another path). `timeout_s`, a wall-clock cap,
-    is for `check --engine z3` alone (its `--timeout`); prove and synth budget their queries in
-    resource units instead (`check` with a Deadline's budget), so that verdicts do not depend on load."""
+    with the fixed seed (plus `seed`, for a restart on another path) and no clock of Z3's own: every
+    query is budgeted in resource units (`check` with a Deadline's budget), so that verdicts do
+    not depend on load, and the command's wall clock, when the user sets one, stops it from outside."""
     if nonlinear:
         s = nonlinear_tactic(ctx).solver()
     else:
         s = z3.SolverFor(logic, ctx=ctx) if logic else z3.Solver(ctx=ctx)
     s.set(random_seed=SEED + seed)
     s.set("ctrl_c", False)  # Ctrl-C reaches Python (see `check`), which interrupts the query
-    if timeout_s is not None:
-        s.set(timeout=max(1, int(timeout_s * 1000)))  # Z3 counts milliseconds, at least one
     return s
 
 

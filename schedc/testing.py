@@ -42,7 +42,7 @@ def _semantics(semantics):
 
 
 def assert_deadlock_free(program: Program, *, semantics="rendezvous", engine: str = "native",
-                         timeout: float = 30.0) -> None:
+                         timeout: float | None = None) -> None:
     """Assert that every run of `program` reaches the end of every rank's list under `semantics`
     (`"rendezvous"`, `"eager"`, `"bounded:K"`) and that its messages carry the right tensors.
 
@@ -50,7 +50,8 @@ def assert_deadlock_free(program: Program, *, semantics="rendezvous", engine: st
     a structural error (a missing or misplaced action) is not a schedule that runs, and a mismatch
     finishes with the wrong data. The message is the report: the wait cycle with the cause in one
     sentence, and the rank-by-step grid with the blocked steps in brackets. With `engine="z3"`, a
-    solver that gives up fails too ("could not prove").
+    solver that gives up fails too ("could not prove"): its budget of Z3 resource units ran out, or
+    `timeout` seconds on the wall clock, when given.
 
     >>> import schedc
     >>> from schedc.api import load_text

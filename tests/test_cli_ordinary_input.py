@@ -91,7 +91,7 @@ def test_nesting_within_the_limit_compiles_checks_and_proves(tmp_path, run_cli, 
     path = _write(tmp_path, "deep.pp", _schedule(forward))
     code, _, err = run_cli("compile", path, "-o", str(tmp_path / "out"))
     assert code == EXIT_OK, err
-    code, out, err = run_cli("prove", path, "-q", "--timeout", "120")
+    code, out, err = run_cli("prove", path, "-q")
     assert code == EXIT_OK and "proved" in out, err
 
 

@@ -167,3 +167,93 @@ def test_synth_with_a_tiny_budget_stops_naming_it_the_same_every_time(monkeypatc
     assert "solver budget exhausted: 10 Z3 resource units for one query in the bisection" in whys
     code, out, _ = run_cli("synth", "--param", "P=4", "--param", "M=8", "--memory-limit", "3")
     assert code == 0 and "not proven optimal (solver budget exhausted: 20 Z3 resource units for a last query)" in out
+
+
+# ---- issue 35: no clock by default; a time limit, when the user sets one, says so apart from a budget ----
+
+def racing_clock(monkeypatch) -> None:
+    """A clock that passes a day at every reading: any wall-clock limit it is read against runs out
+    at once, so a command that answers under it has no clock."""
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(solver, "clock", lambda: float(next(ticks)) * DAY)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["prove", "1f1b"], "timeout"), (["synth", "--param", "P=2,M=2"], "time_limit"),
+    (["check", "1f1b", "--engine", "z3"], "timeout"), (["compile", "1f1b"], "timeout"),
+])
+def test_no_command_has_a_wall_clock_limit_by_default(argv, flag):
+    import io
+    from schedc.cli import _parser
+    args = _parser(io.StringIO(), argv).parse_args(argv)
+    assert getattr(args, flag) is None
+
+
+def test_by_default_prove_synth_and_check_z3_answer_whatever_the_clock_does(monkeypatch, run_cli):
+    # `prove interleaved_zero_bubble` did 291,803,280 resource units every time, yet answered
+    # `unknown` at the default --timeout 300 under load and `proved` in 55 s quiet
+    racing_clock(monkeypatch)
+    code, out, _ = run_cli("prove", "zb_h1", "-q")
+    assert code == 0 and "zb_h1: proved for every setting" in out, out
+    code, out, _ = run_cli("synth", "--param", "P=4,M=8", "--memory-limit", "3", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["optimal"] is True and report["stopped"] is None
+    code, out, _ = run_cli("check", "zbv", "--engine", "z3", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"] is True and report["witness"]
+    code, out, _ = run_cli("check", "1f1b", "--param", "P=2", "--engine", "z3", "--sweep", "M=1..4")
+    assert code == 0 and "4 of 4 instances hold" in out
+
+
+def test_a_time_limit_the_user_sets_says_so_apart_from_a_budget(monkeypatch, run_cli):
+    from schedc.verify import solver as deadlock_solver
+    racing_clock(monkeypatch)
+    code, out, _ = run_cli("prove", "zb_h1", "-q", "--timeout", "5")
+    assert code == 3 and "zb_h1: unknown: time limit: stopped after the 5 s allowed" in out
+    assert "budget" not in out
+    code, out, _ = run_cli("prove", "zb_h1", "-q", "--budget", "1000")
+    assert code == 3 and "solver budget exhausted: 1,000 Z3 resource units for the whole proof" in out
+    assert "time limit" not in out
+    code, out, _ = run_cli("check", "zbv", "--engine", "z3", "--timeout", "5", "--json")
+    assert code == 3 and json.loads(out)["unknown"] == \
+        "time limit: the wall-clock limit (--timeout) ran out while Z3 decided deadlock freedom"
+    monkeypatch.setattr(deadlock_solver, "DEADLOCK_UNITS", 10)
+    code, out, _ = run_cli("check", "zbv", "--engine", "z3", "--json")
+    assert code == 3 and json.loads(out)["unknown"] == \
+        "solver budget exhausted: 10 Z3 resource units for the deadlock query"
+    monkeypatch.setattr(synth_search, "SEARCH_UNITS", 10)
+    code, out, _ = run_cli("synth", "--param", "P=4,M=8", "--memory-limit", "3")
+    assert code == 0 and "not proven optimal (solver budget exhausted: 10 Z3 resource units for the search)" in out
+    code, out, _ = run_cli("synth", "--param", "P=4,M=8", "--memory-limit", "3", "--budget", "10", "--json")
+    assert json.loads(out)["stopped"] == "solver-unknown"
+    code, out, _ = run_cli("synth", "--param", "P=4,M=8", "--memory-limit", "3", "--time-limit", "5")
+    assert code == 0 and "not proven optimal (stopped at the time limit)" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["prove", "1f1b", "--budget", "0"], "--budget 0: expected a positive number of Z3 resource units"),
+    (["synth", "--param", "P=2,M=2", "--budget", "-5"], "--budget -5: expected a positive number"),
+    (["prove", "1f1b", "--timeout", "0"], "--timeout 0.0: expected seconds"),
+    (["check", "1f1b", "--engine", "z3", "--timeout", "-1"], "--timeout -1.0: expected seconds"),
+])
+def test_bad_budgets_and_time_limits_are_usage_errors(argv, message, run_cli):
+    code, _, err = run_cli(*argv)
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_a_descent_to_the_smallest_counterexample_from_far_away_takes_few_queries(monkeypatch):
+    # `prove 1f1b --assume 'P >= 10**18'` with no clock: the descent asked for each smaller P in
+    # turn, one small query at a time, for an hour or more before its budget ended it (the old
+    # default --timeout 300 hid it); it now halves the distance after PLAIN_STEPS queries
+    asked = []
+    real = solver.check
+
+    def counted(*args, **kwargs):
+        asked.append(1)
+        assert len(asked) < 3000, "the descent asks for each smaller value in turn"
+        return real(*args, **kwargs)
+    monkeypatch.setattr(solver, "check", counted)
+    proof = prove("1f1b", assumptions=("P >= 1000000000000000000",))
+    assert proof.verdict == "unknown" and "too large to confirm concretely" in proof.reason
+    assert "'P': 1000000000000000000" in proof.reason  # the smallest: the descent ended at the bound
+    assert len(asked) < 1000, len(asked)

@@ -321,10 +321,14 @@ def test_the_limits_page_states_schedcs_limits():
 
 def test_the_limits_page_states_the_commands_own_limits():
     from schedc.prove import prover
-    from schedc.synth import problem
+    from schedc.synth import problem, search
+    from schedc.verify import solver
     from schedc.viz import scene
     text = " ".join((ROOT / "docs" / "limits.md").read_text(encoding="utf-8").split())
     for phrase in (f"checks at most {prover.BOUNDED_SETTINGS} small settings",
+                   f"Z3 resource units (default {prover.PROOF_UNITS:,}; each query its share)",
+                   f"on its search (default {search.SEARCH_UNITS:,})",
+                   f"at most {solver.DEADLOCK_UNITS:,} units on a query of at most {solver.MAX_STEPS:,} steps",
                    f"at most {problem.MAX_RANKS} ranks, {problem.MAX_MICROBATCHES} microbatches and "
                    f"{problem.MAX_JOBS:,} actions",
                    f"more than {scene.MAX_BLOCKS:,} steps or {scene.MAX_ROWS} ranks"):

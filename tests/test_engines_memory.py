@@ -332,23 +332,37 @@ def test_a_sweep_whose_instances_take_too_much_work_in_all_stops_with_a_clear_er
 
 def test_a_z3_sweep_shares_its_timeout_and_marks_what_it_did_not_reach_unknown(run_cli, monkeypatch):
     # fuzz finding: each instance had the whole --timeout, so `check zb_h2 --engine z3 --timeout 5
-    # --sweep M=1..200` had no bound. A clock that moves one second per reading makes it deterministic.
+    # --sweep M=1..200` had no bound. A clock that moves one second per instance checked (and not
+    # while one is checked) makes it deterministic.
     from schedc import solver as solver_module
-    ticks = iter(range(10**6))
-    monkeypatch.setattr(solver_module, "clock", lambda: float(next(ticks)))
+    from schedc.commands import check as check_command
+    now = [0.0]
+    monkeypatch.setattr(solver_module, "clock", lambda: now[0])
+    checks = check_command.common.run_checks
+
+    def one_second_each(*args, **kwargs):
+        try:
+            return checks(*args, **kwargs)
+        finally:
+            now[0] += 1.0
+    monkeypatch.setattr(check_command.common, "run_checks", one_second_each)
     code, out, _ = run_cli("check", "1f1b", "--param", "P=2", "--engine", "z3", "--timeout", "2.5",
                            "--sweep", "M=1..6")
     marks = [line.split()[-1] for line in out.splitlines()[:6]]
-    assert code == 3 and marks == [".", ".", "?", "?", "?", "?"]
-    assert "the sweep's --timeout of 2.5 s ran out before instance 3 of 6" in out
-    ticks = iter(range(10**6))
+    assert code == 3 and marks == [".", ".", ".", "?", "?", "?"]
+    assert "the sweep's --timeout of 2.5 s ran out before instance 4 of 6" in out
+    now[0] = 0.0
     code, out, _ = run_cli("check", "1f1b", "--param", "P=2", "--engine", "z3", "--timeout", "2.5",
                            "--sweep", "M=1..6", "--json")
     rows = [json.loads(line) for line in out.splitlines()]
-    assert [r["ok"] for r in rows] == [True, True, None, None, None, None]
+    assert [r["ok"] for r in rows] == [True, True, True, None, None, None]
     assert rows[-1]["params"] == {"P": 2, "M": 6} and "time limit" in rows[-1]["unknown"]
-    # the native engine has no clock: the same sweep checks every instance
-    ticks = iter(range(10**6))
+    # without --timeout there is no clock: the same sweep checks every instance
+    now[0] = 0.0
+    code, out, _ = run_cli("check", "1f1b", "--param", "P=2", "--engine", "z3", "--sweep", "M=1..6")
+    assert code == 0 and "6 of 6 instances hold" in out
+    # the native engine has no clock either
+    now[0] = 0.0
     code, out, _ = run_cli("check", "1f1b", "--param", "P=2", "--timeout", "2.5", "--sweep", "M=1..6")
     assert code == 0 and "6 of 6 instances hold" in out
 

@@ -71,7 +71,7 @@ def test_a_function_chain_too_deep_to_evaluate_is_a_clear_error_at_its_line(run_
     fits = tmp_path / "fits.pp"
     fits.write_text(chain(200))
     assert run_cli("check", str(fits))[0] == 0
-    assert run_cli("prove", str(fits), "--timeout", "60")[0] == 0
+    assert run_cli("prove", str(fits))[0] == 0
 
 
 class _CountingList(list):

@@ -51,7 +51,10 @@ def checking(q) -> None:
                                                             f"{', '.join(names(posted=True))} ({modifiers_help()})")
     q.add_argument("--engine", choices=["native", "z3"], default="native",
                    help="deadlock check: the native executor (default) or the Z3 solver")
-    q.add_argument("--timeout", type=float, default=30.0, metavar="S", help="--engine z3: the solver's seconds for the whole command (inputs and sweep instances share them)")
+    q.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="--engine z3: the solver's seconds on the wall clock for the whole command (inputs and "
+                        "sweep instances share them; default: no clock, each query's budget of Z3 resource "
+                        "units bounds it)")
     q.add_argument("--memory-limit", metavar="N|R=N,...",
                    help="memory limit per rank: one number, or rank=limit pairs, e.g. 0=4,1=3 (with a model "
                         "and hardware description: GiB, or sizes such as 80GiB)")

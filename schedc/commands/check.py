@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
 from ..inputs import integer
-from ..options import memory_limit, seconds
+from ..options import clock_limit, memory_limit
 from ..outputs import dumps_json
 from ..progress import progress
 from . import arguments, common, described
@@ -36,18 +36,21 @@ def too_much_sweep(n: int, total: int, instance: dict):
 
 
 class SolverTime:
-    """`--timeout`, the solver's seconds for the whole command: the inputs of one `check`, or the
-    instances of a sweep, share it (each instance had all of it, so a sweep had no bound). Only
-    `--engine z3` spends it; the native engine has no clock (its work is bounded by the limits)."""
+    """`--timeout`, the solver's seconds for the whole command when the user gives it (by default
+    there is no clock: each query's budget of Z3 resource units bounds it): the inputs of one
+    `check`, or the instances of a sweep, share it. Only `--engine z3` spends it; the native engine
+    has no clock (its work is bounded by the limits)."""
 
     def __init__(self, args):
         from ..solver import clock
-        self.seconds, self.on = seconds(args.timeout, "--timeout"), args.engine == "z3"
-        self.end = clock() + args.timeout
+        self.seconds, self.on = clock_limit(args.timeout, "--timeout"), args.engine == "z3"
+        self.end = None if self.seconds is None else clock() + self.seconds
 
-    def left(self) -> float:
-        """Seconds left for the next check (the whole `--timeout` when no solver runs)."""
+    def left(self) -> float | None:
+        """Seconds left for the next check (the whole `--timeout` when no solver runs; None: no clock)."""
         from ..solver import clock
+        if self.end is None:
+            return None
         return self.end - clock() if self.on else self.seconds
 
 
@@ -88,7 +91,8 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
             if args.json:
                 stdout.write(common.input_error_json(e, name) + "\n")
             continue
-        report = common.run_checks(program, args, setup, timeout=max(0.001, solver_time.left()))
+        left = solver_time.left()
+        report = common.run_checks(program, args, setup, timeout=None if left is None else max(0.001, left))
         if setup is not None:
             described.explain(report, setup, limit)
         worst = common.worse(worst, common.exit_of(report))
@@ -149,7 +153,7 @@ def _sweep(args, params, stdout, stderr, setup=None) -> int:  # noqa: C901
         if n % max(1, total // 10) == 0:
             say(f"  checked {n}/{total}")
         left = solver_time.left()
-        if ran_out is not None or left <= 0:
+        if ran_out is not None or (left is not None and left <= 0):
             ran_out = ran_out or (f"time limit: the sweep's --timeout of {args.timeout:g} s ran out before "
                                   f"instance {n} of {total}; it and the rest are unknown")
             results[values] = "?"

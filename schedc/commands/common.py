@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
 from ..inputs import STDIN, STDIN_NAME, read_stdin
 from .. import options
-from ..options import memory_limit, seconds
+from ..options import clock_limit, memory_limit
 from ..outputs import dumps_json, write_file, write_files  # every output is written by schedc/outputs.py
 
 params = options.params  # the commands' --param reader
@@ -67,9 +67,9 @@ def one_stdin(names) -> None:
 def run_checks(program, args, setup=None, timeout: float | None = None):
     """Check `program` under the command's options; under a description (`setup`) the memory limit
     is in GiB (the accelerator's memory by default) and each rank's model states come off it.
-    `timeout`: the solver's seconds for this check (`--timeout` by default)."""
+    `timeout`: the solver's seconds for this check (`--timeout` by default; None there too: no clock)."""
     from ..api import check
-    seconds(args.timeout, "--timeout")
+    clock_limit(args.timeout, "--timeout")
     limit = memory_limit(args.memory_limit, sized=setup is not None)
     ranks = program.num_ranks * program.dp  # a data-parallel job's ranks d * P + p
     if isinstance(limit, dict) and any(not 0 <= r < ranks for r in limit):

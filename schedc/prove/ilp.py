@@ -6,6 +6,8 @@ Its work is counted in branch-and-bound nodes, not seconds, so it answers alike 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..outputs import native_stdout_to_stderr
@@ -38,9 +40,10 @@ def minimise(rows: list[dict], limits: list[int], weights: list[float], *, nodes
     w = np.asarray(weights, dtype=float)
     u = np.asarray(limits, dtype=float)
     options: dict[str, object] = {"node_limit": nodes, "presolve": True, "disp": False}
-    if deadline is not None:  # HiGHS stops at the command's limit too (then TimeUp, below)
+    if deadline is not None:  # HiGHS stops at the command's limit too, if it has one (then TimeUp, below)
         deadline.check()
-        options["time_limit"] = max(0.1, deadline.left())
+        if math.isfinite(deadline.left()):
+            options["time_limit"] = max(0.1, deadline.left())
     with native_stdout_to_stderr():  # HiGHS prints some lines whatever `disp` says; stdout is the command's
         res = watch(lambda: milp(  # watched: Ctrl-C ends the command at once, HiGHS ends by its time limit
             np.concatenate([w, w]), constraints=[LinearConstraint(A, lb=np.ones(m), ub=np.inf)],

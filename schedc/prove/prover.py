@@ -78,15 +78,18 @@ def parse_condition(text: str, what: str) -> ast.Expr:
 
 
 def prove(source: str, *, assumptions: tuple[str, ...] = (), memory: str | None = None,
-          timeout: float = 300.0, certificate: dict | None = None, log=lambda line: None) -> Proof:
+          timeout: float | None = None, budget: int | None = None, certificate: dict | None = None,
+          log=lambda line: None) -> Proof:
     """Prove `source` (a .pp file or a built-in name) for every setting satisfying `assumptions`
     (expressions such as "M >= P") and its requires; `memory` is the bound to prove (default: the
     simplest that fits), `certificate` a saved one to re-check instead of searching, `log` gets
-    progress lines. Raises SchedcError for bad input; every other outcome is in the Proof: past
-    `timeout` seconds, `unknown` with a reason that starts "time limit". The solver's work is
-    budgeted in deterministic units (the *_UNITS below), so the same input gives the same outcome on
-    any machine, unless the wall clock stops it first."""
-    return _prove(source, assumptions, memory, solver.Deadline.after(timeout), certificate, log)
+    progress lines. Raises SchedcError for bad input; every other outcome is in the Proof. The
+    solver's work is budgeted in deterministic units (the *_UNITS below; `budget`, the whole proof's
+    Z3 resource units, PROOF_UNITS by default), so the same input gives the same outcome on any
+    machine. `timeout`, seconds on the wall clock (default None: no clock), is an outer guard the
+    caller may set: past it, `unknown` with a reason that starts "time limit"."""
+    whole = solver.Deadline.within(timeout, PROOF_UNITS if budget is None else budget, "the whole proof")
+    return _prove(source, assumptions, memory, whole, certificate, log)
 
 
 def _prove(source: str, assumptions, memory, deadline: solver.Deadline, certificate, log) -> Proof:  # noqa: C901
@@ -205,7 +208,7 @@ def read_certificate(path) -> dict:
 
 # Solver budgets, in Z3 resource units (its `rlimit` count, see schedc/solver.py): deterministic, so
 # the same input gives the same verdict and certificate on a busy machine as on an idle one (the
-# wall clock, `--timeout`, is only the outer guard). Measured with z3 5.4 over every proof in
+# wall clock, `--timeout`, is an outer guard only the user sets). Measured with z3 5.4 over every proof in
 # tests/test_prove*.py and tests/test_synth*.py: Z3 does 1M to 20M units a second here, and one
 # nonlinear query takes from 3M to 160M units by the seed and by what the process did before (its
 # memory layout), so these keep far more headroom than the largest measurement:
@@ -215,6 +218,10 @@ QUERY_UNITS = 300_000_000  # any other query (memory, limits, annotations, a cer
 # the largest takes 9.4M, 57M in all with its restarts (a memory bound of interleaved zero bubble)
 NONLINEAR_UNITS = 2_500_000_000  # the whole attempt in nonlinear arithmetic, fits included: interleaved
 # zero bubble's takes 147M to 292M, interleaved 1F1B's 11M to 220M, looped BFS's 3M to 48M
+PROOF_UNITS = 10_000_000_000  # the whole proof (`--budget`): the built-ins take 58,000 (gpipe) to 292M
+# (interleaved zero bubble: 55 s at about 5M units a second), so this is some 34 times the largest,
+# about half an hour of Z3 here; it bounds what a proof that cannot end well spends (each step above
+# has its own share of it)
 CASES = range(1, 5)  # a parameter that makes the schedule nonlinear is tried at each of these values
 
 

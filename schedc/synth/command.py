@@ -29,7 +29,12 @@ def add_arguments(q) -> None:
     q.add_argument("--memory-limit", metavar="N|R=N,...", help="activation memory cap per rank")
     q.add_argument("--placement", choices=["loop", "vshape"], default="loop",
                    help="loop: stage r on rank r (default); vshape: 2P stages, down the ranks and back")
-    q.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="seconds to search (default 60)")
+    q.add_argument("--budget", type=int, default=None, metavar="UNITS",
+                   help="the search's solver work in Z3 resource units, the same on any machine (default "
+                        "2,000,000,000)")
+    q.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="stop searching after S seconds on the wall clock (default: no clock; the budget "
+                        "bounds the search)")
     q.add_argument("--repeat", action="store_true",
                    help="write each rank's steady state as a loop: one schedule for every M from the "
                         "smallest that checks clean (schedc prove can prove it for all of them)")
@@ -43,7 +48,8 @@ def run(args, stdout, stderr, write_all) -> int:
     from .emit import to_pp
     from .problem import build_problem
     from .search import Infeasible, synthesize
-    options.seconds(args.time_limit, "--time-limit")
+    options.clock_limit(args.time_limit, "--time-limit")
+    options.units(args.budget, "--budget")
     params = _params(args.param)
     costs = options.costs(args.costs, args.cost, "the defaults") or Costs("the defaults")
     problem = build_problem(params["P"], params["M"], placement=args.placement, costs=costs,
@@ -55,7 +61,7 @@ def run(args, stdout, stderr, write_all) -> int:
             say(text)
 
     with ctrl_c():
-        outcome = synthesize(problem, time_limit_s=args.time_limit, progress=report)
+        outcome = synthesize(problem, time_limit_s=args.time_limit, budget=args.budget, progress=report)
     if isinstance(outcome, Infeasible):
         stderr.write(f"error[infeasible]: no schedule: {outcome.reason}\n")
         if args.json:
@@ -165,7 +171,8 @@ def _shown_argv(args) -> list[str]:
     out = [x for p in args.param for x in ("--param", p)] + (["--costs", args.costs] if args.costs else [])
     out += [x for c in args.cost for x in ("--cost", c)]
     for flag, value in (("--memory-limit", args.memory_limit),
-                        ("--placement", None if args.placement == "loop" else args.placement)):
+                        ("--placement", None if args.placement == "loop" else args.placement),
+                        ("--budget", None if args.budget is None else str(args.budget))):
         if value:
             out += [flag, value]
     return out + (["--repeat"] if args.repeat else [])

@@ -3,8 +3,9 @@
 Start from the best quick schedule (schedc/synth/start.py); ask the solver whether makespan <= T
 for T halfway between what is proved impossible and what is found, shrinking one side each time.
 Every schedule the solver finds is re-timed by the simulator. Each query has a budget of solver
-work in Z3 resource units (the same answers on any machine); the time limit or Ctrl-C stops the
-search with the best found so far, its proven bound and the gap, never called optimal unless proved.
+work in Z3 resource units, and the whole search one too (the same answers on any machine); the
+search budget running out, the user's time limit or Ctrl-C stops the search with the best found so
+far, its proven bound and the gap, never called optimal unless proved.
 """
 from __future__ import annotations
 
@@ -20,13 +21,14 @@ from .schedule import Candidate, evaluate
 from .solver import decide
 from .start import candidates
 
-DEFAULT_TIME_LIMIT_S = 60.0
 # Each query's budget in Z3 resource units (deterministic, see schedc/solver.py). The queries of
 # tests/test_synth*.py take at most 5.1M units (P=4, M=8, vshape, memory 2: 0.3 s); at about 17M
-# units a second, these are some 12 s and 60 s on this machine, where --time-limit's 60 s default
-# is the outer guard.
+# units a second, these are some 12 s and 60 s on this machine. There is no clock unless the user
+# gives --time-limit.
 QUERY_UNITS = 200_000_000  # a query in the middle of the bisection, so that a hard one leaves time for the rest
 PATIENT_UNITS = 1_000_000_000  # the query just below the best, and the second pass over what was unknown
+SEARCH_UNITS = 2_000_000_000  # the whole search (`--budget`): bench/synth.py's longest search that ends
+# (P=8, M=16, memory 7) takes about 15 s, some 260M units at 17M a second; this is about two minutes
 
 
 @dataclass(frozen=True)
@@ -71,12 +73,14 @@ class Infeasible:
     reason: str
 
 
-def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,  # noqa: C901
+def synthesize(problem: Problem, *, time_limit_s: float | None = None, budget: int | None = None,  # noqa: C901
                progress: Callable[[str], None] | None = None) -> Outcome | Infeasible:
-    """The best schedule found within `time_limit_s` (one solver.Deadline for every step), each query
-    within its budget of solver work; the time limit or Ctrl-C stops the search with the best so far."""
+    """The best schedule found within `budget` Z3 resource units in all (SEARCH_UNITS by default),
+    each query within its own share, and within `time_limit_s` seconds if given (None: no clock;
+    one solver.Deadline for every step); the budget, the time limit or Ctrl-C stops the search with
+    the best so far."""
     began = time.monotonic()
-    deadline = Deadline.after(time_limit_s)
+    deadline = Deadline.within(time_limit_s, SEARCH_UNITS if budget is None else budget, "the search")
     why = _too_small(problem)
     if why:
         return Infeasible(problem, why)
@@ -120,8 +124,8 @@ def synthesize(problem: Problem, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S, 
                 low = T + 1  # not proved; try the upper part first
             say(f"makespan <= {_t(problem, T)}? {queries[-1].answer} ({spent:.1f} s); best "
                 f"{_t(problem, best.units)}, bound {_t(problem, proven)}")
-            if queries[-1].answer == "unknown" and patient:
-                break
+            if queries[-1].answer == "unknown" and (patient or deadline.exhausted()):
+                break  # the second pass is over, or the search's own budget is spent
     except TimeUp:
         stopped = "time-limit"
     except KeyboardInterrupt:
