@@ -1,0 +1,119 @@
+"""The importers against the installed frameworks: `deepspeed:NAME` and `megatron:NAME` check clean,
+keep the framework's own compute order and step count, and the docs' DeepSpeed listing is the
+importer's. Skipped, with the reason, where a framework is not installed (`pip install -e '.[importers]'`)."""
+from __future__ import annotations
+
+import importlib.util
+import re
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from schedc import importers
+from schedc.api import check, load
+from schedc.errors import SchedcError
+from schedc.ir import Op
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
+                                     reason="deepspeed is not installed: pip install -e '.[importers]'")
+needs_megatron = pytest.mark.skipif(importlib.util.find_spec("megatron") is None,
+                                    reason="megatron-core is not installed: pip install -e '.[importers]'")
+GRID = [(P, M) for P in (2, 3, 4) for M in range(P, 2 * P + 1)]
+
+
+def compute(program) -> list[list[str]]:
+    return [[str(a) for step in steps for a in step.parts if a.op in (Op.F, Op.B)] for steps in program.ranks]
+
+
+@needs_deepspeed
+@pytest.mark.parametrize("P,M", GRID)
+def test_deepspeed_train_checks_and_keeps_deepspeeds_order(P, M):
+    from deepspeed.runtime.pipe import schedule as ds
+    program = load("deepspeed:train", {"P": P, "M": M})
+    assert check(program).ok is True
+    for s in range(P):  # DeepSpeed's own step -> (microbatch, forward?) map, step by step
+        sched = ds.TrainSchedule(micro_batches=M, stages=P, stage_id=s)
+        want = [f"{s}{'F' if fwd else 'B'}{mb}" for mb, fwd in map(sched._step_to_micro_batch, range(2 * (M + P - 1)))
+                if 0 <= mb < M]
+        assert compute(program)[s] == want
+        steps = importers.deepspeed.stage_steps(ds.TrainSchedule, P, M, s)
+        assert len(steps) == len(list(sched.steps())) == 2 * (M + P - 1)  # one per DeepSpeed step
+
+
+@needs_deepspeed
+@pytest.mark.parametrize("P,M", GRID)
+def test_deepspeed_inference_checks_and_keeps_deepspeeds_order(P, M):
+    program = load("deepspeed:inference", {"P": P, "M": M})
+    assert program.forward_only and check(program).ok is True
+    assert compute(program) == [[f"{s}F{m}" for m in range(M)] for s in range(P)]
+
+
+@needs_deepspeed
+def test_the_docs_deepspeed_listing_is_the_importers():
+    text = (ROOT / "docs" / "interop.md").read_text()
+    block = re.search(r"<!-- file: deepspeed_train.pp -->\n```pp\n(.*?)```", text, re.S)
+    assert block is not None
+    assert block.group(1) == importers.listing("deepspeed:train", {"P": 4, "M": 4})
+
+
+@needs_megatron
+@pytest.mark.parametrize("P,M", GRID)
+@pytest.mark.parametrize("batched", [0, 1])
+def test_megatron_1f1b_checks_and_is_1f1b(P, M, batched):
+    program = load("megatron:1f1b", {"P": P, "M": M, "BATCHED": batched})
+    assert check(program, semantics="nccl").ok is True
+    assert compute(program) == compute(load("1f1b", {"P": P, "M": M}))
+
+
+@needs_megatron
+@pytest.mark.parametrize("P,M", [(P, M) for P in (3, 4) for M in (P, 2 * P)])
+@pytest.mark.parametrize("batched,overlap", [(0, 0), (1, 0), (0, 1)])
+def test_megatron_interleaved_checks_and_is_interleaved_1f1b(P, M, batched, overlap):
+    program = load("megatron:interleaved", {"P": P, "M": M, "V": 2, "BATCHED": batched, "OVERLAP": overlap})
+    assert check(program, semantics="nccl").ok is True
+    assert compute(program) == compute(load("interleaved_1f1b", {"P": P, "M": M, "V": 2}))
+
+
+@needs_megatron
+def test_megatron_interleaved_on_two_ranks_is_the_known_swap():
+    """docs/interop.md's hand derivation of P=2, V=2, M=4 (batched) is what the trace gives."""
+    traced = load("megatron:interleaved", {"P": 2, "M": 4, "V": 2, "BATCHED": 1})
+    report = check(traced, semantics="nccl")
+    assert not report.ok and {e.code for e in report.errors} == {"mismatch"}
+    derived = load(str(ROOT / "tests" / "known" / "megatron_interleaved_p2.pp"))
+    unwaited = [[s for s in steps if not str(s).startswith(tuple("0123456789")) or "WAIT" not in str(s)]
+                for steps in traced.ranks]
+    assert [[str(s) for s in r] for r in unwaited] == [[str(s) for s in r] for r in derived.ranks]
+
+
+@needs_megatron
+def test_megatron_forward_only():
+    program = load("megatron:1f1b", {"P": 3, "M": 4}, forward_only=True)
+    assert program.forward_only and check(program).ok is True
+
+
+def test_a_missing_or_unsupported_framework_is_an_importer_error(monkeypatch):
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importers.common.metadata, "version", missing)
+    with pytest.raises(SchedcError, match=r"pip install 'schedc\[importers\]'") as exc:
+        load("deepspeed:train", {"P": 2, "M": 2})
+    assert exc.value.code == "importer"
+    monkeypatch.setattr(importers.common.metadata, "version", lambda name: "0.20.0")
+    with pytest.raises(SchedcError, match="tested with 0.16.x only") as exc:
+        load("megatron:1f1b", {"P": 2, "M": 2})
+    assert exc.value.code == "importer"
+
+
+def test_unknown_names_and_params_are_usage_errors():
+    with pytest.raises(SchedcError, match="deepspeed:train, deepspeed:inference"):
+        load("deepspeed:nope", {"P": 2, "M": 2})
+    with pytest.raises(SchedcError) as exc:
+        load("megatron:1f1b", {"P": 2, "M": 2, "X": 1})
+    assert exc.value.code == "unknown-param"
+    with pytest.raises(SchedcError) as exc:
+        load("deepspeed:train", {"P": 2})
+    assert exc.value.code == "missing-param"
