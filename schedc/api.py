@@ -44,9 +44,8 @@ def _resolve(path_or_name: str) -> tuple[Path, bool]:
                           f"{exc.strerror or exc}", where="input") from None
     builtins = builtin_schedules()
     if importers.is_imported(path_or_name) and not exists:
-        raise SchedcError("usage", f"{path_or_name} is imported from its framework, not a schedule file; export "
-                          "it (schedc export NAME --to ir-json) for a command that reads the schedule's text",
-                          where=path_or_name)
+        raise SchedcError("usage", f"{path_or_name} is read from its framework, not from a schedule's text, "
+                          "which this needs (check, sim, viz, export, compare and run take it)", where=path_or_name)
     if path_or_name in builtins:
         return builtins[path_or_name], False
     if exists:
@@ -85,7 +84,7 @@ def load(path_or_name: str, params: Mapping[str, int] | None = None, *, fmt: str
     name = str(path_or_name)
     text, path = _file_text(name), name
     if text is None and importers.is_imported(name):  # `deepspeed:train`: the framework's own order
-        return importers.load(name, params, forward_only=forward_only)
+        return importers.load(name, params, forward_only=forward_only, strict=strict_params)
     if text is None:  # not a readable file of UTF-8 text by that name: resolve it, or say why not
         resolved, given = _resolve(name)
         text, path = read_text(resolved), str(resolved)

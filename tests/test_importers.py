@@ -13,7 +13,7 @@ import pytest
 from schedc import importers
 from schedc.api import check, load
 from schedc.errors import SchedcError
-from schedc.ir import Op
+from schedc.ir import COMM, Compound, Op
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
@@ -83,9 +83,19 @@ def test_megatron_interleaved_on_two_ranks_is_the_known_swap():
     report = check(traced, semantics="nccl")
     assert not report.ok and {e.code for e in report.errors} == {"mismatch"}
     derived = load(str(ROOT / "tests" / "known" / "megatron_interleaved_p2.pp"))
-    unwaited = [[s for s in steps if not str(s).startswith(tuple("0123456789")) or "WAIT" not in str(s)]
-                for steps in traced.ranks]
+    unwaited = [[s for s in steps if isinstance(s, Compound) or s.op in (Op.F, Op.B, *COMM)] for steps in traced.ranks]
     assert [[str(s) for s in r] for r in unwaited] == [[str(s) for s in r] for r in derived.ranks]
+
+
+@needs_megatron
+@pytest.mark.parametrize("name,V", [("megatron:1f1b", 1), ("megatron:interleaved", 2)])
+def test_megatron_finalises_gradients_after_the_last_backward(name, V):
+    """finalize_model_grads_func: each chunk's REDUCE_GRAD, and REDUCE_TIED on the ends, last on each rank."""
+    program = load(name, {"P": 3, "M": 6, "V": V} if V > 1 else {"P": 3, "M": 6})
+    for rank, steps in enumerate(program.ranks):
+        tail = [str(s) for s in steps[-(V + (rank in (0, 2))):]]
+        held = [c * 3 + rank for c in range(V)]
+        assert tail == [f"{s}REDUCE_GRAD" for s in held] + [f"{s}REDUCE_TIED" for s in held if s in (0, 3 * V - 1)]
 
 
 @needs_megatron
@@ -117,3 +127,19 @@ def test_unknown_names_and_params_are_usage_errors():
     with pytest.raises(SchedcError) as exc:
         load("deepspeed:train", {"P": 2})
     assert exc.value.code == "missing-param"
+    with pytest.raises(SchedcError) as exc:
+        load("megatron:1f1b", {"P": 2, "M": 2, "BATCHED": 2})
+    assert exc.value.code == "range"
+
+
+@needs_deepspeed
+def test_compare_gives_each_schedule_the_parameters_it_takes():
+    """`compare` hands every schedule all the --param values; an imported one takes its own."""
+    assert load("deepspeed:train", {"P": 2, "M": 4, "V": 2}, strict_params=False).params == (("P", 2), ("M", 4))
+
+
+def test_prove_says_it_needs_a_schedules_text():
+    from schedc.api import resolve
+    with pytest.raises(SchedcError, match="read from its framework") as exc:
+        resolve("megatron:1f1b")
+    assert exc.value.code == "usage"

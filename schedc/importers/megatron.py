@@ -197,6 +197,19 @@ def _forward_step(torch, trace: _Trace):
     return forward_step
 
 
+def _finalize(trace: _Trace, stages: int):
+    """A `finalize_model_grads_func` that records what Megatron-Core's own does, on one line: each
+    chunk's data-parallel gradient reduction (`finish_grad_sync`), then the all-reduce of the word
+    embedding's gradients between the first and the last stage (a model that ties them)."""
+
+    def finalize(model, *args, **kwargs):
+        held = [chunk.stage for chunk in model]
+        trace.lines.append([f"{s}REDUCE_GRAD" for s in held] +
+                           [f"{s}REDUCE_TIED" for s in sorted({0, stages - 1} & set(held))])
+
+    return finalize
+
+
 def _backward_step(torch, trace: _Trace):
     def backward_step(input_tensor, output_tensor, output_tensor_grad, model_type, config):
         first = output_tensor[0] if isinstance(output_tensor, list) else output_tensor
@@ -226,6 +239,7 @@ def trace_rank(mc, rank: int, values: Mapping[str, int], forward_only: bool) -> 
         pipeline_dtype=torch.float32, batch_p2p_comm=bool(values.get("BATCHED", 0)),
         overlap_p2p_comm=bool(values.get("OVERLAP", 0)))
     chunks = [_model(torch.nn, config, mc.ModelType.encoder_or_decoder, c * P + rank, trace) for c in range(V)]
+    config.finalize_model_grads_func = _finalize(trace, P * V)
     group = _Group(rank, P)
 
     def one_line(communicate):
