@@ -130,6 +130,17 @@ def test_unknown_names_and_params_are_usage_errors():
     with pytest.raises(SchedcError) as exc:
         load("megatron:1f1b", {"P": 2, "M": 2, "BATCHED": 2})
     assert exc.value.code == "range"
+    with pytest.raises(SchedcError, match="deepspeed:inference"):
+        load("deepspeed:train", {"P": 2, "M": 2}, forward_only=True)
+
+
+@needs_megatron
+def test_megatron_settings_it_refuses_are_importer_errors():
+    with pytest.raises(SchedcError, match="V >= 2"):
+        load("megatron:interleaved", {"P": 2, "M": 2, "V": 1})
+    with pytest.raises(SchedcError, match="Megatron-Core refuses P=4, V=2, M=6") as exc:
+        load("megatron:interleaved", {"P": 4, "M": 6, "V": 2})
+    assert exc.value.code == "importer"
 
 
 @needs_deepspeed

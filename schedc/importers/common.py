@@ -15,24 +15,25 @@ SUPPORTED = {"deepspeed": ("deepspeed", ("0.19.",), "0.19.x"),
 
 
 def require(framework: str, *modules: str) -> list:
-    """The framework's `modules`, imported; an `importer` error when its package is missing or is a
-    version the importer is not tested with."""
+    """The framework's `modules`, imported; an `importer` error when its package is
+    missing or is a version the importer is not tested with."""
     dist, prefixes, described = SUPPORTED[framework]
+    where = framework
     try:
         version = metadata.version(dist)
     except metadata.PackageNotFoundError:
-        raise SchedcError("importer", f"reading {framework}: schedules needs {dist} {described}, which is not "
-                          f"installed: {INSTALL}") from None
+        raise SchedcError("importer", f"schedc's {framework} importer needs {dist} {described}, which is not "
+                          f"installed: {INSTALL}", where=where) from None
     if not version.startswith(prefixes):
         raise SchedcError("importer", f"{dist} {version} is installed; schedc's {framework} importer is tested "
-                          f"with {described} only: {INSTALL}")
+                          f"with {described} only: {INSTALL}", where=where)
     import importlib
     with quiet():
         try:
             return [importlib.import_module(module) for module in modules]
         except Exception as exc:  # noqa: BLE001 - a broken install says so, not with a traceback
             raise SchedcError("importer", f"{dist} {version} does not import ({type(exc).__name__}: {exc}): "
-                              f"{INSTALL}") from None
+                              f"{INSTALL}", where=where) from None
 
 
 @contextlib.contextmanager

@@ -57,6 +57,9 @@ def _listing(kind: str, values: Mapping[str, int], forward_only: bool = False) -
 
 
 def train(values: Mapping[str, int], *, forward_only: bool = False) -> str:
+    if forward_only:
+        raise SchedcError("usage", "deepspeed:train trains; DeepSpeed's forward-only schedule is "
+                          "deepspeed:inference", where="--forward-only")
     return _listing("train", values)
 
 

@@ -1,8 +1,7 @@
-"""Megatron-Core's pipeline schedules (`megatron.core.pipeline_parallel.schedules`), traced: each
-rank's schedule function runs alone, in this process, with a fake process group whose isend,
-irecv, batch_isend_irecv and waits record instead of communicating, and fake forward and backward
-steps that record the compute. A message is named by its tensor (a stage's output or input
-gradient; a receive, by the compute that consumes what it brought). One line per p2p call or compute.
+"""Megatron-Core's pipeline schedules traced: each rank's schedule function runs alone, in this
+process, with a fake process group whose isend, irecv, batch_isend_irecv and waits record instead of
+communicating, and fake forward, backward and finalise steps that record the compute. A message is
+named by its tensor (a receive's, by the compute that consumes it). One line per p2p call or compute.
 """
 from __future__ import annotations
 
@@ -165,7 +164,7 @@ def _patched(modules: list[tuple[Any, dict[str, Any]]]) -> Iterator[None]:
                 setattr(module, key, value)
 
 
-def _model(nn, config, model_type, stage: int, trace: _Trace):
+def _model(nn, config, model_type, stage: int):
     """A model chunk that records its forward: stage `stage`, microbatches from its data iterator."""
 
     class Chunk(nn.Module):
@@ -238,7 +237,7 @@ def trace_rank(mc, rank: int, values: Mapping[str, int], forward_only: bool) -> 
         num_layers=P * V, hidden_size=1, num_attention_heads=1, pipeline_model_parallel_size=P, virtual_pipeline_model_parallel_size=V if V > 1 else None,
         pipeline_dtype=torch.float32, batch_p2p_comm=bool(values.get("BATCHED", 0)),
         overlap_p2p_comm=bool(values.get("OVERLAP", 0)))
-    chunks = [_model(torch.nn, config, mc.ModelType.encoder_or_decoder, c * P + rank, trace) for c in range(V)]
+    chunks = [_model(torch.nn, config, mc.ModelType.encoder_or_decoder, c * P + rank) for c in range(V)]
     config.finalize_model_grads_func = _finalize(trace, P * V)
     group = _Group(rank, P)
 
@@ -295,14 +294,15 @@ def _listing(kind: str, values: Mapping[str, int], forward_only: bool = False) -
     if values.get("BATCHED") and values.get("OVERLAP"):
         raise SchedcError("usage", "Megatron-Core refuses BATCHED=1 with OVERLAP=1 (batch_p2p_comm and "
                           "overlap_p2p_comm)", where="--param")
-    if V == 1 and values.get("OVERLAP"):
-        raise SchedcError("usage", "Megatron-Core overlaps p2p communication only in its interleaved schedule "
-                          "(megatron:interleaved)", where="--param")
+    if kind == "interleaved" and V < 2:
+        raise SchedcError("range", "megatron:interleaved runs V >= 2 model chunks per rank (V=1 is megatron:1f1b)",
+                          where="--param")
     with _LOCK, quiet():
         try:
             ranks = [trace_rank(mc, r, values, forward_only).render() for r in range(P)]
         except (AssertionError, ValueError, RuntimeError) as exc:  # Megatron refuses the settings
-            raise SchedcError("importer", f"Megatron-Core refuses P={P}, V={V}, M={M}: {exc}") from None
+            raise SchedcError("importer", f"Megatron-Core refuses P={P}, V={V}, M={M}: {exc}",
+                              where=f"megatron:{kind}") from None
     fn = "forward_backward_pipelining_" + ("with_interleaving" if V > 1 else "without_interleaving")
     opts = ", ".join(f"{k.lower()}={values[k]}" for k in ("BATCHED", "OVERLAP") if k in values)
     comment = (f"Megatron-Core {version('megatron')} {fn}(num_microbatches={M}"
