@@ -38,7 +38,7 @@ def test_deepspeed_train_checks_and_keeps_deepspeeds_order(P, M):
         want = [f"{s}{'F' if fwd else 'B'}{mb}" for mb, fwd in map(sched._step_to_micro_batch, range(2 * (M + P - 1)))
                 if 0 <= mb < M]
         assert compute(program)[s] == want
-        steps = importers.deepspeed.stage_steps(ds.TrainSchedule, P, M, s)
+        steps = importers.deepspeed.stage_steps(ds.TrainSchedule(micro_batches=M, stages=P, stage_id=s), s, P)
         assert len(steps) == len(list(sched.steps())) == 2 * (M + P - 1)  # one per DeepSpeed step
 
 
@@ -48,6 +48,22 @@ def test_deepspeed_inference_checks_and_keeps_deepspeeds_order(P, M):
     program = load("deepspeed:inference", {"P": P, "M": M})
     assert program.forward_only and check(program).ok is True
     assert compute(program) == [[f"{s}F{m}" for m in range(M)] for s in range(P)]
+
+
+@needs_deepspeed
+@pytest.mark.parametrize("P,M", [(P, M) for P in (2, 3, 4) for M in (2 * P, 2 * P + 1)])
+@pytest.mark.parametrize("forward_only", [False, True])
+def test_deepspeed_dualpipev_checks_and_keeps_deepspeeds_order(P, M, forward_only):
+    """DualPipeVSchedule's buffer is phase * M + microbatch: the compute order it says, on the V."""
+    from deepspeed.runtime.pipe import schedule as ds
+    program = load("deepspeed:dualpipev", {"P": P, "M": M}, forward_only=forward_only)
+    assert check(program, semantics="nccl").ok is True
+    for r in range(P):
+        sched = ds.DualPipeVSchedule(micro_batches=M, stages=P, stage_id=r, forward_only=forward_only)
+        want = [f"{2 * P - 1 - r if c.phase else r}{'F' if type(c).__name__ == 'ForwardPass' else 'B'}"
+                f"{c.buffer_id - c.phase * M}" for step in sched.steps() for c in step
+                if type(c).__name__ in ("ForwardPass", "BackwardPass")]
+        assert compute(program)[r] == want
 
 
 @needs_deepspeed
@@ -119,7 +135,7 @@ def test_a_missing_or_unsupported_framework_is_an_importer_error(monkeypatch):
 
 
 def test_unknown_names_and_params_are_usage_errors():
-    with pytest.raises(SchedcError, match="deepspeed:train, deepspeed:inference"):
+    with pytest.raises(SchedcError, match="deepspeed:train, deepspeed:inference, deepspeed:dualpipev"):
         load("deepspeed:nope", {"P": 2, "M": 2})
     with pytest.raises(SchedcError) as exc:
         load("megatron:1f1b", {"P": 2, "M": 2, "X": 1})
