@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from ..compiler import compile_schedule
 from ..errors import SchedcError
 from ..ir import Program
-from ..parse import parse
 from . import deepspeed, megatron
 from .common import SUPPORTED
 
@@ -30,6 +28,8 @@ def load(name: str, params: Mapping[str, int] | None = None, *, forward_only: bo
          strict: bool = True) -> Program:
     """The program the framework's own code issues for `name` at `params`, compiled from its listing
     (`strict=False`: parameters the schedule does not take are left out, as `compare` gives them)."""
+    from ..compiler import compile_schedule  # (here: loading schedc.api stays free of the compiler)
+    from ..parse import parse
     text = listing(name, params, forward_only=forward_only, strict=strict)
     return compile_schedule(parse(text, name), None)
 
