@@ -14,6 +14,7 @@ from .report import ENGINES, Report, run_checks
 from .errors import SchedcError
 from .inputs import decode, read_text
 from .interop.formats import by_extension, named, readable
+from . import importers
 from .ir import Program
 from .resources import builtin_schedules
 from .rules.semantics import Semantics
@@ -42,6 +43,9 @@ def _resolve(path_or_name: str) -> tuple[Path, bool]:
         raise SchedcError("io", f"cannot read {path_or_name[:80]!r}{'...' if len(path_or_name) > 80 else ''}: "
                           f"{exc.strerror or exc}", where="input") from None
     builtins = builtin_schedules()
+    if importers.is_imported(path_or_name) and not exists:
+        raise SchedcError("usage", f"{path_or_name} is read from its framework, not from a schedule's text, "
+                          "which this needs (check, sim, viz, export, compare and run take it)", where=path_or_name)
     if path_or_name in builtins:
         return builtins[path_or_name], False
     if exists:
@@ -87,6 +91,8 @@ def load(path_or_name: str, params: Mapping[str, int] | None = None, *, fmt: str
     `params` P, M, V and `placement` state its ranks, microbatches and stages)."""
     name = str(path_or_name)
     text, path = _file_text(name), name
+    if text is None and importers.is_imported(name):  # `deepspeed:train`: the framework's own order
+        return importers.load(name, params, forward_only=forward_only, strict=strict_params)
     if text is None:  # not a readable file of UTF-8 text by that name: resolve it, or say why not
         resolved, given = _resolve(name)
         text, path = read_text(resolved), str(resolved)

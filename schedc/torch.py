@@ -53,7 +53,8 @@ def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
 def _load(source: str, stages, n_microbatches: int, fmt, notation: str, params: dict) -> Program:
     """Compile or read `source`; P, V and M come from the stages where the schedule declares them."""
     from .api import detect_format, load, resolve
-    fmt = fmt or detect_format(str(resolve(source)))
+    from .importers import is_imported
+    fmt = fmt or ("pp" if is_imported(str(source)) else detect_format(str(resolve(source))))
     if fmt != "pp":
         return load(source, fmt=fmt, notation=notation, params=params or None)
     ranks = stages[0].group_size

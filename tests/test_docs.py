@@ -278,7 +278,7 @@ def test_examples_are_rarely_left_unrun():
 def test_the_readme_test_command_is_the_one_ci_runs():
     readme = blocks(ROOT / "README.md")
     commands = [line for b in readme if b.lang == "sh" for line in b.text.splitlines() if "pytest" in line]
-    assert commands == ["python -m pip install -e '.[test]' && python -m pytest -q"], commands
+    assert commands == ["python -m pip install -e '.[test,importers]' && python -m pytest -q"], commands
     assert commands[0] in ci_script().splitlines()
 
 

@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("structural checks and passes", ("lint", "passes", "passes.*")),
     ("the checks", ("verify", "verify.*", "report")),
     ("timing, formats, lowering, runtime", ("timeline", "simulate", "simulate_*", "costs", "hardware", "interop",
-                                            "interop.*", "lower", "lower.*", "runtime", "runtime.*")),
+                                            "interop.*", "importers", "importers.*", "lower", "lower.*", "runtime", "runtime.*")),
     ("the library's front door: load and check", ("", "api", "options")),
     ("tools on whole schedules", ("prove", "prove.*", "synth", "synth.*", "compare", "viz", "viz.*", "torch",
                                   "testing", "strategies")),

@@ -1,0 +1,66 @@
+"""Schedules read from the frameworks that run them: `deepspeed:NAME` and `megatron:NAME` name the
+order DeepSpeed's or Megatron-Core's own code issues at the given P, M (and V), read from the
+installed package (lazily: nothing is imported until such a name is loaded) into a schedc program.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from ..errors import SchedcError
+from ..ir import Program
+from . import deepspeed, megatron
+from .common import SUPPORTED
+
+SWITCHES = ("BATCHED", "OVERLAP")  # parameters that are 0 or 1 (a framework's boolean setting)
+
+
+def is_imported(name: str) -> bool:
+    """Whether `name` names a framework's schedule (`deepspeed:train`, `megatron:1f1b`)."""
+    return name.partition(":")[0] in SUPPORTED and ":" in name
+
+
+def schedule_names() -> tuple[str, ...]:
+    """Every `framework:schedule` name an importer reads."""
+    return tuple(f"{fw}:{n}" for fw, mod in (("deepspeed", deepspeed), ("megatron", megatron)) for n in mod.SCHEDULES)
+
+
+def load(name: str, params: Mapping[str, int] | None = None, *, forward_only: bool = False,
+         strict: bool = True) -> Program:
+    """The program the framework's own code issues for `name` at `params`, compiled from its listing
+    (`strict=False`: parameters the schedule does not take are left out, as `compare` gives them)."""
+    from ..compiler import compile_schedule  # (here: loading schedc.api stays free of the compiler)
+    from ..parse import parse
+    text = listing(name, params, forward_only=forward_only, strict=strict)
+    return compile_schedule(parse(text, name), None)
+
+
+def listing(name: str, params: Mapping[str, int] | None = None, *, forward_only: bool = False,
+            strict: bool = True) -> str:
+    """The schedc text (literal per-rank lists, one line per framework step) of `name` at `params`."""
+    framework, _, schedule = name.partition(":")
+    module = {"deepspeed": deepspeed, "megatron": megatron}[framework]
+    if schedule not in module.SCHEDULES:
+        raise SchedcError("usage", f"{framework} has no schedule {schedule!r}; schedc imports "
+                          f"{', '.join(framework + ':' + s for s in module.SCHEDULES)}", where=name)
+    build: Callable[..., str] = module.SCHEDULES[schedule]
+    known = module.PARAMS[schedule]
+    given = {k: v for k, v in (params or {}).items() if strict or k in known}
+    return build(settings(name, given, known), forward_only=forward_only)
+
+
+def settings(name: str, params: Mapping[str, int] | None, known: Mapping[str, int | None]) -> dict[str, int]:
+    """`params` checked against the ones the schedule takes (`known`: name -> default, None when
+    required): an unknown or missing one, a count below 1 or a switch neither 0 nor 1 is an error."""
+    given = dict(params or {})
+    for key in given:
+        if key not in known:
+            raise SchedcError("unknown-param", f"{name} takes {', '.join(known)}, not {key}", where="--param")
+    values = {k: given.get(k, default) for k, default in known.items()}
+    for key, value in values.items():
+        if value is None:
+            raise SchedcError("missing-param", f"{name} needs --param {key}=...", where="--param")
+        if key in SWITCHES and value not in (0, 1):
+            raise SchedcError("range", f"{name}: {key} is 0 or 1, not {value}", where="--param")
+        if key not in SWITCHES and value < 1:
+            raise SchedcError("range", f"{name}: {key}={value} must be at least 1", where="--param")
+    return values  # type: ignore[return-value]
