@@ -505,9 +505,9 @@ def test_what_the_one_pass_run_does_not_take_is_timed_step_by_step_up_to_a_limit
 def test_export_rechecks_the_csv_only_when_it_flattened_groups(run_cli, monkeypatch, tmp_path):
     """The lowered program as written checks as the CSV's rows do unless groups were flattened
     (torch's CSV has none): only then is the CSV checked again (1F1B at P=64, M=20000: 27 s -> 11 s)."""
-    from schedc import api
-    real, checked = api.check, []
-    monkeypatch.setattr(api, "check", lambda program, **kw: checked.append(program.level) or real(program, **kw))
+    from schedc import report
+    real, checked = report.run_checks, []
+    monkeypatch.setattr(report, "run_checks", lambda program, **kw: checked.append(program.level) or real(program, **kw))
     assert run_cli("export", "1f1b", "--param", "P=4,M=8", "--to", "torch-csv", "-o", str(tmp_path / "a.csv"))[0] == 0
     assert checked == ["compute"]
     grouped = tmp_path / "grp.pp"  # posted together, the receive first; in a row, a cycle
