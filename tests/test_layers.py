@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("timing, formats, lowering, runtime", ("timeline", "simulate", "simulate_*", "costs", "hardware", "interop",
                                             "interop.*", "importers", "importers.*", "lower", "lower.*", "runtime", "runtime.*")),
     ("the library's front door: load and check", ("", "api", "options")),
-    ("tools on whole schedules", ("prove", "prove.*", "synth", "synth.*", "compare", "viz", "viz.*", "torch",
+    ("tools on whole schedules", ("prove", "prove.*", "synth", "synth.*", "compare", "plan", "viz", "viz.*", "torch",
                                   "testing", "strategies")),
     ("the command line", ("cli", "__main__", "commands", "commands.*")),
 )

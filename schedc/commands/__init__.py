@@ -31,6 +31,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("sim", "simulate a schedule in time: makespan, bubble, busy time, memory", "schedc.commands.sim"),
     Command("compare", "rank schedules for one setting by makespan, with bubble and peak memory",
             "schedc.commands.compare"),
+    Command("plan", "the fastest layouts and schedules for a model on N GPUs, within their memory",
+            "schedc.commands.plan"),
     Command("prove", "prove a parametric schedule sound for every size: proved, refuted or unknown",
             "schedc.prove.command"),
     Command("run", "verify, lower and run a schedule on local ranks (or print the torchrun line)",

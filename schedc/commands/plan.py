@@ -1,0 +1,70 @@
+"""`schedc plan`: the fastest layouts and schedules for a model on N GPUs (schedc/plan.py)."""
+from __future__ import annotations
+
+import time
+
+from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
+from ..outputs import dumps_json
+from . import arguments, common
+
+DEFAULT_SCHEDULES = ("zbv", "dualpipev", "interleaved_1f1b", "1f1b", "zb_h1")
+
+
+def add_arguments(q) -> None:
+    q.add_argument("schedules", nargs="*", metavar="NAME",
+                   help=f"the schedules to try (default: {', '.join(DEFAULT_SCHEDULES)})")
+    q.add_argument("--gpus", type=int, required=True, metavar="N", help="the GPUs of the job")
+    q.add_argument("--global-batch", type=int, required=True, metavar="B",
+                   help="sequences per training step, over every data-parallel replica")
+    q.add_argument("--micro-batch", type=int, default=None, metavar="b",
+                   help="sequences per microbatch (default: the model's micro_batch, 1)")
+    q.add_argument("--top", type=int, default=5, metavar="K", help="how many answers (default 5)")
+    q.add_argument("--json", action="store_true", help="one JSON object per answer, then one for the search")
+    arguments.describing(q)
+
+
+def run(args, stdout, stderr) -> int:
+    """Rank (layout, schedule) choices by step time among those that fit; exit 1 if none fits."""
+    from ..plan import plan
+    setup = common.description(args)
+    if setup is None:
+        raise SchedcError("usage", "plan needs a model and hardware: --model and --hardware, or --setup FILE "
+                          "(docs/units.md)")
+    if args.top < 1:
+        raise SchedcError("usage", f"--top must be at least 1, not {args.top}", where="--top")
+    started = time.process_time()
+    result = plan(setup, args.gpus, args.global_batch, args.schedules or list(DEFAULT_SCHEDULES),
+                  micro_batch=args.micro_batch or setup.model.micro_batch, top=args.top)
+    seconds = time.process_time() - started
+    search = {"layouts": result.layouts, "over_memory": result.over_memory, "not_better": result.bounded,
+              "simulated": result.simulated, "checked": result.checked}
+    if args.json:
+        for choice in result.choices:
+            stdout.write(dumps_json(choice.to_dict()) + "\n")
+        stdout.write(dumps_json({"search": search}) + "\n")
+    else:
+        stdout.write(_text(setup, args, result, seconds) + "\n")
+    if not result.choices:
+        stderr.write(f"schedc: no layout of {args.gpus} GPUs fits {setup.model.name} within "
+                     f"{setup.memory:.4g} GiB a GPU\n")
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+def _text(setup, args, result, seconds: float) -> str:
+    head = ["pp", "tp", "cp", "dp", "ep", "layers", "schedule", "M", "step (s)", "pipeline", "reduce", "bubble",
+            "peak GiB"]
+    rows = [head]
+    for c in result.choices:
+        lay, r = c.layout, c.row
+        split = f"{lay.split[0]}..{lay.split[1]}" if lay.split else "even"
+        rows.append([str(lay.pp), str(lay.tp), str(lay.cp), str(lay.dp), str(lay.ep), split, r.name,
+                     str(c.microbatches), f"{c.step:.4g}", f"{r.makespan:.4g}", f"{c.reduction:.3g}",
+                     f"{r.bubble_ratio:.3f}", f"{max(r.total_memory):.4g}"])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = [f"{setup.title}", f"  {args.gpus} GPUs, global batch {args.global_batch}; a step: the pipeline, then "
+             "the data-parallel gradient reduction (not overlapped); peak: model states + activations"]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.append(f"searched {result.layouts} layouts: {result.over_memory} over memory, {result.bounded} could not "
+                 f"beat these, {result.simulated} schedules simulated, {result.checked} checked")
+    return "\n".join(lines)

@@ -1,0 +1,226 @@
+"""Which layout, schedule and microbatch count train a model fastest on N GPUs within their memory:
+every (pipeline, tensor, context, expert, data-parallel degree, layer split, schedule, V, M) that
+divides the GPUs and the model, ranked by simulated step time among those that fit with the
+reserve. Layouts are bounded before any is simulated (the model states and one microbatch's
+activations for memory; the busiest rank's compute, no bubble, for time) and simulated best bound
+first, stopping when no bound left can beat the answers found: `plan(setup, gpus, ...)`.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+from .compare import Row
+from .errors import SchedcError
+from .ir import Program
+from .jobs import mesh
+from .outputs import rounded
+
+POWERS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+MAX_PLAN_LAYOUTS = 20_000  # layouts enumerated before any is bounded: a clear error beyond it
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way to lay the model over the GPUs: degrees, and the layers split (None: even)."""
+
+    pp: int
+    tp: int
+    cp: int
+    dp: int
+    ep: int
+    split: tuple[int, int] | None = None  # (first stage's layers, last stage's), Megatron-LM's
+
+    def parallel(self, base: mesh.Parallel) -> mesh.Parallel:
+        first, last = self.split if self.split else (None, None)
+        return replace(base, dp_replicate=None, dp_shard=self.dp, tp=self.tp, cp=self.cp, ep=self.ep, pp=self.pp,
+                       zero_stage=0, layers=None, first=first, last=last)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A ranked answer: the layout, the schedule's row (its makespan, bubble, memory), M, and the
+    step's data-parallel gradient reduction after it (not overlapped)."""
+
+    layout: Layout
+    row: Row
+    microbatches: int
+    reduction: float = 0.0
+
+    @property
+    def step(self) -> float:
+        """Seconds a training step takes: the pipeline's makespan, then the gradient reduction."""
+        return (self.row.makespan or 0.0) + self.reduction
+
+    def to_dict(self) -> dict[str, Any]:
+        lay = self.layout
+        return {"pp": lay.pp, "tp": lay.tp, "cp": lay.cp, "dp": lay.dp, "ep": lay.ep,
+                "first_stage_layers": lay.split[0] if lay.split else None,
+                "last_stage_layers": lay.split[1] if lay.split else None, "microbatches": self.microbatches,
+                "step": rounded(self.step), "reduction": rounded(self.reduction), **self.row.to_dict()}
+
+
+@dataclass
+class Plan:
+    """The ranked choices and what the search did: layouts enumerated, pruned by memory and by the
+    time bound, schedules simulated, and of those checked (the ones fast enough to enter)."""
+
+    choices: list[Choice] = field(default_factory=list)
+    layouts: int = 0
+    over_memory: int = 0
+    bounded: int = 0
+    simulated: int = 0
+    checked: int = 0
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in POWERS if d <= limit and n % d == 0]
+
+
+def layouts(setup: Any, gpus: int, global_batch: int, micro_batch: int) -> Iterator[tuple[Layout, int]]:
+    """Each layout of `gpus` the model allows, with its microbatches per step (M = global batch /
+    (dp x micro-batch)): TP within a node dividing heads, key/value heads and the MLP; CP dividing
+    the sequence; PP up to the layers; EP dividing the experts and dp x cp; the rest data-parallel,
+    sharded (FSDP). Each pipeline of two or more stages is tried with an even split and with the
+    first and last stages lightened by the embedding and the output layer's share."""
+    m, node = setup.model, setup.hardware.gpus_per_node
+    for tp in _divisors(gpus, node):
+        if m.heads % tp or m.kv_heads % tp or m.ffn_hidden % tp:
+            continue
+        for cp in _divisors(gpus // tp, 16):
+            if m.seq_len % (cp * tp):
+                continue
+            for pp in [p for p in range(1, min(m.layers, gpus // (tp * cp)) + 1) if gpus // (tp * cp) % p == 0]:
+                dp = gpus // (tp * cp * pp)
+                if global_batch % (dp * micro_batch):
+                    continue
+                M = global_batch // (dp * micro_batch)
+                for ep in (_divisors(m.experts, dp * cp) if m.experts else [1]):
+                    for split in _splits(setup, pp):
+                        yield Layout(pp, tp, cp, dp, ep, split), M
+
+
+def _splits(setup: Any, pp: int) -> list[tuple[int, int] | None]:
+    """The even split, and one whose first and last stages hold fewer layers, by the embedding's and
+    the output layer's time in layers (when that differs from the even one)."""
+    from . import estimate
+    m = setup.model
+    if pp < 3:
+        return [None]
+    per_layer = estimate.layer_flops(m, 0)[0]
+    head = estimate.output_flops(m)[0]
+    even = m.layers / pp
+    last = max(1, round(even - head / per_layer))
+    first = max(1, round(even))
+    rest = m.layers - first - last
+    if rest < pp - 2 or (first, last) == (round(even), round(even)):
+        return [None]
+    return [None, (first, last)]
+
+
+def plan(setup: Any, gpus: int, global_batch: int, schedules: Sequence[str], *, micro_batch: int = 1,
+         top: int = 10, params: dict[str, int] | None = None) -> Plan:
+    """The `top` fastest (layout, schedule) choices that fit. `setup` is a model and hardware
+    description (its own [parallelism] table is replaced by each layout)."""
+    if gpus < 1 or global_batch < 1 or micro_batch < 1:
+        raise SchedcError("usage", "--gpus, --global-batch and --micro-batch must be positive")
+    model = replace(setup.model, micro_batch=micro_batch)
+    base = replace(setup, model=model)
+    found = list(layouts(base, gpus, global_batch, micro_batch))
+    if len(found) > MAX_PLAN_LAYOUTS:
+        raise SchedcError("too-large", f"{len(found):,} layouts of {gpus:,} GPUs: more than {MAX_PLAN_LAYOUTS:,}")
+    result = Plan(layouts=len(found))
+    bounded = []
+    for lay, M in found:
+        s = replace(base, parallel=lay.parallel(setup.parallel))
+        try:
+            low_time, low_memory = _bounds(s, lay.pp, M)
+        except SchedcError:
+            continue  # a split the layers cannot take
+        if low_memory > s.memory:
+            result.over_memory += 1
+            continue
+        bounded.append((low_time, lay, M, s))
+    bounded.sort(key=lambda x: (x[0], x[1].pp, x[1].tp))
+    for i, (low, lay, M, s) in enumerate(bounded):
+        if len(result.choices) >= top and low >= result.choices[top - 1].step:
+            result.bounded = len(bounded) - i  # no layout left can beat the top answers
+            break
+        beat = result.choices[top - 1].step if len(result.choices) >= top else float("inf")
+        result.choices = sorted(result.choices + _simulate(s, lay, M, schedules, params or {}, result, beat),
+                                key=lambda c: (c.step, c.layout.pp, c.row.name))[:top]
+    return result
+
+
+def _bounds(setup: Any, pp: int, M: int) -> tuple[float, float]:
+    """(seconds, GiB) no schedule of this layout can beat, whatever its placement: the average
+    rank's compute for M microbatches (no bubble) and the reduction of its share of the weights,
+    and its share of the model states."""
+    from . import estimate
+    from .units import GIB
+    settings = setup.stage_settings(pp)
+    busy = sum(st["F"] + st["I"] + st["W"] for st in settings.values()) * M / pp
+    params = sum(st.params for st in setup.estimates(pp)) / pp
+    per = mesh.state_bytes_per_param(setup.parallel, estimate.DTYPE_BYTES[setup.model.dtype])
+    return busy + setup.dp_seconds(params), params * per / GIB
+
+
+@lru_cache(maxsize=512)
+def _program(name: str, P: int, M: int, params: tuple[tuple[str, int], ...]) -> Program | None:
+    """The schedule at P, M (V = 2 where it takes V), or None when its `require` refuses them."""
+    from .api import load
+    try:
+        return load(name, {"P": P, "M": M, "V": 2, **dict(params)}, strict_params=False)
+    except SchedcError as exc:
+        if exc.code != "require":
+            raise
+        return None
+
+
+def _simulate(setup: Any, lay: Layout, M: int, schedules: Sequence[str], params: dict[str, int],
+              result: Plan, beat: float) -> list[Choice]:
+    """Each schedule at this layout that can enter the answers: timed first (the simulator), and
+    only if its step beats `beat`, checked (the verdict and the worst-case memory, which decide
+    whether it fits). A schedule the layout's split cannot take is passed."""
+    out = []
+    alone = ["1f1b"] if "1f1b" in schedules else list(schedules[:1])  # one rank: gradient accumulation
+    for name in (alone if lay.pp == 1 else schedules):
+        choice = _evaluate(setup, lay, M, name, tuple(sorted(params.items())), result, beat)
+        if choice is not None:
+            out.append(choice)
+    return out
+
+
+def _evaluate(setup: Any, lay: Layout, M: int, name: str, params: tuple[tuple[str, int], ...], result: Plan,
+              beat: float) -> Choice | None:
+    from . import estimate
+    from .api import check
+    from .costs import Costs
+    from .simulate import simulate
+    from .units import GIB
+    program = _program(name, lay.pp, M, params)
+    if program is None or program.num_stages > setup.model.layers:
+        return None
+    try:
+        program = Costs("plan", derived=setup).apply(program)
+    except SchedcError as exc:
+        if exc.code != "costs":
+            raise
+        return None  # a split these stages cannot take
+    timeline = simulate(program)
+    result.simulated += 1
+    states = setup.model_states(program)
+    per = mesh.state_bytes_per_param(setup.parallel, estimate.DTYPE_BYTES[setup.model.dtype])
+    reduction = setup.dp_seconds(max(states) * GIB / per)
+    if timeline.makespan + reduction >= beat:
+        return None
+    report = check(program)
+    result.checked += 1
+    if report.ok is not True:
+        return None
+    row = Row(name, program.params, timeline.makespan, timeline.bubble_ratio, report.peak_sizes, model_states=states)
+    if max(row.total_memory) > setup.memory + 1e-9:
+        return None
+    return Choice(lay, row, M, reduction)
