@@ -153,7 +153,7 @@ def test_a_preset_that_does_not_exist_names_the_ones_that_do(run_cli):
     code, _, err = run_cli("sim", "1f1b", "--model", "lama2-7b", "--hardware", "h100-80gb")
     assert code == 2 and "did you mean 'llama2-7b'" in err and "gpt3-1.3b, llama2-7b, llama3-70b" in err
     code, _, err = run_cli("compare", "--model", "llama2-7b")
-    assert code == 2 and "--hardware (a100-80gb, h100-80gb, a100-40gb, h200, mi300x)" in err
+    assert code == 2 and "--hardware (a100-80gb, h100-80gb, a100-40gb, h200, mi300x, b200)" in err
     code, _, err = run_cli("check", "1f1b", "--param", "P=64", "--model", "llama2-7b", "--hardware", "h100-80gb")
     assert code == 2 and "32 layers, too few for a schedule with 64 stages" in err
 
