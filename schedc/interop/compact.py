@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import numpy as np
+from ..lazy_numpy import np
 
 from ..columns import OPS, Columns
 
