@@ -12,7 +12,7 @@ import sys
 import threading
 from typing import Sequence, TextIO
 
-from .errors import EXIT_INPUT, EXIT_OK, SchedcError
+from .errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, SchedcError
 from .signals import exit_code, interrupts, terminated
 
 EXIT_INTERNAL = 4
@@ -113,10 +113,13 @@ def _main(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # noq
 
 def entry() -> None:
     status = main(sys.argv[1:], sys.stdout, sys.stderr)
-    if any(t.name == "schedc-solver" and t.is_alive() for t in threading.enumerate()):
-        # a solver left to end by its own time limit (HiGHS, after Ctrl-C) would still be running while
-        # the interpreter tears down the modules it uses: it could abort the process ("realloc():
-        # invalid next size") after the command has answered. Leave without that tear-down.
+    solving = any(t.name == "schedc-solver" and t.is_alive() for t in threading.enumerate())
+    if solving or status in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        # A solver left to end by its own time limit (HiGHS, after Ctrl-C) would still be running while
+        # the interpreter tears down the modules it uses, and a Z3 query stopped by Ctrl-C or SIGTERM
+        # leaves native state whose destructors can abort the process ("double free or corruption",
+        # 2 of 12 SIGTERMs during `prove`) after the command has answered. Every `finally` has run and
+        # the outputs are written or removed: leave without that tear-down.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
