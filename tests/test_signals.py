@@ -71,6 +71,7 @@ def _held(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, list[int]]:
 
 def _stop(p: subprocess.Popen, how: int, fds: list[int]) -> tuple[int, str]:
     p.send_signal(how)
+    os.close(fds.pop())  # the hold released: an fsync the clean-up makes after the signal goes through
     try:
         _, err = p.communicate(timeout=GUARD_S)
     finally:
