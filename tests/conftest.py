@@ -3,8 +3,16 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 
 import pytest
+
+# A suite started in the background by a script inherits SIGINT ignored (POSIX: an asynchronous list
+# without job control), and every process the tests start would too, so the tests of Ctrl-C would
+# find it ignored. They need it as a terminal gives it: a process started from here gets the default
+# action again (a handled signal resets at exec; an ignored one stays ignored).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
