@@ -160,9 +160,10 @@ class Setup:
         moe = replace(x, top_k=m.top_k)
         tp = comm.tensor_parallel(x, p, self._wire(p.tp))
         cp = comm.context_parallel(x, p, self._wire(p.tp * p.cp))
+        routed = comm.expert_parallel(moe, p, self._wire(p.tp * p.ep))  # an MoE layer's all-to-all
         F = I = 0.0  # noqa: E741
         for i in layers:
-            ep = comm.expert_parallel(moe, p, self._wire(p.tp * p.ep)) if estimate.is_moe(m, i) else (0.0, 0.0)
+            ep = routed if estimate.is_moe(m, i) else (0.0, 0.0)
             f, b = tp[0] + cp[0] + ep[0], tp[1] + cp[1] + ep[1]
             F, I = F + f, I + b + (f if estimate.checkpoint_of(m, i) == "full" else 0.0)  # noqa: E741
         return F, I
