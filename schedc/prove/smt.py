@@ -554,9 +554,9 @@ FIRST_ATTEMPT = 10_000_000
 
 
 # A descent asks for each smaller value in turn this many times, then halves the distance. Its last
-# model is what the timing search learns from, and a bisection returns another model of the same
-# least value: zbv and dualpipev written with replicas then did not converge in 30 rounds (64 here).
-# 10,000 keeps every built-in's descent as it was and ends `P >= 10**18`'s in about 20 s.
+# model is what the timing search learns from, and another model of the same least value can send
+# it elsewhere (zbv and dualpipev written with replicas then did not converge): 10,000 keeps every
+# built-in's descent as it was and ends `P >= 10**18`'s in about 20 s.
 PLAIN_STEPS = 10_000
 
 
@@ -570,12 +570,13 @@ def _least(s, model, term, until: solver.Deadline):
     while True:
         if until.exhausted():
             return model, False
-        value = model.eval(term, model_completion=True)
-        now = value.as_long()
+        s.push()  # before the model is read: Z3's terms are then made in the order its search
+        value = model.eval(term, model_completion=True)  # has always seen (read first, zbv_dp's
+        now = value.as_long()  # timing search learnt from other models and did not converge)
         if low is not None and low >= now:
+            s.pop()
             return model, True
         ask = now - 1 if steps < PLAIN_STEPS else now - gap if low is None else (low + now - 1) // 2
-        s.push()
         s.add(term < value if ask == now - 1 else term <= ask)  # (the first: the query it always was)
         verdict = solver.check(s, deadline=until)
         if verdict == z3.sat:
