@@ -243,7 +243,7 @@ def job(warm: str, reduce: str) -> str:
 def test_generated_jobs_verdicts_agree_with_check_beyond_the_sweep(tmp_path, warm, reduce, k, far):
     path = tmp_path / "job.pp"
     path.write_text(job(warm.format(k=k), reduce))
-    proof = prove(str(path), timeout=120)
+    proof = prove(str(path))
     assert proof.verdict in ("proved", "refuted"), proof.reason
     if proof.verdict == "proved":
         for P, M, D in far:
