@@ -119,5 +119,5 @@ def test_compile_writes_a_forward_only_runnable_program_and_prove_says_unknown(t
     assert code == 0, err
     (source,) = (tmp_path / "out").glob("*_program.py")
     assert "'forward_only': True" in source.read_text()  # the runtime runs it without autograd (tests/test_p2p.py)
-    proof = prove(str(DATA / "ds_inference.pp"), timeout=30)
+    proof = prove(str(DATA / "ds_inference.pp"))
     assert proof.verdict == "unknown" and "forward-only" in proof.reason

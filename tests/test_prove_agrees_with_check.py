@@ -112,7 +112,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 def test_generated_verdicts_agree_with_check_beyond_the_sweep(tmp_path, warm, memory, k, k0, n, a, c, far):
     path = tmp_path / "generated.pp"
     path.write_text(source(warm.format(k=k), memory.format(k0=k0, n=n, a=a, c=c)))
-    proof = prove(str(path), timeout=120)
+    proof = prove(str(path))
     if proof.verdict == "proved":  # the claim covers every setting: check it well beyond the sweep
         for P, M in far:
             assert passes(path, P, M), (warm, memory, P, M)

@@ -134,7 +134,7 @@ def test_each_construct_outside_the_proof_is_unknown_naming_it_and_its_line(tmp_
     with pytest.raises(Unsupported) as caught:
         model(parse(path.read_text(), str(path)))
     assert why in caught.value.reason and caught.value.span.line == LINE
-    proof = prove(str(path), timeout=60)
+    proof = prove(str(path))
     assert proof.verdict in ("unknown", "refuted"), proof.reason
     if proof.verdict == "refuted":  # the bounded check found the file wrong: check agrees
         assert not passes(path, **proof.counterexample["params"])
@@ -150,7 +150,7 @@ def test_a_collective_where_the_language_takes_none_is_an_input_error(tmp_path, 
     check does (exit 2), and proves or refutes nothing."""
     path = write(tmp_path, name, body, "", "rank r")
     with pytest.raises(SchedcError) as caught:
-        prove(str(path), timeout=60)
+        prove(str(path))
     (diag,) = caught.value.diagnostics
     assert diag.code == "bad-action" and diag.span.line == LINE
 

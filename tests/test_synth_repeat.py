@@ -60,7 +60,7 @@ def test_prove_proves_a_synthesised_loop_form_for_every_m(run_cli, tmp_path, P, 
     from schedc.prove.search import peaks
     report, out, _ = synth(run_cli, tmp_path, "--param", f"P={P}", "--param", f"M={M}", "--memory-limit", str(cap))
     assert report["repeat"]["ok"] is True and report["repeat"]["modulus"] == modulus
-    p = prove(str(out), timeout=240)
+    p = prove(str(out))
     assert p.verdict == "proved", p.reason
     assert p.memory_bound is not None
     for m in (report["repeat"]["min_M"], M, 2 * M + modulus):
