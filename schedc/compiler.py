@@ -21,7 +21,7 @@ from . import loops as ir_loops
 from . import syntax as ast
 from .errors import SchedcError
 from .ir import (DEFAULT_SPEED, MAX_ACTIONS, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op,
-                 Program, placed, StageCost, StageMemory, parse_step, unchecked_action)
+                 Program, placed, StageCost, StageMemory, Step, parse_step, same_lines, unchecked_action)
 from .expr import (FUNCTIONS, INT, MAX_INT, RUNTIME, Block, Emitter, Env, Eval, Function, Functions, Module,
                    CHECK_STEPS, calls_memoized, charge, compile_expr as _compile_expr, compile_function,
                    did_you_mean as _did_you_mean, metered)
@@ -31,7 +31,8 @@ MAX_ITERATIONS = 20_000_000
 MAX_RANKS = 65_536
 MAX_STAGES = 1_000_000
 MAX_MICROBATCHES = 1_000_000
-MAX_REPLICAS = 4096
+MAX_REPLICAS = 1_048_576
+MAX_JOB_RANKS = 1_048_576  # ranks of a data-parallel job, D x P: each costs a few objects in a report (~2 us)
 
 ACTION_OPS = {op.value: op for op in Op}
 
@@ -280,8 +281,11 @@ class _Compiler:
 
         num_ranks = self.num_ranks(decls, env, loops.bodies)
         replicas = self.replicas(decls)
+        if replicas * num_ranks > MAX_JOB_RANKS:
+            raise SchedcError("too-large", f"{replicas:,} replicas of {num_ranks:,} ranks make {replicas * num_ranks:,} "
+                              f"ranks; a job takes at most {MAX_JOB_RANKS:,}", decls["replicas"][1])
         by_replica = self.rank_bodies(loops, num_ranks, env, replicas)
-        rank_lists = by_replica[0]
+        rank_lists, shared = by_replica[0], _shared(by_replica)
         num_stages = self.count("stages", decls, MAX_STAGES, rank_lists, loops.placement,
                                 lambda a: a.stage)
         num_mb = self.count("microbatches", decls, MAX_MICROBATCHES, rank_lists, None,
@@ -294,18 +298,23 @@ class _Compiler:
             num_stages=num_stages,
             num_microbatches=num_mb,
             placement=stage_to_rank,
-            ranks=tuple(map(tuple, rank_lists)),
+            ranks=shared[0],
             params=tuple((p.name, env[p.name]) for p in tree.params),
             annotations=notes,
             source=tree.span.file,
             forward_only=loops.forward_only is not None,
             p2p=loops.p2p.mode if loops.p2p is not None else "shared",
-            replicas=tuple(tuple(map(tuple, lists)) for lists in by_replica[1:]),
+            replicas=shared[1:],
         )
         if loops.order is None:
             return program
-        ordered = [self.reorder(program.replica(d), loops.order, env) for d in range(program.dp)]
-        return replace(ordered[0], replicas=tuple(p.ranks for p in ordered[1:]))
+        # (a replica that runs an earlier one's lists is ordered once and shares the result)
+        ordered: dict[int, tuple] = {}
+        for ranks in (program.ranks, *program.replicas):
+            if id(ranks) not in ordered:
+                ordered[id(ranks)] = self.reorder(replace(program, ranks=ranks, replicas=()), loops.order, env).ranks
+        return replace(program, ranks=ordered[id(program.ranks)],
+                       replicas=tuple(ordered[id(r)] for r in program.replicas))
 
     def header_let(self, item: ast.Let, env: Env) -> None:
         """A `let` of the header: a value, bound in `env`, or a function."""
@@ -418,7 +427,10 @@ class _Compiler:
                     for b in loops.specific if not b.literal}
         starts = sorted(specific) + [num_ranks]
         out: list[list[list]] = []
-        for d in range(replicas):
+        # a body that does not name its replica runs the same lists in every replica: expanded once
+        # (and counted once against the limits), every replica sharing them (schedc/verify/symmetry.py)
+        same = loops.generic is None or loops.generic.replica is None
+        for d in range(1 if same else replicas):
             seen = self.seen if d == 0 else None
             lists: list[list] = []
             rank = 0
@@ -438,7 +450,7 @@ class _Compiler:
                     compiled[rank](env, (rank,), d, lists, seen, self.budget)
                 rank += 1
             out.append(lists)
-        return out
+        return out * replicas if same else out
 
     def literal_rank(self, body: ir_loops.Body, rank: int, env: Env, seen) -> list:
         """The steps of `rank N: 0F0 0B0 ...` (parsed once), each counted against the budget."""
@@ -921,3 +933,21 @@ def _is_next(arg, scope: _Scope) -> bool:
 def _is_next_w(call, scope: _Scope) -> bool:
     """`W(next)`: the weight gradient of the oldest I on this rank that has no W yet."""
     return isinstance(call, ast.Call) and call.name == "W" and len(call.args) == 1 and _is_next(call.args[0], scope)
+
+
+def _shared(by_replica: list[list[list]]) -> tuple[tuple[tuple[Step, ...], ...], ...]:
+    """Each replica's rank lists as tuples, a replica that runs the same lists as an earlier one
+    (the same actions from the same source lines) sharing that one's tuples: D identical replicas
+    cost one in memory, and compare at once (schedc/verify/symmetry.py)."""
+    made: dict[int, tuple] = {}  # (the same list object: the lists of a body that does not name its replica)
+    firsts: dict[tuple, list[tuple]] = {}
+    out = []
+    for lists in by_replica:
+        if id(lists) not in made:
+            ranks = tuple(map(tuple, lists))
+            alike = firsts.setdefault(ranks, [])
+            made[id(lists)] = next((f for f in alike if same_lines(f, ranks)), ranks)
+            if made[id(lists)] is ranks:
+                alike.append(ranks)
+        out.append(made[id(lists)])
+    return tuple(out)

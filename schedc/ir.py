@@ -12,7 +12,7 @@ import enum
 import operator
 import re
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from .span import Span
 
@@ -330,13 +330,7 @@ class Program:
         if hasattr(self.ranks, "level"):  # steps held as columns (schedc/columns.py) know, without making actions
             level: str = self.ranks.level
             return level
-        ops: set[Op] = set()  # (the ops that occur, a rank at a time: few, and no call per action)
-        for steps in self.ranks:
-            if Compound in set(map(type, steps)):
-                ops.update(part.op for step in steps for part in step.parts)
-            else:
-                ops.update(map(_OP_OF, steps))
-        return "comms" if any(op.is_comm for op in ops) else "compute"
+        return _level_of(self.ranks)
 
     def steps(self) -> Iterator[tuple[int, int, Step]]:
         for rank, steps in enumerate(self.ranks):
@@ -354,11 +348,57 @@ class Program:
         if hasattr(self.ranks, "num_actions"):  # columns count without making actions
             count: int = self.ranks.num_actions
             return count
-        return sum(len(step.parts) for steps in self.ranks for step in steps)
+        return _count(self.ranks)
 
     def with_ranks(self, ranks: Iterable[Iterable[Step]]) -> "Program":
         from dataclasses import replace
         return replace(self, ranks=tuple(tuple(r) for r in ranks))
+
+
+def _level_of(ranks: Iterable[Sequence[Step]]) -> str:
+    """`Program.level` of these rank lists."""
+    ops: set[Op] = set()  # (the ops that occur, a rank at a time: few, and no call per action)
+    for steps in ranks:
+        if Compound in set(map(type, steps)):
+            ops.update(part.op for step in steps for part in step.parts)
+        else:
+            ops.update(map(_OP_OF, steps))
+    return "comms" if any(op.is_comm for op in ops) else "compute"
+
+
+def _count(ranks: Iterable[Sequence[Step]]) -> int:
+    """The actions of these rank lists (each part of a compound one)."""
+    return sum(len(steps) if Compound not in set(map(type, steps)) else sum(len(st.parts) for st in steps)
+               for steps in ranks)
+
+
+class SharedRanks(tuple):  # type: ignore[type-arg]  # (a tuple of rank lists, as Program.ranks)
+    """Rank lists of which many are one object (the ranks of a job whose replicas run the same
+    lists, schedc/verify/mesh.py's `flat_job`): counted and read once per distinct list, so a
+    job of D identical replicas costs what one does."""
+
+    __slots__ = ()
+
+    def _distinct(self) -> list[Sequence[Step]]:
+        return list({id(steps): steps for steps in self}.values())
+
+    @property
+    def num_actions(self) -> int:
+        counts = {id(steps): _count((steps,)) for steps in self._distinct()}
+        return sum(counts[id(steps)] for steps in self)
+
+    @property
+    def level(self) -> str:
+        return _level_of(self._distinct())
+
+
+def same_lines(a: tuple[tuple[Step, ...], ...], b: tuple[tuple[Step, ...], ...]) -> bool:
+    """Do two equal pipelines' steps (`a == b`, which ignores spans) come from the same source lines
+    too? Then a finding about one reads word for word as about the other (replicas, `symmetry`)."""
+    if a is b:
+        return True
+    return all(x is y or (x.span == y.span and all(p.span == q.span for p, q in zip(x.parts, y.parts)))
+               for xs, ys in zip(a, b) for x, y in zip(xs, ys))
 
 
 # ---- compact text form ----

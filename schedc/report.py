@@ -143,10 +143,10 @@ class Report:
                 f"{f', p2p {self.p2p}' if self.p2p != 'shared' else ''}); {verdict}")
         text += "".join(f"\n  note: {n}" for n in self.notes)
         if self.peak_activation:
-            text += "\n  peak activation per rank: [" + ", ".join(str(_number(x)) for x in self.peak_activation) + "]"
+            text += "\n  peak activation per rank: [" + _numbers(self.peak_activation) + "]"
         if self.peak_sizes:
             text += (f"\n  peak memory per rank (worst over every run {self.semantics} allows, receive buffers "
-                     "included): [" + ", ".join(str(_number(x)) for x in self.peak_sizes) + "]")
+                     "included): [" + _numbers(self.peak_sizes) + "]")
         return text
 
     def render(self) -> str:
@@ -158,6 +158,12 @@ class Report:
 
 
 _number = rounded  # a size as reports show it (schedc/outputs.py)
+
+
+def _numbers(sizes) -> str:
+    """Sizes as reports list them, each distinct one written once (a job's ranks repeat a few)."""
+    shown = {x: str(_number(x)) for x in set(sizes)}
+    return ", ".join(map(shown.__getitem__, sizes))
 
 
 def _peak_dict(pk: Peak, limit) -> dict:
@@ -248,9 +254,13 @@ def lint_findings(program: Program) -> list[Diagnostic]:
 def _refuse_detailed(program: Program, file: str | None = None) -> None:
     """A `too-large` error, before any detailed pass, for a program beyond MAX_DETAILED_ACTIONS (named
     by its file, or by the schedule's name for one from no file)."""
-    if program.num_actions > MAX_DETAILED_ACTIONS:
+    count = program.num_actions
+    if program.replicas:  # a job's replicas that run one program are checked once (schedc/verify/symmetry.py)
+        from .verify.symmetry import classes
+        count = sum(program.replica(d).num_actions for d in classes(program).reps)  # (each class once)
+    if count > MAX_DETAILED_ACTIONS:
         where = file or program.source or program.name
-        raise SchedcError("too-large", f"{program.num_actions:,} actions, and the fast checks did not clear them (a "
+        raise SchedcError("too-large", f"{count:,} actions, and the fast checks did not clear them (a "
                           "finding, or what only the detailed checks decide: bounded buffers or posted sends at the "
                           "communication level, messages with a size, groups, waits, replicas, forward only); the "
                           f"detailed checks, which say what is wrong, take at most {MAX_DETAILED_ACTIONS:,} actions: "
@@ -262,7 +272,78 @@ def _check_job(analysis: Analysis, limits, file) -> Report:
     that run the same schedule) and messages, the order of every data-parallel group's
     collectives, then deadlock freedom and memory of the whole job, whose rank d * P + p is replica
     d's pipeline rank p (schedc/verify/mesh.py). The native executor decides (the Z3 engine checks
-    one pipeline)."""
+    one pipeline). Replicas that run one program are checked once (`_check_classes`)."""
+    from .verify.symmetry import classes
+    cls = classes(analysis.program)
+    if cls.k < cls.D:
+        reduced = _check_classes(analysis, limits, file, cls)
+        if reduced is not None:
+            return reduced
+    return _check_flat_job(analysis, limits, file)
+
+
+def _flat_fits(program: Program) -> bool:
+    """Does the whole job, every replica spelled out, fit the detailed checks' limit?"""
+    return program.num_actions * program.dp <= MAX_DETAILED_ACTIONS
+
+
+def _check_classes(analysis: Analysis, limits, file, cls) -> Report | None:  # noqa: C901
+    """The job checked as one replica per class of replicas that run the same lists (the classes'
+    first replicas, schedc/verify/symmetry.py), each finding told with the real job's ranks.
+    Exact (docs/checks.md): the job's runs are the reduced job's, each class's replicas copying
+    their first. A job with a finding that fits the detailed checks whole is left to them (None),
+    so its counterexample is the one the whole job gives."""
+    from .verify.mesh import flat_job, order_findings
+    from .verify.symmetry import real_deadlock
+    program, semantics = analysis.program, analysis.semantics
+    P, D, fits = program.num_ranks, program.dp, _flat_fits(program)
+    reduced = cls.reduced(program)
+    sub = Analysis(reduced, semantics)
+    report = Report(flat_job(program), file, semantics, "native", replicas=D, analysis=analysis)
+    for c, rep in enumerate(cls.reps):
+        report.errors.extend(_in_replica(diag, rep, P, cls.members[c][1:]) for diag in lint(reduced.replica(c)))
+    if report.errors:
+        return None if fits else report
+    peaks = [x for c in range(cls.k) for x in peak_activation(reduced.replica(c))]
+    report.peak_activation = tuple(cls.expand(peaks))
+    scratch = Report(reduced, file, semantics)
+    for c, chans in enumerate(sub.replica_channels):
+        _match(scratch, chans, c * P, P)
+    found = scratch.errors or order_findings(reduced)
+    if found and fits:
+        return None
+    if found:  # told of every replica, as the whole job tells them
+        chans = sub.replica_channels
+        for d in range(D):
+            _match(report, chans[cls.of[d]], d * P, P)
+        report.errors.extend(order_findings(program))
+    flat, cons = sub.job
+    deadlock = find_deadlock(flat, semantics, cons=cons)
+    if deadlock is not None:
+        if fits:
+            return None
+        lanes = [sum(1 for lane in cons.lanes if lane.rank // P == c) for c in range(cls.k)]
+        report.deadlock = real_deadlock(deadlock, cls, lanes)
+        _deadlock_finding(report, (f"ranks are numbered replica by replica: rank d * {P} + p is pipeline rank p "
+                                   "of replica d", f"replicas of one schedule are checked once: this is replica "
+                                   f"{', '.join(str(d) for d in cls.reps)}'s run, and every replica that runs the same "
+                                   "lists stops as it does"))
+        return report
+    if report.errors:
+        return report
+    counted = _counted(sub)
+    report.peak_memory = cls.expand_peaks(peak_memory(counted))
+    given = {d * P + r: v for d in range(D) for r, v in program.annotations.memory_limit}
+    given.update(limits or {})
+    report.memory_limit = tuple(given.get(r) for r in range(D * P))
+    _over_limits(report)
+    if report.errors and fits:
+        return None
+    return report
+
+
+def _check_flat_job(analysis: Analysis, limits, file) -> Report:
+    """The job checked whole, every replica spelled out (`_check_job`)."""
     from .verify.mesh import flat_job, order_findings
     program, semantics = analysis.program, analysis.semantics
     P, D = program.num_ranks, program.dp

@@ -118,8 +118,10 @@ MAX_SIMULATED_ACTIONS = 3_000_000  # timed step by step (~10 us and ~0.5 KB an a
 def _step_by_step(program: Program) -> None:
     """A `too-large` error for a program beyond MAX_SIMULATED_ACTIONS that the one-pass run
     (simulate_columns.py: a compute-level program held as columns) does not take."""
-    if program.num_actions > MAX_SIMULATED_ACTIONS:
-        raise SchedcError("too-large", f"{program.num_actions:,} actions to time step by step (a program at the "
+    from .verify.mesh import flat_job
+    count = flat_job(program).num_actions  # (a data-parallel job's every replica: it is timed whole)
+    if count > MAX_SIMULATED_ACTIONS:
+        raise SchedcError("too-large", f"{count:,} actions to time step by step (a program at the "
                           "communication level, or with bandwidths, overheads or groups); at most "
                           f"{MAX_SIMULATED_ACTIONS:,}: simulate it at fewer microbatches, or at the compute level",
                           where=program.source or program.name)

@@ -84,7 +84,7 @@ def _deadlock(program: Program, semantics: Semantics, chans, cons, buffered: Cha
         min_buffer = _smallest_buffer(program, buffered, semantics)
     R = program.num_ranks
     stuck = {r: outcome.pcs[r] for r in sorted([*outcome.waits, *outcome.ends]) if r < R}
-    return Deadlock(semantics, cycle, stuck, _cause(cycle, min_buffer), min_buffer, outcome.ends)
+    return Deadlock(semantics, cycle, stuck, cause_of(cycle, min_buffer), min_buffer, outcome.ends)
 
 
 def end_of_step_notes(deadlock: Deadlock) -> list[str]:
@@ -193,7 +193,7 @@ def _peer_of(w: Wait) -> str:
     return f"the rank of stage {stage}" if stage is not None else "its peer"
 
 
-def _cause(cycle: tuple[Wait, ...], min_buffer: int | None) -> str:
+def cause_of(cycle: tuple[Wait, ...], min_buffer: int | None) -> str:
     if not cycle:
         return "the run stops before every rank reaches the end of its list"
     ranks = [w.rank for w in cycle]

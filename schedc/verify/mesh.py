@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from ..columns import has_op
 from ..errors import Diagnostic
-from ..ir import COLLECTIVES, Action, Op, Program, describe
+from ..ir import COLLECTIVES, Action, Op, Program, SharedRanks, describe
 from ..rules.semantics import Semantics
 from .channels import Channels, channels
 from .graph import Constraints, Lane, constraints
@@ -194,7 +194,7 @@ def flat_job(program: Program) -> Program:
     """The job as one program: replica after replica, replica d's pipeline rank p as rank d * P + p."""
     if not program.replicas:
         return program
-    ranks = tuple(steps for d in range(program.dp) for steps in program.replica(d).ranks)
+    ranks = SharedRanks(steps for d in range(program.dp) for steps in program.replica(d).ranks)
     return replace(program, num_ranks=len(ranks), ranks=ranks, replicas=())
 
 
