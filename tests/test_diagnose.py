@@ -115,7 +115,8 @@ def test_malformed_dumps_are_errors_that_name_the_file(run_cli, tmp_path):
     e = entry["entries"][0]
     for key, value, said in (("state", "stuck", "state 'stuck' is not one of"), ("profiling_name", "all_reduce",
                              "is not BACKEND:OPERATION"), ("profiling_name", "nccl:send 0", "expected 'send A->B'"),
-                             ("record_id", "x", '"record_id" is a string')):
+                             ("record_id", "x", '"record_id" is a string'),
+                             ("input_sizes", True, "is not a list of shapes"), ("retired", "yes", "true or false")):
         broken = {**entry, "entries": [{**e, key: value}]}
         err = bad(run_cli, tmp_path, "rank0.json", json.dumps(broken).encode())
         assert "rank0.json: error[dump]: entry 0" in err and said in err, err

@@ -193,11 +193,22 @@ def _record(e, i: int, name: str, rank: int) -> Record:
     if state not in STATES:
         raise SchedcError("dump", f"{where}: state {state!r} is not one of {', '.join(STATES)}", where=name)
     retired = e.get("retired", False)
-    sizes = (e.get("input_sizes", []), e.get("output_sizes", []))
+    sizes = tuple(_sizes(e.get(k, []), k, where, name) for k in ("input_sizes", "output_sizes"))
     is_p2p = e.get("is_p2p", op in ("send", "recv"))
+    if not isinstance(is_p2p, bool) or not isinstance(retired, bool):
+        raise SchedcError("dump", f"{where}: \"is_p2p\" and \"retired\" are true or false", where=name)
     ints = {k: _field(e, k, int, where, name) for k in ("record_id", "collective_seq_id", "p2p_seq_id")}
     return Record(rank, i, ints["record_id"], backend, op, pg[0], peer, ints["collective_seq_id"],
                   ints["p2p_seq_id"], bool(is_p2p), _shapes(sizes), state, state == "completed" or retired is True)
+
+
+def _sizes(value, key: str, where: str, name: str) -> list:
+    """input_sizes / output_sizes: a list of shapes, each a list of whole numbers."""
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(s, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in s)
+            for s in value):
+        raise SchedcError("dump", f"{where}: \"{key}\" is not a list of shapes (lists of sizes)", where=name)
+    return list(value)
 
 
 def _shapes(sizes) -> tuple:
