@@ -262,6 +262,7 @@ def test_the_examples_of_each_page_run(page, tmp_path, monkeypatch):
     scratch = tmp_path / "work"
     scratch.mkdir()
     (scratch / "examples").symlink_to(ROOT / "examples")  # `--model examples.mlp:build_stages`, as from a clone
+    (scratch / "tests").symlink_to(ROOT / "tests")  # the saved Flight Recorder dumps docs/diagnose.md reads
     monkeypatch.chdir(scratch)
     monkeypatch.syspath_prepend(str(scratch))
     namespace: dict = {"__name__": f"docs_{page.stem}"}

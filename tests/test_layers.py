@@ -26,7 +26,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("timing, formats, lowering, runtime", ("timeline", "simulate", "simulate_*", "costs", "hardware", "interop",
                                             "interop.*", "importers", "importers.*", "lower", "lower.*", "runtime", "runtime.*")),
     ("the library's front door: load and check", ("", "api", "options")),
-    ("tools on whole schedules", ("prove", "prove.*", "synth", "synth.*", "compare", "plan", "viz", "viz.*", "torch",
+    ("tools on whole schedules", ("prove", "prove.*", "synth", "synth.*", "compare", "plan", "viz", "viz.*", "diagnose",
+                                  "diagnose.*", "torch",
                                   "testing", "strategies")),
     ("the command line", ("cli", "__main__", "commands", "commands.*")),
 )
