@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -178,12 +178,19 @@ class Setup:
     def _wire(self, span: int) -> comm.Wire:
         """The link a group of collectives uses: the accelerator's own within a node (its `link`
         preset, else the description's), the network across nodes."""
+        return self._wires[0 if span <= self.hardware.gpus_per_node else 1]
+
+    @cached_property
+    def _wires(self) -> tuple[comm.Wire, comm.Wire]:
+        """(within a node, across nodes), read from the presets once (a search asks per layout)."""
         hw = self.hardware
-        name = hw.link if span <= hw.gpus_per_node else hw.network
-        link = presets()["link"][name] if name is not None else asdict(self.link)
-        rate_ = link["bandwidth"]
-        bandwidth = rate(rate_, "a link's bandwidth") if isinstance(rate_, str) else float(rate_)
-        return comm.Wire(bandwidth, float(link["latency"]))
+
+        def wire(name: str | None) -> comm.Wire:
+            link = presets()["link"][name] if name is not None else asdict(self.link)
+            rate_ = link["bandwidth"]
+            bandwidth = rate(rate_, "a link's bandwidth") if isinstance(rate_, str) else float(rate_)
+            return comm.Wire(bandwidth, float(link["latency"]))
+        return wire(hw.link), wire(hw.network)
 
     @property
     def latency(self) -> float:
@@ -203,6 +210,19 @@ class Setup:
         D = replicas or program.dp
         P = program.num_ranks if program.replicas or D == 1 else program.num_ranks // D
         self.check_job(P, D)
+        params = self.rank_params(program, P)
+        layout = self.parallel
+        if layout.dp_replicate is None and D > 1 and layout.dp_shard == 1:  # the schedule's replicas are DDP's
+            layout = replace(layout, dp_replicate=D)
+        per = mesh.state_bytes_per_param(layout, estimate.DTYPE_BYTES[self.model.dtype])
+        gathered = self._gathered_bytes()
+        return tuple((p * per + (gathered if p else 0.0)) / GIB for p in params) * D
+
+    def rank_params(self, program: Program, ranks: int | None = None) -> list[int]:
+        """The weights each of the pipeline's `ranks` ranks (default: the program's) holds: its
+        stages' (after tensor and expert parallelism); a rank that holds both the first and the last
+        stage of a model with tied embeddings keeps the shared matrix once."""
+        P = program.num_ranks if ranks is None else ranks
         params = [0] * P
         for s, st in enumerate(self.estimates(program.num_stages)):
             if 0 <= program.placement[s] < P:  # (lint reports a stage placed elsewhere)
@@ -210,12 +230,7 @@ class Setup:
         if (self.model.tied_embeddings and program.num_stages and program.placement[0] == program.placement[-1]
                 and 0 <= program.placement[0] < P):
             params[program.placement[0]] -= estimate.embedding_params(self.model) // self.parallel.tp
-        layout = self.parallel
-        if layout.dp_replicate is None and D > 1 and layout.dp_shard == 1:  # the schedule's replicas are DDP's
-            layout = replace(layout, dp_replicate=D)
-        per = mesh.state_bytes_per_param(layout, estimate.DTYPE_BYTES[self.model.dtype])
-        gathered = self._gathered_bytes()
-        return tuple((p * per + (gathered if p else 0.0)) / GIB for p in params) * D
+        return params
 
     def _gathered_bytes(self) -> float:
         """FSDP's working copy: the unsharded 16-bit weights of the layer being computed and of the

@@ -41,6 +41,17 @@ def units(value: int | None, flag: str) -> int | None:
     return value
 
 
+def solver_limits(q, whose: str, default_units: int, clock_flag: str, on_clock: str) -> None:
+    """`--budget UNITS` (whose solver work, `default_units` unless given) and the wall clock beside it
+    (`clock_flag`, off by default), as prove and synth take them; read back with `units` and
+    `clock_limit`."""
+    q.add_argument("--budget", type=int, default=None, metavar="UNITS",
+                   help=f"{whose} solver work in Z3 resource units, the same on any machine (default "
+                        f"{default_units:,})")
+    q.add_argument(clock_flag, type=float, default=None, metavar="S",
+                   help=f"{on_clock} after S seconds on the wall clock (default: no clock; the budget bounds it)")
+
+
 def params(pairs: list[str]) -> dict[str, int]:
     """The values of every `--param` (each `NAME=INTEGER`, or several separated by commas:
     `P=4,M=8`); a name given twice is a usage error, not a silent override."""

@@ -195,11 +195,9 @@ def _simulate(setup: Any, lay: Layout, M: int, schedules: Sequence[str], params:
 
 def _evaluate(setup: Any, lay: Layout, M: int, name: str, params: tuple[tuple[str, int], ...], result: Plan,
               beat: float) -> Choice | None:
-    from . import estimate
     from .api import check
     from .costs import Costs
     from .simulate import simulate
-    from .units import GIB
     program = _program(name, lay.pp, M, params)
     if program is None or program.num_stages > setup.model.layers:
         return None
@@ -212,8 +210,7 @@ def _evaluate(setup: Any, lay: Layout, M: int, name: str, params: tuple[tuple[st
     timeline = simulate(program)
     result.simulated += 1
     states = setup.model_states(program)
-    per = mesh.state_bytes_per_param(setup.parallel, estimate.DTYPE_BYTES[setup.model.dtype])
-    reduction = setup.dp_seconds(max(states) * GIB / per)
+    reduction = setup.dp_seconds(max(setup.rank_params(program)))
     if timeline.makespan + reduction >= beat:
         return None
     report = check(program)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN
-from ..options import clock_limit, units
+from ..options import clock_limit, solver_limits, units
 from ..outputs import dumps_json
 from ..progress import progress
 from ..solver import ctrl_c
@@ -26,12 +26,8 @@ def add_arguments(q) -> None:
     q.add_argument("--certificate", metavar="FILE",
                    help="re-check a saved certificate (the JSON of `--json`, or its `certificate`) instead of "
                         "searching for one")
-    q.add_argument("--budget", type=int, default=None, metavar="UNITS",
-                   help="the proof's solver work in Z3 resource units, the same on any machine (default "
-                        "10,000,000,000; each query has its own share too)")
-    q.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help="give up after S seconds on the wall clock: `unknown (time limit)` (default: no clock; "
-                        "the budgets bound the proof)")
+    from .prover import PROOF_UNITS
+    solver_limits(q, "the proof's", PROOF_UNITS, "--timeout", "give up with `unknown (time limit)`")
     q.add_argument("--json", action="store_true", help="print one JSON object")
     q.add_argument("-q", "--quiet", action="store_true",
                    help="no progress lines (they go to standard error, and only when it is a terminal)")

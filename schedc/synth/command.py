@@ -29,12 +29,8 @@ def add_arguments(q) -> None:
     q.add_argument("--memory-limit", metavar="N|R=N,...", help="activation memory cap per rank")
     q.add_argument("--placement", choices=["loop", "vshape"], default="loop",
                    help="loop: stage r on rank r (default); vshape: 2P stages, down the ranks and back")
-    q.add_argument("--budget", type=int, default=None, metavar="UNITS",
-                   help="the search's solver work in Z3 resource units, the same on any machine (default "
-                        "2,000,000,000)")
-    q.add_argument("--time-limit", type=float, default=None, metavar="S",
-                   help="stop searching after S seconds on the wall clock (default: no clock; the budget "
-                        "bounds the search)")
+    from .search import SEARCH_UNITS
+    options.solver_limits(q, "the search's", SEARCH_UNITS, "--time-limit", "stop searching")
     q.add_argument("--repeat", action="store_true",
                    help="write each rank's steady state as a loop: one schedule for every M from the "
                         "smallest that checks clean (schedc prove can prove it for all of them)")
