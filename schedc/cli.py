@@ -80,6 +80,13 @@ def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Te
         return _main(argv, stdout, stderr)
 
 
+# An interrupt's exception, kept: the frames it passed through hold the Z3 solver and terms of the
+# query it stopped, and freeing those after a stopped query aborted the process ("double free or
+# corruption", 4 of 12 Ctrl-Cs during `prove`) once the command had answered. Kept, they are freed
+# by no one: `entry` leaves by os._exit.
+_KEPT: list[BaseException] = []
+
+
 def _main(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # noqa: C901
     args = None
     try:
@@ -98,7 +105,8 @@ def _main(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # noq
             from .commands.common import input_error_json
             stdout.write(input_error_json(e, getattr(args, "input", None)) + "\n")
         return EXIT_INPUT
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (schedc/signals.py): every `finally` has run
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (schedc/signals.py): every `finally` has run
+        _KEPT.append(e)  # its frames hold the stopped query's Z3 objects: see _KEPT
         stderr.write("schedc: terminated (SIGTERM)\n" if terminated() else "schedc: interrupted\n")
         return exit_code()
     except BrokenPipeError:
