@@ -218,9 +218,10 @@ class Setup:
         return tuple((p * per + (gathered if p else 0.0)) / GIB for p in params) * D
 
     def _gathered_bytes(self) -> float:
-        """FSDP's working copy: the unsharded 16-bit weights of the layer being computed and of the
-        next, all-gathered ahead of it (torchtitan's FSDP2 prefetches one layer)."""
-        if self.parallel.dp_shard == 1:
+        """FSDP's (and ZeRO stage 3's) working copy: the unsharded 16-bit weights of the layer being
+        computed and of the next, all-gathered ahead of it (torchtitan's FSDP2 prefetches one layer,
+        DeepSpeed's stage 3 the next module)."""
+        if self.parallel.dp_shard == 1 and self.parallel.zero_stage != 3:
             return 0.0
         m = self.model
         largest = max(estimate.rank_params(m, i, self.parallel) for i in (0, m.layers - 1))
