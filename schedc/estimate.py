@@ -197,7 +197,7 @@ def stages(m, num_stages: int, p: mesh.Parallel = mesh.Parallel()) -> list[Stage
         ends = (first_stage_bytes(m) / shards if first else 0.0) + (_last_stage_bytes(m, p) if last else 0.0)
         out.append(StageEstimate(
             n, first, last, (F + (Fo if last else 0.0)) / work, (I + (Io if last else 0.0)) / work,
-            (W + (Wo if last else 0.0)) / work, kept + ends,
+            (W + (Wo if last else 0.0)) / work, (kept + ends) * m.activation_scale,
             sum(rank_params(m, i, p) for i in range(start, start + n))
             + ((embedding_params(m) if first else 0) + (embedding_params(m) if last else 0)) // p.tp))
         start += n

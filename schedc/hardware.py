@@ -28,7 +28,7 @@ MAX_COUNT = 2 ** 31  # no count of a model's shape is larger
 MODEL_REQUIRED = ("layers", "hidden", "heads", "seq_len", "vocab")
 MOE_KEYS = ("experts", "top_k", "expert_ffn_hidden", "shared_expert_ffn_hidden", "first_dense_layers")
 MODEL_OPTIONAL = ("kv_heads", "ffn_hidden", "gated_mlp", "dropout", "tied_embeddings", "norm", "rope", "attention",
-                  "dtype", "micro_batch", "recompute") + MOE_KEYS
+                  "dtype", "micro_batch", "recompute", "activation_scale") + MOE_KEYS
 NORMS = ("layernorm", "rmsnorm")
 # torchtitan's [activation_checkpoint] table: mode, and for selective its option ("op", or every N
 # layers whole); "attention" is Megatron-LM's selective recomputation (the attention core)
@@ -68,6 +68,7 @@ class Model:
     expert_ffn_hidden: int = 0  # each routed expert's MLP width
     shared_expert_ffn_hidden: int = 0  # the shared expert's MLP width (0: none)
     first_dense_layers: int = 0  # layers before the first MoE layer (DeepSeek-V3: 3)
+    activation_scale: float = 1.0  # measured / modelled activations (`Setup.calibrated`, from a run's profile)
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,8 @@ class Setup:
     def title(self) -> str:
         m = self.model
         ac = m.recompute if m.recompute != "selective" else f"selective {m.selective}"
+        if m.activation_scale != 1.0:
+            ac += f", activations x {m.activation_scale:.4g} as measured"
         hw, p = self.hardware, self.parallel
         layout = "" if p.is_default() else f", {_layout(p)}"
         return (f"{m.name} ({m.dtype}, {m.attention} attention, micro-batch {m.micro_batch}, seq {m.seq_len}, "
@@ -233,13 +236,37 @@ class Setup:
         return params
 
     def _gathered_bytes(self) -> float:
-        """FSDP's working copy: the unsharded 16-bit weights of the layer being computed and of the
-        next, all-gathered ahead of it (torchtitan's FSDP2 prefetches one layer)."""
-        if self.parallel.dp_shard == 1:
+        """FSDP's (and ZeRO stage 3's) working copy: the unsharded 16-bit weights of the layer being
+        computed and of the next, all-gathered ahead of it (torchtitan's FSDP2 prefetches one layer,
+        DeepSpeed's stage 3 the next module)."""
+        if self.parallel.dp_shard == 1 and self.parallel.zero_stage != 3:
             return 0.0
         m = self.model
         largest = max(estimate.rank_params(m, i, self.parallel) for i in (0, m.layers - 1))
         return 2.0 * estimate.DTYPE_BYTES[m.dtype] * largest
+
+    def calibrated(self, profile: dict[str, Any], where: str) -> "Setup":
+        """This description with its activation model scaled to a run's: the bytes each stage's
+        forward saved for its backward, as `schedc run --profile` measures them (the profile's
+        `activations`), over what the model (unscaled) counts for the same stages of this model cut
+        into as many; that ratio becomes `[model] activation_scale`."""
+        measured = profile.get("activations") if isinstance(profile, dict) else None
+        if not isinstance(measured, dict) or not measured:
+            raise SchedcError("usage", "the profile has no measured activations (\"activations\"): "
+                              "`schedc run --profile FILE` writes them", where=where)
+        try:
+            stages = sorted(int(s) for s in measured)
+            sizes = [float(measured[str(s)]) for s in stages]
+        except (TypeError, ValueError):
+            raise SchedcError("usage", "the profile's \"activations\" must map stage numbers to bytes",
+                              where=where) from None
+        n = stages[-1] + 1
+        if stages[0] < 0 or any(not (math.isfinite(b) and b > 0) for b in sizes):
+            raise SchedcError("usage", "the profile's \"activations\" must be positive byte counts of stages "
+                              "0, 1, ...", where=where)
+        plain = replace(self, model=replace(self.model, activation_scale=1.0))
+        modelled = sum(plain.estimates(n)[s].activation_bytes for s in stages)
+        return replace(self, model=replace(self.model, activation_scale=sum(sizes) / modelled))
 
     def check_job(self, ranks_per_pipeline: int, replicas: int) -> None:
         """The schedule and the [parallelism] table describe the same job: its pipeline degree is the
@@ -261,6 +288,8 @@ class Setup:
         for k in MOE_KEYS:  # 0: none (a dense model, no shared expert, no dense layers first)
             if model[k] == 0:
                 del model[k]
+        if model["activation_scale"] == 1.0:
+            del model["activation_scale"]
         out = {"model": model, "hardware": hw, "link": asdict(self.link)}
         if model["recompute"] == "selective" and selective != "attention":  # torchtitan's table says it
             out["activation_checkpoint"] = {"mode": model.pop("recompute"), "selective_ac_option": selective}
@@ -414,6 +443,8 @@ def _model(t: dict[str, Any], place: _Place) -> Model:  # noqa: C901
         raise place.error(f"[model] heads ({n['heads']}) must divide hidden ({n['hidden']}), and kv_heads "
                           f"({n['kv_heads']}) must divide heads", "model", "heads")
     flags: dict[str, Any] = {}
+    if "activation_scale" in t:
+        flags["activation_scale"] = _positive(t["activation_scale"], place, "model", "activation_scale")
     for k in ("gated_mlp", "dropout", "tied_embeddings", "rope"):
         if k in t:
             if not isinstance(t[k], bool):

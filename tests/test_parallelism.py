@@ -127,6 +127,18 @@ def test_the_presets_have_their_published_sizes(name, total, active):
     assert (sum(estimate.active_params(m, i) for i in range(m.layers)) + ends) / 1e9 == pytest.approx(active, abs=0.05)
 
 
+@pytest.mark.parametrize("name, total, active, rel", [("deepseek-v3", 671, 37, 0.05), ("deepseek-v2-lite", 15.7, 2.4, 0.15)])
+def test_the_deepseek_presets_are_near_their_published_sizes(name, total, active, rel):
+    """DeepSeek-V3 (671B, 37B active) and V2-Lite (15.7B, 2.4B): MLA is approximated as full heads of
+    h/a (docs/units.md, "Presets"), 18M weights a V3 layer too many, and both embedding matrices are
+    counted active here (the reports count the output head only, or neither)."""
+    m = describe(model=name, hardware="h100-80gb").model
+    ends = 2 * estimate.embedding_params(m)
+    assert [estimate.is_moe(m, i) for i in range(m.layers)].count(False) == m.first_dense_layers
+    assert (sum(estimate.layer_params(m, i) for i in range(m.layers)) + ends) / 1e9 == pytest.approx(total, rel=0.01)
+    assert (sum(estimate.active_params(m, i) for i in range(m.layers)) + ends) / 1e9 == pytest.approx(active, rel=rel)
+
+
 def test_expert_parallelism_splits_the_experts(tmp_path):
     moe = 'preset = "mixtral-8x7b"\n'
     alone, ep = setup(tmp_path, "", moe), setup(tmp_path, "expert_parallel_degree = 8\n", moe)

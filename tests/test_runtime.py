@@ -424,7 +424,8 @@ def test_schedc_run_trains_and_writes_the_profile(tmp_path, run_cli):
     assert [ln.split()[1] for ln in lines] == ["1/3", "2/3", "3/3"] and all(" ms " in ln and "loss" in ln for ln in lines)
     assert "median step time" in out
     data = json.loads(profile.read_text())
-    assert set(data) == {"format", "version", "unit", "meta", "stages", "ranks", "messages", "spread"}
+    assert set(data) == {"format", "version", "unit", "meta", "stages", "ranks", "messages", "spread", "activations"}
+    assert set(data["activations"]) == {"0", "1"} and all(v > 0 for v in data["activations"].values())
     assert set(data["stages"]) == {"0", "1"} and all(set(v) == {"F", "I", "W", "B"} for v in data["stages"].values())
     assert all(v > 0 for st in data["stages"].values() for v in st.values())
     messages = data["messages"]

@@ -25,7 +25,15 @@ def description(args):
     """The model and hardware description of --setup, --model, --hardware and --link, or None
     (schedc/hardware.py)."""
     from ..hardware import describe
-    return describe(args.setup, model=args.model, hardware=args.hardware, link=args.link)
+    setup = describe(args.setup, model=args.model, hardware=args.hardware, link=args.link)
+    profile = getattr(args, "profile", None)
+    if profile is None:
+        return setup
+    if setup is None:
+        raise SchedcError("usage", "--profile calibrates a model and hardware description: give --model and "
+                          "--hardware, or --setup, too", where="--profile")
+    from ..inputs import loads_json, read_text
+    return setup.calibrated(loads_json(read_text(profile, "the profile"), profile, "usage"), profile)
 
 
 def load(name: str, args, values=None, strict=True):

@@ -302,6 +302,7 @@ def _main(table: Table, args) -> int:  # noqa: C901
     interp = PipelineInterpreter(table, rank, modules, model.loss_fn, device=device, watchdog=watchdog,
                                  trace=recorder, dp_group=dp_group, grad_group=grad_group, tied=tied,
                                  tied_group=tied_group)
+    interp.measure_saved = bool(args.profile)  # the bytes each stage's forward saves, for the profile
     last = table.rank_of(table.num_stages - 1, rank) == rank
     replica = table.replica_of(rank)
     batch_size = args.batch_size or 8 * M * D
@@ -447,7 +448,11 @@ def interp_profile(interp: PipelineInterpreter, skip_steps: int) -> dict:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
+    peak = None
+    if interp.device is not None and interp.device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(interp.device)
     return {"times": times, "spread": spread, "messages": {str(s): b for s, b in interp.message_bytes.items()},
+            "saved": {str(s): b for s, b in interp.saved_bytes.items()}, "peak_allocated": peak,
             "comm": comm, "steps": steps, "program_steps": len(interp.steps), "host": socket.gethostname(),
             "cores": cores}
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager, nullcontext
 from typing import Callable, NamedTuple, Sequence
 
 import torch
@@ -128,6 +129,10 @@ class PipelineInterpreter:
         # measured per (op, stage): compute seconds per action; bytes of each stage's output message
         self.times: dict[tuple[str, int], list[float]] = {}
         self.message_bytes: dict[int, int] = {}
+        # with `measure_saved` (schedc run --profile): the most bytes one microbatch's forward of each
+        # stage saved for its backward (torch's saved-tensor hooks; each storage once, parameters not)
+        self.measure_saved = False
+        self.saved_bytes: dict[int, int] = {}
         self.train_step = 0
         # measured communication, one record per message and side (the shape headers not included):
         # [training step, "S" | "R", value, peer rank, posted, post returned, wait began, wait ended]
@@ -442,24 +447,45 @@ class PipelineInterpreter:
             x = self._take(source, a).detach().requires_grad_()
             self._leaf[(s, m)] = x
         t0 = time.perf_counter()
-        if self.table.forward_only:
-            with torch.no_grad():
+        counting = self._counting_saved(s) if self.measure_saved and not self.table.forward_only else nullcontext()
+        with counting:
+            if self.table.forward_only:
+                with torch.no_grad():
+                    y = self.modules[s](x)
+            else:
                 y = self.modules[s](x)
-        else:
-            y = self.modules[s](x)
-        if s == self.S - 1:
-            if self._targets is None:
-                raise ScheduleError(f"{a} computes the loss, but rank {self.rank} was given no targets")
-            y = self.loss_fn(y, self._targets[m])
-            self._losses.append(y.detach())
-        else:
-            if not isinstance(y, torch.Tensor):
-                raise ScheduleError(f"stage {s} returned {type(y).__name__}; a stage must return one tensor")
-            self._values[a.value()] = y
-            self.message_bytes[s] = y.numel() * y.element_size()
+            if s == self.S - 1:
+                if self._targets is None:
+                    raise ScheduleError(f"{a} computes the loss, but rank {self.rank} was given no targets")
+                y = self.loss_fn(y, self._targets[m])
+                self._losses.append(y.detach())
+            else:
+                if not isinstance(y, torch.Tensor):
+                    raise ScheduleError(f"stage {s} returned {type(y).__name__}; a stage must return one tensor")
+                self._values[a.value()] = y
+                self.message_bytes[s] = y.numel() * y.element_size()
         self._record(a, t0)
         if not self.table.forward_only:
             self._out[(s, m)] = y
+
+    @contextmanager
+    def _counting_saved(self, s: int):
+        """Count the bytes autograd saves for stage s's backward inside the block: every tensor its
+        ops (the loss's too) save, each storage once, the stage's parameters and buffers left out.
+        The largest count over microbatches is kept (`saved_bytes`)."""
+        fixed = {t.untyped_storage().data_ptr() for t in [*self.modules[s].parameters(), *self.modules[s].buffers()]}
+        seen: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            st = t.untyped_storage()
+            ptr = st.data_ptr()
+            if ptr not in fixed and ptr not in seen:
+                seen[ptr] = st.nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            yield
+        self.saved_bytes[s] = max(self.saved_bytes.get(s, 0), sum(seen.values()))
 
     @staticmethod
     def _from_neighbour(a: Instr) -> tuple[str, int, int] | None:

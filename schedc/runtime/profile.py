@@ -5,7 +5,8 @@
      "ranks": {"0": {"dispatch": s}, ...},
      "messages": {"0": bytes, ..., "latency": s, "overhead": s,
                   "channels": {"0->1": {"latency": s, "overhead": s}, ...}},
-     "spread": {"stages": {"0": {"F": [f, ...], ...}, ...}, "overhead": {"0->1": [f, ...], ...}}}
+     "spread": {"stages": {"0": {"F": [f, ...], ...}, ...}, "overhead": {"0->1": [f, ...], ...}},
+     "activations": {"0": bytes, ...}, "memory": {"0": {"peak_allocated": bytes}, ...}}
 
 `stages[s]` holds the mean seconds of one action of stage s on one microbatch; `messages[s]` the
 bytes of stage s's output (the activation it sends to s+1; the gradient coming back is the same
@@ -13,6 +14,12 @@ size), for every stage but the last. A schedule runs either B or I and W for a s
 ones are derived: B = I + W, or I = W = B / 2. `ranks[r].dispatch` is rank r's time per program
 step that is neither compute nor posting nor waiting (the interpreter's own work: its loop, the
 step's bookkeeping), which the simulator charges before each step.
+
+`activations[s]` is the most bytes one microbatch's forward of stage s saved for its backward,
+measured with torch's saved-tensor hooks (each storage once; the stage's parameters left out; the
+loss's saved tensors counted with the last stage): what `sim`, `check` and `compare --profile`
+calibrate the activation model with (schedc/hardware.py, `calibrated`). `memory[r].peak_allocated`
+is rank r's `torch.cuda.max_memory_allocated()` over the run, where it ran on a GPU.
 
 `spread` says how the times varied: for each time and each channel's posting overhead, the means of
 PARTS equally large groups of the sorted measurements, divided by their mean (factors of mean 1).
@@ -88,8 +95,11 @@ def build_profile(per_rank: list[dict]) -> dict:  # noqa: C901
             i = w = b / 2
         stages[stage] = {"F": f, "I": i, "W": w, "B": b}
     out_messages: dict = {s: messages[s] for s in sorted(messages, key=int)}
+    saved = {s: b for part in per_rank for s, b in part.get("saved", {}).items()}
+    peaks = {str(r): {"peak_allocated": part["peak_allocated"]} for r, part in enumerate(per_rank)
+             if part.get("peak_allocated") is not None}
     if not all("comm" in part for part in per_rank):  # measurements without communication timing
-        return {"stages": stages, "messages": out_messages}
+        return {"stages": stages, "messages": out_messages, **_memory(saved, peaks)}
     links, meta = communication(per_rank)
     out_messages.update(links)
     out = {"format": "schedc-profile", "version": 1, "unit": "s", "meta": meta, "stages": stages}
@@ -104,6 +114,17 @@ def build_profile(per_rank: list[dict]) -> dict:  # noqa: C901
     if parts:
         out["spread"] = {"stages": {s: _stage_spread(parts[s]) for s in sorted(parts, key=int)},
                          "overhead": _overhead_spread(per_rank)}
+    out.update(_memory(saved, peaks))
+    return out
+
+
+def _memory(saved: dict[str, int], peaks: dict[str, dict]) -> dict:
+    """The profile's measured memory: `activations` per stage, `memory` per rank (a GPU's peak)."""
+    out: dict = {}
+    if saved:
+        out["activations"] = {s: saved[s] for s in sorted(saved, key=int)}
+    if peaks:
+        out["memory"] = peaks
     return out
 
 
