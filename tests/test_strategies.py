@@ -377,11 +377,14 @@ def test_a_ten_line_test_finds_a_broken_pass_and_shrinks_it(tmp_path):
     assert "step    0" in report and "rank 0  [0RECV_B0]" in report  # the grid, blocked steps marked
 
 
-def test_the_example_file_runs_and_is_the_one_in_the_docs():
-    path = ROOT / "examples" / "test_my_schedule.py"
-    text = path.read_text(encoding="utf-8")
+def test_the_example_file_is_the_one_in_the_docs():
+    text = (ROOT / "examples" / "test_my_schedule.py").read_text(encoding="utf-8")
     assert text.strip() in (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
-    example = _import(path, "test_my_schedule")
+
+
+@pytest.mark.slow  # 15-20 s: the example's property tests run their full example counts
+def test_the_example_file_runs():
+    example = _import(ROOT / "examples" / "test_my_schedule.py", "test_my_schedule")
     tests = [getattr(example, n) for n in dir(example) if n.startswith("test_")]
     assert len(tests) >= 3
     for test in tests:
