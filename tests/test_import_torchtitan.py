@@ -6,6 +6,7 @@ reads, and the layers of each stage are its split. Skipped where torchtitan is n
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import sys
 import textwrap
@@ -208,3 +209,26 @@ def test_another_torchtitan_version_is_an_importer_error(monkeypatch):
 def test_options_are_read_as_torchtitans_command_line_writes_them(flag, want):
     job = torchtitan.read([*options("1F1B", 2, 4)[:-2], "--parallelism.data-parallel-shard-degree=2", *flag])
     assert job.parallelism["enable_sequence_parallel"] is want and job.parallelism["data_parallel_shard_degree"] == 2
+
+
+def test_the_docs_torchtitan_command_is_torchtitan_0_3s(tmp_path, monkeypatch):
+    """docs/interop.md's torchrun line: its config function is in torchtitan's registry, and its options read
+    as the CSV at P=4, M=8 in a V (llama3_debugmodel has 6 layers: the first and last stage hold none)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from schedc.cli import main
+    text = (Path(__file__).resolve().parent.parent / "docs" / "interop.md").read_text()
+    argv = shlex.split(re.search(r"-m torchtitan\.train (.*?)\n```", text, re.S).group(1).replace("\\\n", " "))
+    module, config = argv[argv.index("--module") + 1], argv[argv.index("--config") + 1]
+    registry = Path(importlib.util.find_spec("torchtitan.models").submodule_search_locations[0])
+    assert f"\ndef {config}() -> Trainer.Config:" in (registry / module / "config_registry.py").read_text()
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "zbv", "--param", "P=4,M=8", "--to", "torch-csv", "--level", "compute", "-o", "zbv.csv"],
+                io.StringIO(), io.StringIO()) == 0
+    rest = [a for i, a in enumerate(argv) if a not in ("--module", "--config") and argv[i - 1] not in ("--module",
+                                                                                                       "--config")]
+    job = torchtitan.read(rest + ["--parallelism.data_parallel_shard_degree", "1"], layers=6)
+    assert (job.name, job.params, job.placement) == ("zbv.csv", {"P": 4, "M": 8, "V": 2}, "vshape")
+    assert job.layers_per_stage == [0, 1, 1, 1, 1, 1, 1, 0]
