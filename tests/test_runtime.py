@@ -423,6 +423,7 @@ def test_schedc_run_trains_and_writes_the_profile(tmp_path, run_cli):
     lines = [ln for ln in out.splitlines() if ln.startswith("step ")]
     assert [ln.split()[1] for ln in lines] == ["1/3", "2/3", "3/3"] and all(" ms " in ln and "loss" in ln for ln in lines)
     assert "median step time" in out
+    assert f"schedc run: wrote the profile {profile} (" in err and f"--costs {profile}` times the run" in err
     data = json.loads(profile.read_text())
     assert set(data) == {"format", "version", "unit", "meta", "stages", "ranks", "messages", "spread"}
     assert set(data["stages"]) == {"0", "1"} and all(set(v) == {"F", "I", "W", "B"} for v in data["stages"].values())
