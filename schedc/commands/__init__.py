@@ -38,6 +38,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("run", "verify, lower and run a schedule on local ranks (or print the torchrun line)",
             "schedc.commands.run"),
     Command("viz", "draw a schedule: timeline SVG/HTML/PNG, or its dependency graph (--dag)", "schedc.commands.viz"),
+    Command("trace", "merge the traces of a run's nodes or ranks into one Perfetto trace, arrows between nodes",
+            "schedc.commands.trace"),
     Command("import", "read a framework's job config (torchtitan's options) into a schedule and a setup file",
             "schedc.commands.importing"),
     Command("synth", "find the fastest schedule for P, M, costs and a memory cap (Z3)", "schedc.commands.synth"),
