@@ -178,10 +178,20 @@ def _sh(block: Block) -> None:
         for part in (p.strip() for p in line.split("&&")):
             argv = shlex.split(part)
             if "pip" in argv[:3] and "install" in argv:
-                assert "-e" in argv, f"{block.where}: installs something other than this project: {part}"
+                assert "-e" in argv or argv[-3:] == [f"torch=={_torch_pin()}", "--index-url", CPU_INDEX], \
+                    f"{block.where}: installs something other than this project or the pinned CPU torch: {part}"
                 continue
             code, got = _run(_schedc_argv(part, block.where))
             assert code == 0, f"{block.where}: `{part}` exits {code}\n{got}"
+
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's index of its CPU builds
+
+
+def _torch_pin() -> str:
+    """The torch version the test extra pins (pyproject.toml)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    return next(d.split("==")[1] for d in extras["test"] if d.startswith("torch=="))
 
 
 def _pp(block: Block) -> None:
