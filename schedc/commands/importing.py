@@ -56,7 +56,7 @@ def run(args, stdout, stderr) -> int:
     _preset("hardware", args.hardware)
     job = torchtitan.read(options, layers=layers, gpus=args.gpus, model=args.model, hardware=args.hardware)
     _schedc_reads(job)
-    origin = "schedc import torchtitan -- " + " ".join(shlex.quote(o) for o in options)
+    origin = ("schedc import torchtitan -- " + " ".join(shlex.quote(o) for o in options)).replace("\n", " ")
     text = job.setup_toml(origin)
     written = write_file(args.output, text) if args.output else None
     if args.json:

@@ -1,6 +1,6 @@
 """A `--model pkg.mod:fn` checked in the launching process, before any rank starts, without importing
 it (it imports torch): the form, the module found where the ranks will look (the current folder
-first, as with `python -m`), and, read from its source, the function and its companions `loss_fn` and
+first, as with `python -m`, then PYTHONPATH), and, read from its source, the function and its companions `loss_fn` and
 `make_batch` defined there. Each rank still imports it (schedc/runtime/entry.py's `load_model`)."""
 from __future__ import annotations
 
@@ -40,10 +40,11 @@ def check(spec: str) -> None:
 
 
 def _find(module_name: str, spec: str):
+    """The module's spec as a rank finds it: from the current folder, PYTHONPATH (the ranks inherit
+    the environment), then this process's path."""
     cwd = os.getcwd()
-    added = cwd not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
+    added = [p for p in [cwd, *os.environ.get("PYTHONPATH", "").split(os.pathsep)] if p and p not in sys.path]
+    sys.path[:0] = added
     try:
         found = importlib.util.find_spec(module_name)
     except (ImportError, ValueError) as exc:  # a parent package that is missing or fails
@@ -51,8 +52,8 @@ def _find(module_name: str, spec: str):
     except Exception as exc:  # noqa: BLE001 - a parent package's __init__ that fails
         raise _error(spec, f"importing {module_name.rpartition('.')[0]} failed: {type(exc).__name__}: {exc}") from None
     finally:
-        if added:
-            sys.path.remove(cwd)
+        for p in added:
+            sys.path.remove(p)
     if found is None:
         raise _error(spec, f"no module {module_name} here (from {cwd}, or on the Python path)")
     return found
