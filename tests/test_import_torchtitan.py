@@ -189,6 +189,8 @@ def test_a_config_function_gives_the_defaults_and_the_layers(tmp_path, monkeypat
     (["--module", "no_such_titan_models", "--config", "x"], "importer", "does not load here"),
     (["--module", "llama3"], "usage", "--module and --config together"),
     (["positional"], "usage", "not a torchtitan option"),
+    (options("1F1B", 2, 4, mbs=0), "importer", "ZeroDivisionError"),  # torchtitan's own code divides by it
+    (["--parallelism.pipeline_parallel_degree", str(10 ** 9)], "too-large", "more than schedc's limit"),
 ])
 def test_what_torchtitan_or_schedc_refuses_is_an_error(opts, code, match):
     with pytest.raises(SchedcError, match=match) as exc:

@@ -103,6 +103,7 @@ def read(options: list[str], *, layers: int | None = None, gpus: int | None = No
     if P < 2:
         raise SchedcError("importer", f"pipeline_parallel_degree is {P}: torchtitan runs no pipeline "
                           "(--parallelism.pipeline_parallel_degree N, N >= 2)", where=WHERE)
+    _within_limits(P, training.local_batch_size, parallelism.pipeline_parallel_microbatch_size, layers)
     csv = parallelism.pipeline_parallel_schedule_csv or None
     stages, split = _stages(pp, parallelism, P, layers)
     schedule = _build(pp, parallelism, training, P, stages)
@@ -123,6 +124,16 @@ def read(options: list[str], *, layers: int | None = None, gpus: int | None = No
     return Job(parallelism.pipeline_parallel_schedule, torch_class, name, params, placement, csv, V,
                training.local_batch_size, parallelism.pipeline_parallel_microbatch_size, layers, split, table,
                model, hardware, seq_len, not_read)
+
+
+def _within_limits(P: int, batch: int, micro: int, layers: int | None) -> None:
+    """Sizes schedc compiles (docs/limits.md), refused before torchtitan's code builds anything of them."""
+    from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
+    M = batch // micro if micro > 0 else 0
+    for what, value, limit in (("pipeline_parallel_degree", P, MAX_RANKS), ("microbatches", M, MAX_MICROBATCHES),
+                               ("layers", layers or 0, MAX_STAGES)):
+        if value > limit:
+            raise SchedcError("too-large", f"{what} {value} is more than schedc's limit, {limit:,}", where=WHERE)
 
 
 # ---- torchtitan's options ----
@@ -265,8 +276,8 @@ def _stages(pp: Any, parallelism: Any, P: int, layers: int | None) -> tuple[int,
             parts = parallelism.module_fqns_per_model_part
             if parts is None and layers is not None:
                 parts = pp._generate_llm_fqn_per_model_part(stages, n, first, last)
-    except (ValueError, AssertionError) as exc:
-        raise SchedcError("importer", f"torchtitan refuses the pipeline: {exc}", where=WHERE) from None
+    except Exception as exc:  # noqa: BLE001 - whatever torchtitan's own code raises, it refuses the settings
+        raise SchedcError("importer", f"torchtitan refuses the pipeline: {_said(exc)}", where=WHERE) from None
     if parts is not None:
         stages = len(parts)
     split = [sum(1 for m in part if m.startswith("layers.")) for part in parts] if parts is not None else None
@@ -292,8 +303,15 @@ def _build(pp: Any, parallelism: Any, training: Any, P: int, stages: int) -> Any
             return pp._build_pipeline_schedule(parallelism=parallelism, local_batch_size=training.local_batch_size,
                                                stages=[_Stage(s, stages, P, 0) for s in held],
                                                loss_fn=lambda *a, **k: (None, None))
-    except (ValueError, AssertionError, FileNotFoundError, RuntimeError) as exc:
-        raise SchedcError("importer", f"torchtitan refuses the schedule: {exc}", where=WHERE) from None
+    except Exception as exc:  # noqa: BLE001 - whatever torchtitan's own code raises, it refuses the settings
+        raise SchedcError("importer", f"torchtitan refuses the schedule: {_said(exc)}", where=WHERE) from None
+
+
+def _said(exc: Exception) -> str:
+    """An exception from torchtitan's code as a line: its message, or its type where it has none."""
+    text = str(exc).strip()
+    return text if text and not isinstance(exc, (ZeroDivisionError, KeyError, TypeError)) else \
+        f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _stage_indices(pp: Any, schedule: str, rank: int, P: int, stages: int) -> tuple[int, ...]:
