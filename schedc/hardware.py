@@ -606,9 +606,10 @@ def _split(t: dict[str, Any], place: _Place) -> tuple[tuple[int, ...] | None, in
     """(layers per stage, first stage's, last stage's) from the table."""
     per = t.get("pipeline_parallel_layers_per_stage")
     if per is not None and not (isinstance(per, list) and per and all(
-            isinstance(n, int) and not isinstance(n, bool) and 0 < n < MAX_COUNT for n in per)):
-        raise place.error("[parallelism] pipeline_parallel_layers_per_stage must be a list of positive whole numbers, "
-                          f"one per stage, not {per!r}", "parallelism", "pipeline_parallel_layers_per_stage")
+            isinstance(n, int) and not isinstance(n, bool) and 0 <= n < MAX_COUNT for n in per) and sum(per)):
+        raise place.error("[parallelism] pipeline_parallel_layers_per_stage must be a list of whole numbers, one per "
+                          "stage (0 for a stage of the embedding or the output alone, as torchtitan's split makes), "
+                          f"not {per!r}", "parallelism", "pipeline_parallel_layers_per_stage")
     ends: list[int | None] = []
     for key in mesh.SPLIT_KEYS[1:]:
         v = t.get(key)

@@ -178,10 +178,20 @@ def _sh(block: Block) -> None:
         for part in (p.strip() for p in line.split("&&")):
             argv = shlex.split(part)
             if "pip" in argv[:3] and "install" in argv:
-                assert "-e" in argv, f"{block.where}: installs something other than this project: {part}"
+                assert "-e" in argv or argv[-3:] == [f"torch=={_torch_pin()}", "--index-url", CPU_INDEX], \
+                    f"{block.where}: installs something other than this project or the pinned CPU torch: {part}"
                 continue
             code, got = _run(_schedc_argv(part, block.where))
             assert code == 0, f"{block.where}: `{part}` exits {code}\n{got}"
+
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's index of its CPU builds
+
+
+def _torch_pin() -> str:
+    """The torch version the test extra pins (pyproject.toml)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    return next(d.split("==")[1] for d in extras["test"] if d.startswith("torch=="))
 
 
 def _pp(block: Block) -> None:
@@ -340,3 +350,25 @@ def test_every_page_is_in_the_nav():
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     for page in sorted((ROOT / "docs").glob("*.md")):
         assert re.search(rf":\s*{re.escape(page.name)}\s*$", nav, re.M), f"{page.name} is not in mkdocs.yml's nav"
+
+
+# ---- the site: pictures shown, wide outputs wrapped ----
+def test_the_pictures_page_shows_the_gallerys_pictures():
+    """Each picture a page embeds from docs/images/ is there (mkdocs serves docs/ only) and is the
+    gallery's own (viz/), so it is regenerated with it: copy it again when this fails."""
+    shown = {page.name: re.findall(r"!\[[^\]]+\]\(images/([^)]+)\)", page.read_text(encoding="utf-8"))
+             for page in PAGES[1:]}
+    assert len(shown["pictures.md"]) >= 4, shown["pictures.md"]
+    for page, names in shown.items():
+        for name in names:
+            copy, drawn = ROOT / "docs" / "images" / name, ROOT / "viz" / name
+            assert copy.is_file(), f"docs/{page} shows images/{name}, which is not there"
+            assert copy.read_bytes() == drawn.read_bytes(), f"docs/images/{name} differs from viz/{name}: cp viz/{name} docs/images/"
+
+
+def test_wide_outputs_wrap_on_the_site():
+    site = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert re.search(r"^extra_css:\n  - css/wrap\.css$", site, re.M), "mkdocs.yml does not load docs/css/wrap.css"
+    css = (ROOT / "docs" / "css" / "wrap.css").read_text(encoding="utf-8")
+    rule = re.search(r"(?s)pre, pre code[^{]*\{(.*?)\}", css)
+    assert rule is not None and "white-space: pre-wrap" in rule.group(1) and "overflow-wrap: anywhere" in rule.group(1)

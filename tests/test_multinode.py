@@ -86,6 +86,20 @@ def test_two_schedc_run_nodes_train_as_one_node_does(one_node, tmp_path):
         names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
         assert {n for n in names if n.startswith("rank ")} == {f"rank {k}"}, names
         assert trace["otherData"]["missing_ranks"] == [], trace["otherData"]
+    # one trace of the job: both ranks, and every message an arrow from one node's post to the other's receive
+    merged = tmp_path / "job.json"
+    res = subprocess.run([sys.executable, "-m", "schedc", "trace", "merge", str(tmp_path / "node0.json"),
+                          str(tmp_path / "node1.json"), "-o", str(merged)], capture_output=True, text=True,
+                         timeout=LIMIT, cwd=ROOT, env=_env())
+    assert res.returncode == 0, res.stderr
+    assert "ranks 0, 1 from 2 file(s), 16 message arrows, 16 of them between files" in res.stdout  # 2 steps x 2M
+    events = json.loads(merged.read_text())["traceEvents"]
+    ends = {}
+    for e in events:
+        if "bind_id" in e:
+            ends.setdefault(e["bind_id"], {})["out" if e.get("flow_out") else "in"] = e
+    assert len(ends) == 16 and all({p["out"]["pid"], p["in"]["pid"]} == {1, 2} for p in ends.values())
+    assert all((p["out"]["cat"], p["in"]["cat"]) == ("posted", "done") for p in ends.values())
 
 
 def test_the_printed_torchrun_lines_run_as_two_nodes(tmp_path, run_cli, one_node):

@@ -69,6 +69,9 @@ def test_layers_per_stage_as_a_list_or_megatrons_first_and_last(tmp_path):
     assert [st.layers for st in ends.estimates(5)] == [6, 7, 7, 7, 5]
     with pytest.raises(SchedcError, match="must give each of the 3 stages"):
         listed.estimates(3)
+    ends_alone = setup(tmp_path, "pipeline_parallel_layers_per_stage = [0, 16, 16, 0]\n")  # torchtitan's split
+    first, *_, last = ends_alone.estimates(4)
+    assert (first.layers, last.layers) == (0, 0) and first.params > 0 and last.params > 0  # embedding, output
 
 
 def test_the_table_and_the_schedule_describe_one_job(tmp_path, run_cli):
@@ -100,7 +103,7 @@ def test_the_table_and_the_schedule_describe_one_job(tmp_path, run_cli):
     ("zero_stage = 4\n", "0, 1, 2 or 3"),
     ("context_parallel_degree = 3\n", "split evenly"),
     ("sequence_parallel = 1\n", "true or false"),
-    ("pipeline_parallel_layers_per_stage = [8, 0]\n", "list of positive whole numbers"),
+    ("pipeline_parallel_layers_per_stage = [8, -1]\n", "list of whole numbers"),
     ("tensor_parallel = 2\n", "has no key 'tensor_parallel'"),
 ])
 def test_a_bad_parallelism_table_is_an_error_at_its_key(tmp_path, text, phrase):

@@ -80,6 +80,73 @@ def test_bad_arguments_are_one_line_before_any_rank_starts(run_cli, monkeypatch,
     assert code == 2 and message in err and err.count("\n") == 1, (out, err)
 
 
+@pytest.mark.parametrize("model, message", [
+    ("examples.mlp", "expected pkg.module:function"),
+    ("examples.mlp:build_stage", "examples.mlp ({root}/examples/mlp.py) defines no build_stage"),
+    ("examples.nope:build_stages", "no module examples.nope here"),
+    ("nopkg_{tmp}.mod:build", "cannot find nopkg_"),
+    ("partial_{tmp}:build", "partial_{tmp} must also define make_batch"),
+    ("broken_{tmp}:build", "cannot be read: SyntaxError"),
+])
+def test_a_bad_model_is_one_line_before_any_rank_starts(run_cli, monkeypatch, tmp_path, model, message):
+    """Found from the module's source in the launching process, which neither imports it nor torch."""
+    _no_spawn(monkeypatch)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / f"partial_{tmp_path.name}.py").write_text("import torch\ndef build(i, n): pass\nloss_fn = print\n")
+    (tmp_path / f"broken_{tmp_path.name}.py").write_text("def build(:\n")
+    code, out, err = run_cli("run", "1f1b", "--param", "P=2,M=2", "--model", model.format(tmp=tmp_path.name),
+                             "--steps", "1")
+    assert code == 2 and message.format(tmp=tmp_path.name, root=ROOT) in err and err.count("\n") == 1, (out, err)
+    assert out == ""  # not even the checks ran
+
+
+def test_a_model_bound_in_other_ways_passes_the_early_check(tmp_path, monkeypatch):
+    from schedc.runtime import model_spec
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / f"other_{tmp_path.name}.py").write_text(textwrap.dedent("""\
+        from examples.mlp import loss_fn, make_batch as make_batch
+        try:
+            from examples.mlp import build_stages
+        except ImportError:
+            build_stages = None
+    """))
+    (tmp_path / f"star_{tmp_path.name}.py").write_text("from examples.mlp import *\n")
+    model_spec.check(f"other_{tmp_path.name}:build_stages")
+    model_spec.check(f"star_{tmp_path.name}:anything")  # only importing it can tell: the ranks do
+
+
+def test_without_torch_run_says_how_to_install_the_pinned_cpu_build(tmp_path):
+    """torch's absence simulated in a fresh interpreter: blocked in sys.modules (importlib then finds no
+    torch), or by a finder that refuses it (as a broken install's would)."""
+    for block in ('sys.modules["torch"] = None',
+                  "class NoTorch:\n"
+                  "    def find_spec(self, name, path=None, target=None):\n"
+                  "        if name.partition('.')[0] == 'torch':\n"
+                  "            raise ModuleNotFoundError(f'No module named {name!r}')\n"
+                  "sys.meta_path.insert(0, NoTorch())"):
+        probe = (f"import sys\n{block}\nfrom schedc.cli import main\n"
+                 "sys.exit(main(['run', '1f1b', '--param', 'P=2,M=2', '--model', 'examples.mlp:build_stages']))\n")
+        res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        _says_how_to_install_torch(res)
+
+
+def _says_how_to_install_torch(res):
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("torch: error[usage]: ")
+    assert "schedc run needs PyTorch, which is not installed here" in res.stderr
+    assert "`pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`" in res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+
+
+def test_the_cpu_install_line_pins_the_test_extras_torch():
+    import tomllib
+
+    from schedc.runtime.backends import TORCH_PIN
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert f"torch=={TORCH_PIN}" in extras["test"]
+
+
 def test_a_broken_model_module_is_bad_usage_not_a_traceback(tmp_path, monkeypatch):
     from schedc.runtime.entry import UsageError, build_modules, load_model
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -40,5 +40,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("viz", "draw a schedule: timeline SVG/HTML/PNG, or its dependency graph (--dag)", "schedc.commands.viz"),
     Command("diagnose", "explain a hung job from its Flight Recorder dumps, in the schedule's terms",
             "schedc.commands.diagnose"),
+    Command("trace", "merge the traces of a run's nodes or ranks into one Perfetto trace, arrows between nodes",
+            "schedc.commands.trace"),
+    Command("import", "read a framework's job config (torchtitan's options) into a schedule and a setup file",
+            "schedc.commands.importing"),
     Command("synth", "find the fastest schedule for P, M, costs and a memory cap (Z3)", "schedc.commands.synth"),
 )

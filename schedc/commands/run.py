@@ -107,10 +107,15 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
         raise SchedcError("usage", f"--batch-size {args.batch_size}: expected a positive multiple of the "
                           f"{M} microbatches", where="--batch-size")
     if not args.print_torchrun:  # before any rank starts: one line, not a traceback from each
-        from ..runtime.backends import problem
+        from ..runtime.backends import problem, torch_missing
+        why = torch_missing()
+        if why:
+            raise SchedcError("usage", why, where="torch")
         why = problem(args.backend, nproc)
         if why:
             raise SchedcError("usage", why, where="--backend")
+        from ..runtime import model_spec
+        model_spec.check(args.model)
     refuse_unrunnable(program)  # before the checks: a program too large to run is not checked first
     verified = None
     said = stderr if args.json else stdout  # with --json standard output holds the JSON alone
@@ -179,6 +184,8 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     failed = [(first + r, code) for r, code in enumerate(done.returncodes) if code != 0]
     how = [f"rank {rank} " + (_RANK_EXITS.get(code, f"exited with {code}") if code >= 0 else
                               f"was stopped (signal {-code})") for rank, code in failed]
+    if done.ok and args.profile and node_rank == 0:  # (rank 0 writes it)
+        _said_profile(args.profile, args.input, stderr)
     if not done.ok:
         every = f"every rank of node {node_rank} exited" if nnodes > 1 else "every rank exited"
         stderr.write("schedc: the run failed: " + "; ".join(how) + f" ({every})\n")
@@ -319,6 +326,15 @@ def _torchrun_nodes(command: list[str], nproc: int, nnodes: int, node_rank: int,
     if endpoint is not None:
         options.append(f"--rdzv-endpoint={endpoint}")
     return [head, *options, *rest]
+
+
+def _said_profile(path: str, name: str, stderr) -> None:
+    """Say where the profile is and what reads it (or that rank 0 did not write it)."""
+    if not Path(path).is_file():
+        stderr.write(f"schedc run: rank 0 wrote no profile at {path}\n")
+        return
+    stderr.write(f"schedc run: wrote the profile {path} (each stage's measured F/I/W/B seconds and message sizes; "
+                 f"`schedc sim {common.shown(name)} --lower --costs {path}` times the run from it)\n")
 
 
 def _writable(path: str, flag: str) -> None:

@@ -1,6 +1,7 @@
 """Schedules read from the frameworks that run them: `deepspeed:NAME` and `megatron:NAME` name the
 order DeepSpeed's or Megatron-Core's own code issues at the given P, M (and V), read from the
-installed package (lazily: nothing is imported until such a name is loaded) into a schedc program.
+installed package (lazily: nothing is imported until such a name is loaded) into a schedc program;
+torchtitan's job config is read into a job by `schedc import torchtitan` (`torchtitan.py`).
 """
 from __future__ import annotations
 
@@ -9,19 +10,20 @@ from typing import Callable, Mapping
 from ..errors import SchedcError
 from ..ir import Program
 from . import deepspeed, megatron
-from .common import SUPPORTED
+
+FRAMEWORKS = {"deepspeed": deepspeed, "megatron": megatron}  # the frameworks whose schedules are names
 
 SWITCHES = ("BATCHED", "OVERLAP")  # parameters that are 0 or 1 (a framework's boolean setting)
 
 
 def is_imported(name: str) -> bool:
     """Whether `name` names a framework's schedule (`deepspeed:train`, `megatron:1f1b`)."""
-    return name.partition(":")[0] in SUPPORTED and ":" in name
+    return name.partition(":")[0] in FRAMEWORKS and ":" in name
 
 
 def schedule_names() -> tuple[str, ...]:
     """Every `framework:schedule` name an importer reads."""
-    return tuple(f"{fw}:{n}" for fw, mod in (("deepspeed", deepspeed), ("megatron", megatron)) for n in mod.SCHEDULES)
+    return tuple(f"{fw}:{n}" for fw, mod in FRAMEWORKS.items() for n in mod.SCHEDULES)
 
 
 def load(name: str, params: Mapping[str, int] | None = None, *, forward_only: bool = False,
@@ -38,7 +40,7 @@ def listing(name: str, params: Mapping[str, int] | None = None, *, forward_only:
             strict: bool = True) -> str:
     """The schedc text (literal per-rank lists, one line per framework step) of `name` at `params`."""
     framework, _, schedule = name.partition(":")
-    module = {"deepspeed": deepspeed, "megatron": megatron}[framework]
+    module = FRAMEWORKS[framework]
     if schedule not in module.SCHEDULES:
         raise SchedcError("usage", f"{framework} has no schedule {schedule!r}; schedc imports "
                           f"{', '.join(framework + ':' + s for s in module.SCHEDULES)}", where=name)

@@ -11,7 +11,8 @@ from ..errors import SchedcError
 INSTALL = "pip install 'schedc[importers]'"
 # framework prefix -> (its distribution, the versions the importer is tested with, their description)
 SUPPORTED = {"deepspeed": ("deepspeed", ("0.19.",), "0.19.x"),
-             "megatron": ("megatron-core", ("0.16.",), "0.16.x")}
+             "megatron": ("megatron-core", ("0.16.",), "0.16.x"),
+             "torchtitan": ("torchtitan", ("0.3.",), "0.3.x")}
 
 
 def require(framework: str, *modules: str) -> list:

@@ -14,10 +14,27 @@ from ..errors import SchedcError
 from ..rules.semantics import Semantics
 
 
+TORCH_PIN = "2.13.0"  # the torch the test extra pins (pyproject.toml), which the oracle tests compare against
+INSTALL_CPU = f"pip install torch=={TORCH_PIN} --index-url https://download.pytorch.org/whl/cpu"
+
+
+def torch_missing() -> str | None:
+    """Why torch cannot be imported here (not installed, or an install whose finder fails), or None."""
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        found = False
+    if found:
+        return None
+    return (f"schedc run needs PyTorch, which is not installed here: `{INSTALL_CPU}` installs the CPU build "
+            f"schedc is tested with (`pip install 'schedc[torch]'` pulls PyPI's, the CUDA build on Linux)")
+
+
 def problem(backend: str, nproc: int) -> str | None:
     """Why `backend` cannot run `nproc` ranks on this machine, or None."""
-    if importlib.util.find_spec("torch") is None:
-        return "schedc run needs PyTorch, which is not installed here (pip install torch)"
+    missing = torch_missing()
+    if missing:
+        return missing
     if backend != "nccl":  # gloo runs wherever torch.distributed does; the ranks check that
         return None
     import torch

@@ -1,0 +1,102 @@
+"""`schedc import torchtitan -- OPTIONS...`: torchtitan's job config (its command line's options)
+read into a schedc job (schedc/importers/torchtitan.py): the schedule it runs, as schedc names it,
+and a setup file with the job's [parallelism] table, to check, simulate and compare with."""
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from ..errors import EXIT_OK, SchedcError
+from ..outputs import dumps_json, write_file
+
+
+def add_arguments(q) -> None:
+    q.add_argument("framework", choices=["torchtitan"], help="the framework whose job config is read")
+    q.add_argument("options", nargs=argparse.REMAINDER, metavar="[-- OPTIONS...]",
+                   help="the framework's own options, as its command line takes them, after `--` "
+                        "(torchtitan: --module M --config C, --parallelism.KEY VALUE, --training.KEY VALUE)")
+    _own(q)
+
+
+def _own(q) -> None:
+    """schedc's options, before the framework's `--` (or anywhere, without one)."""
+    q.add_argument("--layers", type=int, metavar="N",
+                   help="the model's transformer layers (torchtitan reads them from its model), for the layers "
+                        "of each stage")
+    q.add_argument("--model", metavar="NAME", help="a model preset: its layers, and [model] in the setup written")
+    q.add_argument("--hardware", metavar="NAME", help="a hardware preset, written as the setup's [hardware]")
+    q.add_argument("--gpus", type=int, metavar="N",
+                   help="the job's GPUs (torchrun's world size): resolves data_parallel_shard_degree = -1")
+    q.add_argument("-o", "--output", metavar="FILE", help="write the setup file here (default: standard output)")
+    q.add_argument("--json", action="store_true", help="print the job as one JSON object")
+
+
+def _split(args) -> list[str]:
+    """The framework's options; schedc's own, given after the framework's name, read into `args`."""
+    from ..cli import _Parser
+    own = _Parser(prog="schedc import", allow_abbrev=False, add_help=False)
+    _own(own)
+    rest = list(args.options)
+    if "--" in rest:
+        cut = rest.index("--")
+        own.parse_args(rest[:cut], namespace=args)
+        return rest[cut + 1:]
+    _, theirs = own.parse_known_args(rest, namespace=args)
+    return theirs
+
+
+def run(args, stdout, stderr) -> int:
+    from ..importers import torchtitan
+    options = _split(args)
+    for name in ("layers", "gpus"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise SchedcError("usage", f"--{name} must be at least 1, not {value}", where=f"--{name}")
+    layers = args.layers if args.layers is not None else _preset("model", args.model)
+    _preset("hardware", args.hardware)
+    job = torchtitan.read(options, layers=layers, gpus=args.gpus, model=args.model, hardware=args.hardware)
+    _schedc_reads(job)
+    origin = ("schedc import torchtitan -- " + " ".join(shlex.quote(o) for o in options)).replace("\n", " ")
+    text = job.setup_toml(origin)
+    written = write_file(args.output, text) if args.output else None
+    if args.json:
+        stdout.write(dumps_json({**job.to_json(), "outputs": [str(written)] if written else [],
+                                 **({} if written else {"setup": text})}) + "\n")
+        return EXIT_OK
+    out = stderr if written is None else stdout
+    if written is None:
+        stdout.write(text)
+    out.write(_summary(job))
+    if job.not_read:
+        out.write(f"  not read (not about the pipeline): {' '.join(job.not_read)}\n")
+    setup = f" --setup {shlex.quote(str(written))}" if written else " --setup JOB.toml"
+    out.write(f"  check it: schedc check {job.arguments()}{setup}\n")
+    if written is not None:
+        out.write(f"wrote {written}\n")
+    return EXIT_OK
+
+
+def _summary(job) -> str:
+    source = f"the CSV {job.csv}" if job.csv else job.schedule
+    split = f"; layers per stage {job.layers_per_stage}" if job.layers_per_stage is not None else ""
+    return (f"torchtitan runs {source} ({job.torch_class}) on {job.params['P']} ranks, {job.stages_per_rank} "
+            f"stage(s) each ({job.placement}), {job.params['M']} microbatches (local_batch_size "
+            f"{job.local_batch_size} / pipeline_parallel_microbatch_size {job.microbatch_size}){split}\n"
+            f"  schedc: {job.arguments()}\n")
+
+
+def _preset(kind: str, name: str | None) -> int | None:
+    """A model preset's layers (None without one); an unknown preset of `kind` is an error."""
+    if name is None:
+        return None
+    from ..hardware import _unknown, presets
+    table = presets()[kind].get(name)
+    if table is None:
+        raise SchedcError("usage", _unknown(kind, name), where=f"--{kind}")
+    return int(table["layers"]) if kind == "model" else None
+
+
+def _schedc_reads(job) -> None:
+    """The schedule loads in schedc at the job's settings (a built-in's requirements hold, the CSV fits)."""
+    from ..api import load
+    load(job.name, job.params, placement=job.placement if job.csv else None)

@@ -1,0 +1,36 @@
+"""`schedc trace merge TRACE... -o OUT`: the traces `schedc run --trace` wrote on each node, or the
+ranks' event files of a torchrun launch (`--trace-dir`), merged into one Perfetto trace of the job
+with an arrow for every message, also between nodes (schedc/interop/trace_merge.py)."""
+from __future__ import annotations
+
+from ..errors import EXIT_OK, SchedcError
+from ..inputs import read_text
+from ..outputs import dumps_json, write_file
+
+
+def add_arguments(q) -> None:
+    q.add_argument("action", choices=["merge"], help="merge: several traces or rank event files into one")
+    q.add_argument("traces", nargs="+", metavar="TRACE",
+                   help="a node's trace (schedc run --trace), or a rank's event file (rank<R>.jsonl)")
+    q.add_argument("-o", "--output", required=True, metavar="OUT.json", help="the merged trace")
+    q.add_argument("--json", action="store_true", help="print one JSON object: the ranks, messages and file written")
+
+
+def run(args, stdout, stderr) -> int:
+    from ..interop.trace_merge import merge
+    if len(set(args.traces)) < len(args.traces):
+        raise SchedcError("usage", "a trace is given twice", where="TRACE")
+    doc = merge([(name, read_text(name)) for name in args.traces])
+    written = write_file(args.output, dumps_json(doc, separators=(",", ":")) + "\n")
+    other = doc["otherData"]
+    if args.json:
+        stdout.write(dumps_json({"inputs": args.traces, "ranks": other["ranks"], "missing_ranks": other["missing_ranks"],
+                                 "hosts": other["hosts"], "messages": other["messages"],
+                                 "messages_between_inputs": other["messages_between_inputs"],
+                                 "outputs": [str(written)]}) + "\n")
+        return EXIT_OK
+    missing = f"; no events from rank(s) {', '.join(map(str, other['missing_ranks']))}" if other["missing_ranks"] else ""
+    stdout.write(f"wrote {written}: ranks {', '.join(map(str, other['ranks']))} from {len(args.traces)} file(s), "
+                 f"{other['messages']} message arrows, {other['messages_between_inputs']} of them between files"
+                 f"{missing}\n")
+    return EXIT_OK
