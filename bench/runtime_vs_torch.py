@@ -8,8 +8,8 @@ Each schedule runs on both runtimes in the same process group: torch's schedule 
 (ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, ScheduleLoopedBFS,
 ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, ScheduleDualPipeV) and schedc's lowering of
 the matching built-in (whose compute order equals torch's, tested), twice: with receives where
-lowering places them (the default) and posted early (`schedc run --receives early`: every receive
-at the start of its rank's step, checked under gloo). A step is timed from a barrier to the slowest
+lowering places them (`schedc run --receives needed`) and posted early (every receive at the start
+of its rank's step, checked under gloo: what `schedc run` does on gloo by default). A step is timed from a barrier to the slowest
 rank's end (forward and backward of all microbatches, no optimizer); the three runs alternate step
 by step, so all see the same machine load. Prints the median step time of each, their ratios
 schedc / torch (target <= 0.8) and the median of the per-step ratios ("paired"), and the
@@ -236,9 +236,9 @@ def main(argv=None) -> int:
                      f"{meta.get('messages_timed', 0)} receives waited), overhead {msg.get('overhead', 0) * 1e3:.3f} ms "
                      f"per post; ms per step compute/waited/posting/other: {split_}")
     print(f"geometric mean ratio schedc/torch: {statistics.geometric_mean(ratios):.3f} (receives where needed, "
-          "the default)")
+          "--receives needed)")
     print(f"geometric mean ratio schedc/torch, receives posted early: {statistics.geometric_mean(early_ratios):.3f} "
-          "(target <= 0.8)")
+          "(the default on gloo; target <= 0.7)")
     meta = next(iter(results.values()))["profile"] if results else None
     cores = min(p["cores"] for p in meta) if meta else 0
     if predicted:
@@ -247,8 +247,8 @@ def main(argv=None) -> int:
         print(f"simulator, sampled: within 10% of the mean measured step for {within} of {len(predicted)} "
               f"(exp/meas {min(predicted):.3f} to {max(predicted):.3f}, worst off by {worst:.3f}; "
               f"{R} ranks on {cores} cores)")
-    print(f"early: the same schedule lowered with every receive posted at the start of its rank's step (`schedc run "
-          f"--receives early`); mean ms and the sim columns are the default run's. "
+    print(f"early: the same schedule lowered with every receive posted at the start of its rank's step (what `schedc "
+          f"run` does on gloo by default); mean ms and the sim columns are the --receives needed run's. "
           f"sim free: the lowered program under the measured per-action means, messages free; sim comm: also with "
           f"the measured per-channel latency and posting overhead (profile `messages`) and each rank's dispatch "
           f"time per step (profile `ranks`); sim exp: the mean of {SAMPLES} runs with each compute time and "

@@ -246,7 +246,7 @@ def test_run_json_is_the_runs_steps_and_losses(tmp_path, run_cli):
                              "--steps", "2", "--timeout", "60", "--profile", str(profile), "--json")
     assert code == 0, err
     doc = json.loads(out)  # standard output is the JSON alone
-    assert doc["ok"] is True and doc["verified"] == "rendezvous" and doc["exit_codes"] == [0, 0]
+    assert doc["ok"] is True and doc["verified"] == "gloo" and doc["exit_codes"] == [0, 0]
     assert [s["step"] for s in doc["steps"]] == [1, 2]
     assert all(s["time_ms"] > 0 and s["loss"] == s["loss"] for s in doc["steps"])
     assert doc["steps_timed"] == 1 and doc["median_step_ms"] > 0

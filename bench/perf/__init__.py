@@ -318,10 +318,12 @@ def measure_runtime(steps: int = 8) -> list[Row]:
         case = f"bench/runtime_vs_torch.py, 7 schedules, {ranks} gloo ranks"
         if ranks == 4:
             needed, early = (float(x.split(":")[1].split()[0]) for x in lines)
-            rows += [Row("runtime step time (geometric mean)", f"{case}, receives posted early (run --receives early)",
-                         early, 1.0, "ratio", 0.8),
+            rows += [Row("runtime step time (geometric mean)",
+                         f"{case}, receives posted early (the default on gloo where it checks)", early, 1.0, "ratio",
+                         0.7),
                      Row("runtime step time (geometric mean)",
-                         f"{case}, receives where lowering places them (the default)", needed, 1.0, "ratio", None)]
+                         f"{case}, receives where lowering places them (run --receives needed)", needed, 1.0, "ratio",
+                         None)]
         else:
             worst = float(sim[0].split("worst off by ")[1].split(";")[0])
             within = sim[0].split("for ")[1].split(" (")[0]

@@ -57,10 +57,11 @@ def add_arguments(q) -> None:
     q.add_argument("--semantics", default="rendezvous",
                    help=f"send semantics to verify under (default rendezvous): {arguments.blocking()}, or the "
                         f"backend's, {arguments.backends()}; the runtime always posts and awaits as the backends do")
-    q.add_argument("--receives", choices=RECEIVE_POSTINGS, default="needed",
-                   help="where the runtime posts receives: needed (default: in the round their sender runs, "
-                        "as lowering places them) or early (every receive at the start of its rank's step: on "
-                        "gloo a message then goes as soon as it is sent; checked under gloo, gloo only)")
+    q.add_argument("--receives", choices=RECEIVE_POSTINGS, default=None,
+                   help="where the runtime posts receives: needed (in the round their sender runs, as lowering "
+                        "places them) or early (every receive at the start of its rank's step: on gloo a message "
+                        "then goes as soon as it is sent; checked under gloo, gloo only). Default: early on gloo "
+                        "when the program so lowered checks under gloo, else needed")
     q.add_argument("--batch-size", type=int, metavar="N", help="samples per step (default 8 x microbatches)")
     q.add_argument("--dtype", choices=["bfloat16", "float16", "float32", "float64"], help="model and input dtype")
     q.add_argument("--lr", type=float, metavar="LR", help="SGD learning rate unless the model defines make_optimizer")
@@ -117,7 +118,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
         from ..runtime import model_spec
         model_spec.check(args.model)
     refuse_unrunnable(program)  # before the checks: a program too large to run is not checked first
-    verified = None
+    verified, receives = None, args.receives
     said = stderr if args.json else stdout  # with --json standard output holds the JSON alone
     if not args.no_verify:
         checks = argparse.Namespace(semantics=str(semantics), engine="native", timeout=30.0, memory_limit=None)
@@ -137,7 +138,10 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
             if early.ok is not True:
                 return _not_run(args, early, stdout)
             verified = "gloo"
-    lowered = lower_to_torch(program, verified=verified, receives=args.receives)
+        elif receives is None and args.backend == "gloo" and _early_receives_fit(program, said):
+            receives, verified = "early", "gloo"
+    receives = receives or "needed"  # (unverified, or on nccl: where lowering places them)
+    lowered = lower_to_torch(program, verified=verified, receives=receives)
     rank_args = ["--model", args.model, "--steps", str(args.steps), "--timeout", str(args.timeout),
                  "--backend", args.backend]
     for flag, value in (("--batch-size", args.batch_size), ("--dtype", args.dtype), ("--lr", args.lr),
@@ -251,6 +255,17 @@ def _early_receives_checked(program, stdout, stderr):
         stderr.write(report.render() + "\n")
         stderr.write("schedc: the program with its receives posted early does not check; not running\n")
     return report
+
+
+def _early_receives_fit(program, stdout) -> bool:
+    """The default on gloo: receives posted early when the program so lowered checks under gloo (it
+    may not, when the buffers held from the start pass a memory limit); one line says which."""
+    from ..api import check
+    from ..passes import lower
+    ok = check(lower(program, receives="early"), semantics="gloo").ok is True
+    stdout.write("  receives: posted early (the lowered program checks under gloo)\n" if ok else
+                 "  receives: where lowering places them (posted early, the program does not check under gloo)\n")
+    return ok
 
 
 def _nccl_checked(program, verified: str, stdout, stderr):
