@@ -20,6 +20,7 @@ from ..ir import (SCHEDC_ONLY, ActionSyntaxError, Annotations, Compound, Compoun
                   placed)
 from ..span import Source, Span
 from .compact import step_texts
+from .formats import CSV_PLACEMENTS
 
 NOTATIONS = ("current", "legacy")
 
@@ -111,7 +112,7 @@ def program_from_csv(text: str, name: str = "<csv>", *, notation: str = "current
 
 
 STATED = {"P": "ranks (one row each)", "M": "microbatches", "V": "stages per rank"}  # what --param states of a CSV
-PLACEMENTS = ("loop", "vshape")
+PLACEMENTS = CSV_PLACEMENTS  # (named in formats.py: the command line lists them without this module)
 
 
 def stated(program: Program, params: Mapping[str, int] | None = None, placement: str | None = None, *,
