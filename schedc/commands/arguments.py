@@ -6,8 +6,8 @@ from __future__ import annotations
 
 def inputs(q, many: bool = False) -> None:
     """The schedule to read: a file or a built-in name, its parameters, its format and notation."""
-    from ..interop.formats import CSV_PLACEMENTS as PLACEMENTS, readable
-    from ..ir import P2P_MODES
+    from ..interop.formats import readable
+    from ..ir import P2P_MODES, PLACEMENTS
     q.add_argument("inputs" if many else "input", nargs="+" if many else None, metavar="FILE|NAME",
                    help="a .pp schedule, a PyTorch .csv, a schedc .json, a built-in name, or - (standard input)")
     q.add_argument("--param", action="append", default=[], metavar="K=V",

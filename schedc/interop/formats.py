@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 from ..errors import SchedcError
 
-CSV_PLACEMENTS = ("loop", "vshape")  # a PyTorch CSV's placements of stages on ranks (`--placement`)
-
 if TYPE_CHECKING:
     from ..ir import Program
     from ..report import Report
