@@ -11,10 +11,10 @@ import re
 import threading
 from functools import lru_cache
 
+from . import parser_table  # (first: it imports lark, see there)
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from . import parser_table
 from . import syntax as ast
 from .errors import SchedcError
 from .expr import did_you_mean

@@ -11,12 +11,33 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
-
-import lark
-from lark import Lark
+from typing import TYPE_CHECKING, Any
 
 from .resources import grammar_path
+
+
+def _import_lark():
+    """lark, imported without the third-party `regex` module when that is installed and not yet
+    imported: lark imports it if it can (7-10 ms, more than the rest of schedc's parser) only to
+    offer `regex=True` and Unicode categories (`\\p{L}`) in terminals, which schedc's grammar does
+    not use (its terminals are compiled by `re` either way, and their widths found by `re`'s parser)."""
+    if "lark" not in sys.modules and "regex" not in sys.modules:
+        sys.modules["regex"] = None  # type: ignore[assignment]  # (`import regex` raises ImportError)
+        try:
+            import lark
+        finally:
+            if "regex" in sys.modules and sys.modules["regex"] is None:
+                del sys.modules["regex"]  # (anyone else's `import regex` finds it again)
+    import lark
+    return lark
+
+
+if TYPE_CHECKING:
+    import lark
+    from lark import Lark
+else:
+    lark = _import_lark()
+    Lark = lark.Lark
 
 FORMAT = 1  # bumped when the file's layout changes
 OPTIONS = {"parser": "lalr", "propagate_positions": True, "maybe_placeholders": True}
