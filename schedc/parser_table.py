@@ -58,6 +58,7 @@ def made_from(grammar: str) -> list:
 
 
 def standalone_path() -> Path:
+    """schedc/parser_standalone.py, which `main` writes."""
     return Path(__file__).resolve().parent / "parser_standalone.py"
 
 
@@ -239,9 +240,10 @@ def main() -> int:
     lark = _lark()
     grammar = grammar_path().read_text(encoding="utf-8")
     built = _built(grammar)
-    for path, done in ((table_path(), write(table_path(), key(grammar, lark.__version__), built, mode=0o644)),
-                       (standalone_path(), _replace(standalone_path(), standalone_text(grammar, built).encode(), 0o644))):
-        if not done:
+    writes = ((table_path(), lambda path: write(path, key(grammar, lark.__version__), built, mode=0o644)),
+              (standalone_path(), lambda path: _replace(path, standalone_text(grammar, built).encode(), 0o644)))
+    for path, put in writes:
+        if not put(path):
             sys.stderr.write(f"could not write {path}\n")
             return 1
         print(f"wrote {path}")
