@@ -131,4 +131,26 @@ def entry() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
-    sys.exit(status)
+    if getattr(sys.modules.get("__main__"), "entry", None) is entry:  # the program: `schedc`, `python -m schedc`
+        _leave(status)
+    sys.exit(status)  # (run inside another program, e.g. by runpy: it may go on after SystemExit)
+
+
+def _leave(status: int) -> None:
+    """Exit with `status` as `sys.exit` does, less the interpreter's teardown of every module and
+    object, which no one sees and which costs a short command a tenth of its time (15 ms of
+    `schedc check NAME`): what a normal exit does that can be seen is done first (other threads
+    finished, the atexit functions, the standard streams flushed). A thread still running, or a
+    stream that cannot be flushed (a closed pipe), leaves by the normal exit instead, which says so
+    as it always has."""
+    import atexit
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(status)  # (the interpreter waits for them)
+    atexit._run_exitfuncs()
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        sys.exit(status)
+    os._exit(status)

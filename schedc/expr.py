@@ -12,7 +12,6 @@ end of this module, which give every type, overflow and division error its messa
 """
 from __future__ import annotations
 
-import difflib
 import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator, Protocol, Sequence
@@ -621,5 +620,6 @@ RUNTIME["_M"] = METER
 
 
 def did_you_mean(name: str, options) -> str:
+    import difflib  # (asked on a mistake only)
     close = difflib.get_close_matches(name, list(options), n=1)
     return f"; did you mean '{close[0]}'?" if close else ""

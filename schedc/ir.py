@@ -266,6 +266,9 @@ class Annotations:
         return self.rank_dispatch[rank] if rank < len(self.rank_dispatch) else 0.0
 
 
+PLACEMENTS = ("loop", "vshape")  # the named placements (`placed`): a PyTorch CSV's `--placement`
+
+
 def placed(kind: str, num_stages: int, num_ranks: int) -> tuple[int, ...]:
     """The rank of every stage under a named placement: `loop`, stage s on rank s % R; `vshape`,
     down the ranks and back up (`s < R ? s : 2R-1-s` for S = 2R, repeating for more chunks)."""

@@ -11,10 +11,9 @@ import re
 import threading
 from functools import lru_cache
 
-from lark import Lark, Token, Tree
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from . import parser_table  # (first: it imports the parser's runtime, see there)
+from .parser_standalone import Lark, Token, Tree, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from . import parser_table
 from . import syntax as ast
 from .errors import SchedcError
 from .expr import did_you_mean
@@ -27,9 +26,9 @@ _OPEN, _CLOSE = ("LPAR", "LBRACE", "LSQB"), ("RPAR", "RBRACE", "RSQB")
 
 
 @lru_cache(maxsize=1)
-def parser() -> Lark:
-    """The grammar's parser, built from the grammar, giving lark's parse tree: for tools and tests
-    (schedc.strategies derives texts from its grammar); `parse` builds no tree."""
+def parser():
+    """The grammar's parser, built by lark from the grammar, giving lark's parse tree: for tools and
+    tests (schedc.strategies derives texts from its grammar); `parse` builds no tree."""
     return parser_table.build()
 
 

@@ -1,26 +1,65 @@
-"""The grammar's LALR tables, made once rather than in every process.
+"""The grammar's LALR parser, made once rather than in every process.
 
-Building them from grammar/schedc.lark takes lark 60-80 ms; reading them back takes a few. They are
-read from the package (grammar/schedc.lark.json, made by `python -m schedc.parser_table`), else from
-the user's cache folder, else built and put there. JSON, never pickle; keyed by a hash of the grammar.
+Building its tables takes lark 60-80 ms. schedc/parser_standalone.py (lark's standalone tool's output:
+lark's LALR runtime with the tables in it, made by `python -m schedc.parser_table`) parses without
+importing lark; when it is another grammar's, the tables are read from grammar/schedc.lark.json, else
+from the user's cache folder, else built by lark and put there (JSON, never pickle; keyed by a hash).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
-
-import lark
-from lark import Lark
+from typing import TYPE_CHECKING, Any
 
 from .resources import grammar_path
+
+
+def _import(name: str):
+    """The module `name` (lark, or its standalone runtime), imported without the third-party `regex`
+    module when that is installed and not yet imported: lark imports it if it can (7-10 ms) only to
+    offer `regex=True` and Unicode categories (`\\p{L}`) in terminals, which schedc's grammar does
+    not use (its terminals are compiled by `re` either way, and their widths found by `re`'s parser)."""
+    import importlib
+    if name not in sys.modules and "regex" not in sys.modules:
+        sys.modules["regex"] = None  # type: ignore[assignment]  # (`import regex` raises ImportError)
+        try:
+            return importlib.import_module(name)
+        finally:
+            if "regex" in sys.modules and sys.modules["regex"] is None:
+                del sys.modules["regex"]  # (anyone else's `import regex` finds it again)
+    return importlib.import_module(name)
+
+
+if TYPE_CHECKING:
+    from . import parser_standalone as runtime
+    from .parser_standalone import Lark
+else:
+    try:
+        runtime = _import("schedc.parser_standalone")  # (lark's runtime: parse.py's trees, tokens and errors)
+        Lark = runtime.Lark
+    except ImportError:  # (not written yet: `python -m schedc.parser_table` writes it)
+        runtime = Lark = None
 
 FORMAT = 1  # bumped when the file's layout changes
 OPTIONS = {"parser": "lalr", "propagate_positions": True, "maybe_placeholders": True}
 _ITEMS = "\x00items"  # a JSON object standing for a dict whose keys are not all strings
+
+
+def _lark():
+    """lark itself, which builds the tables (the runtime above only reads them)."""
+    return _import("lark")
+
+
+def made_from(grammar: str) -> list:
+    """What the standalone runtime's tables must have been made from (its `MADE_FROM`)."""
+    return [FORMAT, sorted(OPTIONS.items()), grammar]
+
+
+def standalone_path() -> Path:
+    """schedc/parser_standalone.py, which `main` writes."""
+    return Path(__file__).resolve().parent / "parser_standalone.py"
 
 
 def table_path() -> Path:
@@ -28,16 +67,21 @@ def table_path() -> Path:
     return grammar_path().with_suffix(".lark.json")
 
 
-def key(grammar: str) -> str:
-    """What a table must have been made from: this grammar, these options, this lark, this format."""
-    made_from = json.dumps([FORMAT, lark.__version__, sorted(OPTIONS.items()), grammar])
-    return hashlib.sha256(made_from.encode("utf-8")).hexdigest()
+def key(grammar: str, version: str | None = None) -> str:
+    """What a table must have been made from: this grammar, these options, this format, and the
+    lark (`version`; by default the runtime's, which reads the table)."""
+    import hashlib
+    made = json.dumps([FORMAT, version or runtime.__version__, sorted(OPTIONS.items()), grammar])
+    return hashlib.sha256(made.encode("utf-8")).hexdigest()
 
 
 def load(**options: Any) -> Lark:
     """The parser of the grammar with `options` (those lark allows when loading: `transformer`,
-    `lexer_callbacks`, ...), from the first good table: shipped, cached, or built now."""
+    `lexer_callbacks`, ...), from the first good table: the runtime's own, shipped, cached, or
+    built now."""
     grammar = grammar_path().read_text(encoding="utf-8")
+    if getattr(runtime, "MADE_FROM", None) == made_from(grammar):
+        return Lark._load_from_dict(runtime.DATA, runtime.MEMO, **options)
     want = key(grammar)
     found = _loaded(table_path(), want, options)
     if found is not None:
@@ -46,15 +90,15 @@ def load(**options: Any) -> Lark:
     found = _loaded(path, want, options) if path is not None else None
     if found is not None:
         return found
-    built = Lark(grammar, **OPTIONS)
+    built = _built(grammar)
     if path is not None:
         write(path, want, built)
-    if not options:
-        return built
     try:
         return Lark._load_from_dict(*_serialized(built), **options)
-    except Exception:  # a lark that cannot load its own tables back: built with the options instead
-        return Lark(grammar, **OPTIONS, **options)
+    except Exception as exc:  # (tables of another lark than the runtime's, in another layout)
+        raise RuntimeError(f"lark {_lark().__version__} built tables that schedc's parser (lark "
+                           f"{runtime.__version__}'s runtime) cannot read ({exc}): run `python -m "
+                           "schedc.parser_table` to write the runtime of this lark") from None
 
 
 def _loaded(path: Path, want: str, options: dict) -> Lark | None:
@@ -67,9 +111,15 @@ def _loaded(path: Path, want: str, options: dict) -> Lark | None:
         return None
 
 
-def build() -> Lark:
-    """The parser built from the grammar itself (60-80 ms), with the grammar kept (`.grammar`)."""
-    return Lark(grammar_path().read_text(encoding="utf-8"), **OPTIONS)
+def _built(grammar: str):
+    """lark's parser built from `grammar` (60-80 ms): a `lark.Lark`, with the grammar kept."""
+    return _lark().Lark(grammar, **OPTIONS)
+
+
+def build():
+    """The parser built from the grammar itself (60-80 ms), with the grammar kept (`.grammar`): lark's
+    own, for tools (schedc/strategies.py derives texts from it)."""
+    return _built(grammar_path().read_text(encoding="utf-8"))
 
 
 # ---- the file: a first line naming the key and the hash of the rest, then the tables as JSON ----
@@ -80,6 +130,7 @@ def read(path: Path, want: str) -> dict | None:
         raw = path.read_bytes()
         head, _, body = raw.partition(b"\n")
         meta = json.loads(head)
+        import hashlib
         if meta.get("key") != want or meta.get("sha256") != hashlib.sha256(body).hexdigest():
             return None
         return json.loads(body, object_hook=_decode)
@@ -87,18 +138,27 @@ def read(path: Path, want: str) -> dict | None:
         return None
 
 
-def dumps(want: str, parser: Lark) -> bytes:
+def dumps(want: str, parser) -> bytes:
+    """The file of lark's parser `parser`'s tables, of key `want`."""
+    import hashlib
     data, memo = _serialized(parser)
     body = json.dumps(_encode({"data": data, "memo": memo}), separators=(",", ":"), sort_keys=True).encode()
-    head = json.dumps({"key": want, "lark": lark.__version__, "sha256": hashlib.sha256(body).hexdigest()})
+    head = json.dumps({"key": want, "lark": _lark().__version__, "sha256": hashlib.sha256(body).hexdigest()})
     return head.encode() + b"\n" + body
 
 
-def write(path: Path, want: str, parser: Lark, mode: int = 0o600) -> bool:
+def write(path: Path, want: str, parser, mode: int = 0o600) -> bool:
     """Put the tables in `path` whole or not at all (a temporary file renamed); False if it cannot."""
+    try:
+        return _replace(path, dumps(want, parser), mode)
+    except (TypeError, ValueError):  # (TypeError: tables of a lark holding what JSON cannot)
+        return False
+
+
+def _replace(path: Path, text: bytes, mode: int) -> bool:
+    """`text` put in `path` whole or not at all (a temporary file renamed); False if it cannot."""
     import tempfile
     try:
-        text = dumps(want, parser)
         fd, tmp = tempfile.mkstemp(prefix=".parser-", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -109,11 +169,12 @@ def write(path: Path, want: str, parser: Lark, mode: int = 0o600) -> bool:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         return True
-    except (OSError, TypeError, ValueError):  # (TypeError: tables of a lark holding what JSON cannot)
+    except OSError:
         return False
 
 
-def _serialized(parser: Lark) -> tuple[dict, dict]:
+def _serialized(parser) -> tuple[dict, dict]:
+    _lark()
     from lark.grammar import Rule
     from lark.lexer import TerminalDef
     return parser.memo_serialize([TerminalDef, Rule])
@@ -156,14 +217,36 @@ def cache_path(want: str) -> Path | None:
         return None
 
 
+# ---- the standalone runtime: lark's own tool, its tables, and what they were made from ----
+def standalone_text(grammar: str, parser) -> str:
+    """schedc/parser_standalone.py for lark's parser `parser` of `grammar`: lark.tools.standalone's
+    output (uncompressed: no pickle) with two lines left out, then `MADE_FROM` (`made_from(grammar)`)."""
+    from lark.tools.standalone import gen_standalone
+    lines: list[str] = []
+    gen_standalone(parser, output=lambda *items: lines.append(" ".join(map(str, items))))
+    # (left out: pickle, imported for compressed tables, and lark's package's own `__version__`, which
+    # would be schedc's here: the module's `__version__` is lark's)
+    dropped = {"import pickle, zlib, base64", "from . import __version__"}
+    body = "\n".join(line for line in "\n".join(lines).split("\n") if line.strip() not in dropped)
+    return ('"""lark\'s LALR runtime with the tables of grammar/schedc.lark: parsing without importing lark.\n\n'
+            "Generated by `python -m schedc.parser_table` (after a change to the grammar, or to lark) with lark's\n"
+            "standalone tool; its code is lark's, under the Mozilla Public License 2.0 (below). Not edited by hand.\n"
+            '"""\n' + body + f"\nMADE_FROM = {made_from(grammar)!r}\n")
+
+
 def main() -> int:
-    """Write the table shipped with the grammar (after changing grammar/schedc.lark, or lark)."""
+    """Write the runtime and the table shipped with the grammar (after changing grammar/schedc.lark,
+    or lark)."""
+    lark = _lark()
     grammar = grammar_path().read_text(encoding="utf-8")
-    path = table_path()
-    if not write(path, key(grammar), Lark(grammar, **OPTIONS), mode=0o644):
-        sys.stderr.write(f"could not write {path}\n")
-        return 1
-    print(f"wrote {path}")
+    built = _built(grammar)
+    writes = ((table_path(), lambda path: write(path, key(grammar, lark.__version__), built, mode=0o644)),
+              (standalone_path(), lambda path: _replace(path, standalone_text(grammar, built).encode(), 0o644)))
+    for path, put in writes:
+        if not put(path):
+            sys.stderr.write(f"could not write {path}\n")
+            return 1
+        print(f"wrote {path}")
     return 0
 
 

@@ -11,23 +11,25 @@ could not decide.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from .errors import Diagnostic, SchedcError
 from .outputs import finite_only, rounded
 from .ir import RECVS, Action, Compound, CompoundKind, Program, describe, format_step
 from .lint import display_step, lint
-from .passes import lower
 from .rules.deps import delivers, payload, value_name
 from .rules.semantics import RENDEZVOUS, Semantics
 from .verify.analysis import Analysis, counted_lowered
-from .verify.deadlock import Deadlock, deadlock_of, disagreement, end_of_step_notes, find_deadlock, render_grid
 from .verify.channels import as_paired, describe_channel
-from .verify.execute import channels, execute
 from .verify.clear import Clear, over_limit
 from .verify.fast import quick_check
-from .verify.mesh import joins_ranks
 from .verify.runtime_hangs import add_runtime_findings, reads_communication_level
-from .verify.memory import Peak, peak_activation, peak_memory
+
+# The detailed checks' modules are imported where they are called: a program the fast checks clear
+# (most small ones) is checked without them (`schedc check NAME` as a whole process, docs/limits.md).
+if TYPE_CHECKING:
+    from .verify.deadlock import Deadlock
+    from .verify.memory import Peak
 
 ENGINES = ("native", "z3")
 MAX_DETAILED_ACTIONS = 2_000_000  # the detailed checks take ~10 us and ~0.5 KB an action: ~20 s, 1 GB at the limit
@@ -153,6 +155,7 @@ class Report:
         """Human-readable findings, then the grid for a deadlock."""
         parts = [d.render() for d in self.errors]
         if self.deadlock is not None:
+            from .verify.deadlock import render_grid
             parts.append(render_grid(self.program, self.deadlock))
         return "\n".join(parts)
 
@@ -190,6 +193,7 @@ def _lowered(analysis: Analysis) -> Analysis:
     """The analysis with its program's lowering (schedc/passes), made the first time a check needs
     it: only then, as lowering a program that deadlocks fails."""
     if analysis.needs_lowering:
+        from .passes import lower
         analysis.lowered = lower(analysis.program)
     return analysis
 
@@ -207,6 +211,7 @@ def _checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str 
     clear = quick_check(program, semantics, None) if fast and engine == "native" and program.dp == 1 else None
     if clear is None:
         _refuse_detailed(program, file)
+        from .verify.mesh import joins_ranks
     if clear is None and joins_ranks(program):  # replicas, or a tied all-reduce between two ranks: the job's question
         report = _check_job(analysis, memory_limit, file if file is not None else program.source)
         report.p2p, report.notes, report.detailed = declared, (note,) if note else (), True
@@ -225,6 +230,8 @@ def _checks(program: Program, *, semantics: Semantics = RENDEZVOUS, engine: str 
     report.errors.extend(lint(program))
     if report.errors:
         return report
+    from .verify.deadlock import deadlock_of
+    from .verify.memory import peak_activation
     report.peak_activation = peak_activation(program)
     chans = analysis.channels
     _match(report, chans)
@@ -293,6 +300,8 @@ def _check_classes(analysis: Analysis, limits, file, cls) -> Report | None:  # n
     Exact (docs/checks.md): the job's runs are the reduced job's, each class's replicas copying
     their first. A job with a finding that fits the detailed checks whole is left to them (None),
     so its counterexample is the one the whole job gives."""
+    from .verify.deadlock import find_deadlock
+    from .verify.memory import peak_activation, peak_memory
     from .verify.mesh import flat_job, order_findings
     from .verify.symmetry import real_deadlock
     program, semantics = analysis.program, analysis.semantics
@@ -344,6 +353,8 @@ def _check_classes(analysis: Analysis, limits, file, cls) -> Report | None:  # n
 
 def _check_flat_job(analysis: Analysis, limits, file) -> Report:
     """The job checked whole, every replica spelled out (`_check_job`)."""
+    from .verify.deadlock import find_deadlock
+    from .verify.memory import peak_activation, peak_memory
     from .verify.mesh import flat_job, order_findings
     program, semantics = analysis.program, analysis.semantics
     P, D = program.num_ranks, program.dp
@@ -395,6 +406,7 @@ def _one_sided_groups(program: Program, semantics: Semantics, chans) -> tuple[st
 
 def _deadlock_finding(report: Report, notes: tuple[str, ...]) -> None:
     """The `deadlock` finding of the report's deadlock, at the first wait of its cycle."""
+    from .verify.deadlock import end_of_step_notes
     dl = report.deadlock
     first = dl.cycle[0] if dl.cycle else None
     report.errors.append(Diagnostic(
@@ -434,6 +446,7 @@ def _other_backends(program: Program, semantics: Semantics, chans, declared: str
     program (posted and awaited as torch's runtime does), when that differs."""
     if program.level != "comms":
         return ()
+    from .verify.execute import channels, execute
     verdicts = []
     for other in Semantics.backends():
         if other == semantics.base:
@@ -495,6 +508,7 @@ def _deadlock_z3(report: Report, analysis: Analysis, timeout_s: float | None) ->
     """Z3 decides; a deadlock is told from the executor's run, as the native engine tells it, so the
     two engines give one report (the stuck steps, the cycle). Verdicts that differ are `unknown`."""
     from .solver import Proved, Unknown
+    from .verify.deadlock import deadlock_of, disagreement
     from .verify.solver import prove_deadlock_free
     result = prove_deadlock_free(analysis.program, analysis.semantics, analysis.channels, timeout_s=timeout_s,
                                  cons=analysis.constraints)
@@ -518,6 +532,7 @@ def _limits(program: Program, limits: dict[int, float] | None) -> tuple[float | 
 
 
 def _memory(report: Report, analysis: Analysis, limits: dict[int, float] | None) -> None:
+    from .verify.memory import peak_memory
     report.peak_memory = peak_memory(_counted(analysis))
     report.memory_limit = _limits(analysis.program, limits)
     _over_limits(report)

@@ -150,6 +150,14 @@ def test_version_and_help(run_cli):
 
 
 HEAVY = ("z3", "numpy", "scipy", "torch", "graphviz")
+# What `schedc check NAME` of a small built-in does not use, so does not import (#34: the whole process
+# in at most 0.12 s of CPU, bench/cli_latency.py): the arrays (plain Python checks it), the solver,
+# torch, lark's optional `regex`, the presets and importers, and the detailed checks' modules (the
+# fast checks clear it) and the lowering.
+UNUSED_BY_A_SMALL_CHECK = HEAVY + (
+    "lark", "regex", "hashlib", "importlib.metadata", "tomllib", "fractions", "difflib", "schedc.hardware", "schedc.solver",
+    "schedc.costs", "schedc.passes", "schedc.interop.torch_csv", "schedc.verify.deadlock", "schedc.verify.graph",
+    "schedc.verify.memory", "schedc.verify.mesh", "schedc.verify.shapes", "schedc.verify.comm_init")
 
 
 @pytest.mark.parametrize("run, light", [
@@ -159,7 +167,9 @@ HEAVY = ("z3", "numpy", "scipy", "torch", "graphviz")
     ("import runpy\nsys.argv = ['schedc', '--version']\ntry:\n    runpy.run_module('schedc', run_name='__main__')\n"
      "except SystemExit:\n    pass", HEAVY),  # python -m schedc --version
     ("main(['list'])", HEAVY),
-    ("main(['check', '1f1b'])", ("z3", "scipy", "torch", "graphviz")),  # the native check uses numpy
+    ("main(['check', '1f1b'])", UNUSED_BY_A_SMALL_CHECK),
+    ("main(['check', '1f1b', '--param', 'P=4,M=8', '--json'])", UNUSED_BY_A_SMALL_CHECK),
+    ("main(['check', 'zbv', 'interleaved_1f1b', '--param', 'P=4,M=8'])", UNUSED_BY_A_SMALL_CHECK),
 ])
 def test_light_work_loads_no_heavy_modules(run, light):
     """What a user runs often stays fast: no solver, arrays, model or drawing library is imported."""
@@ -180,6 +190,37 @@ def test_python_dash_m_is_the_cli():
     res = subprocess.run([sys.executable, "-m", "schedc", "check", "no_such_schedule"], capture_output=True,
                          text=True, timeout=60)
     assert res.returncode == 2 and "no such file or built-in schedule" in res.stderr
+
+
+PROGRAM = """\
+import atexit, sys, threading, time
+from schedc.cli import entry
+atexit.register(lambda: print("atexit ran", file=sys.stderr))
+def late():
+    time.sleep(0.2)
+    print("the thread ran", flush=True)
+if sys.argv[1] == "thread":
+    threading.Thread(target=late).start()
+sys.argv = ["schedc", "check", sys.argv[2]]
+entry()
+"""
+
+
+@pytest.mark.parametrize("thread", ["thread", "none"])
+@pytest.mark.parametrize("schedule, code", [("1f1b", 0), (str(Path(__file__).parent / "known" / "pytorch_172668.pp"), 1)])
+def test_the_program_leaves_as_a_normal_exit_does(tmp_path, thread, schedule, code):
+    """`entry` as the program leaves without the interpreter's teardown (cli._leave), and without
+    anything a user sees changed: the exit code, the output whole, the atexit functions run, and a
+    thread still running let finish first."""
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM)
+    res = subprocess.run([sys.executable, str(script), thread, schedule], capture_output=True, text=True, timeout=120)
+    assert res.returncode == code, res.stderr
+    report = res.stdout.replace("the thread ran\n", "")
+    assert report.startswith(("1f1b: 4 ranks", "pytorch_172668")) and res.stderr.endswith("atexit ran\n")
+    assert ("the thread ran" in res.stdout) == (thread == "thread")
+    if code == 1:
+        assert "deadlock" in report
 
 
 @pytest.mark.parametrize("argv", [

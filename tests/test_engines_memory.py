@@ -371,12 +371,14 @@ def test_over_its_memory_limit_and_otherwise_clear_only_the_memory_walk_runs(mon
     # fuzz finding: `check 1f1b --param P=1000,M=1000 --memory-limit 3` ran every detailed check
     # (22 s) when the fast path had cleared all but the limit; the memory walk alone says where (6 s)
     import schedc.report as report_module
+    import schedc.verify.deadlock
 
     def refuse(*args, **kwargs):
         raise AssertionError("a detailed check ran again")
     program = schedc.load("1f1b", {"P": 4, "M": 8})
     monkeypatch.setattr(report_module, "lint", refuse)
-    monkeypatch.setattr(report_module, "find_deadlock", refuse)
+    for name in ("find_deadlock", "deadlock_of"):  # (report.py imports them when it calls them)
+        monkeypatch.setattr(schedc.verify.deadlock, name, refuse)
     report = schedc.check(program, memory_limit=3)
     assert [e.code for e in report.errors] == ["memory"] and "over the limit of 3" in report.errors[0].message
     assert report.peak_activation == (4, 3, 2, 1)

@@ -124,11 +124,11 @@ def test_a_missing_or_unsupported_framework_is_an_importer_error(monkeypatch):
     def missing(name):
         raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(importers.common.metadata, "version", missing)
+    monkeypatch.setattr(metadata, "version", missing)
     with pytest.raises(SchedcError, match=r"pip install 'schedc\[importers\]'") as exc:
         load("deepspeed:train", {"P": 2, "M": 2})
     assert exc.value.code == "importer"
-    monkeypatch.setattr(importers.common.metadata, "version", lambda name: "0.20.0")
+    monkeypatch.setattr(metadata, "version", lambda name: "0.20.0")
     with pytest.raises(SchedcError, match="tested with 0.16.x only") as exc:
         load("megatron:1f1b", {"P": 2, "M": 2})
     assert exc.value.code == "importer"

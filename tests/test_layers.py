@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "schedc"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground floor: positions, errors, the IR, the rules", ("span", "errors", "ir", "rules", "rules.*", "jobs",
                                                             "jobs.*", "lazy_numpy")),
-    ("the language, columns and plumbing", ("syntax", "parse", "parser_table", "expr", "loops", "order", "compiler",
+    ("the language, columns and plumbing", ("syntax", "parse", "parser_table", "parser_standalone", "expr", "loops", "order", "compiler",
                                              "columns", "inputs", "outputs", "signals", "resources", "units", "estimate",
                                              "solver",
                                              "progress")),

@@ -1,8 +1,9 @@
 """The parser's tables are read, not built, in every process; a small check never imports numpy.
 
-schedc/parser_table.py: the table shipped beside the grammar is current; another grammar (or lark)
-builds its tables once and keeps them in the user's private cache; a changed or cut file there is
-not read (the tables are built again and the file put right), and a cache others can write is not used.
+schedc/parser_table.py: the standalone runtime's tables and the table shipped beside the grammar are
+current; another grammar (or lark) builds its tables once and keeps them in the user's private cache;
+a changed or cut file there is not read (the tables are built again and the file put right), and a
+cache others can write is not used.
 """
 from __future__ import annotations
 
@@ -26,6 +27,17 @@ def test_the_shipped_table_is_the_grammars():
     assert parser_table.read(parser_table.table_path(), parser_table.key(grammar)) is not None
 
 
+def test_the_standalone_runtime_is_the_grammars_and_lark_s():
+    """schedc/parser_standalone.py holds the grammar's tables, and is the installed lark's runtime
+    (so that tables lark builds for another grammar load into it). After a change to either:
+    `python -m schedc.parser_table` writes it again."""
+    import lark
+    grammar = parser_table.grammar_path().read_text(encoding="utf-8")
+    assert parser_table.runtime.MADE_FROM == parser_table.made_from(grammar)
+    assert parser_table.runtime.__version__ == lark.__version__
+    assert "import pickle" not in parser_table.standalone_path().read_text(encoding="utf-8")
+
+
 @pytest.fixture
 def other_grammar(tmp_path, monkeypatch):
     """The grammar with a comment more (another key: the shipped table does not serve it), a
@@ -37,14 +49,13 @@ def other_grammar(tmp_path, monkeypatch):
     monkeypatch.setattr(parser_table, "grammar_path", lambda: folder / "schedc.lark")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     built = []
-    real = parser_table.Lark
+    real = parser_table._built
 
-    class Counting(real):
-        def __init__(self, *args, **kwargs):
-            built.append(1)
-            super().__init__(*args, **kwargs)
+    def counting(grammar):
+        built.append(1)
+        return real(grammar)
 
-    monkeypatch.setattr(parser_table, "Lark", Counting)
+    monkeypatch.setattr(parser_table, "_built", counting)
     key = parser_table.key(text)
     return built, parser_table.cache_path(key), key
 
@@ -93,17 +104,18 @@ def test_tables_that_lark_cannot_load_are_built_instead(other_grammar):
     assert built == [1]
 
 
-def test_a_lark_that_cannot_load_tables_back_still_parses(other_grammar, monkeypatch):
-    """(`Lark._load_from_dict` is lark's own, not public: a lark without it builds every time.)"""
+def test_tables_the_runtime_cannot_read_say_how_to_put_it_right(other_grammar, monkeypatch):
+    """Tables that another lark than the runtime's built, in a layout the runtime cannot read: the
+    error says how to write the runtime of that lark."""
     built, cached, key = other_grammar
 
     def refuse(cls, *args, **kwargs):
-        raise AttributeError("no _load_from_dict in this lark")
+        raise ValueError("another layout")
 
     monkeypatch.setattr(parser_table.Lark, "_load_from_dict", classmethod(refuse))
-    _works(parser_table.load(lexer_callbacks={}))
-    _works(parser_table.load(lexer_callbacks={}))
-    assert len(built) == 4  # each time: the tables, then the parser with the options
+    with pytest.raises(RuntimeError, match=r"cannot read \(another layout\): run `python -m schedc.parser_table`"):
+        parser_table.load(lexer_callbacks={})
+    assert built == [1]
 
 
 def test_a_cache_others_can_write_is_not_used(other_grammar):

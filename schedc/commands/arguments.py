@@ -7,8 +7,7 @@ from __future__ import annotations
 def inputs(q, many: bool = False) -> None:
     """The schedule to read: a file or a built-in name, its parameters, its format and notation."""
     from ..interop.formats import readable
-    from ..interop.torch_csv import PLACEMENTS
-    from ..ir import P2P_MODES
+    from ..ir import P2P_MODES, PLACEMENTS
     q.add_argument("inputs" if many else "input", nargs="+" if many else None, metavar="FILE|NAME",
                    help="a .pp schedule, a PyTorch .csv, a schedc .json, a built-in name, or - (standard input)")
     q.add_argument("--param", action="append", default=[], metavar="K=V",
@@ -60,14 +59,42 @@ def checking(q) -> None:
                         "and hardware description: GiB, or sizes such as 80GiB)")
 
 
+class Later:
+    """A help text made when argparse shows it (`str`, `strip`, `%`: what argparse does with one), so
+    a command that shows no help does not make it (the presets' names: schedc/hardware.py reads them
+    from presets.toml, some 10 ms with its imports)."""
+
+    def __init__(self, make):
+        self._make = make
+
+    def __str__(self) -> str:
+        return self._make()
+
+    def __bool__(self) -> bool:
+        return True
+
+    def strip(self) -> str:
+        return str(self).strip()
+
+    def __mod__(self, params) -> str:
+        return str(self) % params
+
+
+def _presets(head: str, kind: str, tail: str = "") -> Later:
+    """`head`, the names of the presets of `kind`, then `tail`: made when the help is shown."""
+    def make() -> str:
+        from ..hardware import preset_list
+        return head + preset_list(kind) + tail
+    return Later(make)
+
+
 def describing(q) -> None:
     """A model and hardware description: presets or a setup file (docs/units.md)."""
-    from ..hardware import preset_list
-    q.add_argument("--model", metavar="NAME", help="count in seconds and GiB for this model preset: "
-                   + preset_list("model") + " (docs/units.md)")
-    q.add_argument("--hardware", metavar="NAME", help="the accelerator preset: " + preset_list("hardware"))
-    q.add_argument("--link", metavar="NAME", help="the link between ranks (default: the accelerator's): "
-                   + preset_list("link"))
+    q.add_argument("--model", metavar="NAME", help=_presets("count in seconds and GiB for this model preset: ", "model",
+                                                            " (docs/units.md)"))
+    q.add_argument("--hardware", metavar="NAME", help=_presets("the accelerator preset: ", "hardware"))
+    q.add_argument("--link", metavar="NAME", help=_presets("the link between ranks (default: the accelerator's): ",
+                                                           "link"))
     q.add_argument("--setup", metavar="FILE", help="a model and hardware description, TOML or JSON: tables "
                    "[model], [hardware], [link], each a preset and keys on top")
     q.add_argument("--profile", metavar="FILE", help="with a description: scale its activations to what a run "

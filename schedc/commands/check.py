@@ -42,15 +42,17 @@ class SolverTime:
     has no clock (its work is bounded by the limits)."""
 
     def __init__(self, args):
-        from ..solver import clock
         self.seconds, self.on = clock_limit(args.timeout, "--timeout"), args.engine == "z3"
-        self.end = None if self.seconds is None else clock() + self.seconds
+        self.end = None
+        if self.seconds is not None:  # (no clock: the solver's module is not imported for one)
+            from ..solver import clock
+            self.end = clock() + self.seconds
 
     def left(self) -> float | None:
         """Seconds left for the next check (the whole `--timeout` when no solver runs; None: no clock)."""
-        from ..solver import clock
         if self.end is None:
             return None
+        from ..solver import clock
         return self.end - clock() if self.on else self.seconds
 
 

@@ -1,7 +1,6 @@
 """What several commands share: --param, loading, running the checks, exit codes, atomic writes, pictures."""
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +23,8 @@ def costs(args, setup=None):
 def description(args):
     """The model and hardware description of --setup, --model, --hardware and --link, or None
     (schedc/hardware.py)."""
+    if args.setup is None and args.model is None and args.hardware is None and args.link is None:
+        return None  # (as `describe` says, without importing it)
     from ..hardware import describe
     setup = describe(args.setup, model=args.model, hardware=args.hardware, link=args.link)
     profile = getattr(args, "profile", None)
@@ -119,6 +120,7 @@ def safe_stem(name: str) -> str:
     stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", name).strip(".")
     if stem == name and 0 < len(stem) <= MAX_STEM and not _HASHED.search(stem):
         return stem
+    import hashlib
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{stem[:MAX_STEM - 10].rstrip('.') or 'schedule'}--{digest}"
 

@@ -10,7 +10,7 @@ from . import arguments, common
 
 def add_arguments(q) -> None:
     from ..interop.formats import readable
-    from ..interop.torch_csv import PLACEMENTS
+    from ..ir import PLACEMENTS
     q.add_argument("inputs", nargs="*", metavar="FILE|NAME",
                    help=".pp schedules, PyTorch .csv files, schedc .json files or built-in names, mixed "
                         "(default: every built-in schedule; - reads standard input)")

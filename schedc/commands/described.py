@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..units import gib_text
 
 
 def device_limits(setup, program, limit) -> tuple[float, ...]:
@@ -121,6 +120,12 @@ def picture_units(setup, program, limit):
         f"{setup.title}. Memory is activations and message buffers in GiB; each rank also holds its model "
         f"states for the whole run ([{', '.join(f'{x:.4g}' for x in states)}] GiB), so the limit drawn is "
         f"{gib_text(device[0]) if same else 'its device limit'} less them")
+
+
+def gib_text(x: float) -> str:
+    """schedc/units.py's `gib_text` (that module imported when a description is given)."""
+    from ..units import gib_text as text
+    return text(x)
 
 
 def _rounded(values) -> list:

@@ -3,7 +3,6 @@ error when missing, and writing a listing (one schedc schedule of literal per-ra
 from __future__ import annotations
 
 import contextlib
-from importlib import metadata
 from typing import Iterator, Mapping
 
 from ..errors import SchedcError
@@ -18,6 +17,7 @@ SUPPORTED = {"deepspeed": ("deepspeed", ("0.19.",), "0.19.x"),
 def require(framework: str, *modules: str) -> list:
     """The framework's `modules`, imported; an `importer` error when its package is
     missing or is a version the importer is not tested with."""
+    from importlib import metadata  # (here: its import is 10 ms, and only an importer needs it)
     dist, prefixes, described = SUPPORTED[framework]
     where = framework
     try:
@@ -54,6 +54,7 @@ def quiet() -> Iterator[None]:
 
 
 def version(framework: str) -> str:
+    from importlib import metadata
     return metadata.version(SUPPORTED[framework][0])
 
 

@@ -17,7 +17,7 @@ from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
 from ..expr import did_you_mean
 from ..ir import (SCHEDC_ONLY, ActionSyntaxError, Annotations, Compound, CompoundKind, Op, Program, Step, format_step, parse_step,
-                  placed)
+                  PLACEMENTS, placed)
 from ..span import Source, Span
 from .compact import step_texts
 
@@ -111,7 +111,6 @@ def program_from_csv(text: str, name: str = "<csv>", *, notation: str = "current
 
 
 STATED = {"P": "ranks (one row each)", "M": "microbatches", "V": "stages per rank"}  # what --param states of a CSV
-PLACEMENTS = ("loop", "vshape")
 
 
 def stated(program: Program, params: Mapping[str, int] | None = None, placement: str | None = None, *,

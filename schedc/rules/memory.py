@@ -8,12 +8,14 @@ synth, here also as solver terms) derive their counts from this module, so none 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from fractions import Fraction
 from math import gcd, lcm
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from .deps import payload
 from ..ir import Action, Op, Program
+
+if TYPE_CHECKING:  # (fractions is imported by the prover's exact sizes, `whole_deltas`: a check needs none)
+    from fractions import Fraction
 
 ALLOCATES = frozenset({Op.F})  # counted as its step starts: inside one step, allocations come first
 FREES = (Op.B, Op.I, Op.W)  # counted as its step ends, after every allocation of the step
@@ -22,7 +24,7 @@ FREES = (Op.B, Op.I, Op.W)  # counted as its step ends, after every allocation o
 # an activation is its stage's output; an input gradient has the shape of its stage's input, the
 # output of the stage below.
 _SHAPE_OF = {"act": 0, "grad": -1}
-Size = TypeVar("Size", float, Fraction)  # sizes as given (floats), or exact (the prover's Fractions)
+Size = TypeVar("Size", float, "Fraction")  # sizes as given (floats), or exact (the prover's Fractions)
 
 
 def _message_source(op: Op) -> int:
@@ -67,6 +69,7 @@ def whole_deltas(ops: Iterable[Op], act: int | Fraction, weight: int | Fraction)
     all of them are whole numbers, for a stage of exact sizes `act` and `weight` (ints or
     Fractions): (that size, {op: its delta in it}). With `weight = act` that size is `act`: F adds
     one, B and W free one, I nothing (what prove counts and calls live activations)."""
+    from fractions import Fraction
     exact = {op: Fraction(op_delta(op, Fraction(act), Fraction(weight))) for op in ops}
     moved = [abs(d) for d in exact.values() if d]
     if not moved:

@@ -8,13 +8,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from ..ir import COMM, SENDS, Action, Op, Program, Step
 from ..rules.memory import stage_sizes
 from ..rules.semantics import Semantics
 from .channels import Channels, channels
-from .graph import Constraints, constraints
-from .mesh import job, job_channels
+
+if TYPE_CHECKING:  # (graph.py and mesh.py are imported when a part needs them: a program the fast checks clear does not)
+    from .graph import Constraints
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class Analysis:
 
     @cached_property
     def constraints(self) -> Constraints:
+        from .graph import constraints
         return constraints(self.program, self.semantics, self.channels)
 
     @cached_property
@@ -96,10 +99,12 @@ class Analysis:
     @cached_property
     def job(self) -> tuple[Program, Constraints]:
         """The whole job as one program and its constraints (schedc/verify/mesh.py's `job`)."""
+        from .mesh import job
         return job(self.program, self.semantics, self.replica_channels)
 
     @cached_property
     def job_channels(self) -> Channels:
+        from .mesh import job_channels
         return job_channels(self.program, self.replica_channels)
 
     def release(self) -> None:

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from ..columns import columns_of
 from ..ir import Op, Program
 from ..rules import deps
-from .memory import Peak
+
+if TYPE_CHECKING:  # (memory.py, the detailed memory walk, is imported when a peak is first asked for)
+    from .memory import Peak
 
 SEND_OF = {deps.NEEDS[o][0][0]: o for o in (Op.SEND_F, Op.SEND_B)}  # the send that carries a kind of value
 RECEIVE_OF = {v: o for o, v in deps.DELIVERS.items()}  # (kind, offset) -> the receive that brings it
@@ -28,6 +31,7 @@ class Clear:
 
     @cached_property
     def peak_memory(self) -> tuple[Peak, ...]:
+        from .memory import Peak
         at = step_at(self.program)
         return tuple(Peak(r, peak, t, at(r, t).parts[0], ()) if peak > 0 else Peak(r, 0.0, 0, None, ())
                      for r, (peak, t) in enumerate(zip(self.peak_activation, self.peak_steps)))

@@ -11,11 +11,14 @@ freedom. Linear time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..ir import Action, Program
 from ..rules.semantics import RENDEZVOUS, Semantics
 from .channels import Channels, Endpoint, channels
-from .graph import Constraints, constraints
+
+if TYPE_CHECKING:  # (graph.py is imported when `execute` makes constraints: `run_ranks` needs none)
+    from .graph import Constraints
 
 __all__ = ["Channels", "Endpoint", "Outcome", "Wait", "channels", "execute"]
 
@@ -64,7 +67,9 @@ class Outcome:
 def execute(program: Program, semantics: Semantics = RENDEZVOUS, chans: Channels | None = None,
             cons: Constraints | None = None) -> Outcome:
     """Run every rank as far as it can go."""
-    cons = cons or constraints(program, semantics, chans or channels(program))
+    if cons is None:
+        from .graph import constraints
+        cons = constraints(program, semantics, chans or channels(program))
     prereq, never = cons.prereq, cons.never
     R = program.num_ranks
     lengths = cons.lengths()

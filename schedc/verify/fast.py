@@ -26,7 +26,6 @@ from ..rules.semantics import Semantics
 from . import small
 from .clear import RECEIVE_OF, SEND_OF, Clear, cleared
 from .execute import run_ranks
-from .memory import activation_delta_table
 
 _OPS = list(OPS)  # op codes are schedc/columns.py's
 _CODE = {op: i for i, op in enumerate(_OPS)}
@@ -342,6 +341,7 @@ def _runs(waits, lengths) -> bool:
 def _peaks(program, op, stage, rank, step, R):
     """Peak activations per rank along each rank's order (its actions, an overlapped pair's F
     first), and the step where each peak is reached."""
+    from .memory import activation_delta_table  # (the detailed walk's module: the array path alone needs this)
     delta = activation_delta_table(program)[op, stage]  # rules/memory.py's deltas
     peaks, where = [0.0] * R, [0] * R
     starts = np.searchsorted(rank, np.arange(R + 1))

@@ -7,14 +7,15 @@ schedules (a note). `add_runtime_findings` adds them to a report once its checks
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..errors import Diagnostic
 from ..ir import Program
 from ..lint import display_step
 from ..rules.semantics import Semantics
-from .analysis import Analysis
-from .comm_init import comm_init_findings
-from .shapes import MEGATRON, shape_cause, shape_exchange_deadlock
+
+if TYPE_CHECKING:  # (comm_init.py and shapes.py are imported when a semantics asks for them: most do not)
+    from .analysis import Analysis
 
 READ_FURTHER = frozenset({"mismatch", "unmatched", "deadlock", "memory"})  # findings after which the program is still read
 TORCH_EVAL_V = ("torch 2.13's own runtime cannot run this inference: its eval() fails on V-shaped schedules, where a "
@@ -43,6 +44,7 @@ def add_runtime_findings(report, analysis: Analysis) -> None:
     if not _read_further(report):
         return  # the structure is wrong: those findings come first
     if semantics.lazy:  # (nccl alone: its communicators are made before the step, in one order)
+        from .comm_init import comm_init_findings
         report.errors.extend(comm_init_findings(analysis))
     if report.deadlock is None:
         _shape_exchange(report, program, semantics)
@@ -52,6 +54,7 @@ def add_runtime_findings(report, analysis: Analysis) -> None:
 
 def _shape_exchange(report, program: Program, semantics: Semantics) -> None:
     """A `deadlock` finding when the blocking shape exchange of `semantics` deadlocks the program."""
+    from .shapes import MEGATRON, shape_cause, shape_exchange_deadlock
     found = shape_exchange_deadlock(program, semantics)
     if found is None:
         return
