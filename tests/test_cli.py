@@ -155,7 +155,7 @@ HEAVY = ("z3", "numpy", "scipy", "torch", "graphviz")
 # torch, lark's optional `regex`, the presets and importers, and the detailed checks' modules (the
 # fast checks clear it) and the lowering.
 UNUSED_BY_A_SMALL_CHECK = HEAVY + (
-    "lark", "regex", "hashlib", "importlib.metadata", "tomllib", "fractions", "difflib", "schedc.hardware", "schedc.solver",
+    "lark", "regex", "importlib.metadata", "tomllib", "fractions", "difflib", "schedc.hardware", "schedc.solver",
     "schedc.costs", "schedc.passes", "schedc.interop.torch_csv", "schedc.verify.deadlock", "schedc.verify.graph",
     "schedc.verify.memory", "schedc.verify.mesh", "schedc.verify.shapes", "schedc.verify.comm_init")
 
