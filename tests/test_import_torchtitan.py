@@ -15,7 +15,7 @@ import pytest
 
 from schedc.api import load
 from schedc.errors import SchedcError
-from schedc.importers import common, torchtitan
+from schedc.importers import torchtitan
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None,
                                 reason="torchtitan is not installed: pip install -e '.[importers]'")
@@ -199,7 +199,8 @@ def test_what_torchtitan_or_schedc_refuses_is_an_error(opts, code, match):
 
 
 def test_another_torchtitan_version_is_an_importer_error(monkeypatch):
-    monkeypatch.setattr(common.metadata, "version", lambda name: "0.4.0")
+    from importlib import metadata
+    monkeypatch.setattr(metadata, "version", lambda name: "0.4.0")
     with pytest.raises(SchedcError, match=r"torchtitan 0.4.0 is installed; .* tested with 0.3.x only") as exc:
         torchtitan.read(options("1F1B", 2, 4))
     assert exc.value.code == "importer"

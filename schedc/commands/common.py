@@ -23,11 +23,12 @@ def costs(args, setup=None):
 def description(args):
     """The model and hardware description of --setup, --model, --hardware and --link, or None
     (schedc/hardware.py)."""
-    if args.setup is None and args.model is None and args.hardware is None and args.link is None:
-        return None  # (as `describe` says, without importing it)
-    from ..hardware import describe
-    setup = describe(args.setup, model=args.model, hardware=args.hardware, link=args.link)
     profile = getattr(args, "profile", None)
+    if args.setup is None and args.model is None and args.hardware is None and args.link is None:
+        setup = None  # (as `describe` says, without importing it)
+    else:
+        from ..hardware import describe
+        setup = describe(args.setup, model=args.model, hardware=args.hardware, link=args.link)
     if profile is None:
         return setup
     if setup is None:
