@@ -87,7 +87,7 @@ class Costs:
         GiB, from the command line or the accelerator)."""
         S, R = program.num_stages, program.num_ranks
         per_stage = self.stage_settings(program)
-        base = self.derived.stage_settings(S) if self.derived is not None else {}
+        base = self.derived.stage_settings(S, program.dp) if self.derived is not None else {}
         for r, _ in self.speeds + self.rank_dispatch:
             if not 0 <= r < R:
                 raise SchedcError("costs", f"rank {r} is not a rank of {program.name} (0..{R - 1})",
