@@ -6,7 +6,8 @@ schedule whose `require` refuses the setting, or that fails its checks, is liste
 over a memory limit it is marked, not hidden. Every schedule splits the same model because every
 command's default times and sizes do (a stage takes its share of a rank-sized chunk,
 schedc/ir.py `default_share`); costs the user gives are taken as written. Under a model and hardware
-description (`costs.derived`, schedc/hardware.py) times are seconds and sizes GiB, each row adds its
+description (`costs.derived`, schedc/hardware.py) times are seconds and sizes GiB, a step's time
+includes its data-parallel collectives (schedc/rules/time.py), each row adds its
 ranks' model states, and a schedule fits when every rank's total is within the limit (by default the
 accelerator's memory): the first row that fits is the fastest that does. What `schedc compare` prints.
 """
