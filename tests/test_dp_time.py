@@ -87,10 +87,11 @@ def test_an_early_reduction_runs_beside_later_compute(tmp_path):
     (torch's placement), stage 4's reduction runs under the backwards of stage 0 that follow; reduced at
     the end of the step, both add to it. The early one is faster by stage 4's reduction."""
     ddp = _setup(tmp_path, DDP.format(16))
-    program = Costs("test", derived=ddp).apply(load("interleaved_1f1b", {"P": 4, "M": 8}))
-    plain = _timed(describe(model="llama2-7b", hardware="h100-80gb"), load("interleaved_1f1b", {"P": 4, "M": 8}))
-    R = [c.R for c in program.annotations.stage_costs]
-    early, late = simulate(add_reduce_grad(program)), simulate(program)
+    program = load("interleaved_1f1b", {"P": 4, "M": 8})
+    plain = _timed(describe(model="llama2-7b", hardware="h100-80gb"), program)
+    early, late = _timed(ddp, add_reduce_grad(program)), _timed(ddp, program)
+    R = [c.R for c in late.program.annotations.stage_costs]
+    assert [str(st) for st in late.program.ranks[0][-2:]] == ["0REDUCE_GRAD", "4REDUCE_GRAD"]  # at the step's end
     assert late.makespan == pytest.approx(plain.makespan + R[0] + R[4])
     assert early.makespan == pytest.approx(plain.makespan + R[0])
     assert late.makespan - early.makespan == pytest.approx(R[4]) and R[4] > 0.05
@@ -163,3 +164,13 @@ def test_a_tied_embedding_is_all_reduced_between_the_ends(tmp_path):
     without = _timed(setup, load_text(text.replace(" REDUCE_TIED(0)", "").replace(" REDUCE_TIED(1)", ""), "t.pp"))
     assert with_tied.makespan == pytest.approx(without.makespan + T)
     assert with_tied.collectives == pytest.approx((T, T))
+
+
+def test_every_command_sees_the_step_collectives_alike(tmp_path, run_cli):
+    """Under a description the program carries the step's collectives (costs.py puts them on), so
+    check, sim and the picture count, mark and draw the same steps."""
+    path = tmp_path / "fsdp.toml"
+    path.write_text(FSDP)
+    outs = [run_cli(cmd, "1f1b", "--param", "P=4,M=8", "--setup", str(path), *extra)
+            for cmd, extra in (("check", ()), ("sim", ()), ("viz", ("-o", str(tmp_path / "a.svg"))))]
+    assert all(code == 0 and "72 actions" in out for code, out, _ in outs)  # 64, a gather and a reduction a rank
