@@ -6,7 +6,8 @@ schedule whose `require` refuses the setting, or that fails its checks, is liste
 over a memory limit it is marked, not hidden. Every schedule splits the same model because every
 command's default times and sizes do (a stage takes its share of a rank-sized chunk,
 schedc/ir.py `default_share`); costs the user gives are taken as written. Under a model and hardware
-description (`costs.derived`, schedc/hardware.py) times are seconds and sizes GiB, each row adds its
+description (`costs.derived`, schedc/hardware.py) times are seconds and sizes GiB, a step's time
+includes its data-parallel collectives (schedc/rules/time.py), each row adds its
 ranks' model states, and a schedule fits when every rank's total is within the limit (by default the
 accelerator's memory): the first row that fits is the fastest that does. What `schedc compare` prints.
 """
@@ -32,6 +33,9 @@ class Row:
     skipped: str | None = None  # why there are no numbers
     model_states: tuple[float, ...] | None = None  # GiB per rank, under a description (None: unit counts)
     fastest: bool = False  # under a description: the fastest schedule that fits
+    # seconds of data-parallel collectives on the rank that spends the most in them (rules/time.py),
+    # hidden under compute or not; the makespan includes what is not hidden (0 when none take time)
+    collectives: float = 0.0
 
     @property
     def peak(self) -> float | None:
@@ -53,7 +57,8 @@ class Row:
             total = self.total_memory
             out.update({"units": {"time": "s", "memory": "GiB"}, "model_states": [rounded(x) for x in self.model_states],
                         "total_memory": [rounded(x) for x in total], "total": shown(max(total) if total else None),
-                        "fits": self.skipped is None and not self.over_limit, "fastest": self.fastest})
+                        "fits": self.skipped is None and not self.over_limit, "fastest": self.fastest,
+                        "collectives": rounded(self.collectives)})
         return out
 
 
@@ -109,7 +114,8 @@ def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float
                             semantics=semantics)
         peaks = report.peak_sizes
         row = Row(name, used, timeline.makespan, timeline.bubble_ratio, peaks,
-                  model_states=setup.model_states(program) if setup is not None else None)
+                  model_states=setup.model_states(program) if setup is not None else None,
+                  collectives=max(timeline.collectives, default=0.0))
         over = memory_limit is not None and max(row.total_memory, default=0.0) > memory_limit + 1e-9
         rows.append(replace(row, over_limit=over))
     rows.sort(key=lambda r: (r.skipped is not None, r.over_limit, r.makespan if r.makespan is not None else 0.0,
@@ -130,15 +136,19 @@ def render(rows: list[Row], limit: float | None = None) -> str:
         return (f"{x:.4g}" if described else f"{x:g}") if isinstance(x, float) else str(x)
     head = (["schedule", "params", "time (s)", "bubble", "peak (GiB)", "model states + activations and buffers, "
              "GiB per rank"] if described else ["schedule", "params", "makespan", "bubble", "peak", "peak memory per rank"])
+    dp = any(r.collectives for r in rows)  # a column for the data-parallel collectives, where some take time
+    if dp:
+        head.insert(3, "dp comm (s)")
     body = []
     for r in rows:
         params = " ".join(f"{k}={v}" for k, v in r.params)
         if r.skipped is not None:
-            body.append([r.name, params, "-", "-", "-", f"skipped: {r.skipped}"])
+            body.append([r.name, params, "-", *(["-"] if dp else []), "-", "-", f"skipped: {r.skipped}"])
             continue
         memory = r.total_memory
         per_rank = "[" + ", ".join(fmt(float(x)) for x in memory) + "]"
-        body.append([r.name, params, fmt(r.makespan), f"{r.bubble_ratio:.3f}", fmt(max(memory) if memory else None),
+        body.append([r.name, params, fmt(r.makespan), *([fmt(r.collectives)] if dp else []), f"{r.bubble_ratio:.3f}",
+                     fmt(max(memory) if memory else None),
                      per_rank + ("  over the memory limit" if r.over_limit else "")])
     widths = [max(len(row[i]) for row in [head] + body) for i in range(len(head) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1] for row in [head] + body]

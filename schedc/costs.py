@@ -84,10 +84,12 @@ class Costs:
         schedule's; for each rank, likewise, `[rank.N]`'s dispatch time. When I or W is set and B is
         not, B becomes I + W; when act is set and weight is not, weight becomes act. Under a
         description the schedule's own memory limits, in its units, are dropped (limits then come in
-        GiB, from the command line or the accelerator)."""
+        GiB, from the command line or the accelerator). When a stage's collectives take time (a
+        description with data parallelism), the step's reductions the schedule does not place are
+        added (passes/stage_ops.py `add_step_collectives`)."""
         S, R = program.num_stages, program.num_ranks
         per_stage = self.stage_settings(program)
-        base = self.derived.stage_settings(S) if self.derived is not None else {}
+        base = self.derived.stage_settings(S, program.dp) if self.derived is not None else {}
         for r, _ in self.speeds + self.rank_dispatch:
             if not 0 <= r < R:
                 raise SchedcError("costs", f"rank {r} is not a rank of {program.name} (0..{R - 1})",
@@ -111,11 +113,14 @@ class Costs:
         if self.derived is not None:
             latency, bandwidth = self.derived.latency, self.derived.bandwidth
             ann = replace(ann, memory_limit=())
-        return replace(program, annotations=replace(
+        from .passes.stage_ops import add_step_collectives
+        # a data-parallel job's reductions where the schedule places none, as `schedc run` does them (and
+        # FSDP's gathers): the program every command checks, draws and times under a description
+        return add_step_collectives(replace(program, annotations=replace(
             ann, stage_costs=tuple(times), stage_memory=tuple(memory), rank_speed=tuple(speed),
             rank_dispatch=tuple(dispatch) if any(dispatch) else (),
             latency=latency if self.latency is None else self.latency,
-            bandwidth=bandwidth if self.bandwidth is None else self.bandwidth))
+            bandwidth=bandwidth if self.bandwidth is None else self.bandwidth)))
 
     def stage_settings(self, program: Program) -> dict[int, dict[str, float]]:
         """The settings of each of the program's stages that has some: a cost file's as written; a

@@ -139,19 +139,44 @@ class Setup:
         except ValueError as exc:
             raise SchedcError("costs", f"[parallelism] {exc}", where=self.source) from None
 
-    def stage_settings(self, num_stages: int) -> dict[int, dict[str, float]]:
-        """Per stage, its times in seconds (F, I, W; B becomes I + W) and sizes in GiB (act, so
-        weight = act; out, the activation it sends on: the last stage sends none)."""
+    def stage_settings(self, num_stages: int, replicas: int = 1) -> dict[int, dict[str, float]]:
+        """Per stage, its times in seconds (F, I, W; B becomes I + W), its data-parallel collectives'
+        (R, U, T: `_collectives`; a schedule's `replicas` are DDP's when the description gives no
+        data-parallel degree), and sizes in GiB (act, so weight = act; out, the activation it sends
+        on: the last stage sends none)."""
         speed = self.hardware.flops_at(self.model.dtype) * self.hardware.efficiency
         out = estimate.message_bytes(self.model) / self.parallel.sequence_shards / GIB
+        layout = self.job_layout(replicas)
         settings, start = {}, 0
-        for s, st in enumerate(self.estimates(num_stages)):
+        estimates = self.estimates(num_stages)
+        for s, st in enumerate(estimates):
             Fc, Ic = self._comm(range(start, start + st.layers))
             start += st.layers
             F, I, W = st.flops_F / speed + Fc, st.flops_I / speed + Ic, st.flops_W / speed  # noqa: E741
             settings[s] = {"F": F, "I": I, "W": W, "F_comm": Fc, "I_comm": Ic, "W_comm": 0.0,
+                           **self._collectives(st.params, layout, tied=st.first or st.last),
                            "act": st.activation_bytes / GIB, "out": 0.0 if st.last else out}
         return settings
+
+    def job_layout(self, replicas: int = 1) -> mesh.Parallel:
+        """The layout, with a schedule's `replicas` as DDP's degree when the description states no
+        data-parallel degree (as `model_states` counts them)."""
+        p = self.parallel
+        if p.dp_replicate is None and replicas > 1 and p.dp_shard == 1:
+            return replace(p, dp_replicate=replicas)
+        return p
+
+    def _collectives(self, params: int, p: mesh.Parallel, tied: bool) -> dict[str, float]:
+        """Seconds of a stage's collectives (schedc/jobs/comm.py) over its data-parallel group, which
+        spans dp x tp x cp GPUs: R its gradients' reduction, U FSDP's all-gather of its weights; T,
+        at an end of a model with tied embeddings, their all-reduce between the two ends' ranks."""
+        d = estimate.DTYPE_BYTES[self.model.dtype]
+        wire = self._wire(p.dp * p.tp * p.cp)
+        out = {"R": comm.gradient_reduction(params * d, p, wire), "U": comm.gather(params * d, p, wire)}
+        if tied and self.model.tied_embeddings:
+            link = comm.Wire(self.link.bandwidth, self.link.latency)
+            out["T"] = comm.tied_reduction(estimate.embedding_params(self.model) // self.parallel.tp * d, link)
+        return out
 
     def _comm(self, layers: range) -> tuple[float, float]:
         """Seconds of tensor-, context- and expert-parallel communication in the forward and the
@@ -170,13 +195,6 @@ class Setup:
             f, b = tp[0] + cp[0] + ep[0], tp[1] + cp[1] + ep[1]
             F, I = F + f, I + b + (f if estimate.checkpoint_of(m, i) == "full" else 0.0)  # noqa: E741
         return F, I
-
-    def dp_seconds(self, params: float) -> float:
-        """A step's data-parallel gradient reduction for a rank of `params` weights (after tensor and
-        expert parallelism), not overlapped: schedc/jobs/comm.py `data_parallel`."""
-        p = self.parallel
-        nbytes = params * estimate.DTYPE_BYTES[self.model.dtype]
-        return comm.data_parallel(nbytes, p, self._wire(p.dp * p.tp * p.cp))
 
     def _wire(self, span: int) -> comm.Wire:
         """The link a group of collectives uses: the accelerator's own within a node (its `link`
@@ -214,10 +232,7 @@ class Setup:
         P = program.num_ranks if program.replicas or D == 1 else program.num_ranks // D
         self.check_job(P, D)
         params = self.rank_params(program, P)
-        layout = self.parallel
-        if layout.dp_replicate is None and D > 1 and layout.dp_shard == 1:  # the schedule's replicas are DDP's
-            layout = replace(layout, dp_replicate=D)
-        per = mesh.state_bytes_per_param(layout, estimate.DTYPE_BYTES[self.model.dtype])
+        per = mesh.state_bytes_per_param(self.job_layout(D), estimate.DTYPE_BYTES[self.model.dtype])
         gathered = self._gathered_bytes()
         return tuple((p * per + (gathered if p else 0.0)) / GIB for p in params) * D
 

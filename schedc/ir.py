@@ -155,6 +155,9 @@ def default_share(num_stages: int, num_ranks: int) -> float:
     return num_ranks / num_stages if num_stages > 0 else 1.0
 
 
+COLLECTIVE_TIMES = ("R", "U", "T")  # StageCost's seconds of REDUCE_GRAD, UNSHARD and REDUCE_TIED
+
+
 @dataclass(frozen=True)
 class StageCost:
     """Times of one stage's actions; a rank-sized chunk's by default (docs/semantics.md: F=I=W=1,
@@ -171,6 +174,12 @@ class StageCost:
     B_comm: float = 0.0
     I_comm: float = 0.0
     W_comm: float = 0.0
+    # the data-parallel collectives of the stage's weights (schedc/rules/time.py `collective_time`):
+    # R its gradient reduction (REDUCE_GRAD), U FSDP's all-gather (UNSHARD), T the tied embedding's
+    # all-reduce (REDUCE_TIED); 0, as in unit time, unless a model description says
+    R: float = 0.0
+    U: float = 0.0
+    T: float = 0.0
 
     @classmethod
     def default(cls, num_stages: int, num_ranks: int) -> "StageCost":
@@ -180,22 +189,23 @@ class StageCost:
         return cls(F=chunk.F * k, B=chunk.B * k, I=chunk.I * k, W=chunk.W * k)
 
     def with_settings(self, given: Mapping[str, float]) -> "StageCost":
-        """These times with `given` (any of F, B, I, W) on top; when I or W is given and B is not,
-        B becomes I + W."""
+        """These times with `given` (any of F, B, I, W, their `_comm` parts, R, U, T) on top; when I or
+        W is given and B is not, B becomes I + W."""
         F = given.get("F", self.F)
         I, W = given.get("I", self.I), given.get("W", self.W)  # noqa: E741
         B = given.get("B", I + W if ("I" in given or "W" in given) else self.B)
         Ic, Wc = given.get("I_comm", self.I_comm), given.get("W_comm", self.W_comm)
         Bc = given.get("B_comm", Ic + Wc if ("I_comm" in given or "W_comm" in given) else self.B_comm)
-        return StageCost(F=F, B=B, I=I, W=W, F_comm=given.get("F_comm", self.F_comm), B_comm=Bc, I_comm=Ic, W_comm=Wc)
+        return StageCost(F=F, B=B, I=I, W=W, F_comm=given.get("F_comm", self.F_comm), B_comm=Bc, I_comm=Ic, W_comm=Wc,
+                         R=given.get("R", self.R), U=given.get("U", self.U), T=given.get("T", self.T))
 
     def comm_of(self, op: str) -> float:
         """The communication inside `op`'s time (F, B, I or W)."""
         return float(getattr(self, f"{op}_comm"))
 
     def to_dict(self) -> dict[str, float]:
-        """Its times; the communication parts only where there are some."""
-        return {k: v for k, v in vars(self).items() if not (k.endswith("_comm") and v == 0)}
+        """Its times; the communication parts and collectives only where there are some."""
+        return {k: v for k, v in vars(self).items() if not ((k.endswith("_comm") or k in COLLECTIVE_TIMES) and v == 0)}
 
 
 @dataclass(frozen=True)

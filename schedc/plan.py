@@ -1,9 +1,12 @@
 """Which layout, schedule and microbatch count train a model fastest on N GPUs within their memory:
 every (pipeline, tensor, context, expert, data-parallel degree, layer split, schedule, V, M) that
 divides the GPUs and the model, ranked by simulated step time among those that fit with the
-reserve. Layouts are bounded before any is simulated (the model states and one microbatch's
-activations for memory; the busiest rank's compute, no bubble, for time) and simulated best bound
-first, stopping when no bound left can beat the answers found: `plan(setup, gpus, ...)`.
+reserve. A step is the simulated run with each rank's data-parallel collectives (schedc/rules/time.py:
+a stage's gradient reduction, at the step's end where the schedule places none, and FSDP's gathers).
+Layouts are bounded before any is simulated (the model states and one microbatch's activations for
+memory; the average rank's compute, no bubble, and the smallest reduction after it, for time) and
+simulated best bound first, stopping when no bound left can beat the answers found:
+`plan(setup, gpus, ...)`.
 """
 from __future__ import annotations
 
@@ -41,8 +44,9 @@ class Layout:
 
 @dataclass(frozen=True)
 class Choice:
-    """A ranked answer: the layout, the schedule's row (its makespan, bubble, memory), M, and the
-    step's data-parallel gradient reduction after it (not overlapped)."""
+    """A ranked answer: the layout, the schedule's row (its makespan, the step, with the data-parallel
+    collectives; bubble; memory), M, and the seconds of data-parallel collectives (gradient reduction,
+    FSDP's gathers) on the rank that spends the most in them, hidden under compute or not."""
 
     layout: Layout
     row: Row
@@ -51,8 +55,8 @@ class Choice:
 
     @property
     def step(self) -> float:
-        """Seconds a training step takes: the pipeline's makespan, then the gradient reduction."""
-        return (self.row.makespan or 0.0) + self.reduction
+        """Seconds a training step takes: the simulated makespan, collectives included."""
+        return self.row.makespan or 0.0
 
     def to_dict(self) -> dict[str, Any]:
         lay = self.layout
@@ -155,16 +159,17 @@ def plan(setup: Any, gpus: int, global_batch: int, schedules: Sequence[str], *, 
 
 
 def _bounds(setup: Any, pp: int, M: int) -> tuple[float, float]:
-    """(seconds, GiB) no schedule of this layout can beat, whatever its placement: the average
-    rank's compute for M microbatches (no bubble) and the reduction of its share of the weights,
-    and its share of the model states."""
+    """(seconds, GiB) no schedule of this layout can beat, whatever its placement and wherever it
+    reduces: the average rank's compute for M microbatches (no bubble) and the smallest stage's
+    gradient reduction (each rank's last compute is a backward, and its stage's reduction comes
+    after it), and its share of the model states."""
     from . import estimate
     from .units import GIB
     settings = setup.stage_settings(pp)
     busy = sum(st["F"] + st["I"] + st["W"] for st in settings.values()) * M / pp
     params = sum(st.params for st in setup.estimates(pp)) / pp
     per = mesh.state_bytes_per_param(setup.parallel, estimate.DTYPE_BYTES[setup.model.dtype])
-    return busy + setup.dp_seconds(params), params * per / GIB
+    return busy + min(st["R"] for st in settings.values()), params * per / GIB
 
 
 @lru_cache(maxsize=512)
@@ -207,11 +212,10 @@ def _evaluate(setup: Any, lay: Layout, M: int, name: str, params: tuple[tuple[st
         if exc.code != "costs":
             raise
         return None  # a split these stages cannot take
-    timeline = simulate(program)
+    timeline = simulate(program)  # (with the step's data-parallel collectives: rules/time.py)
     result.simulated += 1
     states = setup.model_states(program)
-    reduction = setup.dp_seconds(max(setup.rank_params(program)))
-    if timeline.makespan + reduction >= beat:
+    if timeline.makespan >= beat:
         return None
     report = check(program)
     result.checked += 1
@@ -220,4 +224,4 @@ def _evaluate(setup: Any, lay: Layout, M: int, name: str, params: tuple[tuple[st
     row = Row(name, program.params, timeline.makespan, timeline.bubble_ratio, report.peak_sizes, model_states=states)
     if max(row.total_memory) > setup.memory + 1e-9:
         return None
-    return Choice(lay, row, M, reduction)
+    return Choice(lay, row, M, max(timeline.collectives, default=0.0))

@@ -21,7 +21,7 @@ from .errors import SchedcError
 from .ir import COMM, COMPUTE, SENDS, Action, Compound, CompoundKind, Op, Program, Step, describe
 from .rules.deps import delivers, message, needs, peer_stage, produces, value_name
 from .rules.memory import message_size
-from .rules.time import step_time, timed
+from .rules.time import collective_span, collective_time, step_time, timed
 from .timeline import Link, Messages, Timeline, check_finite, dispatch_times
 
 # How a run is timed (the rule every handler below follows):
@@ -76,6 +76,8 @@ def simulate(program: Program, *, overlap: bool = True,
     from .verify.channels import as_paired
     from .rules.semantics import Semantics
     from .verify.mesh import joins_ranks
+    from .passes.stage_ops import add_step_collectives
+    program = add_step_collectives(program)  # a data-parallel step's reductions where the schedule places none
     if semantics is not None and not isinstance(semantics, Semantics):
         semantics = Semantics.parse(str(semantics))
     if semantics is not None:
@@ -144,7 +146,7 @@ class _Rank:
     """One rank's state while it runs."""
 
     __slots__ = ("r", "steps", "pc", "free", "speed", "have", "waiting", "start", "end",
-                 "busy", "posted", "open", "arrival", "ready", "inbox", "post_at")
+                 "busy", "posted", "open", "arrival", "ready", "inbox", "post_at", "gathered", "collectives")
 
     def __init__(self, r: int, steps, speed: float):
         n = len(steps)
@@ -158,6 +160,8 @@ class _Rank:
         self.posted, self.open, self.arrival = -1, 0, 0.0  # the comm step being posted
         self.ready = 0.0  # when that step's posting overhead is over
         self.inbox: dict[int, int] = {}  # compute level: value key -> index of its message
+        self.gathered: dict[int, float] = {}  # stage -> when its latest UNSHARD ends (its computes wait)
+        self.collectives = 0.0  # seconds of its collectives (rules/time.py `collective_time`)
 
 
 _KIND = {"act": 0, "grad": 1}
@@ -212,11 +216,13 @@ class _Simulator:
         self.pend_send: dict[int, deque] = {}
         self.pend_recv: dict[int, deque] = {}
         self.plans: dict[Op, dict[int, tuple]] = {op: {} for op in Op}
+        self.group_end: dict[tuple[bool, int], float] = {}  # a collective group -> when its last collective ends
+        self.collectives_end = 0.0  # when the last collective ends (the step waits for it)
         self.handlers: dict[Op | CompoundKind, Callable[..., float | None]] = {
             Op.F: self.compute, Op.B: self.compute, Op.I: self.compute, Op.W: self.compute,
             Op.SEND_F: self.send, Op.SEND_B: self.send, Op.RECV_F: self.recv, Op.RECV_B: self.recv,
-            Op.UNSHARD: self.stage_op, Op.RESHARD: self.stage_op, Op.REDUCE_GRAD: self.stage_op,
-            Op.REDUCE_TIED: self.stage_op, Op.WAIT_SEND_F: self.stage_op, Op.WAIT_RECV_F: self.stage_op,
+            Op.UNSHARD: self.collective, Op.RESHARD: self.stage_op, Op.REDUCE_GRAD: self.collective,
+            Op.REDUCE_TIED: self.collective, Op.WAIT_SEND_F: self.stage_op, Op.WAIT_RECV_F: self.stage_op,
             Op.WAIT_SEND_B: self.stage_op, Op.WAIT_RECV_B: self.stage_op,  # waits: free here (docs/sim.md)
             CompoundKind.OVERLAP_F_B: self.overlap_f_b, CompoundKind.GROUP: self.group,
         }
@@ -232,12 +238,14 @@ class _Simulator:
             raise self.deadlock()
         msgs = Messages(self.msgs.tobytes(), self.K)
         arrivals = memoryview(self.msgs)[6::7]
-        makespan = max([rk.free for rk in self.ranks] + [max(arrivals, default=0.0)])
+        makespan = max([rk.free for rk in self.ranks] + [max(arrivals, default=0.0), self.collectives_end])
         check_finite(makespan, self.R)
         col = lambda name: tuple(tuple(getattr(rk, name)) for rk in self.ranks)  # noqa: E731
+        collectives = tuple(rk.collectives for rk in self.ranks)
         return Timeline(self.program, self.level, self.overlap, col("start"), col("end"),
                         tuple(rk.busy for rk in self.ranks), makespan, msgs, self.mismatches,
-                        tuple(rk.post_at for rk in self.ranks), self.semantics)
+                        tuple(rk.post_at for rk in self.ranks), self.semantics,
+                        collectives=collectives if any(collectives) else ())
 
     def advance(self, rk: _Rank) -> None:
         """Run a rank from where it stopped until it ends or waits."""
@@ -275,6 +283,8 @@ class _Simulator:
                 return None
             if tv > t:
                 t = tv
+        if rk.gathered:  # its stage's weights, gathered (FSDP's UNSHARD)
+            t = max(t, rk.gathered.get(a.stage, t))
         d = dur / rk.speed
         if self.draw is not None:
             d *= self.draw.time(a.op, a.stage)
@@ -311,6 +321,8 @@ class _Simulator:
         for a, base, plan in plans:
             for k in plan[1]:
                 t = max(t, rk.have[base + k])
+            if rk.gathered:
+                t = max(t, rk.gathered.get(a.stage, t))
         draw = self.draw
         costs = self.program.annotations
         d = step_time([timed(costs.cost_of(a.stage), a.op.value, 1.0 if draw is None else draw.time(a.op, a.stage))
@@ -329,9 +341,29 @@ class _Simulator:
         return free
 
     def stage_op(self, rk: _Rank, x: int, a: Action, t: float):
-        """UNSHARD, RESHARD, REDUCE_GRAD: no cost in this model."""
+        """RESHARD and the explicit waits: no cost in this model."""
         rk.start[x] = rk.end[x] = t
         return t
+
+    def collective(self, rk: _Rank, x: int, a: Action, t: float):
+        """UNSHARD, REDUCE_GRAD, REDUCE_TIED: a collective of one member here (a job's, joining
+        ranks, is timed on its graph: simulate_graph.py), timed by rules/time.py: it starts once
+        its group's previous one has ended and runs beside the rank's compute (which goes on; without
+        overlap, once it has ended); a compute of an UNSHARD's stage waits for it to end."""
+        d = collective_time(self.program.annotations.cost_of(a.stage), a.op)
+        if not d:
+            rk.start[x] = rk.end[x] = t
+            return t
+        group = (a.op is Op.REDUCE_TIED, rk.r)
+        start, end = collective_span(t, self.group_end.get(group, 0.0), d)
+        self.group_end[group] = end
+        rk.start[x], rk.end[x] = start, end
+        rk.collectives += d
+        if end > self.collectives_end:
+            self.collectives_end = end
+        if a.op is Op.UNSHARD:
+            rk.gathered[a.stage] = end
+        return t if self.overlap else end
 
     def send(self, rk: _Rank, x: int, a: Action, t: float):
         """SEND_F, SEND_B: post; go on once the matching receive is posted."""

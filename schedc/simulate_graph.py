@@ -11,16 +11,16 @@ from array import array
 from typing import Mapping
 
 from .errors import SchedcError
-from .ir import COMM, COMPUTE, RECVS, SENDS, WAITS, Compound, CompoundKind, Program, describe
+from .ir import COLLECTIVES, COMM, COMPUTE, RECVS, SENDS, WAITS, Compound, CompoundKind, Op, Program, describe
 from .rules.deps import needs, payload, produces, value_name
 from .rules.semantics import Semantics
-from .rules.time import step_time, timed
+from .rules.time import collective_span, collective_time, step_time, timed
 from .timeline import Messages, Timeline, check_finite, dispatch_times
 from .verify.channels import channels
 from .verify.deadlock import end_of_step_notes, find_deadlock
 from .verify.graph import constraints
 from .rules.memory import message_size
-from .verify.mesh import job, job_channels, joins_ranks
+from .verify.mesh import groups, job, job_channels, joins_ranks
 
 _COLLECTIVE = ("collective", "collective-posted")  # the waits verify/mesh.py adds between a group's members
 
@@ -38,6 +38,7 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
     timing = semantics.timed_as
     pipeline = program.num_ranks  # (the ranks of one replica: a rank's speed is its pipeline rank's)
     lead = dispatch_times(program.annotations, pipeline) or (0.0,) * pipeline  # (its dispatch too)
+    collective = _collectives(program)  # (rank, step, part) -> its group, number on it and members
     if joins_ranks(program):  # replicas, or a tied all-reduce: the whole job, joined by its collectives
         flat, cons = job(program, timing)
         dead = find_deadlock(flat, semantics, cons=cons if timing == semantics else job(program, semantics)[1])
@@ -92,6 +93,22 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
     msgs = array("d")
     mismatches = 0
     waits_block = semantics.posted
+    spans: dict = {}  # (group, k) -> (start, end) of the group's k-th collective, once known
+    reached: dict = {}  # (group, k) -> when each member that has posted it did (an UNSHARD timed as posted)
+    group_end: dict = {}  # group -> when its latest collective ends
+    gathered: dict = {}  # (rank, stage) -> when its latest UNSHARD ends (the stage's computes wait)
+    spent = [0.0] * R  # each rank's seconds of collectives
+    at: dict = {}  # (rank, step) -> (start, end) of a collective step that takes time
+
+    def settle(g, k, when: float, d: float, members, op, stage) -> None:
+        """The group's k-th collective is reached by every member at `when`: its span, for each member."""
+        span = spans[(g, k)] = collective_span(when, group_end.get(g, 0.0), d)
+        group_end[g] = span[1]
+        for m, x in members:
+            spent[m] += d
+            at[(m, x)] = span
+            if op is Op.UNSHARD:
+                gathered[(m, stage)] = span[1]
 
     def travel(ch, size: float, when: float):
         lat, bw = link.get(ch, (lat0, bw0, 0.0))[:2]
@@ -141,6 +158,9 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
         first = parts[0].op
         if first in COMPUTE:  # F, B, I, W, or an OVERLAP_F_B pair: once its inputs are here
             for a in parts:
+                gate = gathered.get((r, a.stage))
+                if gate is not None and gate > t:  # its weights, gathered (FSDP's UNSHARD)
+                    t = gate
                 for v in needs(a, S):
                     tv = have[r].get(key(v))
                     if tv is None:  # a structural error `schedc check` names (sim checks first)
@@ -178,8 +198,21 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
                 send, recv = (e, mate) if e.action.op in SENDS else (mate, e)
                 have[recv.rank][key(payload(recv.action))] = message(send, recv, max(t, posted[mate[:3]]))
             continue
-        # UNSHARD, RESHARD, REDUCE_GRAD, REDUCE_TIED: free; a wait, under a backend, for its operation
-        for a in parts:
+        # UNSHARD, REDUCE_GRAD, REDUCE_TIED: collectives (rules/time.py); RESHARD: free; a wait, under
+        # a backend, for its operation
+        for k, a in enumerate(parts):
+            if a.op in COLLECTIVES:
+                g, number, members = collective[(r, i, k)]
+                d = collective_time(ann.cost_of(a.stage), a.op)
+                if not d or (g, number) in spans:
+                    continue
+                if timing.posted and a.op is Op.UNSHARD:  # posted: it starts once the last member posts it
+                    times = reached.setdefault((g, number), [])
+                    times.append(t)
+                    if len(times) == len(members):
+                        settle(g, number, max(times), d, members, a.op, a.stage)
+                else:  # reached by every member (its prerequisites), this rank last
+                    settle(g, number, t, d, members, a.op, a.stage)
             target = WAITS.get(a.op)
             if target is None or not waits_block:
                 continue
@@ -197,11 +230,26 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
                     t = max(t, posted[mate[:3]])
         start[r][i] = end[r][i] = t
     arrivals = list(memoryview(msgs)[6::7])
-    makespan = max([end[r][-1] for r in range(R) if lengths[r]] + arrivals + [d[-1] for d in done if d] + [0.0])
+    makespan = max([end[r][-1] for r in range(R) if lengths[r]] + arrivals + [d[-1] for d in done if d] + [0.0]
+                   + [e for _, e in spans.values()])
     check_finite(makespan, R)
+    for (r, x), (s0, e0) in at.items():  # a collective's step shows its span (it released its rank at once)
+        start[r][x], end[r][x] = s0, e0
     return Timeline(program, "comms", True, tuple(map(tuple, start)), tuple(map(tuple, end)), tuple(busy),
                     makespan, Messages(msgs.tobytes(), K), mismatches, tuple(post_at), str(semantics),
-                    R // pipeline)
+                    R // pipeline, collectives=tuple(spent) if any(spent) else ())
+
+
+def _collectives(program: Program) -> dict:
+    """Each collective of a program or job, by (job rank, step, part): (its group, its number on the
+    group, the group's members' (job rank, step) of that number) (verify/mesh.py `groups`)."""
+    by_number: dict = {}
+    for g, members in groups(program).items():
+        for issues in members.values():
+            for k, issue in enumerate(issues):
+                by_number.setdefault((g, k), []).append(issue)
+    return {(e.rank, e.step, e.part): (g, k, [(m.rank, m.step) for m in issues])
+            for (g, k), issues in by_number.items() for e in issues}
 
 
 def _posting(overhead: float, channel, pipeline: int, draw) -> float:

@@ -101,7 +101,8 @@ class Timeline:
     """A simulated run, frozen. Times are per rank and step (a compound step has one start and end).
 
     `start[r][x]`/`end[r][x]`: when step x of rank r began and when it released the rank (a send or
-    receive under overlap releases it at once; see `messages` for when data moved); `busy[r]`: its
+    receive under overlap releases it at once; see `messages` for when data moved; a collective that
+    takes time, when it started and ended: it runs beside the rank's later steps); `busy[r]`: its
     compute time; `memory_during[r][x]` / `memory_after[r][x]`: live memory (activations and receive
     buffers, schedc/verify/memory.py's `step_memory`) while step x runs (after its allocations) and
     once it has finished (after its frees). `peak_memory` is the peak of this one run (MEMORY_RUN);
@@ -123,6 +124,9 @@ class Timeline:
     posted: tuple[Sequence[float], ...] = field(default=(), repr=False)
     semantics: str = "rendezvous"  # the send semantics the run was timed under (docs/sim.md)
     replicas: int = 1  # a data-parallel job: `program` is the whole job, replica after replica
+    # seconds of each rank's collectives (data-parallel gradient reduction, FSDP's gathers, the tied
+    # all-reduce: schedc/rules/time.py), whether or not they ran beside its compute; () when none took time
+    collectives: tuple[float, ...] = ()
 
     def _replica(self, d: int) -> Program:
         """Replica d's ranks of a job's timeline, as a program of one pipeline."""
@@ -193,7 +197,8 @@ class Timeline:
                 "bubble_ratio": rounded(self.bubble_ratio), "busy": [rounded(x) for x in self.busy],
                 "idle": [rounded(x) for x in self.idle], "peak_memory": [rounded(x) for x in self.peak_memory],
                 "memory_run": MEMORY_RUN, "messages": len(self.messages), "mismatches": self.mismatches,
-                "semantics": self.semantics}
+                "semantics": self.semantics,
+                **({"collectives": [rounded(x) for x in self.collectives]} if self.collectives else {})}
 
 
 def dispatch_times(ann: Annotations, ranks: int) -> tuple[float, ...]:

@@ -93,13 +93,18 @@ def sim_text(timeline, setup, trace) -> str:
              f"{p.num_microbatches} microbatches, {p.num_actions} actions, {timeline.level} level, "
              f"overlap {'on' if timeline.overlap else 'off'}",
              f"  {setup.title}; times in seconds, sizes in GiB",
-             f"  makespan {timeline.makespan:.4g} s, bubble ratio {timeline.bubble_ratio:.4f}",
-             _table(["rank", "busy", "idle", "peak memory", "model states", "total"],
-                    [[r, busy, idle, peak, states[r], peak + states[r]] for r, (busy, idle, peak)
-                     in enumerate(zip(timeline.busy, timeline.idle, timeline.peak_memory))]),
-             "  peak memory: activations and receive buffers of this timed run (`schedc check` reports the worst "
-             "over every run the semantics allows); total: with the model states (weights, gradients, optimizer "
-             "state) each rank holds for the whole run"]
+             f"  makespan {timeline.makespan:.4g} s, bubble ratio {timeline.bubble_ratio:.4f}"]
+    dp = list(timeline.collectives)
+    lines += [_table(["rank", "busy", "idle", *(["dp comm"] if dp else []), "peak memory", "model states", "total"],
+                     [[r, busy, idle, *([dp[r]] if dp else []), peak, states[r], peak + states[r]]
+                      for r, (busy, idle, peak) in enumerate(zip(timeline.busy, timeline.idle, timeline.peak_memory))]),
+              "  peak memory: activations and receive buffers of this timed run (`schedc check` reports the worst "
+              "over every run the semantics allows); total: with the model states (weights, gradients, optimizer "
+              "state) each rank holds for the whole run"]
+    if dp:
+        lines.append("  dp comm: each rank's data-parallel collectives (its stages' gradient reduction, at the step's "
+                     "end where the schedule places none, and FSDP's gathers), beside its compute; the makespan "
+                     "includes what compute does not hide")
     over = [r for r, t in enumerate(totals(states, timeline.peak_memory)) if t > setup.memory + 1e-9]
     if over:
         lines.append(f"  rank{'s' if len(over) > 1 else ''} {', '.join(map(str, over))} need more than the "

@@ -52,18 +52,18 @@ def run(args, stdout, stderr) -> int:
 
 
 def _text(setup, args, result, seconds: float) -> str:
-    head = ["pp", "tp", "cp", "dp", "ep", "layers", "schedule", "M", "step (s)", "pipeline", "reduce", "bubble",
-            "peak GiB"]
+    head = ["pp", "tp", "cp", "dp", "ep", "layers", "schedule", "M", "step (s)", "dp comm", "bubble", "peak GiB"]
     rows = [head]
     for c in result.choices:
         lay, r = c.layout, c.row
         split = f"{lay.split[0]}..{lay.split[1]}" if lay.split else "even"
         rows.append([str(lay.pp), str(lay.tp), str(lay.cp), str(lay.dp), str(lay.ep), split, r.name,
-                     str(c.microbatches), f"{c.step:.4g}", f"{r.makespan:.4g}", f"{c.reduction:.3g}",
+                     str(c.microbatches), f"{c.step:.4g}", f"{c.reduction:.3g}",
                      f"{r.bubble_ratio:.3f}", f"{max(r.total_memory):.4g}"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = [f"{setup.title}", f"  {args.gpus} GPUs, global batch {args.global_batch}; a step: the pipeline, then "
-             "the data-parallel gradient reduction (not overlapped); peak: model states + activations"]
+    lines = [f"{setup.title}", f"  {args.gpus} GPUs, global batch {args.global_batch}; a step: the pipeline with "
+             "the data-parallel collectives (dp comm: the busiest rank's seconds of FSDP's gathers and gradient "
+             "reduction, hidden under compute or not); peak: model states + activations"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.append(f"searched {result.layouts} layouts: {result.over_memory} over memory, {result.bounded} could not "
                  f"beat these, {result.simulated} schedules simulated, {result.checked} checked")

@@ -140,11 +140,11 @@ def _rank_steps(tr: _Trace, timeline: Timeline, r: int, messages: list, names: l
             if end > posts[x] + _EPS:  # overlap off: the rank is held until its messages have arrived
                 tr.slice(r, COMM_TRACK, f"wait {_step_name(st)[0]}", "wait", posts[x], end, {"step": x})
             free = end
-        else:  # UNSHARD, RESHARD, REDUCE_GRAD: collectives, free in this model
+        else:  # UNSHARD, RESHARD, REDUCE_GRAD: collectives, each over its span (beside the rank's compute)
             for a in st.parts:
                 tr.slice(r, COMM_TRACK, describe(a), "collective", start, end, {"kind": a.op.value, "stage": a.stage,
                                                                                **base})
-            free = end
+            free = max(free, start)
 
 
 def _messages(tr: _Trace, timeline: Timeline, messages: list, names: list) -> None:

@@ -1,7 +1,8 @@
 """The communication inside one layer's forward and backward on one rank, in seconds: tensor
 parallelism's collectives, context parallelism's ring of keys and values, and expert parallelism's
-all-to-all, each on the link its group spans (within a node, or across nodes). Pure arithmetic;
-`schedc/hardware.py` adds it to each stage's times and says how much an overlapped pair can hide.
+all-to-all, each on the link its group spans (within a node, or across nodes); and a stage's
+data-parallel collectives (gradient reduction, FSDP's all-gather, the tied embedding's all-reduce).
+Pure arithmetic; `schedc/hardware.py` puts it on each stage's times (schedc/rules/time.py times them).
 """
 from __future__ import annotations
 
@@ -65,9 +66,26 @@ def expert_parallel(x: LayerShape, p: Parallel, wire: Wire) -> tuple[float, floa
     return 2 * one, 2 * one
 
 
-def data_parallel(nbytes: float, p: Parallel, wire: Wire) -> float:
-    """A step's gradient reduction over the data-parallel degree, counted as not overlapped (an
-    upper bound: DDP and FSDP overlap most of it with the backward): FSDP's reduce-scatter of the
-    gradients and all-gather of the weights, or DDP's all-reduce, the same bytes, of a rank's
-    `nbytes` of 16-bit weights."""
-    return 2 * ring(nbytes, p.dp, wire)
+def shards(p: Parallel) -> bool:
+    """Are the weights sharded over the data-parallel degree (FSDP, or ZeRO stage 3)?"""
+    return p.dp_shard > 1 or p.zero_stage == 3
+
+
+def gradient_reduction(nbytes: float, p: Parallel, wire: Wire) -> float:
+    """REDUCE_GRAD of a stage's `nbytes` of 16-bit gradients over the data-parallel degree: FSDP's
+    (and ZeRO stage 3's) reduce-scatter; otherwise an all-reduce, twice the bytes (DDP; ZeRO stages
+    1 and 2 reduce-scatter the gradients and all-gather the updated weights, the same bytes)."""
+    return ring(nbytes, p.dp, wire) * (1 if shards(p) else 2)
+
+
+def gather(nbytes: float, p: Parallel, wire: Wire) -> float:
+    """UNSHARD: FSDP's (and ZeRO stage 3's) all-gather of a stage's `nbytes` of 16-bit weights; 0
+    when the weights are not sharded. Under pipeline parallelism torchtitan keeps a stage's weights
+    gathered over its microbatches (reshard_after_forward off), so a step gathers each stage once."""
+    return ring(nbytes, p.dp, wire) if shards(p) else 0.0
+
+
+def tied_reduction(nbytes: float, wire: Wire) -> float:
+    """REDUCE_TIED: the all-reduce of the `nbytes` of 16-bit gradients the first and the last stage
+    share (a tied embedding), between their two ranks."""
+    return 2 * ring(nbytes, 2, wire)

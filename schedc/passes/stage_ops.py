@@ -197,3 +197,56 @@ def _placed(cols: Columns, moves: list[list[Move]]) -> Columns:
 def _span_objects(spans) -> np.ndarray:
     """The spans as an array of objects (a CSV's, made on demand, are made now)."""
     return spans if isinstance(spans, np.ndarray) else objects(spans[:])
+
+
+def add_step_collectives(program: Program) -> Program:
+    """A data-parallel step's collectives where the schedule does not place them, as `schedc run`
+    does: REDUCE_GRAD(s) at the end of its rank's list (in stage order) for each stage whose
+    reduction takes time (a description's `R`) and that the rank does not reduce; UNSHARD(s) at the
+    start (in the order the rank first computes on them) for each stage whose weights are gathered
+    (`U`, FSDP) and that the rank does not gather. Each replica of a job gets its own (replicas that
+    share their lists, once). A program whose collectives take no time is returned as it is."""
+    costs = [program.annotations.cost_of(s) for s in range(program.num_stages)]
+    reduce = {s for s, c in enumerate(costs) if c.R > 0}
+    gather = {s for s, c in enumerate(costs) if c.U > 0}
+    if not reduce and not gather:
+        return program
+    done: dict[int, Any] = {}
+    lists = [done[id(ranks)] if id(ranks) in done else done.setdefault(id(ranks), _with_step_collectives(
+             replace(program, ranks=ranks, replicas=()), reduce, gather)) for ranks in (program.ranks, *program.replicas)]
+    return replace(program, ranks=lists[0], replicas=tuple(lists[1:]))
+
+
+def _with_step_collectives(program: Program, reduce: set[int], gather: set[int]):
+    """One pipeline's rank lists with the step's implicit collectives (`add_step_collectives`)."""
+    held = columns_of(program)
+    moves: list[list[Move]] = []
+    for r in range(program.num_ranks):
+        ops, computed = _stage_ops_and_computes(program, held, r)
+        mine = [s for s in range(program.num_stages) if program.placement[s] == r]
+        n = len(program.ranks[r]) if held is None else held.starts[r + 1] - held.starts[r]
+        moves.append([(0, Op.UNSHARD, s) for s in computed if s in gather and (Op.UNSHARD, s) not in ops]
+                     + [(n, Op.REDUCE_GRAD, s) for s in mine if s in reduce and (Op.REDUCE_GRAD, s) not in ops])
+    if held is not None and not held.compounds:
+        return _placed(held, moves)
+    return program.with_ranks(_with_moves(steps, rank_moves) for steps, rank_moves in zip(program.ranks, moves)).ranks
+
+
+def _stage_ops_and_computes(program: Program, held: Columns | None, r: int) -> tuple[set, list[int]]:
+    """Rank r's (op, stage) of its UNSHARD and REDUCE_GRAD actions, and the stages it computes on,
+    in the order it first does."""
+    if held is not None and not held.compounds:
+        lo, hi = held.starts[r], held.starts[r + 1]
+        op, stage = held.op[lo:hi], held.stage[lo:hi]
+        ops = {(o, int(s)) for o in (Op.UNSHARD, Op.REDUCE_GRAD) for s in np.unique(stage[op == CODE[o]])}
+        at = np.flatnonzero(_is_compute()[op])
+        first = np.unique(stage[at], return_index=True)
+        return ops, [int(s) for _, s in sorted(zip(first[1].tolist(), first[0].tolist()))]
+    ops, computed = set(), {}
+    for st in program.ranks[r]:
+        for a in st.parts:
+            if a.op in (Op.UNSHARD, Op.REDUCE_GRAD):
+                ops.add((a.op, a.stage))
+            elif a.op in _COMPUTE:
+                computed.setdefault(a.stage, None)
+    return ops, list(computed)

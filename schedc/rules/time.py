@@ -1,13 +1,18 @@
 """How long a compute step takes from its actions' times: one action its time; DualPipe's
 overlapped forward/backward pair (OVERLAP_F_B) runs its parts' computation one after the other while
 each part's communication (tensor-parallel collectives, expert all-to-all) proceeds beside the
-other's computation. Every simulator times a step by `step_time`.
+other's computation. Every simulator times a step by `step_time`; and a collective (REDUCE_GRAD,
+UNSHARD, REDUCE_TIED: a stage's data-parallel gradient reduction, FSDP's all-gather, the tied
+embedding's all-reduce) by `collective_time` and `collective_span`.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..ir import StageCost
+from ..ir import Op, StageCost
+
+# the seconds of each collective, as StageCost names them (RESHARD frees memory and sends nothing)
+COLLECTIVE_COST = {Op.REDUCE_GRAD: "R", Op.UNSHARD: "U", Op.REDUCE_TIED: "T"}
 
 
 def step_time(parts: Sequence[tuple[float, float]]) -> float:
@@ -28,3 +33,25 @@ def timed(cost: StageCost, op: str, factor: float = 1.0) -> tuple[float, float]:
     `cost`, both scaled by `factor` (a sampled run's draw)."""
     time = float(getattr(cost, op)) * factor
     return time, min(cost.comm_of(op) * factor, time)  # (a cost file that sets a shorter time wins)
+
+
+def collective_time(cost: StageCost, op: Op) -> float:
+    """The seconds the collective `op` of a stage that costs `cost` takes on its group's wire (0 for
+    any other stage action, and in unit time: collectives cost nothing unless a description says)."""
+    name = COLLECTIVE_COST.get(op)
+    return 0.0 if name is None else float(getattr(cost, name))
+
+
+def collective_span(reached: float, previous_end: float, duration: float) -> tuple[float, float]:
+    """(start, end) of a collective: it starts once every member of its group has reached it
+    (`reached`, the latest of them) and the group's previous collective has ended (a communicator
+    runs its collectives in issue order), and takes `duration` on every member, beside their compute.
+
+    The rest of the rule, which every simulator follows: a member goes on once every member has
+    reached the collective (an UNSHARD under a backend: once it has posted it, as torch posts FSDP's
+    all-gather); a compute of stage s waits for the UNSHARD(s) before it to end; and the step ends
+    when every collective has (the optimizer step needs the reduced gradients). So a reduction
+    placed right after its stage's last backward runs beside the rank's later compute, and one at
+    the end of the step adds its time to the step."""
+    start = reached if reached > previous_end else previous_end
+    return start, start + duration
