@@ -239,6 +239,7 @@ def test_the_gloo_sample_is_what_the_verdicts_say():
     assert check(last, "gloo").deadlock is not None
 
 
+@pytest.mark.slow  # 7-9 s; test_runtime's watchdog test stays in the default tier
 def test_a_real_gloo_run_of_a_deadlock_is_stopped_by_the_watchdog():
     """`assert_same_gradients` on the sample's deadlocking schedule fails with the watchdog's report,
     naming the wait (its passing runs: tests/test_strategies.py runs the example file's)."""

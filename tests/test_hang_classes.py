@@ -181,6 +181,7 @@ def _worker(out_dir: str) -> int:
     os._exit(0)  # (torch's stages hold the group in reference cycles; a failed schedule leaves work behind)
 
 
+@pytest.mark.slow  # 5-7 s of spawned ranks
 def test_torchs_zbv_eval_fails_where_interleaved_eval_runs(tmp_path):
     pytest.importorskip("torch.distributed.pipelining")
     from schedc.runtime.launch import launch

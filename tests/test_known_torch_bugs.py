@@ -379,6 +379,7 @@ def _worker(cases_path: str, out_dir: str) -> int:
     end_rank()  # (torch's stages and schedules hold the group in reference cycles)
 
 
+@pytest.mark.slow  # 6-9 s of spawned ranks
 def test_torch_runtime_trains_deferred_zbv_to_wrong_gradients_on_gloo(tmp_path):
     """One spawn of 3 ranks: ZB-V (P=3, M=6) with torch's lowering trains to the unsplit model's
     gradients; with defer_pp_recv it completes on gloo and silently gives other gradients, and the

@@ -46,6 +46,7 @@ def _run_each(folder: Path, times: int) -> list[tuple[str, tuple[int, ...], str]
     return bad
 
 
+@pytest.mark.slow  # 10-12 s of runs; bench/run_exits.py runs 200
 def test_a_finished_run_of_each_fragile_schedule_exits_0(tmp_path):
     assert _run_each(tmp_path, 1) == []
 

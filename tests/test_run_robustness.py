@@ -331,6 +331,7 @@ print("alive" if group() is not None else "freed")
 """
 
 
+@pytest.mark.slow  # 8-12 s of spawned ranks
 def test_the_process_group_is_freed_by_destroy_process_group_not_at_shutdown():
     """A gloo group freed as the process shuts down can be aborted by gloo's threads (a rank of a
     finished run died so once: signal 6, "terminate called without an active exception"). An
