@@ -939,6 +939,8 @@ def _shared(by_replica: list[list[list]]) -> tuple[tuple[tuple[Step, ...], ...],
     """Each replica's rank lists as tuples, a replica that runs the same lists as an earlier one
     (the same actions from the same source lines) sharing that one's tuples: D identical replicas
     cost one in memory, and compare at once (schedc/verify/symmetry.py)."""
+    if len({id(lists) for lists in by_replica}) == 1:  # one replica, or D of one body: nothing to compare
+        return (tuple(map(tuple, by_replica[0])),) * len(by_replica)
     made: dict[int, tuple] = {}  # (the same list object: the lists of a body that does not name its replica)
     firsts: dict[tuple, list[tuple]] = {}
     out = []
