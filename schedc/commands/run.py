@@ -111,7 +111,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
         why = problem(args.backend, nproc)
         if why:
             raise SchedcError("usage", why, where="--backend")
-    refuse_unrunnable(program)  # before the checks: a program too large to run is not checked first
+    refuse_unrunnable(program, common.shown(args.input))  # before the checks: one too large to run is not checked
     verified = None
     said = stderr if args.json else stdout  # with --json standard output holds the JSON alone
     if not args.no_verify:
