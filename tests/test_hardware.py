@@ -275,3 +275,16 @@ def test_a_mixture_of_two_billion_experts_is_counted_not_listed(tmp_path):
     per = estimate.expert_size(mixtral.model, 0)
     assert estimate.expert_params(s.model, 0) == per * (2 ** 31 - 1) and estimate.expert_params(mixtral.model, 0) == per * 8
     assert s.estimates(2)[0].params > 2 ** 31 * per
+
+
+def test_sim_writes_no_trace_for_a_job_the_schedule_does_not_run(run_cli, tmp_path):
+    """The fuzzer's (bench/README.md, "Fuzzing"): sim wrote --trace, then refused a [parallelism]
+    pipeline degree that is not the schedule's (exit 2 with an output written)."""
+    path = tmp_path / "setup.toml"
+    path.write_text('[model]\npreset = "llama3-70b"\n[hardware]\npreset = "h100-80gb"\n[parallelism]\n'
+                    'pipeline_parallel_degree = 4\n')
+    trace = tmp_path / "out" / "x.json"
+    code, out, err = run_cli("sim", "zb_h2", "--param", "P=3,M=3", "--setup", str(path), "--lower", "early",
+                             "--json", "--trace", str(trace))
+    assert code == 2 and "pipeline_parallel_degree is 4, but the schedule runs 3" in err
+    assert not (tmp_path / "out").exists()
