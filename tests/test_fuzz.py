@@ -739,10 +739,14 @@ def test_a_data_parallel_deadlock_across_replicas_is_drawn(tmp_path, monkeypatch
 # Findings of the fuzzer, each with its reproducer (all fixed)
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv", [("check", "x" * 300), ("compare", "x" * 300), ("prove", "y" * 300),
-                                  ("run", "1f1b", "--model", "examples.mlp:build_stages", "--trace", "x" * 300)])
+                                  ("run", "1f1b", "--model", "examples.mlp:build_stages", "--trace", "x" * 300),
+                                  # seed 73: diagnose's DUMP (Path.is_dir raised OSError, exit 4)
+                                  ("diagnose", "x" * 300, "--schedule", "1f1b"),
+                                  ("diagnose", "x" * 300 + "0", "--schedule", "1f1b")])
 def test_an_input_name_longer_than_the_file_system_allows_is_a_clean_error(argv):
     code, out, err = _cli(*argv)
     assert code == 2 and "Traceback" not in err and "internal error" not in err, (code, err)
+    assert argv[0] != "diagnose" or "error[io]: cannot read 'xxx" in err, err
 
 
 def _bounded(argv, seconds=30, memory=1 << 30):
