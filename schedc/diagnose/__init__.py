@@ -26,9 +26,9 @@ def diagnose(dumps: list[Dump], program: Program, semantics: str | None = None) 
     lowered = lower(program)
     ranks = lowered.num_ranks * lowered.dp
     report = check(lowered, semantics=sem)
-    malformed = [e for e in report.errors if e.code == "bad-index"]
-    if malformed:  # a stage or microbatch out of range: no operation of it can be matched to a record
-        raise SchedcError.many(malformed)
+    malformed = [e for e in report.errors if e.code in ("bad-index", "bad-comm")]
+    if malformed:  # a stage or microbatch out of range, a message to no stage or to its own rank: no job
+        raise SchedcError.many(malformed)  # ran it, and its operations cannot be matched to records
     m = match(dumps, lowered)
     step = current_step(m)
     stop_list = stops(m, ranks, step)
