@@ -6,11 +6,17 @@ literal-form schedules, PyTorch CSVs and IR JSON of random valid programs, colle
 with sends to no stage (`REDUCE_TIED`, `replicas D`), CR-only line ends, CSV cells past the csv
 module's field limit, IR JSON out of range (limits of ranks that do not exist, numbers near 1e308,
 short action lists, names with half a surrogate pair), TOML cost files and
-measured profiles, model and hardware setup files (TOML and JSON), proof certificates; and the
-command lines of check, compile, sim, viz, export, compare, prove, synth and run (up to
-`--print-torchrun`, or the point where ranks would start: the fuzzer never starts a rank), with
-their options, odd values and shuffled arguments. Each input runs in a worker process under a
-wall-clock cap and a memory cap, and counts in exactly one class:
+measured profiles, model and hardware setup files (TOML and JSON; edited at their keys too:
+[model] with experts, top_k, attention..., [hardware] reserve, gpus_per_node, network,
+[activation_checkpoint], [parallelism]), `--profile` files (a run's measured `activations`, with
+odd stage keys and byte counts), schedules read from DeepSpeed and Megatron-Core (`deepspeed:train`,
+`megatron:interleaved`, ... with their parameters; `--importers`), torch Flight Recorder dumps
+(tests/data/diagnose's, JSON and pickle, edited, dropped or renamed, and pickles that would run
+code), proof certificates; and the command lines of check, compile, sim, viz, export, compare,
+plan, prove, synth, run (up to `--print-torchrun`, or the point where ranks would start: the
+fuzzer never starts a rank) and diagnose, with their options, odd values and shuffled arguments.
+Each input runs in a worker process under a wall-clock cap and a memory cap, and counts in
+exactly one class:
 
   ok        it finished, or stopped with a clean error (a SchedcError; located, for .pp and CSV text)
   internal  a traceback, exit code 4, an exception that is not a SchedcError, or a worker that died
@@ -25,12 +31,14 @@ wall-clock cap and a memory cap, and counts in exactly one class:
             error without its line and column, a `too-large` error that names no file, a .pp whose
             verdict changes when its lines end in \r or \r\n instead of \n, a report whose
             `to_dict()` is not strict JSON, two schedule names that would write the same output
-            files, a RuntimeWarning (numpy's), text no UTF-8 stream can print, or anything printed
-            to the process's standard output other than through the command's stream
+            files, a RuntimeWarning (numpy's), text no UTF-8 stream can print, a pickled dump that
+            ran code (it wrote a file), or anything printed to the process's standard output other
+            than through the command's stream
 
 Each distinct failure is saved under --out DIR: its input files, the command (`repro.sh`, run from
 that folder), what it printed and why it failed. The report gives inputs tried per target and per
-class, the rate, and the slowest inputs.
+class, the rate, how many inputs used each newer kind of input (importer, profile, setup keys,
+dumps), and the slowest inputs. The frameworks are imported before the clock starts.
 
     python bench/fuzz.py --minutes 10                # the campaign (bench/README.md, "Fuzzing")
     python bench/fuzz.py --examples 2000 --seed 3    # a fixed number of inputs
@@ -64,12 +72,21 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 API_TARGETS = ("parse", "pp", "csv", "ir")
-COMMANDS = ("check", "compile", "sim", "viz", "export", "compare", "prove", "synth", "run")
+COMMANDS = ("check", "compile", "sim", "viz", "export", "compare", "plan", "prove", "synth", "run", "diagnose")
 TARGETS = API_TARGETS + COMMANDS
-# relative weights: cheap API inputs most, every command its share; prove (Z3, up to its --timeout)
-# and the pictures through graphviz or a browser cost the most per input, so they come less often
+# relative weights: cheap API inputs most, every command its share; prove (Z3, up to its --timeout),
+# plan (a search of layouts) and the pictures through graphviz or a browser cost the most per
+# input, so they come less often
 WEIGHTS = {"parse": 13, "pp": 13, "csv": 11, "ir": 7, "check": 13, "compile": 7, "sim": 8, "viz": 7,
-           "export": 7, "compare": 2, "prove": 2, "synth": 4, "run": 6}
+           "export": 7, "compare": 2, "plan": 3, "prove": 2, "synth": 4, "run": 6, "diagnose": 5}
+# schedules read from a framework's installed code (schedc/importers/): name -> the parameters it takes
+IMPORTED = {"deepspeed:train": "PM", "deepspeed:inference": "PM", "deepspeed:dualpipev": "PM",
+            "megatron:1f1b": "PMB", "megatron:interleaved": "PMVBO"}
+FRAMEWORKS = ("deepspeed", "megatron")
+IMPORTED_ODD = ["deepspeed:", "megatron:nope", "deepspeed:train:x", "DeepSpeed:train", "megatron:1F1B", ":train",
+                "deepspeed:Train", "megatron:interleaved ", "torchtitan:1f1b", "megatron:"]
+IMPORTED_PARAMS_ODD = ["BATCHED=2", "OVERLAP=-1", "P=4,M=2", "V=1", "V=0", "P=1,M=1", "P=8,M=64", "BATCHED=1,OVERLAP=1",
+                       "P=2,M=4,X=1", "P=3,M=5,V=3", "OVERLAP=1", "M=1", "P=16,M=16"]
 CLASSES = ("ok", "internal", "hang", "partial", "invalid")
 MAX_CELLS = 100_000  # the API targets check programs of at most this many actions and pairs
 CAP_S = 30.0  # wall-clock cap per input
@@ -90,7 +107,13 @@ TOML_TOKENS = ["=", "[", "]", "[[", "]]", '"', "'", ".", "#", "{", "}", ",", "st
                "I", "W", "act", "weight", "out", "latency", "bandwidth", "overhead", "overlap", "preset", "model",
                "hardware", "link", '"80GiB"', '"300GB/s"', "layers", "hidden", "heads", "seq_len", "vocab",
                "micro_batch", "recompute", '"full"', "dtype", '"fp8"', "flops", "efficiency", "memory",
-               "9" * 30, '"x"', "\n"]
+               "9" * 30, '"x"', "\n", "parallelism", "activation_checkpoint", "mode", "selective_ac_option", '"op"',
+               '"attention"', '"2"', "attention", '"eager"', '"flash"', "norm", '"rmsnorm"', "rope", "experts", "top_k",
+               "expert_ffn_hidden", "shared_expert_ffn_hidden", "first_dense_layers", "reserve", "gpus_per_node",
+               "network", '"ib-400g"', '"4GiB"', "tensor_parallel_degree", "pipeline_parallel_degree",
+               "data_parallel_shard_degree", "data_parallel_replicate_degree", "context_parallel_degree",
+               "expert_parallel_degree", "zero_stage", "sequence_parallel", "pipeline_parallel_layers_per_stage",
+               "decoder_first_pipeline_num_layers", "[1, 3]", "2147483648", "activation_scale"]
 CHARS = list("{}()[],;:=+-*/%<>!?.#\"\\ \n\t\r0123456789FBIWrmPMV_") + ["\x00", "\u00e9", "\u2028", "\ufeff"]
 # odd strings for a schedule's name, a file's name or an option: quotes, a final backslash, markup
 NASTY = ["a\\", 'a"b', "<!--<script>", "</script><b>", "]]>", "a\x01\x07b", "a\nb", "", "x" * 300, "\u2028",
@@ -248,16 +271,247 @@ def _setup_files() -> tuple[list[str], list[str]]:
             'dropout = false\ntied_embeddings = true\nseq_len = 128\nvocab = 1000\ndtype = "fp32"\n'
             'micro_batch = 3\nrecompute = "full"\n[hardware]\nflops = 1e12\nmemory = 8589934592\n'
             'efficiency = 0.5\n[link]\nbandwidth = "10GB/s"\nlatency = 1e-5\n']
+    # the job's tables and the newer keys: [parallelism], [activation_checkpoint], a mixture of
+    # experts, the attention core, [hardware] reserve, gpus_per_node and network
+    toml += ['[model]\npreset = "llama3-70b"\n\n[activation_checkpoint]\nmode = "selective"\n\n[hardware]\n'
+             'preset = "h100-80gb"\nreserve = "4GiB"\ngpus_per_node = 4\nnetwork = "ib-200g"\n\n[parallelism]\n'
+             'data_parallel_shard_degree = 4\ntensor_parallel_degree = 8\npipeline_parallel_degree = 4\n',
+             '[model]\nname = "moe"\nlayers = 4\nhidden = 64\nheads = 4\nseq_len = 128\nvocab = 1000\nexperts = 8\n'
+             'top_k = 2\nexpert_ffn_hidden = 64\nshared_expert_ffn_hidden = 128\nfirst_dense_layers = 1\n'
+             'attention = "eager"\nnorm = "rmsnorm"\nrope = true\n[hardware]\nflops = 1e12\nmemory = "8GiB"\n'
+             'efficiency = 0.5\nreserve = 0\ngpus_per_node = 2\nnetwork = "ib-200g"\n[parallelism]\n'
+             'expert_parallel_degree = 2\ntensor_parallel_degree = 2\nsequence_parallel = false\n'
+             'decoder_first_pipeline_num_layers = 1\n',
+             '[model]\npreset = "gpt3-1.3b"\nattention = "flash"\n[activation_checkpoint]\nmode = "selective"\n'
+             'selective_ac_option = "2"\n[hardware]\npreset = "a100-80gb"\n[parallelism]\nzero_stage = 2\n'
+             'data_parallel_replicate_degree = 2\nenable_sequence_parallel = true\ncontext_parallel_degree = 2\n',
+             '[model]\npreset = "mixtral-8x7b"\nmicro_batch = 2\n[activation_checkpoint]\nmode = "full"\n'
+             '[hardware]\npreset = "h100-80gb"\n[parallelism]\nexpert_parallel_degree = 8\n'
+             'pipeline_parallel_layers_per_stage = [8, 8, 8, 8]\n']
     js = [json.dumps({"model": {"preset": "llama2-7b"}, "hardware": {"preset": "h100-80gb"}}),
           json.dumps({"model": {"name": "tiny", "layers": 8, "hidden": 256, "heads": 8, "seq_len": 512,
                                 "vocab": 32000, "dtype": "bf16"},
                       "hardware": {"name": "acc", "flops": {"bf16": 3e14, "fp32": 2e13}, "memory": "40GiB",
                                    "efficiency": 0.4},
-                      "link": {"name": "net", "bandwidth": "25GB/s", "latency": 5e-6}})]
+                      "link": {"name": "net", "bandwidth": "25GB/s", "latency": 5e-6}}),
+          json.dumps({"model": {"preset": "olmoe-1b-7b", "attention": "sdpa"},
+                      "activation_checkpoint": {"mode": "selective", "selective_ac_option": "attention"},
+                      "hardware": {"preset": "a100-40gb", "reserve": "3GiB", "network": "roce-400g"},
+                      "parallelism": {"expert_parallel_degree": 4, "data_parallel_shard_degree": 4,
+                                      "decoder_last_pipeline_num_layers": 3}}),
+          json.dumps({"model": {"name": "examples.transformer", "layers": 4, "hidden": 32, "heads": 4,
+                                "ffn_hidden": 128, "seq_len": 16, "vocab": 64, "dtype": "fp32", "micro_batch": 8,
+                                "dropout": False},
+                      "hardware": {"preset": "a100-80gb"}})]
     return toml, js
 
 
-def _certificates() -> tuple[list[tuple[str, str]], list[str]]:
+# measured profiles for --profile (`schedc run --profile`'s, with the bytes each stage saved)
+MEASURED = [{"stages": {"0": {"F": 0.001, "B": 0.002}, "1": {"F": 0.001, "B": 0.002}},
+             "activations": {"0": 536960, "1": 600068}},
+            {"format": "schedc-profile", "version": 1, "unit": "s",
+             "stages": {"0": {"F": 0.00122, "I": 0.00165, "W": 0.00165, "B": 0.0033}},
+             "messages": {"0": 16384, "latency": 0.00054},
+             "activations": {"0": 2.5e9, "1": 2.4e9, "2": 2.4e9, "3": 2.6e9},
+             "memory": {"0": {"peak_allocated": 1073741824}}},
+            {"activations": {"0": 1e9}},
+            {"activations": {"1": 3e9, "0": 4e9}, "memory": {}}]
+PROFILE_KEYS = ["01", " 1", "-1", "1e3", "x", "99999999", "0.5", "", "\u0661", "1_0", "+1", "9" * 25]
+PROFILE_VALUES = [0, -1, 1e308, 1.7e308, 5e-324, True, False, "5", None, "nan", [], {}, 1e-300, 2 ** 64, 10 ** 400,
+                  "1e309"]
+
+
+def mutate_profile(text: str, rng: random.Random) -> str:
+    """One edit of a measured profile's `activations`, the part --profile reads: a stage key that is
+    not plainly a number (`01`, ` 1`, `-1`), a byte count out of range or of the wrong type, or the
+    table itself replaced."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(data, dict):
+        return text
+    acts = data.get("activations")
+    how = rng.choice(["key", "key", "value", "value", "table", "many"])
+    if how == "table" or not isinstance(acts, dict) or not acts:
+        data["activations"] = rng.choice([[], {}, "x", None, [536960], {"0": {"F": 1}}, 5])
+    elif how == "key":
+        old = rng.choice(sorted(acts))
+        acts[rng.choice(PROFILE_KEYS)] = acts.pop(old)
+    elif how == "value":
+        acts[rng.choice(sorted(acts))] = rng.choice(PROFILE_VALUES)
+    else:
+        data["activations"] = {str(s): rng.choice([1e9, 1e308, 1]) for s in range(rng.choice([2, 8, 300, 5000]))}
+    return json.dumps(data)
+
+
+def _toml_value(v) -> str:
+    """A value as TOML writes it (None, which TOML lacks, as an empty string)."""
+    import math
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")) if not math.isfinite(v) else repr(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    return json.dumps("" if v is None else str(v), ensure_ascii=False)
+
+
+def _toml_key(k) -> str:
+    k = str(k)
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k, ensure_ascii=False)
+
+
+def dumps_toml(data: dict) -> str:
+    """A setup file's tables as TOML: the values that are not tables first, then each table."""
+    head = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    tables = [f"[{_toml_key(k)}]\n" + "".join(f"{_toml_key(kk)} = {_toml_value(vv)}\n" for kk, vv in v.items())
+              for k, v in data.items() if isinstance(v, dict)]
+    return "\n".join(head + [""] if head else []) + "\n".join(tables)
+
+
+SETUP_VALUES = [0, -1, 1, 2, 3, 7, 64, 2 ** 31, 2 ** 31 - 1, 2 ** 63, 1e308, 1e-320, 0.5, 1.5, float("inf"), float("nan"),
+                True, False, None, "x", "", "0", "80GiB", "-1GiB", "0GiB", "1e400GiB", "300GB/s", "ib-200g", "nvlink",
+                "selective", "full", "none", "op", "attention", "eager", "flash", "sdpa", "rmsnorm", "fp8", "bf16",
+                [], [1], [1, 3], [0, 4], [2, 2], [2 ** 31], [True], [1.5], {}, {"bf16": 1e12}, {"x": 1}, "llama2-7b",
+                "mixtral-8x7b", "deepseek-v3", "h100-80gb", "-1", "2", "\u00e9"]
+
+
+def mutate_setup(text: str, rng: random.Random, keys: dict[str, tuple]) -> str:
+    """1..3 edits of a setup file aimed at its keys (schedc.hardware.KEYS: [model], [hardware],
+    [link], [activation_checkpoint], [parallelism]): a known key set to an odd value or removed, a
+    table added or dropped; written back as it came (TOML or JSON)."""
+    import tomllib
+    as_json = text.lstrip().startswith("{")
+    try:
+        data = json.loads(text) if as_json else tomllib.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(data, dict):
+        return text
+    for _ in range(rng.randint(1, 3)):
+        table = rng.choice(sorted(keys))
+        t = data.setdefault(table, {}) if rng.random() < 0.9 else data
+        if not isinstance(t, dict):
+            data[table] = t = {}
+        how = rng.random()
+        if how < 0.75:
+            key = rng.choice(list(keys[table]) + ["preset"])
+            t[key] = rng.choice(SETUP_VALUES)
+        elif how < 0.9 and t:
+            del t[rng.choice(sorted(t, key=str))]
+        else:
+            data.pop(table, None)
+    if as_json:
+        return json.dumps(data, allow_nan=True)
+    return dumps_toml(data)
+
+
+DUMP_FIELDS = {
+    "profiling_name": ["gloo:all_reduce", "gloo:all_gather", "nccl:send 0->1", "nccl:recv 1<-0", "nccl:send 0->99",
+                       "nccl:send x->y", "gloo:", ":x", "gloo", "nccl:recv 1<-99999999999999999999", "nccl:barrier",
+                       "nccl:coalesced", "nccl:send 0->1 ", "gloo:reduce_scatter", 7],
+    "state": ["completed", "started", "scheduled", "x", None, ""],
+    "process_group": [["0", "default_pg"], ["1", "x"], ["99", ""], [], ["a"], "x", ["0", 1], ["\ud800", "x"]],
+    "collective_seq_id": [0, -1, 1, 2, 2 ** 63, 10 ** 30, 1.5, "1", None, True],
+    "p2p_seq_id": [0, -1, 1, 3, 2 ** 63, 1.5, "1", None],
+    "record_id": [0, -1, 5, 2 ** 63, None, "0"],
+    "input_sizes": [[[1]], [[2, 3]], [[-1]], "x", [[10 ** 30]], [[]], [], [[1.5]], [["x"]], None],
+    "output_sizes": [[[1]], [[4]], [[-1]], [[2 ** 63]], [], "x"],
+    "retired": [True, False, "x", None],
+    "is_p2p": [True, False, 1, None],
+}
+PG_RANKS = ["[0, 2]", "[99]", "[-1]", "x", [0, 1], "[0, 0]", "[" + "1, " * 2000 + "1]", "[]", "[0,1,2,3]", None, 5,
+            "[99999999999999999999]"]
+
+
+def mutate_dump(text: str, rng: random.Random) -> str:
+    """1..3 edits of a Flight Recorder dump aimed at what diagnose reads: an entry's operation,
+    state, group, sequence numbers or sizes set to an odd value, entries dropped, doubled, swapped,
+    cut short or repeated thousands of times, a group's members (pg_config), the version."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(data, dict):
+        return text
+    for _ in range(rng.randint(1, 3)):
+        entries = data.get("entries")
+        how = rng.choice(["field", "field", "field", "drop", "dup", "swap", "cut", "many", "pg", "version"])
+        if how in ("field", "drop", "dup", "swap", "cut", "many") and not (isinstance(entries, list) and entries):
+            how = "pg"
+        if how == "field":
+            e = rng.choice(entries)
+            if isinstance(e, dict):
+                key = rng.choice(sorted(DUMP_FIELDS))
+                if rng.random() < 0.1:
+                    e.pop(key, None)
+                else:
+                    value = rng.choice(DUMP_FIELDS[key])
+                    e[key] = json.loads(json.dumps(value)) if isinstance(value, (list, dict)) else value
+        elif how == "drop":
+            del entries[rng.randrange(len(entries))]
+        elif how == "dup":
+            i = rng.randrange(len(entries))
+            entries.insert(i, json.loads(json.dumps(entries[i])))
+        elif how == "swap":
+            i, j = rng.randrange(len(entries)), rng.randrange(len(entries))
+            entries[i], entries[j] = entries[j], entries[i]
+        elif how == "cut":
+            del entries[rng.randrange(len(entries)):]
+        elif how == "many":
+            entries.extend(json.loads(json.dumps(rng.choice(entries))) for _ in range(rng.choice([100, 5000])))
+        elif how == "pg":
+            config = data.setdefault("pg_config", {})
+            if isinstance(config, dict):
+                config[rng.choice(["0", "1", "2", "x", ""])] = {"name": "x", "desc": rng.choice(["default_pg", "x", ""]),
+                                                                "ranks": rng.choice(PG_RANKS)}
+        else:
+            data["version"] = rng.choice(["1.0", "99", 3, None, "2.10"])
+    return json.dumps(data)
+
+
+class _RunsCode:
+    """Pickled, a call of `func(*args)` on unpickling, as pickle.load would make (never here)."""
+
+    def __init__(self, func, *args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
+
+
+def _code_pickles() -> list[bytes]:
+    """Dumps that would write a file `PWNED` in the working folder if unpickled by pickle.load
+    (os.system, builtins.open, and one hidden in an entry), and protocol 0's text form."""
+    import pickle
+    return [pickle.dumps({"entries": [], "x": _RunsCode(os.system, "touch PWNED")}, protocol=2),
+            pickle.dumps(_RunsCode(open, "PWNED", "w"), protocol=4),
+            pickle.dumps({"version": "2.10", "entries": [{"profiling_name": _RunsCode(open, "PWNED", "w")}]}, protocol=5),
+            b"cos\nsystem\n(S'touch PWNED'\ntR."]
+
+
+CODE_PICKLES = _code_pickles()
+
+
+def _dump_sets() -> list[dict]:
+    """Flight Recorder dumps of tests/data/diagnose: per scenario and folder (gloo's, and the NCCL
+    form in nccl/), the files by name (bytes) and the schedule the job ran."""
+    out = []
+    base = ROOT / "tests/data/diagnose"
+    for pp in sorted(base.glob("*.pp")):
+        for folder in (base / pp.stem, base / pp.stem / "nccl"):
+            if folder.is_dir():
+                files = {f.name: f.read_bytes() for f in sorted(folder.iterdir()) if f.is_file()}
+                out.append({"scenario": pp.stem, "schedule": pp.read_text(encoding="utf-8"), "files": files})
+    return out
+
+
+def _certificates() -> list[tuple[str, str]]:
     """(schedule, the JSON of `prove --json`) for two cheap built-ins, and the stored zbv certificate."""
     from schedc.cli import main
     out = []
@@ -266,12 +520,14 @@ def _certificates() -> tuple[list[tuple[str, str]], list[str]]:
         if main(["prove", name, "--json", "--timeout", "30"], buf, io.StringIO()) == 0:
             out.append((name, buf.getvalue()))
     stored = (ROOT / "tests/data/prove/zbv.cert.json").read_text(encoding="utf-8")
-    return out + [("zbv", stored)], [p.read_text(encoding="utf-8") for p in sorted((ROOT / "tests/data/prove").glob("*.pp"))]
+    return out + [("zbv", stored)]
 
 
 def seeds(seed: int, n: int = 150) -> dict[str, list]:
     """Valid and grammar-derived inputs to start from, by kind: pp, csv, ir, costs_toml,
-    profile_json, setup_toml, setup_json, certificate ([(schedule, text)]), prove_pp."""
+    profile_json, setup_toml, setup_json (and setup_keys, the keys of each table), measured (profiles
+    with activations), dumps (Flight Recorder dump sets), certificate ([(schedule, text)], proved
+    when first needed), prove_pp."""
     from schedc.api import load
     from schedc.interop.ir_json import dumps_ir
     from schedc.interop.torch_csv import to_torch_csv
@@ -308,9 +564,12 @@ def seeds(seed: int, n: int = 150) -> dict[str, list]:
     pp += _draw(sources(), n // 4, seed + 2) + _draw(sources(literals="any"), n // 10, seed + 3)
     costs_toml, profile_json = _cost_files()
     setup_toml, setup_json = _setup_files()
-    certificate, prove_pp = _certificates()
+    from schedc.hardware import KEYS
+    prove_pp = [p.read_text(encoding="utf-8") for p in sorted((ROOT / "tests/data/prove").glob("*.pp"))]
     return {"pp": pp, "csv": csv, "ir": ir, "costs_toml": costs_toml, "profile_json": profile_json,
-            "setup_toml": setup_toml, "setup_json": setup_json, "certificate": certificate,
+            "setup_toml": setup_toml, "setup_json": setup_json, "setup_keys": dict(KEYS),
+            "measured": [json.dumps(m) for m in MEASURED], "dumps": _dump_sets(),
+            "certificate": None,  # proved when a case first needs one (2 s: most short runs never do)
             "prove_pp": prove_pp + list(feature_texts(builtins)[:4]), "builtins": sorted(builtins)}
 
 
@@ -775,6 +1034,8 @@ def check_command(case: dict, code: int, out: str, err: str, before: dict[str, b
         return "invalid", f"exit {code}: {exc}"
     if command != "compare" and re.search(r"^error\[too-large\]", err, re.M):  # (compare's names its schedule)
         return "invalid", f"exit {code}: a too-large error that names no file: {err[:300]}"
+    if any(Path(name).name == "PWNED" for name in after):
+        return "invalid", f"exit {code}: a pickled dump ran code (it wrote PWNED)"
     leftovers = [name for name in after if Path(name).name.startswith(".") and name.endswith(".tmp")]
     if leftovers:
         return "partial", f"exit {code}; temporary files left: {leftovers}"
@@ -1038,7 +1299,7 @@ COSTS = (["F=1,B=2", "F=1,I=1,W=1", "latency=0.1", "bandwidth=10", "act=2,weight
           "F=" + "9" * 400, "F=1e-320", "speed=2", "F=0,I=0,W=0,B=0", "F=1e308,B=1e308,latency=1e308", "out=1e308",
           "overhead=1e308", "=1", "F==1", "F=0x10", "F=1_0", "dispatch=1e308", "dispatch=-1", "dispatch=inf"])
 SAMPLES = (["3", "20", "100"], ["0", "-1", "x", "10001", "1e3", "", "99999999999999999999"])
-MODELS = (["gpt3-1.3b", "llama2-7b", "llama3-70b"], ["x", "", "LLAMA2-7B", "llama2", "gpt3-1.3b "] + NASTY[:4])
+MODELS = (["gpt3-1.3b", "llama2-7b", "llama3-70b", "mixtral-8x7b", "olmoe-1b-7b", "deepseek-v2-lite"], ["x", "", "LLAMA2-7B", "llama2", "gpt3-1.3b "] + NASTY[:4])
 HARDWARE = (["a100-80gb", "h100-80gb"], ["x", "", "a100", "H100-80GB"])
 LINKS = (["nvlink", "nvlink4", "ib-200g", "ib-400g"], ["x", "", "ib"])
 TIMEOUTS = (["5", "2"], ["0", "-1", "nan", "inf", "x", "1e9", "-inf", "0.0", ""])
@@ -1061,6 +1322,10 @@ PARAMS_MEDIUM = ["P=100,M=100", "V=50", "P=2,M=5000", "P=512,M=4", "P=8,M=2048"]
 # near the documented limits: each is refused or done, but in 10 to 60 s on a loaded 2-core machine
 # (bench/README.md, "Fuzzing"), so they come once in a few thousand inputs
 PARAMS_HUGE = ["P=65536,M=2", "P=64,M=20000", "P=2,M=999999", "P=1000,M=1000", "M=1000000", "P=5000"]
+PLAN_GPUS = (["1", "2", "4", "8", "8", "16"], ["0", "-1", "x", "3", "7", "32", "64", "256", "1024", "2147483648", "1" + "0" * 30, "1.5"])
+PLAN_BATCHES = (["8", "16", "32", "64"], ["0", "-1", "1", "3", "x", "1000000000", "4096", "2147483648", "1e3"])
+PLAN_MODELS = (["gpt3-1.3b", "llama2-7b", "llama3-8b", "mixtral-8x7b", "olmoe-1b-7b", "deepseek-v2-lite"],
+               ["x", "", "LLAMA2-7B", "llama3-70b", "deepseek-v3"])
 RUN_MODELS = (["examples.mlp:build_stages", "examples.transformer:build_stages"],
               ["x", "", "os:system", "nope.mod:fn", "examples.mlp", ":", "examples.mlp:", "a:b:c"])
 OUTPUT_NAMES = ["a b", 'x"y', "back\\", "<!--<script>", "é", "a'b", "{}", "$(x)", "\udcff", "\x7f", "-x"]
@@ -1069,9 +1334,12 @@ OUTPUT_NAMES = ["a b", 'x"y', "back\\", "<!--<script>", "é", "a'b", "{}", "$(x)
 class Generator:
     """Seeded generation of cases, API and command alike (the parent's side)."""
 
-    def __init__(self, corpus: dict, seed: int, weights: dict[str, float] | None = None):
+    def __init__(self, corpus: dict, seed: int, weights: dict[str, float] | None = None,
+                 frameworks: tuple[str, ...] = FRAMEWORKS):
         self.corpus = corpus
         self.rng = random.Random(seed)
+        self.imported = sorted(n for n in IMPORTED if n.partition(":")[0] in frameworks)
+        self.tags: set[str] = set()  # what a case exercises (importer, profile, setup keys, dumps)
         w = weights or WEIGHTS
         self.targets = [t for t in TARGETS if w.get(t, 0) > 0]
         self.weights = [w[t] for t in self.targets]
@@ -1085,9 +1353,10 @@ class Generator:
         target = self.rng.choices(self.targets, self.weights)[0]
         if target in API:
             return {"target": target, "text": self.text(target)}
+        self.tags = set()
         argv, files = getattr(self, f"gen_{target}")()
         argv, limit = self.finish(target, argv)
-        return {"target": target, "argv": argv, "files": files, "limit": limit}
+        return {"target": target, "argv": argv, "files": files, "limit": limit, "tags": sorted(self.tags)}
 
     # ---- texts ----
     def text(self, kind: str, p_mutate: float = 0.85) -> str:
@@ -1114,6 +1383,9 @@ class Generator:
         r = rng.random()
         if r < p_builtin:
             return rng.choice(self.builtins), "builtin"
+        if self.imported and rng.random() < 0.1:  # a framework's schedule, read from its code
+            self.tags.add("importer")
+            return (rng.choice(self.imported) if rng.random() < 0.9 else rng.choice(IMPORTED_ODD)), "importer"
         r = rng.random()
         stem = f"input{len(files) or ''}" if rng.random() < 0.9 else rng.choice(OUTPUT_NAMES)
         if r < 0.55:
@@ -1140,6 +1412,8 @@ class Generator:
 
     def params(self, name: str, fmt: str) -> list[str]:
         rng = self.rng
+        if fmt == "importer":
+            return self.imported_params(name)
         if fmt not in ("builtin", "pp") or rng.random() < 0.15:
             return [] if rng.random() < 0.8 else ["--param", rng.choice(PARAMS_ODD)]
         if rng.random() < 0.0005:
@@ -1158,6 +1432,24 @@ class Generator:
             return ["--param", ",".join(pairs)]
         return [x for pair in pairs for x in ("--param", pair)]
 
+    def imported_params(self, name: str) -> list[str]:
+        """An importer's parameters: P and M, V for Megatron's interleaved, the switches BATCHED and
+        OVERLAP (0 or 1); now and then one missing, out of range or not the schedule's."""
+        rng = self.rng
+        if rng.random() < 0.12:
+            return ["--param", rng.choice(IMPORTED_PARAMS_ODD + PARAMS_ODD)]
+        values = {"P": rng.randint(1, 4), "M": rng.randint(1, 8)}
+        keys = IMPORTED.get(name, "PM")
+        if name == "deepspeed:dualpipev":
+            values["M"] = max(values["M"], 2 * values["P"])
+        if "V" in keys:
+            values["V"] = rng.randint(1, 3)
+        for k, flag in (("B", "BATCHED"), ("O", "OVERLAP")):
+            if k in keys and rng.random() < 0.5:
+                values[flag] = rng.randint(0, 1)
+        pairs = [f"{k}={v}" for k, v in values.items() if rng.random() < 0.93]
+        return ["--param", ",".join(pairs)] if pairs else []
+
     def cost_file(self, files: dict) -> list[str]:
         rng = self.rng
         if rng.random() < 0.7:
@@ -1175,33 +1467,62 @@ class Generator:
 
     def setup_file(self, files: dict) -> list[str]:
         rng = self.rng
+        self.tags.add("setup")
         if rng.random() < 0.6:
             name, text = "setup.toml", rng.choice(self.corpus["setup_toml"])
-            if rng.random() < 0.6:
+            r = rng.random()
+            if r < 0.25:
                 text = mutate(text, rng, TOKEN, self.vocab["toml"], 3)
+            elif r < 0.75:
+                text = mutate_setup(text, rng, self.corpus["setup_keys"])
+                self.tags.add("setup keys")
         else:
             name, text = "setup.json", rng.choice(self.corpus["setup_json"])
-            if rng.random() < 0.6:
+            r = rng.random()
+            if r < 0.25:
                 text = mutate_json(text, rng)
+            elif r < 0.75:
+                text = mutate_setup(text, rng, self.corpus["setup_keys"])
+                self.tags.add("setup keys")
         if rng.random() < 0.03:
             return ["--setup", rng.choice(["missing.toml", ".", "", "setup.yaml", "x" * 300])]
         files[name] = text
         return ["--setup", name]
 
-    def describing(self, files: dict) -> tuple[list[str], bool]:
-        """--model/--hardware/--link/--setup (sometimes), and whether sizes are then GiB."""
+    def describing(self, files: dict, p: float = 0.15, p_setup: float = 0.08) -> tuple[list[str], bool]:
+        """--model/--hardware/--link/--setup (sometimes), --profile with them (now and then without),
+        and whether sizes are then GiB."""
         rng = self.rng
         args = []
-        if rng.random() < 0.15:
+        if rng.random() < p:
             if rng.random() < 0.7:
                 args += ["--model", _pick(rng, *MODELS, 0.1)]
             if rng.random() < 0.7:
                 args += ["--hardware", _pick(rng, *HARDWARE, 0.1)]
             if rng.random() < 0.2:
                 args += ["--link", _pick(rng, *LINKS, 0.15)]
-        if rng.random() < 0.08:
+        if rng.random() < p_setup:
             args += self.setup_file(files)
+        if rng.random() < (0.3 if args else 0.01):
+            args += self.profile_file(files)
         return args, bool(args)
+
+    def profile_file(self, files: dict) -> list[str]:
+        """--profile FILE: a run's measured profile (its `activations` calibrate the description)."""
+        rng = self.rng
+        self.tags.add("profile")
+        text = rng.choice(self.corpus["measured"])
+        r = rng.random()
+        if r < 0.35:
+            text = mutate_profile(text, rng)
+        elif r < 0.55:
+            text = mutate_json(text, rng)
+        elif r < 0.6:
+            text = mutate(text, rng, TOKEN, self.vocab["toml"], 2)
+        if rng.random() < 0.04:
+            return ["--profile", rng.choice(["missing.json", ".", "", "setup.toml", "x" * 300])]
+        files["measured.json"] = text
+        return ["--profile", "measured.json"]
 
     def checking(self, sized: bool) -> list[str]:
         rng = self.rng
@@ -1342,6 +1663,125 @@ class Generator:
             argv.append("--json")
         return argv, files
 
+    def gen_plan(self):
+        """plan [NAME]... --gpus N --global-batch B with a description (--model/--hardware, --setup,
+        --profile), --micro-batch, --top, --json; the schedules built-ins, importers or files."""
+        files: dict = {}
+        rng = self.rng
+        argv = ["plan"]
+        for _ in range(rng.choice([0, 0, 0, 1, 1, 2, 3])):
+            r = rng.random()
+            if r < 0.65:
+                argv.append(rng.choice(self.builtins))
+            elif r < 0.8 and self.imported:
+                self.tags.add("importer")
+                argv.append(rng.choice(self.imported))
+            else:
+                argv.append(self.schedule(files, p_builtin=0.0)[0])
+        argv += ["--gpus", _pick(rng, *PLAN_GPUS, 0.12)]
+        argv += ["--global-batch", _pick(rng, *PLAN_BATCHES, 0.12)]
+        if rng.random() < 0.3:
+            argv += ["--micro-batch", _pick(rng, ["1", "2", "4"], ["0", "-1", "x", "3", "99999", "2147483648"], 0.3)]
+        if rng.random() < 0.3:
+            argv += ["--top", _pick(rng, ["1", "3", "10"], ["0", "-1", "x", "1000000", ""], 0.3)]
+        r = rng.random()
+        if r < 0.55:
+            argv += ["--model", _pick(rng, *PLAN_MODELS, 0.1), "--hardware", _pick(rng, *HARDWARE, 0.08)]
+            if rng.random() < 0.2:
+                argv += ["--link", _pick(rng, *LINKS, 0.15)]
+            if rng.random() < 0.25:
+                argv += self.profile_file(files)
+        elif r < 0.93:
+            argv += self.setup_file(files)
+            if rng.random() < 0.25:
+                argv += self.profile_file(files)
+        elif r < 0.97:
+            argv += ["--model", _pick(rng, *PLAN_MODELS, 0.1)]  # no hardware: a usage error
+        if rng.random() < 0.4:
+            argv.append("--json")
+        return argv, files
+
+    def dump_file(self, name: str, data: bytes) -> bytes:
+        """One rank's dump, edited: a JSON dump's structure, entries or text; a pickle's data
+        (unpickled from the repository's own file, edited, pickled again), bytes cut short or
+        flipped, or a pickle that would run code were it unpickled as torch does."""
+        import pickle
+        rng = self.rng
+        is_pickle = data[:1] == b"\x80"
+        self.tags.add("dump pickle" if is_pickle else "dump json")
+        r = rng.random()
+        if is_pickle and r < 0.15:
+            self.tags.add("dump code")
+            return rng.choice(CODE_PICKLES)
+        if is_pickle and r < 0.3:
+            i = rng.randrange(len(data))
+            return data[:i] if rng.random() < 0.5 else data[:i] + bytes([rng.randrange(256)]) + data[i + 1:]
+        try:
+            value = pickle.loads(data) if is_pickle else json.loads(data)  # (the repository's own files)
+        except Exception:  # noqa: BLE001 - a fixture that does not read is used as it is
+            return data
+        text = json.dumps(value)
+        text = mutate_dump(text, rng) if rng.random() < 0.6 else mutate_json(text, rng)
+        if is_pickle:
+            try:
+                return pickle.dumps(json.loads(text), protocol=rng.choice([2, 3, 4, 5]))
+            except ValueError:
+                return data
+        if rng.random() < 0.15:
+            text = mutate(text, rng, TOKEN, self.vocab["toml"], 2)
+        return text.encode("utf-8", "surrogatepass")
+
+    def gen_diagnose(self):
+        """diagnose DUMP... --schedule FILE: a scenario's dumps (gloo's JSON or pickle, NCCL's), some
+        edited, dropped, renamed or doubled, against its schedule (sometimes edited) or another."""
+        files: dict = {}
+        rng = self.rng
+        dumps = rng.choice(self.corpus["dumps"])
+        names = sorted(dumps["files"])
+        chosen = {}
+        for name in names:
+            data = dumps["files"][name]
+            chosen[name] = self.dump_file(name, data) if rng.random() < 0.35 else data
+        r = rng.random()
+        if r < 0.08 and len(chosen) > 1:
+            del chosen[rng.choice(sorted(chosen))]  # a rank's dump missing
+        elif r < 0.14:
+            name = rng.choice(sorted(chosen))  # a name that does not end with a rank, or names one twice
+            chosen[rng.choice(["dump.json", "rank0.json.bak", "rank00", "rank0.pkl", f"{name}.1", "nccl_trace_rank_x",
+                               "rank99999999999999999999", "rank-1.json"])] = chosen.pop(name)
+        elif r < 0.18:
+            chosen[rng.choice(["rank9.json", "notes.pp", ".hidden0"])] = rng.choice(
+                [b"", b"{}", b"\xff\xfe", b'{"entries": []}', dumps["schedule"].encode()])
+        for name, data in chosen.items():
+            files[f"dumps/{name}"] = data
+        argv = ["diagnose"]
+        r = rng.random()
+        if r < 0.6:
+            argv.append("dumps")
+        elif r < 0.92:
+            argv += [f"dumps/{n}" for n in sorted(chosen)]
+        else:
+            argv += rng.choice([["missing"], ["dumps", "dumps"], [""], ["."], ["empty"], ["dumps/" + sorted(chosen)[0]] * 2])
+            files["empty/.keep"] = b""
+        r = rng.random()
+        if r < 0.7:
+            text = dumps["schedule"]
+            if rng.random() < 0.3:
+                text = mutate(text, rng, TOKEN, self.vocab["pp"], 3)
+            files[f"{dumps['scenario']}.pp"] = text
+            argv += ["--schedule", f"{dumps['scenario']}.pp"]
+        elif r < 0.97:
+            argv += ["--schedule", self.schedule(files, p_builtin=0.5)[0]]
+        if rng.random() < 0.12:
+            argv += ["--param", rng.choice(["P=2,M=2", "P=2", "M=3", "P=4,M=8"] + PARAMS_ODD)]
+        if rng.random() < 0.25:
+            argv += ["--semantics", _pick(rng, ["gloo", "nccl", "rendezvous", "eager"], SEMANTICS[1], 0.3)]
+        if rng.random() < 0.04:
+            argv += ["--format", rng.choice(["pp", "torch-csv", "ir-json"])]
+        if rng.random() < 0.4:
+            argv.append("--json")
+        return argv, files
+
     def gen_prove(self):
         files: dict = {}
         rng = self.rng
@@ -1362,6 +1802,8 @@ class Generator:
         if rng.random() < 0.25:
             argv += ["--memory", _pick(rng, *MEMORIES, 0.4)]
         if rng.random() < 0.2:
+            if self.corpus["certificate"] is None:
+                self.corpus["certificate"] = _certificates()
             schedule, text = rng.choice(self.corpus["certificate"])
             if rng.random() < 0.3:  # just the certificate, not the whole proof
                 try:
@@ -1496,6 +1938,7 @@ class Fuzzer:
         self.per_class: Counter = Counter()
         self.by_target_class: Counter = Counter()
         self.outcomes: Counter = Counter()
+        self.features: Counter = Counter()  # inputs per tag (importer, profile, setup keys, dumps, ...)
         self.failures: dict[str, dict] = {}  # signature -> {"cls", "target", "count", "dir", "detail"}
         self.slowest: list[tuple[float, str, str]] = []
         self.overruns: list[tuple[float, float, str]] = []  # prove/synth past their limit + 2 s (not a failure)
@@ -1511,6 +1954,7 @@ class Fuzzer:
         self.per_target[target] += 1
         self.per_class[cls] += 1
         self.by_target_class[(target, cls)] += 1
+        self.features.update(case.get("tags", ()))
         if cls == "ok":
             self.outcomes[result["detail"]] += 1
         else:
@@ -1579,6 +2023,7 @@ class Fuzzer:
                 "per_target_class": {t: {c: self.by_target_class[(t, c)] for c in CLASSES if self.by_target_class[(t, c)]}
                                      for t in TARGETS if self.per_target[t]},
                 "outcomes": dict(sorted(self.outcomes.items())),
+                "features": dict(sorted(self.features.items())),
                 "distinct_failures": [{"signature": s, **{k: v for k, v in f.items() if k != "detail"}}
                                       for s, f in self.failures.items()],
                 "slowest": [{"seconds": round(t, 2), "target": tg, "input": x[:160]} for t, tg, x in self.slowest],
@@ -1648,6 +2093,8 @@ def print_report(rep: dict, stream=sys.stdout) -> None:
         row = rep["per_target_class"][t]
         w(f"  {t:10}{n:>10,}" + "".join(f"{row.get(c, 0):>10,}" for c in CLASSES)
           + f"{rep['seconds_per_target'][t]:>10,.1f}\n")
+    if rep.get("features"):
+        w("  inputs that use: " + ", ".join(f"{k} {v:,}" for k, v in rep["features"].items()) + "\n")
     w("  outcomes:\n")
     for k, v in rep["outcomes"].items():
         w(f"    {k[:60]:60} {v:>8,}\n")
@@ -1659,8 +2106,26 @@ def print_report(rep: dict, stream=sys.stdout) -> None:
     w(f"  reproducers: {rep['reproducers']}\n")
 
 
+def preload(frameworks: tuple[str, ...]) -> tuple[str, ...]:
+    """Import the frameworks whose schedules are inputs here, before any worker forks, so that a
+    fresh worker (after a hang) does not spend the seconds again inside an input's cap (Megatron-Core
+    takes 5 s); those not installed are left out of the inputs."""
+    from schedc.errors import SchedcError
+    from schedc.importers.common import require
+    modules = {"deepspeed": "deepspeed.runtime.pipe.schedule", "megatron": "megatron.core.pipeline_parallel.schedules"}
+    have = []
+    for fw in frameworks:
+        try:
+            require(fw, modules[fw])  # (as the importer does: quietly, and only a tested version)
+        except SchedcError:
+            continue
+        have.append(fw)
+    return tuple(have)
+
+
 def run_random(args, corpus, stream=sys.stdout) -> tuple[Fuzzer, float]:
-    gen = Generator(corpus, args.seed, _weights(args.targets))
+    frameworks = preload(tuple(f for f in args.importers.split(",") if f)) if args.importers else ()
+    gen = Generator(corpus, args.seed, _weights(args.targets), frameworks)
     fz = Fuzzer(Path(args.out), cap=args.cap, memory_cap_mb=args.memory_cap)
     start = time.perf_counter()
     stop_at = start + args.minutes * 60 if args.minutes else None
@@ -1750,6 +2215,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=150, metavar="K",
                    help="generated programs to start from (and K/4 grammar texts; default 150)")
     p.add_argument("--targets", metavar="T,...", help="only these targets: " + ", ".join(TARGETS))
+    p.add_argument("--importers", default=",".join(FRAMEWORKS), metavar="F,...",
+                   help="the frameworks whose schedules (deepspeed:train, megatron:interleaved, ...) are inputs, "
+                        "imported before the clock starts (default: deepspeed,megatron, those installed; '' for none)")
     p.add_argument("--cap", type=float, default=CAP_S, metavar="S",
                    help=f"wall-clock cap per input, past which it is a hang (default {CAP_S:g}; prove and synth: "
                         f"their own limit + {SLACK_S:g} s, at most this)")
@@ -1777,6 +2245,8 @@ def main(argv=None) -> int:
         if args.targets else []
     if unknown:
         p.error(f"unknown target(s) {', '.join(unknown)}; choose from {', '.join(TARGETS)}")
+    if set(f for f in args.importers.split(",") if f) - set(FRAMEWORKS):
+        p.error(f"--importers: choose from {', '.join(FRAMEWORKS)}")
     args.out = args.out or tempfile.mkdtemp(prefix="schedc-fuzz-")
     if args.engine == "atheris":
         try:

@@ -152,14 +152,17 @@ class Costs:
 
     def links(self, program: Program) -> dict[tuple[int, int], Link]:
         """Per-channel links for the simulator (unset fields from the program's latency/bandwidth and
-        from the top-level overhead); with a top-level overhead, every channel between two ranks."""
+        from the top-level overhead); with a top-level overhead, every channel a message can take:
+        between the ranks of adjacent stages, both ways (not every pair of ranks: at P=5,000 that
+        was 25M links and past 7 GB)."""
         from .timeline import Link
         ann = program.annotations
         every = self.overhead or 0.0
         chans = dict(self.channels)
         if every:
-            R = program.num_ranks
-            chans = {**{(a, b): () for a in range(R) for b in range(R) if a != b}, **chans}
+            at = program.placement
+            used = {pair for s in range(len(at) - 1) for pair in ((at[s], at[s + 1]), (at[s + 1], at[s]))}
+            chans = {**{(a, b): () for a, b in used if a != b}, **chans}
         return {ch: Link(dict(pairs).get("latency", ann.latency), dict(pairs).get("bandwidth", ann.bandwidth),
                          dict(pairs).get("overhead", every))
                 for ch, pairs in sorted(chans.items())}

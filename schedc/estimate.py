@@ -43,7 +43,7 @@ def layers_per_stage(layers: int, stages: int) -> list[int]:
 def layer_params(m, layer: int = 0) -> int:
     """Weights of the matrix multiplications of one layer: attention's and its MLP's (or its
     mixture of experts': the router and every expert). Norms and biases, O(h), are left out."""
-    return attention_params(m) + sum(expert_params(m, layer)) + mlp_params(m, layer)
+    return attention_params(m) + expert_params(m, layer) + mlp_params(m, layer)
 
 
 def attention_params(m) -> int:
@@ -66,18 +66,20 @@ def mlp_params(m, layer: int) -> int:
     return m.hidden * m.experts + per * m.hidden * m.shared_expert_ffn_hidden
 
 
-def expert_params(m, layer: int) -> tuple[int, ...]:
-    """Each routed expert's weights in an MoE layer (none in a dense one)."""
-    if not is_moe(m, layer):
-        return ()
-    return ((3 if m.gated_mlp else 2) * m.hidden * m.expert_ffn_hidden,) * m.experts
+def expert_size(m, layer: int) -> int:
+    """One routed expert's weights in an MoE layer (0 in a dense one)."""
+    return (3 if m.gated_mlp else 2) * m.hidden * m.expert_ffn_hidden if is_moe(m, layer) else 0
+
+
+def expert_params(m, layer: int) -> int:
+    """The routed experts' weights in an MoE layer, all of them (0 in a dense one)."""
+    return expert_size(m, layer) * m.experts
 
 
 def active_params(m, layer: int) -> int:
     """The weights one token meets in the layer: all of a dense layer; of an MoE layer, attention,
     the router, the shared expert and its top-k routed experts."""
-    experts = expert_params(m, layer)
-    return attention_params(m) + mlp_params(m, layer) + (m.top_k * experts[0] if experts else 0)
+    return attention_params(m) + mlp_params(m, layer) + m.top_k * expert_size(m, layer)
 
 
 def embedding_params(m) -> int:
@@ -207,7 +209,7 @@ def stages(m, num_stages: int, p: mesh.Parallel = mesh.Parallel()) -> list[Stage
 def rank_params(m, layer: int, p: mesh.Parallel = mesh.Parallel()) -> int:
     """A layer's weights on one rank: tensor parallelism splits attention, the MLP, the router and
     the shared expert t ways; expert parallelism gives each rank 1/ep of the routed experts."""
-    return (attention_params(m) + mlp_params(m, layer)) // p.tp + sum(expert_params(m, layer)) // p.ep
+    return (attention_params(m) + mlp_params(m, layer)) // p.tp + expert_params(m, layer) // p.ep
 
 
 def _last_stage_bytes(m, p: mesh.Parallel) -> float:

@@ -25,6 +25,10 @@ KINDS = ("model", "hardware", "link")
 RESERVE_FIXED = 2 * GIB
 RESERVE_FRACTION = 0.05
 MAX_COUNT = 2 ** 31  # no count of a model's shape is larger
+MAX_BYTES = 2 ** 63  # no measured byte count is larger (a profile's activations)
+# a model's layers: each stage's estimate walks its layers one by one (checkpointing every N, dense
+# layers first), so their count bounds the work; the largest models have about a hundred
+MAX_LAYERS = 10_000
 MODEL_REQUIRED = ("layers", "hidden", "heads", "seq_len", "vocab")
 MOE_KEYS = ("experts", "top_k", "expert_ffn_hidden", "shared_expert_ffn_hidden", "first_dense_layers")
 MODEL_OPTIONAL = ("kv_heads", "ffn_hidden", "gated_mlp", "dropout", "tied_embeddings", "norm", "rope", "attention",
@@ -269,19 +273,24 @@ class Setup:
         if not isinstance(measured, dict) or not measured:
             raise SchedcError("usage", "the profile has no measured activations (\"activations\"): "
                               "`schedc run --profile FILE` writes them", where=where)
-        try:
-            stages = sorted(int(s) for s in measured)
-            sizes = [float(measured[str(s)]) for s in stages]
-        except (TypeError, ValueError):
-            raise SchedcError("usage", "the profile's \"activations\" must map stage numbers to bytes",
-                              where=where) from None
-        n = stages[-1] + 1
-        if stages[0] < 0 or any(not (math.isfinite(b) and b > 0) for b in sizes):
-            raise SchedcError("usage", "the profile's \"activations\" must be positive byte counts of stages "
-                              "0, 1, ...", where=where)
+        odd = next((k for k in measured if not (isinstance(k, str) and k.isascii() and k.isdigit()
+                                                and str(int(k)) == k)), None)
+        if odd is not None:
+            raise SchedcError("usage", f"the profile's \"activations\" must map stage numbers to bytes: {odd!r} is "
+                              "not a stage number (0, 1, ...)", where=where)
+        stages = sorted(int(s) for s in measured)
+        sizes = [measured[str(s)] for s in stages]
+        if any(isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 < b < MAX_BYTES for b in sizes):
+            raise SchedcError("usage", "the profile's \"activations\" must be positive byte counts below 2^63 of "
+                              "stages 0, 1, ...", where=where)
         plain = replace(self, model=replace(self.model, activation_scale=1.0))
-        modelled = sum(plain.estimates(n)[s].activation_bytes for s in stages)
-        return replace(self, model=replace(self.model, activation_scale=sum(sizes) / modelled))
+        modelled = sum(plain.estimates(stages[-1] + 1)[s].activation_bytes for s in stages)
+        scale = sum(float(b) for b in sizes) / modelled
+        if not scale > 0:  # (a few bytes against a model's billions: no scale a float holds)
+            raise SchedcError("usage", f"the profile's \"activations\" ({max(sizes):.4g} bytes a stage at most) are "
+                              f"out of range for {self.model.name}, which counts {modelled:.4g} for those stages",
+                              where=where)
+        return replace(self, model=replace(self.model, activation_scale=scale))
 
     def check_job(self, ranks_per_pipeline: int, replicas: int) -> None:
         """The schedule and the [parallelism] table describe the same job: its pipeline degree is the
@@ -451,6 +460,9 @@ def _model(t: dict[str, Any], place: _Place) -> Model:  # noqa: C901
             if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < MAX_COUNT:
                 raise place.error(f"[model] {k} must be a positive whole number below 2^31, not {v!r}", "model", k)
             n[k] = v
+    if n["layers"] > MAX_LAYERS:
+        raise place.error(f"[model] layers must be at most {MAX_LAYERS:,} (docs/limits.md), not {n['layers']:,}",
+                          "model", "layers")
     n.setdefault("kv_heads", n["heads"])
     n.setdefault("ffn_hidden", 4 * n["hidden"])
     _experts(n, place)
@@ -550,7 +562,7 @@ def _hardware(t: dict[str, Any], place: _Place) -> Hardware:
         raise place.error(f"[hardware] efficiency is the fraction of the peak that training reaches, in (0, 1], "
                           f"not {efficiency:g}", "hardware", "efficiency")
     link = t.get("link")
-    if link is not None and link not in presets()["link"]:
+    if link is not None and (not isinstance(link, str) or link not in presets()["link"]):
         raise place.error(_unknown("link", link), "hardware", "link")
     memory = _positive(t["memory"], place, "hardware", "memory", _size)
     reserve = default_reserve(memory)
@@ -564,7 +576,7 @@ def _hardware(t: dict[str, Any], place: _Place) -> Hardware:
         raise place.error(f"[hardware] gpus_per_node must be a positive whole number, not {nodes!r}", "hardware",
                           "gpus_per_node")
     network = t.get("network", "ib-400g")
-    if network not in presets()["link"]:
+    if not isinstance(network, str) or network not in presets()["link"]:
         raise place.error(_unknown("link", network), "hardware", "network")
     return Hardware(t.get("name", "hardware"), peaks, memory, efficiency, link, reserve, nodes, network)
 

@@ -23,6 +23,13 @@ from .outputs import rounded
 
 POWERS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MAX_PLAN_LAYOUTS = 20_000  # layouts enumerated before any is bounded: a clear error beyond it
+# The search's work, counted, not timed (docs/limits.md): a unit is about 1 us of CPU time. Bounding a
+# layout costs 6 a layer of the model (counted for them all before any is bounded); a schedule
+# simulated, 1,000 and 2 an action; checked, 20 an action. Past the limit, a `too-large` error
+# naming the schedule that would cross it, before its work starts (llama3-70b on 1,024 GPUs at a
+# global batch of 4,096 took 142 s on a loaded machine).
+MAX_PLAN_WORK = 12_000_000
+UNITS_LAYER, UNITS_PROGRAM, UNITS_SIMULATED, UNITS_CHECKED = 6, 1_000, 2, 20
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,8 @@ class Plan:
     bounded: int = 0
     simulated: int = 0
     checked: int = 0
+    work: int = 0  # units spent (MAX_PLAN_WORK)
+    unsound: set[str] = field(default_factory=set)  # schedules passed over for failing lint or check
 
 
 def _divisors(n: int, limit: int) -> list[int]:
@@ -134,8 +143,11 @@ def plan(setup: Any, gpus: int, global_batch: int, schedules: Sequence[str], *, 
     base = replace(setup, model=model)
     found = list(layouts(base, gpus, global_batch, micro_batch))
     if len(found) > MAX_PLAN_LAYOUTS:
-        raise SchedcError("too-large", f"{len(found):,} layouts of {gpus:,} GPUs: more than {MAX_PLAN_LAYOUTS:,}")
+        raise SchedcError("too-large", f"{len(found):,} layouts of {gpus:,} GPUs: more than {MAX_PLAN_LAYOUTS:,}",
+                          where="--gpus")
     result = Plan(layouts=len(found))
+    _spend(result, len(found) * model.layers * UNITS_LAYER, f"bounding {len(found):,} layouts of {model.layers:,} "
+           "layers", "--gpus")
     bounded = []
     for lay, M in found:
         s = replace(base, parallel=lay.parallel(setup.parallel))
@@ -156,6 +168,16 @@ def plan(setup: Any, gpus: int, global_batch: int, schedules: Sequence[str], *, 
         result.choices = sorted(result.choices + _simulate(s, lay, M, schedules, params or {}, result, beat),
                                 key=lambda c: (c.step, c.layout.pp, c.row.name))[:top]
     return result
+
+
+def _spend(result: Plan, units: int, what: str, where: str) -> None:
+    """Count `units` of work on the plan, or a `too-large` error before it if that crosses MAX_PLAN_WORK."""
+    if result.work + units > MAX_PLAN_WORK:
+        raise SchedcError("too-large", f"the plan's search would pass its work limit of {MAX_PLAN_WORK:,} units "
+                          f"(docs/limits.md) {what}, having simulated {result.simulated} and checked "
+                          f"{result.checked} schedules: narrow it (fewer schedules or GPUs, a smaller --global-batch "
+                          "or a larger --micro-batch: fewer microbatches)", where=where)
+    result.work += units
 
 
 def _bounds(setup: Any, pp: int, M: int) -> tuple[float, float]:
@@ -184,6 +206,15 @@ def _program(name: str, P: int, M: int, params: tuple[tuple[str, int], ...]) -> 
         return None
 
 
+@lru_cache(maxsize=512)
+def _sound(name: str, P: int, M: int, params: tuple[tuple[str, int], ...]) -> bool:
+    """Whether the schedule at P, M passes lint (a send to no stage, say, has no time to simulate:
+    such a schedule is passed over, as one that fails its checks is)."""
+    from .report import lint_findings
+    program = _program(name, P, M, params)
+    return program is not None and not lint_findings(program)
+
+
 def _simulate(setup: Any, lay: Layout, M: int, schedules: Sequence[str], params: dict[str, int],
               result: Plan, beat: float) -> list[Choice]:
     """Each schedule at this layout that can enter the answers: timed first (the simulator), and
@@ -206,20 +237,27 @@ def _evaluate(setup: Any, lay: Layout, M: int, name: str, params: tuple[tuple[st
     program = _program(name, lay.pp, M, params)
     if program is None or program.num_stages > setup.model.layers:
         return None
+    if not _sound(name, lay.pp, M, params):
+        result.unsound.add(name)
+        return None
     try:
         program = Costs("plan", derived=setup).apply(program)
     except SchedcError as exc:
         if exc.code != "costs":
             raise
         return None  # a split these stages cannot take
+    at = f"{name} at P={lay.pp}, M={M}"
+    _spend(result, UNITS_PROGRAM + UNITS_SIMULATED * program.num_actions, "simulating " + at, name)
     timeline = simulate(program)  # (with the step's data-parallel collectives: rules/time.py)
     result.simulated += 1
     states = setup.model_states(program)
     if timeline.makespan >= beat:
         return None
+    _spend(result, UNITS_CHECKED * program.num_actions, "checking " + at, name)
     report = check(program)
     result.checked += 1
     if report.ok is not True:
+        result.unsound.add(name)
         return None
     row = Row(name, program.params, timeline.makespan, timeline.bubble_ratio, report.peak_sizes, model_states=states)
     if max(row.total_memory) > setup.memory + 1e-9:

@@ -52,10 +52,27 @@ def test_a_profile_scales_the_activations_and_nothing_else(setup_file):
 
 @pytest.mark.parametrize("profile, phrase", [({"stages": {}}, "no measured activations"),
                                              ({"activations": {"0": -1}}, "positive byte counts"),
-                                             ({"activations": {"x": 5}}, "stage numbers")])
+                                             ({"activations": {"x": 5}}, "stage numbers"),
+                                             # the fuzzer's (bench/README.md, "Fuzzing"): KeyError, inf
+                                             ({"activations": {"01": 5}}, "'01' is not a stage number"),
+                                             ({"activations": {" 1": 5, "0": 5}}, "' 1' is not a stage number"),
+                                             ({"activations": {"0": True}}, "positive byte counts"),
+                                             ({"activations": {"0": "5"}}, "positive byte counts"),
+                                             ({"activations": {"0": 1e308, "1": 1e308}}, "below 2\\^63"),
+                                             ({"activations": {"0": 5e-324}}, "out of range")])
 def test_a_profile_without_good_activations_is_an_error(setup_file, profile, phrase):
     with pytest.raises(SchedcError, match=phrase):
         describe(str(setup_file)).calibrated(profile, "p.json")
+
+
+@pytest.mark.parametrize("activations", [{"01": 5}, {"0": 1e308, "1": 1e308}])
+def test_a_bad_profile_on_the_command_line_is_a_usage_error(run_cli, tmp_path, activations):
+    """A stage key `01` was a KeyError (exit 4); bytes near 1e308 gave activations of `inf`."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"activations": activations}))
+    for command in (["sim", "1f1b", "--param", "P=2,M=4"], ["plan", "--gpus", "2", "--global-batch", "4"]):
+        code, out, err = run_cli(*command, "--model", "llama2-7b", "--hardware", "h100-80gb", "--profile", str(path))
+        assert code == 2 and "error[usage]: the profile's \"activations\"" in err and "inf" not in out, (command, err)
 
 
 def test_the_command_line_needs_a_description_for_it(run_cli, tmp_path):

@@ -37,6 +37,17 @@ def test_empty_file_is_an_error():
     assert info.value.code == "csv"
 
 
+def test_export_writes_no_compute_level_csv_of_communication_alone(run_cli, tmp_path):
+    """The fuzzer's (seed 79; bench/README.md, "Fuzzing"): exporting at the compute level a CSV of
+    sends, receives and an UNSHARD wrote blank rows, a CSV that does not read back (exit 0)."""
+    path = tmp_path / "input.csv"
+    path.write_text("1RECV_F0,0SEND_F1,0UNSHARD,9SEND_F0\r\n2SEND_F1\r\n")
+    out = tmp_path / "out" / "x.csv"
+    code, _, err = run_cli("export", str(path), "--to", "torch-csv", "--level", "compute", "-o", str(out))
+    assert code == 2 and "--level: error[usage]: input has no compute actions (its 5 all communicate)" in err
+    assert not out.parent.exists()
+
+
 # Issue 17, item 7: every step a report shows for a CSV is the column of the named cell.
 IDLE_DEADLOCK = (",0F0,0F1,,0SEND_F0,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\r\n"
                  "1RECV_F0,,1F0,1B0,,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\r\n")

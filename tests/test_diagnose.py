@@ -131,6 +131,20 @@ def test_a_pickle_never_runs_code(run_cli, tmp_path):
     assert "not a Flight Recorder pickle" in bad(run_cli, tmp_path, "rank0", pickle.dumps({"entries": []})[:-3])
 
 
+def test_a_schedule_with_a_stage_out_of_range_is_refused_at_its_line(run_cli, tmp_path):
+    """The fuzzer's (bench/README.md, "Fuzzing"): a send to stage 10 of 2 was an IndexError in the
+    matching (exit 4); it is the check's `bad-index` at the schedule's line, exit 2."""
+    bad = tmp_path / "crossed.pp"
+    bad.write_text((DATA / "crossed.pp").read_text().replace("0F0 0SEND_F0", "0F0 10SEND_F0"))
+    code, out, err = run_cli("diagnose", str(DATA / "crossed"), "--schedule", str(bad))
+    assert code == 2 and f"{bad}:6:15: error[bad-index]: rank 0, step 1: SEND_F(10,0)" in err and "Traceback" not in err
+    # seed 79: a CSV whose last stage sends on (`bad-comm`: no stage 3 to talk to) was the same IndexError
+    csv = tmp_path / "input4.csv"
+    csv.write_text("0SEND_F1,1RECV_B0,2SEND_F1,2RECV_F0\n2RECV_B0,1SEND_B1,2SEND_F1,1UNSHARD\n1SEND_B1\n")
+    code, out, err = run_cli("diagnose", str(DATA / "crossed"), "--schedule", str(csv), "--json")
+    assert code == 2 and "stage 2 has no stage 3 to talk to" in err and json.loads(out)["input_error"], err
+
+
 def test_dumps_of_one_rank_twice_or_of_two_backends_are_refused(run_cli, tmp_path):
     code, _, err = run_cli("diagnose", str(DATA / "crossed" / "rank0.json"), str(DATA / "crossed" / "nccl" / "rank0"),
                            "--schedule", str(DATA / "crossed.pp"))

@@ -301,7 +301,7 @@ def _table(page: str, header: str) -> list[list[str]]:
 
 
 def test_the_limits_page_states_schedcs_limits():
-    from schedc import compiler, expr, ir, lint, parse, report, simulate
+    from schedc import compiler, expr, hardware, importers, ir, lint, parse, report, simulate
     from schedc.inputs import MAX_DIGITS
     from schedc.lower import codegen
     from schedc.viz.dag import MAX_DAG_STEPS
@@ -324,6 +324,8 @@ def test_the_limits_page_states_schedcs_limits():
         "actions checked in detail": f"{report.MAX_DETAILED_ACTIONS:,}",
         "actions timed step by step (`sim`, `viz`, `compare`, `compile`'s picture)": f"{simulate.MAX_SIMULATED_ACTIONS:,}",
         "actions of a runnable program (`compile`'s `<name>_program.py`, `run`)": f"{codegen.MAX_RUNNABLE_ACTIONS:,}",
+        "a framework's schedule (`deepspeed:NAME`, `megatron:NAME`): P x M x V": f"{importers.MAX_WORK:,}",
+        "a model's layers (`[model] layers`)": f"{hardware.MAX_LAYERS:,}",
     }
     assert compiler.MAX_STAGES == compiler.MAX_MICROBATCHES
     for what, limit in expected.items():
@@ -331,12 +333,17 @@ def test_the_limits_page_states_schedcs_limits():
 
 
 def test_the_limits_page_states_the_commands_own_limits():
+    from schedc import plan
     from schedc.prove import prover
     from schedc.synth import problem, search
     from schedc.verify import solver
     from schedc.viz import scene
     text = " ".join((ROOT / "docs" / "limits.md").read_text(encoding="utf-8").split())
     for phrase in (f"checks at most {prover.BOUNDED_SETTINGS} small settings",
+                   f"`schedc plan` spends at most {plan.MAX_PLAN_WORK:,} work units on its search",
+                   f"{plan.UNITS_LAYER} a layer of the model for each layout bounded",
+                   f"{plan.UNITS_PROGRAM:,} and {plan.UNITS_SIMULATED} an action for each schedule simulated, "
+                   f"{plan.UNITS_CHECKED} an action for each one checked",
                    f"Z3 resource units (default {prover.PROOF_UNITS:,}; each query its share)",
                    f"on its search (default {search.SEARCH_UNITS:,})",
                    f"at most {solver.DEADLOCK_UNITS:,} units on a query of at most {solver.MAX_STEPS:,} steps",

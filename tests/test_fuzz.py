@@ -588,16 +588,22 @@ KNOWN_OPEN: dict = {}  # none open: the findings below are fixed
 
 
 def test_bench_fuzz_short_run_has_no_internal_errors_hangs_or_partial_files(tmp_path, capsys):
-    """A seeded run of every target, commands included: each input is counted in one class, and
-    none is an internal error, a hang or a partial file (but for the open findings above)."""
+    """A seeded run of every target, commands included (plan and diagnose too): each input is
+    counted in one class, and none is an internal error, a hang or a partial file (but for the open
+    findings above). The seed gives a few inputs of each newer kind: importer names (DeepSpeed's
+    here: Megatron-Core takes 5 s to import), --profile files, setup files edited at their keys,
+    JSON and pickled Flight Recorder dumps, and pickles that would run code."""
     fuzz = _bench_fuzz()
-    code = fuzz.main(["--examples", "260", "--seeds", "8", "--seed", "0", "--json", "--out", str(tmp_path)])
+    code = fuzz.main(["--examples", "260", "--seeds", "8", "--seed", "0", "--importers", "deepspeed", "--json",
+                      "--out", str(tmp_path)])
     out = capsys.readouterr().out
     report = json.loads(out.strip().splitlines()[-1])
     assert report["inputs"] == 260 and sum(report["per_target"].values()) == 260
     assert sum(report["classes"].values()) == 260 and set(report["classes"]) == set(fuzz.CLASSES)
     assert set(report["per_target"]) == set(fuzz.TARGETS), report["per_target"]
     assert out.startswith("schedc fuzz (random): 260 inputs in ")
+    used = report["features"]
+    assert {"importer", "profile", "setup", "setup keys", "dump json", "dump pickle", "dump code"} <= set(used), used
     bad = [f for f in report["distinct_failures"] if not any(known(f) for known in KNOWN_OPEN.values())]
     assert not bad, out
     assert code == (1 if report["failures"] else 0)
@@ -677,6 +683,9 @@ def test_bench_fuzz_judges_the_files_a_command_writes():
     assert _classify(fuzz, ["viz", "input.pp", "--dag", "-o", "g.dot"], {"g.dot": dot}) == "ok"
     injected = dot.replace(b'label="0F0"', b'label="a\\\\" URL="javascript:x" x="y"')
     assert _classify(fuzz, ["viz", "input.pp", "--dag", "-o", "g.dot"], {"g.dot": injected}) == "invalid"
+    pwned = ["diagnose", "dumps", "--schedule", "a.pp"]  # a pickled dump that ran code
+    assert _classify(fuzz, pwned, {"dumps/PWNED": b""}, code=2) == "invalid"
+    assert _classify(fuzz, pwned, {}, code=2) == "ok"
     html = b"<html><script>var d = 1;</script><script>x = '<!--<script>'</script></html>"
     assert _classify(fuzz, ["viz", "input.pp", "-o", "p.html"], {"p.html": html}) == "invalid"
 
@@ -730,10 +739,14 @@ def test_a_data_parallel_deadlock_across_replicas_is_drawn(tmp_path, monkeypatch
 # Findings of the fuzzer, each with its reproducer (all fixed)
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv", [("check", "x" * 300), ("compare", "x" * 300), ("prove", "y" * 300),
-                                  ("run", "1f1b", "--model", "examples.mlp:build_stages", "--trace", "x" * 300)])
+                                  ("run", "1f1b", "--model", "examples.mlp:build_stages", "--trace", "x" * 300),
+                                  # seed 73: diagnose's DUMP (Path.is_dir raised OSError, exit 4)
+                                  ("diagnose", "x" * 300, "--schedule", "1f1b"),
+                                  ("diagnose", "x" * 300 + "0", "--schedule", "1f1b")])
 def test_an_input_name_longer_than_the_file_system_allows_is_a_clean_error(argv):
     code, out, err = _cli(*argv)
     assert code == 2 and "Traceback" not in err and "internal error" not in err, (code, err)
+    assert argv[0] != "diagnose" or "error[io]: cannot read 'xxx" in err, err
 
 
 def _bounded(argv, seconds=30, memory=1 << 30):

@@ -142,6 +142,11 @@ def test_a_setup_file_changes_a_preset(tmp_path):
     ('[hardware]\npreset = "h100-80gb"\nefficiency = 1.5\n', ":3:1:", "in (0, 1]"),
     ('[model]\npreset = "gpt3"\n', ":2:1:", "did you mean 'gpt3-1.3b'"),
     ('[modle]\n', "setup.toml: error", "did you mean 'model'"),
+    # the fuzzer's (bench/README.md, "Fuzzing"): a TypeError (exit 4) for a list where a preset's name
+    # goes; a MemoryError for 2^31 - 1 layers (walked one by one) or experts (a tuple of each)
+    ('[hardware]\npreset = "h100-80gb"\nlink = ["nvlink"]\n', ":3:1:", "no link preset ['nvlink']"),
+    ('[hardware]\npreset = "h100-80gb"\nnetwork = {x = 1}\n', ":3:1:", "no link preset {'x': 1}"),
+    ('[model]\npreset = "llama2-7b"\nlayers = 2147483647\n', ":3:1:", "layers must be at most 10,000"),
 ])
 def test_a_bad_setup_file_is_an_error_at_its_key(run_cli, tmp_path, text, where, phrase):
     (tmp_path / "setup.toml").write_text(text)
@@ -261,3 +266,27 @@ def test_text_and_pictures_say_seconds_and_gib(run_cli, tmp_path):
     text = svg.read_text()
     assert code == 0 and "time (s)" in text and " GiB / " in text  # a row's peak and its limit
     assert "GiB (rank 0)" in text and "model states" in text
+
+
+def test_a_mixture_of_two_billion_experts_is_counted_not_listed(tmp_path):
+    """Each expert was a tuple item (2^31 - 1 of them: a MemoryError); now one size times the count."""
+    path = tmp_path / "moe.toml"
+    path.write_text('[model]\npreset = "mixtral-8x7b"\nexperts = 2147483647\n[hardware]\npreset = "h100-80gb"\n')
+    s = describe(str(path))
+    mixtral = describe(model="mixtral-8x7b", hardware="h100-80gb")
+    per = estimate.expert_size(mixtral.model, 0)
+    assert estimate.expert_params(s.model, 0) == per * (2 ** 31 - 1) and estimate.expert_params(mixtral.model, 0) == per * 8
+    assert s.estimates(2)[0].params > 2 ** 31 * per
+
+
+def test_sim_writes_no_trace_for_a_job_the_schedule_does_not_run(run_cli, tmp_path):
+    """The fuzzer's (bench/README.md, "Fuzzing"): sim wrote --trace, then refused a [parallelism]
+    pipeline degree that is not the schedule's (exit 2 with an output written)."""
+    path = tmp_path / "setup.toml"
+    path.write_text('[model]\npreset = "llama3-70b"\n[hardware]\npreset = "h100-80gb"\n[parallelism]\n'
+                    'pipeline_parallel_degree = 4\n')
+    trace = tmp_path / "out" / "x.json"
+    code, out, err = run_cli("sim", "zb_h2", "--param", "P=3,M=3", "--setup", str(path), "--lower", "early",
+                             "--json", "--trace", str(trace))
+    assert code == 2 and "pipeline_parallel_degree is 4, but the schedule runs 3" in err
+    assert not (tmp_path / "out").exists()

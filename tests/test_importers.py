@@ -150,6 +150,24 @@ def test_unknown_names_and_params_are_usage_errors():
         load("deepspeed:train", {"P": 2, "M": 2}, forward_only=True)
 
 
+@pytest.mark.parametrize("name,params", [("megatron:1f1b", {"P": 2, "M": 1_000_000}),
+                                         ("deepspeed:train", {"P": 2, "M": 25_001}),
+                                         ("megatron:interleaved", {"P": 100, "M": 100, "V": 6})])
+def test_a_schedule_whose_listing_would_be_past_the_source_limit_is_refused_before_tracing(name, params, monkeypatch):
+    """The fuzzer's (bench/README.md, "Fuzzing"): tracing Megatron-Core at P=2, M=1,000,000 ran for
+    minutes and 6.9 GB before the listing's size was refused. P x M x V is counted first; the
+    framework's code is never reached (nor imported)."""
+    from schedc.importers import deepspeed, megatron
+
+    def no_import(*args, **kwargs):
+        raise AssertionError("the framework was asked for")
+    for module in (deepspeed, megatron):
+        monkeypatch.setattr(module, "require", no_import)
+    with pytest.raises(SchedcError, match=r"P x M x V is [\d,]+, at most 50,000") as exc:
+        load(name, params)
+    assert exc.value.code == "too-large" and exc.value.diagnostics[0].where == "--param"
+
+
 @needs_megatron
 def test_megatron_settings_it_refuses_are_importer_errors():
     with pytest.raises(SchedcError, match="V >= 2"):
@@ -157,6 +175,30 @@ def test_megatron_settings_it_refuses_are_importer_errors():
     with pytest.raises(SchedcError, match="Megatron-Core refuses P=4, V=2, M=6") as exc:
         load("megatron:interleaved", {"P": 4, "M": 6, "V": 2})
     assert exc.value.code == "importer"
+    # the fuzzer's (bench/README.md, "Fuzzing"): an IndexError inside Megatron's interleaved schedule
+    # on one rank, exit 4; Megatron-Core's own initialize_model_parallel refuses it
+    with pytest.raises(SchedcError, match="P >= 2 ranks") as exc:
+        load("megatron:interleaved", {"P": 1, "M": 7, "V": 3})
+    assert exc.value.code == "range"
+
+
+@needs_megatron
+def test_a_failure_inside_megatrons_code_is_an_importer_error_that_says_where(monkeypatch):
+    """Any exception raised in Megatron-Core's own code (not only its argument checks) is an
+    `importer` error naming the file and line; one raised by schedc's fakes stays a bug of schedc's."""
+    import megatron.core.pipeline_parallel.schedules as schedules
+    code = compile("def run(**kw):\n    return [][0]\n", "/x/megatron/core/pipeline_parallel/fake.py", "exec")
+    scope: dict = {}
+    exec(code, scope)
+    monkeypatch.setattr(schedules, "forward_backward_pipelining_without_interleaving", scope["run"])
+    with pytest.raises(SchedcError, match=r"fails at P=2, V=1, M=2: IndexError: .* \(in core/pipeline_parallel/fake.py:2\)"):
+        load("megatron:1f1b", {"P": 2, "M": 2})
+
+    def ours(**kw):
+        raise KeyError("schedc's")
+    monkeypatch.setattr(schedules, "forward_backward_pipelining_without_interleaving", ours)
+    with pytest.raises(KeyError):
+        load("megatron:1f1b", {"P": 2, "M": 2})
 
 
 @needs_deepspeed

@@ -3,6 +3,7 @@ fit (schedc/plan.py). Its answers are held to an exhaustive search of the same s
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -54,3 +55,37 @@ def test_plan_json_and_usage(run_cli):
     assert {"pp", "tp", "cp", "dp", "ep", "schedule", "step", "reduction", "fits"} <= set(lines[0])
     code, _, err = run_cli("plan", "--gpus", "8", "--global-batch", "16")
     assert code == 2 and "needs a model and hardware" in err
+
+
+# ---- the fuzzer's findings (bench/README.md, "Fuzzing"), each its reproducer ----
+def test_the_search_is_bounded_by_counted_work(run_cli, monkeypatch):
+    """`plan --gpus 1024 --global-batch 4096 --model llama3-70b` took 142 s on a loaded machine (past
+    the fuzzer's 30 s cap): the search's work is counted, and one that would pass the limit stops
+    with a `too-large` error naming the schedule, before its work (here with the limit made small)."""
+    import schedc.plan as plan_module
+    setup = describe(model="llama2-7b", hardware="h100-80gb")
+    whole = plan(setup, 8, 64, SCHEDULES, top=3)
+    assert 0 < whole.work < plan_module.MAX_PLAN_WORK and whole.work == plan(setup, 8, 64, SCHEDULES, top=3).work
+    monkeypatch.setattr(plan_module, "MAX_PLAN_WORK", whole.work - 1)
+    code, out, err = run_cli("plan", *SCHEDULES, "--gpus", "8", "--global-batch", "64", "--top", "3",
+                             "--model", "llama2-7b", "--hardware", "h100-80gb")
+    assert code == 2 and re.search(r"^\S+: error\[too-large\]: the plan's search would pass its work limit of "
+                                   r"[\d,]+ units \(docs/limits.md\) (simulating|checking) \S+ at P=\d+, M=\d+", err, re.M)
+
+
+def test_a_model_of_many_layers_is_refused_before_its_layouts_are_bounded(run_cli, tmp_path):
+    """Bounding each of 213 layouts walks 10,000 layers twice: counted first, refused at once."""
+    path = tmp_path / "big.toml"
+    path.write_text('[model]\npreset = "llama2-7b"\nlayers = 10000\n[hardware]\npreset = "h100-80gb"\n')
+    code, out, err = run_cli("plan", "--gpus", "1024", "--global-batch", "1024", "--setup", str(path))
+    assert code == 2 and "--gpus: error[too-large]" in err and "bounding 213 layouts of 10,000 layers" in err
+
+
+def test_a_schedule_that_fails_its_checks_is_passed_over_and_named(run_cli, tmp_path):
+    """A send to no stage made the simulator raise IndexError (exit 4): plan timed before it checked."""
+    path = tmp_path / "t.pp"
+    path.write_text("schedule t {\n  stages 2\n  microbatches 1\n  rank 0: 1SEND_F0\n  rank 1: 0REDUCE_TIED\n}\n")
+    code, out, err = run_cli("plan", str(path), "--gpus", "16", "--global-batch", "16", "--model", "llama2-7b",
+                             "--hardware", "a100-80gb", "--json")
+    assert code == 1 and json.loads(out.splitlines()[-1])["search"]["simulated"] == 0
+    assert f"passed over where they fail their checks (`schedc check NAME --param P=...,M=...` says why): {path}" in err

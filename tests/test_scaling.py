@@ -339,6 +339,8 @@ def test_run_refuses_a_program_too_large_to_write_before_checking_it(run_cli, tm
     code, out, err = run_cli("run", "1f1b", "--param", "P=4,M=16", "--model", "examples.mlp:build_stages",
                              "--print-torchrun", "-o", str(tmp_path / "out"))
     assert code == 2 and "at most 100" in err and not (tmp_path / "out").exists()
+    # the fuzzer's (bench/README.md, "Fuzzing"): the error named no file
+    assert err.startswith("1f1b: error[too-large]: the runnable program would hold 320 actions"), err
 
 
 # ---- issue 21: compiling in work linear in the actions, whatever the shape ----

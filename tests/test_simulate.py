@@ -483,6 +483,22 @@ def test_posting_overhead_holds_both_ranks_at_both_levels():
     assert set(top.links(program)) == {(0, 1), (1, 0)} and top.links(program)[(0, 1)].overhead == 0.25
 
 
+def test_a_top_level_overhead_links_the_channels_messages_take_not_every_pair():
+    """The fuzzer's (bench/README.md, "Fuzzing"): `viz zb_h2 --param P=5000 --cost overhead=0.1`
+    built a link for each of the 25M pairs of ranks (MemoryError past 7 GB); only the ranks of
+    adjacent stages exchange messages, and timing with those alone is timing with every pair."""
+    costs = parse_cost_option("F=1,overhead=0.1")
+    big = costs.apply(schedc.load("zb_h2", {"P": 5000, "M": 2}))
+    assert len(costs.links(big)) == 2 * (5000 - 1)
+    for name, params in [("1f1b", {"P": 4, "M": 8}), ("zbv", {"P": 3, "M": 6}), ("interleaved_1f1b", {"P": 3, "M": 6})]:
+        timed = costs.apply(schedc.load(name, params))
+        R, links = timed.num_ranks, costs.links(timed)
+        every = {(a, b): Link(0.0, 0.0, 0.1) for a in range(R) for b in range(R) if a != b}
+        for sem in ("rendezvous", "gloo"):
+            tl = simulate(timed, links=links, semantics=sem)
+            assert tl.makespan == simulate(timed, links=every, semantics=sem).makespan, (name, sem)
+
+
 # Two ranks' message records as entry.interp_profile returns them: (training step, "S" | "R", kind,
 # stage, microbatch, peer rank, posted, post returned, wait began, wait ended), perf_counter seconds.
 TIMED = [{"times": {"0": {"F": 0.5, "B": 1.5}}, "messages": {"0": 1024}, "host": "h", "cores": 1,

@@ -47,6 +47,9 @@ def run(args, stdout, stderr) -> int:
     if not result.choices:
         stderr.write(f"schedc: no layout of {args.gpus} GPUs fits {setup.model.name} within "
                      f"{setup.memory:.4g} GiB a GPU\n")
+        if result.unsound:
+            stderr.write(f"schedc: passed over where they fail their checks (`schedc check NAME --param P=...,M=...` "
+                         f"says why): {', '.join(sorted(result.unsound))}\n")
         return EXIT_FAIL
     return EXIT_OK
 

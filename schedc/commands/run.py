@@ -117,7 +117,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
             raise SchedcError("usage", why, where="--backend")
         from ..runtime import model_spec
         model_spec.check(args.model)
-    refuse_unrunnable(program)  # before the checks: a program too large to run is not checked first
+    refuse_unrunnable(program, common.shown(args.input))  # before the checks: one too large to run is not checked
     verified, receives = None, args.receives
     said = stderr if args.json else stdout  # with --json standard output holds the JSON alone
     if not args.no_verify:

@@ -57,6 +57,8 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
                               "receives are written): simulate it without --lower", where="--lower")
         program = lower(program, receives=args.lower)
     program = costs.apply(program)
+    if setup is not None:  # the description's job is the schedule's ([parallelism]), else an error before any output
+        setup.model_states(program)
     overlap = False if args.no_overlap else costs.overlap is not False
 
     def fail(diagnostics) -> int:

@@ -25,10 +25,14 @@ def diagnose(dumps: list[Dump], program: Program, semantics: str | None = None) 
     sem = semantics or ("gloo" if backend == "gloo" else "nccl")
     lowered = lower(program)
     ranks = lowered.num_ranks * lowered.dp
+    report = check(lowered, semantics=sem)
+    malformed = [e for e in report.errors if e.code in ("bad-index", "bad-comm")]
+    if malformed:  # a stage or microbatch out of range, a message to no stage or to its own rank: no job
+        raise SchedcError.many(malformed)  # ran it, and its operations cannot be matched to records
     m = match(dumps, lowered)
     step = current_step(m)
     stop_list = stops(m, ranks, step)
-    deadlock = check(lowered, semantics=sem).deadlock
+    deadlock = report.deadlock
     d = Diagnosis(program.name, backend, sem, ranks, stop_list, hang=False, agrees=False, matching=m)
     opened = any(s.first_open or s.open_outside for s in stop_list)
     if deadlock is not None and not m.disagreements:

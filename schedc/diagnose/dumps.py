@@ -69,13 +69,17 @@ def read_dumps(paths: list[str]) -> list[Dump]:
     files: list[Path] = []
     for text in paths:
         path = Path(text)
-        if path.is_dir():
-            inside = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-            if not inside:
-                raise SchedcError("dump", "the folder holds no dump files", where=text)
-            files += inside
-        else:
-            files.append(path)
+        try:
+            if path.is_dir():
+                inside = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+                if not inside:
+                    raise SchedcError("dump", "the folder holds no dump files", where=text)
+                files += inside
+            else:
+                files.append(path)
+        except OSError as exc:  # a name the file system refuses (too long, ...), a folder it cannot list
+            raise SchedcError("io", f"cannot read {text[:80]!r}{'...' if len(text) > 80 else ''}: "
+                              f"{exc.strerror or exc}", where="DUMP") from None
     dumps = [read_dump(f) for f in files]
     seen: dict[int, str] = {}
     for d in dumps:

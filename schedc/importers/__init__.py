@@ -14,6 +14,10 @@ from . import deepspeed, megatron
 FRAMEWORKS = {"deepspeed": deepspeed, "megatron": megatron}  # the frameworks whose schedules are names
 
 SWITCHES = ("BATCHED", "OVERLAP")  # parameters that are 0 or 1 (a framework's boolean setting)
+# a listing takes at least 20 characters per rank, microbatch and model chunk (26 to 128 measured), so
+# past P x M x V = MAX_WORK it is over the source limit (1,000,000 characters) and would be refused
+# after tracing: it is refused before (tracing Megatron-Core at P=2, M=1,000,000 took minutes and GBs)
+MAX_WORK = 50_000
 
 
 def is_imported(name: str) -> bool:
@@ -65,4 +69,9 @@ def settings(name: str, params: Mapping[str, int] | None, known: Mapping[str, in
             raise SchedcError("range", f"{name}: {key} is 0 or 1, not {value}", where="--param")
         if key not in SWITCHES and value < 1:
             raise SchedcError("range", f"{name}: {key}={value} must be at least 1", where="--param")
+    work = values["P"] * values["M"] * values.get("V", 1)  # type: ignore[operator]
+    if work > MAX_WORK:
+        raise SchedcError("too-large", f"{name} at {', '.join(f'{k}={v}' for k, v in values.items())}: P x M x V is "
+                          f"{work:,}, at most {MAX_WORK:,} (its listing would be over the 1,000,000-character "
+                          "source limit; docs/limits.md)", where="--param")
     return values  # type: ignore[return-value]

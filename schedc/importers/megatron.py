@@ -297,12 +297,21 @@ def _listing(kind: str, values: Mapping[str, int], forward_only: bool = False) -
     if kind == "interleaved" and V < 2:
         raise SchedcError("range", "megatron:interleaved runs V >= 2 model chunks per rank (V=1 is megatron:1f1b)",
                           where="--param")
+    if kind == "interleaved" and P < 2:  # (parallel_state.initialize_model_parallel's own check)
+        raise SchedcError("range", "megatron:interleaved runs on P >= 2 ranks: Megatron-Core refuses an interleaved "
+                          "schedule on one pipeline rank", where="--param")
     with _LOCK, quiet():
         try:
             ranks = [trace_rank(mc, r, values, forward_only).render() for r in range(P)]
         except (AssertionError, ValueError, RuntimeError) as exc:  # Megatron refuses the settings
             raise SchedcError("importer", f"Megatron-Core refuses P={P}, V={V}, M={M}: {exc}",
                               where=f"megatron:{kind}") from None
+        except Exception as exc:
+            where = _inside_megatron(exc)
+            if where is None:
+                raise  # (schedc's own fakes: a bug of schedc's)
+            raise SchedcError("importer", f"Megatron-Core fails at P={P}, V={V}, M={M}: {type(exc).__name__}: "
+                              f"{exc} (in {where})", where=f"megatron:{kind}") from None
     fn = "forward_backward_pipelining_" + ("with_interleaving" if V > 1 else "without_interleaving")
     opts = ", ".join(f"{k.lower()}={values[k]}" for k in ("BATCHED", "OVERLAP") if k in values)
     comment = (f"Megatron-Core {version('megatron')} {fn}(num_microbatches={M}"
@@ -311,6 +320,15 @@ def _listing(kind: str, values: Mapping[str, int], forward_only: bool = False) -
     title = f"megatron_{kind}"
     return write(title, comment, values, ranks,
                  forward_only=forward_only, placement="loop" if V > 1 else None, stages=P * V)
+
+
+def _inside_megatron(exc: BaseException) -> str | None:
+    """`file:line` of Megatron-Core's code where `exc` was raised, or None if it was raised elsewhere."""
+    import traceback
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames and "/megatron/" in frames[-1].filename.replace("\\", "/"):
+        return f"{frames[-1].filename.rpartition('/megatron/')[2]}:{frames[-1].lineno}"
+    return None
 
 
 def one_f_one_b(values: Mapping[str, int], *, forward_only: bool = False) -> str:

@@ -283,4 +283,7 @@ def to_torch_csv(program: Program, level: str = "comms") -> TorchCsv:
         if level == "compute":
             row = [st for st in row if all(a.op.is_compute for a in st.parts)]
         rows.append(tuple(row))
+    if not any(rows):  # (blank rows alone: a CSV no reader takes, schedc's included)
+        raise SchedcError("usage", f"{program.name} has no compute actions (its {program.num_actions:,} all "
+                          "communicate): nothing to write at the compute level; use --level comms", where="--level")
     return TorchCsv(tuple(rows), program.name, flattened)

@@ -112,15 +112,17 @@ def _peer(placement: tuple[int, ...], op: str, stage: int) -> int:
 MAX_RUNNABLE_ACTIONS = 500_000  # the most actions (sends and receives too) a generated program holds (8 to 16 s to write)
 
 
-def refuse_unrunnable(program: Program) -> None:
+def refuse_unrunnable(program: Program, where: str | None = None) -> None:
     """A `too-large` error if the runnable program of `program` would hold more than
-    MAX_RUNNABLE_ACTIONS actions, counted without lowering it (`run` asks before its checks)."""
+    MAX_RUNNABLE_ACTIONS actions, counted without lowering it (`run` asks before its checks); the
+    error names `where` (the input's file), or the schedule."""
     from ..passes.comms import lowered_size
     actions = sum(lowered_size(program.replica(d)) for d in range(program.dp))
     if actions > MAX_RUNNABLE_ACTIONS:
         raise SchedcError("too-large", f"the runnable program would hold {actions:,} actions as Python "
                           f"source; at most {MAX_RUNNABLE_ACTIONS:,} (about 40 MB of Python): use fewer microbatches, "
-                          "or run the lowered CSV with torch's runtime (schedc export --to torch-csv)")
+                          "or run the lowered CSV with torch's runtime (schedc export --to torch-csv)",
+                          where=where or program.name)
 
 
 def lower_to_torch(program: Program, *, verified: str | None = None, receives: str = "needed") -> LoweredProgram:
