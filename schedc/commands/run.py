@@ -242,13 +242,19 @@ def _not_run(args, report, stdout) -> int:
     return common.exit_of(report)
 
 
-def _early_receives_checked(program, stdout, stderr):
+def _early_report(program):
     """The report on the program lowered with every receive posted first, checked under gloo (the one
     semantics it is meant for: it completes there, and its memory holds the receive buffers from
-    the start); its findings written when it fails."""
+    the start)."""
     from ..api import check
     from ..passes import lower
-    report = check(lower(program, receives="early"), semantics="gloo")
+    return check(lower(program, receives="early"), semantics="gloo")
+
+
+def _early_receives_checked(program, stdout, stderr):
+    """`--receives early`: the early-lowered program's report (`_early_report`), its findings written
+    when it fails."""
+    report = _early_report(program)
     stdout.write(f"  receives posted early (--receives early): the lowered program under gloo: "
                  f"{'ok' if report.ok else 'FAILED'}\n")
     if report.ok is not True:
@@ -260,9 +266,7 @@ def _early_receives_checked(program, stdout, stderr):
 def _early_receives_fit(program, stdout) -> bool:
     """The default on gloo: receives posted early when the program so lowered checks under gloo (it
     may not, when the buffers held from the start pass a memory limit); one line says which."""
-    from ..api import check
-    from ..passes import lower
-    ok = check(lower(program, receives="early"), semantics="gloo").ok is True
+    ok = _early_report(program).ok is True
     stdout.write("  receives: posted early (the lowered program checks under gloo)\n" if ok else
                  "  receives: where lowering places them (posted early, the program does not check under gloo)\n")
     return ok
