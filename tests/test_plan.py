@@ -89,3 +89,19 @@ def test_a_schedule_that_fails_its_checks_is_passed_over_and_named(run_cli, tmp_
                              "--hardware", "a100-80gb", "--json")
     assert code == 1 and json.loads(out.splitlines()[-1])["search"]["simulated"] == 0
     assert f"passed over where they fail their checks (`schedc check NAME --param P=...,M=...` says why): {path}" in err
+
+
+def test_tracing_a_frameworks_schedule_counts_against_the_search(run_cli, monkeypatch):
+    """The fuzzer's (seed 83): `plan megatron:1f1b --gpus 8 --global-batch 4096 --model mixtral-8x7b`
+    traced Megatron-Core at every layout's P and M (17.8 s of CPU at P=4, M=2048) uncounted: 43 s.
+    The tracing is counted first, and refused before it starts (the framework is never asked)."""
+    from schedc.importers import deepspeed, megatron
+
+    def no_import(*args, **kwargs):
+        raise AssertionError("the framework was asked for")
+    for module in (deepspeed, megatron):
+        monkeypatch.setattr(module, "require", no_import)
+    code, out, err = run_cli("plan", "megatron:1f1b", "--gpus", "8", "--global-batch", "4096", "--model",
+                             "mixtral-8x7b", "--hardware", "a100-80gb")
+    assert code == 2 and re.search(r"^megatron:1f1b: error\[too-large\]: .* tracing megatron:1f1b at P=\d+, M=\d+", err,
+                                   re.M), err
