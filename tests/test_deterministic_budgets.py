@@ -260,3 +260,18 @@ def test_a_descent_to_the_smallest_counterexample_from_far_away_takes_few_querie
     assert proof.verdict == "unknown" and "too large to confirm concretely" in proof.reason
     assert "'P': 1000000000000000000" in proof.reason  # the smallest: the descent ended at the bound
     assert len(asked) < 2000, len(asked)  # (the whole proof's queries: about 1,000; plain steps, 10**18)
+
+
+def test_a_query_past_the_solvers_step_limit_is_unknown_before_its_constraints_are_built(monkeypatch):
+    """The fuzzer's (seed 83; bench/README.md, "Fuzzing"): `compile gpipe --param P=1000,M=1000
+    --engine z3` built the deadlock query's constraints for 2M steps (30 s) only to find them past
+    the 200,000-step limit. The steps are counted first (here with the limit made small)."""
+    import schedc
+    from schedc.verify import analysis, solver as vsolver
+    monkeypatch.setattr(vsolver, "MAX_STEPS", 10)
+
+    def no_constraints(*args, **kwargs):
+        raise AssertionError("the constraints were built")
+    monkeypatch.setattr(analysis, "constraints", no_constraints)
+    report = schedc.check(schedc.load("1f1b", {"P": 2, "M": 4}), engine="z3")
+    assert report.ok is None and report.unknown == "16 steps is beyond the solver limit of 10; use --engine native"
