@@ -667,6 +667,7 @@ def test_bench_fuzz_judges_the_files_a_command_writes():
     assert _classify(fuzz, ["compile", "input.pp", "-o", "out"], {"out/a.svg": svg}, code=1) == "partial"
     assert _classify(fuzz, ["compile", "input.pp", "-o", "out", "--force"], {"out/a.svg": svg}, code=1) == "ok"
     assert _classify(fuzz, ["compile", "input.pp", "-o", "out"], {"out/a.svg": svg}) == "invalid"  # no IR
+    assert _classify(fuzz, ["compile", "input.pp", "-o", ".."], {}) == "ok"  # (seed 83: outside the folder)
     ir = dumps_ir(load_text(BUILTINS["gpipe"], "gpipe.pp")).encode()
     assert _classify(fuzz, ["compile", "input.pp", "-o", "out"], {"out/a.svg": svg, "out/a.json": ir}) == "ok"
     cls, why = _classify(fuzz, ["compile", "input.pp", "-o", "out"],
