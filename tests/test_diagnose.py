@@ -143,6 +143,12 @@ def test_a_schedule_with_a_stage_out_of_range_is_refused_at_its_line(run_cli, tm
     csv.write_text("0SEND_F1,1RECV_B0,2SEND_F1,2RECV_F0\n2RECV_B0,1SEND_B1,2SEND_F1,1UNSHARD\n1SEND_B1\n")
     code, out, err = run_cli("diagnose", str(DATA / "crossed"), "--schedule", str(csv), "--json")
     assert code == 2 and "stage 2 has no stage 3 to talk to" in err and json.loads(out)["input_error"], err
+    # seed 89: lint stopped at an earlier finding (wrong-rank), so the matching itself says it
+    pp = tmp_path / "input4.pp"
+    pp.write_text("schedule c {\r  stages 3\r  microbatches 2\r  rank 0: 2SEND_B1 0REDUCE_TIED\r  rank 1: 2RECV_B1\r"
+                  "  rank 2: 1UNSHARD\r}\r")
+    code, out, err = run_cli("diagnose", str(DATA / "crossed"), "--schedule", str(pp), "--semantics", "eager")
+    assert code == 2 and f"{pp}:5:11: error[bad-comm]: RECV_B(2,1): stage 2 has no stage 3 to talk to" in err, err
 
 
 def test_dumps_of_one_rank_twice_or_of_two_backends_are_refused(run_cli, tmp_path):

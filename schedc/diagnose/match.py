@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir import COLLECTIVES, RECVS, SENDS, Action, Op, Program
+from ..errors import SchedcError
+from ..ir import COLLECTIVES, RECVS, SENDS, Action, Op, Program, describe
 from ..verify.mesh import groups as schedule_groups
 from .dumps import Dump, Record
 
@@ -92,6 +93,9 @@ def _key(lowered: Program, a: Action, d: int, p: int) -> tuple | None:
     P = lowered.num_ranks
     if a.op in SENDS or a.op in RECVS:
         other = a.stage + 1 if a.op in (Op.SEND_F, Op.RECV_B) else a.stage - 1
+        if not 0 <= other < len(lowered.placement):  # (as lint says it; it may stop at an earlier finding)
+            raise SchedcError("bad-comm", f"{describe(a)}: stage {a.stage} has no stage "
+                              f"{other} to talk to", a.span)
         return ("send" if a.op in SENDS else "recv", d * P + lowered.placement[other])
     if a.op in COLLECTIVES:
         return ("tied", d) if a.op is Op.REDUCE_TIED else ("dp", p)
