@@ -1021,8 +1021,10 @@ def _kind_of(command: str, argv: list[str], name: str) -> str | None:
     return KIND_OF_SUFFIX.get(suffix)
 
 
-def check_command(case: dict, code: int, out: str, err: str, before: dict[str, bytes], after: dict[str, bytes]) -> tuple[str, str]:
-    """(class, detail) of a command's run that returned `code` (see the module docstring)."""
+def check_command(case: dict, code: int, out: str, err: str, before: dict[str, bytes], after: dict[str, bytes],
+                  stopped: bool = False) -> tuple[str, str]:
+    """(class, detail) of a command's run that returned `code` (see the module docstring); `stopped`:
+    `run` stopped where its ranks would start (so its --json object, written after the run, is not due)."""
     command = case["argv"][0] if case["argv"] else "?"
     argv = case["argv"][:case["argv"].index("--")] if "--" in case["argv"] else case["argv"]  # after it: names
     if code not in (0, 1, 2, 3) or "Traceback" in err or "internal error" in err:
@@ -1053,7 +1055,7 @@ def check_command(case: dict, code: int, out: str, err: str, before: dict[str, b
             if "--json" in argv:
                 for ln in lines:
                     strict_json(ln, "a --json line")
-                if code in (0, 1, 3) and not lines:
+                if code in (0, 1, 3) and not lines and not stopped:
                     raise Invalid(f"exit {code} with --json, and no JSON on standard output")
             else:
                 check_output("ir-json", out.encode("utf-8", "surrogatepass"), "the IR JSON on standard output")
@@ -1136,7 +1138,7 @@ class Runner:
         finally:
             if os.getcwd() != here:
                 os.chdir(here)
-        cls, detail = check_command(case, code, out.getvalue(), err.getvalue(), before, _files_under(work))
+        cls, detail = check_command(case, code, out.getvalue(), err.getvalue(), before, _files_under(work), launched)
         native = self._native_since(mark)
         if cls == "ok" and launched:
             detail = "run stopped where the ranks would start"

@@ -676,6 +676,8 @@ def test_bench_fuzz_judges_the_files_a_command_writes():
     assert _classify(fuzz, ["sim", "input.pp", "--json"], {}, out='{"makespan": NaN}\n') == "invalid"
     assert _classify(fuzz, ["sim", "input.pp", "--json"], {}, out='{"makespan": null}\n') == "ok"
     assert _classify(fuzz, ["sim", "input.pp", "--json"], {}, code=1) == "invalid"  # no JSON at all
+    stopped = fuzz.check_command({"target": "run", "argv": ["run", "zbv", "--json"]}, 0, "", "", {}, {}, stopped=True)
+    assert stopped[0] == "ok"  # (seed 89: run's JSON comes after the ranks, which the fuzzer never starts)
     assert _classify(fuzz, ["check", "input.pp", "--", "--json"], {}, code=2, out="text\n") == "ok"  # a file name
     assert _classify(fuzz, ["sim", "input.pp", "--trace", "t"], {"t": b'{"traceEvents": [], "x": Infinity}'}) == \
         "invalid"
