@@ -267,11 +267,11 @@ def test_a_query_past_the_solvers_step_limit_is_unknown_before_its_constraints_a
     --engine z3` built the deadlock query's constraints for 2M steps (30 s) only to find them past
     the 200,000-step limit. The steps are counted first (here with the limit made small)."""
     import schedc
-    from schedc.verify import analysis, solver as vsolver
+    from schedc.verify import graph, solver as vsolver
     monkeypatch.setattr(vsolver, "MAX_STEPS", 10)
 
     def no_constraints(*args, **kwargs):
         raise AssertionError("the constraints were built")
-    monkeypatch.setattr(analysis, "constraints", no_constraints)
+    monkeypatch.setattr(graph, "constraints", no_constraints)
     report = schedc.check(schedc.load("1f1b", {"P": 2, "M": 4}), engine="z3")
     assert report.ok is None and report.unknown == "16 steps is beyond the solver limit of 10; use --engine native"
