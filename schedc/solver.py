@@ -121,6 +121,9 @@ class TimeUp(Exception):
         super().__init__(f"{TIME_LIMIT}: stopped after the {seconds:g} s allowed")
         self.seconds = seconds
 
+    def __reduce__(self) -> tuple[type, tuple[float]]:  # (pickled from a capped child: schedc/capped.py)
+        return TimeUp, (self.seconds,)
+
 
 class Budget:
     """Solver work allowed, in Z3 resource units (its `rlimit` count: steps of work, the same on a

@@ -348,6 +348,7 @@ def test_the_limits_page_states_the_commands_own_limits():
                    f"Z3 resource units (default {prover.PROOF_UNITS:,}; each query its share)",
                    f"on its search (default {search.SEARCH_UNITS:,})",
                    f"at most {solver.DEADLOCK_UNITS:,} units on a query of at most {solver.MAX_STEPS:,} steps",
+                   f"may take at most {solver.DEADLOCK_MEMORY // 2**30} GiB of memory beyond the command's",
                    f"at most {problem.MAX_RANKS} ranks, {problem.MAX_MICROBATCHES} microbatches and "
                    f"{problem.MAX_JOBS:,} actions",
                    f"more than {scene.MAX_BLOCKS:,} steps or {scene.MAX_ROWS} ranks"):

@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                                                             "jobs.*", "lazy_numpy")),
     ("the language, columns and plumbing", ("syntax", "parse", "parser_table", "parser_standalone", "expr", "loops", "order", "compiler",
                                              "columns", "inputs", "outputs", "signals", "resources", "units", "estimate",
-                                             "solver",
+                                             "solver", "capped",
                                              "progress")),
     ("structural checks and passes", ("lint", "passes", "passes.*")),
     ("the checks", ("verify", "verify.*", "report")),
