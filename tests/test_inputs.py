@@ -239,6 +239,7 @@ def test_run_json_without_running(tmp_path, run_cli):
     assert code == 0 and doc["torchrun"][0].startswith("torchrun") and doc["outputs"]
 
 
+@pytest.mark.slow
 def test_run_json_is_the_runs_steps_and_losses(tmp_path, run_cli):
     pytest.importorskip("torch")
     profile = tmp_path / "profile.json"

@@ -71,6 +71,7 @@ def one_node() -> list[tuple[int, float]]:
     return losses
 
 
+@pytest.mark.slow
 def test_two_schedc_run_nodes_train_as_one_node_does(one_node, tmp_path):
     import json
     port = _port()
@@ -103,6 +104,7 @@ def test_two_schedc_run_nodes_train_as_one_node_does(one_node, tmp_path):
 
 
 @pytest.mark.slow  # 6-9 s: two torchrun nodes (the two-node run itself stays in the default tier)
+@pytest.mark.slow
 def test_the_printed_torchrun_lines_run_as_two_nodes(tmp_path, run_cli, one_node):
     port = _port()
     code, out, err = run_cli("run", *SCHEDULE, *TRAIN, "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}",

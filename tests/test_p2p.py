@@ -434,6 +434,7 @@ def _worker(cases_path: str, out_dir: str) -> int:
     launched.finish(out_dir, rank, results)
 
 
+@pytest.mark.slow
 def test_the_runtime_on_gloo_does_what_the_checker_says(tmp_path):
     """Each program's gloo verdict against a real run: `ok` trains to the unsplit model's gradients,
     `mismatch` completes with wrong ones, `deadlock` is stopped by the watchdog where the checker

@@ -126,6 +126,7 @@ def _parse_capped(text: str, cap_mb: int) -> subprocess.CompletedProcess:
                           preexec_fn=cap, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
 
 
+@pytest.mark.slow
 def test_a_dense_200kb_file_parses_in_150mb():
     # before: a parse tree of the whole text, then the AST beside it: 226 MB of address space here
     # (58 MB now, of which about 32 MB is Python with schedc's parser loaded)
@@ -176,6 +177,7 @@ def test_the_tree_is_refused_once_it_is_nested_past_the_limit(depth, ok):
     assert err.value.code == "too-large" and "deep.pp:5:" in err.value.render()
 
 
+@pytest.mark.slow
 def test_a_long_list_of_statements_is_not_held_as_a_tree():
     """A block of 200,000 `;` (one node each) is one level, and its items become AST nodes as they
     come (each used to be a tree node with positions until the block ended)."""

@@ -114,6 +114,7 @@ TEXTS = st.sampled_from([PLAIN, st.one_of(PLAIN, ODD)]).flatmap(
         lambda end: st.sampled_from(["", end, "\r"]).map(lambda last: end.join(rows) + last)))
 
 
+@pytest.mark.slow
 @budget(300)
 @given(TEXTS)
 def test_the_small_reader_reads_what_the_array_reader_reads(text):

@@ -151,6 +151,7 @@ def test_zbv_is_proved_by_search():
     assert p.memory_bound == "min(2 * P, 2 * M, M + r + 1)"
 
 
+@pytest.mark.slow
 def test_zbv_is_proved_from_its_stored_certificate():
     """A stored certificate (from an earlier search) is re-checked for every size, without searching."""
     cert = json.loads((DATA / "zbv.cert.json").read_text())
@@ -162,6 +163,7 @@ def test_zbv_is_proved_from_its_stored_certificate():
         assert peaks(m, {"P": P, "M": M}) == [min(2 * P, 2 * M, M + r + 1) for r in range(P)]
 
 
+@pytest.mark.slow
 def test_a_memory_bound_wrong_only_at_large_sizes_is_refuted_at_its_smallest():
     p = prove("1f1b", memory="min(P - r, M, 20)")  # the bounded sweep stops at 8; Z3 finds 21
     assert p.verdict == "refuted" and p.counterexample["params"] == {"P": 21, "M": 21}
@@ -239,6 +241,7 @@ def test_interleaved_1f1b_is_proved_for_every_p_v_m_with_its_warm_up_as_the_memo
             "min(total, warm + 1, 40) is 40") in out
 
 
+@pytest.mark.slow
 def test_interleaved_1f1b_is_proved_for_v_up_to_2_and_every_p_m_by_counting_in_rank_order(run_cli):
     """The proof above for V <= 2 (every P and M; under half its solver work): the same search, the
     same memory bound and argument; a bound too small is refuted at its smallest setting."""
@@ -454,6 +457,7 @@ def test_rank_specific_bodies_and_literal_lists_are_read():
     assert bad.verdict == "refuted" and bad.counterexample["params"] == {"P": 1, "M": 1}
 
 
+@pytest.mark.slow
 def test_dualpipev_is_proved_for_every_p_and_m_it_accepts():
     p = proof_of("dualpipev")
     assert p.verdict == "proved", p.reason

@@ -237,6 +237,7 @@ def job(warm: str, reduce: str) -> str:
 """
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(warm=st.sampled_from(WARMUPS), reduce=st.sampled_from(REDUCE), k=st.integers(2, 30),
        far=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 60), st.integers(1, 6)), min_size=2, max_size=2))

@@ -253,6 +253,7 @@ def _cases(tmp: Path) -> list[dict]:
     return cases
 
 
+@pytest.mark.slow
 def test_the_gloo_verdict_is_what_the_runtime_does_on_gloo(tmp_path):
     cases = _cases(tmp_path)
     # issue 18's two programs, and test_differential's sample (moved, every receive first, every send last)

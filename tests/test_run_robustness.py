@@ -281,6 +281,7 @@ def make_batch(step, n):
 """
 
 
+@pytest.mark.slow
 def test_a_hanging_compute_is_stopped_with_a_report_a_trace_and_no_orphans(tmp_path, monkeypatch, run_cli):
     pids = tmp_path / "pids"
     pids.mkdir()

@@ -247,6 +247,7 @@ def builtin_runs(tmp_path_factory):
     return cases, _spawn(cases[2] + cases[4], 4, tmp)
 
 
+@pytest.mark.slow
 def test_every_builtin_on_2_ranks_matches_unsplit_training_on_ours_and_torchs_runtime(builtin_runs):
     by_ranks, results = builtin_runs
     cases = by_ranks[2]
@@ -256,6 +257,7 @@ def test_every_builtin_on_2_ranks_matches_unsplit_training_on_ours_and_torchs_ru
     _assert_equal(results, cases)
 
 
+@pytest.mark.slow
 def test_every_builtin_on_4_ranks_matches_unsplit_training_on_ours_and_torchs_runtime(builtin_runs):
     by_ranks, results = builtin_runs
     cases = by_ranks[4]
@@ -357,6 +359,7 @@ schedule broken {
 """
 
 
+@pytest.mark.slow
 def test_a_deadlocking_schedule_run_without_verification_is_stopped_by_the_watchdog(tmp_path, run_cli,
                                                                                      monkeypatch):
     path = tmp_path / "broken.pp"
