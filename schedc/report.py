@@ -23,7 +23,7 @@ from .verify.analysis import Analysis, counted_lowered
 from .verify.channels import as_paired, describe_channel
 from .verify.clear import Clear, over_limit
 from .verify.fast import quick_check
-from .verify.runtime_hangs import add_runtime_findings, reads_communication_level
+from .verify.runtime_hangs import add_runtime_findings, reads_communication_level, runtime_view
 
 # The detailed checks' modules are imported where they are called: a program the fast checks clear
 # (most small ones) is checked without them (`schedc check NAME` as a whole process, docs/limits.md).
@@ -182,9 +182,10 @@ def run_checks(program: Program, *, semantics: Semantics = RENDEZVOUS, **options
     report = _checks(program, semantics=semantics, **options)
     analysis = report.analysis
     assert analysis is not None  # (`_checks` puts it in every report)
+    view, cls = runtime_view(analysis)  # (a job whose replicas repeat: one replica per class)
     if reads_communication_level(report, semantics):
-        _lowered(analysis)
-    add_runtime_findings(report, analysis)
+        _lowered(view)
+    add_runtime_findings(report, view, cls)
     analysis.release()  # (the report keeps its analysis; the pictures ask it again for what they draw)
     return report
 

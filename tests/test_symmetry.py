@@ -31,7 +31,7 @@ from profiles import budget
 BASES = [lower(schedc.load(n, p)) for n, p in (("1f1b", {"P": 2, "M": 2}), ("1f1b", {"P": 3, "M": 3}),
                                                ("gpipe", {"P": 2, "M": 2}),
                                                ("interleaved_1f1b", {"P": 2, "V": 2, "M": 2}))]
-SEMANTICS = ["rendezvous", "eager", "bounded:1", "nccl", "gloo"]
+SEMANTICS = ["rendezvous", "eager", "bounded:1", "nccl", "gloo", "nccl+lazy", "nccl+shapes", "gloo+shapes"]
 
 
 @contextlib.contextmanager
@@ -39,6 +39,7 @@ def flat():
     """The job checked whole, every replica spelled out (as before the reduction)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(report_module, "_check_classes", lambda *a: None)
+        mp.setattr(report_module, "runtime_view", lambda analysis: (analysis, None))  # (the runtimes' hangs too)
         yield
 
 
@@ -225,3 +226,54 @@ def test_a_job_too_large_to_check_flat_tells_its_deadlock_with_real_ranks(monkey
     monkeypatch.setattr(report_module, "MAX_DETAILED_ACTIONS", 10)  # two classes of 10 actions: past the limit
     with pytest.raises(schedc.SchedcError, match="20 actions"):
         schedc.check(job)
+
+
+# FSDP's gathers beside the pipeline's messages, in two orders (tests/test_collectives.py): under
+# nccl+lazy replica 0's ranks first use their pair before their data-parallel group on rank 0 and
+# after it on rank 1, odd replicas the other way round: a cycle of first uses through two classes.
+LAZY = """schedule fsdp(P = 2, M = 1, D = 2) {
+  stages P
+  place loop
+  replicas D
+  rank r, replica d {
+    if r == 0 {
+      if d % 2 == 0 { F(0, 0) SEND_F(0, 0) RECV_B(0, 0) UNSHARD(0) B(0, 0) }
+      else { UNSHARD(0) F(0, 0) SEND_F(0, 0) RECV_B(0, 0) B(0, 0) }
+    } else {
+      if d % 2 == 0 { UNSHARD(1) RECV_F(1, 0) F(1, 0) B(1, 0) SEND_B(1, 0) }
+      else { RECV_F(1, 0) UNSHARD(1) F(1, 0) B(1, 0) SEND_B(1, 0) }
+    }
+  }
+}"""
+
+
+@pytest.mark.parametrize("D", [2, 3, 7])
+def test_communicators_first_used_in_a_cycle_across_classes_are_found_on_the_reduced_job(monkeypatch, D):
+    """`comm-init-order` through the classes' first replicas: the reduced job's finding is the
+    flat job's, word for word, and only the two classes' replicas are lowered."""
+    job = load_text(LAZY.replace("D = 2", f"D = {D}"), "lazy.pp")
+    assert classes(job).k == 2
+    with flat():
+        whole = schedc.check(job, semantics="nccl+lazy")
+    lowered: list[int] = []
+    real = report_module._lowered
+    monkeypatch.setattr(report_module, "_lowered", lambda a: (lowered.append(a.program.dp), real(a))[1])
+    mine = schedc.check(job, semantics="nccl+lazy")
+    assert lowered == [2]
+    assert [d.code for d in whole.errors] == ["comm-init-order"]
+    assert mine.render() == whole.render() and mine.to_dict() == whole.to_dict()
+    assert schedc.check(job, semantics="nccl").ok
+
+
+def test_a_100000_rank_job_gets_its_runtime_hang_checks_on_one_replica(monkeypatch):
+    """nccl+lazy (communicators made at first use) and nccl+shapes (Megatron's shape exchange)
+    on the 100,000-rank job: one pipeline lowered and read, not the job (which took 300 s and
+    4.4 GB of memory before it was stopped)."""
+    seen = _ranks_checked(monkeypatch)
+    lowered: list[int] = []
+    real = report_module._lowered
+    monkeypatch.setattr(report_module, "_lowered", lambda a: (lowered.append(a.program.dp), real(a))[1])
+    job = load_text(BIG, "big.pp")
+    assert schedc.check(job, semantics="nccl+lazy").ok and lowered == [1]
+    assert schedc.check(job, semantics="nccl+shapes").ok
+    assert max(seen) == 16

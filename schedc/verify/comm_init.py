@@ -9,7 +9,8 @@ it starts. docs/semantics.md, "Communicator creation".
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ..errors import Diagnostic
 from ..ir import Action, Program, describe
@@ -17,6 +18,9 @@ from ..lint import display_step
 from .analysis import Analysis
 from .channels import GRADIENTS, Channels, channels
 from .mesh import groups
+
+if TYPE_CHECKING:
+    from .symmetry import Classes
 
 
 @dataclass(frozen=True)
@@ -30,13 +34,15 @@ class FirstUse:
     action: Action
 
 
-def first_uses(program: Program, per_replica: list[Channels] | None = None) -> dict[int, list[FirstUse]]:
+def first_uses(program: Program, per_replica: list[Channels] | None = None,
+               cls: Classes | None = None) -> dict[int, list[FirstUse]]:
     """Each job rank -> the communicators it uses, in the order it first uses them (a step's parts in
     the order listed, as schedc's runtime posts a group's members one `isend`/`irecv` at a time).
     `program` is at the communication level (a compute-level one's lowering: its `Analysis`'s
-    `communication_level`); `per_replica`: each replica's channels, when the caller has them."""
+    `communication_level`); `per_replica`: each replica's channels, when the caller has them; `cls`:
+    `program` is a job reduced to one replica per class (a group then has the members of the real job)."""
     uses: dict[int, dict[tuple, FirstUse]] = {}
-    for use in [*_messages(program, per_replica), *_collectives(program)]:
+    for use in [*_messages(program, per_replica), *_collectives(program, cls)]:
         seen = uses.setdefault(use.rank, {})
         if use.comm not in seen or _at(use) < _at(seen[use.comm]):
             seen[use.comm] = use
@@ -59,10 +65,12 @@ def _messages(program: Program, per_replica: list[Channels] | None):
                 yield FirstUse(("pair", low, high, comm), d * P + ep.rank, ep.step, ep.part, ep.action)
 
 
-def _collectives(program: Program):
-    """Every collective on a group of more than one member (a lone member needs no communicator)."""
+def _collectives(program: Program, cls: Classes | None):
+    """Every collective on a group of more than one member in the real job (a lone member needs no
+    communicator; in a reduced job, each member stands for its class's replicas)."""
+    P = program.num_ranks
     for key, members in groups(program).items():
-        if len(members) < 2:
+        if (len(members) if cls is None else sum(len(cls.members[r // P]) for r in members)) < 2:
             continue
         for issues in members.values():
             for i in issues:
@@ -103,13 +111,19 @@ def creation_cycle(uses: dict[int, list[FirstUse]]) -> list[tuple[FirstUse, Firs
     return None
 
 
-def comm_init_findings(analysis: Analysis) -> list[Diagnostic]:
+def comm_init_findings(analysis: Analysis, cls: Classes | None = None) -> list[Diagnostic]:
     """The `comm-init-order` finding of a job whose ranks first use communicators in a cyclic order
-    (as schedc lowers and runs it: the analysis' `communication_level`)."""
+    (as schedc lowers and runs it: the analysis' `communication_level`). With `cls`, the analysis is
+    of a job reduced to one replica per class: a cycle there is one of the real job (the reduced
+    job's communicators are the real job's that its replicas use), and a cycle of the real job maps
+    onto one there (each replica first uses its class's first replica's communicators, renamed, in
+    the same order), so the finding is told of the real job's ranks."""
     per_replica = analysis.replica_channels if analysis.program.level == "comms" else None  # (else the lowering's)
-    cycle = creation_cycle(first_uses(analysis.communication_level, per_replica))
+    cycle = creation_cycle(first_uses(analysis.communication_level, per_replica, cls))
     if cycle is None:
         return []
+    if cls is not None:
+        cycle = [(_real(a, cls), _real(b, cls)) for a, b in cycle]
     first = cycle[0][0]
     told = "; ".join(f"rank {a.rank} first uses {_name(a.comm)} ({describe(a.action)}, step "
                      f"{display_step(a.action, a.step)}) before {_name(b.comm)} ({describe(b.action)}, step "
@@ -121,6 +135,17 @@ def comm_init_findings(analysis: Analysis) -> list[Diagnostic]:
         ("torch makes NCCL communicators lazily (on first use) unless the process group is initialised "
          "eagerly; NVIDIA/Megatron-LM#5240 hung so with lazily made 2-rank communicators",),
         rank=first.rank, step=display_step(first.action, first.step))]
+
+
+def _real(use: FirstUse, cls: Classes) -> FirstUse:
+    """A reduced job's first use told of the real job: its rank and its communicator's ranks."""
+    comm = use.comm
+    if comm[0] == "pair":
+        low, high = sorted((cls.real(comm[1]), cls.real(comm[2])))
+        comm = ("pair", low, high, comm[3])
+    elif comm[0] == "tied":
+        comm = ("tied", cls.reps[comm[1]])
+    return replace(use, comm=comm, rank=cls.real(use.rank))
 
 
 def _name(comm: tuple) -> str:

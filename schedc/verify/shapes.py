@@ -12,18 +12,27 @@ from ..rules.semantics import RENDEZVOUS, Semantics
 from .channels import as_paired
 from .deadlock import Deadlock, find_deadlock
 from .mesh import job, joins_ranks
+from .symmetry import Classes, real_deadlock
 
 MEGATRON = ("Megatron exchanges shapes this way with variable_seq_lengths=True "
             "(megatron/core/pipeline_parallel/p2p_communication.py, _communicate_shapes; NVIDIA/Megatron-LM#5100)")
 
 
-def shape_exchange_deadlock(program: Program, semantics: Semantics) -> Deadlock | None:
+def shape_exchange_deadlock(program: Program, semantics: Semantics, cls: Classes | None = None) -> Deadlock | None:
     """The deadlock the shape exchange adds to `program` under a backend with `shapes`, or None.
     The shapes of a step pair as its data do (the k-th on a channel with the k-th), so the ranks
-    progress as under rendezvous; the data posted after them adds no wait rendezvous lacks."""
+    progress as under rendezvous; the data posted after them adds no wait rendezvous lacks. With
+    `cls`, `program` is a job reduced to one replica per class, and the deadlock is the real job's."""
     if not semantics.shapes:
         return None
     paired, _ = as_paired(program, semantics)
+    if cls is not None:
+        flat, cons = job(paired, RENDEZVOUS)
+        found = find_deadlock(flat, RENDEZVOUS, cons=cons)
+        if found is None:
+            return None
+        lanes = [sum(1 for lane in cons.lanes if lane.rank // cls.P == c) for c in range(cls.k)]
+        return real_deadlock(found, cls, lanes)
     if joins_ranks(paired):
         flat, cons = job(paired, RENDEZVOUS)
         return find_deadlock(flat, RENDEZVOUS, cons=cons)
