@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from .errors import SchedcError
 from .inputs import STDIN, STDIN_NAME
 from .outputs import rounded
-from .verify.mesh import flat_job
+from .verify.symmetry import distinct_actions
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float
                 raise
             rows.append(Row(name, tuple(params.items()), skipped=exc.diagnostics[0].message))
             continue
-        total += flat_job(program).num_actions  # (a data-parallel job's every replica: it is timed whole)
+        total += distinct_actions(program)  # (a data-parallel job's replicas that run alike: once)
         if total > MAX_COMPARED_ACTIONS:  # before simulating the one past it
             raise SchedcError("too-large", f"the schedules compared hold more than {MAX_COMPARED_ACTIONS:,} actions "
                               f"in all ({name} reaches {total:,}); compare fewer schedules or at fewer microbatches")

@@ -264,8 +264,8 @@ def _refuse_detailed(program: Program, file: str | None = None) -> None:
     by its file, or by the schedule's name for one from no file)."""
     count = program.num_actions
     if program.replicas:  # a job's replicas that run one program are checked once (schedc/verify/symmetry.py)
-        from .verify.symmetry import classes
-        count = sum(program.replica(d).num_actions for d in classes(program).reps)  # (each class once)
+        from .verify.symmetry import distinct_actions
+        count = distinct_actions(program)
     if count > MAX_DETAILED_ACTIONS:
         where = file or program.source or program.name
         raise SchedcError("too-large", f"{count:,} actions, and the fast checks did not clear them (a "

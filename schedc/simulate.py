@@ -83,6 +83,9 @@ def simulate(program: Program, *, overlap: bool = True,
     if semantics is not None:
         program, _ = as_paired(program, semantics)
     job = joins_ranks(program)  # a data-parallel job, or a tied all-reduce: timed on the job's graph
+    if job and program.dp > 1 and overlap and draw is None:  # replicas that run alike: timed once per class
+        from .simulate_replicas import by_classes
+        return by_classes(program, semantics or Semantics(), links or {}, _time_job)
     if job and program_level(program) == "compute":
         from .passes import lower
         program = lower(program)  # (a job's values on one rank only stay a compute-level job)
@@ -97,7 +100,7 @@ def simulate(program: Program, *, overlap: bool = True,
                               "simulate with overlap" + ("" if paired_by_graph else ", or under rendezvous"))
         if job or program_level(program) == "comms":
             from .simulate_graph import simulate_graph
-            _step_by_step(program)
+            _step_by_step(program, _EVERY_REPLICA if program.replicas else None)
             return simulate_graph(program, semantics or Semantics(), links or {}, draw)
     sim = _Simulator(program, overlap, links or {}, str(semantics or Semantics()), draw)
     collecting = gc.isenabled()
@@ -114,18 +117,33 @@ def simulate(program: Program, *, overlap: bool = True,
             gc.enable()
 
 
+def _time_job(program: Program, semantics, links, told=None) -> Timeline:
+    """A data-parallel job (each of its replicas, or one per class: simulate_replicas.py) timed on
+    its graph (simulate_graph.py), lowered first if at the compute level."""
+    from .simulate_graph import simulate_graph
+    why = _EVERY_REPLICA if told is None else "a data-parallel job, each class of replicas that run alike once"
+    _step_by_step(program, why)  # (before lowering it: the lowered job holds more)
+    if program_level(program) == "compute":
+        from .passes import lower
+        program = lower(program)
+        _step_by_step(program, why)
+    return simulate_graph(program, semantics, links, None, told)
+
+
+_EVERY_REPLICA = "a data-parallel job, every replica: a sampled run draws each one's times apart"
 MAX_SIMULATED_ACTIONS = 3_000_000  # timed step by step (~10 us and ~0.5 KB an action); the one pass has no limit
 
 
-def _step_by_step(program: Program) -> None:
+def _step_by_step(program: Program, why: str | None = None) -> None:
     """A `too-large` error for a program beyond MAX_SIMULATED_ACTIONS that the one-pass run
-    (simulate_columns.py: a compute-level program held as columns) does not take."""
+    (simulate_columns.py: a compute-level program held as columns) does not take (`why`: what
+    makes it a job's, if it is one)."""
     from .verify.mesh import flat_job
-    count = flat_job(program).num_actions  # (a data-parallel job's every replica: it is timed whole)
+    count = flat_job(program).num_actions  # (a data-parallel job's every replica it times)
     if count > MAX_SIMULATED_ACTIONS:
-        raise SchedcError("too-large", f"{count:,} actions to time step by step (a program at the "
-                          "communication level, or with bandwidths, overheads or groups); at most "
-                          f"{MAX_SIMULATED_ACTIONS:,}: simulate it at fewer microbatches, or at the compute level",
+        raise SchedcError("too-large", f"{count:,} actions to time step by step ("
+                          f"{why or 'a program at the communication level, or with bandwidths, overheads or groups'}); "
+                          f"at most {MAX_SIMULATED_ACTIONS:,}: simulate it at fewer microbatches, or at the compute level",
                           where=program.source or program.name)
 
 

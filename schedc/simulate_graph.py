@@ -15,7 +15,7 @@ from .ir import COLLECTIVES, COMM, COMPUTE, RECVS, SENDS, WAITS, Compound, Compo
 from .rules.deps import needs, payload, produces, value_name
 from .rules.semantics import Semantics
 from .rules.time import collective_span, collective_time, step_time, timed
-from .timeline import Messages, Timeline, check_finite, dispatch_times
+from .timeline import Messages, Timeline, check_finite, check_links, dispatch_times
 from .verify.channels import channels
 from .verify.deadlock import end_of_step_notes, find_deadlock
 from .verify.graph import constraints
@@ -25,10 +25,13 @@ from .verify.mesh import groups, job, job_channels, joins_ranks
 _COLLECTIVE = ("collective", "collective-posted")  # the waits verify/mesh.py adds between a group's members
 
 
-def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=None) -> Timeline:  # noqa: C901
+def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=None,  # noqa: C901
+                   told=None) -> Timeline:
     """The timed run of a comms-level `program` under `semantics` (overlap on: posting is the only
     rank time communication takes). `links`: (sending rank, receiving rank) -> timeline.Link;
-    `draw`, as `simulate`'s, scales each compute time and posting overhead.
+    `draw`, as `simulate`'s, scales each compute time and posting overhead. `told(program, deadlock,
+    cons)`, for a job reduced to one replica per class (simulate_replicas.py): the deadlock, and the
+    program it names, told of the real job.
 
     Which runs exist is the question of `semantics`' own graph. Times follow simulate.py's
     asynchronous rule, under which a rank's blocking at a send or receive never delays it (only a
@@ -41,24 +44,27 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
     collective = _collectives(program)  # (rank, step, part) -> its group, number on it and members
     if joins_ranks(program):  # replicas, or a tied all-reduce: the whole job, joined by its collectives
         flat, cons = job(program, timing)
-        dead = find_deadlock(flat, semantics, cons=cons if timing == semantics else job(program, semantics)[1])
+        decided = cons if timing == semantics else job(program, semantics)[1]
+        dead = find_deadlock(flat, semantics, cons=decided)
         chans, program = job_channels(program), flat
     else:
         chans = channels(program)
         cons = constraints(program, timing, chans)
-        dead = find_deadlock(program, semantics, chans, cons if timing == semantics else None)
+        given = cons if timing == semantics else None
+        if told is not None and given is None:  # (a reduced job: decided on its constraints, as a job is)
+            given = constraints(program, semantics, chans)
+        dead = find_deadlock(program, semantics, chans, given)
+        decided = given if given is not None else cons
     if dead is not None:
+        if told is not None:
+            program, dead = told(program, dead, decided)
         raise _deadlock(program, semantics, dead)
     R, S = program.num_ranks, program.num_stages
     K = 2 * S  # value key: microbatch * K + 2 * stage + (0 act | 1 grad), as simulate.py's
     ann = program.annotations
     lat0, bw0 = float(ann.latency), float(ann.bandwidth)
+    check_links(links, R)
     link = {(a, b): (float(v.latency), float(v.bandwidth), float(v.overhead)) for (a, b), v in links.items()}
-    for (a, b), (_, _, over) in link.items():
-        if not (0 <= a < R and 0 <= b < R):
-            raise SchedcError("costs", f"channel {a}->{b} names a rank outside 0..{R - 1}")
-        if not over >= 0:
-            raise SchedcError("costs", f"channel {a}->{b} has overhead {over}; it must be non-negative")
     speeds = []
     for r in range(R):
         speed = ann.speed_of(r % pipeline)
@@ -152,10 +158,15 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
         st = program.ranks[r][i]
         parts = st.parts
         t = (end[r][i - 1] if i else 0.0) + lead[r % pipeline]
-        for q, j, why, _ in cons.prereq[r][i]:  # a collective: once every member has reached (or posted) it
-            if why in _COLLECTIVE and end[q][j] > t:
-                t = end[q][j]
         first = parts[0].op
+        for q, j, why, _ in cons.prereq[r][i]:  # a collective: once every member has reached (or posted) it
+            if why in _COLLECTIVE:  # (a member reaches it once it has dispatched the step, as this rank)
+                came = end[q][j] + (lead[q % pipeline] if why == "collective" else 0.0)
+                if came > t:
+                    t = came
+        if first in COLLECTIVES:  # a member whose first step it is reaches it once dispatched
+            for q in cons.starts.get((r, i), ()):
+                t = max(t, lead[q % pipeline])
         if first in COMPUTE:  # F, B, I, W, or an OVERLAP_F_B pair: once its inputs are here
             for a in parts:
                 gate = gathered.get((r, a.stage))

@@ -6,10 +6,11 @@ type, not each other.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple, overload
 
 from .errors import SchedcError
 from .ir import Action, Annotations, Program, Step
@@ -85,6 +86,48 @@ class Messages(Sequence[Message]):
         return f"<{len(self)} messages>"
 
 
+class ReplicaMessages(Messages):
+    """A data-parallel job's messages from a run of one replica per class (schedc/simulate_replicas.py):
+    replica d's are its class's run's (`of[d]`: the class, whose ranks are c * P ..), moved to
+    replica d's ranks, replica after replica. Made when read: nothing is stored per replica."""
+
+    def __init__(self, run: Messages, P: int, of: Sequence[int]):
+        self._run, self._P, self._of = run, P, tuple(of)
+        ours: dict[int, list[int]] = {}  # class -> the indices of its messages in the run
+        for i in range(len(run)):
+            ours.setdefault(int(run._flat[i * self.WIDTH]) // P, []).append(i)
+        self._ours = [ours.get(c, []) for c in range(max(of, default=-1) + 1)]
+        self._first = [0]  # index of replica d's first message
+        for c in self._of:
+            self._first.append(self._first[-1] + len(self._ours[c]))
+
+    def __len__(self) -> int:
+        return self._first[-1]
+
+    @overload
+    def __getitem__(self, i: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Message]: ...
+
+    def __getitem__(self, i: int | slice) -> Message | list[Message]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("message index out of range")
+        d = bisect_right(self._first, i) - 1
+        c = self._of[d]
+        m = self._run[self._ours[c][i - self._first[d]]]
+        shift = (d - c) * self._P
+        return m._replace(src_rank=m.src_rank + shift, dst_rank=m.dst_rank + shift)
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} messages of {len(self._of)} replicas>"
+
+
 @dataclass(frozen=True)
 class Link:
     """One channel's latency and bandwidth (`bandwidth` 0 means infinite), and the `overhead` of
@@ -148,8 +191,16 @@ class Timeline:
     def _memory(self) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
         from .rules.semantics import Semantics
         semantics = Semantics.parse(self.semantics)  # (a backend holds sent messages until waited for)
-        if self.replicas > 1:  # each replica's pipeline, as memory.py counts one
-            return tuple(m for d in range(self.replicas) for m in _step_memory(self._replica(d), semantics))
+        if self.replicas > 1:  # each replica's pipeline, as memory.py counts one (replicas that share their lists, once)
+            counted: dict[tuple[int, ...], tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]] = {}
+            out: list[tuple[tuple[float, ...], tuple[float, ...]]] = []
+            for d in range(self.replicas):
+                replica = self._replica(d)
+                key = tuple(map(id, replica.ranks))
+                if key not in counted:
+                    counted[key] = _step_memory(replica, semantics)
+                out.extend(counted[key])
+            return tuple(out)
         return _step_memory(self.program, semantics)
 
     @cached_property
@@ -208,6 +259,15 @@ def dispatch_times(ann: Annotations, ranks: int) -> tuple[float, ...]:
         if not 0 <= d < math.inf:
             raise SchedcError("costs", f"rank {r} has dispatch time {d}; it must be a finite non-negative number")
     return times if any(times) else ()
+
+
+def check_links(links: Mapping[tuple[int, int], Link], ranks: int) -> None:
+    """Every channel a cost names joins ranks of the run, and its posting overhead is non-negative."""
+    for (a, b), link in links.items():
+        if not (0 <= a < ranks and 0 <= b < ranks):
+            raise SchedcError("costs", f"channel {a}->{b} names a rank outside 0..{ranks - 1}")
+        if not float(link.overhead) >= 0:
+            raise SchedcError("costs", f"channel {a}->{b} has overhead {float(link.overhead)}; it must be non-negative")
 
 
 def check_finite(makespan: float, ranks: int) -> None:

@@ -5,7 +5,7 @@ the real job. Exact: docs/checks.md, "Replicas that run one program".
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 
 from ..ir import Program, same_lines
@@ -87,6 +87,25 @@ def classes(program: Program) -> Classes:
     for d, c in enumerate(of):
         members[c].append(d)
     return Classes(program.num_ranks, tuple(of), tuple(map(tuple, members)))
+
+
+def refined(cls: Classes, key: Callable[[int], Hashable]) -> Classes:
+    """The classes split by `key(d)` too (what else tells replicas apart: the costs of their
+    channels, for a timed run), numbered by their first replicas as `classes` numbers them."""
+    number: dict[tuple, int] = {}
+    of = [number.setdefault((c, key(d)), len(number)) for d, c in enumerate(cls.of)]
+    members: list[list[int]] = [[] for _ in number]
+    for d, c in enumerate(of):
+        members[c].append(d)
+    return Classes(cls.P, tuple(of), tuple(map(tuple, members)))
+
+
+def distinct_actions(program: Program) -> int:
+    """The actions of a job's distinct replicas, each class once (a program's own, without replicas):
+    the work of the checks and of a timed run, which take each class once."""
+    if not program.replicas:
+        return program.num_actions
+    return sum(program.replica(d).num_actions for d in classes(program).reps)
 
 
 class _Renumber:

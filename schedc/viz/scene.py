@@ -488,25 +488,17 @@ def _aggregated(scene: Scene, program: Program, timeline) -> None:
     edges = np.linspace(0.0, span, bins + 1)
     busy = np.zeros((len(rows), len(_KINDS), bins))
     memory = np.zeros((len(rows), bins))
+    alike: dict[tuple, int] = {}  # ranks that run the same steps at the same times (a job's replicas): once
+    shares: dict[tuple[int, int], int] = {}  # (row, distinct rank) -> its ranks in the row
     for r, length in enumerate(_lengths(program)):
-        row = r // group
-        if not length:
-            continue
-        starts = np.asarray(timeline.start[r], dtype=float)
-        ends = np.asarray(timeline.end[r], dtype=float)
-        code = _kind_codes(program, r)
-        for k in range(len(_KINDS)):
-            mask = code == k
-            if not mask.any():
-                continue
-            busy[row, k] += np.diff(_cumulative(starts[mask], ends[mask], edges))
-        during = np.asarray(timeline.memory_during[r], dtype=float)
-        after = np.asarray(timeline.memory_after[r], dtype=float)
-        idx = np.clip((starts / width).astype(int), 0, bins - 1)
-        held = np.zeros(bins)  # what is live as each bin begins: after the last step that started before it
-        last = np.searchsorted(starts, edges[:-1], side="left") - 1
-        held[last >= 0] = after[last[last >= 0]]
-        np.maximum.at(held, idx, during)
+        if length:
+            key = tuple(map(id, (program.ranks[r], timeline.start[r], timeline.end[r], timeline.memory_during[r])))
+            first = alike.setdefault(key, r)
+            shares[(r // group, first)] = shares.get((r // group, first), 0) + 1
+    binned = {first: _binned(program, timeline, first, edges, width) for first in alike.values()}
+    for (row, first), n in shares.items():
+        by_kind, held = binned[first]
+        busy[row] += n * by_kind
         np.maximum(memory[row], held, out=memory[row])
     per_row = np.array([min(R, r + group) - r for r in rows], dtype=float)[:, None]
     total = busy.sum(axis=1) / (per_row * width)
@@ -529,6 +521,27 @@ def _aggregated(scene: Scene, program: Program, timeline) -> None:
                        f"{MAX_ROWS} ranks; each row is {'a rank' if group == 1 else f'{group} ranks'}, each cell "
                        f"1/{bins} of the run, coloured by the kind that took most of it and shaded by how busy "
                        "the row was")
+
+
+def _binned(program: Program, timeline, r: int, edges, width: float):
+    """Rank r's busy time per kind and time bin, and the highest memory it holds in each bin."""
+    bins = len(edges) - 1
+    by_kind = np.zeros((len(_KINDS), bins))
+    starts = np.asarray(timeline.start[r], dtype=float)
+    ends = np.asarray(timeline.end[r], dtype=float)
+    code = _kind_codes(program, r)
+    for k in range(len(_KINDS)):
+        mask = code == k
+        if mask.any():
+            by_kind[k] = np.diff(_cumulative(starts[mask], ends[mask], edges))
+    during = np.asarray(timeline.memory_during[r], dtype=float)
+    after = np.asarray(timeline.memory_after[r], dtype=float)
+    idx = np.clip((starts / width).astype(int), 0, bins - 1)
+    held = np.zeros(bins)  # what is live as each bin begins: after the last step that started before it
+    last = np.searchsorted(starts, edges[:-1], side="left") - 1
+    held[last >= 0] = after[last[last >= 0]]
+    np.maximum.at(held, idx, during)
+    return by_kind, held
 
 
 def _cumulative(starts, ends, edges):
@@ -601,16 +614,25 @@ def _summary(program: Program, report, timeline) -> list[RankSummary]:
     checked_peaks = report.peak_sizes
     held = columns_of(program)
     one_action_each = held is not None and not held.compounds  # (else a compound's parts are counted)
+    counted: dict[int, int] = {}  # a list's actions, by its id (a job's replicas share their lists)
     for r, length in enumerate(_lengths(program)):
         checked = checked_peaks[r] if r < len(checked_peaks) else (
             report.peak_activation[r] if r < len(report.peak_activation) else None)
         limit = report.memory_limit[r] if r < len(report.memory_limit) else None
         out.append(RankSummary(
-            r, length, length if one_action_each else sum(len(st.parts) for st in program.ranks[r]),
+            r, length, length if one_action_each else _actions(program.ranks[r], counted),
             timeline.busy[r] if timeline is not None else None,
             idle[r] if idle is not None else None,
             peaks[r] if peaks is not None else None, checked, limit))
     return out
+
+
+def _actions(steps, counted: dict[int, int]) -> int:
+    """The actions of one rank's steps (a compound's parts each), counted once per list."""
+    n = counted.get(id(steps))
+    if n is None:
+        n = counted[id(steps)] = sum(len(st.parts) for st in steps)
+    return n
 
 
 def _num(x) -> str:
