@@ -89,7 +89,8 @@ class Costs:
         added (passes/stage_ops.py `add_step_collectives`)."""
         S, R = program.num_stages, program.num_ranks
         per_stage = self.stage_settings(program)
-        base = self.derived.stage_settings(S, program.dp) if self.derived is not None else {}
+        together = 0 < S <= len(program.placement) and program.placement[0] == program.placement[S - 1]
+        base = self.derived.stage_settings(S, program.dp, together) if self.derived is not None else {}
         for r, _ in self.speeds + self.rank_dispatch:
             if not 0 <= r < R:
                 raise SchedcError("costs", f"rank {r} is not a rank of {program.name} (0..{R - 1})",
@@ -243,9 +244,9 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:  # noqa: C901
         raise SchedcError("costs", "a profile is a JSON object with \"stages\" (and optionally \"ranks\", "
                           "\"messages\")", where=name)
     for key in data:
-        if key not in ("format", "version", "unit", "meta", "stages", "ranks", "messages", "spread", "overlap",
-                       "activations", "memory"):
-            raise where.error(f"unknown key '{key}'; expected format, version, unit, meta, stages, ranks, "
+        if key not in ("format", "version", "unit", "meta", "stages", "derived", "ranks", "messages", "spread",
+                       "overlap", "activations", "memory"):
+            raise where.error(f"unknown key '{key}'; expected format, version, unit, meta, stages, derived, ranks, "
                               "messages, spread, overlap, activations, memory", (), key)
     if data.get("format", PROFILE_FORMAT) != PROFILE_FORMAT:
         raise where.error(f"{data['format']!r} is not a schedc profile (expected \"{PROFILE_FORMAT}\")", (), "format")
