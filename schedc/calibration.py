@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .hardware import Setup
 
 MAX_BYTES = 2 ** 63  # no measured byte count is larger (a profile's activations)
+MAX_SECONDS = 1e9  # no measured pass takes longer (about 30 years): a profile's stage times
 # what each group of measured passes is called in messages; "B": the backward as one (I and W at its efficiency)
 PASS_NAMES = {"F": "forward (F)", "I": "input-gradient (I)", "W": "weight-gradient (W)", "B": "backward (B = I + W)"}
 
@@ -135,10 +136,11 @@ def _stage_times(stages: Any, where: str) -> list[dict[str, float]]:
             raise SchedcError("usage", f"the profile's stage {s} must be a table of seconds {shape}", where=where)
         t = {op: table[op] for op in ("F", "B", "I", "W") if op in table}
         bad = next((op for op, v in t.items() if isinstance(v, bool) or not isinstance(v, (int, float))
-                    or not (math.isfinite(v) and v > 0)), None)
+                    or not 0 < v < MAX_SECONDS), None)
         if bad is not None:
-            raise SchedcError("usage", f"the profile's stage {s} {bad} must be a positive number of seconds, not "
-                              f"{t[bad]!r}", where=where)
+            shown = repr(t[bad]) if len(repr(t[bad])) < 40 else repr(t[bad])[:37] + "..."
+            raise SchedcError("usage", f"the profile's stage {s} {bad} must be a positive number of seconds below "
+                              f"{MAX_SECONDS:g}, not {shown}", where=where)
         if "F" not in t or not ("B" in t or ("I" in t and "W" in t)):
             raise SchedcError("usage", f"the profile's stage {s} needs F, and B or I and W {shape}", where=where)
         out.append({op: float(v) for op, v in t.items()})

@@ -143,7 +143,8 @@ def test_the_calibrated_efficiency_times_every_command(tmp_path, run_cli):
     (lambda p: p.update(derived={"0": "I"}), "\"derived\" must map stage numbers"),
     (lambda p: [t.update(F=t["F"] / 10) for t in p["stages"].values()], r"forward \(F\) passes ran at .* times the peak"),
     (lambda p: [t.update(F=1e-6) for t in p["stages"].values()], "no more than the communication"),
-    (lambda p: [t.update(W=1e300) for t in p["stages"].values()], "out of range"),
+    (lambda p: p["stages"]["3"].update(W=10 ** 400), "stage 3 W must be a positive number of seconds below 1e\\+09"),
+    (lambda p: p["stages"]["3"].update(W=float("inf")), "stage 3 W must be a positive number"),
 ])
 def test_a_profile_without_good_times_is_an_error(tmp_path, change, phrase):
     path = tmp_path / "tp.toml"
