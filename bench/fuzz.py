@@ -9,8 +9,9 @@ short action lists, names with half a surrogate pair), TOML cost files and
 measured profiles, model and hardware setup files (TOML and JSON; edited at their keys too:
 [model] with experts, top_k, attention..., [hardware] reserve, gpus_per_node, network,
 [activation_checkpoint], [parallelism]), `--profile` files (a run's measured `activations` and
-`stages`, with odd stage keys, byte counts, times and `derived`), schedules read from DeepSpeed and Megatron-Core (`deepspeed:train`,
-`megatron:interleaved`, ... with their parameters; `--importers`), torch Flight Recorder dumps
+`stages`, with odd stage keys, byte counts and times), schedules read from DeepSpeed and
+Megatron-Core (`deepspeed:train`, `megatron:interleaved`, ... with their parameters;
+`--importers`), torch Flight Recorder dumps
 (tests/data/diagnose's, JSON and pickle, edited, dropped or renamed, and pickles that would run
 code), proof certificates; and the command lines of check, compile, sim, viz, export, compare,
 plan, prove, synth, run (up to `--print-torchrun`, or the point where ranks would start: the
@@ -317,8 +318,7 @@ MEASURED = [{"stages": {"0": {"F": 0.001, "B": 0.002}, "1": {"F": 0.001, "B": 0.
             {"activations": {"0": 1e9}},
             {"activations": {"1": 3e9, "0": 4e9}, "memory": {}},
             {"stages": {"0": {"F": 0.001045, "I": 0.001038, "W": 0.001038, "B": 0.002076},
-                        "1": {"F": 0.00118, "I": 0.000842, "W": 0.000842, "B": 0.001684}},
-             "derived": {"0": ["I", "W"], "1": ["I", "W"]}},
+                        "1": {"F": 0.00118, "I": 0.000842, "W": 0.000842, "B": 0.001684}}},
             {"stages": {"0": {"F": 0.3, "I": 0.3, "W": 0.2}, "1": {"F": 0.3, "I": 0.35, "W": 0.2}}}]
 PROFILE_KEYS = ["01", " 1", "-1", "1e3", "x", "99999999", "0.5", "", "\u0661", "1_0", "+1", "9" * 25]
 PROFILE_VALUES = [0, -1, 1e308, 1.7e308, 5e-324, True, False, "5", None, "nan", [], {}, 1e-300, 2 ** 64, 10 ** 400,
@@ -328,7 +328,7 @@ PROFILE_VALUES = [0, -1, 1e308, 1.7e308, 5e-324, True, False, "5", None, "nan", 
 def mutate_profile(text: str, rng: random.Random) -> str:
     """One edit of a measured profile's `activations` or `stages`, the parts --profile reads: a
     stage key that is not plainly a number (`01`, ` 1`, `-1`), a byte count or a time out of range
-    or of the wrong type, a pass left out, `derived` made odd, or the table itself replaced."""
+    or of the wrong type, a pass left out, or the table itself replaced."""
     try:
         data = json.loads(text)
     except ValueError:
@@ -352,9 +352,9 @@ def mutate_profile(text: str, rng: random.Random) -> str:
 
 
 def _mutate_stages(data: dict, rng: random.Random) -> dict:
-    """One edit of a profile's measured `stages` (or its `derived`), which calibrate the efficiency."""
+    """One edit of a profile's measured `stages`, which calibrate the efficiency."""
     stages = data.get("stages")
-    how = rng.choice(["key", "value", "value", "drop", "table", "derived", "many"])
+    how = rng.choice(["key", "value", "value", "drop", "table", "many"])
     if how == "table" or not isinstance(stages, dict) or not stages:
         data["stages"] = rng.choice([[], {}, "x", None, {"0": 1}, {"0": {}}, {"1": {"F": 1, "B": 2}}, 5])
     elif how == "key":
@@ -366,8 +366,6 @@ def _mutate_stages(data: dict, rng: random.Random) -> dict:
             del stage[op]
         else:
             stage[op] = rng.choice(PROFILE_VALUES + [1e-300, 1e300])
-    elif how == "derived":
-        data["derived"] = rng.choice([{"0": ["I"]}, {"0": "I"}, {"01": ["B"]}, [], None, {"0": ["X"]}, 3])
     else:
         data["stages"] = {str(s): {"F": rng.choice([1e-9, 1.0, 1e300]), "B": 2.0}
                           for s in range(rng.choice([2, 8, 300, 5000]))}

@@ -1,8 +1,8 @@
 """A model and hardware description calibrated by a run's profile (`--profile FILE`; docs/units.md,
 "Calibrating from a run"): the activation model scaled to the bytes each stage saved for its
-backward, and each pass's efficiency (forward, input gradient, weight gradient) set to what the
-model's FLOPs reached in the seconds the run measured (rules/time.py `achieved_efficiency`). It
-reads the profile `schedc run --profile` writes (schedc/runtime/profile.py).
+backward, and each pass's efficiency (the forward; the backward, input and weight gradients alike)
+set to what the model's FLOPs reached in the seconds the run measured (rules/time.py
+`achieved_efficiency`). It reads the profile `schedc run --profile` writes (schedc/runtime/profile.py).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 MAX_BYTES = 2 ** 63  # no measured byte count is larger (a profile's activations)
 MAX_SECONDS = 1e9  # no measured pass takes longer (about 30 years): a profile's stage times
 # what each group of measured passes is called in messages; "B": the backward as one (I and W at its efficiency)
-PASS_NAMES = {"F": "forward (F)", "I": "input-gradient (I)", "W": "weight-gradient (W)", "B": "backward (B = I + W)"}
+PASS_NAMES = {"F": "forward (F)", "B": "backward (B = I + W)"}
 
 
 def calibrate(setup: Setup, profile: Any, where: str) -> Setup:
@@ -62,29 +62,21 @@ def activation_scale(setup: Setup, measured: Any, where: str) -> float:
 
 
 def pass_efficiency(setup: Setup, profile: dict[str, Any], where: str) -> tuple[tuple[str, float], ...]:
-    """The efficiency of each pass (F, I, W) at which the described model, cut into the profile's
-    stages, takes the seconds the run measured: per pass, the stages' FLOPs over the peak's work
-    in their measured seconds less the communication the description puts inside them (tensor,
-    context and expert parallelism's). The backward is calibrated as a whole (I and W at its
-    efficiency) unless every stage measured I and W apart: a run of B only writes I = W = B / 2
-    and says so in `derived`."""
+    """The efficiency of each pass at which the described model, cut into the profile's stages,
+    takes the seconds the run measured: the stages' FLOPs over the peak's work in their measured
+    seconds less the communication the description puts inside them (tensor, context and expert
+    parallelism's), for the forward (F) and for the backward as one pass (B = I + W: I and W get
+    its efficiency). A run's own I and W are not the model's: the first stage's input needs no
+    gradient, so the runtime's split does that stage's whole backward in W (a ZB-V run of
+    examples/transformer.py on one rank: stage 0's I 4 us, its W 1.7 ms)."""
     times = _stage_times(profile.get("stages"), where)
-    derived = _derived(profile.get("derived"), where)
-    apart = all("I" in t and "W" in t and not {"I", "W"} & derived.get(s, set()) for s, t in enumerate(times))
     estimates = setup.estimates(len(times))
-    comm = setup.stage_comm(estimates)
-    groups: dict[str, list[tuple[float, float, float]]] = {"F": [], "I": [], "W": []} if apart else {"F": [], "B": []}
-    for t, e, (Fc, Ic) in zip(times, estimates, comm):  # (FLOPs, measured seconds, communication inside)
+    groups: dict[str, list[tuple[float, float, float]]] = {"F": [], "B": []}
+    for t, e, (Fc, Ic) in zip(times, estimates, setup.stage_comm(estimates)):  # (FLOPs, seconds, comm)
         groups["F"].append((e.flops_F, t["F"], Fc))
-        if apart:
-            groups["I"].append((e.flops_I, t["I"], Ic))
-            groups["W"].append((e.flops_W, t["W"], 0.0))
-        else:
-            groups["B"].append((e.flops_I + e.flops_W, t["B"] if "B" in t else t["I"] + t["W"], Ic))
-    eff = {name: _efficiency(setup, name, group, where) for name, group in groups.items()}
-    if "B" in eff:
-        eff["I"] = eff["W"] = eff.pop("B")
-    return tuple((op, eff[op]) for op in time_rules.PASSES)
+        groups["B"].append((e.flops_I + e.flops_W, t["B"] if "B" in t else t["I"] + t["W"], Ic))
+    forward, backward = (_efficiency(setup, name, group, where) for name, group in groups.items())
+    return (("F", forward), ("I", backward), ("W", backward))
 
 
 def _efficiency(setup: Setup, name: str, group: list[tuple[float, float, float]], where: str) -> float:
@@ -145,14 +137,3 @@ def _stage_times(stages: Any, where: str) -> list[dict[str, float]]:
             raise SchedcError("usage", f"the profile's stage {s} needs F, and B or I and W {shape}", where=where)
         out.append({op: float(v) for op, v in t.items()})
     return out
-
-
-def _derived(derived: Any, where: str) -> dict[int, set[str]]:
-    """The profile's `derived`: per stage, the times it derived rather than measured."""
-    if derived is None:
-        return {}
-    if not (isinstance(derived, dict) and all(isinstance(v, list) and all(op in ("B", "I", "W") for op in v)
-                                              for v in derived.values())):
-        raise SchedcError("usage", "the profile's \"derived\" must map stage numbers to the times derived, not "
-                          "measured (e.g. {\"0\": [\"I\", \"W\"]})", where=where)
-    return {s: set(derived[str(s)]) for s in _stage_numbers(derived, "derived", "lists of times", where)}

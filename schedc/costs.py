@@ -244,9 +244,9 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:  # noqa: C901
         raise SchedcError("costs", "a profile is a JSON object with \"stages\" (and optionally \"ranks\", "
                           "\"messages\")", where=name)
     for key in data:
-        if key not in ("format", "version", "unit", "meta", "stages", "derived", "ranks", "messages", "spread",
-                       "overlap", "activations", "memory"):
-            raise where.error(f"unknown key '{key}'; expected format, version, unit, meta, stages, derived, ranks, "
+        if key not in ("format", "version", "unit", "meta", "stages", "ranks", "messages", "spread", "overlap",
+                       "activations", "memory"):
+            raise where.error(f"unknown key '{key}'; expected format, version, unit, meta, stages, ranks, "
                               "messages, spread, overlap, activations, memory", (), key)
     if data.get("format", PROFILE_FORMAT) != PROFILE_FORMAT:
         raise where.error(f"{data['format']!r} is not a schedc profile (expected \"{PROFILE_FORMAT}\")", (), "format")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -36,9 +37,10 @@ preset = "a100-80gb"
 # round figure (what is calibrated is the FLOP/s reached, peak x efficiency), with a loopback link
 CPU = SETUP.replace('preset = "a100-80gb"', 'name = "cpu"\nflops = 1e11\nmemory = "8GiB"\nefficiency = 0.5\n\n'
                     '[link]\nname = "loopback"\nbandwidth = "5GB/s"\nlatency = 5e-5')
+DATA = Path(__file__).resolve().parent / "data" / "calibration"
 # Llama 2 7B on H100s with tensor parallelism, whose collectives sit inside F and I
 TP = '[model]\npreset = "llama2-7b"\n[hardware]\npreset = "h100-80gb"\n[parallelism]\ntensor_parallel_degree = 2\n'
-EFF = {"F": 0.41, "I": 0.33, "W": 0.47}
+EFF = {"F": 0.41, "I": 0.33, "W": 0.33}
 
 
 @pytest.fixture
@@ -62,8 +64,9 @@ def synthetic(setup, stages: int, eff: dict[str, float]) -> dict:
 
 def test_a_synthetic_profile_gives_the_efficiencies_back(tmp_path):
     """Times made from known efficiencies (with tensor-parallel communication inside F and I) give
-    those efficiencies back, to rounding; the calibrated description then times every stage as the
-    profile did, and another cut of the model at the same efficiencies."""
+    those efficiencies back, to rounding: the forward's, and the backward's (I and W at one
+    efficiency, B = I + W, whatever split of B the profile gives); the calibrated description then
+    times every stage as the profile did, and another cut of the model at the same efficiencies."""
     path = tmp_path / "tp.toml"
     path.write_text(TP)
     s = describe(str(path))
@@ -82,32 +85,13 @@ def test_a_synthetic_profile_gives_the_efficiencies_back(tmp_path):
     assert c.stage_settings(8) == by_hand.stage_settings(8)
     # the calibration is a setup key: the JSON report's `setup` describes the calibrated job again
     assert c.to_dict()["hardware"]["efficiency"] == pytest.approx(EFF) and s.to_dict()["hardware"]["efficiency"] == 0.4
-    assert "efficiency F 0.41, I 0.33, W 0.47" in c.title and "efficiency" not in s.title
-
-
-def test_a_backward_measured_whole_calibrates_I_and_W_together(tmp_path):
-    """A run of B only writes I = W = B / 2 and names them in `derived`: the backward is calibrated as
-    one pass, the FLOPs of I and W over B's measured seconds, so each stage's B comes back exactly and
-    I and W split it as their FLOPs do. A profile of F and B alone (written by hand) reads the same."""
-    path = tmp_path / "tp.toml"
-    path.write_text(TP)
-    s = describe(str(path))
-    profile = synthetic(s, 4, {"F": 0.4, "I": 0.3, "W": 0.3})
-    for stage in profile["stages"].values():
-        stage["I"] = stage["W"] = stage["B"] / 2
-    profile["derived"] = {k: ["I", "W"] for k in profile["stages"]}
-    c = calibrate(s, profile, "p.json")
-    eff = dict(c.hardware.efficiency)
-    assert eff["F"] == pytest.approx(0.4) and eff["I"] == eff["W"] == pytest.approx(0.3)
-    for stage, st in c.stage_settings(4).items():
-        assert st["I"] + st["W"] == pytest.approx(profile["stages"][str(stage)]["B"], rel=1e-12)
-    hand = {"stages": {k: {"F": v["F"], "B": v["B"]} for k, v in profile["stages"].items()}}
-    assert calibrate(s, hand, "p.json").hardware.efficiency == c.hardware.efficiency
-    # without `derived`, I = W = B / 2 are taken as measured: each comes back as written
-    del profile["derived"]
-    apart = calibrate(s, profile, "p.json").stage_settings(4)[2]
-    assert apart["I"] == pytest.approx(profile["stages"]["2"]["I"], rel=0.05)  # (averaged over the stages)
-    assert dict(calibrate(s, profile, "p.json").hardware.efficiency)["I"] != eff["I"]
+    assert "efficiency F 0.41, I 0.33, W 0.33" in c.title and "efficiency" not in s.title
+    # the runtime's halves of a B (1F1B), its own split of a zero-bubble run, or B alone: one answer
+    for split in (lambda t: (t["B"] / 2, t["B"] / 2), lambda t: (1e-6, t["B"] - 1e-6), None):
+        other = {"stages": {k: ({"F": t["F"], "B": t["B"]} if split is None else
+                                dict(zip("FIW", (t["F"], *split(t)))))
+                            for k, t in profile["stages"].items()}}
+        assert dict(calibrate(s, other, "p.json").hardware.efficiency) == pytest.approx(EFF, rel=1e-12)
 
 
 def test_the_calibrated_efficiency_times_every_command(tmp_path, run_cli):
@@ -127,7 +111,7 @@ def test_the_calibrated_efficiency_times_every_command(tmp_path, run_cli):
     assert code == 0, err
     assert json.loads(out2)["makespan"] == report["makespan"]
     code, text, err = run_cli("sim", "1f1b", "--param", "P=4,M=8", "--setup", str(path), "--profile", str(prof))
-    assert code == 0 and "efficiency F 0.41, I 0.33, W 0.47)" in text, err
+    assert code == 0 and "efficiency F 0.41, I 0.33, W 0.33)" in text, err
     code, out, err = run_cli("plan", "--gpus", "8", "--global-batch", "16", "--setup", str(path), "--profile", str(prof),
                              "--json")
     assert code == 0, err
@@ -140,7 +124,6 @@ def test_the_calibrated_efficiency_times_every_command(tmp_path, run_cli):
     (lambda p: p["stages"]["0"].pop("F"), "stage 0 needs F, and B or I and W"),
     (lambda p: p.update(stages={}), "must give each stage's measured seconds"),
     (lambda p: p.update(stages={"0": 1.0}), "stage 0 must be a table of seconds"),
-    (lambda p: p.update(derived={"0": "I"}), "\"derived\" must map stage numbers"),
     (lambda p: [t.update(F=t["F"] / 10) for t in p["stages"].values()], r"forward \(F\) passes ran at .* times the peak"),
     (lambda p: [t.update(F=1e-6) for t in p["stages"].values()], "no more than the communication"),
     (lambda p: p["stages"]["3"].update(W=10 ** 400), "stage 3 W must be a positive number of seconds below 1e\\+09"),
@@ -221,14 +204,37 @@ def test_the_command_line_needs_a_description_for_it(run_cli, tmp_path):
     assert code == 2 and "--profile calibrates a model and hardware description" in err
 
 
+def test_a_recorded_cpu_run_is_predicted_stage_by_stage(tmp_path):
+    """A profile `schedc run --profile` wrote (examples/transformer.py, 1F1B on 2 ranks over gloo, on
+    an idle 2-core machine; tests/data/calibration) calibrates a CPU description, which then gives
+    back the sum of the stages' forwards and of their backwards exactly, and each stage's forward
+    within 3% and backward within 16% (the per-op overhead and the embedding that FLOPs do not count:
+    docs/units.md). Recorded, so that a busy machine cannot move it: a fresh run is the slow test's."""
+    data = json.loads((DATA / "transformer_1f1b_cpu.json").read_text())
+    path = tmp_path / "cpu.toml"
+    path.write_text(CPU)
+    calibrated = calibrate(describe(str(path)), data, "run.json")
+    eff = dict(calibrated.hardware.efficiency)
+    assert eff == pytest.approx({"F": 0.0636, "I": 0.0753, "W": 0.0753}, abs=1e-4)
+    model = calibrated.stage_settings(2)
+    for op, tolerance in (("F", 0.03), ("B", 0.16)):
+        measured = [data["stages"][str(s)][op] for s in range(2)]
+        predicted = [model[s]["F"] if op == "F" else model[s]["I"] + model[s]["W"] for s in range(2)]
+        assert sum(predicted) == pytest.approx(sum(measured), rel=1e-12), op
+        assert predicted == pytest.approx(measured, rel=tolerance), op
+        assert predicted != pytest.approx(measured, rel=tolerance / 2), op  # (the bound is not loose)
+
+
 @pytest.mark.slow
 def test_a_real_run_measures_what_the_model_counts(tmp_path, run_cli, setup_file):
     """examples/transformer.py on 2 ranks over gloo (about 10 s): the profile's activations per stage
     are within 1% of schedc's count for that transformer described (the rest: the token ids the
     embedding keeps, the loss's inputs), and sim with --profile says the scale. Its times calibrate
-    a CPU description: the calibrated model gives back the sum of the stages' measured forwards and
-    backwards exactly (derived, whatever the machine's load), and each stage's within 35% (at this
-    size per-op overhead, which FLOPs do not count, is much of a pass: docs/units.md)."""
+    a CPU description, which gives back the sum of the stages' measured forwards and of their
+    backwards exactly (derived quantities: they hold whatever the machine's load). Each stage's own
+    time is held on a recorded run (above): on a machine loaded 3.5 times over its cores, one
+    stage's forwards took 1.7 to 4.6 times the other's in three runs of ZB-V on one rank (both
+    stages in one process), which no FLOP count predicts."""
     profile = tmp_path / "run.json"
     code, out, err = run_cli("run", "1f1b", "--param", "P=2", "--param", "M=4", "--model",
                              "examples.transformer:build_stages", "--nproc", "2", "--steps", "2", "--timeout", "60",
@@ -245,7 +251,6 @@ def test_a_real_run_measures_what_the_model_counts(tmp_path, run_cli, setup_file
     code, out, err = run_cli("sim", "1f1b", "--param", "P=2,M=4", "--setup", str(setup_file), "--profile", str(profile))
     assert code == 0, err
     assert f"activations x {scale:.4g} as measured" in out
-    assert data["derived"] == {"0": ["I", "W"], "1": ["I", "W"]}  # 1F1B runs B: the backward is one pass
     cpu = tmp_path / "cpu.toml"
     cpu.write_text(CPU)
     calibrated = calibrate(describe(str(cpu)), data, str(profile))
@@ -256,4 +261,3 @@ def test_a_real_run_measures_what_the_model_counts(tmp_path, run_cli, setup_file
         measured = [data["stages"][str(s)][op] for s in range(2)]
         model = [of(predicted[s]) for s in range(2)]
         assert sum(model) == pytest.approx(sum(measured), rel=1e-9), op
-        assert model == pytest.approx(measured, rel=0.35), op

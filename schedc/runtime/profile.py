@@ -1,7 +1,7 @@
 """The measured profile `schedc run --profile` writes, in the format the simulator's cost model reads.
 
     {"format": "schedc-profile", "version": 1, "unit": "s", "meta": {...},
-     "stages": {"0": {"F": s, "I": s, "W": s, "B": s}, ...}, "derived": {"0": ["I", "W"], ...},
+     "stages": {"0": {"F": s, "I": s, "W": s, "B": s}, ...},
      "ranks": {"0": {"dispatch": s}, ...},
      "messages": {"0": bytes, ..., "latency": s, "overhead": s,
                   "channels": {"0->1": {"latency": s, "overhead": s}, ...}},
@@ -11,8 +11,7 @@
 `stages[s]` holds the mean seconds of one action of stage s on one microbatch; `messages[s]` the
 bytes of stage s's output (the activation it sends to s+1; the gradient coming back is the same
 size), for every stage but the last. A schedule runs either B or I and W for a stage; the missing
-ones are derived: B = I + W, or I = W = B / 2, and `derived[s]` names them (a calibration then
-times the backward as one: schedc/calibration.py). `ranks[r].dispatch` is rank r's time per program
+ones are derived: B = I + W, or I = W = B / 2. `ranks[r].dispatch` is rank r's time per program
 step that is neither compute nor posting nor waiting (the interpreter's own work: its loop, the
 step's bookkeeping), which the simulator charges before each step.
 
@@ -84,7 +83,7 @@ def build_profile(per_rank: list[dict]) -> dict:  # noqa: C901
         for stage, ops in part.get("spread", {}).items():
             parts.setdefault(stage, {}).update(ops)
         messages.update(part["messages"])
-    stages, derived = {}, {}
+    stages = {}
     for stage in sorted(times, key=int):
         ops = times[stage]
         f = ops.get("F", 0.0)
@@ -95,19 +94,15 @@ def build_profile(per_rank: list[dict]) -> dict:  # noqa: C901
             b = ops.get("B", 0.0)
             i = w = b / 2
         stages[stage] = {"F": f, "I": i, "W": w, "B": b}
-        missing = [op for op in ("B", "I", "W") if op not in ops]
-        if missing:
-            derived[stage] = missing
     out_messages: dict = {s: messages[s] for s in sorted(messages, key=int)}
     saved = {s: b for part in per_rank for s, b in part.get("saved", {}).items()}
     peaks = {str(r): {"peak_allocated": part["peak_allocated"]} for r, part in enumerate(per_rank)
              if part.get("peak_allocated") is not None}
-    given = {"derived": derived} if derived else {}
     if not all("comm" in part for part in per_rank):  # measurements without communication timing
-        return {"stages": stages, **given, "messages": out_messages, **_memory(saved, peaks)}
+        return {"stages": stages, "messages": out_messages, **_memory(saved, peaks)}
     links, meta = communication(per_rank)
     out_messages.update(links)
-    out = {"format": "schedc-profile", "version": 1, "unit": "s", "meta": meta, "stages": stages, **given}
+    out = {"format": "schedc-profile", "version": 1, "unit": "s", "meta": meta, "stages": stages}
     ranks = {}
     for rank, part in enumerate(per_rank):
         where, steps = meta["time_per_step"].get(str(rank)), part.get("program_steps")
