@@ -8,9 +8,10 @@ module's field limit, IR JSON out of range (limits of ranks that do not exist, n
 short action lists, names with half a surrogate pair), TOML cost files and
 measured profiles, model and hardware setup files (TOML and JSON; edited at their keys too:
 [model] with experts, top_k, attention..., [hardware] reserve, gpus_per_node, network,
-[activation_checkpoint], [parallelism]), `--profile` files (a run's measured `activations`, with
-odd stage keys and byte counts), schedules read from DeepSpeed and Megatron-Core (`deepspeed:train`,
-`megatron:interleaved`, ... with their parameters; `--importers`), torch Flight Recorder dumps
+[activation_checkpoint], [parallelism]), `--profile` files (a run's measured `activations` and
+`stages`, with odd stage keys, byte counts and times), schedules read from DeepSpeed and
+Megatron-Core (`deepspeed:train`, `megatron:interleaved`, ... with their parameters;
+`--importers`), torch Flight Recorder dumps
 (tests/data/diagnose's, JSON and pickle, edited, dropped or renamed, and pickles that would run
 code), proof certificates; and the command lines of check, compile, sim, viz, export, compare,
 plan, prove, synth, run (up to `--print-torchrun`, or the point where ranks would start: the
@@ -315,22 +316,27 @@ MEASURED = [{"stages": {"0": {"F": 0.001, "B": 0.002}, "1": {"F": 0.001, "B": 0.
              "activations": {"0": 2.5e9, "1": 2.4e9, "2": 2.4e9, "3": 2.6e9},
              "memory": {"0": {"peak_allocated": 1073741824}}},
             {"activations": {"0": 1e9}},
-            {"activations": {"1": 3e9, "0": 4e9}, "memory": {}}]
+            {"activations": {"1": 3e9, "0": 4e9}, "memory": {}},
+            {"stages": {"0": {"F": 0.001045, "I": 0.001038, "W": 0.001038, "B": 0.002076},
+                        "1": {"F": 0.00118, "I": 0.000842, "W": 0.000842, "B": 0.001684}}},
+            {"stages": {"0": {"F": 0.3, "I": 0.3, "W": 0.2}, "1": {"F": 0.3, "I": 0.35, "W": 0.2}}}]
 PROFILE_KEYS = ["01", " 1", "-1", "1e3", "x", "99999999", "0.5", "", "\u0661", "1_0", "+1", "9" * 25]
 PROFILE_VALUES = [0, -1, 1e308, 1.7e308, 5e-324, True, False, "5", None, "nan", [], {}, 1e-300, 2 ** 64, 10 ** 400,
                   "1e309"]
 
 
 def mutate_profile(text: str, rng: random.Random) -> str:
-    """One edit of a measured profile's `activations`, the part --profile reads: a stage key that is
-    not plainly a number (`01`, ` 1`, `-1`), a byte count out of range or of the wrong type, or the
-    table itself replaced."""
+    """One edit of a measured profile's `activations` or `stages`, the parts --profile reads: a
+    stage key that is not plainly a number (`01`, ` 1`, `-1`), a byte count or a time out of range
+    or of the wrong type, a pass left out, or the table itself replaced."""
     try:
         data = json.loads(text)
     except ValueError:
         return text
     if not isinstance(data, dict):
         return text
+    if "stages" in data and rng.random() < 0.5:
+        return json.dumps(_mutate_stages(data, rng))
     acts = data.get("activations")
     how = rng.choice(["key", "key", "value", "value", "table", "many"])
     if how == "table" or not isinstance(acts, dict) or not acts:
@@ -343,6 +349,27 @@ def mutate_profile(text: str, rng: random.Random) -> str:
     else:
         data["activations"] = {str(s): rng.choice([1e9, 1e308, 1]) for s in range(rng.choice([2, 8, 300, 5000]))}
     return json.dumps(data)
+
+
+def _mutate_stages(data: dict, rng: random.Random) -> dict:
+    """One edit of a profile's measured `stages`, which calibrate the efficiency."""
+    stages = data.get("stages")
+    how = rng.choice(["key", "value", "value", "drop", "table", "many"])
+    if how == "table" or not isinstance(stages, dict) or not stages:
+        data["stages"] = rng.choice([[], {}, "x", None, {"0": 1}, {"0": {}}, {"1": {"F": 1, "B": 2}}, 5])
+    elif how == "key":
+        old = rng.choice(sorted(stages))
+        stages[rng.choice(PROFILE_KEYS)] = stages.pop(old)
+    elif how in ("value", "drop") and isinstance(stage := stages[rng.choice(sorted(stages))], dict) and stage:
+        op = rng.choice(sorted(stage))
+        if how == "drop":
+            del stage[op]
+        else:
+            stage[op] = rng.choice(PROFILE_VALUES + [1e-300, 1e300])
+    else:
+        data["stages"] = {str(s): {"F": rng.choice([1e-9, 1.0, 1e300]), "B": 2.0}
+                          for s in range(rng.choice([2, 8, 300, 5000]))}
+    return data
 
 
 def _toml_value(v) -> str:
@@ -1512,7 +1539,8 @@ class Generator:
         return args, bool(args)
 
     def profile_file(self, files: dict) -> list[str]:
-        """--profile FILE: a run's measured profile (its `activations` calibrate the description)."""
+        """--profile FILE: a run's measured profile (its `activations` and `stages` calibrate the
+        description)."""
         rng = self.rng
         self.tags.add("profile")
         text = rng.choice(self.corpus["measured"])

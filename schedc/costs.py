@@ -89,7 +89,8 @@ class Costs:
         added (passes/stage_ops.py `add_step_collectives`)."""
         S, R = program.num_stages, program.num_ranks
         per_stage = self.stage_settings(program)
-        base = self.derived.stage_settings(S, program.dp) if self.derived is not None else {}
+        together = 0 < S <= len(program.placement) and program.placement[0] == program.placement[S - 1]
+        base = self.derived.stage_settings(S, program.dp, together) if self.derived is not None else {}
         for r, _ in self.speeds + self.rank_dispatch:
             if not 0 <= r < R:
                 raise SchedcError("costs", f"rank {r} is not a rank of {program.name} (0..{R - 1})",

@@ -176,12 +176,21 @@ def message_bytes(m) -> float:
     return float(m.seq_len * m.micro_batch * m.hidden * DTYPE_BYTES[m.dtype])
 
 
+def grad_bytes(m) -> int:
+    """Bytes of one gradient element as held and reduced: the weights' dtype, or 4 when gradients
+    are accumulated and reduced in fp32 (Megatron-LM's `--accumulate-allreduce-grads-in-fp32`, its
+    fp32 main_grad; torchtitan's FSDP `mixed_precision_reduce = "float32"`)."""
+    fp32 = getattr(m, "accumulate_allreduce_grads_in_fp32", False)
+    return 4 if fp32 else DTYPE_BYTES[m.dtype]
+
+
 def state_bytes_per_param(m) -> int:
-    """Weights, gradients and mixed-precision Adam state per parameter: d + d + 12 (an fp32 master
-    copy, momentum and variance; ZeRO, Rajbhandari et al. 2020, 3.1: 16 bytes at 16 bits), or
-    4 + 4 + 8 in fp32 (momentum and variance; the weights are their own master copy)."""
+    """Weights, gradients and mixed-precision Adam state per parameter: d + g + 12 (an fp32 master
+    copy, momentum and variance; ZeRO, Rajbhandari et al. 2020, 3.1: 16 bytes at 16 bits; 18 with
+    fp32 gradients, Megatron-LM's count), or 4 + 4 + 8 in fp32 (momentum and variance; the weights
+    are their own master copy)."""
     d = DTYPE_BYTES[m.dtype]
-    return 2 * d + (12 if d < 4 else 8)
+    return d + grad_bytes(m) + (12 if d < 4 else 8)
 
 
 def stages(m, num_stages: int, p: mesh.Parallel = mesh.Parallel()) -> list[StageEstimate]:

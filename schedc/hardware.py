@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from . import estimate
 from .jobs import activations, comm, mesh
+from .rules import time as time_rules
 from .errors import SchedcError
 from .ir import Program
 from .span import Source
@@ -25,14 +26,16 @@ KINDS = ("model", "hardware", "link")
 RESERVE_FIXED = 2 * GIB
 RESERVE_FRACTION = 0.05
 MAX_COUNT = 2 ** 31  # no count of a model's shape is larger
-MAX_BYTES = 2 ** 63  # no measured byte count is larger (a profile's activations)
 # a model's layers: each stage's estimate walks its layers one by one (checkpointing every N, dense
 # layers first), so their count bounds the work; the largest models have about a hundred
 MAX_LAYERS = 10_000
 MODEL_REQUIRED = ("layers", "hidden", "heads", "seq_len", "vocab")
+# Megatron-LM's name for gradients accumulated and reduced in fp32 (its main_grad; torchtitan's FSDP:
+# [training] mixed_precision_reduce = "float32"): 4 bytes a gradient element whatever the dtype
+FP32_GRADS = "accumulate_allreduce_grads_in_fp32"
 MOE_KEYS = ("experts", "top_k", "expert_ffn_hidden", "shared_expert_ffn_hidden", "first_dense_layers")
 MODEL_OPTIONAL = ("kv_heads", "ffn_hidden", "gated_mlp", "dropout", "tied_embeddings", "norm", "rope", "attention",
-                  "dtype", "micro_batch", "recompute", "activation_scale") + MOE_KEYS
+                  "dtype", "micro_batch", "recompute", "activation_scale", FP32_GRADS) + MOE_KEYS
 NORMS = ("layernorm", "rmsnorm")
 # torchtitan's [activation_checkpoint] table: mode, and for selective its option ("op", or every N
 # layers whole); "attention" is Megatron-LM's selective recomputation (the attention core)
@@ -72,19 +75,22 @@ class Model:
     expert_ffn_hidden: int = 0  # each routed expert's MLP width
     shared_expert_ffn_hidden: int = 0  # the shared expert's MLP width (0: none)
     first_dense_layers: int = 0  # layers before the first MoE layer (DeepSeek-V3: 3)
-    activation_scale: float = 1.0  # measured / modelled activations (`Setup.calibrated`, from a run's profile)
+    activation_scale: float = 1.0  # measured / modelled activations (schedc/calibration.py, a run's profile)
+    accumulate_allreduce_grads_in_fp32: bool = False  # gradients held and reduced in fp32 (FP32_GRADS)
 
 
 @dataclass(frozen=True)
 class Hardware:
     """One accelerator: peak FLOP/s at each dtype, its memory in bytes, the fraction of the peak
-    training reaches, the link its ranks talk over unless another is named, and the bytes of its
-    memory kept back from schedules (the CUDA context, communicator buffers, fragmentation)."""
+    training reaches in each pass (forward, input gradient, weight gradient: one number for all, or
+    each its own, as a run's profile calibrates them), the link its ranks talk over unless another
+    is named, and the bytes of its memory kept back from schedules (the CUDA context, communicator
+    buffers, fragmentation)."""
 
     name: str
     flops: tuple[tuple[str, float], ...]
     memory: float
-    efficiency: float
+    efficiency: tuple[tuple[str, float], ...]  # (pass, fraction of the peak) for each of time.PASSES
     link: str | None = None
     reserve: float = 0.0  # bytes no schedule may use: `default_reserve(memory)` unless a setup says
     gpus_per_node: int = 8  # the GPUs `link` joins; collectives of larger groups go over `network`
@@ -92,6 +98,16 @@ class Hardware:
 
     def flops_at(self, dtype: str) -> float:
         return dict(self.flops)[dtype]
+
+    def efficiency_of(self, op: str) -> float:
+        """The fraction of the peak the pass `op` (F, I or W) reaches."""
+        return dict(self.efficiency)[op]
+
+    @property
+    def uniform_efficiency(self) -> float | None:
+        """The one efficiency of every pass, or None when the passes differ (a profile's)."""
+        values = {v for _, v in self.efficiency}
+        return values.pop() if len(values) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -121,9 +137,12 @@ class Setup:
             ac += f", activations x {m.activation_scale:.4g} as measured"
         hw, p = self.hardware, self.parallel
         layout = "" if p.is_default() else f", {_layout(p)}"
-        return (f"{m.name} ({m.dtype}, {m.attention} attention, micro-batch {m.micro_batch}, seq {m.seq_len}, "
+        grads = ", fp32 grads" if m.accumulate_allreduce_grads_in_fp32 and m.dtype != "fp32" else ""
+        efficiency = "" if hw.uniform_efficiency is not None else ", efficiency " + ", ".join(
+            f"{op} {e:.4g}" for op, e in hw.efficiency)
+        return (f"{m.name} ({m.dtype}{grads}, {m.attention} attention, micro-batch {m.micro_batch}, seq {m.seq_len}, "
                 f"recompute {ac}{layout}) on {hw.name} ({hw.memory / GIB:.4g} GiB, {hw.reserve / GIB:.4g} GiB "
-                f"reserved) over {self.link.name}")
+                f"reserved{efficiency}) over {self.link.name}")
 
     @property
     def memory(self) -> float:
@@ -143,24 +162,38 @@ class Setup:
         except ValueError as exc:
             raise SchedcError("costs", f"[parallelism] {exc}", where=self.source) from None
 
-    def stage_settings(self, num_stages: int, replicas: int = 1) -> dict[int, dict[str, float]]:
-        """Per stage, its times in seconds (F, I, W; B becomes I + W), its data-parallel collectives'
-        (R, U, T: `_collectives`; a schedule's `replicas` are DDP's when the description gives no
-        data-parallel degree), and sizes in GiB (act, so weight = act; out, the activation it sends
-        on: the last stage sends none)."""
-        speed = self.hardware.flops_at(self.model.dtype) * self.hardware.efficiency
+    def stage_settings(self, num_stages: int, replicas: int = 1,
+                       ends_together: bool | None = None) -> dict[int, dict[str, float]]:
+        """Per stage, its times in seconds (F, I, W, each pass at its efficiency: rules/time.py
+        `pass_seconds`; B becomes I + W), its data-parallel collectives' (R, U, T: `_collectives`; a
+        schedule's `replicas` are DDP's when the description gives no data-parallel degree), and
+        sizes in GiB (act, so weight = act; out, the activation it sends on: the last stage sends
+        none). `ends_together`: the first and the last stage sit on one rank (a V placement; always
+        with one stage), so a tied embedding's matrix is reduced and gathered once, with stage 0."""
+        peak = self.hardware.flops_at(self.model.dtype)
+        eff = {op: self.hardware.efficiency_of(op) for op in time_rules.PASSES}
         out = estimate.message_bytes(self.model) / self.parallel.sequence_shards / GIB
         layout = self.job_layout(replicas)
-        settings, start = {}, 0
+        together = num_stages == 1 if ends_together is None else ends_together
+        settings = {}
         estimates = self.estimates(num_stages)
-        for s, st in enumerate(estimates):
-            Fc, Ic = self._comm(range(start, start + st.layers))
-            start += st.layers
-            F, I, W = st.flops_F / speed + Fc, st.flops_I / speed + Ic, st.flops_W / speed  # noqa: E741
-            settings[s] = {"F": F, "I": I, "W": W, "F_comm": Fc, "I_comm": Ic, "W_comm": 0.0,
-                           **self._collectives(st.params, layout, tied=st.first or st.last),
+        for s, (st, (Fc, Ic)) in enumerate(zip(estimates, self.stage_comm(estimates))):
+            F, I, W = (time_rules.pass_seconds(flops, peak, eff[op])  # noqa: E741
+                       for op, flops in zip(time_rules.PASSES, (st.flops_F, st.flops_I, st.flops_W)))
+            shared = self.model.tied_embeddings and together and st.last  # the matrix stage 0 also holds
+            params = st.params - (estimate.embedding_params(self.model) // self.parallel.tp if shared else 0)
+            settings[s] = {"F": F + Fc, "I": I + Ic, "W": W, "F_comm": Fc, "I_comm": Ic, "W_comm": 0.0,
+                           **self._collectives(params, layout, st.first or st.last, together),
                            "act": st.activation_bytes / GIB, "out": 0.0 if st.last else out}
         return settings
+
+    def stage_comm(self, estimates: list[estimate.StageEstimate]) -> list[tuple[float, float]]:
+        """(F, I) seconds of communication inside each stage's forward and backward (`_comm`)."""
+        out, start = [], 0
+        for st in estimates:
+            out.append(self._comm(range(start, start + st.layers)))
+            start += st.layers
+        return out
 
     def job_layout(self, replicas: int = 1) -> mesh.Parallel:
         """The layout, with a schedule's `replicas` as DDP's degree when the description states no
@@ -170,16 +203,18 @@ class Setup:
             return replace(p, dp_replicate=replicas)
         return p
 
-    def _collectives(self, params: int, p: mesh.Parallel, tied: bool) -> dict[str, float]:
+    def _collectives(self, params: int, p: mesh.Parallel, end: bool, together: bool) -> dict[str, float]:
         """Seconds of a stage's collectives (schedc/jobs/comm.py) over its data-parallel group, which
-        spans dp x tp x cp GPUs: R its gradients' reduction, U FSDP's all-gather of its weights; T,
-        at an end of a model with tied embeddings, their all-reduce between the two ends' ranks."""
-        d = estimate.DTYPE_BYTES[self.model.dtype]
+        spans dp x tp x cp GPUs: R its gradients' reduction (of gradients as held: `grad_bytes`), U
+        FSDP's all-gather of its weights; T, at an `end` of a model with tied embeddings, the
+        shared gradients' all-reduce between the two ends' ranks (0 when they sit `together`)."""
+        d, g = estimate.DTYPE_BYTES[self.model.dtype], estimate.grad_bytes(self.model)
         wire = self._wire(p.dp * p.tp * p.cp)
-        out = {"R": comm.gradient_reduction(params * d, p, wire), "U": comm.gather(params * d, p, wire)}
-        if tied and self.model.tied_embeddings:
+        out = {"R": comm.gradient_reduction(params * g, p, wire, params * d), "U": comm.gather(params * d, p, wire)}
+        if end and self.model.tied_embeddings:
             link = comm.Wire(self.link.bandwidth, self.link.latency)
-            out["T"] = comm.tied_reduction(estimate.embedding_params(self.model) // self.parallel.tp * d, link)
+            shared = estimate.embedding_params(self.model) // self.parallel.tp * g
+            out["T"] = 0.0 if together else comm.tied_reduction(shared, link)
         return out
 
     def _comm(self, layers: range) -> tuple[float, float]:
@@ -236,9 +271,15 @@ class Setup:
         P = program.num_ranks if program.replicas or D == 1 else program.num_ranks // D
         self.check_job(P, D)
         params = self.rank_params(program, P)
-        per = mesh.state_bytes_per_param(self.job_layout(D), estimate.DTYPE_BYTES[self.model.dtype])
+        per = self.state_bytes_per_param(self.job_layout(D))
         gathered = self._gathered_bytes()
         return tuple((p * per + (gathered if p else 0.0)) / GIB for p in params) * D
+
+    def state_bytes_per_param(self, layout: mesh.Parallel | None = None) -> float:
+        """Bytes of model states a rank holds per parameter of its shard under `layout` (the
+        description's by default): mesh.state_bytes_per_param at the model's dtype and gradients."""
+        return mesh.state_bytes_per_param(self.parallel if layout is None else layout,
+                                          estimate.DTYPE_BYTES[self.model.dtype], estimate.grad_bytes(self.model))
 
     def rank_params(self, program: Program, ranks: int | None = None) -> list[int]:
         """The weights each of the pipeline's `ranks` ranks (default: the program's) holds: its
@@ -264,34 +305,6 @@ class Setup:
         largest = max(estimate.rank_params(m, i, self.parallel) for i in (0, m.layers - 1))
         return 2.0 * estimate.DTYPE_BYTES[m.dtype] * largest
 
-    def calibrated(self, profile: dict[str, Any], where: str) -> "Setup":
-        """This description with its activation model scaled to a run's: the bytes each stage's
-        forward saved for its backward, as `schedc run --profile` measures them (the profile's
-        `activations`), over what the model (unscaled) counts for the same stages of this model cut
-        into as many; that ratio becomes `[model] activation_scale`."""
-        measured = profile.get("activations") if isinstance(profile, dict) else None
-        if not isinstance(measured, dict) or not measured:
-            raise SchedcError("usage", "the profile has no measured activations (\"activations\"): "
-                              "`schedc run --profile FILE` writes them", where=where)
-        odd = next((k for k in measured if not (isinstance(k, str) and k.isascii() and k.isdigit()
-                                                and str(int(k)) == k)), None)
-        if odd is not None:
-            raise SchedcError("usage", f"the profile's \"activations\" must map stage numbers to bytes: {odd!r} is "
-                              "not a stage number (0, 1, ...)", where=where)
-        stages = sorted(int(s) for s in measured)
-        sizes = [measured[str(s)] for s in stages]
-        if any(isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 < b < MAX_BYTES for b in sizes):
-            raise SchedcError("usage", "the profile's \"activations\" must be positive byte counts below 2^63 of "
-                              "stages 0, 1, ...", where=where)
-        plain = replace(self, model=replace(self.model, activation_scale=1.0))
-        modelled = sum(plain.estimates(stages[-1] + 1)[s].activation_bytes for s in stages)
-        scale = sum(float(b) for b in sizes) / modelled
-        if not scale > 0:  # (a few bytes against a model's billions: no scale a float holds)
-            raise SchedcError("usage", f"the profile's \"activations\" ({max(sizes):.4g} bytes a stage at most) are "
-                              f"out of range for {self.model.name}, which counts {modelled:.4g} for those stages",
-                              where=where)
-        return replace(self, model=replace(self.model, activation_scale=scale))
-
     def check_job(self, ranks_per_pipeline: int, replicas: int) -> None:
         """The schedule and the [parallelism] table describe the same job: its pipeline degree is the
         schedule's ranks, and a schedule with `replicas D` runs D data-parallel replicas."""
@@ -307,13 +320,16 @@ class Setup:
     def to_dict(self) -> dict[str, Any]:
         hw = asdict(self.hardware)
         hw["flops"] = dict(self.hardware.flops)
+        one = self.hardware.uniform_efficiency
+        hw["efficiency"] = one if one is not None else dict(self.hardware.efficiency)
         model = asdict(self.model)
         selective = model.pop("selective")
         for k in MOE_KEYS:  # 0: none (a dense model, no shared expert, no dense layers first)
             if model[k] == 0:
                 del model[k]
-        if model["activation_scale"] == 1.0:
-            del model["activation_scale"]
+        for k, default in (("activation_scale", 1.0), (FP32_GRADS, False)):
+            if model[k] == default:
+                del model[k]
         out = {"model": model, "hardware": hw, "link": asdict(self.link)}
         if model["recompute"] == "selective" and selective != "attention":  # torchtitan's table says it
             out["activation_checkpoint"] = {"mode": model.pop("recompute"), "selective_ac_option": selective}
@@ -472,7 +488,7 @@ def _model(t: dict[str, Any], place: _Place) -> Model:  # noqa: C901
     flags: dict[str, Any] = {}
     if "activation_scale" in t:
         flags["activation_scale"] = _positive(t["activation_scale"], place, "model", "activation_scale")
-    for k in ("gated_mlp", "dropout", "tied_embeddings", "rope"):
+    for k in ("gated_mlp", "dropout", "tied_embeddings", "rope", FP32_GRADS):
         if k in t:
             if not isinstance(t[k], bool):
                 raise place.error(f"[model] {k} must be true or false, not {t[k]!r}", "model", k)
@@ -557,10 +573,7 @@ def _hardware(t: dict[str, Any], place: _Place) -> Hardware:
             raise place.error(f"[hardware] flops: unknown dtype '{d}'; expected {', '.join(estimate.DTYPE_BYTES)}",
                               "hardware", "flops")
     peaks = tuple((d, _positive(v, place, "hardware", "flops", what=f"[hardware] flops.{d}")) for d, v in table.items())
-    efficiency = _positive(t["efficiency"], place, "hardware", "efficiency")
-    if efficiency > 1:
-        raise place.error(f"[hardware] efficiency is the fraction of the peak that training reaches, in (0, 1], "
-                          f"not {efficiency:g}", "hardware", "efficiency")
+    efficiency = _efficiency(t["efficiency"], place)
     link = t.get("link")
     if link is not None and (not isinstance(link, str) or link not in presets()["link"]):
         raise place.error(_unknown("link", link), "hardware", "link")
@@ -579,6 +592,30 @@ def _hardware(t: dict[str, Any], place: _Place) -> Hardware:
     if not isinstance(network, str) or network not in presets()["link"]:
         raise place.error(_unknown("link", network), "hardware", "network")
     return Hardware(t.get("name", "hardware"), peaks, memory, efficiency, link, reserve, nodes, network)
+
+
+def _efficiency(value: object, place: _Place) -> tuple[tuple[str, float], ...]:
+    """[hardware] efficiency: one fraction of the peak for every pass, or a table of one per pass
+    (F, I, W), as a profile calibrates them; each in (0, 1]."""
+    passes = time_rules.PASSES
+    if isinstance(value, dict):
+        odd = next((k for k in value if k not in passes), None)
+        if odd is not None or set(value) != set(passes):
+            raise place.error(f"[hardware] efficiency as a table gives each pass its own: {', '.join(passes)} (the "
+                              "forward, input-gradient and weight-gradient passes)"
+                              + (f"; '{odd}' is not one" if odd is not None else ""), "hardware", "efficiency")
+        table = value
+    else:
+        table = {op: value for op in passes}
+    out = []
+    for op in passes:
+        what = "[hardware] efficiency" + (f".{op}" if isinstance(value, dict) else "")
+        e = _positive(table[op], place, "hardware", "efficiency", what=what)
+        if e > 1:
+            raise place.error(f"{what} is the fraction of the peak that training reaches, in (0, 1], not {e:g}",
+                              "hardware", "efficiency")
+        out.append((op, e))
+    return tuple(out)
 
 
 def default_reserve(memory: float) -> float:

@@ -190,12 +190,11 @@ def _bounds(setup: Any, pp: int, M: int) -> tuple[float, float]:
     reduces: the average rank's compute for M microbatches (no bubble) and the smallest stage's
     gradient reduction (each rank's last compute is a backward, and its stage's reduction comes
     after it), and its share of the model states."""
-    from . import estimate
     from .units import GIB
     settings = setup.stage_settings(pp)
     busy = sum(st["F"] + st["I"] + st["W"] for st in settings.values()) * M / pp
     params = sum(st.params for st in setup.estimates(pp)) / pp
-    per = mesh.state_bytes_per_param(setup.parallel, estimate.DTYPE_BYTES[setup.model.dtype])
+    per = setup.state_bytes_per_param()
     return busy + min(st["R"] for st in settings.values()), params * per / GIB
 
 

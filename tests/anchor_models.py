@@ -61,15 +61,17 @@ def model(name: str):
 
 
 # ---- schedc ----
-def schedc_states(job: Job) -> float:
-    """The model states schedc counts on the job's first pipeline rank (embedding and L/pp layers)."""
+def schedc_states(job: Job, fp32_grads: bool = False) -> float:
+    """The model states schedc counts on the job's first pipeline rank (embedding and L/pp layers);
+    with `fp32_grads`, gradients accumulated and reduced in fp32 (`accumulate_allreduce_grads_in_fp32`)."""
     import schedc
     from schedc.hardware import describe
     from schedc.jobs import mesh
     setup = describe(model=job.model, hardware="h100-80gb")
     assert setup is not None
     parallel = mesh.Parallel(dp_replicate=job.dp, tp=job.tp, pp=job.pp, zero_stage=job.zero)
-    setup = replace(setup, parallel=parallel)
+    setup = replace(setup, parallel=parallel,
+                    model=replace(setup.model, accumulate_allreduce_grads_in_fp32=fp32_grads))
     program = schedc.load("1f1b", {"P": job.pp, "M": job.pp})
     return setup.model_states(program)[0] * GIB
 
@@ -302,7 +304,8 @@ class _quiet:
 
 
 # ---- the tables ----
-STATE_COLUMNS = {"schedc": schedc_states, "Megatron-LM": megatron_states, "DeepSpeed": deepspeed_states,
+STATE_COLUMNS = {"schedc": schedc_states, "schedc, fp32 grads": lambda job: schedc_states(job, True),
+                 "Megatron-LM": megatron_states, "DeepSpeed": deepspeed_states,
                  "llm-analysis": llm_analysis_states, "Calculon": calculon_states}
 LAYER_COLUMNS = {"measured": measured_layer, "schedc (CPU kernels)": lambda c: schedc_layer(c, "cpu"),
                  "schedc": schedc_layer, "Megatron-LM": megatron_layer, "Korthikanti": korthikanti_layer,

@@ -86,6 +86,23 @@ def test_the_gradient_bytes_the_runtimes_hold_beyond_schedcs():
         assert ds - A.schedc_states(A.Job("llama3-8b", 1, 1, 8, 2)) == pytest.approx(4 * params / 8, rel=1e-6)
 
 
+def test_fp32_gradients_are_megatrons_count():
+    """With `accumulate_allreduce_grads_in_fp32` schedc counts Megatron-LM's 18 bytes a parameter (6 +
+    12/N with its distributed optimizer, ZeRO-1): on every job its formula covers the two agree to
+    0.01% (Megatron-LM also counts the norms' weights, O(h) a layer, which schedc leaves out); without
+    it schedc is 2 bytes a parameter below. DeepSpeed's ZeRO-2 estimator holds a 16-bit copy of the
+    gradient partition beside the fp32 one: 2/N above schedc's fp32 count."""
+    covered = [job for job in A.JOBS if A.megatron_states(job) is not None]
+    assert [job.zero for job in covered] == [0, 1, 1]
+    for job in covered:
+        assert A.schedc_states(job, True) == pytest.approx(A.megatron_states(job), rel=1e-4), job.label
+        assert A.megatron_states(job) - A.schedc_states(job) == pytest.approx(2 * A._rank_params(job), rel=1e-3)
+    zero2 = A.Job("llama3-8b", 1, 1, 8, 2)
+    ds = A.deepspeed_states(zero2)
+    if ds is not None:
+        assert ds - A.schedc_states(zero2, True) == pytest.approx(2 * A._rank_params(zero2) / 8, rel=1e-6)
+
+
 def test_zero_3_holds_the_gathered_layers():
     """ZeRO-3, like FSDP, gathers the 16-bit weights of the layer computed and the next."""
     from schedc import estimate

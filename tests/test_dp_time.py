@@ -6,9 +6,11 @@ description they cost nothing."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
+from schedc import estimate
 from schedc.api import load, load_text
 from schedc.costs import Costs
 from schedc.hardware import describe
@@ -174,3 +176,78 @@ def test_every_command_sees_the_step_collectives_alike(tmp_path, run_cli):
     outs = [run_cli(cmd, "1f1b", "--param", "P=4,M=8", "--setup", str(path), *extra)
             for cmd, extra in (("check", ()), ("sim", ()), ("viz", ("-o", str(tmp_path / "a.svg"))))]
     assert all(code == 0 and "72 actions" in out for code, out, _ in outs)  # 64, a gather and a reduction a rank
+
+
+FP32 = '[model]\npreset = "llama2-7b"\naccumulate_allreduce_grads_in_fp32 = true\n[hardware]\npreset = "h100-80gb"\n'
+
+
+def test_fp32_gradients_double_the_reduced_bytes_and_add_two_bytes_a_parameter(tmp_path):
+    """`accumulate_allreduce_grads_in_fp32`: gradients held and reduced in fp32 (Megatron-LM's main_grad,
+    torchtitan FSDP's mixed_precision_reduce). DDP all-reduces 4 bytes a gradient, not 2; FSDP
+    reduce-scatters them in fp32 but gathers the 16-bit weights; ZeRO-1 (Megatron-LM's distributed
+    optimizer) reduce-scatters fp32 gradients and all-gathers 16-bit weights. A rank holds 18 bytes a
+    parameter (6 + 12/N under ZeRO-1); FSDP's fp32 shards are 16/N either way."""
+    layouts = {"ddp": "data_parallel_replicate_degree = 8", "fsdp": "data_parallel_shard_degree = 8",
+               "zero1": "data_parallel_replicate_degree = 8\nzero_stage = 1"}
+    for name, table in layouts.items():
+        bf16 = _setup(tmp_path, DDP.split("[parallelism]")[0] + f"[parallelism]\n{table}\n", f"{name}.toml")
+        fp32 = _setup(tmp_path, FP32 + f"[parallelism]\n{table}\n", f"{name}32.toml")
+        params = bf16.estimates(4)[1].params
+        wire = bf16._wire(8)
+        one = lambda nbytes: 7 / 8 * nbytes / wire.bandwidth + 7 * wire.latency  # noqa: E731 (a ring's pass)
+        R16, R32 = bf16.stage_settings(4)[1]["R"], fp32.stage_settings(4)[1]["R"]
+        expected = {"ddp": (2 * one(2 * params), 2 * one(4 * params)), "fsdp": (one(2 * params), one(4 * params)),
+                    "zero1": (2 * one(2 * params), one(4 * params) + one(2 * params))}[name]
+        assert (R16, R32) == pytest.approx(expected), name
+        assert fp32.stage_settings(4)[1]["U"] == bf16.stage_settings(4)[1]["U"]  # 16-bit weights gathered
+        per16, per32 = bf16.state_bytes_per_param(), fp32.state_bytes_per_param()
+        assert (per16, per32) == {"ddp": (16, 18), "fsdp": (2, 2), "zero1": (4 + 12 / 8, 6 + 12 / 8)}[name], name
+    assert "fp32 grads" in fp32.title and fp32.to_dict()["model"]["accumulate_allreduce_grads_in_fp32"] is True
+    assert "accumulate_allreduce_grads_in_fp32" not in bf16.to_dict()["model"] and "fp32 grads" not in bf16.title
+    full = replace(fp32, model=replace(fp32.model, dtype="fp32"))  # fp32 weights: their gradients were fp32 already
+    assert full.state_bytes_per_param(mesh.Parallel()) == 16 and "fp32 grads" not in full.title
+
+
+def test_fp32_gradients_in_a_step(tmp_path, run_cli):
+    """The setup key reaches the commands: DDP's reduction at the end of 1F1B's step moves twice the
+    bytes (its latency unchanged); a value that is not true or false is an error at its line."""
+    path = tmp_path / "fp32.toml"
+    path.write_text(FP32 + "[parallelism]\ndata_parallel_replicate_degree = 16\n")
+    code, out, err = run_cli("sim", "1f1b", "--param", "P=4,M=8", "--setup", str(path), "--json")
+    assert code == 0, err
+    fp32 = json.loads(out)
+    ddp = _setup(tmp_path, DDP.format(16), "ddp.toml")
+    bf16 = max(_timed(ddp, load("1f1b", {"P": 4, "M": 8})).collectives)
+    latency = 2 * 15 * ddp._wire(16).latency  # a ring all-reduce's 2 x 15 messages over two nodes
+    assert max(fp32["collectives"]) == pytest.approx(2 * (bf16 - latency) + latency)
+    assert fp32["setup"]["model"]["accumulate_allreduce_grads_in_fp32"] is True
+    path.write_text(FP32.replace("true", '"yes"'))
+    code, out, err = run_cli("sim", "1f1b", "--setup", str(path))
+    assert code == 2 and "accumulate_allreduce_grads_in_fp32 must be true or false" in err and ":3:" in err
+
+
+def test_a_tied_matrix_on_one_rank_is_reduced_once():
+    """A model with tied embeddings whose first and last stage share a rank (ZB-V's rank 0; one rank
+    holding the whole model) reduces and gathers the shared matrix once, with stage 0, whose
+    backwards end last: the last stage's R and U count its weights without it, and there is no
+    all-reduce between the ends (T = 0). On a loop placement each end reduces its own copy."""
+    base = describe(model="gpt3-1.3b", hardware="h100-80gb")
+    assert base is not None and base.model.tied_embeddings
+    setup = replace(base, parallel=mesh.Parallel(dp_replicate=8))
+    shared = estimate.embedding_params(setup.model)
+    wire = setup._wire(8)
+    for name, params in (("zbv", {"P": 4, "M": 8}), ("1f1b", {"P": 4, "M": 8}), ("1f1b", {"P": 1, "M": 4})):
+        program = Costs("t", derived=setup).apply(load(name, params))
+        S, est = program.num_stages, setup.estimates(program.num_stages)
+        together = program.placement[0] == program.placement[-1]
+        assert together == (name == "zbv" or params["P"] == 1)
+        last = program.annotations.stage_costs[S - 1]
+        held = est[S - 1].params - (shared if together else 0)
+        assert last.R == pytest.approx(comm.gradient_reduction(2 * held, setup.parallel, wire)), (name, params)
+        first = program.annotations.stage_costs[0]
+        assert (first.T == 0 and last.T == 0) if together else first.T > 0
+    # the rank's model states count the matrix once too, as they did
+    zbv = load("zbv", {"P": 4, "M": 8})
+    loop = load("interleaved_1f1b", {"P": 4, "V": 2, "M": 8})
+    assert setup.rank_params(zbv)[0] == sum(e.params for e in setup.estimates(8)[::7]) - shared
+    assert setup.rank_params(loop)[0] == setup.estimates(8)[0].params + setup.estimates(8)[4].params

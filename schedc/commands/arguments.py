@@ -97,9 +97,9 @@ def describing(q) -> None:
                                                            "link"))
     q.add_argument("--setup", metavar="FILE", help="a model and hardware description, TOML or JSON: tables "
                    "[model], [hardware], [link], each a preset and keys on top")
-    q.add_argument("--profile", metavar="FILE", help="with a description: scale its activations to what a run "
-                   "measured (`schedc run --profile FILE` on the same model: the bytes each stage saved for its "
-                   "backward)")
+    q.add_argument("--profile", metavar="FILE", help="with a description: calibrate it to what a run measured "
+                   "(`schedc run --profile FILE` on the same model): its activations to the bytes each stage saved "
+                   "for its backward, each pass's efficiency to the seconds it took")
 
 
 def costs(q, help: str) -> None:

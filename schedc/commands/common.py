@@ -34,8 +34,9 @@ def description(args):
     if setup is None:
         raise SchedcError("usage", "--profile calibrates a model and hardware description: give --model and "
                           "--hardware, or --setup, too", where="--profile")
+    from ..calibration import calibrate
     from ..inputs import loads_json, read_text
-    return setup.calibrated(loads_json(read_text(profile, "the profile"), profile, "usage"), profile)
+    return calibrate(setup, loads_json(read_text(profile, "the profile"), profile, "usage"), profile)
 
 
 def load(name: str, args, values=None, strict=True):

@@ -71,11 +71,17 @@ def shards(p: Parallel) -> bool:
     return p.dp_shard > 1 or p.zero_stage == 3
 
 
-def gradient_reduction(nbytes: float, p: Parallel, wire: Wire) -> float:
-    """REDUCE_GRAD of a stage's `nbytes` of 16-bit gradients over the data-parallel degree: FSDP's
-    (and ZeRO stage 3's) reduce-scatter; otherwise an all-reduce, twice the bytes (DDP; ZeRO stages
-    1 and 2 reduce-scatter the gradients and all-gather the updated weights, the same bytes)."""
-    return ring(nbytes, p.dp, wire) * (1 if shards(p) else 2)
+def gradient_reduction(nbytes: float, p: Parallel, wire: Wire, weight_bytes: float | None = None) -> float:
+    """REDUCE_GRAD of a stage's `nbytes` of gradients (as they are reduced: 16-bit, or fp32) over the
+    data-parallel degree: FSDP's (and ZeRO stage 3's) reduce-scatter; DDP's all-reduce, twice the
+    bytes; ZeRO stages 1 and 2 reduce-scatter the gradients and all-gather the stage's
+    `weight_bytes` of updated weights (`nbytes` unless given: the same bytes as an all-reduce at
+    16 bits; Megatron-LM's distributed optimizer with fp32 gradients gathers its 16-bit weights)."""
+    if shards(p):
+        return ring(nbytes, p.dp, wire)
+    if p.zero_stage in (1, 2):
+        return ring(nbytes, p.dp, wire) + ring(nbytes if weight_bytes is None else weight_bytes, p.dp, wire)
+    return 2 * ring(nbytes, p.dp, wire)
 
 
 def gather(nbytes: float, p: Parallel, wire: Wire) -> float:
@@ -86,6 +92,6 @@ def gather(nbytes: float, p: Parallel, wire: Wire) -> float:
 
 
 def tied_reduction(nbytes: float, wire: Wire) -> float:
-    """REDUCE_TIED: the all-reduce of the `nbytes` of 16-bit gradients the first and the last stage
-    share (a tied embedding), between their two ranks."""
+    """REDUCE_TIED: the all-reduce of the `nbytes` of gradients (16-bit, or fp32) the first and the
+    last stage share (a tied embedding), between their two ranks."""
     return 2 * ring(nbytes, 2, wire)

@@ -75,15 +75,19 @@ def split_layers(layers: int, stages: int, p: Parallel = Parallel()) -> list[int
     return head + [base + (1 if s < extra else 0) for s in range(rest_stages)] + tail
 
 
-def state_bytes_per_param(p: Parallel, dtype_bytes: int) -> float:
+def state_bytes_per_param(p: Parallel, dtype_bytes: int, grad_bytes: int | None = None) -> float:
     """Bytes a rank holds for each parameter of its shard (after tensor parallelism): weights,
-    gradients and optimizer state (16 at 16 bits: ZeRO, Rajbhandari et al. 2020, 3.1; in fp32
-    4 + 4 + 8). FSDP (data_parallel_shard_degree N) shards all three over N, as torchtitan's FSDP2
-    does (fp32 sharded weights and gradients and Adam's two moments, 16/N); ZeRO stage 1, 2, 3
-    shards the optimizer, then the gradients, then the weights over the data-parallel degree."""
+    gradients (`grad_bytes` an element: the dtype's unless they are kept in fp32) and optimizer
+    state (16 at 16 bits: ZeRO, Rajbhandari et al. 2020, 3.1; 18 with fp32 gradients, Megatron-LM's
+    count; in fp32 4 + 4 + 8). FSDP (data_parallel_shard_degree N) shards all three over N, as
+    torchtitan's FSDP2 does (fp32 sharded weights and gradients and Adam's two moments, 16/N,
+    whatever the gradients are reduced in); ZeRO stage 1, 2, 3 shards the optimizer, then the
+    gradients, then the weights over the data-parallel degree (Megatron-LM's distributed
+    optimizer is stage 1: 6 + 12/N with fp32 gradients)."""
     d = dtype_bytes
+    g = d if grad_bytes is None else grad_bytes
     opt = OPTIMIZER_BYTES if d < 4 else 8
     if p.dp_shard > 1:
         return (4 + 4 + 8) / p.dp_shard
     n = p.dp
-    return {0: d + d + opt, 1: d + d + opt / n, 2: d + (d + opt) / n, 3: (d + d + opt) / n}[p.zero_stage]
+    return {0: d + g + opt, 1: d + g + opt / n, 2: d + (g + opt) / n, 3: (d + g + opt) / n}[p.zero_stage]

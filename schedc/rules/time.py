@@ -3,7 +3,9 @@ overlapped forward/backward pair (OVERLAP_F_B) runs its parts' computation one a
 each part's communication (tensor-parallel collectives, expert all-to-all) proceeds beside the
 other's computation. Every simulator times a step by `step_time`; and a collective (REDUCE_GRAD,
 UNSHARD, REDUCE_TIED: a stage's data-parallel gradient reduction, FSDP's all-gather, the tied
-embedding's all-reduce) by `collective_time` and `collective_span`.
+embedding's all-reduce) by `collective_time` and `collective_span`. A pass of a described model
+(forward, input gradient, weight gradient) takes its FLOPs over the peak times the efficiency of
+that pass (`pass_seconds`), and a run's measured passes give that efficiency back (`achieved_efficiency`).
 """
 from __future__ import annotations
 
@@ -13,6 +15,23 @@ from ..ir import Op, StageCost
 
 # the seconds of each collective, as StageCost names them (RESHARD frees memory and sends nothing)
 COLLECTIVE_COST = {Op.REDUCE_GRAD: "R", Op.UNSHARD: "U", Op.REDUCE_TIED: "T"}
+# the passes a described model's compute is timed by, each at its own efficiency: the forward, the
+# input gradient and the weight gradient (a full backward B is I + W)
+PASSES = ("F", "I", "W")
+
+
+def pass_seconds(flops: float, peak: float, efficiency: float) -> float:
+    """The seconds of a pass of `flops` FLOPs on an accelerator of `peak` FLOP/s that reaches the
+    fraction `efficiency` of it in that pass (Narayanan et al. 2021, section 5.1: FLOPs over the
+    achieved FLOP/s)."""
+    return flops / (peak * efficiency)
+
+
+def achieved_efficiency(flops: Sequence[float], seconds: Sequence[float], peak: float) -> float:
+    """The efficiency at which `pass_seconds` gives back the sum of measured `seconds` of passes of
+    `flops` FLOPs each: their FLOPs over the peak's work in their time (a FLOP-weighted mean, so the
+    passes' predicted seconds add up to the measured ones exactly)."""
+    return sum(flops) / (peak * sum(seconds))
 
 
 def step_time(parts: Sequence[tuple[float, float]]) -> float:

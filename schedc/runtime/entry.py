@@ -303,6 +303,7 @@ def _main(table: Table, args) -> int:  # noqa: C901
                                  trace=recorder, dp_group=dp_group, grad_group=grad_group, tied=tied,
                                  tied_group=tied_group)
     interp.measure_saved = bool(args.profile)  # the bytes each stage's forward saves, for the profile
+    interp.synchronize = bool(args.profile) and device is not None  # a pass's GPU time, not its launch's
     last = table.rank_of(table.num_stages - 1, rank) == rank
     replica = table.replica_of(rank)
     batch_size = args.batch_size or 8 * M * D

@@ -132,6 +132,8 @@ class PipelineInterpreter:
         # with `measure_saved` (schedc run --profile): the most bytes one microbatch's forward of each
         # stage saved for its backward (torch's saved-tensor hooks; each storage once, parameters not)
         self.measure_saved = False
+        # with `synchronize` (schedc run --profile on a GPU): compute is timed from and to an idle device
+        self.synchronize = False
         self.saved_bytes: dict[int, int] = {}
         self.train_step = 0
         # measured communication, one record per message and side (the shape headers not included):
@@ -446,8 +448,10 @@ class PipelineInterpreter:
         else:
             x = self._take(source, a).detach().requires_grad_()
             self._leaf[(s, m)] = x
-        t0 = time.perf_counter()
-        counting = self._counting_saved(s) if self.measure_saved and not self.table.forward_only else nullcontext()
+        t0 = self._clock()
+        # the saved bytes are counted in the first training step only, which a profile's times leave out
+        measuring = self.measure_saved and self.train_step <= 1 and not self.table.forward_only
+        counting = self._counting_saved(s) if measuring else nullcontext()
         with counting:
             if self.table.forward_only:
                 with torch.no_grad():
@@ -507,7 +511,7 @@ class PipelineInterpreter:
     def backward(self, a: Instr) -> None:
         s, m = a.stage, a.microbatch
         out, grad = self._output_grad(a)
-        t0 = time.perf_counter()
+        t0 = self._clock()
         leaf = self._leaf.pop((s, m), None)
         torch.autograd.backward(out, grad)
         if leaf is not None:
@@ -518,7 +522,7 @@ class PipelineInterpreter:
     def backward_input(self, a: Instr) -> None:
         s, m = a.stage, a.microbatch
         out, grad = self._output_grad(a)
-        t0 = time.perf_counter()
+        t0 = self._clock()
         g, work = split_backward_input(out, grad, self._leaf.pop((s, m), None), self.params[s])
         if g is not None:
             self._values[a.value()] = g
@@ -530,7 +534,7 @@ class PipelineInterpreter:
         work = self._pending_w.pop((s, m), None)
         if work is None:
             raise ScheduleError(f"{a} before I({s},{m})")
-        t0 = time.perf_counter()
+        t0 = self._clock()
         split_backward_weight(work)
         self._backwards[s] = self._backwards.get(s, 0) + 1
         self._record(a, t0)
@@ -676,8 +680,15 @@ class PipelineInterpreter:
             if why == "recv":
                 self.trace.done(self.train_step, index, str(a), t1, a.value())
 
+    def _clock(self) -> float:
+        """perf_counter seconds; with `synchronize` (a profile on a GPU), once the device has run the
+        work queued, so that a pass's time is its kernels' and not their launch's."""
+        if self.synchronize:
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
     def _record(self, a: Instr, t0: float) -> None:
-        t1 = time.perf_counter()
+        t1 = self._clock()
         dt = t1 - t0
         self._compute += dt
         key = (a.op, a.stage)

@@ -18,7 +18,7 @@ step's bookkeeping), which the simulator charges before each step.
 `activations[s]` is the most bytes one microbatch's forward of stage s saved for its backward,
 measured with torch's saved-tensor hooks (each storage once; the stage's parameters left out; the
 loss's saved tensors counted with the last stage): what `sim`, `check` and `compare --profile`
-calibrate the activation model with (schedc/hardware.py, `calibrated`). `memory[r].peak_allocated`
+calibrate the activation model with (schedc/calibration.py). `memory[r].peak_allocated`
 is rank r's `torch.cuda.max_memory_allocated()` over the run, where it ran on a GPU.
 
 `spread` says how the times varied: for each time and each channel's posting overhead, the means of
