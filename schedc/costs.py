@@ -155,7 +155,8 @@ class Costs:
         """Per-channel links for the simulator (unset fields from the program's latency/bandwidth and
         from the top-level overhead); with a top-level overhead, every channel a message can take:
         between the ranks of adjacent stages, both ways (not every pair of ranks: at P=5,000 that
-        was 25M links and past 7 GB)."""
+        was 25M links and past 7 GB). A job's replicas get each channel in each replica (job ranks
+        d * P + p), as a cost file names pipeline ranks."""
         from .timeline import Link
         ann = program.annotations
         every = self.overhead or 0.0
@@ -164,9 +165,12 @@ class Costs:
             at = program.placement
             used = {pair for s in range(len(at) - 1) for pair in ((at[s], at[s + 1]), (at[s + 1], at[s]))}
             chans = {**{(a, b): () for a, b in used if a != b}, **chans}
-        return {ch: Link(dict(pairs).get("latency", ann.latency), dict(pairs).get("bandwidth", ann.bandwidth),
+        made = {ch: Link(dict(pairs).get("latency", ann.latency), dict(pairs).get("bandwidth", ann.bandwidth),
                          dict(pairs).get("overhead", every))
                 for ch, pairs in sorted(chans.items())}
+        P = program.num_ranks  # a job's replicas: each pipeline's channels alike (named by pipeline ranks)
+        return made if program.dp == 1 else \
+            {(d * P + a, d * P + b): link for d in range(program.dp) for (a, b), link in made.items()}
 
 
 def _chunk_of(measured: dict[int, dict[str, float]], stage: int, V: int) -> dict[str, float]:

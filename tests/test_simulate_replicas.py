@@ -308,3 +308,21 @@ def test_the_limits_count_distinct_work(monkeypatch, tmp_path):
     monkeypatch.setattr(compare_module, "MAX_COMPARED_ACTIONS", 100)  # the job's 27 distinct and 1F1B's 24
     rows = compare([str(path), "1f1b"], {"P": 3, "M": 4, "D": 50})
     assert [r.skipped for r in rows] == [None, None] and rows[0].makespan == rows[1].makespan
+
+
+def test_a_top_level_overhead_costs_every_replicas_messages_alike():
+    """A cost file names pipeline ranks: its top-level overhead (and a channel it names) applies to
+    each replica's messages, not replica 0's alone, so identical replicas stay one timing class."""
+    from schedc.costs import parse_cost_option, toml_costs
+    job = load_text(CROSSED.replace("rank r, replica d", "rank r").replace("d % 2", "0"), "same.pp")
+    for costs in (parse_cost_option("F=1,B=2,overhead=0.25"),
+                  toml_costs('overhead = 0.25\n[channel."0->1"]\nlatency = 3\n')):
+        links = costs.links(job)
+        P = job.num_ranks
+        assert {(a % P, b % P) for a, b in links} == {(a, b) for a, b in links if a < P and b < P}
+        assert len(links) == job.dp * len([1 for a, b in links if a < P])
+        assert timing_classes(job, links).k == 1
+        times = simulate(job, links=links)
+        assert all(times.start[d * P + p] == times.start[p] and times.end[d * P + p] == times.end[p]
+                   for d in range(job.dp) for p in range(P))
+        assert times.posted[1] != times.posted[0]  # (the overhead was paid)
