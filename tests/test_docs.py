@@ -338,6 +338,7 @@ def test_the_limits_page_states_the_commands_own_limits():
     from schedc.synth import problem, search
     from schedc.verify import solver
     from schedc.viz import scene
+    from schedc.interop import chrome_trace
     text = " ".join((ROOT / "docs" / "limits.md").read_text(encoding="utf-8").split())
     for phrase in (f"checks at most {prover.BOUNDED_SETTINGS} small settings",
                    f"`schedc plan` spends at most {plan.MAX_PLAN_WORK:,} work units on its search",
@@ -351,7 +352,8 @@ def test_the_limits_page_states_the_commands_own_limits():
                    f"may take at most {solver.DEADLOCK_MEMORY // 2**30} GiB of memory beyond the command's",
                    f"at most {problem.MAX_RANKS} ranks, {problem.MAX_MICROBATCHES} microbatches and "
                    f"{problem.MAX_JOBS:,} actions",
-                   f"more than {scene.MAX_BLOCKS:,} steps or {scene.MAX_ROWS} ranks"):
+                   f"more than {scene.MAX_BLOCKS:,} steps or {scene.MAX_ROWS} ranks",
+                   f"| steps in a trace (`sim --trace`) | {chrome_trace.MAX_TRACE_STEPS:,} |"):
         assert phrase in text, f"docs/limits.md should say: {phrase}"
 
 

@@ -260,3 +260,25 @@ def _action_names(st):
     if getattr(st, "kind", None) == "GROUP":
         return [str(p) for p in st.parts]
     return [step_name(st)]
+
+
+def test_a_trace_past_its_step_limit_is_refused_before_anything_is_timed(tmp_path, run_cli, monkeypatch):
+    """`sim --trace` of 1F1B at P=64, M=1024 took 0.87 GB to make a 124 MB file, and a job's
+    replicas each add theirs (4,096 ranks: 3.7 GB and 595 MB): past MAX_TRACE_STEPS the command
+    stops with `too-large` at once, writes nothing, and counts every replica of a job."""
+    from schedc.interop import chrome_trace as trace_module
+    import schedc.simulate as simulate_module
+    monkeypatch.setattr(trace_module, "MAX_TRACE_STEPS", 100)
+    monkeypatch.setattr(simulate_module, "simulate", lambda *a, **k: pytest.fail("timed before refusing"))
+    out = tmp_path / "t.json"
+    code, _, err = run_cli("sim", "1f1b", "--param", "P=4,M=16", "--trace", str(out))  # 128 steps
+    assert code == 2 and "error[too-large]" in err and "would draw 128 steps, more than the 100" in err
+    assert not out.exists()
+    job = tmp_path / "job.pp"
+    job.write_text("schedule j(P = 2, M = 2, D = 20) {\n  stages P\n  place loop\n  replicas D\n"
+                   "  rank r { for m in 0 .. M { F(r, m) } for m in 0 .. M { B(r, m) } }\n}\n")
+    code, _, err = run_cli("sim", str(job), "--trace", str(out))  # 8 steps a replica, 20 replicas
+    assert code == 2 and "would draw 160 steps" in err and not out.exists()
+    monkeypatch.undo()
+    code, _, _ = run_cli("sim", str(job), "--trace", str(out))
+    assert code == 0 and len(json.loads(out.read_text())["traceEvents"]) > 160

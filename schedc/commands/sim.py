@@ -34,7 +34,7 @@ def add_arguments(q) -> None:
 def run(args, stdout, stderr) -> int:  # noqa: C901
     """Simulate one schedule under its costs (overridden by --costs, then --cost)."""
     from ..costs import Costs
-    from ..interop.chrome_trace import dumps_trace
+    from ..interop.chrome_trace import check_trace_size, dumps_trace
     from ..columns import held_as_columns
     from ..report import lint_findings
     from ..simulate import simulate
@@ -71,6 +71,8 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     found = lint_findings(program)
     if found:  # times of a schedule that is not sound mean nothing
         return fail(found)
+    if args.trace:
+        check_trace_size(program)  # before the run: a trace holds every replica's steps
     program = held_as_columns(program)  # timed in one pass over integer columns where it can be (simulate_columns.py)
     try:
         timeline = simulate(program, overlap=overlap, links=costs.links(program), semantics=semantics)
