@@ -3,33 +3,39 @@ every (pipeline, tensor, context, expert, data-parallel degree, layer split, sch
 divides the GPUs and the model, ranked by simulated step time among those that fit with the
 reserve. A step is the simulated run with each rank's data-parallel collectives (schedc/rules/time.py:
 a stage's gradient reduction, at the step's end where the schedule places none, and FSDP's gathers).
-Layouts are bounded before any is simulated (the model states and one microbatch's activations for
-memory; the average rank's compute, no bubble, and the smallest reduction after it, for time) and
-simulated best bound first, stopping when no bound left can beat the answers found:
-`plan(setup, gpus, ...)`.
+Each configuration (layout and schedule) is bounded before it is simulated, by lower bounds on its
+step and its memory (schedc/plan_bounds.py: the pipeline's fill and drain included), and taken best
+bound first; the search stops at the last answer, every bound left behind it, so the answers are
+those of simulating and checking everything: `plan(setup, gpus, ...)`.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
+import heapq
 
+from . import importers, plan_bounds
 from .compare import Row
+from .costs import Costs
 from .errors import SchedcError
-from .ir import Program
+from .ir import Program, StageCost
 from .jobs import mesh
 from .outputs import rounded
+from .simulate import simulate
 
 POWERS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MAX_PLAN_LAYOUTS = 20_000  # layouts enumerated before any is bounded: a clear error beyond it
 # The search's work, counted, not timed (docs/limits.md): a unit is about 1 us of CPU time. Bounding a
-# layout costs 6 a layer of the model (counted for them all before any is bounded); a schedule
-# simulated, 1,000 and 2 an action; checked, 20 an action. Past the limit, a `too-large` error
-# naming the schedule that would cross it, before its work starts (llama3-70b on 1,024 GPUs at a
-# global batch of 4,096 took 142 s on a loaded machine).
+# layout's configurations before their schedules are expanded costs 25 a layer of the model (its
+# stages' costs at P and 2P stages; counted for every layout first); a schedule's program expanded
+# and bounded by its shape, 2 an action (once per schedule, P and M); simulated, 1,000 and 2 an
+# action; checked, 20 an action. Past the limit, a `too-large` error naming the schedule that would
+# cross it, before its work starts (llama3-70b on 1,024 GPUs at a global batch of 4,096 took 142 s
+# on a loaded machine when the time bound left out the pipeline's fill and drain; now about 1 s).
 MAX_PLAN_WORK = 12_000_000
-UNITS_LAYER, UNITS_PROGRAM, UNITS_SIMULATED, UNITS_CHECKED = 6, 1_000, 2, 20
+UNITS_LAYER, UNITS_SHAPED, UNITS_PROGRAM, UNITS_SIMULATED, UNITS_CHECKED = 25, 2, 1_000, 2, 20
 # a framework's schedule (`megatron:1f1b`) is traced and its listing compiled at each (P, M) first:
 # each rank x microbatch x chunk counts 2,500 (Megatron-Core's at P=4, M=2048 took 17.8 s of CPU,
 # 2.2 ms each; a fuzz input tracing it at every layout took 43 s)
@@ -79,14 +85,20 @@ class Choice:
 
 @dataclass
 class Plan:
-    """The ranked choices and what the search did: layouts enumerated, pruned by memory and by the
-    time bound, schedules simulated, and of those checked (the ones fast enough to enter)."""
+    """The ranked choices and what the search did: layouts enumerated; configurations (a layout and
+    a schedule), of which refused by the schedule (its `require`, its lint, a split its stages
+    cannot take), ruled out by the memory bound, left behind the answers by the time bound, and
+    simulated (the rest; `shared`: runs reused from another layout of identical costs, besides);
+    and of those checked (the ones fast enough to enter)."""
 
     choices: list[Choice] = field(default_factory=list)
     layouts: int = 0
+    configurations: int = 0
+    refused: int = 0
     over_memory: int = 0
     bounded: int = 0
     simulated: int = 0
+    shared: int = 0
     checked: int = 0
     work: int = 0  # units spent (MAX_PLAN_WORK)
     traced: set[tuple] = field(default_factory=set)  # (framework schedule, P, M) traced and counted
@@ -139,9 +151,10 @@ def _splits(setup: Any, pp: int) -> list[tuple[int, int] | None]:
 
 
 def plan(setup: Any, gpus: int, global_batch: int, schedules: Sequence[str], *, micro_batch: int = 1,
-         top: int = 10, params: dict[str, int] | None = None) -> Plan:
+         top: int = 10, params: dict[str, int] | None = None, prune: bool = True) -> Plan:
     """The `top` fastest (layout, schedule) choices that fit. `setup` is a model and hardware
-    description (its own [parallelism] table is replaced by each layout)."""
+    description (its own [parallelism] table is replaced by each layout). `prune=False` simulates and
+    checks every configuration (what the bounds are held to: the same answers)."""
     if gpus < 1 or global_batch < 1 or micro_batch < 1:
         raise SchedcError("usage", "--gpus, --global-batch and --micro-batch must be positive")
     model = replace(setup.model, micro_batch=micro_batch)
@@ -153,26 +166,280 @@ def plan(setup: Any, gpus: int, global_batch: int, schedules: Sequence[str], *, 
     result = Plan(layouts=len(found))
     _spend(result, len(found) * model.layers * UNITS_LAYER, f"bounding {len(found):,} layouts of {model.layers:,} "
            "layers", "--gpus")
-    bounded = []
-    for lay, M in found:
-        s = replace(base, parallel=lay.parallel(setup.parallel))
-        try:
-            low_time, low_memory = _bounds(s, lay.pp, M)
-        except SchedcError:
-            continue  # a split the layers cannot take
-        if low_memory > s.memory:
-            result.over_memory += 1
-            continue
-        bounded.append((low_time, lay, M, s))
-    bounded.sort(key=lambda x: (x[0], x[1].pp, x[1].tp))
-    for i, (low, lay, M, s) in enumerate(bounded):
-        if len(result.choices) >= top and low >= result.choices[top - 1].step:
-            result.bounded = len(bounded) - i  # no layout left can beat the top answers
-            break
-        beat = result.choices[top - 1].step if len(result.choices) >= top else float("inf")
-        result.choices = sorted(result.choices + _simulate(s, lay, M, schedules, params or {}, result, beat),
-                                key=lambda c: (c.step, c.layout.pp, c.row.name))[:top]
+    alone = ["1f1b"] if "1f1b" in schedules else list(schedules[:1])  # one rank: gradient accumulation
+    configs = [_Config(lay, M, name, replace(base, parallel=lay.parallel(setup.parallel)))
+               for lay, M in found for name in (alone if lay.pp == 1 else schedules)]
+    result.configurations = len(configs)
+    search = _Search(result, tuple(sorted((params or {}).items())), top)
+    if prune:
+        search.pruned(configs)
+    else:
+        search.everything(configs)
     return result
+
+
+@dataclass
+class _Config:
+    """One configuration of the search: a layout, its microbatches, a schedule, the layout's
+    description; once loaded, the schedule's program (its costs applied) and, once timed, its run."""
+
+    layout: Layout
+    M: int
+    name: str
+    setup: Any
+    program: Program | None = None
+    timeline: Any = None
+
+    @property
+    def order(self) -> tuple:
+        """How answers of equal step time are ordered: fewer stages first, then by name and layout."""
+        lay = self.layout
+        return (lay.pp, self.name, lay.tp, lay.cp, lay.dp, lay.ep, lay.split or (0, 0))
+
+
+class _Search:
+    """The search's steps on one configuration, each counted on the plan (`result`): bound it before
+    its schedule is expanded (`first_bound`, a built-in's family) and after (`second_bound`, the
+    program's shape), time it (`time`: simulated, or a run of identical costs reused) and check it
+    (`judge`); and the two orders of taking them (`pruned`, `everything`)."""
+
+    def __init__(self, result: Plan, params: tuple[tuple[str, int], ...], top: int):
+        self.result, self.params, self.top = result, params, top
+        self.sims: dict[tuple, tuple[Any, Any]] = {}  # (schedule, P, M, params, annotations) -> (run, report)
+        self.costs: dict[tuple, Any] = {}  # (layout, stages, ends on one rank) -> `_stage_costs`
+        self.held: dict[tuple, tuple[float, ...]] = {}  # (layout, ranks, stages, placement, ...) -> model states
+        self.shaped: set[tuple] = set()  # (schedule, P, M, params) whose shape this search has counted
+
+    def pruned(self, configs: list[_Config]) -> None:
+        """Best bound first: each configuration enters a queue at its first bound and moves on
+        (second bound, simulated step, checked) only when it is at the head, so every answer leaves
+        the queue in order and the search stops at the `top`-th, with every bound left behind it."""
+        result, heap = self.result, []
+        for i, c in enumerate(configs):
+            low = self.first_bound(c)
+            if low is not None:
+                heap.append((low, c.order, i, 0, c))
+        for low, _, _, _, c in heap:
+            if not low:  # no family's bound: it is expanded (a framework's traced) before any answer is sure
+                self.trace(c)
+        heapq.heapify(heap)
+        while heap and len(result.choices) < self.top:
+            value, order, i, level, c = heapq.heappop(heap)
+            if level == 0:
+                low = self.second_bound(c)
+                nxt = None if low is None else max(value, low)
+            elif level == 1:
+                nxt = self.time(c)
+            else:
+                choice = self.judge(c)
+                if choice is not None:
+                    result.choices.append(choice)
+                continue
+            if nxt is not None:
+                heapq.heappush(heap, (nxt, order, i, level + 1, c))
+        result.bounded = sum(1 for entry in heap if entry[3] < 2)
+
+    def everything(self, configs: list[_Config]) -> None:
+        """Every configuration loaded, simulated and checked; the answers sorted."""
+        found = []
+        for c in configs:
+            if self.load(c) and self.time(c) is not None and (choice := self.judge(c)) is not None:
+                found.append((choice.step, c.order, choice))
+        self.result.choices = [choice for _, _, choice in sorted(found, key=lambda x: x[:2])][:self.top]
+
+    # ---- bounds ----
+    def first_bound(self, c: _Config) -> float | None:
+        """The step a built-in's family cannot beat at this layout (0 for another schedule), or None
+        when it needs more stages than the model's layers."""
+        family = self.family(c)
+        if family is None:
+            return 0.0
+        try:
+            costs, out, _ = self.stage_costs(c, family.placement)
+        except SchedcError as exc:
+            if exc.code != "costs":
+                raise
+            self.result.refused += 1  # a split the layers cannot take
+            return None
+        return plan_bounds.step_bound(family, costs, out, c.setup.latency, c.setup.bandwidth)
+
+    def family_fits(self, c: _Config) -> bool:
+        """False when a built-in's family says the configuration holds more than the memory: each
+        rank its model states and, as it runs a forward, that stage's activations."""
+        family = self.family(c)
+        if family is None:
+            return True
+        act = self.stage_costs(c, family.placement)[2]
+        states = self.states(c, _Frame(family.ranks, family.stages, family.placement))
+        held = [max((act[s] for s in range(family.stages) if family.placement[s] == r), default=0.0)
+                for r in range(family.ranks)]
+        return max(a + b for a, b in zip(states, held)) * (1 - plan_bounds.SLACK) <= c.setup.memory + 1e-9
+
+    def family(self, c: _Config) -> plan_bounds.Shape | None:
+        """The shape every program of the configuration's built-in schedule has (None: not a built-in's)."""
+        return plan_bounds.family_shape(c.name, c.layout.pp, c.M) if _builtin(c.name) and not self.params else None
+
+    def stage_costs(self, c: _Config, placement: tuple[int, ...]) -> tuple[list[StageCost], list[float], list[float]]:
+        """`_stage_costs` of the layout's stages so placed (once per layout, stages and ends together)."""
+        S = len(placement)
+        key = (c.layout, S, 0 < S and placement[0] == placement[S - 1])
+        if key not in self.costs:
+            self.costs[key] = _stage_costs(c.setup, placement)
+        return self.costs[key]
+
+    def second_bound(self, c: _Config) -> float | None:
+        """The step the program's shape cannot beat, or None when its memory bound (its family's,
+        then its shape's) is over the limit or it is refused (its `require`, its lint, more stages
+        than layers)."""
+        if not self.family_fits(c):
+            self.result.over_memory += 1
+            return None
+        if not self.load(c):
+            return None
+        assert c.program is not None
+        shape = self.shape(c.name, c.layout.pp, c.M)
+        ann = c.program.annotations
+        costs = ann.stage_costs
+        act = [m.act for m in ann.stage_memory]
+        weight = [m.weight for m in ann.stage_memory]
+        states = self.states(c, c.program)
+        if plan_bounds.memory_bound(shape, act, weight, states) > c.setup.memory + 1e-9:
+            self.result.over_memory += 1
+            return None
+        return plan_bounds.step_bound(shape, costs, [m.out for m in ann.stage_memory], ann.latency, ann.bandwidth)
+
+    def shape(self, name: str, P: int, M: int) -> plan_bounds.Shape:
+        """The program's shape (counted once per schedule, P and M in a search), held to its family's."""
+        key = (name, P, M, self.params)
+        program = _program(*key)
+        assert program is not None
+        if key not in self.shaped:
+            _spend(self.result, UNITS_SHAPED * program.num_actions, f"bounding {name} at P={P}, M={M}", name)
+            self.shaped.add(key)
+        shape = _shape(*key)
+        family = plan_bounds.family_shape(name, P, M) if _builtin(name) and not self.params else None
+        if family is not None and not plan_bounds.covers(family, shape):
+            raise AssertionError(f"plan_bounds.FAMILIES: {name} at P={P}, M={M} is not what its family says")
+        return shape
+
+    def states(self, c: _Config, program: Any) -> tuple[float, ...]:
+        """GiB of model states each rank of the program holds at the layout (counted once per layout
+        and placement)."""
+        key = (c.layout, program.num_ranks, program.num_stages, tuple(program.placement), program.dp,
+               bool(program.replicas))
+        if key not in self.held:
+            self.held[key] = c.setup.model_states(program)
+        return self.held[key]
+
+    # ---- the steps that decide ----
+    def load(self, c: _Config) -> bool:
+        """The configuration's program with the layout's costs, or False (counted refused, or
+        unsound) when the schedule's `require`, the layers or its lint refuse it."""
+        if c.program is not None:
+            return True
+        lay, name = c.layout, c.name
+        self.trace(c)
+        program = _program(name, lay.pp, c.M, self.params)
+        if program is None or program.num_stages > c.setup.model.layers:
+            self.result.refused += 1
+            return False
+        if not _sound(name, lay.pp, c.M, self.params):
+            self.result.unsound.add(name)
+            self.result.refused += 1
+            return False
+        try:
+            c.program = Costs("plan", derived=c.setup).apply(program)
+        except SchedcError as exc:
+            if exc.code != "costs":
+                raise
+            self.result.refused += 1  # a split these stages cannot take
+            return False
+        return True
+
+    def trace(self, c: _Config) -> None:
+        """Count tracing a framework's schedule (`megatron:1f1b`) at the configuration's P and M, once."""
+        P, name = c.layout.pp, c.name
+        if importers.is_imported(name) and (name, P, c.M, self.params) not in self.result.traced:
+            chunks = 2 if name.endswith(("interleaved", "dualpipev")) else 1
+            _spend(self.result, UNITS_TRACED * P * c.M * chunks, f"tracing {name} at P={P}, M={c.M}", name)
+            self.result.traced.add((name, P, c.M, self.params))
+
+    def time(self, c: _Config) -> float | None:
+        """The simulated step (with the data-parallel collectives: rules/time.py); a run of the same
+        schedule with identical costs (another layout's) is reused."""
+        program = c.program
+        assert program is not None
+        key = (c.name, c.layout.pp, c.M, self.params, program.annotations)
+        if key in self.sims:
+            self.result.shared += 1
+        else:
+            at = f"{c.name} at P={c.layout.pp}, M={c.M}"
+            _spend(self.result, UNITS_PROGRAM + UNITS_SIMULATED * program.num_actions, "simulating " + at, c.name)
+            self.sims[key] = (simulate(program), None)
+            self.result.simulated += 1
+        c.timeline = self.sims[key][0]
+        return c.timeline.makespan
+
+    def judge(self, c: _Config) -> Choice | None:
+        """The configuration checked (the verdict, and the worst-case memory that decides whether
+        it fits): its answer, or None."""
+        from .api import check
+        program, timeline = c.program, c.timeline
+        assert program is not None and timeline is not None
+        key = (c.name, c.layout.pp, c.M, self.params, program.annotations)
+        report = self.sims[key][1]
+        if report is None:
+            _spend(self.result, UNITS_CHECKED * program.num_actions, f"checking {c.name} at P={c.layout.pp}, "
+                   f"M={c.M}", c.name)
+            report = check(program)
+            self.sims[key] = (timeline, report)
+            self.result.checked += 1
+        if report.ok is not True:
+            self.result.unsound.add(c.name)
+            return None
+        row = Row(c.name, program.params, timeline.makespan, timeline.bubble_ratio, report.peak_sizes,
+                  model_states=self.states(c, program))
+        if max(row.total_memory) > c.setup.memory + 1e-9:
+            return None
+        return Choice(c.layout, row, c.M, max(timeline.collectives, default=0.0))
+
+
+class _Frame(NamedTuple):
+    """What a description reads of a program to count its ranks' model states (a family's, before
+    the program is expanded)."""
+
+    num_ranks: int
+    num_stages: int
+    placement: tuple[int, ...]
+    replicas: tuple = ()
+    dp: int = 1
+
+
+@lru_cache(maxsize=512)
+def _shape(name: str, P: int, M: int, params: tuple[tuple[str, int], ...]) -> plan_bounds.Shape:
+    """The shape of the schedule at P, M (`_program`, which must not be None)."""
+    program = _program(name, P, M, params)
+    assert program is not None
+    return plan_bounds.shape_of(program)
+
+
+@lru_cache(maxsize=64)
+def _builtin(name: str) -> bool:
+    """Whether `name` loads a built-in schedule (not a file of that name, nor a framework's)."""
+    from pathlib import Path
+    from .resources import builtin_schedules
+    return name in builtin_schedules() and not importers.is_imported(name) and not Path(name).exists()
+
+
+def _stage_costs(setup: Any, placement: tuple[int, ...]) -> tuple[list[StageCost], list[float], list[float]]:
+    """Each stage's times, output size and activation size under the layout's description, as
+    `Costs(derived=setup).apply` gives any program of these stages so placed, without replicas (every
+    time and collective it sets overrides the schedule's own; the first and the last stage on one
+    rank share a tied embedding's reduction)."""
+    S = len(placement)
+    settings = setup.stage_settings(S, 1, 0 < S and placement[0] == placement[S - 1])
+    return ([StageCost().with_settings(settings[s]) for s in range(S)], [settings[s]["out"] for s in range(S)],
+            [settings[s]["act"] for s in range(S)])
 
 
 def _spend(result: Plan, units: int, what: str, where: str) -> None:
@@ -183,19 +450,6 @@ def _spend(result: Plan, units: int, what: str, where: str) -> None:
                           f"{result.checked} schedules: narrow it (fewer schedules or GPUs, a smaller --global-batch "
                           "or a larger --micro-batch: fewer microbatches)", where=where)
     result.work += units
-
-
-def _bounds(setup: Any, pp: int, M: int) -> tuple[float, float]:
-    """(seconds, GiB) no schedule of this layout can beat, whatever its placement and wherever it
-    reduces: the average rank's compute for M microbatches (no bubble) and the smallest stage's
-    gradient reduction (each rank's last compute is a backward, and its stage's reduction comes
-    after it), and its share of the model states."""
-    from .units import GIB
-    settings = setup.stage_settings(pp)
-    busy = sum(st["F"] + st["I"] + st["W"] for st in settings.values()) * M / pp
-    params = sum(st.params for st in setup.estimates(pp)) / pp
-    per = setup.state_bytes_per_param()
-    return busy + min(st["R"] for st in settings.values()), params * per / GIB
 
 
 @lru_cache(maxsize=512)
@@ -217,58 +471,3 @@ def _sound(name: str, P: int, M: int, params: tuple[tuple[str, int], ...]) -> bo
     from .report import lint_findings
     program = _program(name, P, M, params)
     return program is not None and not lint_findings(program)
-
-
-def _simulate(setup: Any, lay: Layout, M: int, schedules: Sequence[str], params: dict[str, int],
-              result: Plan, beat: float) -> list[Choice]:
-    """Each schedule at this layout that can enter the answers: timed first (the simulator), and
-    only if its step beats `beat`, checked (the verdict and the worst-case memory, which decide
-    whether it fits). A schedule the layout's split cannot take is passed."""
-    out = []
-    alone = ["1f1b"] if "1f1b" in schedules else list(schedules[:1])  # one rank: gradient accumulation
-    for name in (alone if lay.pp == 1 else schedules):
-        choice = _evaluate(setup, lay, M, name, tuple(sorted(params.items())), result, beat)
-        if choice is not None:
-            out.append(choice)
-    return out
-
-
-def _evaluate(setup: Any, lay: Layout, M: int, name: str, params: tuple[tuple[str, int], ...], result: Plan,
-              beat: float) -> Choice | None:
-    from .api import check
-    from .costs import Costs
-    from .simulate import simulate
-    from . import importers
-    if importers.is_imported(name) and (name, lay.pp, M, params) not in result.traced:
-        chunks = 2 if name.endswith(("interleaved", "dualpipev")) else 1
-        _spend(result, UNITS_TRACED * lay.pp * M * chunks, f"tracing {name} at P={lay.pp}, M={M}", name)
-        result.traced.add((name, lay.pp, M, params))
-    program = _program(name, lay.pp, M, params)
-    if program is None or program.num_stages > setup.model.layers:
-        return None
-    if not _sound(name, lay.pp, M, params):
-        result.unsound.add(name)
-        return None
-    try:
-        program = Costs("plan", derived=setup).apply(program)
-    except SchedcError as exc:
-        if exc.code != "costs":
-            raise
-        return None  # a split these stages cannot take
-    at = f"{name} at P={lay.pp}, M={M}"
-    _spend(result, UNITS_PROGRAM + UNITS_SIMULATED * program.num_actions, "simulating " + at, name)
-    timeline = simulate(program)  # (with the step's data-parallel collectives: rules/time.py)
-    result.simulated += 1
-    states = setup.model_states(program)
-    if timeline.makespan >= beat:
-        return None
-    _spend(result, UNITS_CHECKED * program.num_actions, "checking " + at, name)
-    report = check(program)
-    result.checked += 1
-    if report.ok is not True:
-        result.unsound.add(name)
-        return None
-    row = Row(name, program.params, timeline.makespan, timeline.bubble_ratio, report.peak_sizes, model_states=states)
-    if max(row.total_memory) > setup.memory + 1e-9:
-        return None
-    return Choice(lay, row, M, max(timeline.collectives, default=0.0))

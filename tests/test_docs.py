@@ -344,6 +344,7 @@ def test_the_limits_page_states_the_commands_own_limits():
                    f"`schedc plan` spends at most {plan.MAX_PLAN_WORK:,} work units on its search",
                    f"{plan.UNITS_LAYER} a layer of the model for each layout bounded",
                    f"{plan.UNITS_TRACED:,} a rank, microbatch and chunk for each framework's schedule traced",
+                   f"{plan.UNITS_SHAPED} an action for each schedule's program expanded and bounded by its shape",
                    f"{plan.UNITS_PROGRAM:,} and {plan.UNITS_SIMULATED} an action for each schedule simulated, "
                    f"{plan.UNITS_CHECKED} an action for each one checked",
                    f"Z3 resource units (default {prover.PROOF_UNITS:,}; each query its share)",

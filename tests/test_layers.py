@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                                             "interop",
                                             "interop.*", "importers", "importers.*", "lower", "lower.*", "runtime", "runtime.*")),
     ("the library's front door: load and check", ("", "api", "options")),
-    ("tools on whole schedules", ("prove", "prove.*", "synth", "synth.*", "compare", "plan", "viz", "viz.*", "diagnose",
+    ("tools on whole schedules", ("prove", "prove.*", "synth", "synth.*", "compare", "plan", "plan_bounds", "viz", "viz.*", "diagnose",
                                   "diagnose.*", "torch",
                                   "testing", "strategies")),
     ("the command line", ("cli", "__main__", "commands", "commands.*")),

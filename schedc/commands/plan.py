@@ -36,8 +36,9 @@ def run(args, stdout, stderr) -> int:
     result = plan(setup, args.gpus, args.global_batch, args.schedules or list(DEFAULT_SCHEDULES),
                   micro_batch=args.micro_batch or setup.model.micro_batch, top=args.top)
     seconds = time.process_time() - started
-    search = {"layouts": result.layouts, "over_memory": result.over_memory, "not_better": result.bounded,
-              "simulated": result.simulated, "checked": result.checked}
+    search = {"layouts": result.layouts, "configurations": result.configurations, "refused": result.refused,
+              "over_memory": result.over_memory, "not_better": result.bounded, "simulated": result.simulated,
+              "shared": result.shared, "checked": result.checked}
     if args.json:
         for choice in result.choices:
             stdout.write(dumps_json(choice.to_dict()) + "\n")
@@ -68,6 +69,8 @@ def _text(setup, args, result, seconds: float) -> str:
              "the data-parallel collectives (dp comm: the busiest rank's seconds of FSDP's gathers and gradient "
              "reduction, hidden under compute or not); peak: model states + activations"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.append(f"searched {result.layouts} layouts: {result.over_memory} over memory, {result.bounded} could not "
-                 f"beat these, {result.simulated} schedules simulated, {result.checked} checked")
+    shared = f" (and {result.shared} runs of identical costs reused)" if result.shared else ""
+    lines.append(f"searched {result.layouts} layouts, {result.configurations} configurations (layout and schedule): "
+                 f"{result.refused} refused by the schedule, {result.over_memory} over memory, {result.bounded} could "
+                 f"not beat these by their bounds, {result.simulated} simulated{shared}, {result.checked} checked")
     return "\n".join(lines)
