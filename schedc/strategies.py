@@ -578,10 +578,13 @@ def _terminals(grammar, literals: str) -> dict:
 
     out = {t.name: st.just(t.pattern.value + " ") for t in grammar.terminals if t.pattern.type == "str"}
     if literals == "any":
-        out.update({name: sep(raw(name)) for name in ("NAME", "SCHED_NAME", "INT", "DECIMAL", "STRING",
+        out.update({name: sep(raw(name)) for name in ("NAME", "SCHED_NAME", "INT", "DECIMAL",
                                                        "COMPACT", "COMPOUND_TEXT")})
+        # a lone "\r" ends a line (schedc/parse.py reads universal newlines), so inside a string or a
+        # comment, which end at a line's end, it is no character of theirs
+        out["STRING"] = sep(raw("STRING").map(lambda s: s.replace("\r", " ")))
         out["WS"] = raw("WS")
-        out["COMMENT"] = raw("COMMENT").map(lambda s: s + "\n")
+        out["COMMENT"] = raw("COMMENT").map(lambda s: s.replace("\r", "") + "\n")
         return out
     compact = st.builds(lambda s, op, m: f"{s}{op}{'' if op in ('UNSHARD', 'RESHARD', 'REDUCE_GRAD') else m}",
                         st.integers(0, 4), st.sampled_from(_OPS), st.integers(0, 5))

@@ -303,6 +303,18 @@ def test_any_literal_sources_still_parse(text):
     parse(text, "any.pp")
 
 
+@settings(FAST, max_examples=30)
+@given(st.data())
+def test_any_literal_comments_and_strings_hold_no_line_end(data):
+    """A lone "\r" ends a line as "\n" does (universal newlines), and so a comment or a string:
+    `schedule 0 { } #\r'` was drawn as a comment and did not parse."""
+    from schedc.strategies import _grammar, _terminals
+    terminals = _terminals(_grammar(), "any")
+    comment, string = data.draw(terminals["COMMENT"]), data.draw(terminals["STRING"])
+    assert "\r" not in comment and "\r" not in string
+    parse(f"schedule s {{ }} {comment}", "comment.pp")
+
+
 # ---------------------------------------------------------------------------------------------
 # schedc.testing
 # ---------------------------------------------------------------------------------------------
