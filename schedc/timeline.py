@@ -76,6 +76,10 @@ class Messages(Sequence[Message]):
             i += n
         if not 0 <= i < n:
             raise IndexError("message index out of range")
+        return self._at(i)
+
+    def _at(self, i: int) -> Message:
+        """Message i (0 <= i < len)."""
         f = self._flat
         j = i * self.WIDTH
         m, rest = divmod(int(f[j + 4]), self._stride)
@@ -104,20 +108,7 @@ class ReplicaMessages(Messages):
     def __len__(self) -> int:
         return self._first[-1]
 
-    @overload
-    def __getitem__(self, i: int) -> Message: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[Message]: ...
-
-    def __getitem__(self, i: int | slice) -> Message | list[Message]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("message index out of range")
+    def _at(self, i: int) -> Message:
         d = bisect_right(self._first, i) - 1
         c = self._of[d]
         m = self._run[self._ours[c][i - self._first[d]]]
