@@ -138,10 +138,11 @@ def check(program: Program, *, semantics: str | Semantics = "rendezvous", engine
         raise SchedcError("usage", f"unknown engine {engine!r}; expected native or z3", where="--engine")
     if isinstance(memory_limit, (int, float)):
         memory_limit = {r: float(memory_limit) for r in range(program.num_ranks * program.dp)}  # every job rank
-    from .passes.stage_ops import add_step_collectives
-    # a step's reductions and gathers that take time (costs' R, U) where the schedule places none, as
-    # `schedc run` does them and `simulate` times them: the program checked is the one that runs
-    program = add_step_collectives(program)
+    if any(c.R > 0 or c.U > 0 for c in program.annotations.stage_costs):
+        from .passes.stage_ops import add_step_collectives  # (passes load numpy: only when there is work)
+        # a step's reductions and gathers that take time (costs' R, U) where the schedule places none, as
+        # `schedc run` does them and `simulate` times them: the program checked is the one that runs
+        program = add_step_collectives(program)
     return run_checks(program, semantics=sem, engine=engine, timeout_s=timeout,
                       memory_limit=dict(memory_limit) if memory_limit else None)
 
