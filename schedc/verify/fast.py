@@ -8,7 +8,8 @@ activations. It answers only "all clear" (with the numbers) or "look closer": an
 (a finding, groups, bounded buffers, message sizes, memory limits) goes to the detailed checks,
 which explain. Without message sizes, memory is activations alone, at either level (receive
 buffers and sent messages hold nothing), so its peaks are memory.py's. Property tests hold the two
-paths to the same verdicts and peaks.
+paths to the same verdicts and peaks. Programs with routes (docs/semantics.md, "Routes") are asked
+here only when small (small.py reads routes); larger ones go to the detailed checks.
 """
 from __future__ import annotations
 
@@ -87,6 +88,8 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
         clear = small.quick_check(program, semantics, limits)
         if clear is not None:
             return clear
+    if program.routes:  # (the arrays run every microbatch through every stage: routes go to the detailed checks)
+        return None
     return array_check(program, semantics, limits)
 
 
