@@ -289,11 +289,13 @@ def _compare_gradients(program, lowered, results, build, loss_fn, make_batch, st
                             f"gradients differ from the unsplit model: rank {r}, stage {s}, parameter {name!r}, "
                             f"training step {step + 1}: {diff} (atol {atol}, rtol {rtol})\n"
                             f"{_title(program)}\n{listing(lowered)}")
-        sums = [(res["steps"][step]["loss"], r) for r, res in enumerate(results) if res["steps"][step]["loss"] is not None]
-        loss = sum(x for x, _ in sums) / program.num_microbatches  # (each rank that computes a loss: its sum)
-        if sums and abs(loss - ref_loss) > atol + rtol * abs(ref_loss):
+        # each rank that computes a loss: the mean over its microbatches (with routes, several ranks)
+        means = [(got["loss"], got.get("microbatches", 1), r) for r, res in enumerate(results)
+                 if (got := res["steps"][step])["loss"] is not None]
+        loss = sum(x * n for x, n, _ in means) / sum(n for _, n, _ in means) if means else ref_loss
+        if abs(loss - ref_loss) > atol + rtol * abs(ref_loss):
             raise AssertionError(f"the loss differs from the unsplit model's at training step {step + 1}: "
-                                 f"{loss!r} on rank(s) {[r for _, r in sums]}, {ref_loss!r} unsplit\n"
+                                 f"{loss!r} on rank(s) {[r for _, _, r in means]}, {ref_loss!r} unsplit\n"
                                  f"{_title(program)}\n{listing(lowered)}")
 
 
@@ -338,7 +340,8 @@ def _gradient_worker(job_path: str) -> int:
                      for s in mine}
             for s in mine:
                 modules[s].zero_grad(set_to_none=True)
-            out["steps"].append({"grads": grads, "loss": torch.stack(losses).sum().item() if loss else None})
+            out["steps"].append({"grads": grads, "loss": torch.stack(losses).mean().item() if loss else None,
+                                 "microbatches": len(losses)})
     except StepFailure as exc:
         sys.stderr.write(f"schedc runtime: {exc}\n")
         sys.stderr.flush()

@@ -509,6 +509,8 @@ def test_cli_on_mutated_files_exits_cleanly(case):
                     assert not built.exists() or not any(built.iterdir()), "a failing compile wrote files"
         if expected == 0:
             code, out, err = _cli("export", "--to", "torch-csv", str(path))
+            if code == 2 and "routes" in err:  # torch's CSV has no routes (DualPipe): refused, and says so
+                return
             assert code == 0, err
             assert schedc.check(read_torch_csv(out).to_program()).ok
 
