@@ -340,7 +340,7 @@ class _Search:
         lay, name = c.layout, c.name
         self.trace(c)
         program = _program(name, lay.pp, c.M, self.params)
-        if program is None or program.num_stages > c.setup.model.layers:
+        if program is None or program.model_stages > c.setup.model.layers:  # (routes: one copy's stages)
             self.result.refused += 1
             return False
         if not _sound(name, lay.pp, c.M, self.params):
