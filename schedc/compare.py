@@ -99,8 +99,8 @@ def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float
             raise SchedcError("too-large", f"the schedules compared hold more than {MAX_COMPARED_ACTIONS:,} actions "
                               f"in all ({name} reaches {total:,}); compare fewer schedules or at fewer microbatches")
         used = program.params
-        if setup is not None and program.num_stages > setup.model.layers:
-            rows.append(Row(name, used, skipped=f"{program.num_stages} stages, more than {setup.model.name}'s "
+        if setup is not None and program.model_stages > setup.model.layers:  # (routes: the stages of one copy)
+            rows.append(Row(name, used, skipped=f"{program.model_stages} stages, more than {setup.model.name}'s "
                             f"{setup.model.layers} layers"))
             continue
         if costs is not None:

@@ -2,7 +2,8 @@
 
 Binds parameters (defaults, `--param` overrides), checks `require` constraints, resolves names
 statically (an unknown name is an error even on a path never taken), evaluates placement and the
-per-rank bodies with integer arithmetic, and resolves cost/memory annotations. The rank bodies are
+per-rank bodies with integer arithmetic, resolves cost/memory annotations, and checks the routes
+(schedc/rules/deps.py's `route_problems`). The rank bodies are
 translated once into Python code (`_BodyWriter`, expressions by schedc/expr.py's emitter) that
 Python compiles; that code and every compiled expression are kept per loop-level IR (`_Code`), so
 expanding a schedule again at other parameters runs the code alone. Resource limits (actions, loop
@@ -21,7 +22,7 @@ from . import loops as ir_loops
 from . import syntax as ast
 from .errors import SchedcError
 from .ir import (DEFAULT_SPEED, MAX_ACTIONS, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op,
-                 Program, placed, StageCost, StageMemory, Step, parse_step, same_lines, unchecked_action)
+                 Program, Route, placed, StageCost, StageMemory, Step, parse_step, same_lines, unchecked_action)
 from .expr import (FUNCTIONS, INT, MAX_INT, RUNTIME, Block, Emitter, Env, Eval, Function, Functions, Module,
                    CHECK_STEPS, calls_memoized, charge, compile_expr as _compile_expr, compile_function,
                    did_you_mean as _did_you_mean, metered)
@@ -201,11 +202,13 @@ class _Code:
 
 class _RankState:
     """What `next` needs on one rank: actions emitted per (stage, kind), and the I's still waiting
-    for their W, oldest first (`W(next)` takes the oldest)."""
+    for their W, oldest first (`W(next)` takes the oldest). With routes (`routes`: each route's
+    microbatch and stage ranges), the k-th microbatch of a stage is the k-th that runs through it."""
 
-    def __init__(self):
+    def __init__(self, routes: tuple[tuple[tuple[int, int], tuple[int, int]], ...] | None = None):
         self.count: dict[tuple[int, str], int] = {}
         self.pending: dict[tuple[int, int], None] = {}
+        self.routes = routes
 
     def note(self, a: Action) -> None:
         count, key = self.count, a.stage
@@ -223,7 +226,15 @@ class _RankState:
 
     def next_microbatch(self, op: Op, stage: int) -> int:
         kind = "F" if op is Op.F else ("W" if op is Op.W else "BI")
-        return self.count.get((stage, kind), 0)
+        k = self.count.get((stage, kind), 0)
+        if not self.routes:
+            return k
+        end = 0
+        for (a, b), (c, d) in sorted(r for r in self.routes if r[1][0] <= stage < r[1][1]):
+            if k < b - a:
+                return a + k
+            k, end = k - (b - a), b
+        return end + k  # (past its microbatches: an index the checks report)
 
     def oldest(self) -> tuple[int, int]:
         """(stage, microbatch) of the oldest I still waiting for its W."""
@@ -271,13 +282,20 @@ class _Compiler:
             env[p.name] = value
 
         decls: dict[str, tuple[int, Span]] = {}
+        routes: list[Route] = []
         for item in loops.header:
             if isinstance(item, ast.Let):
                 self.header_let(item, env)
             elif isinstance(item, ast.Require):
                 self.require(item, env)
+            elif isinstance(item, ast.Route):
+                a, b, c, d = (self.int_value(e, self.scope, env, "route")
+                              for e in (item.mb_start, item.mb_stop, item.stage_start, item.stage_stop))
+                routes.append(Route((a, b), (c, d), item.span))
             else:
                 decls[item.what] = (self.int_value(item.value, self.scope, env, item.what), item.span)
+        if routes:  # (what `next` counts by; `_State` reads it from the environment)
+            env[_ROUTES] = tuple((r.microbatches, r.stages) for r in routes)
 
         num_ranks = self.num_ranks(decls, env, loops.bodies)
         replicas = self.replicas(decls)
@@ -291,7 +309,9 @@ class _Compiler:
         num_mb = self.count("microbatches", decls, MAX_MICROBATCHES, rank_lists, None,
                             lambda a: a.microbatch, param="M", env=env)
         stage_to_rank = self.placement(loops.placement, num_stages, num_ranks, env, rank_lists)
-        notes = self.annotations(loops.annotations, num_stages, num_ranks, env)
+        checked = self.routes(tuple(routes), num_stages, num_mb)
+        model_stages = checked[0].stages[1] - checked[0].stages[0] if checked else num_stages
+        notes = self.annotations(loops.annotations, num_stages, num_ranks, env, model_stages)
         program = Program(
             name=tree.name,
             num_ranks=num_ranks,
@@ -305,6 +325,7 @@ class _Compiler:
             forward_only=loops.forward_only is not None,
             p2p=loops.p2p.mode if loops.p2p is not None else "shared",
             replicas=shared[1:],
+            routes=checked,
         )
         if loops.order is None:
             return program
@@ -328,6 +349,18 @@ class _Compiler:
         value = _compile_expr(item.value, self.scope)
         self.scope.define(item.name, item.span, value.type)
         return value
+
+    @staticmethod
+    def routes(routes: tuple[Route, ...], num_stages: int, num_mb: int) -> tuple[Route, ...]:
+        """The routes, if they describe a program (deps.py's `route_problems`; a `route` error at the
+        first that does not); none where one run of stages takes every microbatch (the default)."""
+        from .rules.deps import route_problems
+        problems = route_problems(num_stages, num_mb, routes)
+        if problems:
+            k, why = problems[0]
+            raise SchedcError("route", f"{why} (the schedule has {num_stages} stages and {num_mb} microbatches)",
+                              routes[k].span)
+        return () if all(r.stages == (0, num_stages) for r in routes) else routes
 
     def replicas(self, decls) -> int:
         """`replicas D`: how many data-parallel replicas of the pipeline run (1 by default)."""
@@ -512,7 +545,7 @@ class _Compiler:
         inner.define(p.var, p.span, INT)
         return _compile_expr(p.expr, inner)
 
-    def annotations(self, items, num_stages, num_ranks, env) -> Annotations:  # noqa: C901
+    def annotations(self, items, num_stages, num_ranks, env, model_stages=None) -> Annotations:  # noqa: C901
         base_cost: dict[str, float] = {}
         stage_cost: dict[int, dict[str, float]] = {}
         base_mem: dict[str, float] = {}
@@ -550,8 +583,9 @@ class _Compiler:
                 else:
                     (stage_mem.setdefault(index, {}) if index is not None else base_mem)[s.name] = value
         # given values are absolute; the rest is each stage's share of a rank-sized chunk (ir.default_share)
-        costs = _per_stage(StageCost.default(num_stages, num_ranks), num_stages, base_cost, stage_cost)
-        memory = _per_stage(StageMemory.default(num_stages, num_ranks), num_stages, base_mem, stage_mem)
+        L = num_stages if model_stages is None else model_stages  # (routes: copies of a model of L stages)
+        costs = _per_stage(StageCost.default(L, num_ranks), num_stages, base_cost, stage_cost)
+        memory = _per_stage(StageMemory.default(L, num_ranks), num_stages, base_mem, stage_mem)
         return Annotations(costs, memory, tuple(speed), tuple(sorted(limits.items())),
                            extras["latency"], extras["bandwidth"], tuple(dispatch) if any(dispatch) else ())
 
@@ -602,6 +636,7 @@ def _compound(kind: CompoundKind, parts: tuple[Action, ...], span: Span) -> Comp
 # ---- the rank bodies as Python code ----
 MAX_NESTED_LOOPS = 12  # `for` loops one generated function nests (Python allows 20 blocks)
 MAX_INDENT = 24  # ... and levels of indentation (the tokenizer allows 100 in a file)
+_ROUTES = "$routes"  # the environment's entry of the routes `next` counts by (not a name the language can write)
 _RUN = {**RUNTIME, "_mk": unchecked_action, "_Compound": _compound, "_State": _RankState,
         "too_many_iterations": too_many_iterations, "too_many_actions": too_many_actions,
         "zero_step": zero_step, "negative": negative}
@@ -652,7 +687,7 @@ class _BodyWriter:
             top.line(f"v_{body.replica} = _replica")
         top.line("_out = []")
         if self.counting:
-            top.line("_st = _State()")
+            top.line(f"_st = _State(_env.get({_ROUTES!r}))")
         self.frames.append([1])
         self.block(body.nodes, scope, top)
         top.lines[loop] = f"_M.left -= len(_ranks) * {self.steps(self.frames.pop())}"

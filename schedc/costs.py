@@ -90,7 +90,7 @@ class Costs:
         S, R = program.num_stages, program.num_ranks
         per_stage = self.stage_settings(program)
         together = 0 < S <= len(program.placement) and program.placement[0] == program.placement[S - 1]
-        base = self.derived.stage_settings(S, program.dp, together) if self.derived is not None else {}
+        base = _described(self.derived, program, together) if self.derived is not None else {}
         for r, _ in self.speeds + self.rank_dispatch:
             if not 0 <= r < R:
                 raise SchedcError("costs", f"rank {r} is not a rank of {program.name} (0..{R - 1})",
@@ -171,6 +171,18 @@ class Costs:
         P = program.num_ranks  # a job's replicas: each pipeline's channels alike (named by pipeline ranks)
         return made if program.dp == 1 else \
             {(d * P + a, d * P + b): link for d in range(program.dp) for (a, b), link in made.items()}
+
+
+def _described(setup, program: Program, together: bool) -> dict[int, dict[str, float]]:
+    """A model description's settings of each of the program's stages: the model cut into the
+    program's stages (`together`: its first and last on one rank), or with routes into the model's
+    stages, each copy taking its stage's (schedc/rules/deps.py's `model_stage`; each copy holds its
+    own weights, a tied embedding's too)."""
+    if not program.routes:
+        return setup.stage_settings(program.num_stages, program.dp, together)
+    from .rules.deps import model_stage, stages_of
+    model, stages = setup.stage_settings(program.model_stages, program.dp, False), stages_of(program)
+    return {s: model[c] for s in range(program.num_stages) if (c := model_stage(stages, s)) in model}
 
 
 def _chunk_of(measured: dict[int, dict[str, float]], stage: int, V: int) -> dict[str, float]:

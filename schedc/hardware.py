@@ -17,6 +17,7 @@ from .jobs import activations, comm, mesh
 from .rules import time as time_rules
 from .errors import SchedcError
 from .ir import Program
+from .rules.memory import weights_of_stages
 from .span import Source
 from .units import GIB, Units, rate, size
 
@@ -283,15 +284,16 @@ class Setup:
 
     def rank_params(self, program: Program, ranks: int | None = None) -> list[int]:
         """The weights each of the pipeline's `ranks` ranks (default: the program's) holds: its
-        stages' (after tensor and expert parallelism); a rank that holds both the first and the last
-        stage of a model with tied embeddings keeps the shared matrix once."""
+        stages' (after tensor and expert parallelism), each copy of a model stage its own where routes
+        run copies (schedc/rules/memory.py's `weights_of_stages`); a rank that holds both the first
+        and the last stage of a model with tied embeddings keeps the shared matrix once (without routes)."""
         P = program.num_ranks if ranks is None else ranks
         params = [0] * P
-        for s, st in enumerate(self.estimates(program.num_stages)):
+        for s, n in enumerate(weights_of_stages(program, [st.params for st in self.estimates(program.model_stages)])):
             if 0 <= program.placement[s] < P:  # (lint reports a stage placed elsewhere)
-                params[program.placement[s]] += st.params
-        if (self.model.tied_embeddings and program.num_stages and program.placement[0] == program.placement[-1]
-                and 0 <= program.placement[0] < P):
+                params[program.placement[s]] += n
+        if (self.model.tied_embeddings and program.num_stages and not program.routes
+                and program.placement[0] == program.placement[-1] and 0 <= program.placement[0] < P):
             params[program.placement[0]] -= estimate.embedding_params(self.model) // self.parallel.tp
         return params
 

@@ -245,12 +245,14 @@ class Annotations:
     bandwidth: float = 0.0  # 0 = infinite
     rank_dispatch: tuple[float, ...] = ()  # rank -> time to start each step (a runtime's own work); 0 if not given
 
-    def complete(self, num_stages: int, num_ranks: int) -> "Annotations":
+    def complete(self, num_stages: int, num_ranks: int, model_stages: int | None = None) -> "Annotations":
         """These annotations with times and sizes for each of `num_stages` stages: the ones given, and
-        `StageCost.default` / `StageMemory.default` for the rest."""
+        `StageCost.default` / `StageMemory.default` for the rest, each stage the share of a model of
+        `model_stages` stages (default `num_stages`; fewer where routes run copies of the model)."""
         from dataclasses import replace
-        costs = (StageCost.default(num_stages, num_ranks),) * (num_stages - len(self.stage_costs))
-        sizes = (StageMemory.default(num_stages, num_ranks),) * (num_stages - len(self.stage_memory))
+        L = num_stages if model_stages is None else model_stages
+        costs = (StageCost.default(L, num_ranks),) * (num_stages - len(self.stage_costs))
+        sizes = (StageMemory.default(L, num_ranks),) * (num_stages - len(self.stage_memory))
         return replace(self, stage_costs=self.stage_costs + costs, stage_memory=self.stage_memory + sizes)
 
     def memory_of(self, stage: int) -> StageMemory:
@@ -274,6 +276,23 @@ class Annotations:
     def dispatch_of(self, rank: int) -> float:
         """The rank's time to start each step (the simulator adds it before every step); 0 if not given."""
         return self.rank_dispatch[rank] if rank < len(self.rank_dispatch) else 0.0
+
+
+@dataclass(frozen=True)
+class Route:
+    """Microbatches `microbatches[0]` to `microbatches[1] - 1` run through stages `stages[0]` to
+    `stages[1] - 1`, in order (half-open ranges; docs/semantics.md, "Routes"): the first of those
+    stages reads their inputs and the last computes their loss. A program without routes runs every
+    microbatch through every stage; schedc/rules/deps.py reads routes and says what they allow."""
+
+    microbatches: tuple[int, int]
+    stages: tuple[int, int]
+    span: Span | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def __str__(self) -> str:
+        """The declaration, as the language writes it."""
+        (a, b), (c, d) = self.microbatches, self.stages
+        return f"route microbatches {a} .. {b}: stages {c} .. {d}"
 
 
 PLACEMENTS = ("loop", "vshape")  # the named placements (`placed`): a PyTorch CSV's `--placement`
@@ -308,13 +327,24 @@ class Program:
     # `ranks`; replica d's pipeline rank p is rank d * num_ranks + p of the job (docs/semantics.md, "Collectives")
     replicas: tuple[tuple[tuple[Step, ...], ...], ...] = ()
     p2p: str = "shared"  # one of P2P_MODES: how messages pair (docs/semantics.md, "Communicators and tags")
+    # which stages each microbatch visits (docs/semantics.md, "Routes"); none: every stage, in order
+    routes: tuple[Route, ...] = ()
 
     def __post_init__(self) -> None:
         # Every stage has its times and sizes, whoever built the program (the compiler, a CSV, JSON,
         # synth, a test): the ones given, the defaults of docs/semantics.md "Units" for the rest.
         ann = self.annotations
         if len(ann.stage_costs) < self.num_stages or len(ann.stage_memory) < self.num_stages:
-            object.__setattr__(self, "annotations", ann.complete(self.num_stages, self.num_ranks))
+            object.__setattr__(self, "annotations", ann.complete(self.num_stages, self.num_ranks, self.model_stages))
+
+    @property
+    def model_stages(self) -> int:
+        """How many stages the model is cut into: a route's length where routes run copies of it
+        (DualPipe's two directions: half the stages), else every stage."""
+        if self.routes:
+            first, stop = self.routes[0].stages
+            return max(stop - first, 1)
+        return self.num_stages
 
     def rank_of(self, stage: int) -> int:
         return self.placement[stage]

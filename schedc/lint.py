@@ -15,8 +15,8 @@ from collections import defaultdict
 
 from .errors import Diagnostic
 from .ir import COMPUTE, SENDS, WAITS, Action, Op, Program, describe
-from .rules.deps import (ADDS_GRADIENT, RECEIVES, REDUCTIONS, consumer_stage, delivers, message, needs, payload,
-                         peer_stage, produces, reduces, value_name)
+from .rules.deps import (ADDS_GRADIENT, RECEIVES, REDUCTIONS, bounds, consumer_stage, delivers, message, needs,
+                         payload, peer_stage, produces, reduces, route_problems, stages_of, value_name, visits)
 
 MAX_PER_CODE = 20
 MAX_PAIRS = 10_000_000  # (stage, microbatch) pairs a program can have and still fit the action limit
@@ -80,6 +80,11 @@ def lint(program: Program) -> list[Diagnostic]:
                 f"{pairs:,} (stage, microbatch) pairs, more than {MAX_PAIRS:,}; the schedule cannot be complete "
                 f"with {program.num_actions:,} actions", 0, 0, None)
         return out.result()
+    if program.routes:
+        for k, why in route_problems(program.num_stages, program.num_microbatches, program.routes):
+            out.add("route", f"{program.routes[k]}: {why}", 0, 0, None)
+        if out.codes():
+            return out.result()  # the checks below read the routes
     _indices(program, out)
     if out.codes():
         return out.result()  # the checks below assume valid indices
@@ -96,14 +101,24 @@ def _where(action: Action) -> str:
     return "" if action.span is None else f" (written at {action.span.file}:{action.span.line})"
 
 
-def _indices(p: Program, out: Findings) -> None:
+def _indices(p: Program, out: Findings) -> None:  # noqa: C901
     S, M, placement = p.num_stages, p.num_microbatches, p.placement
+    stages = stages_of(p)
     for rank, step, a in _bad_candidates(p):
         if not 0 <= a.stage < S:
             out.add("bad-index", f"{describe(a)}: stage {a.stage} is out of range 0..{S - 1}", rank, step, a)
             continue
         if a.microbatch is not None and not 0 <= a.microbatch < M:
             out.add("bad-index", f"{describe(a)}: microbatch {a.microbatch} is out of range 0..{M - 1}",
+                    rank, step, a)
+            continue
+        if a.microbatch is not None and p.routes and not visits(stages, a.stage, a.microbatch):
+            out.add("off-route", f"{describe(a)}: microbatch {a.microbatch} does not run through stage {a.stage} "
+                    f"(its route: {_route_of(p, a.microbatch)})", rank, step, a)
+            continue
+        if a.op is Op.REDUCE_TIED and p.routes:
+            out.add("bad-index", f"{describe(a)}: a schedule with routes runs copies of the model's first and "
+                    "last stage, and the tied all-reduce joins one of each; it is not supported with routes",
                     rank, step, a)
             continue
         if a.op is Op.REDUCE_TIED and a.stage not in (0, S - 1):
@@ -117,17 +132,29 @@ def _indices(p: Program, out: Findings) -> None:
             continue
         if a.op.is_comm:
             peer = peer_stage(a)
-            if not 0 <= peer < S:
-                out.add("bad-comm", f"{describe(a)}: stage {a.stage} has no stage {peer} to talk to",
+            lo, hi = bounds(stages, a.stage)
+            if not lo <= peer < hi:
+                on = f" on its route (stages {lo} .. {hi - 1})" if p.routes else ""
+                out.add("bad-comm", f"{describe(a)}: stage {a.stage} has no stage {peer} to talk to{on}",
                         rank, step, a)
             elif placement[peer] == rank:
                 out.add("bad-comm", f"{describe(a)}: stages {a.stage} and {peer} are both on rank "
                         f"{rank}; a rank does not message itself", rank, step, a)
 
 
+def _route_of(p: Program, m: int) -> str:
+    """Microbatch m's route, in words."""
+    r = next(r for r in p.routes if r.microbatches[0] <= m < r.microbatches[1])
+    return f"stages {r.stages[0]} .. {r.stages[1] - 1}"
+
+
 def _bad_candidates(p: Program):
-    """The actions that might fail an index or placement check (a fast scan; most programs: none)."""
+    """The actions that might fail an index or placement check (a fast scan; most programs: none;
+    with routes, every action: its microbatch's route is asked of each)."""
     S, M, placement = p.num_stages, p.num_microbatches, p.placement
+    if p.routes:
+        yield from ((rank, step, a) for rank, step, a in p.actions())
+        return
     for rank, steps in enumerate(p.ranks):
         for step, st in enumerate(steps):
             for a in st.parts:
@@ -185,13 +212,14 @@ def _forward_only(p: Program, out: Findings, first: dict, has: dict) -> None:
             out.add("forward-only", f"{describe(a)} in a forward-only schedule: it runs forwards alone, "
                     "with no backward", rank, step, a)
     F = has[Op.F]
-    missing = p.num_stages * p.num_microbatches - len(F)
+    missing = _pairs(p) - len(F)
     listed = 0
+    stages = stages_of(p)
     for s in range(p.num_stages):
         if listed == MAX_PER_CODE or not missing:
             break
         for m in range(p.num_microbatches):
-            if (s, m) not in F:
+            if (s, m) not in F and visits(stages, s, m):
                 home = p.placement[s]
                 out.add("missing", f"F({s},{m}) is missing: every stage runs one forward per microbatch",
                         home, len(p.ranks[home]), None)
@@ -233,9 +261,10 @@ def _incomplete_pairs(p: Program, F: set, backward: set) -> list[tuple[int, int]
     found: list[tuple[int, int]] = []
     if _missing_count(p, F, backward) == 0:
         return found
+    stages = stages_of(p)
     for s in range(p.num_stages):
         for m in range(p.num_microbatches):
-            if (s, m) not in F or (s, m) not in backward:
+            if ((s, m) not in F or (s, m) not in backward) and visits(stages, s, m):
                 found.append((s, m))
                 if len(found) == MAX_PER_CODE:
                     return found
@@ -245,8 +274,15 @@ def _incomplete_pairs(p: Program, F: set, backward: set) -> list[tuple[int, int]
 def _missing_count(p: Program, F: set, backward: set) -> int:
     """How many `missing` findings of a forward or of any backward the program has (F and
     `backward` hold only valid pairs: indices were checked first)."""
-    total = p.num_stages * p.num_microbatches
+    total = _pairs(p)
     return (total - len(F)) + (total - len(backward))
+
+
+def _pairs(p: Program) -> int:
+    """How many (stage, microbatch) pairs run: every one, or those on the microbatches' routes."""
+    if not p.routes:
+        return p.num_stages * p.num_microbatches
+    return sum((r.microbatches[1] - r.microbatches[0]) * (r.stages[1] - r.stages[0]) for r in p.routes)
 
 
 def _inputs(p: Program, out: Findings) -> None:  # noqa: C901
@@ -257,7 +293,7 @@ def _inputs(p: Program, out: Findings) -> None:  # noqa: C901
     made on another rank is the deadlock check's question at the compute level; at the comms level it
     needs a receive on this rank (`missing-recv`).
     """
-    S, placement, comms = p.num_stages, p.placement, p.level == "comms"
+    S, placement, comms = stages_of(p), p.placement, p.level == "comms"
     for rank, steps in enumerate(p.ranks):
         arriving = _arrivals(steps)
         available: set = set()
@@ -361,7 +397,7 @@ def _never_received(p: Program, out: Findings, rank: int, step: int, a: Action, 
 
 def _communication(p: Program, out: Findings) -> None:  # noqa: C901
     """With explicit communication, no action is posted twice and every remote value is sent."""
-    S, placement = p.num_stages, p.placement
+    S, placement = stages_of(p), p.placement
     sends = SENDS
     for rank, steps in enumerate(p.ranks):
         seen_comm: set = set()

@@ -1,7 +1,7 @@
 """The loop-level IR: a schedule's meaning before its parameters have values, built once per tree.
 
-`build(tree)` sorts the items (parameters, the header of lets, requirements and declarations in
-file order, placement, order, annotations, `forward only`), checks what needs no values (duplicates, setting
+`build(tree)` sorts the items (parameters, the header of lets, requirements, declarations and routes
+in file order, placement, order, annotations, `forward only`), checks what needs no values (duplicates, setting
 names), and turns the rank bodies into nodes over loop domains with every action call site and
 every loop numbered once. The compiler expands this IR into a Program at given parameters
 (schedc/compiler.py); the prover reads the same IR as statements with their frames
@@ -80,7 +80,7 @@ class Body:
 @dataclass(frozen=True)
 class Loops:
     tree: ast.Schedule
-    header: tuple[ast.Let | ast.Require | ast.Decl, ...]  # evaluated in file order
+    header: tuple[ast.Let | ast.Require | ast.Decl | ast.Route, ...]  # evaluated in file order
     decls: dict  # what ("ranks", "stages", "microbatches") -> ast.Decl
     placement: ast.Placement | None
     order: ast.Order | None
@@ -90,6 +90,7 @@ class Loops:
     forward_only: ast.ForwardOnly | None = None
     uses_next: bool = False  # does the schedule say `next` anywhere (so expansion counts the actions it emits)?
     p2p: ast.P2P | None = None  # `p2p MODE` (None: shared)
+    routes: tuple[ast.Route, ...] = ()  # `route microbatches A .. B: stages C .. D`, in file order (also in `header`)
 
     @property
     def name(self) -> str:
@@ -126,14 +127,14 @@ def build(tree: ast.Schedule) -> Loops:
 
 
 def _build(tree: ast.Schedule) -> Loops:  # noqa: C901
-    header: list[ast.Let | ast.Require | ast.Decl] = []
+    header: list[ast.Let | ast.Require | ast.Decl | ast.Route] = []
     decls: dict[str, ast.Decl] = {}
     annotations: list[ast.Annotation] = []
     once: dict[type, ast.Placement | ast.Order | ast.ForwardOnly | ast.P2P] = {}
     generic = None
     specific: dict[int, ast.RankBody | ast.RankLiteral] = {}
     for item in tree.items:
-        if isinstance(item, (ast.Let, ast.Require)):
+        if isinstance(item, (ast.Let, ast.Require, ast.Route)):
             header.append(item)
         elif isinstance(item, ast.Decl):
             if item.what in decls:
@@ -179,7 +180,8 @@ def _build(tree: ast.Schedule) -> Loops:  # noqa: C901
         bodies.append(Body(None, generic.var, numbering.block(generic.body), False, len(specific), generic.span,
                            generic.replica))
     return Loops(tree, tuple(header), decls, placement, order, tuple(annotations), tuple(bodies),
-                 numbering.sites, forward, "next" in ast.names_in(tree.items), p2p)
+                 numbering.sites, forward, "next" in ast.names_in(tree.items), p2p,
+                 tuple(item for item in header if isinstance(item, ast.Route)))
 
 
 _T = TypeVar("_T")

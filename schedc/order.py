@@ -15,7 +15,7 @@ from collections import deque
 
 from .errors import SchedcError
 from .ir import DEFAULT_SPEED, Action, Annotations, Op, Program
-from .rules.deps import needs, produces
+from .rules.deps import needs, produces, stages_of
 from .span import Span
 from .rules.memory import activation_delta
 
@@ -107,7 +107,7 @@ def _greedy_order(program: Program, prefer: tuple[Op, ...], cap: float | None, s
 def _pick(table: dict[tuple[Op, int], deque[tuple[int, Action]]], t: float,
           done_at: dict[tuple[str, int, int], float], rank_of_kind: dict[Op, int], live: float, cap: float | None,
           program: Program) -> tuple[tuple[Op, int], tuple[int, Action]] | None:
-    S = program.num_stages
+    S = stages_of(program)
     best = None
     for key, q in table.items():
         index, a = q[0]

@@ -362,6 +362,9 @@ class _ToAst:
     def replicas_decl(self, meta, children):
         return ast.Decl("replicas", children[0], self._span(meta))
 
+    def route_decl(self, meta, children):
+        return ast.Route(*children, self._span(meta))
+
     def place_loop(self, meta, children):
         return ast.Placement("loop", None, None, (), self._span(meta))
 

@@ -326,7 +326,7 @@ class _Search:
         """GiB of model states each rank of the program holds at the layout (counted once per layout
         and placement)."""
         key = (c.layout, program.num_ranks, program.num_stages, tuple(program.placement), program.dp,
-               bool(program.replicas))
+               bool(program.replicas), program.routes)  # (routes: each copy holds its weights)
         if key not in self.held:
             self.held[key] = c.setup.model_states(program)
         return self.held[key]
@@ -340,7 +340,7 @@ class _Search:
         lay, name = c.layout, c.name
         self.trace(c)
         program = _program(name, lay.pp, c.M, self.params)
-        if program is None or program.num_stages > c.setup.model.layers:
+        if program is None or program.model_stages > c.setup.model.layers:  # (routes: one copy's stages)
             self.result.refused += 1
             return False
         if not _sound(name, lay.pp, c.M, self.params):
@@ -413,6 +413,12 @@ class _Frame(NamedTuple):
     placement: tuple[int, ...]
     replicas: tuple = ()
     dp: int = 1
+    routes: tuple = ()  # (a family's stages are the model's: no copies)
+    num_microbatches: int = 1
+
+    @property
+    def model_stages(self) -> int:
+        return self.num_stages
 
 
 @lru_cache(maxsize=512)

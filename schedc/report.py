@@ -116,6 +116,8 @@ class Report:
             **({"forward_only": True} if p.forward_only else {}),  # (these keys appear only when so)
             **({"replicas": self.replicas} if self.replicas > 1 else {}),
             **({"p2p": self.p2p} if self.p2p != "shared" else {}),
+            **({"routes": [{"microbatches": list(r.microbatches), "stages": list(r.stages)} for r in p.routes]}
+               if p.routes else {}),
             "actions": p.num_actions,
             "semantics": str(self.semantics),
             "engine": self.engine,
@@ -139,7 +141,8 @@ class Report:
     def summary(self) -> str:
         p = self.program
         verdict = {True: "ok", None: f"UNKNOWN ({self.unknown})"}.get(self.ok, f"FAILED ({len(self.errors)} error(s))")
-        text = (f"{p.name}: {p.num_ranks} ranks, {p.num_stages} stages, {p.num_microbatches} microbatches, "
+        routes = f" on {len(p.routes)} routes" if p.routes else ""
+        text = (f"{p.name}: {p.num_ranks} ranks, {p.num_stages} stages{routes}, {p.num_microbatches} microbatches, "
                 f"{p.num_actions} actions ({p.level} level{', forward only' if p.forward_only else ''}"
                 f"{f', {self.replicas} replicas of {p.num_ranks // self.replicas} ranks' if self.replicas > 1 else ''}"
                 f"{f', p2p {self.p2p}' if self.p2p != 'shared' else ''}); {verdict}")

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 from .errors import SchedcError
 from .ir import COMM, COMPUTE, SENDS, Action, Compound, CompoundKind, Op, Program, Step, describe
-from .rules.deps import delivers, message, needs, peer_stage, produces, value_name
+from .rules.deps import bounds, delivers, message, needs, peer_stage, produces, stages_of, value_name
 from .rules.memory import message_size
 from .rules.time import collective_span, collective_time, step_time, timed
 from .timeline import Link, Messages, Timeline, check_finite, dispatch_times
@@ -199,6 +199,7 @@ class _Simulator:
         ann = program.annotations
         R, S = program.num_ranks, program.num_stages
         self.R, self.S = R, S
+        self.stages = stages_of(program)  # (deps.py's: routes, if any, end a stage's neighbours)
         self.K = 2 * S  # value key: microbatch * K + 2 * stage + (0 act | 1 grad)
         if len(program.ranks) != R:
             raise SchedcError("bad-index", f"the program has {len(program.ranks)} rank lists for {R} ranks")
@@ -577,7 +578,7 @@ class _Simulator:
             raise SchedcError("bad-action", f"{describe(a)} cannot be simulated here", a.span)
         probe = [Action(op, s, m) for m in (0, 1)]  # the plan must not depend on the microbatch
         if op in COMPUTE:
-            got = [(tuple(self.key(v, a) for v in needs(b, S)),
+            got = [(tuple(self.key(v, a) for v in needs(b, self.stages)),
                     None if produces(b) is None else self.key(produces(b), a)) for b in probe]
             wants, makes = got[0]
             if got[1] != (tuple(k + self.K for k in wants), None if makes is None else makes + self.K):
@@ -592,9 +593,10 @@ class _Simulator:
         else:
             peer = peer_stage(a)
             assert peer is not None  # (a send or a receive)
-            if not 0 <= peer < S:
-                raise SchedcError("bad-index", f"{describe(a)}: its peer stage {peer} is not in 0..{S - 1}", a.span)
-            carried = [needs(b, S)[0] if op in SENDS else delivers(b) for b in probe]
+            lo, hi = bounds(self.stages, s)
+            if not lo <= peer < hi:
+                raise SchedcError("bad-index", f"{describe(a)}: its peer stage {peer} is not in {lo}..{hi - 1}", a.span)
+            carried = [needs(b, self.stages)[0] if op in SENDS else delivers(b) for b in probe]
             key = self.key(carried[0], a)
             if self.key(carried[1], a) != key + self.K:
                 raise AssertionError(f"deps.py: {describe(a)} carries another microbatch's value")
@@ -613,7 +615,7 @@ class _Simulator:
 
     def route(self, a: Action):
         """(destination rank, size) of the message that carries a's output (deps.message)."""
-        pair = message(a, self.program.placement, self.S)
+        pair = message(a, self.program.placement, self.stages)
         if pair is None:
             return None
         send, recv = pair

@@ -12,7 +12,7 @@ from typing import Mapping
 
 from .errors import SchedcError
 from .ir import COLLECTIVES, COMM, COMPUTE, RECVS, SENDS, WAITS, Compound, CompoundKind, Op, Program, describe
-from .rules.deps import needs, payload, produces, value_name
+from .rules.deps import needs, payload, produces, stages_of, value_name
 from .rules.semantics import Semantics
 from .rules.time import collective_span, collective_time, step_time, timed
 from .timeline import Messages, Timeline, check_finite, check_links, dispatch_times
@@ -60,6 +60,7 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
             program, dead = told(program, dead, decided)
         raise _deadlock(program, semantics, dead)
     R, S = program.num_ranks, program.num_stages
+    stages = stages_of(program)
     K = 2 * S  # value key: microbatch * K + 2 * stage + (0 act | 1 grad), as simulate.py's
     ann = program.annotations
     lat0, bw0 = float(ann.latency), float(ann.bandwidth)
@@ -172,7 +173,7 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
                 gate = gathered.get((r, a.stage))
                 if gate is not None and gate > t:  # its weights, gathered (FSDP's UNSHARD)
                     t = gate
-                for v in needs(a, S):
+                for v in needs(a, stages):
                     tv = have[r].get(key(v))
                     if tv is None:  # a structural error `schedc check` names (sim checks first)
                         raise SchedcError("deadlock", f"the program deadlocks: rank {r} stops at step {i}, "

@@ -15,8 +15,9 @@ from typing import NamedTuple
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from .ir import COMPUTE, Action, Annotations, Compound, CompoundKind, Op, Program, StageCost, StageMemory, format_step, placed
-from .rules.deps import needs, producer
+from .ir import (COMPUTE, Action, Annotations, Compound, CompoundKind, Op, Program, Route, StageCost, StageMemory,
+                 format_step, placed)
+from .rules.deps import Routes, Stages, needs, producer, stages_of, visits
 
 __all__ = ["MAX_PAIRS", "MUTATION_KINDS", "PLACEMENTS", "Mutant", "lowered_programs", "mutations", "programs",
            "reorderings", "sources"]
@@ -124,7 +125,7 @@ def _program(name: str, value) -> Program:
 def programs(*, min_ranks: int = 1, max_ranks: int = 4, min_microbatches: int = 1, max_microbatches: int = 6,
              placements: Collection[str] = ("loop", "vshape"), min_chunks: int = 1, max_chunks: int = 2,
              kinds: Collection[str] = ("F", "B", "I", "W"), split_backward: bool | None = None,
-             overlap: bool = False, costs: bool = False, memory: bool = False,
+             overlap: bool = False, costs: bool = False, memory: bool = False, routes: bool = False,
              name: str = "generated") -> st.SearchStrategy[Program]:
     """Valid compute-level programs, by construction; they shrink towards fewer ranks and microbatches.
 
@@ -137,7 +138,12 @@ def programs(*, min_ranks: int = 1, max_ranks: int = 4, min_microbatches: int = 
     list is one order of the dependency graph of docs/semantics.md, so the program is sound and deadlock-free
     under every send semantics. `overlap=True` lets an F and a B that are ready together on a rank
     run as one `OVERLAP_F_B`; `costs=True` and `memory=True` draw per-stage times (F, I, W in 1..3,
-    B = I + W) and sizes (`act` 1..3, `weight` 0..act, `out` 0..2). One example holds at most
+    B = I + W) and sizes (`act` 1..3, `weight` 0..act, `out` 0..2). `routes=True` draws programs
+    with two routes, as DualPipe runs (docs/semantics.md, "Routes"): the stages are two copies of
+    one model, the first microbatches (at least one) run through the first copy and the rest
+    through the second; the shapes place the model's L stages as above (`"vshape"`: L = R, the
+    second copy up the ranks as DualPipe places it), with 2L stages in all; at least 2
+    microbatches. One example holds at most
     `MAX_PAIRS` (2,048) stage-microbatch pairs: options whose smallest program is larger, or a
     maximum above that, are refused; larger draws inside the bounds are discarded by Hypothesis.
 
@@ -168,20 +174,33 @@ def programs(*, min_ranks: int = 1, max_ranks: int = 4, min_microbatches: int = 
     _fits(r_lo, r_hi, m_lo, m_hi, v_lo, v_hi, shapes)
     forms = _backward_forms(kinds, split_backward)
     overlap, costs, memory = _flag("overlap", overlap), _flag("costs", costs), _flag("memory", memory)
+    if _flag("routes", routes):
+        if m_hi < 2:
+            raise InvalidArgument(f"routes=True needs two microbatches at least (one per route); max_microbatches={m_hi}")
+        m_lo = max(m_lo, 2)
     if not isinstance(name, str):
         raise InvalidArgument(f"name={name!r} must be a string")
     if overlap and forms == (True,):
         raise InvalidArgument("overlap=True pairs an F with a fused B; it needs 'B' in kinds and "
                               "split_backward other than True")
-    return _programs(r_lo, r_hi, m_lo, m_hi, v_lo, v_hi, shapes, forms, overlap, costs, memory, name)
+    return _programs(r_lo, r_hi, m_lo, m_hi, v_lo, v_hi, shapes, forms, overlap, costs, memory, routes, name)
 
 
 @st.composite
-def _programs(draw, r_lo, r_hi, m_lo, m_hi, v_lo, v_hi, shapes, forms, overlap, costs, memory, name):
+def _programs(draw, r_lo, r_hi, m_lo, m_hi, v_lo, v_hi, shapes, forms, overlap, costs, memory, routed, name):  # noqa: C901
     shape = draw(st.sampled_from(shapes), label="placement")
     R = draw(st.integers(r_lo, r_hi), label="ranks")
     M = draw(st.integers(m_lo, m_hi), label="microbatches")
-    if shape == "vshape":
+    if routed:  # two copies of a model of L stages; the first `cut` microbatches through the first
+        L = R if shape == "vshape" else R * draw(st.integers(v_lo, v_hi), label="chunks")
+        S = 2 * L
+        if shape == "table":
+            placement = tuple(draw(st.lists(st.integers(0, R - 1), min_size=S, max_size=S), label="table"))
+        else:
+            placement = placed(shape, S, R)
+        cut = draw(st.integers(1, M - 1), label="cut")
+        routes: tuple[Route, ...] = (Route((0, cut), (0, L)), Route((cut, M), (L, S)))
+    elif shape == "vshape":
         S = 2 * R
         placement = placed("vshape", S, R)
     elif shape == "loop":
@@ -194,16 +213,20 @@ def _programs(draw, r_lo, r_hi, m_lo, m_hi, v_lo, v_hi, shapes, forms, overlap, 
         split = (forms[0],) * S
     else:
         split = tuple(draw(st.lists(st.booleans(), min_size=S, max_size=S), label="split backward"))
-    ranks = _topological_order(draw, R, S, M, placement, split, overlap, r_hi * max(v_hi, 2))
+    if not routed:
+        routes = ()
+    stages: Stages = Routes(S, M, routes) if routes else S
+    ranks = _topological_order(draw, R, S, M, placement, split, overlap, r_hi * max(v_hi, 2) * (2 if routed else 1),
+                               stages)
     annotations = Annotations(stage_costs=tuple(draw(_stage_costs()) for _ in range(S)) if costs else (),
                               stage_memory=tuple(draw(_stage_memory()) for _ in range(S)) if memory else ())
     return Program(name=name, num_ranks=R, num_stages=S, num_microbatches=M, placement=placement,
-                   ranks=ranks, annotations=annotations)
+                   ranks=ranks, annotations=annotations, routes=routes)
 
 
-def _needs(op: Op, s: int, m: int, S: int, split: tuple[bool, ...]) -> list[tuple[Op, int, int]]:
+def _needs(op: Op, s: int, m: int, stages: Stages, split: tuple[bool, ...]) -> list[tuple[Op, int, int]]:
     """The producers of what (op, s, m) needs (schedc/rules/deps.py's rule), as (op, stage, microbatch)."""
-    return [producer(v, Op.I if split[v[1]] else Op.B) for v in needs(Action(op, s, m), S)]
+    return [producer(v, Op.I if split[v[1]] else Op.B) for v in needs(Action(op, s, m), stages)]
 
 
 def _key(node):
@@ -211,7 +234,7 @@ def _key(node):
     return (m, s, _ORDER[op])
 
 
-def _topological_order(draw, R, S, M, placement, split, overlap, stage_cap):  # noqa: C901
+def _topological_order(draw, R, S, M, placement, split, overlap, stage_cap, stages: Stages):  # noqa: C901
     """Per-rank lists from one random topological order of the dependency graph (a valid run).
 
     Every action gets a priority byte; whenever several are ready, the one with the lowest
@@ -227,10 +250,12 @@ def _topological_order(draw, R, S, M, placement, split, overlap, stage_cap):  # 
     users: dict = {}
     for m in range(M):
         for s in range(S):
+            if not visits(stages, s, m):  # (routes: the stages of its copy alone)
+                continue
             for op in ((Op.F, Op.I, Op.W) if split[s] else (Op.F, Op.B)):
                 node = (op, s, m)
                 nodes.append(node)
-                waiting[node] = set(_needs(op, s, m, S, split))
+                waiting[node] = set(_needs(op, s, m, stages, split))
                 for d in waiting[node]:
                     users.setdefault(d, []).append(node)
     # The byte of (op, s, m) sits at a place that depends on s and m alone (up to the largest
@@ -433,7 +458,9 @@ def _bad_index(draw, p: Program, where):
     a = p.ranks[r][i]
     field = draw(st.sampled_from(["microbatch", "stage"]), label="field")
     if field == "microbatch":
-        value = draw(st.sampled_from([p.num_microbatches, p.num_microbatches + 1, 10 * p.num_microbatches + 7]))
+        off_route = [m for m in range(p.num_microbatches) if not visits(stages_of(p), a.stage, m)]  # (routes)
+        value = draw(st.sampled_from([p.num_microbatches, p.num_microbatches + 1, 10 * p.num_microbatches + 7]
+                                     + off_route[:1]))
     else:
         value = draw(st.sampled_from([p.num_stages, p.num_stages + 1]))
     ranks = _ranks(p)
@@ -446,7 +473,7 @@ def _input_pairs(p: Program):
     """(rank, consumer step, producer step) with the producer earlier on the same rank."""
     from .rules.deps import delivers, needs, produces
     out = []
-    S = p.num_stages
+    S = stages_of(p)
     for r, steps in enumerate(p.ranks):
         made: dict[tuple[str, int, int], int] = {}
         for i, step in enumerate(steps):

@@ -129,6 +129,17 @@ class Decl:
 
 
 @dataclass(frozen=True, slots=True)
+class Route:
+    """`route microbatches A .. B: stages C .. D`: microbatches A..B-1 run through stages C..D-1."""
+
+    mb_start: Expr
+    mb_stop: Expr
+    stage_start: Expr
+    stage_stop: Expr
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
 class Placement:
     kind: str  # loop | vshape | expr | table
     var: str | None
@@ -212,7 +223,7 @@ class P2P:
     span: Span
 
 
-Item = Require | Decl | Placement | Annotation | Let | Order | ForwardOnly | P2P | RankBody | RankLiteral
+Item = Require | Decl | Route | Placement | Annotation | Let | Order | ForwardOnly | P2P | RankBody | RankLiteral
 
 
 @dataclass(frozen=True, slots=True)

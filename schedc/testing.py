@@ -190,6 +190,10 @@ def assert_same_gradients(program: Program, build_stages, *, loss_fn=None, make_
     compute-level program gets its communication inserted first. Runs `steps` training steps
     (the second one with receive shapes learned in the first), each compared separately.
 
+    With routes (DualPipe), `build_stages` is asked for the model's stages each copy runs, and each
+    copy's gradient is the sum over the copies (schedc's runtime sums them as the step ends): the
+    unsplit model's gradient of its model stage.
+
     Fails with the first parameter whose gradient differs (rank, stage, name, the largest
     difference), or with the runtime's own report when a rank fails: the watchdog's when a send or
     receive waits past `timeout` seconds (a deadlock), or the action that failed. Needs torch;
@@ -263,15 +267,17 @@ def as_double(t):
 
 def _compare_gradients(program, lowered, results, build, loss_fn, make_batch, steps, size, atol, rtol) -> None:
     import torch
-    S = program.num_stages
+
+    from .rules.deps import model_stage, stages_of
+    stages = stages_of(program)
     for step in range(steps):
         x, y = (as_double(t) for t in make_batch(step, size))
-        ref_loss, ref = reference_gradients(build, loss_fn, S, x, y)
+        ref_loss, ref = reference_gradients(build, loss_fn, program.model_stages, x, y)
         for r, result in enumerate(results):
             got = result["steps"][step]
             for s_text, grads in got["grads"].items():
                 s = int(s_text)
-                for (name, want), g in zip(ref[s], grads):
+                for (name, want), g in zip(ref[model_stage(stages, s)], grads):
                     if want is None and g is None:
                         continue
                     if g is None or want is None or g.shape != want.shape or \
@@ -283,10 +289,14 @@ def _compare_gradients(program, lowered, results, build, loss_fn, make_batch, st
                             f"gradients differ from the unsplit model: rank {r}, stage {s}, parameter {name!r}, "
                             f"training step {step + 1}: {diff} (atol {atol}, rtol {rtol})\n"
                             f"{_title(program)}\n{listing(lowered)}")
-            if got["loss"] is not None and abs(got["loss"] - ref_loss) > atol + rtol * abs(ref_loss):
-                raise AssertionError(f"the loss differs from the unsplit model's at training step {step + 1}: "
-                                     f"{got['loss']!r} on rank {r}, {ref_loss!r} unsplit\n"
-                                     f"{_title(program)}\n{listing(lowered)}")
+        # each rank that computes a loss: the mean over its microbatches (with routes, several ranks)
+        means = [(got["loss"], got.get("microbatches", 1), r) for r, res in enumerate(results)
+                 if (got := res["steps"][step])["loss"] is not None]
+        loss = sum(x * n for x, n, _ in means) / sum(n for _, n, _ in means) if means else ref_loss
+        if abs(loss - ref_loss) > atol + rtol * abs(ref_loss):
+            raise AssertionError(f"the loss differs from the unsplit model's at training step {step + 1}: "
+                                 f"{loss!r} on rank(s) {[r for _, _, r in means]}, {ref_loss!r} unsplit\n"
+                                 f"{_title(program)}\n{listing(lowered)}")
 
 
 def _gradient_worker(job_path: str) -> int:
@@ -303,7 +313,7 @@ def _gradient_worker(job_path: str) -> int:
     import torch
     import torch.distributed as dist
 
-    from .runtime.entry import end_rank, split
+    from .runtime.entry import end_rank, make_copy_groups, same_copies, split
     from .runtime.interpreter import PipelineInterpreter, StepFailure
     from .runtime.table import load_table
     from .runtime.watchdog import Watchdog
@@ -311,23 +321,27 @@ def _gradient_worker(job_path: str) -> int:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     table = load_table(job["meta"], job["ranks"])
     build, loss_fn, make_batch = (_resolve(job[k]) for k in ("build", "loss", "batch"))
-    S, M = table.num_stages, table.num_microbatches
+    M = table.num_microbatches
     mine = table.stages_of(rank)
-    built = build(list(mine), S) if mine else []
+    built = build([table.model_stage(s) for s in mine], table.model_stages) if mine else []  # (routes: copies)
     modules = {s: m.double() for s, m in zip(mine, built)}
     dist.init_process_group("gloo", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=job["timeout"] + 30))
-    interp = PipelineInterpreter(table, rank, modules, loss_fn, watchdog=Watchdog(job["timeout"]))
+    copies = make_copy_groups(table, rank, job["timeout"] + 30)
+    same_copies(modules, table, rank, copies)
+    interp = PipelineInterpreter(table, rank, modules, loss_fn, watchdog=Watchdog(job["timeout"]), copy_groups=copies)
+    entry, loss = any(table.is_entry(s) for s in mine), any(table.is_exit(s) for s in mine)
     out = {"steps": []}
     try:
         for step in range(job["steps"]):
             x, y = (as_double(t) for t in make_batch(step, job["batch_size"]))
-            losses = interp.step(split(x, M) if 0 in mine else None, split(y, M) if S - 1 in mine else None)
+            losses = interp.step(split(x, M) if entry else None, split(y, M) if loss else None)
             grads = {str(s): [None if p.grad is None else p.grad.detach().clone() for p in modules[s].parameters()]
                      for s in mine}
             for s in mine:
                 modules[s].zero_grad(set_to_none=True)
-            out["steps"].append({"grads": grads, "loss": torch.stack(losses).mean().item() if S - 1 in mine else None})
+            out["steps"].append({"grads": grads, "loss": torch.stack(losses).mean().item() if loss else None,
+                                 "microbatches": len(losses)})
     except StepFailure as exc:
         sys.stderr.write(f"schedc runtime: {exc}\n")
         sys.stderr.flush()

@@ -18,6 +18,22 @@ from schedc.ir import CompoundKind, Op, Program, format_step
 COMPUTE = (Op.F, Op.B, Op.I, Op.W)
 
 
+def ends(p: Program, s: int) -> tuple[int, int]:
+    """The first and the last stage of stage s's run of stages: the program's, or with routes
+    (DESIGN's copies of the model, DualPipe's two directions) the run of the route through s."""
+    for r in getattr(p, "routes", ()):
+        if r.stages[0] <= s < r.stages[1]:
+            return r.stages[0], r.stages[1] - 1
+    return 0, p.num_stages - 1
+
+
+def on_route(p: Program, s: int, m: int) -> bool:
+    """Does microbatch m run through stage s (every one does, without routes)?"""
+    routes = getattr(p, "routes", ())
+    return not routes or any(r.microbatches[0] <= m < r.microbatches[1] and r.stages[0] <= s < r.stages[1]
+                             for r in routes)
+
+
 def oracle_problems(p: Program) -> list[str]:
     """Why a compute-level program is invalid (empty list: valid). DESIGN.md, in a few lines."""
     S, M = p.num_stages, p.num_microbatches
@@ -29,7 +45,7 @@ def oracle_problems(p: Program) -> list[str]:
                 if a.op not in COMPUTE:
                     problems.append(f"not compute: {format_step(a)}")
                     continue
-                if not (0 <= a.stage < S and 0 <= a.microbatch < M):
+                if not (0 <= a.stage < S and 0 <= a.microbatch < M) or not on_route(p, a.stage, a.microbatch):
                     problems.append(f"index: {format_step(a)}")
                     continue
                 if p.placement[a.stage] != r:
@@ -38,7 +54,7 @@ def oracle_problems(p: Program) -> list[str]:
     if problems:
         return problems
     for s in range(S):
-        for m in range(M):
+        for m in (m for m in range(M) if on_route(p, s, m)):
             n = {op: len(where[(op, s, m)]) for op in COMPUTE}
             if n[Op.F] != 1 or (n[Op.B], n[Op.I], n[Op.W]) not in ((1, 0, 0), (0, 1, 1)):
                 problems.append(f"counts of ({s},{m}): {n}")
@@ -59,11 +75,12 @@ def oracle_problems(p: Program) -> list[str]:
         for i, step in enumerate(steps):
             for a in step.parts:
                 s, m = a.stage, a.microbatch
+                first, last = ends(p, s)
                 if a.op is Op.F:
-                    need = [(Op.F, s - 1, m)] if s > 0 else []
+                    need = [(Op.F, s - 1, m)] if s > first else []
                 elif a.op in (Op.B, Op.I):
                     need = [(Op.F, s, m)]
-                    if s < S - 1:
+                    if s < last:
                         need.append((Op.I if where[(Op.I, s + 1, m)] else Op.B, s + 1, m))
                 else:
                     need = [(Op.I, s, m)]
@@ -129,23 +146,24 @@ def comms_oracle_problems(p: Program, semantics: str = "rendezvous") -> list[str
                     problems.append(f"wrong rank: {format_step(a)} on {r}")
                     continue
                 need, value = [], None
+                first, last = ends(p, s)
                 if a.op is Op.F:
-                    need, value = ([("act", s - 1, m)] if s > 0 else []), ("act", s, m)
+                    need, value = ([("act", s - 1, m)] if s > first else []), ("act", s, m)
                 elif a.op in (Op.B, Op.I):
-                    need = [("act", s, m)] + ([("grad", s + 1, m)] if s < S - 1 else [])
+                    need = [("act", s, m)] + ([("grad", s + 1, m)] if s < last else [])
                     value = ("grad", s, m)
                 elif a.op is Op.W:
                     need = [("grad", s, m)]
                 elif a.op in (Op.SEND_F, Op.SEND_B):
                     kind, peer = ("act", s + 1) if a.op is Op.SEND_F else ("grad", s - 1)
-                    if not 0 <= peer < S or p.placement[peer] == r:
+                    if not first <= peer <= last or p.placement[peer] == r:
                         problems.append(f"bad peer: {format_step(a)}")
                         continue
                     need = [(kind, s, m)]
                     sends[(r, p.placement[peer])].append(((kind, s, m), (r, i)))
                 elif a.op in (Op.RECV_F, Op.RECV_B):
                     kind, peer = ("act", s - 1) if a.op is Op.RECV_F else ("grad", s + 1)
-                    if not 0 <= peer < S or p.placement[peer] == r:
+                    if not first <= peer <= last or p.placement[peer] == r:
                         problems.append(f"bad peer: {format_step(a)}")
                         continue
                     value = (kind, peer, m)
@@ -209,7 +227,7 @@ def plain_run(program, semantics: str):
     buffer = {"rendezvous": 0, "eager": None}.get(semantics)
     if buffer is None and semantics != "eager":
         buffer = int(semantics.split(":")[1])
-    R, S = program.num_ranks, program.num_stages
+    R = program.num_ranks
     # position of the k-th send / receive on each (src, dst) channel, counted here from scratch
     send_pos, recv_pos, index = {}, {}, {}
     for r, steps in enumerate(program.ranks):
@@ -230,10 +248,11 @@ def plain_run(program, semantics: str):
 
     def inputs(a):
         s, m = a.stage, a.microbatch
+        first, last = ends(program, s)
         if a.op is Op.F:
-            return [("F", s - 1, m)] if s > 0 else []
+            return [("F", s - 1, m)] if s > first else []
         if a.op in (Op.B, Op.I):
-            return [("F", s, m)] + ([("G", s + 1, m)] if s < S - 1 else [])
+            return [("F", s, m)] + ([("G", s + 1, m)] if s < last else [])
         if a.op is Op.W:
             return [("G", s, m)]
         if a.op is Op.SEND_F:
@@ -294,7 +313,6 @@ def same_rank_inversion(program: Program) -> bool:
     until that is fixed."""
     if program.level != "comms":
         return False
-    S = program.num_stages
     for steps in program.ranks:
         made = {}
         for i, step in enumerate(steps):
@@ -306,10 +324,11 @@ def same_rank_inversion(program: Program) -> bool:
         for i, step in enumerate(steps):
             for a in step.parts:
                 s, m = a.stage, a.microbatch
-                if a.op is Op.F and s > 0:
+                first, last = ends(program, s)
+                if a.op is Op.F and s > first:
                     need = [("act", s - 1, m)]
                 elif a.op in (Op.B, Op.I):
-                    need = [("act", s, m)] + ([("grad", s + 1, m)] if s < S - 1 else [])
+                    need = [("act", s, m)] + ([("grad", s + 1, m)] if s < last else [])
                 else:
                     continue
                 if any(made.get(v, -1) >= i for v in need):
@@ -358,14 +377,16 @@ def frames_instances(m, params) -> list[list[tuple[int, int, int]]]:
     return out
 
 
-def _received_input(a, S: int) -> list:
+def _received_input(a, program) -> list:
     """The value a compute action needs from another stage, which a receive may bring: F's the
-    activation of s-1, B's and I's the input gradient of s+1 (none at the ends of the model)."""
+    activation of s-1, B's and I's the input gradient of s+1 (none at the ends of the model, or of
+    its route)."""
     s, m = a.stage, a.microbatch
+    first, last = ends(program, s)
     if a.op is Op.F:
-        return [("F", s - 1, m)] if s > 0 else []
+        return [("F", s - 1, m)] if s > first else []
     if a.op in (Op.B, Op.I):
-        return [("G", s + 1, m)] if s < S - 1 else []
+        return [("G", s + 1, m)] if s < last else []
     return []
 
 
@@ -388,7 +409,7 @@ def posted_hangs(program, backend: str) -> dict[int, int]:
     receive is. Under `p2p split` gradients travel on a
     communicator of their own (a stream of their own under nccl); under `p2p tagged` a message's tag
     is its payload, which gloo pairs by and NCCL ignores. Written from the rule alone, as a fixpoint."""
-    R, S = program.num_ranks, program.num_stages
+    R = program.num_ranks
     ops = []  # (rank, step, action, channel, k): every send and receive, k-th on its channel
     count: dict = {}
     split = getattr(program, "p2p", "shared") == "split"
@@ -461,7 +482,7 @@ def posted_hangs(program, backend: str) -> dict[int, int]:
             while pc[r] < len(program.ranks[r]):
                 ok = True
                 for a in program.ranks[r][pc[r]].parts:
-                    for v in _received_input(a, S):
+                    for v in _received_input(a, program):
                         got = brings.get((r, v))
                         if got is not None and not done(*got):
                             ok = False
@@ -631,7 +652,7 @@ def job_run(program: Program, semantics: str) -> bool:
             if (r, i, j) in coll_at and a.op is not Op.UNSHARD and not collective_ready(r, i, j, False):
                 return False
             if a.op.is_compute:
-                for need in _received_input(a, S):
+                for need in _received_input(a, program):
                     key = brings(r, i, need)
                     if key is not None and not done(key):
                         return False

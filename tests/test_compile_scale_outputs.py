@@ -99,7 +99,7 @@ def _texts_agree(program) -> None:
     assert text == dumps_ir(program)
     assert text == json.dumps(json.loads(text), indent=1) + "\n"  # exactly as json.dumps lays it out
     assert read_ir_json(text) == program
-    if not program.replicas:
+    if not program.replicas and not program.routes:  # (torch's CSV has no routes: the export refuses them)
         lowered = lower_for_torch(held).ranks
         assert to_torch_csv(held).dumps() == TorchCsv(tuple(tuple(row) for row in lowered)).dumps()
         assert dumps_ir(lower_for_torch(held)) == dumps_ir(lower_for_torch(program))

@@ -127,6 +127,9 @@ def exercise(p) -> None:
             low = lower(p)
             low_report = schedc.check(low)
             assert low_report.ok, low_report.render()
+            if p.routes:  # torch's CSV has no routes: the export refuses them
+                event("routes: no torch CSV")
+                return
             csv_text = to_torch_csv(p, "comms").dumps()
             back = read_torch_csv(csv_text, "back.csv")
             assert back.dumps() == csv_text
@@ -506,6 +509,8 @@ def test_cli_on_mutated_files_exits_cleanly(case):
                     assert not built.exists() or not any(built.iterdir()), "a failing compile wrote files"
         if expected == 0:
             code, out, err = _cli("export", "--to", "torch-csv", str(path))
+            if code == 2 and "routes" in err:  # torch's CSV has no routes (DualPipe): refused, and says so
+                return
             assert code == 0, err
             assert schedc.check(read_torch_csv(out).to_program()).ok
 
@@ -594,7 +599,8 @@ def test_bench_fuzz_short_run_has_no_internal_errors_hangs_or_partial_files(tmp_
     here: Megatron-Core takes 5 s to import), --profile files, setup files edited at their keys,
     JSON and pickled Flight Recorder dumps, and pickles that would run code."""
     fuzz = _bench_fuzz()
-    code = fuzz.main(["--examples", "260", "--seeds", "8", "--seed", "0", "--importers", "deepspeed", "--json",
+    # (seed 1: the draws depend on the built-ins, and with dualpipe.pp seed 0 drew no pickle that runs code)
+    code = fuzz.main(["--examples", "260", "--seeds", "8", "--seed", "1", "--importers", "deepspeed", "--json",
                       "--out", str(tmp_path)])
     out = capsys.readouterr().out
     report = json.loads(out.strip().splitlines()[-1])

@@ -88,7 +88,7 @@ def test_every_instruction_carries_the_rules_inputs_and_value(name, receives):
         for instr in (i for st in steps for i in parts(st) if i.microbatch is not None):
             a = Action(Op[instr.op], instr.stage, instr.microbatch)
             if a.op.is_compute:
-                assert instr.inputs == needs(a, table.num_stages), instr
+                assert instr.inputs == needs(a, table.stages), instr
                 assert instr.value() == produces(a), instr
             else:  # a send or receive moves its payload; a wait awaits its operation's
                 assert instr.inputs == ()

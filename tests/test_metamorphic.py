@@ -315,7 +315,9 @@ def _load(name, P, M):
 def test_changing_m_in_the_steady_state_keeps_the_verdict(name, P, data, transform, times):
     """Once M >= 2P every rank has finished its warm-up before its cool-down starts, so another
     microbatch only lengthens the steady phase: the verdict under each semantics stays, and with
-    every stage costing F + I + W, the makespan grows by (stages per rank) x (F + I + W) a microbatch."""
+    every stage costing F + I + W, the makespan grows by (stages per rank a microbatch runs through)
+    x (F + I + W) a microbatch: the model's stages over the ranks (all of the stages, or with routes
+    one copy of the model)."""
     admitted = [M for M in range(2 * P, 4 * P + 1) if _load(name, P, M) is not None]
     if len(admitted) < 2:
         return
@@ -328,5 +330,5 @@ def test_changing_m_in_the_steady_state_keeps_the_verdict(name, P, data, transfo
         assert (a.ok, a.deadlock is None) == (b.ok, b.deadlock is None), (name, P, M1, M2, transform, sem)
     if transform in ("as written", "lowered"):
         assert schedc.check(first).ok and schedc.check(second).ok
-        per_microbatch = first.num_stages // P * (F + I + W)
+        per_microbatch = first.model_stages // P * (F + I + W)
         assert simulate(second).makespan - simulate(first).makespan == pytest.approx((M2 - M1) * per_microbatch)

@@ -51,11 +51,13 @@ def _batch(make_batch, step, size):
 
 
 def _run_schedc(case, rank, group):
+    """A lowered built-in on our runtime; with routes (DualPipe) the copies of a model stage are
+    built from it and their summed gradient is the unsplit model's of that stage."""
     import importlib.util
 
     import torch
 
-    from schedc.runtime.entry import split
+    from schedc.runtime.entry import make_copy_groups, split
     from schedc.runtime.interpreter import PipelineInterpreter
     from schedc.runtime.table import load_table
     from schedc.runtime.watchdog import Watchdog
@@ -64,23 +66,35 @@ def _run_schedc(case, rank, group):
     spec.loader.exec_module(program)
     table = load_table(program.PROGRAM, program.RANKS)
     build, loss_fn, make_batch = _models()[case["model"]]
-    S, M = table.num_stages, table.num_microbatches
+    L, M = table.model_stages, table.num_microbatches
     mine = table.stages_of(rank)
-    modules = {s: m.double() for s, m in zip(mine, build(list(mine), S))}
-    interp = PipelineInterpreter(table, rank, modules, loss_fn, group=group, watchdog=Watchdog(30.0))
+    modules = {s: m.double() for s, m in zip(mine, build([table.model_stage(s) for s in mine], L))}
+    copies = {}
+    if table.routes and group is None:
+        copies = make_copy_groups(table, rank, 60)
+    elif table.routes:  # a case on ranks 0 and 1: their own group holds the copies that span both
+        copies = {c: group for c, stages in table.copies().items() if len({table.rank_of(s, rank) for s in stages}) > 1}
+    interp = PipelineInterpreter(table, rank, modules, loss_fn, group=group, watchdog=Watchdog(30.0),
+                                 copy_groups=copies)
+    entry, ends = any(table.is_entry(s) for s in mine), any(table.is_exit(s) for s in mine)
     worst, loss_err = 0.0, 0.0
     for step in range(2):  # the second step runs with the shapes learned in the first
         x, y = _batch(make_batch, step, 2 * M)
-        losses = interp.step(split(x, M) if 0 in mine else None, split(y, M) if S - 1 in mine else None)
-        ref_loss, ref_grads = _reference(build, loss_fn, S, x, y)
+        losses = interp.step(split(x, M) if entry else None, split(y, M) if ends else None)
+        ref_loss, ref_grads = _reference(build, loss_fn, L, x, y)
         for s in mine:
-            for p, g in zip(modules[s].parameters(), ref_grads[s]):
+            for p, g in zip(modules[s].parameters(), ref_grads[table.model_stage(s)]):
                 if p.grad is None:
                     return {"error": f"stage {s}: a parameter got no gradient"}
                 worst = max(worst, (p.grad - g).abs().max().item())
             modules[s].zero_grad(set_to_none=True)
-        if S - 1 in mine:
+        if ends and not table.routes:
             loss_err = max(loss_err, abs(torch.stack(losses).mean().item() - ref_loss))
+        elif ends:  # each route's last rank: the unsplit model's loss on its routes' microbatches
+            rows = [i for a, b, _, stop in table.routes if table.rank_of(stop - 1, rank) == rank
+                    for i in range(a * 2, b * 2)]  # (2 samples a microbatch)
+            sub_loss, _ = _reference(build, loss_fn, L, x[rows], y[rows])
+            loss_err = max(loss_err, abs(torch.stack(losses).mean().item() - sub_loss))
     return {"grad_err": worst, "loss_err": loss_err}
 
 
@@ -190,6 +204,38 @@ def _builtin_cases(R: int, Ms, tmp: Path, early: bool = False) -> list[dict]:
     return cases
 
 
+SAME_RANK_COPIES = """# Two copies of a model of P stages, both placed in a loop: rank r holds both copies of model
+# stage r (stages r and P + r), summed on the rank as the step ends.
+schedule same_rank_copies(P = 4, M = 4) {
+  stages 2 * P
+  place loop
+  route microbatches 0 .. M // 2: stages 0 .. P
+  route microbatches M // 2 .. M: stages P .. 2 * P
+  rank r {
+    for m in 0 .. M // 2 { F(r, m); F(P + r, M // 2 + m) }
+    for m in 0 .. M // 2 { B(r, m); I(P + r, M // 2 + m); W(P + r, M // 2 + m) }
+  }
+}
+"""
+
+
+def _routed_cases(tmp: Path) -> list[dict]:
+    """Routes beyond the built-in at 4 ranks: `dualpipe` on 2 ranks (its copies' all-reduce on the
+    case's own group) and copies on one rank (summed there), on the MLP."""
+    import schedc
+    from schedc.api import load_text
+    from schedc.lower import lower_to_torch
+    cases = []
+    for name, program in (("dualpipe", schedc.load("dualpipe", {"P": 2, "M": 6})),
+                          ("same_rank_copies", load_text(SAME_RANK_COPIES, "same_rank_copies.pp"))):
+        assert program.routes and schedc.check(program).ok
+        path = tmp / f"{name}_routes_program.py"
+        path.write_text(lower_to_torch(program, verified="rendezvous").source)
+        cases.append({"id": f"{name} P={program.num_ranks} M={program.num_microbatches} routes mlp", "kind": "schedc",
+                      "ranks": program.num_ranks, "program": str(path), "model": "mlp"})
+    return cases
+
+
 def _spawn(cases: list[dict], R: int, tmp: Path) -> dict:
     """Run the cases in one launch of R ranks (a case on fewer ranks runs on the first ones); merge the
     ranks' results per case: the largest errors and time."""
@@ -223,8 +269,11 @@ def _torch_cases(R: int, M: int, tmp: Path) -> list[dict]:
     """Every built-in that loads on R ranks, three ways into torch's runtime: our compute CSV, our
     comms CSV, and `schedc.torch.schedule`."""
     import schedc
+    from schedc.interop.torch_csv import torch_cannot_run
     cases = []
     for name, program in _builtins(R, M):
+        if torch_cannot_run(program):  # (dualpipe's routes: torch runs every microbatch through every stage)
+            continue
         common = {"ranks": R, "stages": program.num_stages, "microbatches": M,
                   "placement": list(program.placement), "model": "mlp"}
         for level, fmt in (("compute", "compute_only"), ("comms", "compute_comms")):
@@ -244,28 +293,38 @@ def builtin_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("builtins")
     cases = {2: _builtin_cases(2, (3,), tmp) + _torch_cases(2, 4, tmp),
              4: _builtin_cases(4, (8,), tmp, early=True) + _torch_cases(4, 8, tmp)}
-    return cases, _spawn(cases[2] + cases[4], 4, tmp)
+    routed = _routed_cases(tmp)
+    return cases, _spawn(cases[2] + cases[4] + routed, 4, tmp), routed
 
 
 @pytest.mark.slow
 def test_every_builtin_on_2_ranks_matches_unsplit_training_on_ours_and_torchs_runtime(builtin_runs):
-    by_ranks, results = builtin_runs
+    by_ranks, results, _ = builtin_runs
     cases = by_ranks[2]
     assert {"gpipe", "1f1b", "interleaved_1f1b", "looped_bfs"} <= {Path(c["program"]).name.split("_P")[0]
                                                                    for c in cases if c["kind"] == "schedc"}
-    assert len([c for c in cases if c["kind"] == "torch-api"]) == 9  # every built-in
+    assert len([c for c in cases if c["kind"] == "torch-api"]) == 9  # every built-in torch can run
     _assert_equal(results, cases)
 
 
 @pytest.mark.slow
 def test_every_builtin_on_4_ranks_matches_unsplit_training_on_ours_and_torchs_runtime(builtin_runs):
-    by_ranks, results = builtin_runs
+    by_ranks, results, _ = builtin_runs
     cases = by_ranks[4]
     assert {"gpipe", "1f1b", "interleaved_1f1b", "looped_bfs"} <= {Path(c["program"]).name.split("_P")[0]
                                                                    for c in cases if c["kind"] == "schedc"}
-    assert len([c for c in cases if c["kind"] == "torch-api"]) == 9
+    assert len([c for c in cases if c["kind"] == "torch-api"]) == 9  # every built-in but dualpipe
+    assert any(c["id"].startswith("dualpipe P=4 M=8") for c in cases)  # routes, copies summed
     assert len([c for c in cases if c["id"].endswith("receives posted early")]) >= 7
     _assert_equal(results, cases)
+
+
+def test_routes_on_2_ranks_and_copies_on_one_rank_match_unsplit_training(builtin_runs):
+    """DualPipe's copies summed over a group of two ranks, and copies of each model stage on one
+    rank summed there: each copy ends the step with the unsplit model's gradient of its stage."""
+    _, results, routed = builtin_runs
+    assert {c["id"].split()[0] for c in routed} == {"dualpipe", "same_rank_copies"}
+    _assert_equal(results, routed)
 
 
 @pytest.mark.slow  # 10-20 s: one more launch; the two tests above cover every built-in in the default run

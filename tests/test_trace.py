@@ -87,6 +87,9 @@ def messages_of(program) -> int:
     """Values that cross ranks: each activation and each input gradient over a stage boundary whose
     two stages live on different ranks."""
     p = program.placement
+    if program.routes:  # (each route's boundaries, for its microbatches)
+        return sum(2 * (r.microbatches[1] - r.microbatches[0]) * sum(p[s] != p[s + 1] for s in range(*r.stages)
+                                                                     if s + 1 < r.stages[1]) for r in program.routes)
     return 2 * program.num_microbatches * sum(p[s] != p[s + 1] for s in range(program.num_stages - 1))
 
 
@@ -114,7 +117,7 @@ def check_program_order(doc: dict, program) -> None:
 
 def _builtins():
     for name in builtin_schedules():
-        for P in (2, 3):
+        for P in ((2, 4) if name == "dualpipe" else (2, 3)):  # (DualPipe: P even)
             yield name, schedc.load(name, {"P": P, "M": 2 * P, "V": 2}, strict_params=False)
 
 

@@ -20,7 +20,7 @@ from typing import Iterable
 from ..errors import SchedcError
 from ..ir import COMM, COMPUTE, RECVS, SENDS, Compound, Program, describe
 from ..outputs import dumps_json
-from ..rules.deps import delivers, message, needs, payload, produces
+from ..rules.deps import delivers, message, needs, payload, produces, stages_of
 from ..timeline import Timeline
 
 COMPUTE_TRACK, COMM_TRACK = 0, 1
@@ -117,7 +117,7 @@ def _rank_steps(tr: _Trace, timeline: Timeline, r: int, messages: list, names: l
         start, end = starts[x], ends[x]
         base = {"step": x, "start": start, "end": end}
         if all(a.op in COMPUTE for a in st.parts):
-            came = [arriving[v] for a in st.parts for v in needs(a, program.num_stages) if v in arriving]
+            came = [arriving[v] for a in st.parts for v in needs(a, stages_of(program)) if v in arriving]
             if came and start > free + _EPS:  # idle: waiting for the input that came last
                 last = max(came, key=lambda i: messages[i].arrival)
                 tr.slice(r, COMM_TRACK, f"wait {names[last][1]}", "wait", free, start,
@@ -206,7 +206,7 @@ def _names(timeline: Timeline, m) -> tuple[str, str]:
     src, dst = program.ranks[m.src_rank][m.src_step], None
     if timeline.level == "compute":
         made = next(a for a in src.parts if produces(a) == m.value)
-        send, recv = message(made, program.placement, program.num_stages)
+        send, recv = message(made, program.placement, stages_of(program))
         return describe(send), describe(recv)
     dst = program.ranks[m.dst_rank][m.dst_step]
     send = next((a for a in src.parts if a.op in SENDS and payload(a) == m.value), src.parts[0])

@@ -12,8 +12,10 @@ from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
 from ..expr import MAX_INT
 from ..inputs import loads_json
-from ..ir import P2P_MODES, ActionSyntaxError, Annotations, Program, StageCost, StageMemory, format_step, parse_step
+from ..ir import (P2P_MODES, ActionSyntaxError, Annotations, Program, Route, StageCost, StageMemory, format_step,
+                  parse_step)
 from ..outputs import dumps_json
+from ..rules.deps import route_problems
 from ..span import Source, Span
 from .compact import step_texts
 
@@ -37,6 +39,7 @@ def _head(program: Program) -> dict:
         "level": program.level,
         "forward_only": program.forward_only,
         "p2p": program.p2p,
+        **({"routes": [[*r.microbatches, *r.stages] for r in program.routes]} if program.routes else {}),
         "annotations": {
             "stage_costs": [c.to_dict() for c in ann.stage_costs],
             "stage_memory": [vars(m) for m in ann.stage_memory],
@@ -147,6 +150,22 @@ def _p2p(data) -> str:
     return mode
 
 
+def _routes(data, stages: int, mbs: int) -> tuple[Route, ...]:
+    """`routes`: [first microbatch, stop, first stage, stop] each, describing a program (deps.py)."""
+    rows = _need(data.get("routes", []), list, "routes")
+    out = []
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 4):
+            raise ValueError("each of 'routes' must be [first microbatch, stop, first stage, stop]")
+        a, b, c, d = (_need(x, int, "routes") for x in row)
+        out.append(Route((a, b), (c, d)))
+    problems = route_problems(stages, mbs, tuple(out))
+    if problems:
+        k, why = problems[0]
+        raise ValueError(f"route {k + 1}: {why}")
+    return tuple(out)
+
+
 def _program(data) -> Program:
     _need(data, dict, "the document")
     if data.get("format") != FORMAT:
@@ -183,4 +202,5 @@ def _program(data) -> Program:
     return Program(str(_need(data["schedule"], str, "schedule")), ranks, stages, mbs, placement, steps,
                    tuple((str(k), _need(v, int, "a parameter")) for k, v in params.items()), notes,
                    data.get("source") if isinstance(data.get("source"), str) else None,
-                   _need(data.get("forward_only", False), bool, "forward_only"), replicas, _p2p(data))
+                   _need(data.get("forward_only", False), bool, "forward_only"), replicas, _p2p(data),
+                   _routes(data, stages, mbs))

@@ -29,7 +29,11 @@ def torch_cannot_run(program: Program) -> str | None:
     """Why torch's runtime cannot run the program as written, or None: actions it has no name for
     (it awaits by its own convention and has no tied all-reduce), messages it would pair otherwise
     (it sends every message on one communicator with one tag), or replicas that differ (it runs one
-    schedule on every data-parallel replica: the CSV of a job is its replica 0's)."""
+    schedule on every data-parallel replica: the CSV of a job is its replica 0's), or routes (it runs
+    every microbatch through every stage, stage 0 reading the inputs and the last computing the loss)."""
+    if program.routes:
+        return (f"{program.name}'s microbatches take routes ({'; '.join(map(str, program.routes))}); torch's runtime "
+                "runs every microbatch through every stage, from stage 0 to the last, and its CSV has no routes")
     if any(steps != program.ranks for steps in program.replicas):
         return (f"{program.name}'s data-parallel replicas run different schedules; torch's runtime runs one "
                 "schedule on every replica")
@@ -265,6 +269,8 @@ def to_torch_csv(program: Program, level: str = "comms") -> TorchCsv:
     """
     if level not in ("compute", "comms"):
         raise SchedcError("usage", f"unknown level {level!r}; expected compute or comms", where="--level")
+    if program.routes:  # (the callers ask `torch_cannot_run` first; a CSV would run it otherwise)
+        raise SchedcError("usage", str(torch_cannot_run(program)), where=program.source or program.name)
     if level == "comms":
         from ..passes import lower_for_torch
         program = lower_for_torch(program)

@@ -94,7 +94,8 @@ def table_of(program: Program, verified: str | None = None) -> Table:
     ranks = tuple(ranks)
     meta, data = Table(program.name, dict(program.params), P * program.dp, program.num_stages,
                        program.num_microbatches, tuple(program.placement), ranks, verified,
-                       program.dp, program.p2p, program.forward_only).to_data()
+                       program.dp, program.p2p, program.forward_only,
+                       tuple((*r.microbatches, *r.stages) for r in program.routes)).to_data()
     del ranks  # (one copy of the steps at a time: big programs hold millions)
     try:  # the table must read back exactly as the runtime will read it
         return load_table(meta, data)
@@ -133,6 +134,10 @@ def lower_to_torch(program: Program, *, verified: str | None = None, receives: s
     """
     from ..passes import lower
     refuse_unrunnable(program)  # (before lowering: refused, none is built)
+    if program.routes and program.replicas:
+        raise SchedcError("usage", f"{program.name} has routes and {program.dp} data-parallel replicas; the runtime "
+                          "sums the copies' gradients of one pipeline so far (schedc check verifies the whole job)",
+                          where=program.source or program.name)
     lowered = lower(program, receives=receives)
     table = table_of(lowered, verified)
     source = render_program(table)
@@ -151,6 +156,8 @@ def lower_to_torch(program: Program, *, verified: str | None = None, receives: s
         "messages": sends,
         "verified": verified,
     }
+    if table.routes:
+        metadata["routes"] = [list(r) for r in table.routes]
     return LoweredProgram(table.schedule, source, table, metadata)
 
 

@@ -105,7 +105,7 @@ class _Steps:
 
     @classmethod
     def of(cls, program: Program) -> "_Steps":
-        cols, R, S = as_columns(program), program.num_ranks, program.num_stages
+        cols, R = as_columns(program), program.num_ranks
         op, stage, mb = (a.astype(np.int64) for a in (cols.op, cols.stage, cols.microbatch))
         rank = np.repeat(np.arange(R, dtype=np.int64), np.diff(cols.starts))
         width = int(mb.max(initial=0)) + 1
@@ -116,10 +116,11 @@ class _Steps:
             return ((number(at) * width + m) * 2 + kind) * R + r
 
         single, code = op != COMPOUND, np.where(op == COMPOUND, 0, op)  # compounds: part by part, below
+        lo, hi = _segments(program, stage)
         needs = []
         for kinds, offsets in _tables()[1]:  # each op's k-th need, where the stage it names exists
             at = stage + offsets[code]
-            ok = single & (kinds[code] >= 0) & (at >= 0) & (at < S)
+            ok = single & (kinds[code] >= 0) & (at >= lo) & (at < hi)
             needs.append(np.where(ok, on(kinds[code], at, mb, rank), NONE).tolist())
         kind = np.where(single, _tables()[0][code], -1)
         msg = cls._messages(program, cols, kind, stage, mb)
@@ -156,7 +157,7 @@ class _Steps:
         msg = _Steps._messages(program, cols, kind, stage, mb)
         if cols.compounds:
             msg["step"] = np.concatenate([msg["step"], [0] * sum(
-                deps.remote_consumer(a, program.placement, program.num_stages) is not None
+                deps.remote_consumer(a, program.placement, deps.stages_of(program)) is not None
                 for i in np.flatnonzero(op == COMPOUND).tolist() for a in cols.kept[i].parts)])
         return msg
 
@@ -165,16 +166,28 @@ class _Steps:
         S, placement = program.num_stages, np.asarray(program.placement, dtype=np.int64)
         to = stage + _tables()[2][np.maximum(kind, 0)]  # the consumer (no value: `crosses` drops it)
         home = placement[np.clip(stage, 0, S - 1)]
-        crosses = (kind >= 0) & (to >= 0) & (to < S) & (placement[np.clip(to, 0, S - 1)] != home)
+        lo, hi = _segments(program, stage)
+        crosses = (kind >= 0) & (to >= lo) & (to < hi) & (placement[np.clip(to, 0, S - 1)] != home)
         i = np.flatnonzero(crosses)
         return {"step": i, "part": np.zeros(len(i), dtype=np.int64), "kind": kind[i], "stage": stage[i],
                 "receiver": to[i], "mb": mb[i], "dest": placement[to[i]]}
 
 
+def _segments(program: Program, stage: np.ndarray) -> tuple[Any, Any]:
+    """deps.py's `bounds` of each stage in `stage`: the first and one past the last stage its
+    neighbours may be (0 and S, or arrays of its route's segment)."""
+    stages = deps.stages_of(program)
+    if isinstance(stages, int):
+        return 0, stages
+    S = program.num_stages
+    at = np.clip(stage, 0, max(S - 1, 0))
+    return np.asarray(stages.first, dtype=np.int64)[at], np.asarray(stages.stop, dtype=np.int64)[at]
+
+
 def _compound(step, i: int, rank: int, program: Program, width: int, messages: list) -> tuple[tuple, tuple]:
     """Compound step i's needs and makes on its rank; its messages appended to `messages` (their
     values are added to what it puts by the caller)."""
-    S, R = program.num_stages, program.num_ranks
+    S, R = deps.stages_of(program), program.num_ranks
 
     def on(v, r):
         kind, s, m = v

@@ -131,6 +131,9 @@ def model(tree: ast.Schedule) -> Model:  # noqa: C901
         raise Unsupported("its order is computed by `order greedy(...)`, an algorithm; a proof for every "
                           "size needs the order written as loops", loops.order.span)
     _same_replicas(loops)
+    if loops.routes:
+        raise Unsupported("routes (each microbatch through some of the stages): the proof's dependencies run every "
+                          "microbatch through every stage", loops.routes[0].span)
     if loops.forward_only is not None:
         raise Unsupported("a forward-only schedule: the proof covers training schedules (each forward "
                           "with its backward)", loops.forward_only.span)

@@ -5,10 +5,16 @@ I(s,m) or B(s,m). Communication moves a value between ranks by PyTorch's convent
 on the rank of s meets RECV_F(s+1,m); SEND_B(s,m) meets RECV_B(s-1,m). Every pass, checker and
 simulator asks this module, so the rule is written once. A reduction of weight gradients
 (REDUCE_GRAD, REDUCE_TIED) needs every backward that adds to them, B or W, before it (`reduces`).
+Where a stage's neighbours end is its route's business (`Routes`): every function that asks whether
+stage s + offset exists takes `stages`, the number of stages (every microbatch visits each) or the
+program's `Routes` (`stages_of`).
 """
 from __future__ import annotations
 
-from ..ir import Action, Op
+from functools import lru_cache
+from typing import Union
+
+from ..ir import Action, Op, Program, Route
 
 Value = tuple[str, int, int]
 
@@ -30,26 +36,148 @@ ADDS_GRADIENT = frozenset({Op.B, Op.W})
 REDUCTIONS = frozenset({Op.REDUCE_GRAD, Op.REDUCE_TIED})
 
 
+class Routes:
+    """Which stages each microbatch visits (docs/semantics.md, "Routes"): the stages are copies of
+    one model of L stages, each copy a run of L consecutive stages (a `segment`), and each
+    microbatch runs through one copy in stage order. A stage's neighbours are those of its segment,
+    whatever the microbatch: the segment's first stage reads the inputs, its last computes the loss.
+    Built from routes that `route_problems` accepts."""
+
+    __slots__ = ("num_stages", "num_microbatches", "routes", "first", "stop", "route_of")
+
+    def __init__(self, num_stages: int, num_microbatches: int, routes: tuple[Route, ...]):
+        self.num_stages, self.num_microbatches, self.routes = num_stages, num_microbatches, routes
+        self.first, self.stop = list(range(num_stages)), list(range(1, num_stages + 1))  # (a stage alone)
+        self.route_of = [-1] * num_microbatches  # microbatch -> its route's index (-1: none)
+        for k, r in enumerate(routes):
+            lo, hi = r.stages
+            for s in range(max(lo, 0), min(hi, num_stages)):
+                self.first[s], self.stop[s] = lo, hi
+            for m in range(max(r.microbatches[0], 0), min(r.microbatches[1], num_microbatches)):
+                self.route_of[m] = k
+
+    def bounds(self, s: int) -> tuple[int, int]:
+        """(first, stop) of stage s's segment: its neighbours are the stages in first..stop-1."""
+        if 0 <= s < self.num_stages:
+            return self.first[s], self.stop[s]
+        return 0, self.num_stages
+
+    def visits(self, s: int, m: int) -> bool:
+        """Does microbatch m run through stage s?"""
+        k = self.route_of[m] if 0 <= m < self.num_microbatches else -1
+        return k >= 0 and self.routes[k].stages[0] <= s < self.routes[k].stages[1]
+
+    def visitors(self, s: int) -> list[int]:
+        """The microbatches that run through stage s, in order."""
+        return [m for r in self.routes if r.stages[0] <= s < r.stages[1] for m in range(*r.microbatches)]
+
+
+Stages = Union[int, Routes]  # the number of stages (no routes), or the program's routes
+
+
+def stages_of(program: Program) -> Stages:
+    """What the functions below take as `stages` for this program: its number of stages, or its
+    `Routes` (made once per set of routes)."""
+    return routed(program.num_stages, program.num_microbatches, program.routes)
+
+
+@lru_cache(maxsize=64)
+def routed(num_stages: int, num_microbatches: int, routes: tuple[Route, ...]) -> Stages:
+    """`stages_of` a program of these sizes and routes (the same object for the same routes)."""
+    return Routes(num_stages, num_microbatches, routes) if routes else num_stages
+
+
+def bounds(stages: Stages, s: int) -> tuple[int, int]:
+    """(first, stop) of the stages stage s's neighbours are among: all of them, or its segment."""
+    return (0, stages) if isinstance(stages, int) else stages.bounds(s)
+
+
+def visits(stages: Stages, s: int, m: int) -> bool:
+    """Does microbatch m run through stage s (every one does, without routes)?"""
+    return 0 <= s < stages if isinstance(stages, int) else stages.visits(s, m)
+
+
+def route_problems(num_stages: int, num_microbatches: int, routes: tuple[Route, ...]) -> list[tuple[int, str]]:
+    """What is wrong with these routes, as (index of the route to blame, message): each route a
+    non-empty range of microbatches in 0..M-1 over a non-empty range of stages in 0..S-1; every
+    microbatch on exactly one route; the routes' stage ranges the same length and equal or apart (each
+    a copy of the one model), and every stage on one of them. Empty when they describe a program."""
+    out = [(k, why) for k, r in enumerate(routes) for why in _range_problems(r, num_stages, num_microbatches)]
+    if out or not routes:
+        return out
+    out += _segment_problems(routes)
+    owner: dict[int, int] = {}
+    for k, r in enumerate(routes):
+        twice = next((m for m in range(*r.microbatches) if m in owner), None)
+        if twice is not None:
+            out.append((k, f"microbatch {twice} is on route {owner[twice] + 1} already"))
+        owner.update((m, k) for m in range(*r.microbatches) if m not in owner)
+    lost = next((m for m in range(num_microbatches) if m not in owner), None)
+    if lost is not None:
+        out.append((len(routes) - 1, f"microbatch {lost} is on no route"))
+    covered = {s for r in routes for s in range(*r.stages)}
+    idle = next((s for s in range(num_stages) if s not in covered), None)
+    if idle is not None:
+        out.append((len(routes) - 1, f"stage {idle} is on no route"))
+    return out
+
+
+def _range_problems(r: Route, num_stages: int, num_microbatches: int) -> list[str]:
+    """A route's ranges that are empty or outside the program."""
+    (a, b), (c, d) = r.microbatches, r.stages
+    out = []
+    if not 0 <= a < b <= num_microbatches:
+        out.append(f"microbatches {a} .. {b} is not a non-empty range in 0 .. {num_microbatches}")
+    if not 0 <= c < d <= num_stages:
+        out.append(f"stages {c} .. {d} is not a non-empty range in 0 .. {num_stages}")
+    return out
+
+
+def _segment_problems(routes: tuple[Route, ...]) -> list[tuple[int, str]]:
+    """Routes whose stages are not a copy of the first route's model: another length, or a range
+    that overlaps another without being the same."""
+    out = []
+    length = routes[0].stages[1] - routes[0].stages[0]
+    for k, r in enumerate(routes):
+        c, d = r.stages
+        if d - c != length:
+            out.append((k, f"this route runs {d - c} stages and the first runs {length}: every route runs "
+                           "the whole model, cut the same way"))
+        crossed = next((j for j, q in enumerate(routes[:k]) if q.stages != r.stages and q.stages[0] < d
+                        and c < q.stages[1]), None)
+        if crossed is not None:
+            q = routes[crossed].stages
+            out.append((k, f"stages {c} .. {d} overlap the stages {q[0]} .. {q[1]} of route {crossed + 1}; "
+                           "routes run the same stages or none in common"))
+    return out
+
+
+def model_stage(stages: Stages, s: int) -> int:
+    """Which stage of the model stage s runs: s itself, or its place in its segment (a copy)."""
+    return s - bounds(stages, s)[0]
+
+
 def produces(a: Action) -> Value | None:
     """The value a compute action makes, if any."""
     kind = MAKES.get(a.op)
     return None if kind is None or a.microbatch is None else (kind, a.stage, a.microbatch)
 
 
-def needs(a: Action, num_stages: int) -> tuple[Value, ...]:
+def needs(a: Action, stages: Stages) -> tuple[Value, ...]:
     """The values an action needs present on its rank before it can run (a collective, which has no
-    microbatch, needs none: it waits for its group, verify/mesh.py)."""
+    microbatch, needs none: it waits for its group, verify/mesh.py). `stages`: see `stages_of`."""
     s, m = a.stage, a.microbatch
     if m is None:
         return ()
-    return tuple((kind, s + off, m) for kind, off in NEEDS.get(a.op, ()) if 0 <= s + off < num_stages)
+    lo, hi = (0, stages) if isinstance(stages, int) else stages.bounds(s)
+    return tuple((kind, s + off, m) for kind, off in NEEDS.get(a.op, ()) if lo <= s + off < hi)
 
 
-def neighbour_input(a: Action, num_stages: int) -> Value | None:
+def neighbour_input(a: Action, stages: Stages) -> Value | None:
     """The value a compute action needs from another stage: F's the activation of s-1, B's and I's
     the input gradient of s+1. None where there is no such stage: the first stage's F reads the
-    inputs, the last stage's backward the loss."""
-    return next((v for v in needs(a, num_stages) if v[1] != a.stage), None)
+    inputs, the last stage's backward the loss (of its route's, where there are routes)."""
+    return next((v for v in needs(a, stages) if v[1] != a.stage), None)
 
 
 def producer(v: Value, backward: Op = Op.B) -> tuple[Op, int, int]:
@@ -100,25 +228,27 @@ def peer_stage(a: Action) -> int | None:
     return None if offset is None else a.stage + offset
 
 
-def consumer_stage(a: Action, num_stages: int) -> int | None:
-    """The stage that consumes the value a compute action produces, if another stage does."""
+def consumer_stage(a: Action, stages: Stages) -> int | None:
+    """The stage that consumes the value a compute action produces, if another stage does (one of
+    its segment's, where there are routes)."""
     kind = MAKES.get(a.op)
     if kind is None:
         return None
     dest = a.stage + CONSUMER_OFFSET[kind]
-    return dest if 0 <= dest < num_stages else None
+    lo, hi = bounds(stages, a.stage)
+    return dest if lo <= dest < hi else None
 
 
-def remote_consumer(a: Action, placement: tuple[int, ...], num_stages: int) -> int | None:
+def remote_consumer(a: Action, placement: tuple[int, ...], stages: Stages) -> int | None:
     """The stage that consumes a compute action's output on another rank (so it travels as a
     message), if there is one."""
-    dest = consumer_stage(a, num_stages)
+    dest = consumer_stage(a, stages)
     return None if dest is None or placement[dest] == placement[a.stage] else dest
 
 
-def message(a: Action, placement: tuple[int, ...], num_stages: int) -> tuple[Action, Action] | None:
+def message(a: Action, placement: tuple[int, ...], stages: Stages) -> tuple[Action, Action] | None:
     """The (send, receive) pair that carries a compute action's output to another rank, if any."""
-    dest = remote_consumer(a, placement, num_stages)
+    dest = remote_consumer(a, placement, stages)
     if dest is None:
         return None
     kind = MAKES[a.op]

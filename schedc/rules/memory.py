@@ -1,7 +1,9 @@
 """The one rule of what memory an action holds (docs/semantics.md, "Memory"), in sizes a caller chooses.
 
 F(s,m) allocates a_s; B frees a_s; I frees a_s - w_s; W frees w_s; inside one step, allocations come
-before frees. A message weighs the `out` of the stage below the boundary it crosses. The engines
+before frees. A message weighs the `out` of the stage below the boundary it crosses. A stage holds
+its weights for the whole run, and where routes run copies of the model every copy holds its own
+(`weights_of_stages`: DualPipe's two directions hold the model's weights twice). The engines
 (schedc/verify/memory.py's worst case, the fast paths, the simulators, `order greedy`, prove and
 synth, here also as solver terms) derive their counts from this module, so none restates it.
 """
@@ -11,7 +13,7 @@ from collections.abc import Callable, Iterable
 from math import gcd, lcm
 from typing import TYPE_CHECKING, TypeVar
 
-from .deps import payload
+from .deps import model_stage, payload, stages_of
 from ..ir import Action, Op, Program
 
 if TYPE_CHECKING:  # (fractions is imported by the prover's exact sizes, `whole_deltas`: a check needs none)
@@ -140,3 +142,14 @@ def message_stage(a: Action) -> int:
 def message_size(program: Program, a: Action) -> float:
     """Bytes (units) a send or receive carries: `message_stage`'s `out`."""
     return program.annotations.memory_of(message_stage(a)).out
+
+
+Weight = TypeVar("Weight")
+
+
+def weights_of_stages(program: Program, model_weights: list[Weight]) -> list[Weight]:
+    """What each of the program's stages holds of the model's weights, for the whole run, given
+    each model stage's (`model_weights`, one per `program.model_stages`): its own model stage's,
+    or with routes, its copy's, so each copy holds the weights again (DualPipe: twice the model)."""
+    stages = stages_of(program)
+    return [model_weights[model_stage(stages, s)] for s in range(program.num_stages)]

@@ -6,8 +6,10 @@ interpreter, prints step time and loss per step (on the rank of the last stage),
 `--profile` writes measured per-stage times and message sizes (`profile.py`), with `--trace-dir`
 every event of the rank (`trace.py`). A data-parallel table (`replicas` D > 1): job rank d * P + p
 runs replica d's pipeline rank p on the d-th of D equal slices of the batch, and each pipeline
-rank's D ranks get a process group of their own for REDUCE_GRAD. Exit codes: 0 done, 1 an action failed, 2 bad usage or model,
-124 the watchdog stopped the run.
+rank's D ranks get a process group of their own for REDUCE_GRAD. With routes (DualPipe), `build_stages`
+is asked for the model's stages each copy runs, the copies start from the first copy's weights, and
+the ranks that hold copies of one model stage get a process group to sum their gradients. Exit
+codes: 0 done, 1 an action failed, 2 bad usage or model, 124 the watchdog stopped the run.
 """
 from __future__ import annotations
 
@@ -125,6 +127,54 @@ def make_dp_group(table: Table, rank: int, timeout: float):
     return _own_group([table.dp_group(p) for p in range(table.pipeline_ranks)], rank, timeout)
 
 
+def model_modules(model: Model, table: Table, rank: int, dtype=None, device=None) -> dict[int, torch.nn.Module]:
+    """This rank's stage modules: `build_stages` of its stages, or with routes of the model's stages
+    its copies run (`table.model_stage`; `num_stages` the model's), one call per copy."""
+    stage_ids = table.stages_of(rank)
+    if not table.routes:
+        return build_modules(model, stage_ids, table.num_stages, dtype, device)
+    L = table.model_stages
+    return {s: build_modules(model, [table.model_stage(s)], L, dtype, device)[table.model_stage(s)] for s in stage_ids}
+
+
+def make_copy_groups(table: Table, rank: int, timeout: float) -> dict:
+    """Model stage -> the process group of the ranks that hold its copies, for those this rank
+    holds and shares with other ranks (routes; `PipelineInterpreter`'s `copy_groups`): every rank
+    makes every such group, model stage by model stage, as `dist.new_group` requires (one group per
+    set of ranks)."""
+    import torch.distributed as dist
+    made: dict[tuple[int, ...], Any] = {}
+    out = {}
+    for c, stages in sorted(table.copies().items()):
+        ranks = tuple(sorted({table.rank_of(s, rank) for s in stages}))
+        if len(ranks) < 2:
+            continue
+        if ranks not in made:
+            made[ranks] = dist.new_group(list(ranks), timeout=datetime.timedelta(seconds=timeout))
+        if rank in ranks:
+            out[c] = made[ranks]
+    return out
+
+
+def same_copies(modules: dict, table: Table, rank: int, groups: dict) -> None:
+    """Start every copy of a model stage from its first copy's weights (routes): copied on the rank,
+    broadcast from the first copy's rank over the copies' group (`make_copy_groups`), model stage by
+    model stage, so a model whose `build_stages` draws its weights at random trains one model."""
+    import torch.distributed as dist
+    for c, stages in sorted(table.copies().items()):
+        mine = [s for s in stages if s in modules]
+        if not mine:
+            continue
+        source = table.rank_of(stages[0], rank)
+        with torch.no_grad():
+            for tensors in zip(*(list(modules[s].parameters()) + list(modules[s].buffers()) for s in mine)):
+                first = tensors[0]
+                if c in groups:
+                    dist.broadcast(first, src=source, group=groups[c])
+                for t in tensors[1:]:
+                    t.copy_(first)
+
+
 def make_tied_group(table: Table, rank: int, timeout: float):
     """This rank's tied group, for REDUCE_TIED: the ranks of its replica's first and last stage, when
     they are two (every rank makes every replica's, in order); None elsewhere."""
@@ -216,6 +266,13 @@ def main(program: dict, ranks, argv: list[str] | None = None) -> int:
         os._exit(130)
 
 
+def _exit_ranks(table: Table, rank: int) -> list[int]:
+    """The ranks (of `rank`'s replica) that compute a loss, the first route's first: the last
+    stage's, or each route's last stage's."""
+    exits = [r[3] - 1 for r in table.routes] if table.routes else [table.num_stages - 1]
+    return list(dict.fromkeys(table.rank_of(s, rank) for s in exits))
+
+
 def _env_int(name: str, default: int | None = None) -> int:
     text = os.environ.get(name)
     if text is None:
@@ -259,7 +316,7 @@ def _main(table: Table, args) -> int:  # noqa: C901
     model = load_model(args.model)
     dtype = DTYPES.get(args.dtype) if args.dtype else None
     stage_ids = table.stages_of(rank)
-    modules = build_modules(model, stage_ids, table.num_stages, dtype, device)
+    modules = model_modules(model, table, rank, dtype, device)
     tied = tied_parameters(model, modules, table)
     params = [p for m in modules.values() for p in m.parameters() if p.requires_grad] if not table.forward_only else []
     try:
@@ -295,16 +352,23 @@ def _main(table: Table, args) -> int:  # noqa: C901
         watchdog.phase("making the process groups of split messages (p2p split) and tied weights (REDUCE_TIED)")
         grad_group = _own_group([range(table.num_ranks)], rank, args.timeout + 30) if table.p2p == "split" else None
         tied_group = make_tied_group(table, rank, args.timeout + 30) if _sums_tied(table) else None
+        copy_groups = make_copy_groups(table, rank, args.timeout + 30)
+        watchdog.end()
+        watchdog.phase("starting the copies of each model stage from the same weights (routes)")
+        same_copies(modules, table, rank, copy_groups)
         watchdog.end()
     except Exception as exc:
         sys.stderr.write(f"schedc runtime: rank {rank} could not make its process groups: {_one_line(exc)}\n")
         return EXIT_FAILED
     interp = PipelineInterpreter(table, rank, modules, model.loss_fn, device=device, watchdog=watchdog,
                                  trace=recorder, dp_group=dp_group, grad_group=grad_group, tied=tied,
-                                 tied_group=tied_group)
+                                 tied_group=tied_group, copy_groups=copy_groups)
     interp.measure_saved = bool(args.profile)  # the bytes each stage's forward saves, for the profile
     interp.synchronize = bool(args.profile) and device is not None  # a pass's GPU time, not its launch's
-    last = table.rank_of(table.num_stages - 1, rank) == rank
+    ends = _exit_ranks(table, rank)
+    losing = rank in ends  # (with routes, each route's last stage computes the loss of its microbatches)
+    last = rank == ends[0]  # the rank that reports the loss
+    first_in = any(table.is_entry(s) for s in stage_ids)
     replica = table.replica_of(rank)
     batch_size = args.batch_size or 8 * M * D
     if batch_size % (M * D):
@@ -331,14 +395,18 @@ def _main(table: Table, args) -> int:  # noqa: C901
             inputs, targets = phase("make_batch", step + 1, model.make_batch, step, batch_size)
             if D > 1:
                 inputs, targets = (replica_share(t, table, rank, batch_size) for t in (inputs, targets))
-            xs = split(inputs, M, dtype, device) if 0 in stage_ids else None
-            ys = split(targets, M, dtype, device) if last else None
+            xs = split(inputs, M, dtype, device) if first_in else None
+            ys = split(targets, M, dtype, device) if losing else None
             t0 = time.perf_counter()
             losses = interp.step(xs, ys)
             if optimizer is not None:  # the optimizer-step hook: gradients of the whole batch are ready
                 phase("the optimizer step", step + 1, optimize)
             dt = time.perf_counter() - t0
             times.append(dt)
+            if len(ends) > 1 and not args.quiet:  # routes: every route's losses, on the first route's last rank
+                total = (torch.stack(losses).sum() if losses else torch.zeros(())).detach().double().to(device)
+                phase("summing the loss over the routes", step + 1, dist.all_reduce, total, dist.ReduceOp.SUM)
+                losses = [total / M] if last else []
             if last and D > 1 and not args.quiet:  # the mean loss over the whole batch, on replica 0
                 mean = torch.stack(losses).mean().detach()
                 phase("averaging the loss over the replicas", step + 1, dist.all_reduce, mean, dist.ReduceOp.SUM,
@@ -377,6 +445,7 @@ def _main(table: Table, args) -> int:  # noqa: C901
         recorder.close()
     interp.close()  # (the groups are freed by destroy_process_group, not at shutdown)
     dp_group = grad_group = tied_group = None  # noqa: F841
+    copy_groups = {}  # noqa: F841
     dist.destroy_process_group()
     return 0
 

@@ -12,7 +12,10 @@ torch's stage initialisation does), so no receive waits at its place, in the fir
 (`backward.py`); gradients accumulate over microbatches, each microbatch's loss scaled by 1/M. In
 a data-parallel job (`table.replicas` > 1) `REDUCE_GRAD(s)` averages stage s's gradients over the
 rank's data-parallel group (`dp_group`), where the table puts it, and a stage the step did not
-reduce is reduced as the step ends (`_reduce_rest`). The
+reduce is reduced as the step ends (`_reduce_rest`). With routes (docs/semantics.md, "Routes") each
+route's first stage reads the inputs and its last computes the loss, and the stages that run copies
+of one stage of the model sum their gradients as the step ends (`_sum_copies`), so every copy holds
+the gradient of the one stage the unsplit model has. The
 watchdog times every action and every wait; with a `Recorder` (`trace`, runtime/trace.py) every
 action, post, wait and completion is recorded.
 """
@@ -77,13 +80,16 @@ class PipelineInterpreter:
     the same ranks as `group`, needed when the table's `p2p` is `split`; `tied` (stage -> its
     parameters tied to the other end of the model, first and last stage alike, in one order) and
     `tied_group` (the ranks of this replica's first and last stage; None when one rank holds both),
-    needed for REDUCE_TIED; `watchdog` stops the run when a wait exceeds its timeout. Under `p2p
+    needed for REDUCE_TIED; `copy_groups` (a stage of the model -> the process group of the ranks
+    that hold its copies, for each this rank holds and shares with another rank: `copy_groups` in
+    runtime/entry.py), needed when the table's routes run copies on several ranks; `watchdog` stops the run when a wait exceeds its timeout. Under `p2p
     tagged` each message's tag names its payload.
     """
 
     def __init__(self, table: Table, rank: int, modules: dict[int, torch.nn.Module], loss_fn: Callable,
                  *, group=None, device: torch.device | str | None = None, watchdog: Watchdog | None = None,
-                 trace: Recorder | None = None, dp_group=None, grad_group=None, tied=None, tied_group=None):
+                 trace: Recorder | None = None, dp_group=None, grad_group=None, tied=None, tied_group=None,
+                 copy_groups=None):
         import torch.distributed as dist
         if table.replicas > 1 and dp_group is None:
             raise ValueError(f"the table runs {table.replicas} replicas: rank {rank} needs its data-parallel group")
@@ -92,6 +98,13 @@ class PipelineInterpreter:
                              "needs it (grad_group)")
         self.table, self.rank = table, rank
         self.dp_group = dp_group if table.replicas > 1 else None
+        self.copies = {c: stages for c, stages in table.copies().items() if any(s in table.stages_of(rank) for s in stages)}
+        self.copy_groups = dict(copy_groups or {})
+        shared = [c for c, stages in self.copies.items()
+                  if len({table.rank_of(s, rank) for s in stages}) > 1 and c not in self.copy_groups]
+        if shared:
+            raise ValueError(f"rank {rank} holds copies of model stage(s) {shared} that other ranks hold too: it "
+                             "needs their process groups (copy_groups) to sum their gradients")
         self.steps = table.ranks[rank]
         self.S, self.M = table.num_stages, table.num_microbatches
         missing = [s for s in table.stages_of(rank) if s not in modules]
@@ -210,6 +223,7 @@ class PipelineInterpreter:
         (A gloo group freed as the process shuts down, by the garbage collector, can be aborted by
         gloo's threads: "terminate called without an active exception".)"""
         self.pg = self.pg_grad = self.dp_group = self.tied_group = None
+        self.copy_groups = {}
         self._peer = self._peer_grad = None
         self._sends, self._arriving = [], {}
 
@@ -231,9 +245,9 @@ class PipelineInterpreter:
         sent = []
         local, local_stage = None, -1  # the output shape of this rank's previous stage
         for s in table.stages_of(rank):
-            if s == 0:
+            if table.is_entry(s):
                 if self._inputs is None:
-                    raise ScheduleError(f"stage 0 needs the inputs, but rank {rank} was given none")
+                    raise ScheduleError(f"stage {s} needs the inputs, but rank {rank} was given none")
                 x = self._inputs[0]
             else:
                 if place[s - 1] == rank:
@@ -243,7 +257,7 @@ class PipelineInterpreter:
                 else:
                     shape, dtype = shapes[table.output_of(s - 1)] = self._shape_from(place[s - 1], s - 1)
                 x = torch.zeros(shape, dtype=dtype, device=self.device)
-            if s == self.S - 1:
+            if table.is_exit(s):
                 continue
             y = self._dry_forward(s, x)
             local, local_stage = (y.shape, y.dtype), s
@@ -295,7 +309,7 @@ class PipelineInterpreter:
                     self.pg_grad.send([one], self._peer_grad(b), SHAPE_TAG).wait()
                 elif self.rank == b:
                     self.pg_grad.recv([torch.zeros(1, device=self.device)], self._peer_grad(a), SHAPE_TAG).wait()
-        for group in (self.dp_group, self.tied_group):
+        for group in (self.dp_group, self.tied_group, *self.copy_groups.values()):
             if group is not None:
                 dist.all_reduce(torch.zeros(1, device=self.device), group=group)
         if any(isinstance(st, Compound) and st.kind == "GROUP" for steps in self.table.ranks for st in steps):
@@ -304,9 +318,11 @@ class PipelineInterpreter:
         self.watchdog.end()
 
     def _pairs(self) -> list[tuple[int, int]]:
-        """The job ranks of this rank's replica that hold adjacent stages, as sorted pairs, in order."""
+        """The job ranks of this rank's replica that hold adjacent stages (of one route), as sorted
+        pairs, in order."""
         place = [self.table.rank_of(s, self.rank) for s in range(self.S)]
-        return sorted({(min(a, b), max(a, b)) for a, b in zip(place, place[1:]) if a != b})
+        return sorted({(min(a, b), max(a, b)) for s, (a, b) in enumerate(zip(place, place[1:]))
+                       if a != b and not self.table.is_exit(s)})
 
     def _dry_forward(self, s: int, x: torch.Tensor) -> torch.Tensor:
         """Stage s's output on `x`, for its shape only: no autograd, and the random state and the
@@ -338,8 +354,36 @@ class PipelineInterpreter:
         if left:
             raise ScheduleError("; ".join(left[:5]) + (f"; and {len(left) - 5} more" if len(left) > 5 else ""))
         self._values.clear()
+        if self.copies and not self.table.forward_only:
+            self._sum_copies()
         if self.dp_group is not None and not self.table.forward_only:
             self._reduce_rest()
+
+    def _sum_copies(self) -> None:
+        """Routes that run copies of a stage of the model (DualPipe's two directions): each copy's
+        gradient becomes the sum over the copies, the gradient of the one stage of the unsplit model,
+        so an optimizer step keeps the copies equal. Model stage by model stage, in order (each rank
+        the ones it holds): the copies on this rank summed here, then over the ranks that hold the
+        others (`copy_groups`)."""
+        import torch.distributed as dist
+        for c, stages in sorted(self.copies.items()):
+            mine = [s for s in stages if s in self.modules]
+            group = self.copy_groups.get(c)
+            self.watchdog.phase(f"summing the gradients of the copies of model stage {c} (stages "
+                                f"{', '.join(map(str, stages))}) as the step ends")
+            t0 = time.perf_counter()
+            try:
+                for ps in zip(*(self.params[s] for s in mine)):
+                    total = _grad(ps[0])
+                    for p in ps[1:]:
+                        total = total + _grad(p)
+                    if group is not None:
+                        dist.all_reduce(total, op=dist.ReduceOp.SUM, group=group)
+                    for p in ps:
+                        p.grad = total.clone()
+            finally:
+                self.watchdog.end()
+            self._waited += time.perf_counter() - t0
 
     def _reduce_rest(self) -> None:
         """A data-parallel job whose schedule leaves a stage's gradients unreduced: average them as
@@ -396,10 +440,15 @@ class PipelineInterpreter:
         """Every backward that adds to the gradients `a` reduces has run: the rule `schedc check`
         holds a schedule to (schedc/rules/deps.py's `reduces`; its finding `reduce-early`)."""
         for s in self.table.reduced_stages(a):
-            done = self._backwards.get(s, 0)
-            if done < self.M:
-                raise ScheduleError(f"{a} {what} after only {done} of stage {s}'s {self.M} backwards: "
+            done, every = self._backwards.get(s, 0), self._visitors(s)
+            if done < every:
+                raise ScheduleError(f"{a} {what} after only {done} of stage {s}'s {every} backwards: "
                                     "the rest would be left out (reduce-early: schedc check refuses the schedule)")
+
+    def _visitors(self, s: int) -> int:
+        """How many microbatches run through stage s (every one, without routes)."""
+        stages = self.table.stages
+        return self.M if isinstance(stages, int) else len(stages.visitors(s))
 
     def reduce_tied(self, a: Instr) -> None:
         """REDUCE_TIED(s), s the first or the last stage: the sum of the tied parameters' gradients of
@@ -458,7 +507,7 @@ class PipelineInterpreter:
                     y = self.modules[s](x)
             else:
                 y = self.modules[s](x)
-            if s == self.S - 1:
+            if self.table.is_exit(s):
                 if self._targets is None:
                     raise ScheduleError(f"{a} computes the loss, but rank {self.rank} was given no targets")
                 y = self.loss_fn(y, self._targets[m])

@@ -7,6 +7,9 @@ REDUCE_GRAD, or `(kind, (step, ...))` for a GROUP or OVERLAP_F_B compound. Readi
 step's inputs and value from schedc/rules/deps.py (`by_rule`), so the interpreter holds no
 dependency rule and the file repeats nothing the rule says.
 
+A table with routes (docs/semantics.md, "Routes") lists them as `[first microbatch, stop, first
+stage, stop]`; each stage's neighbours, inputs and loss are its route's.
+
 A data-parallel job (`replicas` D > 1) holds D copies of a pipeline of P ranks: `num_ranks` is the
 job's D * P, job rank d * P + p runs replica d's pipeline rank p, `placement` maps a stage to its
 pipeline rank p, and a send or receive names its peer in the job (inside its own replica).
@@ -18,7 +21,8 @@ from functools import cached_property, lru_cache
 from typing import NamedTuple
 
 from ..ir import COMPUTE, P2P_MODES, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, WAITS, Action, CompoundKind, Op
-from ..rules.deps import Value, needs, neighbour_input, payload, peer_stage, produces, reduces, value_name
+from ..rules.deps import (Stages, Value, bounds, model_stage, needs, neighbour_input, payload, peer_stage, produces,
+                          reduces, route_problems, routed, value_name)
 
 FORMAT = "schedc-program"
 VERSION = 1
@@ -78,23 +82,25 @@ class Instr(NamedTuple):
         return f"{self.stage}{self.op}{'' if self.microbatch is None else self.microbatch}"
 
 
-def by_rule(op: str, stage: int, microbatch: int | None, num_stages: int) -> tuple[tuple[Value, ...], Value | None]:
+def by_rule(op: str, stage: int, microbatch: int | None, stages: Stages) -> tuple[tuple[Value, ...], Value | None]:
     """`(inputs, carries)` of an action by the rule (schedc/rules/deps.py), as `load_table` fills
     them in: what a compute action consumes and makes, what a send or receive moves, what a wait
-    awaits. (The rule keeps an action's microbatch: it is asked once per op and stage.)"""
+    awaits (`stages`: the number of stages, or the routes). (The rule keeps an action's
+    microbatch: it is asked once per op and stage.)"""
     if microbatch is None:
         return (), None
-    inputs, carries = _rule_at(op, stage, num_stages)
+    inputs, carries = _rule_at(op, stage, stages)
     return (tuple((kind, s, microbatch) for kind, s in inputs),
             None if carries is None else (carries[0], carries[1], microbatch))
 
 
 @lru_cache(maxsize=1 << 16)
-def _rule_at(op: str, stage: int, num_stages: int) -> tuple[tuple[tuple[str, int], ...], tuple[str, int] | None]:
-    """`by_rule` of `op` on `stage` at microbatch 0, as (kind, stage) pairs."""
+def _rule_at(op: str, stage: int, stages: Stages) -> tuple[tuple[tuple[str, int], ...], tuple[str, int] | None]:
+    """`by_rule` of `op` on `stage` at microbatch 0, as (kind, stage) pairs (a stage's needs do not
+    depend on the microbatch: routes share the stages of a segment)."""
     a = Action(Op[WAIT_OPS.get(op, op)], stage, 0)
     if a.op.is_compute:
-        inputs, carries = needs(a, num_stages), produces(a)
+        inputs, carries = needs(a, stages), produces(a)
     else:
         inputs, carries = (), payload(a)
     return tuple((k, s) for k, s, _ in inputs), None if carries is None else (carries[0], carries[1])
@@ -134,6 +140,37 @@ class Table:
     replicas: int = 1  # data-parallel replicas of the pipeline; num_ranks = replicas * pipeline_ranks
     p2p: str = "shared"  # how messages travel: schedc/ir.py P2P_MODES (docs/semantics.md, "Communicators and tags")
     forward_only: bool = False  # forwards alone (inference): no backward, no gradients
+    routes: tuple[tuple[int, int, int, int], ...] = ()  # (first microbatch, stop, first stage, stop) each
+
+    @cached_property
+    def stages(self) -> Stages:
+        """deps.py's `stages` of the table: its number of stages, or its routes."""
+        return routed(self.num_stages, self.num_microbatches, _routes(self.routes))
+
+    def is_entry(self, s: int) -> bool:
+        """Does stage s read the inputs (the first stage of its route)?"""
+        return bounds(self.stages, s)[0] == s
+
+    def is_exit(self, s: int) -> bool:
+        """Does stage s compute the loss (the last stage of its route)?"""
+        return bounds(self.stages, s)[1] == s + 1
+
+    @property
+    def model_stages(self) -> int:
+        """How many stages the model is cut into (a route's length; every stage without routes)."""
+        return self.routes[0][3] - self.routes[0][2] if self.routes else self.num_stages
+
+    def model_stage(self, s: int) -> int:
+        """The stage of the model that stage s runs (a copy of it, where routes run copies)."""
+        return model_stage(self.stages, s)
+
+    def copies(self) -> dict[int, tuple[int, ...]]:
+        """Each stage of the model -> the stages that run a copy of it, where some run more than one
+        (routes: their gradients are summed as the step ends); empty without copies."""
+        out: dict[int, list[int]] = {}
+        for s in range(self.num_stages):
+            out.setdefault(self.model_stage(s), []).append(s)
+        return {c: tuple(ss) for c, ss in out.items() if len(ss) > 1}
 
     @property
     def pipeline_ranks(self) -> int:
@@ -164,7 +201,7 @@ class Table:
     def gradient_into(self, s: int) -> tuple[str, int] | None:
         """(kind, stage) of the gradient stage s's backward receives for its output (the rule's
         `neighbour_input` of B(s)); None for the last stage, whose backward starts at the loss."""
-        value = neighbour_input(Action(Op.B, s, 0), self.num_stages)
+        value = neighbour_input(Action(Op.B, s, 0), self.stages)
         return None if value is None else (value[0], value[1])
 
     def reduced_stages(self, a: Instr) -> tuple[int, ...]:
@@ -202,7 +239,15 @@ class Table:
             meta["p2p"] = self.p2p
         if self.forward_only:
             meta["forward_only"] = True
+        if self.routes:
+            meta["routes"] = [list(r) for r in self.routes]
         return meta, [[_step_data(st) for st in steps] for steps in self.ranks]
+
+
+def _routes(rows) -> tuple:
+    """Route rows (first microbatch, stop, first stage, stop) as the IR's `Route`s."""
+    from ..ir import Route
+    return tuple(Route((a, b), (c, d)) for a, b, c, d in rows)
 
 
 def _step_data(step: Step) -> tuple:
@@ -244,12 +289,14 @@ def load_table(program: dict, ranks) -> Table:  # noqa: C901
     placement = tuple(_int(r, f"placement of stage {s}", 0, P) for s, r in enumerate(placement))
     if not isinstance(ranks, (list, tuple)) or len(ranks) != R:
         raise TableError(f"expected one list of steps per rank ({R})")
+    routes = _load_routes(program.get("routes", []), S, M)
+    stages = routed(S, M, _routes(routes))
     out = []
     for r, steps in enumerate(ranks):
         if not isinstance(steps, (list, tuple)):
             raise TableError(f"rank {r}: expected a list of steps")
         here = placement if r < P else tuple(r // P * P + p for p in placement)  # job ranks in r's replica
-        out.append(tuple(_step(st, r, x, S, M, here) for x, st in enumerate(steps)))
+        out.append(tuple(_step(st, r, x, stages, M, here) for x, st in enumerate(steps)))
     schedule = program.get("schedule")
     params = program.get("params") or {}
     verified = program.get("verified")
@@ -263,10 +310,22 @@ def load_table(program: dict, ranks) -> Table:  # noqa: C901
     forward_only = program.get("forward_only", False)
     if type(forward_only) is not bool:
         raise TableError(f"forward_only: expected true or false, got {forward_only!r}")
-    return Table(schedule, dict(params), R, S, M, placement, tuple(out), verified, D, p2p, forward_only)
+    return Table(schedule, dict(params), R, S, M, placement, tuple(out), verified, D, p2p, forward_only, routes)
 
 
-def _step(data, rank: int, index: int, S: int, M: int, placement) -> Step:
+def _load_routes(data, S: int, M: int) -> tuple[tuple[int, int, int, int], ...]:
+    """The table's routes, each four integers, that describe a program (deps.py's `route_problems`)."""
+    if not isinstance(data, (list, tuple)) or not all(isinstance(r, (list, tuple)) and len(r) == 4 for r in data):
+        raise TableError(f"routes: expected a list of [first microbatch, stop, first stage, stop], got {data!r}")
+    rows = tuple(tuple(_int(x, "routes", 0, 1 << 24) for x in r) for r in data)
+    problems = route_problems(S, M, _routes(rows))
+    if problems:
+        k, why = problems[0]
+        raise TableError(f"route {k + 1}: {why}")
+    return rows  # type: ignore[return-value]
+
+
+def _step(data, rank: int, index: int, stages: Stages, M: int, placement) -> Step:
     where = f"rank {rank}, step {index}"
     if not isinstance(data, (list, tuple)) or not data or not isinstance(data[0], str):
         raise TableError(f"{where}: expected a tuple starting with an op name, got {data!r}")
@@ -274,12 +333,12 @@ def _step(data, rank: int, index: int, S: int, M: int, placement) -> Step:
     if head in COMPOUNDS:
         if len(data) != 2 or not isinstance(data[1], (list, tuple)) or not data[1]:
             raise TableError(f"{where}: {head} expects a non-empty tuple of steps")
-        members = tuple(_instr(p, rank, where, S, M, placement) for p in data[1])
+        members = tuple(_instr(p, rank, where, stages, M, placement) for p in data[1])
         wanted = COMM_OPS if head == "GROUP" else COMPUTE_OPS
         if any(p.op not in wanted for p in members):
             raise TableError(f"{where}: a {head} holds only {', '.join(wanted)}")
         return Compound(head, members)
-    return _instr(data, rank, where, S, M, placement)
+    return _instr(data, rank, where, stages, M, placement)
 
 
 def _size(data, where: str) -> int:
@@ -295,22 +354,23 @@ def _size(data, where: str) -> int:
     return size
 
 
-def _instr(data, rank: int, where: str, S: int, M: int, placement) -> Instr:
+def _instr(data, rank: int, where: str, stages: Stages, M: int, placement) -> Instr:
     size = _size(data, where)
     op = data[0]
-    stage = _int(data[1], f"{where}: stage", 0, S)
+    stage = _int(data[1], f"{where}: stage", 0, len(placement))
     if placement[stage] != rank:
         raise TableError(f"{where}: {op} of stage {stage} on rank {rank}, but stage {stage} is on rank "
                          f"{placement[stage]}")
     mb = _int(data[2], f"{where}: microbatch", 0, M) if size > 2 else None
-    peer = _peer(data[3], op, stage, mb, rank, where, placement) if size == 4 else None
-    return Instr(op, stage, mb, peer, *by_rule(op, stage, mb, S))
+    peer = _peer(data[3], op, stage, mb, rank, where, placement, stages) if size == 4 else None
+    return Instr(op, stage, mb, peer, *by_rule(op, stage, mb, stages))
 
 
-def _peer(data, op: str, stage: int, mb: int | None, rank: int, where: str, placement) -> int:
-    """The peer of a send or receive: the rank of the stage on the other end, not its own."""
+def _peer(data, op: str, stage: int, mb: int | None, rank: int, where: str, placement, stages: Stages) -> int:
+    """The peer of a send or receive: the rank of the stage on the other end (of its route), not its own."""
     other = stage + PEER_STAGE[op]  # type: ignore[operator]  # (a send or receive: its peer offset is set)
-    if not 0 <= other < len(placement):
+    lo, hi = bounds(stages, stage)
+    if not lo <= other < hi:
         raise TableError(f"{where}: {op}({stage},{mb}) has no stage {other} on the other end")
     peer = _int(data, f"{where}: peer", 0, 1 << 20)
     if peer != placement[other]:
@@ -362,4 +422,4 @@ def to_program(table: Table):
     return Program(table.schedule, P, table.num_stages, table.num_microbatches,
                    table.placement, ranks[:P], tuple(sorted(table.params.items())),
                    replicas=tuple(ranks[d * P:(d + 1) * P] for d in range(1, table.replicas)), p2p=table.p2p,
-                   forward_only=table.forward_only)
+                   forward_only=table.forward_only, routes=_routes(table.routes))

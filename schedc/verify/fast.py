@@ -8,7 +8,8 @@ activations. It answers only "all clear" (with the numbers) or "look closer": an
 (a finding, groups, bounded buffers, message sizes, memory limits) goes to the detailed checks,
 which explain. Without message sizes, memory is activations alone, at either level (receive
 buffers and sent messages hold nothing), so its peaks are memory.py's. Property tests hold the two
-paths to the same verdicts and peaks.
+paths to the same verdicts and peaks. With routes (docs/semantics.md, "Routes") the pairs off a
+microbatch's route have no action and a need exists only inside its stage's route (`_routing`).
 """
 from __future__ import annotations
 
@@ -119,15 +120,17 @@ def array_check(program: Program, semantics: Semantics, limits: dict[int, float]
         if ((is_comm & ((peer < 0) | (peer >= S))).any()
                 or (is_comm & (placement[np.clip(peer, 0, S - 1)] == rank)).any()):
             return None
-    # one F, and one B or one I and one W, per (stage, microbatch); positions for the order checks
+    # one F, and one B or one I and one W, per (stage, microbatch) on its route, none off it;
+    # positions for the order checks
+    visit, segments = _routing(program)
     kind = np.select([op == F, op == B, op == I, op == W], [0, 1, 2, 3], -1)
     ck = ((kind * S + stage) * M + mb)[compute]
     counts = np.bincount(ck, minlength=4 * S * M).reshape(4, S, M)
-    if (counts > 1).any() or not (counts[0] == 1).all():
+    if (counts > 1).any() or not (counts[0] == (1 if visit is None else visit)).all():
         return None
     full = (counts[1] == 1) & (counts[2] == 0) & (counts[3] == 0)
     split = (counts[1] == 0) & (counts[2] == 1) & (counts[3] == 1)
-    if not (full | split).all():
+    if not ((full | split).all() if visit is None else ((full | split) == visit).all() and not counts[1:, ~visit].any()):
         return None
     pos = np.full(4 * S * M, -1, dtype=np.int64)
     pos[ck] = step[compute]
@@ -136,8 +139,8 @@ def array_check(program: Program, semantics: Semantics, limits: dict[int, float]
     if _reduces_early(op, stage, step, pos):
         return None
     back = np.where(full, posB, posI)  # the step that makes the input gradient
-    links = _links({deps.MAKES[Op.F]: posF, deps.MAKES[Op.B]: back}, ((Op.F, posF, None), (Op.B, back, None), (Op.W, posW, split)),
-                   placement, S)
+    links = _links({deps.MAKES[Op.F]: posF, deps.MAKES[Op.B]: back},
+                   ((Op.F, posF, visit), (Op.B, back, visit), (Op.W, posW, split)), placement, S, segments)
     for link in links:  # a need met on the consumer's own rank: its producer must come first there
         same = (link.c_rank == link.p_rank)[:, None]
         if link.exists is not None:
@@ -228,17 +231,37 @@ def _grows_only_forward(program: Program) -> bool:
             and all(d <= 0 for o in FREES for d in deltas.get(o, ())))
 
 
-def _links(made, consumers, placement, S) -> list[Link]:
+def _routing(program: Program):
+    """(visit, segments) of a program with routes: where a (stage, microbatch) runs, as an S x M mask,
+    and each stage's (first, stop) of its route's stages (deps.Routes), as two arrays; (None, None)
+    without routes (every pair runs, every stage's neighbours exist)."""
+    stages = deps.stages_of(program)
+    if isinstance(stages, int):
+        return None, None
+    S, M = program.num_stages, program.num_microbatches
+    visit = np.zeros((S, M), dtype=bool)
+    for r in program.routes:
+        visit[r.stages[0]:r.stages[1], r.microbatches[0]:r.microbatches[1]] = True
+    return visit, (np.asarray(stages.first, dtype=np.int64), np.asarray(stages.stop, dtype=np.int64))
+
+
+def _links(made, consumers, placement, S, segments=None) -> list[Link]:
     """deps.NEEDS over the position tables: `made` maps a value kind to the steps that make it,
-    `consumers` lists (op, its steps, where it exists) for F, the backward and W."""
+    `consumers` lists (op, its steps, where it exists) for F, the backward and W; with routes
+    (`segments`: each stage's first and stop), a need of a stage beyond its route's ends exists nowhere."""
     out = []
     for op, steps, exists in consumers:
         for kind, off in deps.NEEDS[op]:
             lo, hi = max(0, -off), min(S, S - off)
             if lo >= hi:
                 continue
+            where = None if exists is None else exists[lo:hi]
+            if segments is not None and off:
+                at = np.arange(lo, hi) + off
+                inside = ((at >= segments[0][lo:hi]) & (at < segments[1][lo:hi]))[:, None]
+                where = inside if where is None else where & inside
             out.append(Link(kind, off, steps[lo:hi], made[kind][lo + off:hi + off], placement[lo:hi],
-                            placement[lo + off:hi + off], None if exists is None else exists[lo:hi], lo, hi))
+                            placement[lo + off:hi + off], where, lo, hi))
     return out
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
 from ..ir import WAITS, Compound, CompoundKind, Op, Program
-from ..rules.deps import delivers, needs, produces
+from ..rules.deps import delivers, needs, produces, stages_of
 from ..rules.semantics import Semantics
 from .channels import Channels, Endpoint
 
@@ -170,7 +170,7 @@ def _data(program: Program, prereq, never) -> None:  # noqa: C901
                 v = produces(a)
                 if v is not None:
                     producer.setdefault(v, (r, i))
-    S = program.num_stages
+    S = stages_of(program)
     get = producer.get
     for r, steps in enumerate(program.ranks):
         pre = prereq[r]
@@ -282,7 +282,7 @@ def _explicit_waits(program: Program, chans: Channels, partner, lane_of, prereq,
 def _users(program: Program) -> dict:
     """(rank, value) -> the (step, part) of every compute action on the rank that needs the value,
     in program order: found in one pass, so each receive's consumer is a lookup (`_consumer`)."""
-    S = program.num_stages
+    S = stages_of(program)
     out: dict = {}
     for r, steps in enumerate(program.ranks):
         for x, st in enumerate(steps):

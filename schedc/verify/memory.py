@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..ir import COMPUTE, RECVS, WAITS, Action, Program, describe
-from ..rules.deps import delivers, needs, value_name
+from ..rules.deps import Stages, delivers, needs, stages_of, value_name
 from ..rules.memory import ALLOCATES, FREES, activation_deltas, allocated, freed, message_stage, stage_sizes
 from ..rules.semantics import Semantics
 from .analysis import Analysis, Run, inserted_op, user_steps
@@ -73,16 +73,16 @@ class _Sizes:
     forward-only program), by schedc/rules/memory.py's `allocated` and `freed`. `_Sizes.of(program)`: the program's.
     `out` None: every message is empty (an activations-only walk)."""
 
-    def __init__(self, act, weight, out=None, forward_only: bool = False):
+    def __init__(self, act, weight, out=None, forward_only: bool = False, stages: Stages | None = None):
         self.out = list(out) if out is not None else _PerStage(lambda s: _empty(act[s]))
-        self.stages = len(act)
+        self.stages: Stages = len(act) if stages is None else stages  # (deps.py's `stages`: routes, if any)
         self.grows = {op: _PerStage(lambda s, op=op: allocated(op, act[s], weight[s])) for op in ALLOCATES}
         frees = FREES + (tuple(ALLOCATES) if forward_only else ())
         self.frees = {op: _PerStage(lambda s, op=op: freed(op, act[s], weight[s], forward_only)) for op in frees}
 
     @classmethod
     def of(cls, program: Program) -> "_Sizes":
-        return cls(*stage_sizes(program), forward_only=program.forward_only)
+        return cls(*stage_sizes(program), forward_only=program.forward_only, stages=stages_of(program))
 
     def message(self, a: Action) -> float:
         """schedc/rules/memory.py's `message_size` from the table."""

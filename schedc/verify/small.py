@@ -9,7 +9,8 @@ read as flat lists, one entry per action (its step, op code, stage and microbatc
 a table of each action's step, whose slices (a stage's microbatches) answer most rules at once; the
 needs and the payloads come from deps.py's tables, the activation sizes from rules/memory.py, and the
 run is execute.py's (`run_ranks`; with sends and receives, where a step waits on at most one
-other, its simpler form `_run`).
+other, its simpler form `_run`). With routes, a (stage, microbatch) off its microbatch's route has
+no action (its entries stay -1) and a stage's neighbours are its route's (deps.py's `Routes`).
 """
 from __future__ import annotations
 
@@ -79,9 +80,10 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
     if acts is None:
         return None
     placement, S, M = program.placement, program.num_stages, program.num_microbatches
+    stages = deps.stages_of(program)
     op_stages, keys = acts.indices(S, M)
-    pos = _positions(acts, keys, placement, S, M)
-    cross = None if pos is None or not _reduce_late(acts, pos, S, M) else _needs(pos, placement, S, M)
+    pos = _positions(acts, keys, placement, S, M, stages)
+    cross = None if pos is None or not _reduce_late(acts, pos, S, M) else _needs(pos, placement, S, M, stages)
     if cross is None:
         return None
     if acts.comms:  # sends and receives: the messages decide the waits
@@ -186,12 +188,12 @@ def _add_overlap(out: _Actions, t: int, step) -> bool:
 # Tables are lists over (op code, stage, microbatch), `pos[(op * S + stage) * M + microbatch]` the
 # step of that action on its rank (-1: absent): a stage's M entries are a slice, so most rules are
 # asked of whole slices at once (min, max, comparisons mapped over two slices).
-def _positions(acts: _Actions, keys: list[int], placement, S: int, M: int) -> list[int] | None:
+def _positions(acts: _Actions, keys: list[int], placement, S: int, M: int, stages: deps.Stages) -> list[int] | None:
     """Every index in range, every action on its stage's rank, each at most once; one F, and one
     B or one I and one W, per (stage, microbatch). The step of each action, as a table (above;
     `keys`: each action's place in it). (A send or receive to a stage outside the program or on
     its own rank is none the compute needs: `_messages_run` turns it away when it counts the
-    messages.)"""
+    messages.) With routes, only the pairs on a route have actions (`stages`)."""
     SM = S * M
     op, mbs = acts.op, set(acts.mb)  # (few: faster to bound than the list)
     if not op or min(mbs) < 0 or max(mbs) >= M or not _on_their_ranks(acts, placement, S):
@@ -201,6 +203,8 @@ def _positions(acts: _Actions, keys: list[int], placement, S: int, M: int) -> li
         pos[key] = t
     if pos.count(-1) != 8 * SM - len(op):
         return None  # an action twice
+    if not isinstance(stages, int):
+        return _routed_positions(pos, S, M, stages)
     if -1 in pos[:SM]:
         return None  # a missing F
     b, i, w = pos[B * SM:(B + 1) * SM], pos[I * SM:(I + 1) * SM], pos[W * SM:(W + 1) * SM]
@@ -209,6 +213,22 @@ def _positions(acts: _Actions, keys: list[int], placement, S: int, M: int) -> li
     for x, y, z in zip(b, i, w):
         if (x >= 0) == (y >= 0) or (y >= 0) != (z >= 0):
             return None  # no backward, or both forms, or an I without its W
+    return pos
+
+
+def _routed_positions(pos: list[int], S: int, M: int, routes: deps.Routes) -> list[int] | None:
+    """`_positions`' last rules with routes: on its route, a pair has one F and one backward form;
+    off it, no action at all."""
+    SM = S * M
+    for s in range(S):
+        for m in range(M):
+            k = s * M + m
+            f, b, i, w = pos[k], pos[B * SM + k], pos[I * SM + k], pos[W * SM + k]
+            if not routes.visits(s, m):
+                if max(f, b, i, w, *(pos[c * SM + k] for c in range(SEND_F, RECV_B + 1))) >= 0:
+                    return None  # an action off the route
+            elif f < 0 or (b >= 0) == (i >= 0) or (i >= 0) != (w >= 0):
+                return None  # no F, no backward, or both forms, or an I without its W
     return pos
 
 
@@ -234,11 +254,12 @@ def _on_their_ranks(acts: _Actions, placement, S: int) -> bool:
             and all(s in held[r] for r, s in acts.extra))
 
 
-def _needs(pos: list[int], placement, S: int, M: int) -> list[tuple] | None:
+def _needs(pos: list[int], placement, S: int, M: int, stages: deps.Stages) -> list[tuple] | None:
     """deps.NEEDS over every (stage, microbatch): a need met on the consumer's own rank must come
     first there (else None); the needs met across ranks, a stage at a time, as (kind, offset,
     consumer's stage and rank, producer's rank, the consumer's steps and the producer's, over the
-    microbatches)."""
+    microbatches; -1 for a microbatch whose route does not run through the stage). A stage's
+    neighbours are those of its route (`stages`)."""
     SM = S * M
     forward = pos[:SM]
     b, i = pos[B * SM:(B + 1) * SM], pos[I * SM:(I + 1) * SM]
@@ -257,6 +278,9 @@ def _needs(pos: list[int], placement, S: int, M: int) -> list[tuple] | None:
                     return None
                 continue
             for s in range(max(0, -off), min(S, S - off)):
+                lo, hi = deps.bounds(stages, s)
+                if not lo <= s + off < hi:
+                    continue  # (the end of its route)
                 here, there = placement[s], placement[s + off]
                 consumer, producer = steps[s * M:(s + 1) * M], producers[(s + off) * M:(s + off + 1) * M]
                 if here != there:
@@ -287,17 +311,22 @@ def _messages_run(acts: _Actions, pos: list[int], cross, semantics: Semantics, S
     posted. A value's send and receive are found by their table entries."""
     SM = S * M
     messages: dict[tuple[int, int], tuple[list[int], list[int]]] = {}  # channel (from, to) -> send steps, receive steps
+    needed = 0
     for kind, off, s, here, there, consumer, producer in cross:
         at = _RECEIVE[kind, off] * SM + s * M
         received = pos[at:at + M]
         at = _SEND[kind] * SM + (s + off) * M
         sent = pos[at:at + M]
-        if min(received) < 0 or not all(map(lt, received, consumer)) or not all(map(gt, sent, producer)):
+        if min(consumer) < 0:  # (routes: the microbatches that run through the stage alone)
+            on = [i for i, c in enumerate(consumer) if c >= 0]
+            consumer, producer, received, sent = ([x[i] for i in on] for x in (consumer, producer, received, sent))
+        if min(received, default=0) < 0 or not all(map(lt, received, consumer)) or not all(map(gt, sent, producer)):
             return False
         sends, receives = messages.setdefault((there, here), ([], []))
         sends += sent
         receives += received
-    if 4 * SM - pos[4 * SM:].count(-1) != 2 * M * len(cross):
+        needed += 2 * len(consumer)
+    if 4 * SM - pos[4 * SM:].count(-1) != needed:
         return False  # a message no computation needs
     waits: list[list[tuple[int, int, int]]] = [[] for _ in acts.lengths]  # per rank: (step, rank waited on, its step)
     rendezvous = semantics.send_waits_for_receive

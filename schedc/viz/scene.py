@@ -138,6 +138,7 @@ class Scene:
     moments: list[Moment] = field(default_factory=list)
     memory: dict[int, tuple[tuple[float, float], ...]] = field(default_factory=dict)  # rank -> (x, live)
     memory_max: float = 0.0
+    routes: int = 0  # routes whose stages are each rank's chunks, one a route in order (DualPipe: 2); else 0
     limits: dict[int, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     summary: list[RankSummary] = field(default_factory=list)
@@ -213,7 +214,8 @@ def _frame(program: Program, report, timeline, untimed: str | None, units=None) 
     params = ", ".join(f"{k}={v}" for k, v in program.params)
     t, m = (f" {units.time}", f" {units.memory}") if units is not None else ("", "")
     title = program.name + (f" ({params})" if params else "")
-    sizes = (f"{program.num_ranks} ranks, {program.num_stages} stages, {program.num_microbatches} microbatches, "
+    routed = f" on {len(program.routes)} routes" if program.routes else ""
+    sizes = (f"{program.num_ranks} ranks, {program.num_stages} stages{routed}, {program.num_microbatches} microbatches, "
              f"{program.num_actions} actions")
     if timeline is not None:
         peaks = timeline.peak_memory
@@ -238,6 +240,7 @@ def _frame(program: Program, report, timeline, untimed: str | None, units=None) 
                   list(range(program.num_ranks)), [f"rank {r}" for r in range(program.num_ranks)],
                   extent, x_label, makespan=makespan, bubble=bubble, peak=peak)
     scene.units = units
+    scene.routes = _chunks_by_route(program)
     if units is not None and units.note:
         scene.notes.append(units.note)
     scene.findings = [Finding(d.code, d.render()) for d in report.errors]
@@ -273,6 +276,19 @@ def _explain(scene: Scene, code: str, k: int, note: str, number: str = "") -> No
     found = [f for f in scene.findings if f.code == code]
     if k < len(found):
         found[k].note, found[k].number = note, number
+
+
+def _chunks_by_route(program: Program) -> int:
+    """How many routes there are when each rank's k-th chunk is on the k-th run of stages (DualPipe's
+    two directions: a lighter block is then a later route's); 0 otherwise."""
+    runs = sorted({r.stages for r in program.routes})
+    if len(runs) < 2:
+        return 0
+    run_of = [next(k for k, (lo, hi) in enumerate(runs) if lo <= s < hi) for s in range(program.num_stages)]
+    held: dict[int, list[int]] = {}
+    for s, r in enumerate(program.placement):
+        held.setdefault(r, []).append(run_of[s])
+    return len(runs) if all(runs_of == list(range(len(runs))) for runs_of in held.values()) else 0
 
 
 # ---- blocks ----

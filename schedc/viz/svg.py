@@ -399,7 +399,7 @@ def _legend(out: list[str], scene: Scene, L: _Layout, y: float) -> float:
         items.append((f'fill="{palette.KIND_COLOUR[k]}"', palette.KIND_NAME[k]))
     if scene.chunks > 1 and scene.aggregate is None:
         items.append((f'fill="{palette.fill("F", 1, 2)}" stroke="{palette.KIND_COLOUR["F"]}" stroke-width="1.5"',
-                      "later chunk (lighter)"))
+                      "later route (lighter)" if scene.routes else "later chunk (lighter)"))
     items.append(('fill="url(#idle)"', "idle"))
     unit = scene.units.memory if scene.units is not None else "units of activation memory"
     items.append((f'fill="{palette.MEMORY}" fill-opacity="0.55"', f"live memory, in {unit}"))
