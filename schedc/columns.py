@@ -272,9 +272,12 @@ _STAND_IN = unchecked_action(Op.F, 0, 0)
 
 
 def _microbatches(values: list) -> np.ndarray:
-    """Microbatch indices as integers, None as NO_MICROBATCH: read as floats (None is nan), which
-    is exact below 2^53; beyond, one by one."""
-    floats = np.array(values, dtype=np.float64) if values else np.zeros(0)
+    """Microbatch indices as integers, None as NO_MICROBATCH: read as they are when none is None
+    (a compound's parts, most programs' steps), else as floats (None is nan), which is exact below
+    2^53; beyond, one by one."""
+    if None not in values:
+        return np.asarray(values, dtype=np.int64) if values else np.zeros(0, dtype=np.int64)
+    floats = np.array(values, dtype=np.float64)
     if np.nanmax(np.abs(floats), initial=0) < 2 ** 53:
         return np.where(np.isnan(floats), NO_MICROBATCH, floats).astype(np.int64)
     return np.asarray([NO_MICROBATCH if m is None else m for m in values], dtype=np.int64)

@@ -245,7 +245,7 @@ def _run_rounds(lists, starts: list[int], R: int, step_at) -> list[int]:
     return order
 
 
-SMALL_STEPS = 2000  # programs held as actions up to this many steps are lowered in plain Python (`_lower_small`)
+SMALL_STEPS = 192  # programs held as actions up to this many steps are lowered in plain Python (`_lower_small`)
 
 
 def _small(program: Program) -> bool:
@@ -348,8 +348,8 @@ def _plan(plans: dict, program: Program, a: Action) -> tuple:
     return plan
 
 
-def _position(order: list[int]) -> np.ndarray:
-    """Each step's place in `order`."""
+def _position(order) -> np.ndarray:
+    """Each step's place in `order` (a list or an array of the steps)."""
     when = np.empty(len(order), dtype=np.int64)
     when[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
     return when
@@ -370,7 +370,7 @@ def _when(steps: _Steps, R: int) -> np.ndarray | None:  # noqa: C901 - one loop,
     rnd = [-1] * n  # the round of each step, once it has run
     last = [-1] * R
     pc = list(starts[:-1])
-    woken: dict[int, list[int]] = {}  # a step -> the ranks waiting for it
+    woken: list[list[int] | None] = [None] * n  # a step -> the ranks waiting for it
     work = list(range(R - 1, -1, -1))
     while work:
         r = work.pop()
@@ -378,40 +378,52 @@ def _when(steps: _Steps, R: int) -> np.ndarray | None:  # noqa: C901 - one loop,
         while x < hi:
             ready = t + 1
             a = src_a[x]
-            if a != NONE:
-                waits = NONE
-                for p in ((a, src_b[x]) if x not in more else more[x]):
-                    if p == NONE:
-                        break
-                    if p >= 0:
-                        q = rnd[p]
-                    else:  # its rank comes later: the round after
-                        p = -2 - p
-                        q = rnd[p] + 1 if rnd[p] >= 0 else -1
-                    if q < 0:  # not made yet
-                        waits = p
-                        break
-                    if q > ready:
-                        ready = q
-                if waits != NONE:
-                    woken.setdefault(waits, []).append(r)
+            if a != NONE:  # a source is 2 * its step, + 1 when its rank comes later: the round after it
+                q = rnd[a >> 1]
+                if q < 0:  # not made yet: wait for it
+                    _wait(woken, a >> 1, r)
                     break
+                if q + (a & 1) > ready:
+                    ready = q + (a & 1)
+                b = src_b[x]
+                if b != NONE:
+                    q = rnd[b >> 1]
+                    if q < 0:
+                        _wait(woken, b >> 1, r)
+                        break
+                    if q + (b & 1) > ready:
+                        ready = q + (b & 1)
+                    if more and x in more:
+                        waits = next((p >> 1 for p in more[x] if rnd[p >> 1] < 0), NONE)
+                        if waits != NONE:
+                            _wait(woken, waits, r)
+                            break
+                        ready = max([ready] + [rnd[p >> 1] + (p & 1) for p in more[x]])
             rnd[x] = t = ready
-            if x in woken:
-                work += woken.pop(x)
+            if woken[x] is not None:
+                work += woken[x]  # type: ignore[operator]
+                woken[x] = None
             x += 1
         pc[r], last[r] = x, t
     if any(pc[r] < starts[r + 1] for r in range(R)):
         return None
     rank = np.repeat(np.arange(R, dtype=np.int64), np.diff(starts))
-    return _position(np.lexsort((rank, np.asarray(rnd, dtype=np.int64))).tolist())
+    return _position(np.lexsort((rank, np.asarray(rnd, dtype=np.int64))))
+
+
+def _wait(woken: list, p: int, r: int) -> None:
+    """Rank r waits for step p."""
+    if woken[p] is None:
+        woken[p] = [r]
+    else:
+        woken[p].append(r)
 
 
 def _sources(steps: _Steps):
     """Per step, the steps of other ranks that make the values it needs: (`src_a`, `src_b`, `more`),
-    a source p as -2 - p when its rank comes after the step's, NONE for none, `more` a step's
-    sources where it has more than two. None if a value on a rank is made twice, or a value is
-    made on the step's rank only after it, or never reaches it."""
+    a source the step p as 2 * p, + 1 when its rank comes after the step's, NONE for none, `more`
+    a step's sources where it has more than two. None if a value on a rank is made twice, or a
+    value is made on the step's rank only after it, or never reaches it."""
     needs, own, step = steps.needs, steps.own, steps.step
     msg, rank = steps.messages, steps.rank
     n, R = len(steps.columns.op), len(steps.columns)
@@ -426,7 +438,7 @@ def _sources(steps: _Steps):
     if (local & (producer >= consumer)).any():
         return None
     consumer, producer = consumer[~local], producer[~local]
-    source = np.where(rank[producer] > rank[consumer], -2 - producer, producer)
+    source = 2 * producer + (rank[producer] > rank[consumer])
     order = np.argsort(consumer, kind="stable")
     consumer, source = consumer[order], source[order]
     new = np.concatenate([[True], consumer[1:] != consumer[:-1]])  # a step's first source
