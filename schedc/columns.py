@@ -76,11 +76,12 @@ class Parts:
         return Parts(step, self.kind, self.starts, self.op, self.stage, self.microbatch, self.spans)
 
     def compound(self, c: int, span) -> Compound:
-        """Compound c as an object, every part with the step's `span`."""
+        """Compound c as an object with the step's `span`, each part with its own (`spans`) or that one."""
         lo, hi = int(self.starts[c]), int(self.starts[c + 1])
         ops, stages, mbs = (a[lo:hi].tolist() for a in (self.op, self.stage, self.microbatch))
-        return Compound(KINDS[int(self.kind[c])], tuple(unchecked_action(OPS[o], s, None if m < 0 else m, span)
-                                                       for o, s, m in zip(ops, stages, mbs)), span)
+        spans = self.spans[lo:hi].tolist() if self.spans is not None else [span] * (hi - lo)
+        return Compound(KINDS[int(self.kind[c])], tuple(unchecked_action(OPS[o], s, None if m < 0 else m, sp)
+                                                       for o, s, m, sp in zip(ops, stages, mbs, spans)), span)
 
 
 class Columns(Sequence):
