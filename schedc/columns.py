@@ -54,9 +54,11 @@ class Parts:
     def of(cls, steps: Sequence[Compound], at) -> "Parts":
         """The parts of the compound objects `steps`, which are steps `at` of the columns."""
         parts = list(chain.from_iterable(map(_PARTS_OF, steps)))
-        return cls(at, list(map(KIND_CODE.__getitem__, map(_KIND_OF, steps))),
+        n, c = len(parts), len(steps)
+        return cls(at, np.fromiter(map(KIND_CODE.__getitem__, map(_KIND_OF, steps)), dtype=np.int8, count=c),
                    list(accumulate(map(len, map(_PARTS_OF, steps)), initial=0)),
-                   list(map(CODE.__getitem__, map(_OP_OF, parts))), list(map(_STAGE_OF, parts)),
+                   np.fromiter(map(CODE.__getitem__, map(_OP_OF, parts)), dtype=np.int8, count=n),
+                   np.fromiter(map(_STAGE_OF, parts), dtype=np.int64, count=n),
                    _microbatches(list(map(_MB_OF, parts))), objects(list(map(_SPAN_OF, parts))))
 
     def __len__(self) -> int:
@@ -258,8 +260,8 @@ def _read(program) -> Columns:
         singles = steps.copy()
         for i in at:  # (read as an F here, then marked a compound)
             singles[i] = _STAND_IN
-    op = np.asarray(list(map(CODE.__getitem__, map(_OP_OF, singles))), dtype=np.int8)
-    stage = np.asarray(list(map(_STAGE_OF, singles)), dtype=np.int64)
+    op = np.fromiter(map(CODE.__getitem__, map(_OP_OF, singles)), dtype=np.int8, count=len(singles))
+    stage = np.fromiter(map(_STAGE_OF, singles), dtype=np.int64, count=len(singles))
     mb = _microbatches(list(map(_MB_OF, singles)))
     if parts is not None:
         op[parts.step], stage[parts.step], mb[parts.step] = COMPOUND, 0, NO_MICROBATCH
