@@ -3,7 +3,8 @@
     python bench/perf_table.py [--quick] [--runtime] [--write]
 
 Runs the measurements of bench/perf.py (file to verdict, lowering, linearity, small programs,
-scale, the command line's latency; with `--runtime` also bench/runtime_vs_torch.py, a few minutes) and prints them as a
+scale, the command line's latency; DualPipeV's file to verdict, lowering and compile at 2.56M
+actions; with `--runtime` also bench/runtime_vs_torch.py, a few minutes) and prints them as a
 markdown table, each figure beside the torch figure (or the reference) measured in the same run.
 `--write` puts the table between `<!-- perf-table:start -->` and `<!-- perf-table:end -->` in
 bench/README.md; without the markers it prints the table and says so. `--quick` measures smaller
@@ -25,15 +26,19 @@ README = perf.ROOT / "bench" / "README.md"
 def measure(quick: bool, runtime: bool) -> list[perf.Row]:
     if quick:
         rows = perf.measure_file_to_verdict(((16, 128), (4, 8)), budget=2.0)
+        rows += perf.measure_dualpipev_file_to_verdict(((4, 8), (16, 128)), runs=5, budget=2.0)
         rows += perf.measure_lowering(16, 256, budget=2.0)
+        rows += perf.measure_dualpipev_lowering(((4, 8), (16, 128)), budget=1.0)
         rows += perf.measure_small_programs(["1f1b", "zbv"])
         rows += perf.measure_scale(big=4096, small=1024, commands=("check",))
         rows += perf.measure_cli_latency(repeat=5)
     else:
         rows = perf.measure_file_to_verdict()
-        rows += perf.measure_lowering() + perf.measure_linear_shapes()
+        rows += perf.measure_dualpipev_file_to_verdict()
+        rows += perf.measure_lowering() + perf.measure_dualpipev_lowering() + perf.measure_linear_shapes()
         rows += perf.measure_small_programs()
         rows += perf.measure_scale()
+        rows += perf.measure_dualpipev_compile()
         rows += perf.measure_cli_latency()
     if runtime:
         rows += perf.measure_runtime()

@@ -90,6 +90,8 @@ class CompoundKind(str, enum.Enum):
     OVERLAP_F_B = "OVERLAP_F_B"  # DualPipe's overlapped forward/backward pair, one action
     GROUP = "GROUP"  # communication posted together (batch_isend_irecv); no order inside
 
+    __hash__ = str.__hash__  # (as Op's: C-fast, and it agrees with equality)
+
 
 @dataclass(frozen=True, slots=True)
 class Action:

@@ -42,7 +42,7 @@ class _Writing:
         monkeypatch.setattr(codegen, "MAX_RUNNABLE_ACTIONS", 100)  # (a runnable program is written action by action)
         self.compile(100)  # (the first compile imports the modules that make tables of actions)
 
-    def compile(self, M: int, count_lines: bool = False) -> "_Writing":
+    def compile(self, M: int, count_lines: bool = False, name: str = "1f1b") -> "_Writing":
         self.on, self.made, self.lines = False, 0, 0
 
         def line(frame, event, arg):
@@ -55,10 +55,11 @@ class _Writing:
         if count_lines:
             sys.settrace(call)
         try:
-            code, out, err = self.run_cli("compile", "1f1b", "--param", f"P=4,M={M}", "-o", str(self.tmp_path / str(M)))
+            code, out, err = self.run_cli("compile", name, "--param", f"P=4,M={M}", "-o",
+                                          str(self.tmp_path / f"{name}{M}"))
         finally:
             sys.settrace(previous)
-        assert code == 0 and "1f1b.csv, " in out and "no runnable program" in err, err
+        assert code == 0 and f"{name}.csv, " in out and "no runnable program" in err, err
         return self
 
 
@@ -72,6 +73,21 @@ def test_compile_writes_a_large_program_without_an_object_per_action(writing):
     # one per op and stage, whatever the microbatches
     small, large = writing.compile(1300).made, writing.compile(5200).made
     assert small == large <= 64, (small, large)
+
+
+def test_compile_writes_dualpipev_without_an_object_per_action(writing):
+    # its overlapped pairs are columns too (their parts'): the actions made are the timed run's and
+    # the lowering's plans, a few per op and stage (8 stages), whatever the microbatches
+    writing.compile(100, name="dualpipev")  # (the first compile of pairs imports what reads them)
+    small, large = writing.compile(650, name="dualpipev").made, writing.compile(2600, name="dualpipev").made
+    assert small == large <= 160, (small, large)
+
+
+def test_compile_writes_dualpipev_in_a_few_passes_over_its_steps(writing):
+    small = writing.compile(650, count_lines=True, name="dualpipev").lines
+    large = writing.compile(1300, count_lines=True, name="dualpipev").lines
+    assert large <= 2.2 * small, (small, large)
+    assert large <= 100 * 8 * 1300, large  # per action of the program (about 8 per microbatch)
 
 
 def test_compile_writes_a_large_program_in_a_few_passes_over_its_steps(writing):

@@ -1,8 +1,8 @@
 """The plain-Python paths for small inputs (issue 21) against the general ones, on generated inputs.
 
 `small.quick_check` asks its rules of whole slices of a position table and runs the ranks over
-per-rank wait lists; without compounds (which only it clears) it must decide exactly as the array
-path (`fast.array_check`), with the same peaks. A small CSV is read cell by cell with its spans
+per-rank wait lists; it must decide exactly as the array path (`fast.array_check`), with the same
+peaks (DualPipe's overlapped pairs too). A small CSV is read cell by cell with its spans
 found only when asked for (one action's alone, or all of them): each must be the array reader's,
 and `schedc.check` must report the same on either reading.
 """
@@ -13,7 +13,6 @@ from dataclasses import replace
 from hypothesis import given, strategies as st
 
 import schedc
-from schedc.columns import as_columns
 from schedc.interop.csv_columns import _read_arrays, _read_small
 from schedc.interop.torch_csv import TorchCsv
 from schedc.passes import lower
@@ -55,9 +54,7 @@ LIMITS = (65_536, 1_000_000, 1_000_000)
 @budget(300)
 @given(CASES, st.sampled_from(["rendezvous", "eager"]))
 def test_the_small_path_decides_as_the_array_path(program, semantics):
-    if as_columns(program).compounds:
-        return  # (overlapped pairs: only the small path clears them; test_perf_paths.py checks it)
-    sem = Semantics.parse(semantics)
+    sem = Semantics.parse(semantics)  # (overlapped pairs too: both read their parts from the columns)
     assert small.quick_check(program, sem, None) == fast.array_check(program, sem, None)
 
 

@@ -84,28 +84,54 @@ class _CountingList(list):
         return super().__getitem__(i)
 
 
-def _tries(monkeypatch, P: int) -> int:
-    """Readiness checks (reads of a step's needs) communication insertion makes for gpipe at P, M=2."""
+def _tries(monkeypatch, P: int, name: str = "gpipe", M: int = 2) -> int:
+    """Readiness checks (reads of a step's first input) communication insertion makes for `name`
+    at P, M, held as columns (the array path: `_when`, over `_sources`)."""
     import schedc.passes.comms as comms
     from schedc.api import load
-    real = comms._Steps.of
+    from schedc.columns import held_as_columns
+    real = comms._sources
 
-    def counted(program):
-        steps = real(program)
-        steps.need_a = _CountingList(steps.need_a)
-        return steps
-    program = load("gpipe", {"P": P, "M": 2})
-    monkeypatch.setattr(comms._Steps, "of", counted)
+    def counted(steps):
+        src_a, src_b, more = real(steps)
+        return _CountingList(src_a), src_b, more
+    program = held_as_columns(load(name, {"P": P, "M": M}))
+    monkeypatch.setattr(comms, "_sources", counted)
     _CountingList.reads = 0
     comms.insert_comms(program)
-    monkeypatch.setattr(comms._Steps, "of", real)
+    monkeypatch.setattr(comms, "_sources", real)
     return _CountingList.reads
+
+
+def _small_lines(P: int) -> int:
+    """Lines of `_lower_small` run to lower gpipe at P, M=2 held as actions (the plain-Python path)."""
+    import sys
+    import schedc.passes.comms as comms
+    from schedc.api import load
+    program = load("gpipe", {"P": P, "M": 2})
+    lines = [0]
+
+    def line(frame, event, arg):
+        lines[0] += event == "line"
+        return line
+
+    def call(frame, event, arg):
+        return line if frame.f_code is comms._lower_small.__code__ else None
+    previous = sys.gettrace()
+    sys.settrace(call)
+    try:
+        comms.insert_comms(program)
+    finally:
+        sys.settrace(previous)
+    return lines[0]
 
 
 def test_communication_insertion_is_linear_in_ranks(monkeypatch):
     # the drain runs one rank per round: a pass that tried every rank each round was quadratic
     small, large = _tries(monkeypatch, 256), _tries(monkeypatch, 512)
-    assert large <= 2.2 * small, (small, large)
+    assert small and large <= 2.2 * small, (small, large)
+    small, large = _small_lines(32), _small_lines(64)  # (the small path: each step tried when it may run)
+    assert small and large <= 2.2 * small, (small, large)
 
 
 class _CountingTuple(tuple):
@@ -248,25 +274,8 @@ def test_a_csv_is_read_and_checked_without_an_object_per_action(monkeypatch):
 
 
 def test_lowering_is_linear_in_microbatches(monkeypatch):
-    small, large = (_tries_1f1b(monkeypatch, M) for M in (32, 128))
-    assert large <= 4.4 * small, (small, large)
-
-
-def _tries_1f1b(monkeypatch, M: int) -> int:
-    import schedc.passes.comms as comms
-    from schedc.api import load
-    real = comms._Steps.of
-
-    def counted(program):
-        steps = real(program)
-        steps.need_a = _CountingList(steps.need_a)
-        return steps
-    program = load("1f1b", {"P": 4, "M": M})
-    monkeypatch.setattr(comms._Steps, "of", counted)
-    _CountingList.reads = 0
-    comms.insert_comms(program)
-    monkeypatch.setattr(comms._Steps, "of", real)
-    return _CountingList.reads
+    small, large = (_tries(monkeypatch, 4, "1f1b", M) for M in (32, 128))
+    assert small and large <= 4.4 * small, (small, large)
 
 
 def test_torchs_stage_actions_are_added_in_linear_work():

@@ -92,14 +92,18 @@ def torch_actions(program):
 def torch_file_to_verdict(path: str) -> None:
     """What torch does with a schedule CSV: read it as `_load_csv` does (csv.reader, `_Action.from_str`
     per cell), `_validate_schedule` (which also infers the stage -> rank mapping), then
-    `_simulate_comms_compute` (the dry run that finds deadlocks)."""
+    `_simulate_comms_compute` (the dry run that finds deadlocks). An OVERLAP_F_B cell (DualPipeV's)
+    is validated as torch validates it, part by part, and dry-run as its parts one after the other,
+    as torch's runtime runs them (its dry run has no rule for the compound itself)."""
     ts = torch_schedules()
     with open(path, newline="") as f:
         actions = {rank: [ts._Action.from_str(s) for s in row] for rank, row in enumerate(csv.reader(f))}
-    cells = [a for row in actions.values() for a in row if a is not None]
+    cells = [p for row in actions.values() for a in row if a is not None for p in (a.sub_actions or (a,))]
     num_stages = 1 + max(a.stage_index for a in cells)
     num_mbs = 1 + max(a.microbatch_index for a in cells if a.microbatch_index is not None)
     mapping = ts._validate_schedule(actions, len(actions), num_stages, num_mbs)
+    if len(cells) > sum(len(row) for row in actions.values()):  # (compounds: opened into their parts)
+        actions = {r: [p for a in row if a is not None for p in (a.sub_actions or (a,))] for r, row in actions.items()}
     ts._simulate_comms_compute(actions, mapping.__getitem__, num_stages)
 
 
@@ -139,12 +143,14 @@ def measure_file_to_verdict(sizes=((64, 1024), (4, 8)), budget: float = 6.0) -> 
     return rows
 
 
-def measure_lowering(P: int = 64, M: int = 1024, budget: float = 8.0) -> list[Row]:
-    """`schedc.passes.lower` against torch's `_add_send_recv` on the same compute schedule (goal: <= 0.3)."""
+def measure_lowering(P: int = 64, M: int = 1024, budget: float = 8.0, name: str = "1f1b", goal: float = 0.3,
+                     most: int = 15) -> list[Row]:
+    """`schedc.passes.lower` against torch's `_add_send_recv` on the same compute schedule (goal: <= 0.3
+    for 1F1B; DualPipeV's overlapped pairs are torch `_Action`s with sub-actions, which it lowers too)."""
     import schedc
     from schedc.passes import lower
     ts = torch_schedules()
-    program = schedc.load("1f1b", {"P": P, "M": M})
+    program = schedc.load(name, {"P": P, "M": M})
     actions = torch_actions(program)
     placement = program.placement
 
@@ -152,9 +158,86 @@ def measure_lowering(P: int = 64, M: int = 1024, budget: float = 8.0) -> list[Ro
         ts._add_send_recv({r: list(a) for r, a in actions.items()}, placement.__getitem__, program.num_stages)
 
     each = _seconds(theirs)
-    ours, torch_s = median_pair(lambda: lower(program), theirs, repeats_for(each, budget, most=15))
+    ours, torch_s = median_pair(lambda: lower(program), theirs, repeats_for(each, budget, most=most))
     n = lower(program).num_actions
-    return [Row("lowering", f"1F1B P={P} M={M} ({program.num_actions:,} -> {n:,} actions)", ours, torch_s, "s", 0.3)]
+    return [Row("lowering", f"{_TITLES.get(name, name)} P={P} M={M} ({program.num_actions:,} -> {n:,} actions)",
+                ours, torch_s, "s", goal)]
+
+
+_TITLES = {"1f1b": "1F1B", "dualpipev": "DualPipeV"}
+
+
+def measure_dualpipev_lowering(sizes=((4, 8), (8, 32), (64, 1024)), budget: float = 4.0) -> list[Row]:
+    """Issue 34, target 6: lowering DualPipeV at every size, at most half of torch's `_add_send_recv`."""
+    return [row for P, M in sizes for row in measure_lowering(P, M, budget, "dualpipev", 0.5, most=301)]
+
+
+# ---- a first read: a fresh process for each, schedc's cell cache empty ----
+FIRST_READ = """
+import csv, gc, os, sys, time
+sys.path.insert(0, {bench!r})
+import perf
+import schedc
+from schedc.interop import csv_columns
+perf.torch_schedules()
+path, warm, first = sys.argv[1:4]
+perf.schedc_file_to_verdict(warm)  # (the code of both sides run once, on another file)
+perf.torch_file_to_verdict(warm)
+csv_columns._PARSED.clear()  # schedc's caches of cells read: empty, as in a process that never read the file
+csv_columns._PARTS.clear()
+gc.collect()
+gc.freeze()
+clock = time.thread_time  # (CPU time: the machine is shared; each side's alone)
+times = {{}}
+for side in ((first, "torch" if first == "schedc" else "schedc")):
+    fn = perf.schedc_file_to_verdict if side == "schedc" else perf.torch_file_to_verdict
+    t0 = clock()
+    fn(path)
+    times[side] = clock() - t0
+print(times["schedc"], times["torch"])
+"""
+
+
+def first_read(path: str, warm: str, runs: int = 21) -> tuple[float, float]:
+    """Median CPU seconds of schedc's read and check of the CSV at `path` and of torch's
+    (`torch_file_to_verdict`), each on a first read: a fresh process per run, both sides' code run
+    once before on the file `warm` (its imports and first calls: a file of the same kind and size,
+    which takes the same paths), schedc's cell cache then emptied; which side goes first alternates
+    over the runs."""
+    code = FIRST_READ.format(bench=str(ROOT / "bench"))
+    ours, theirs = [], []
+    for k in range(runs):
+        done = subprocess.run([sys.executable, "-c", code, path, warm, ("schedc", "torch")[k % 2]],
+                              capture_output=True, text=True, cwd=ROOT, check=True)
+        a, b = map(float, done.stdout.split())
+        ours.append(a)
+        theirs.append(b)
+    return statistics.median(ours), statistics.median(theirs)
+
+
+def measure_dualpipev_file_to_verdict(sizes=((4, 8), (8, 32), (64, 1024)), runs: int = 21,
+                                      budget: float = 6.0) -> list[Row]:
+    """Issue 34, target 6: read a CSV of DualPipeV lowered to the communication level (its
+    OVERLAP_F_B cells, sends and receives) and check it, against torch's read, validation and dry
+    run of the same file (`torch_file_to_verdict`), goal <= 0.25 at every size, on a first read:
+    the small sizes a fresh process per read (`first_read`), the large one alternated in one process
+    (its columns are read without the cell cache)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for P, M in sizes:
+            path, n = lowered_csv("dualpipev", {"P": P, "M": M}, folder)
+            if n <= 100_000:
+                warm, _ = lowered_csv("dualpipev", {"P": P, "M": M + 2}, folder)  # (the same paths, other cells)
+                ours, theirs = first_read(path, warm, runs)
+                how = f"first read, a process each, median of {runs}"
+            else:
+                each = _seconds(lambda: torch_file_to_verdict(path))
+                ours, theirs = median_pair(lambda: schedc_file_to_verdict(path), lambda: torch_file_to_verdict(path),
+                                           repeats_for(each, budget))
+                how = "alternated in one process"
+            rows.append(Row("file to verdict", f"DualPipeV P={P} M={M} CSV ({n:,} actions)", ours, theirs, "s", 0.25,
+                            note=how))
+    return rows
 
 
 def measure_linear_shapes(budget: float = 6.0) -> list[Row]:
@@ -250,10 +333,16 @@ def _capped() -> None:
 def run_measured(argv: list[str]) -> tuple[float, float, str]:
     """Run schedc's command line with ARGV in a child (at most MEMORY_CAP of address space and
     TIME_CAP seconds); its wall seconds, peak RSS (bytes) and first output line."""
+    wall, rss, _, line = _run_child(argv)
+    return wall, rss, line
+
+
+def _run_child(argv: list[str]) -> tuple[float, float, float, str]:
+    """`run_measured`'s child: (wall seconds, peak RSS in bytes, CPU seconds, first output line)."""
     code = ("import resource, sys, time; from schedc.cli import main; t = time.perf_counter(); "
-            "rc = main(sys.argv[1:], sys.stdout, sys.stderr); "
-            "sys.stderr.write(f'\\n@@ {time.perf_counter() - t} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n'); "
-            "sys.exit(rc)")
+            "c = time.process_time(); rc = main(sys.argv[1:], sys.stdout, sys.stderr); "
+            "sys.stderr.write(f'\\n@@ {time.perf_counter() - t} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss} "
+            "{time.process_time() - c}\\n'); sys.exit(rc)")
     try:
         done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT,
                               preexec_fn=_capped, timeout=TIME_CAP)
@@ -266,8 +355,8 @@ def run_measured(argv: list[str]) -> tuple[float, float, str]:
             if marks else ""
         raise RuntimeError(f"failed (exit {done.returncode}){spent}, with at most {MEMORY_CAP / GB:.0f} GB of "
                            f"address space: {said[-1] if said else '(no message)'}")
-    seconds, rss_kb = marks[-1].split()[1:]
-    return float(seconds), int(rss_kb) * 1024, (done.stdout.strip().splitlines() or [""])[0]
+    seconds, rss_kb, cpu = marks[-1].split()[1:]
+    return float(seconds), int(rss_kb) * 1024, float(cpu), (done.stdout.strip().splitlines() or [""])[0]
 
 
 def measure_scale(big: int = 20000, small: int = 1024, commands=("check", "compile")) -> list[Row]:
@@ -298,6 +387,29 @@ def measure_scale(big: int = 20000, small: int = 1024, commands=("check", "compi
         rows.append(Row(f"scale: {command} peak memory", f"1F1B P=64 M={big}", rss_big / GB, None, "GB", 2.0,
                         absolute=True, note=f"{rss_small / GB:.2f} GB at M={small}"))
     return rows
+
+
+def measure_dualpipev_compile(M: int = 10000, reference_M: int = 20000, P: int = 64) -> list[Row]:
+    """Issue 34, target 6: `schedc compile -o` of DualPipeV at P=64, M=10000 (2.56M actions) against
+    1F1B at the same number of actions (P=64, M=20000), each a whole child process, alternated
+    (the reference first): CPU seconds within 1.5x of 1F1B's, peak memory within 2 GB."""
+    runs: dict[str, object] = {}
+    for name, m in (("1f1b", reference_M), ("dualpipev", M)):
+        with tempfile.TemporaryDirectory() as out:
+            try:
+                runs[name] = _run_child(["compile", name, "--param", f"P={P}", "--param", f"M={m}", "-o", out])
+            except RuntimeError as exc:
+                runs[name] = exc
+    case = f"DualPipeV P={P} M={M} vs 1F1B P={P} M={reference_M}"
+    bad = next(((name, str(r)) for name, r in runs.items() if isinstance(r, Exception)), None)
+    if bad is not None:
+        return [Row("compile, DualPipeV vs 1F1B (CPU)", case, float("nan"), None, "s", None,
+                    note=f"{bad[0]}: {bad[1][:200]}")]
+    (_, rss_ref, cpu_ref, _), (_, rss, cpu, _) = runs["1f1b"], runs["dualpipev"]  # type: ignore[misc]
+    return [Row("compile, DualPipeV vs 1F1B (CPU)", case, cpu, cpu_ref, "s", 1.5,
+                note="reference: 1F1B at the same 2.56M actions"),
+            Row("compile peak memory", f"DualPipeV P={P} M={M}", rss / GB, None, "GB", 2.0, absolute=True,
+                note=f"1F1B: {rss_ref / GB:.2f} GB")]
 
 
 def measure_runtime(steps: int = 8) -> list[Row]:

@@ -18,7 +18,10 @@ def add_arguments(q) -> None:
 
 
 def run(args, stdout, stderr) -> int:
+    from ..columns import held_as_columns
     program = common.load(args.input, args, common.params(args.param))
+    if not program.replicas:  # the steps as integer columns from the start: the checks and every output
+        program = held_as_columns(program)  # read them so (millions, at the limits); a job's replicas share theirs
     report = common.run_checks(program, args)
     if not args.json:
         stdout.write(report.summary() + "\n")

@@ -1,7 +1,7 @@
 """Read a PyTorch schedule CSV straight into columns (schedc/columns.py), a whole file at a time.
 
-The common file (plain ASCII cells like `2F0` and `1SEND_F3`, commas, `\\n` or `\\r\\n` rows) is
-parsed with array arithmetic over its bytes; anything else (quotes, spaces, compounds, the legacy
+The common file (plain ASCII cells like `2F0`, `1SEND_F3` and `(0F3;7B1)OVERLAP_F_B`, commas, `\\n` or
+`\\r\\n` rows) is parsed with array arithmetic over its bytes; anything else (quotes, spaces, the legacy
 notation, a cell that does not parse, sizes over the limits) returns None, and the cell-by-cell
 reader of torch_csv.py reads it and explains what is wrong. Both give the same program.
 """
@@ -15,7 +15,7 @@ from itertools import accumulate, chain
 import numpy as np
 
 from .. import ir
-from ..columns import CODE, NO_MICROBATCH, Columns
+from ..columns import CODE, COMPOUND, KINDS, NO_MICROBATCH, Columns, Parts
 from ..ir import MAX_INDEX_DIGITS, Annotations, Op, Program, StageCost, StageMemory, placed
 from ..span import Source, Span
 
@@ -111,8 +111,38 @@ def _read_arrays(text: str, name: str, program_name: str, limits: tuple[int, int
         return None
     if b[-1] != NEWLINE:
         b = np.append(b, np.uint8(NEWLINE))
-    if not (_DIGIT | _LETTER | _SEP)[b].all():
-        return None  # quotes, spaces, compounds, lower case: the cell-by-cell reader
+    if not (_DIGIT | _LETTER | _SEP | _PAREN)[b].all():
+        return None  # quotes, spaces, lower case: the cell-by-cell reader
+    compounds = None
+    if _PAREN[b].any():  # compound cells: read apart (`_compounds`), each a plain placeholder here
+        compounds = _compounds(b)
+        if compounds is None:
+            return None
+        b = compounds.placeholders
+    read = _read_cells(b)
+    if read is None:
+        return None
+    row, column, width, step, op, stage, mb = read
+    parts, held = None, [(stage, row)]
+    if compounds is not None:
+        column, width = compounds.column, compounds.width
+        op[compounds.cells], stage[compounds.cells], mb[compounds.cells] = COMPOUND, 0, NO_MICROBATCH
+        parts = compounds.parts
+        plain = op != COMPOUND
+        held = [(stage[plain], row[plain]), (parts.stage, row[np.repeat(parts.step, parts.sizes)])]
+    last_mb = max(int(m.max(initial=NO_MICROBATCH)) for m in (mb, *([] if parts is None else [parts.microbatch])))
+    num_ranks = int(np.count_nonzero(b == NEWLINE))
+    max_ranks, max_stages, max_mbs = limits
+    top = max(int(s.max(initial=-1)) for s, _ in held)
+    if not len(stage) or num_ranks > max_ranks or top >= max_stages or last_mb >= max_mbs:
+        return None
+    return _program(text, name, program_name, num_ranks, (op, stage, mb, parts), held, last_mb,
+                    (row, column, width, step))
+
+
+def _read_cells(b: np.ndarray):
+    """(row, column, width, step, op code, stage, microbatch) of every nonempty cell of the bytes,
+    a stretch of rows at a time; None if a cell is not a plain action."""
     parts = []
     for lo, hi, first_row in _chunks(b):
         part = _cells(b[lo:hi])
@@ -126,28 +156,116 @@ def _read_arrays(text: str, name: str, program_name: str, limits: tuple[int, int
         return None  # not an op name (BW, a typo): the cell-by-cell reader explains
     if (_KEY_HAS_MB[at] != mb_digits).any():
         return None  # a microbatch missing or extra
-    num_ranks = int(np.count_nonzero(b == NEWLINE))
-    max_ranks, max_stages, max_mbs = limits
-    if not len(stage) or num_ranks > max_ranks or stage.max() >= max_stages or mb.max() >= max_mbs:
-        return None
-    return _program(text, name, program_name, num_ranks, _KEY_CODE[at], stage, np.where(mb_digits, mb, NO_MICROBATCH),
-                    (row, column, width, step))
+    return row, column, width, step, _KEY_CODE[at], stage, np.where(mb_digits, mb, NO_MICROBATCH)
 
 
-def _program(text: str, name: str, program_name: str, num_ranks: int, op, stage, microbatch, where) -> Program:
-    """The program of the cells read: op codes, stages and microbatches (NO_MICROBATCH: none) as
-    arrays, and each cell's (row, column, width, step); stages run on the rank of their first cell."""
+def _program(text: str, name: str, program_name: str, num_ranks: int, steps, held, last_mb: int, where) -> Program:
+    """The program of the cells read: `steps`, op codes, stages and microbatches (NO_MICROBATCH: none)
+    as arrays and the compounds' parts, and each cell's (row, column, width, step); `held`, the stage and
+    row of every action, in groups in row order (plain cells, compounds' parts): a stage runs on the
+    rank of its first cell."""
+    op, stage, microbatch, parts = steps
     row = np.asarray(where[0])
-    num_stages = int(stage.max()) + 1
+    num_stages = max(int(s.max(initial=-1)) for s, _ in held) + 1
     placement = list(placed("loop", num_stages, num_ranks))
-    stages, first = np.unique(stage, return_index=True)  # every action runs on the rank of its stage
-    for s, r in zip(stages.tolist(), row[first].tolist()):
-        placement[s] = r
+    first_row = np.full(num_stages, num_ranks, dtype=np.int64)
+    for stages_of, rows_of in held:  # every action runs on the rank of its stage
+        stages, first = np.unique(stages_of, return_index=True)
+        first_row[stages] = np.minimum(first_row[stages], rows_of[first])
+    for s in np.flatnonzero(first_row < num_ranks).tolist():
+        placement[s] = int(first_row[s])
     ranks = Columns(op, stage, microbatch, np.searchsorted(row, np.arange(num_ranks + 1)),
-                    CsvSpans(Source(name, text), *where))
+                    CsvSpans(Source(name, text), *where), parts=parts)
     return Program(name=program_name, num_ranks=num_ranks, num_stages=num_stages,
-                   num_microbatches=max(int(microbatch.max()) + 1, 1), placement=tuple(placement), ranks=ranks,
+                   num_microbatches=max(last_mb + 1, 1), placement=tuple(placement), ranks=ranks,
                    source=name)
+
+
+OPEN, CLOSE, SEMICOLON = ord("("), ord(")"), ord(";")
+_PAREN = np.zeros(256, dtype=bool)
+_PAREN[[OPEN, CLOSE, SEMICOLON]] = True
+_KIND_KEYS = {_pack(kind.value): i for i, kind in enumerate(KINDS)}
+_KIND_KEY_LIST = np.array(sorted(_KIND_KEYS), dtype=np.int64)
+_KIND_KEY_CODE = np.array([_KIND_KEYS[k] for k in sorted(_KIND_KEYS)], dtype=np.int8)
+
+
+class _Compounds:
+    """The compound cells of a file's bytes: `placeholders`, the bytes with each compound cell
+    written `0F0` (so the plain reader reads the rest), `cells` (their places among the nonempty
+    cells), `column` and `width` of every nonempty cell as the file has them, and `parts`."""
+
+    __slots__ = ("placeholders", "cells", "column", "width", "parts")
+
+
+def _compounds(b: np.ndarray) -> _Compounds | None:  # noqa: C901
+    """Every cell `(part;part...)KIND` of the bytes (rows ending in "\n"), each part a plain action:
+    None if an opening or closing bracket or a `;` is anywhere else, a part is empty or not an
+    action, or KIND is not a compound's kind."""
+    ends = np.flatnonzero(_SEP[b])
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    opens, closes, semis = (np.flatnonzero(b == c) for c in (OPEN, CLOSE, SEMICOLON))
+    cell = np.searchsorted(ends, opens)  # (a byte's cell: the first separator after it ends it)
+    if (starts[cell] != opens).any() or len(closes) != len(opens) or (np.searchsorted(ends, closes) != cell).any():
+        return None  # a bracket other than first in its cell, or not one closing bracket in each compound
+    if (closes <= opens).any():
+        return None
+    at = np.searchsorted(opens, semis, side="right") - 1  # each `;`'s compound: between its brackets
+    if len(semis) and ((at < 0).any() or (semis >= closes[at.clip(0)]).any()):
+        return None
+    kind = _kinds(b, closes + 1, ends[cell])
+    if kind is None:
+        return None
+    inner = _inner(b, opens, closes)  # the parts, a compound a row
+    read = _read_cells(inner)
+    if read is None:
+        return None
+    owner, _, _, _, op, stage, mb = read
+    counts = np.bincount(owner, minlength=len(opens))
+    if (counts != np.bincount(at, minlength=len(opens)) + 1).any():
+        return None  # an empty part
+    full = ends > starts
+    out = _Compounds()
+    out.cells = np.searchsorted(np.flatnonzero(full), cell)
+    out.parts = Parts(out.cells, kind, np.concatenate([[0], np.cumsum(counts)]), op, stage, mb)
+    row_start = starts[np.concatenate([[True], b[ends[:-1]] == NEWLINE])]  # where each row begins
+    line = np.searchsorted(row_start, starts[full], side="right") - 1
+    out.column, out.width = starts[full] - row_start[line] + 1, (ends - starts)[full]
+    keep = np.ones(len(b), dtype=bool)
+    keep[_ranges(opens + 3, ends[cell])] = False  # each compound cell but its first three bytes
+    placeholders = b.copy()
+    placeholders[opens], placeholders[opens + 1], placeholders[opens + 2] = ord("0"), ord("F"), ord("0")
+    out.placeholders = placeholders[keep]
+    return out
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The indices lo[k] .. hi[k] - 1 of every k, one range after another (each hi[k] >= lo[k])."""
+    size = hi - lo
+    return np.repeat(lo - np.concatenate([[0], np.cumsum(size)[:-1]]), size) + np.arange(int(size.sum()))
+
+
+def _kinds(b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray | None:
+    """The kind code of the letters b[lo[c]:hi[c]] of each compound c; None if one is not a kind."""
+    size = hi - lo
+    if (size < 1).any() or (size > MAX_LETTERS).any():
+        return None
+    pos = _ranges(lo, hi)
+    letters = b[pos]
+    if not _LETTER[letters].all():
+        return None
+    from_end = np.repeat(hi - 1, size) - pos
+    value = np.add.reduceat(np.where(letters == ord("_"), 27, letters.astype(np.int64) - 64) << (5 * from_end),
+                            np.concatenate([[0], np.cumsum(size)[:-1]]))
+    at = np.searchsorted(_KIND_KEY_LIST, value).clip(0, len(_KIND_KEY_LIST) - 1)
+    return None if (_KIND_KEY_LIST[at] != value).any() else _KIND_KEY_CODE[at]
+
+
+def _inner(b: np.ndarray, opens: np.ndarray, closes: np.ndarray) -> np.ndarray:
+    """The bytes between each compound's brackets as a row of cells (`;` as `,`, the row ended)."""
+    out = b[_ranges(opens + 1, closes + 1)]  # (the closing bracket becomes the row's end)
+    out[out == SEMICOLON] = COMMA
+    out[out == CLOSE] = NEWLINE
+    return out
 
 
 SMALL_BYTES = 16_384  # files up to this size are read cell by cell (numpy's calls cost more than the work)
@@ -162,22 +280,28 @@ MAX_PARSED = 1 << 16  # cells kept (the cells of a schedule's files repeat: 0F0,
 def _read_small(text: str, name: str, program_name: str, limits: tuple[int, int, int]) -> Program | None:
     """`_read_arrays`, one cell at a time: the same program, or None for the same files (the spans
     found from the lines when asked for). Each cell's numbers are kept packed as one record, so the
-    file's records, joined, are its three columns at once."""
+    file's records, joined, are its three columns at once (a compound's record says only that it
+    is one: its parts are read from `_PARTS`)."""
     lines = _plain_lines(text)
     if lines is None:
         return None
     rows = [line.split(",") for line in lines]
     full = [row if "" not in row else [cell for cell in row if cell] for row in rows]  # (empty cells: idle steps)
-    records = _records(list(chain.from_iterable(full)))
+    cells = list(chain.from_iterable(full))
+    records = _records(cells)
     if not records:
         return None
-    cells = np.frombuffer(records, _RECORD)
-    op, stage, mb = cells["op"], cells["stage"], cells["mb"]
-    stages = stage.tolist()
+    cells_read = np.frombuffer(records, _RECORD)
+    op, stage, mb = cells_read["op"], cells_read["stage"], cells_read["mb"]
     starts = list(accumulate(map(len, full), initial=0))
-    held = [set(stages[starts[r]:starts[r + 1]]) for r in range(len(rows))]  # each rank's stages
+    parts = _small_parts(cells) if "(" in text else None
+    if parts is None:
+        stages, mbs = stage.tolist(), set(mb.tolist())  # (few: a set)
+        held = [set(stages[starts[r]:starts[r + 1]]) for r in range(len(rows))]  # each rank's stages
+    else:
+        held, mbs = _held_with_parts(stage.tolist(), mb.tolist(), starts, parts)
     max_ranks, max_stages, max_mbs = limits
-    R, S, last_mb = len(rows), max(map(max, filter(None, held))) + 1, max(set(mb.tolist()))  # (few: a set)
+    R, S, last_mb = len(rows), max(map(max, filter(None, held))) + 1, max(mbs)
     if R > max_ranks or S > max_stages or last_mb >= max_mbs:
         return None
     placement, seen = list(placed("loop", S, R)), set()
@@ -185,9 +309,31 @@ def _read_small(text: str, name: str, program_name: str, limits: tuple[int, int,
         for s in here - seen:
             placement[s] = r
         seen |= here
-    ranks = Columns(op, stage, mb, starts, CsvSpans(Source(name, text), lines=lines, starts=starts))
+    ranks = Columns(op, stage, mb, starts, CsvSpans(Source(name, text), lines=lines, starts=starts), parts=parts)
     return Program(name=program_name, num_ranks=R, num_stages=S, num_microbatches=max(last_mb + 1, 1),
                    placement=tuple(placement), ranks=ranks, source=name, annotations=_defaults(S, R))
+
+
+def _small_parts(cells: list[str]) -> Parts | None:
+    """The parts of the compound cells among `cells` (every cell parsed), or None if there is none."""
+    at = [i for i, cell in enumerate(cells) if cell[0] == "("]
+    if not at:
+        return None
+    read = [_PARTS.get(cells[i]) or _compound_parts(cells[i]) for i in at]  # (the cache may have been cleared)
+    records = np.frombuffer(b"".join(r[1] for r in read), _RECORD)  # type: ignore[index]  # (all parsed)
+    sizes = [len(r[1]) // _RECORD.itemsize for r in read]  # type: ignore[index]
+    return Parts(at, [r[0] for r in read], list(accumulate(sizes, initial=0)),  # type: ignore[index]
+                 records["op"], records["stage"], records["mb"])
+
+
+def _held_with_parts(stages: list[int], mbs: list[int], starts: list[int], parts: Parts):
+    """Each rank's stages and every microbatch (a compound's are its parts')."""
+    ops_at = set(parts.step.tolist())
+    owner = np.repeat(parts.step, parts.sizes).tolist()
+    held = [{s for i, s in enumerate(stages[lo:hi], lo) if i not in ops_at} for lo, hi in zip(starts, starts[1:])]
+    for i, s in zip(owner, parts.stage.tolist()):
+        held[bisect_right(starts, i) - 1].add(s)
+    return held, {m for i, m in enumerate(mbs) if i not in ops_at} | set(parts.microbatch.tolist())
 
 
 def _defaults(S: int, R: int) -> Annotations:
@@ -254,7 +400,9 @@ def _plain_lines(text: str) -> list[str] | None:
 
 
 def _parse_cell(cell: str) -> bytes | None:
-    """A cell's record (`_RECORD`): digits, an op name, maybe digits."""
+    """A cell's record (`_RECORD`): digits, an op name, maybe digits; or a compound's (`_parse_compound`)."""
+    if cell[0] == "(":
+        return _parse_compound(cell)
     head = cell.rstrip(_DIGITS)
     name = head.lstrip(_DIGITS)
     stage, mb = head[:len(head) - len(name)], cell[len(head):]
@@ -264,8 +412,40 @@ def _parse_cell(cell: str) -> bytes | None:
         return None
     if len(_PARSED) >= MAX_PARSED:
         _PARSED.clear()
+        _PARTS.clear()
     record = _PARSED[cell] = _PACK(known[0], int(stage), int(mb) if mb else NO_MICROBATCH)
     return record
+
+
+_KIND_CODES = {kind.value: i for i, kind in enumerate(KINDS)}
+_PARTS: dict[str, tuple[int, bytes]] = {}  # a compound cell's text -> its kind code and its parts' records
+_COMPOUND_RECORD = _PACK(COMPOUND, 0, NO_MICROBATCH)  # what a compound cell's own record says
+
+
+def _parse_compound(cell: str) -> bytes | None:
+    """A compound cell's record, `(part;part...)KIND` with each part a plain cell (as ir.parse_step
+    reads it, which reads more: it says what is wrong with the rest); its parts go to `_PARTS`."""
+    parts = _compound_parts(cell)
+    if parts is None:
+        return None
+    _PARSED[cell] = _COMPOUND_RECORD
+    return _COMPOUND_RECORD
+
+
+def _compound_parts(cell: str) -> tuple[int, bytes] | None:
+    close = cell.find(")")
+    kind = _KIND_CODES.get(cell[close + 1:])
+    if kind is None or close < 0 or cell.count("(") != 1 or cell.count(")") != 1:
+        return None
+    pieces = cell[1:close].split(";")
+    records = [_PARSED.get(piece) or _parse_cell(piece) for piece in pieces if piece and piece[0] != "("]
+    if len(records) != len(pieces) or None in records:
+        return None
+    if len(_PARSED) >= MAX_PARSED:
+        _PARSED.clear()
+        _PARTS.clear()
+    got = _PARTS[cell] = (kind, b"".join(records))  # type: ignore[arg-type]  # (None is not in it)
+    return got
 
 
 def _chunks(b: np.ndarray):

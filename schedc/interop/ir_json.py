@@ -84,8 +84,8 @@ def _step_lines(ranks):
 
 
 def _plain_columns(ranks) -> bool:
-    """Steps held as columns without compounds: their texts are made from the columns."""
-    return isinstance(ranks, Columns) and not ranks.compounds
+    """Steps held as columns: their texts are made from the columns."""
+    return isinstance(ranks, Columns)
 
 
 def _array(items, depth: int) -> str:

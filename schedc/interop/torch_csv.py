@@ -12,7 +12,7 @@ import io
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from ..columns import Columns, columns_of, has_op
+from ..columns import KIND_CODE, Columns, columns_of, has_op
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
 from ..expr import did_you_mean
@@ -61,7 +61,7 @@ class TorchCsv:
 
     def dumps(self) -> str:
         """The file text exactly as torch's `_dump_csv` writes it (csv module, CRLF rows)."""
-        if isinstance(self.rows, Columns) and not self.rows.compounds:
+        if isinstance(self.rows, Columns):
             return _dumps_columns(self.rows)
         buf = io.StringIO(newline="")
         writer = csv.writer(buf)
@@ -158,9 +158,13 @@ def _check_stated(program: Program, given: Mapping[str, int], placement: str | N
 
 
 def _dumps_columns(cols: Columns) -> str:
-    """`TorchCsv.dumps` of rows held as columns, without making their actions: cells are plain
-    `2F0` texts (no compounds), which the csv module writes unquoted."""
+    """`TorchCsv.dumps` of rows held as columns, without making their actions: cells are compact
+    texts (`2F0`, `(0F3;7B1)OVERLAP_F_B`), which the csv module writes unquoted."""
     return "".join(",".join(step_texts(cols, r)) + "\r\n" for r in range(len(cols)))
+
+
+def _has_groups(cols: Columns) -> bool:
+    return cols.compounds and bool((cols.parts.kind == KIND_CODE[CompoundKind.GROUP]).any())
 
 
 def _stem(name: str) -> str:
@@ -275,7 +279,7 @@ def to_torch_csv(program: Program, level: str = "comms") -> TorchCsv:
         from ..passes import lower_for_torch
         program = lower_for_torch(program)
     held = columns_of(program)
-    if level == "comms" and held is not None and not held.compounds:
+    if level == "comms" and held is not None and not _has_groups(held):
         return TorchCsv(held, program.name)  # no groups to flatten: the rows are the columns
     rows, flattened = [], False
     for steps in program.ranks:

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from ..columns import held_as_columns
 from ..ir import RECEIVE_POSTINGS, Program
-from .comms import insert_comms, within_limit
+from .comms import held_unless_small, insert_comms, within_limit
 from .receives import post_receives_early
 from .stage_ops import add_reduce_grad, add_unshard_reshard
 
@@ -32,7 +32,8 @@ def lower(program: Program, *, receives: str = "needed") -> Program:
 
 def _lower_one(program: Program, receives: str) -> Program:
     for step in (
-        held_as_columns,  # the steps as integer columns (schedc/columns.py), read as arrays by the passes below
+        held_unless_small,  # the steps as integer columns (schedc/columns.py), read as arrays below (a small
+        # program held as actions stays so: lowered in plain Python)
         within_limit,  # the lowered size, counted before any of it is built: over MAX_LOWERED_ACTIONS is an error
         insert_comms,  # SEND/RECV for every value that crosses ranks, receives posted with their sender
         *([post_receives_early] if receives == "early" else []),  # or every receive first, for gloo

@@ -6,21 +6,24 @@ receive is appended to the consumer's list in the round its sender runs. That gl
 valid run in which each send meets its receive at once, so the result cannot deadlock even when
 sends block until received, and each channel's receives are in its sends' order (FIFO match).
 
-The pass works on integers: each step's needs, product and message are looked up once, for all
-steps at a time, from deps.py's tables, the rounds only record the order in which the steps run,
-and the lowered program is built from that order as columns (schedc/columns.py), its sends and
-receives made as actions only when something asks for them.
+The pass works on integers: each action's needs, product and message are looked up once, for all
+actions at a time, from deps.py's tables (a compound's parts too: schedc/columns.py's `Parts`); the
+round each step runs in is found in one pass over the steps (`_when`; the rounds themselves,
+`_rounds`, where a value is made twice or never comes), and the lowered program is built from that
+order as columns, its sends and receives made as actions only when something asks for them. A small
+program held as actions is lowered the same way in plain Python (`_lower_small`).
 """
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from itertools import accumulate, chain
 from typing import Any
 
-from ..columns import CODE, COMPOUND, Columns, as_columns, objects
+from ..columns import CODE, COMPOUND, OPS, Columns, as_columns, held_as_columns, objects
 from ..errors import SchedcError
-from ..ir import MAX_LOWERED_ACTIONS, Op, Program
+from ..ir import MAX_LOWERED_ACTIONS, Action, Op, Program, Step, unchecked_action
 from ..lazy_numpy import np
 from ..rules import deps
 
@@ -28,16 +31,22 @@ from ..rules import deps
 def insert_comms(program: Program) -> Program:
     if program.level == "comms":
         return program
+    if _small(program):
+        lowered = _lower_small(program)
+        return lowered if isinstance(lowered, Program) else replace(program, ranks=lowered)
     steps = _Steps.of(program)
-    return replace(program, ranks=_lowered(steps, _rounds(steps, program.num_ranks), program.num_ranks))
+    when = _when(steps, program.num_ranks)
+    if when is None:  # (a value made twice, or one that never comes: the rounds, run as they are)
+        when = _position(_rounds(steps, program.num_ranks))
+    return replace(program, ranks=_lowered(steps, when, program.num_ranks))
 
 
 def within_limit(program: Program) -> Program:
     """The lowered program's size, counted before any of it is built: every value that crosses
     ranks adds a send and a receive; over MAX_LOWERED_ACTIONS is a `too-large` error, not a lowering that
     runs out of memory. A program with its communication already written passes as it is."""
-    if program.level == "comms":
-        return program
+    if program.level == "comms" or 3 * program.num_actions <= MAX_LOWERED_ACTIONS:
+        return program  # (each action sends at most one message: a send and a receive more)
     total = lowered_size(program)
     if total > MAX_LOWERED_ACTIONS:
         raise SchedcError("too-large", f"lowering adds {total - program.num_actions:,} sends and receives: the "
@@ -51,7 +60,7 @@ def lowered_size(program: Program) -> int:
     and a receive for every value that crosses ranks (none for a program that has its own)."""
     if program.level == "comms":
         return program.num_actions
-    return program.num_actions + 2 * len(_Steps.messages_of(program)["step"])
+    return program.num_actions + 2 * len(_Steps.messages_of(program)["action"])
 
 
 # deps.py's rule as arrays over op codes: the kind of value an op makes at its own (stage,
@@ -84,93 +93,103 @@ def _tables() -> tuple[Any, list[tuple[Any, Any]], Any]:
 
 @dataclass
 class _Steps:
-    """A compute-level program's steps, rank by rank, as integers. A value on a rank is the number
-    `((stage * width + microbatch) * 2 + kind) * R + rank`; NONE stands for "no value". For each
-    step: the values it needs on its rank (`need_a`, `need_b`), the value it makes there (`own`),
-    and the value its message puts on the rank `dest` (`sent`; `dest` NONE: no message). A compound
-    has OTHER in `need_a` and `dest`, and its needs, values and destinations in `compound`.
-    `messages` holds columns of every message: the step and part that make its value, the kind (0
-    an activation, 1 a gradient), the stage that made it, the stage that receives it, the
-    microbatch and the destination rank."""
+    """A compute-level program's actions as integers (a compound's parts one by one, each with its
+    step). A value on a rank is the number `((stage * width + microbatch) * 2 + kind) * R + rank`;
+    NONE stands for "no value". Per action (`needs`, `own`, `step`): the values it needs on its
+    rank (one array per need), the value it makes there, and its step. `messages` holds columns of
+    every message: the action, step and part that make its value, the kind (0 an activation, 1 a
+    gradient), the stage that made it, the stage that receives it, the microbatch, the destination
+    rank and the value it puts there. `rank`: each step's rank."""
 
     columns: Columns
     rank: np.ndarray
-    need_a: list[int]
-    need_b: list[int]
-    own: list[int]
-    sent: list[int]
-    dest: list[int]
-    compound: dict[int, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
+    needs: list[np.ndarray]
+    own: np.ndarray
+    step: np.ndarray
     messages: dict[str, np.ndarray]
 
     @classmethod
     def of(cls, program: Program) -> "_Steps":
         cols, R = as_columns(program), program.num_ranks
-        op, stage, mb = (a.astype(np.int64) for a in (cols.op, cols.stage, cols.microbatch))
+        op, stage, mb, step = (a.astype(np.int64) for a in cols.opened())  # (a compound's parts share its step)
         rank = np.repeat(np.arange(R, dtype=np.int64), np.diff(cols.starts))
         width = int(mb.max(initial=0)) + 1
         big = (int(stage.max(initial=0)) + 2) * width * 2 * R >= 2 ** 62  # Python integers, past int64
         number = (lambda a: a.astype(object)) if big else (lambda a: a)
+        where = rank[step]  # each action's rank
 
         def on(kind, at, m, r):  # the value (kind, stage `at`, microbatch m) on rank r
             return ((number(at) * width + m) * 2 + kind) * R + r
 
-        single, code = op != COMPOUND, np.where(op == COMPOUND, 0, op)  # compounds: part by part, below
         lo, hi = _segments(program, stage)
         needs = []
         for kinds, offsets in _tables()[1]:  # each op's k-th need, where the stage it names exists
-            at = stage + offsets[code]
-            ok = single & (kinds[code] >= 0) & (at >= lo) & (at < hi)
-            needs.append(np.where(ok, on(kinds[code], at, mb, rank), NONE).tolist())
-        kind = np.where(single, _tables()[0][code], -1)
-        msg = cls._messages(program, cols, kind, stage, mb)
+            at = stage + offsets[op]
+            ok = (kinds[op] >= 0) & (at >= lo) & (at < hi)
+            needs.append(np.where(ok, on(kinds[op], at, mb, where), NONE))
+        kind = _tables()[0][op]
+        msg = cls._messages(program, kind, stage, mb)
+        msg["step"] = step[msg["action"]]
+        msg["part"] = msg["action"] - np.searchsorted(step, msg["step"])
         msg["value"] = on(msg["kind"], msg["stage"], msg["mb"], msg["dest"])
-        sent, dest = np.full(len(op), NONE, dtype=msg["value"].dtype), np.full(len(op), NONE)
-        sent[msg["step"]], dest[msg["step"]] = msg["value"], msg["dest"]
-        own = np.where(kind >= 0, on(kind, stage, mb, rank), NONE).tolist()
-        steps = cls(cols, rank, *needs, own, sent.tolist(), dest.tolist(), {}, msg)
-        compounds = np.flatnonzero(~single).tolist()
-        if compounds:
-            steps._add_compounds(compounds, program, width, on)
-        return steps
+        return cls(cols, rank, needs, np.where(kind >= 0, on(kind, stage, mb, where), NONE), step, msg)
 
-    def _add_compounds(self, compounds: list[int], program: Program, width: int, on) -> None:
-        """Each compound's needs, values and messages, part by part by deps.py's functions."""
-        parts = []
-        for i in compounds:
-            needs, makes = _compound(self.columns.kept[i], i, int(self.rank[i]), program, width, parts)
-            self.compound[i] = (needs, makes, ())
-            self.need_a[i] = self.dest[i] = OTHER
-        extra = {name: np.asarray([m[name] for m in parts], dtype=np.int64) for name in self.messages if name != "value"}
-        extra["value"] = on(extra["kind"], extra["stage"], extra["mb"], extra["dest"])
-        for m, v in zip(parts, extra["value"].tolist()):
-            needs, makes, dests = self.compound[m["step"]]
-            self.compound[m["step"]] = (needs, makes + (v,), dests + (m["dest"],))
-        self.messages = {name: np.concatenate([self.messages[name], extra[name]]) for name in self.messages}
+    def lists(self):
+        """Per step, as lists for `_rounds`: the values it needs (`need_a`, `need_b`), the value it
+        makes (`own`) and the value its message puts (`sent`) on the rank `dest` (NONE: no message);
+        a compound has OTHER in `need_a` and `dest`, and in `compound` its needs, values and
+        destinations, part by part (NONE where a part has none)."""
+        cols, msg, needs, own = self.columns, self.messages, self.needs, self.own
+        n = len(cols.op)
+        single = cols.op != COMPOUND
+        first = np.searchsorted(self.step, np.arange(n))  # each step's first action
+        at = first[single]  # (the one action of each single step)
+
+        def per_step(values, other):
+            out = np.full(n, other, dtype=values.dtype)
+            out[single] = values[at]
+            return out.tolist()
+        alone = single[msg["step"]]
+        sent, dest = np.full(n, NONE, dtype=msg["value"].dtype), np.where(single, NONE, OTHER)
+        sent[msg["step"][alone]], dest[msg["step"][alone]] = msg["value"][alone], msg["dest"][alone]
+        compound = {}
+        if cols.compounds:
+            parts = cols.parts
+            owner = parts.owner()
+            k = np.arange(len(parts.op)) - parts.starts[owner]  # each part's place in its compound
+            part = first[parts.step][owner] + k
+            mval, mdest = np.full(len(own), NONE, dtype=msg["value"].dtype), np.full(len(own), NONE)
+            mval[msg["action"]], mdest[msg["action"]] = msg["value"], msg["dest"]
+
+            def rows(*columns):  # each compound's values of these columns, part by part (NONE past its parts)
+                width = int(parts.sizes.max())
+                out = np.full((len(parts), len(columns) * width), NONE, dtype=np.result_type(*columns))
+                for j, c in enumerate(columns):
+                    out[owner, j * width + k] = c[part]
+                return out.tolist()
+            compound = dict(zip(parts.step.tolist(), zip(rows(*needs), rows(own, mval), rows(mdest))))
+        return (per_step(needs[0], OTHER), per_step(needs[1], NONE), per_step(own, NONE), sent.tolist(),
+                dest.tolist(), compound)
 
     @staticmethod
     def messages_of(program: Program) -> dict[str, np.ndarray]:
-        """The messages of the program's single actions (compounds' are added by `of`)."""
-        cols = as_columns(program)
-        op, stage, mb = (a.astype(np.int64) for a in (cols.op, cols.stage, cols.microbatch))
-        kind = np.where(op == COMPOUND, -1, _tables()[0][np.where(op == COMPOUND, 0, op)])
-        msg = _Steps._messages(program, cols, kind, stage, mb)
-        if cols.compounds:
-            msg["step"] = np.concatenate([msg["step"], [0] * sum(
-                deps.remote_consumer(a, program.placement, deps.stages_of(program)) is not None
-                for i in np.flatnonzero(op == COMPOUND).tolist() for a in cols.kept[i].parts)])
-        return msg
+        """The messages of the program's actions (a compound's, part by part)."""
+        op, stage, mb, _ = (a.astype(np.int64) for a in as_columns(program).opened())
+        return _Steps._messages(program, _tables()[0][op], stage, mb)
 
     @staticmethod
-    def _messages(program: Program, cols: Columns, kind, stage, mb) -> dict[str, np.ndarray]:
+    def _messages(program: Program, kind, stage, mb) -> dict[str, np.ndarray]:
+        """Per action (`kind`, `stage`, `mb`: the kind of value it makes, -1 none) that sends what
+        it makes: its index (`action`), the kind, its stage, the stage that receives it, the
+        microbatch and the destination rank."""
         S, placement = program.num_stages, np.asarray(program.placement, dtype=np.int64)
         to = stage + _tables()[2][np.maximum(kind, 0)]  # the consumer (no value: `crosses` drops it)
         home = placement[np.clip(stage, 0, S - 1)]
         lo, hi = _segments(program, stage)
         crosses = (kind >= 0) & (to >= lo) & (to < hi) & (placement[np.clip(to, 0, S - 1)] != home)
         i = np.flatnonzero(crosses)
-        return {"step": i, "part": np.zeros(len(i), dtype=np.int64), "kind": kind[i], "stage": stage[i],
-                "receiver": to[i], "mb": mb[i], "dest": placement[to[i]]}
+        return {"action": i, "kind": kind[i], "stage": stage[i], "receiver": to[i], "mb": mb[i],
+                "dest": placement[to[i]]}
 
 
 def _segments(program: Program, stage: np.ndarray) -> tuple[Any, Any]:
@@ -184,33 +203,19 @@ def _segments(program: Program, stage: np.ndarray) -> tuple[Any, Any]:
     return np.asarray(stages.first, dtype=np.int64)[at], np.asarray(stages.stop, dtype=np.int64)[at]
 
 
-def _compound(step, i: int, rank: int, program: Program, width: int, messages: list) -> tuple[tuple, tuple]:
-    """Compound step i's needs and makes on its rank; its messages appended to `messages` (their
-    values are added to what it puts by the caller)."""
-    S, R = deps.stages_of(program), program.num_ranks
-
-    def on(v, r):
-        kind, s, m = v
-        return ((s * width + m) * 2 + _KIND[kind]) * R + r
-    needs = tuple(on(v, rank) for a in step.parts for v in deps.needs(a, S))
-    makes = tuple(on(deps.produces(a), rank) for a in step.parts if deps.produces(a) is not None)
-    for part, a in enumerate(step.parts):
-        to = deps.remote_consumer(a, program.placement, S)
-        if to is not None:
-            messages.append({"step": i, "part": part, "kind": _KIND[deps.produces(a)[0]], "stage": a.stage,
-                             "receiver": to, "mb": a.microbatch, "dest": program.placement[to]})
-    return needs, makes
-
-
 def _rounds(steps: _Steps, R: int) -> list[int]:
+    """`_run_rounds` of the program's steps."""
+    return _run_rounds(steps.lists(), steps.columns.starts, R, steps.columns.step)
+
+
+def _run_rounds(lists, starts: list[int], R: int, step_at) -> list[int]:
     """The steps (flat indices) in the order the lockstep rounds run them. A rank blocked at its
     last try stays blocked until a value is delivered to it, so only ranks that can move are
     visited: the work is linear in the steps, not in rounds x ranks (a drain over 65,536 ranks
-    takes one round per rank). A rank woken later in its own round is tried in that round."""
-    starts = steps.columns.starts
+    takes one round per rank). A rank woken later in its own round is tried in that round.
+    `lists`: `_Steps.lists`; `starts`: where each rank's steps begin; `step_at(r, i)`: rank r's step i."""
     pc, ends = list(starts[:-1]), starts[1:]
-    need_a, need_b, own, sent, dest, compound = (steps.need_a, steps.need_b, steps.own, steps.sent, steps.dest,
-                                                 steps.compound)
+    need_a, need_b, own, sent, dest, compound = lists
     have = {NONE}  # the values on their ranks (and NONE, which every step has)
     order: list[int] = []
     # the loop below runs once per step: its methods are looked up once
@@ -219,7 +224,7 @@ def _rounds(steps: _Steps, R: int) -> list[int]:
     this_round = [r for r in range(R) if pc[r] < ends[r]]
     while len(order) < len(own):
         if not this_round:
-            stuck = ", ".join(f"rank {r} at {steps.columns.step(r, pc[r] - starts[r])}"
+            stuck = ", ".join(f"rank {r} at {step_at(r, pc[r] - starts[r])}"
                               for r in range(R) if pc[r] < ends[r])
             raise SchedcError("deadlock", f"cannot insert communication: the compute order deadlocks ({stuck})")
         heapq.heapify(this_round)
@@ -247,19 +252,255 @@ def _rounds(steps: _Steps, R: int) -> list[int]:
                 if d > r and d not in pending:  # its turn in this round is still to come
                     pending.add(d)
                     push(this_round, d)
-                elif d < r:
+                elif 0 <= d < r:  # (NONE: a compound's part that sends nothing)
                     next_round.add(d)
         this_round = list(next_round)
     return order
 
 
-def _lowered(steps: _Steps, order: list[int], R: int) -> Columns:
-    """The lowered columns: each rank's steps in `order`, every message's send appended to its
-    rank right after its step, and its receive to the destination's list at the same moment."""
+SMALL_STEPS = 192  # programs held as actions up to this many steps are lowered in plain Python (`_lower_small`)
+
+
+def _small(program: Program) -> bool:
+    return type(program.ranks) is tuple and sum(map(len, program.ranks)) <= SMALL_STEPS and not program.replicas
+
+
+def held_unless_small(program: Program) -> Program:
+    """The program with its steps held as columns (`held_as_columns`), unless it is small and held as
+    actions: `insert_comms` lowers that one in plain Python."""
+    return program if _small(program) else held_as_columns(program)
+
+
+def _lower_small(program: Program):  # noqa: C901 - the rounds' loop, one step at a time
+    """`insert_comms` of a small program held as actions, in plain Python (numpy's calls cost more
+    than the work): the rounds of `_when`, found in one pass (a value on a rank, numbered
+    `((microbatch * S + stage) * 2 + kind) * R + rank`, is known with the round it can first be
+    used in there), then each step's messages sent right after it and received on their rank at
+    that moment; the same steps. A program this pass does not decide as `_when` would (a value
+    made twice, a step that waits for ever) is lowered as a large one, which says why."""
+    R, S = program.num_ranks, program.num_stages
+    plans: dict = {}
+    per_m = 2 * S * R  # (a microbatch more)
+    flat = list(chain.from_iterable(program.ranks))
+    starts = list(accumulate(map(len, program.ranks), initial=0))
+    rnd = [0] * len(flat)
+    made: dict[int, int] = {}  # a value on a rank -> the first round its rank can use it in
+    waiting: dict[int, list[int]] = {}  # a value on a rank -> the ranks waiting for it
+    pc, last = starts[:-1], [-1] * R
+    work = list(range(R - 1, -1, -1))
+    while work:
+        r = work.pop()
+        x, hi, t = pc[r], starts[r + 1], last[r]
+        while x < hi:
+            st = flat[x]
+            ready = t + 1
+            for a in ((st,) if st.__class__ is Action else st.parts):
+                needs, makes, message = plans.get((a.op, a.stage)) or _plan(plans, program, a)
+                base = (a.microbatch or 0) * per_m + r
+                for v in needs:
+                    q = made.get(v + base)
+                    if q is None:  # not made yet: wait for it
+                        waiting.setdefault(v + base, []).append(r)
+                        break
+                    if q > ready:
+                        ready = q
+                else:
+                    continue
+                break
+            else:
+                rnd[x] = t = ready
+                for a in ((st,) if st.__class__ is Action else st.parts):
+                    needs, makes, message = plans[(a.op, a.stage)]
+                    if makes == NONE:
+                        continue
+                    base = (a.microbatch or 0) * per_m
+                    values = ((makes + base + r, t),) if message is None else (
+                        (makes + base + r, t), (makes + base + message[0], t + (r > message[0])))
+                    for v, q in values:
+                        if v in made:
+                            return insert_comms(held_as_columns(program))  # (made twice)
+                        made[v] = q
+                        if v in waiting:
+                            work += waiting.pop(v)
+                x += 1
+                continue
+            break
+        pc[r], last[r] = x, t
+    if any(pc[r] < starts[r + 1] for r in range(R)):
+        return insert_comms(held_as_columns(program))  # (a step waits for ever: the rounds say where)
+    rank = list(chain.from_iterable([r] * len(steps) for r, steps in enumerate(program.ranks)))
+    rows: list[list[Step]] = [[] for _ in range(R)]
+    for x in sorted(range(len(flat)), key=[t * R + r for t, r in zip(rnd, rank)].__getitem__):
+        row, st = rows[rank[x]], flat[x]
+        row.append(st)
+        for a in ((st,) if st.__class__ is Action else st.parts):
+            message = plans[(a.op, a.stage)][2]
+            if message is not None:
+                to, send_op, receive_op, receiver = message
+                row.append(unchecked_action(send_op, a.stage, a.microbatch, a.span))
+                rows[to].append(unchecked_action(receive_op, receiver, a.microbatch, a.span))
+    return tuple(map(tuple, rows))
+
+
+def _plan(plans: dict, program: Program, a: Action) -> tuple:
+    """deps.py's rule (its tables) for (a.op, a.stage), kept in `plans`: the values it needs and the
+    one it makes, numbered as `_lower_small` numbers them but for microbatch 0 on rank 0, and its
+    message: (destination rank, send op, receive op, receiving stage), or None."""
+    R, placement, s = program.num_ranks, program.placement, a.stage
+    lo, hi = deps.bounds(deps.stages_of(program), s)  # (a routed stage's neighbours are its route's)
+    plan: tuple = ((), NONE, None)
+    if a.microbatch is not None:
+        needs = tuple((2 * (s + off) + _KIND[kind]) * R for kind, off in deps.NEEDS.get(a.op, ()) if lo <= s + off < hi)
+        kind = deps.MAKES.get(a.op)
+        message = None
+        if kind is not None:
+            to = s + deps.CONSUMER_OFFSET[kind]
+            if lo <= to < hi and placement[to] != placement[s]:
+                message = (placement[to], OPS[_SEND[_KIND[kind]]], OPS[_RECEIVE[_KIND[kind]]], to)
+        plan = (needs, NONE if kind is None else (2 * s + _KIND[kind]) * R, message)
+    plans[(a.op, a.stage)] = plan
+    return plan
+
+
+def _position(order) -> np.ndarray:
+    """Each step's place in `order` (a list or an array of the steps)."""
+    when = np.empty(len(order), dtype=np.int64)
+    when[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
+    return when
+
+
+def _when(steps: _Steps, R: int) -> np.ndarray | None:  # noqa: C901 - one loop, once per step
+    """Each step's place in the order `_rounds` runs the steps, found as the round each runs in:
+    the round after its rank's previous step, and no earlier than the round its inputs from other
+    ranks are made in, or the round after it when their rank comes after its own (the ranks of a
+    round run in order); the order is by round, then by rank. None when some value on a rank is
+    made twice, or a step waits for one that is never made before it (`_rounds` decides those)."""
+    sources = _sources(steps)
+    if sources is None:
+        return None
+    src_a, src_b, more = sources
+    starts = steps.columns.starts
+    n = starts[-1]
+    rnd = [-1] * n  # the round of each step, once it has run
+    last = [-1] * R
+    pc = list(starts[:-1])
+    woken: list[list[int] | None] = [None] * n  # a step -> the ranks waiting for it
+    work = list(range(R - 1, -1, -1))
+    while work:
+        r = work.pop()
+        x, hi, t = pc[r], starts[r + 1], last[r]
+        while x < hi:
+            ready = t + 1
+            a = src_a[x]
+            if a != NONE:  # a source is 2 * its step, + 1 when its rank comes later: the round after it
+                q = rnd[a >> 1]
+                if q < 0:  # not made yet: wait for it
+                    _wait(woken, a >> 1, r)
+                    break
+                if q + (a & 1) > ready:
+                    ready = q + (a & 1)
+                b = src_b[x]
+                if b != NONE:
+                    q = rnd[b >> 1]
+                    if q < 0:
+                        _wait(woken, b >> 1, r)
+                        break
+                    if q + (b & 1) > ready:
+                        ready = q + (b & 1)
+                    if more and x in more:
+                        waits = next((p >> 1 for p in more[x] if rnd[p >> 1] < 0), NONE)
+                        if waits != NONE:
+                            _wait(woken, waits, r)
+                            break
+                        ready = max([ready] + [rnd[p >> 1] + (p & 1) for p in more[x]])
+            rnd[x] = t = ready
+            if woken[x] is not None:
+                work += woken[x]  # type: ignore[operator]
+                woken[x] = None
+            x += 1
+        pc[r], last[r] = x, t
+    if any(pc[r] < starts[r + 1] for r in range(R)):
+        return None
+    rank = np.repeat(np.arange(R, dtype=np.int64), np.diff(starts))
+    return _position(np.lexsort((rank, np.asarray(rnd, dtype=np.int64))))
+
+
+def _wait(woken: list, p: int, r: int) -> None:
+    """Rank r waits for step p."""
+    if woken[p] is None:
+        woken[p] = [r]
+    else:
+        woken[p].append(r)
+
+
+def _sources(steps: _Steps):
+    """Per step, the steps of other ranks that make the values it needs: (`src_a`, `src_b`, `more`),
+    a source the step p as 2 * p, + 1 when its rank comes after the step's, NONE for none, `more`
+    a step's sources where it has more than two. None if a value on a rank is made twice, or a
+    value is made on the step's rank only after it, or never reaches it."""
+    needs, own, step = steps.needs, steps.own, steps.step
+    msg, rank = steps.messages, steps.rank
+    n, R = len(steps.columns.op), len(steps.columns)
+    made = own != NONE
+    wanted = [k != NONE for k in needs]
+    want = np.concatenate([k[w] for k, w in zip(needs, wanted)])
+    consumer = np.concatenate([step[w] for w in wanted])
+    producer = _makers(want, [(own[made], step[made]), (msg["value"], msg["step"])], R)
+    if producer is None:
+        return None
+    local = rank[producer] == rank[consumer]
+    if (local & (producer >= consumer)).any():
+        return None
+    consumer, producer = consumer[~local], producer[~local]
+    source = 2 * producer + (rank[producer] > rank[consumer])
+    order = np.argsort(consumer, kind="stable")
+    consumer, source = consumer[order], source[order]
+    new = np.concatenate([[True], consumer[1:] != consumer[:-1]])  # a step's first source
+    nth = np.arange(len(consumer)) - np.maximum.accumulate(np.where(new, np.arange(len(consumer)), 0))
+    src_a, src_b = np.full(n, NONE, dtype=np.int64), np.full(n, NONE, dtype=np.int64)
+    src_a[consumer[nth == 0]], src_b[consumer[nth == 1]] = source[nth == 0], source[nth == 1]
+    more: dict[int, list[int]] = {}
+    for x in np.unique(consumer[nth == 2]).tolist():
+        lo, hi = np.searchsorted(consumer, [x, x + 1])
+        more[x] = source[lo:hi].tolist()
+    return src_a.tolist(), src_b.tolist(), more
+
+
+def _makers(want: np.ndarray, made: list[tuple[np.ndarray, np.ndarray]], R: int) -> np.ndarray | None:
+    """The step that makes each value of `want` (values on ranks, as `_Steps` numbers them), from
+    `made`'s (values, the step that makes each) groups; None if a value is made twice or one wanted
+    is not made. Values are looked up by (kind, stage, microbatch) in a table when there are few,
+    each group's values on distinct ranks (a value is made once and sent to one rank)."""
+    keys = [v // R for v, _ in made] if want.dtype != object else None
+    top = max([int(want.max(initial=-1)) // R] + [int(k.max(initial=-1)) for k in keys or []]) + 1 if keys else 0
+    if keys is None or top > 4 * sum(map(len, keys)) + 4096:
+        values = np.concatenate([v for v, _ in made])
+        by = np.concatenate([b for _, b in made])
+        order = np.argsort(values, kind="stable")
+        values, by = values[order], by[order]
+        if len(values) > 1 and (values[1:] == values[:-1]).any():
+            return None
+        at = np.searchsorted(values, want).clip(0, max(len(values) - 1, 0))
+        return None if len(want) and (not len(values) or (values[at] != want).any()) else by[at]
+    producer, on = np.full(len(want), NONE, dtype=np.int64), want % R
+    wanted = want // R
+    for key, (values, by) in zip(keys, made):
+        if np.bincount(key, minlength=top).max(initial=0) > 1:
+            return None  # (made twice, or sent to two ranks)
+        maker, rank = np.full(top, NONE, dtype=np.int64), np.full(top, NONE, dtype=np.int64)
+        maker[key], rank[key] = by, values % R
+        here = rank[wanted] == on
+        if ((producer != NONE) & here).any():
+            return None  # made on the rank, and sent to it too
+        producer = np.where(here, maker[wanted], producer)
+    return None if (producer == NONE).any() else producer
+
+
+def _lowered(steps: _Steps, when: np.ndarray, R: int) -> Columns:
+    """The lowered columns: each rank's steps in the order of `when`, every message's send appended
+    to its rank right after its step, and its receive to the destination's list at the same moment."""
     cols, msg = steps.columns, steps.messages
-    n = len(order)
-    when = np.empty(n, dtype=np.int64)
-    when[np.asarray(order, dtype=np.int64)] = np.arange(n)
+    n = len(when)
     slots = 1 + 2 * (int(msg["part"].max(initial=0)) + 1)  # a step, then per message its send and receive
     at = when[msg["step"]] * slots + 2 * msg["part"]
     seq = np.concatenate([when * slots, at + 1, at + 2])
@@ -273,14 +514,30 @@ def _lowered(steps: _Steps, order: list[int], R: int) -> Columns:
     kept = None
     if cols.kept is not None:
         kept = np.concatenate([objects(cols.kept), np.full(2 * len(msg["step"]), None)])[out]
-        if cols.compounds:  # a compound's messages carry the span of their own part
-            part = np.concatenate([np.zeros(n, dtype=np.int64), msg["part"], msg["part"]])[out]
-            spans = objects(spans)
-            for j, (made, step) in enumerate(zip(kept, cols.kept[origin[out]])):
-                if made is None and step is not None and len(step.parts) > 1:
-                    spans[j] = step.parts[int(part[j])].span
+    parts = None
+    if cols.compounds:
+        place = np.empty(len(out), dtype=np.int64)
+        place[out] = np.arange(len(out))
+        parts = cols.parts.renumbered(place[cols.parts.step])  # (each rank's steps keep their order)
+        if kept is not None:  # a compound's messages carry the span of their own part
+            spans = _part_spans(cols, objects(spans), origin[out], np.concatenate(
+                [np.zeros(n, dtype=np.int64), msg["part"], msg["part"]])[out], np.flatnonzero(out >= n))
     return Columns(op[out].astype(np.int8), _narrow(stage[out]), _narrow(mb[out]),
-                   np.searchsorted(rank[out], np.arange(R + 1)), spans, kept)
+                   np.searchsorted(rank[out], np.arange(R + 1)), spans, kept, parts)
+
+
+def _part_spans(cols: Columns, spans: np.ndarray, origin: np.ndarray, part: np.ndarray, messages: np.ndarray):
+    """The spans of the lowered steps with each message of a compound's part at that part's span
+    (`messages`: where the sends and receives are; `origin`, `part`: the step and part each is made from)."""
+    parts = cols.parts
+    from_compound = messages[cols.op[origin[messages]] == COMPOUND]
+    c = np.searchsorted(parts.step, origin[from_compound])
+    if parts.spans is not None:
+        spans[from_compound] = parts.spans[parts.starts[c] + part[from_compound]]
+    else:
+        for j, i, k in zip(from_compound.tolist(), origin[from_compound].tolist(), part[from_compound].tolist()):
+            spans[j] = cols.kept[i].parts[k].span
+    return spans
 
 
 def _narrow(values: np.ndarray) -> np.ndarray:
@@ -301,4 +558,4 @@ def _take(spans, index: np.ndarray):
     return spans.take(index) if hasattr(spans, "take") else objects(spans)[index]
 
 
-__all__ = ["insert_comms", "within_limit"]
+__all__ = ["held_unless_small", "insert_comms", "within_limit"]

@@ -14,7 +14,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
-from ..columns import CODE, COMPOUND, Columns, as_columns, objects
+from ..columns import CODE, Columns, as_columns, objects
 from ..ir import RECVS, Program
 from ..lazy_numpy import np
 
@@ -34,15 +34,19 @@ def post_receives_early(program: Program) -> Program:
     held = as_columns(program)
     rank = np.repeat(np.arange(len(held), dtype=np.int64), np.diff(held.starts))
     first = np.isin(held.op, _receives())
-    if held.compounds:
-        grouped = {int(rank[i]) for i in np.flatnonzero(held.op == COMPOUND).tolist()
-                   if any(a.op in RECVS for a in held.kept[i].parts)}
-        first &= ~np.isin(rank, list(grouped))
+    parts = held.parts if held.compounds else None
+    if parts is not None:  # (the ranks of the compounds that hold a receive)
+        grouped = rank[parts.step[np.unique(parts.owner()[np.isin(parts.op, _receives())])]]
+        first &= ~np.isin(rank, grouped)
     order = np.lexsort((np.arange(len(rank)), ~first, rank))  # by rank, receives first, then as written
     if (order == np.arange(len(order))).all():
         return program
     spans = None if held.spans is None else (
         held.spans.take(order) if hasattr(held.spans, "take") else objects(held.spans[:])[order])
     kept = None if held.kept is None else objects(held.kept)[order]
+    if parts is not None:  # (a compound is no receive: compounds keep their order)
+        place = np.empty(len(order), dtype=np.int64)
+        place[order] = np.arange(len(order))
+        parts = parts.renumbered(place[parts.step])
     return replace(program, ranks=Columns(held.op[order], held.stage[order], held.microbatch[order],
-                                          held.starts, spans, kept))
+                                          held.starts, spans, kept, parts))

@@ -15,7 +15,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
-from ..columns import CODE, NO_MICROBATCH, OPS, Columns, columns_of, has_op, objects
+from ..columns import CODE, COMPOUND, NO_MICROBATCH, OPS, Columns, columns_of, has_op, objects
 from ..ir import Action, Op, Program, Step
 from ..lazy_numpy import np
 from ..rules.deps import ADDS_GRADIENT as _BACKWARDS  # the actions that finish a microbatch's weight gradient
@@ -53,26 +53,72 @@ def add_unshard_reshard(program: Program, max_active_stages: int = MAX_ACTIVE_ST
 
     As torch's `_add_unshard_reshard` on a compute-level program (the same actions in the same
     order); communication steps are passed through and skipped when looking ahead. A program that
-    already has UNSHARD actions is left as it is. Steps held as columns (no compounds) are read
-    run by run: a run of compute steps on one stage has one window, so only its first step moves.
+    already has UNSHARD actions is left as it is. Steps held as columns are read run by run: a run
+    of single compute steps on one stage has one window, so only its first step moves.
     """
     if has_op(program, Op.UNSHARD):
         return program
     held = columns_of(program)
-    if held is not None and not held.compounds:
+    if held is not None:
         return replace(program, ranks=_placed(held, [_run_moves(held, r, max_active_stages) for r in range(len(held))]))
     return program.with_ranks(_with_moves(steps, _moves(_windows(_computes(steps), max_active_stages), len(steps)))
                               for steps in program.ranks)
 
 
 def _run_moves(cols: Columns, r: int, window: int) -> list[Move]:
-    """Rank r's UNSHARD / RESHARD, from its runs of compute steps on one stage."""
+    """Rank r's UNSHARD / RESHARD, from its runs of single compute steps on one stage (and its
+    compound steps, each the stages of its compute parts); from the last step of each stage alone
+    when the rank computes on no more stages than the window holds (`_few_stages`)."""
     lo, hi = cols.starts[r], cols.starts[r + 1]
-    at = np.flatnonzero(_is_compute()[cols.op[lo:hi]])
-    stages = cols.stage[lo:hi][at]
-    first = np.flatnonzero(np.diff(stages, prepend=stages[:1] - 1) != 0)  # where each run begins
-    runs = [(s,) for s in stages[first].tolist()]
-    return _moves(_windows(runs, window, at[first].tolist()), hi - lo)
+    ops = cols.op[lo:hi]
+    single = _is_compute()[ops] & (ops != COMPOUND)
+    parts = cols.parts if cols.compounds else None
+    c_lo, c_hi = np.searchsorted(parts.step, [lo, hi]) if parts is not None else (0, 0)
+    if c_hi == c_lo:  # (no compound here)
+        at = np.flatnonzero(single)
+        stages = cols.stage[lo:hi][at]
+        if window >= 1 and len(np.unique(stages)) <= window:
+            return _few_stages(at, stages, hi - lo)
+        first = np.flatnonzero(np.diff(stages, prepend=stages[:1] - 1) != 0)  # where each run begins
+        runs = [(s,) for s in stages[first].tolist()]
+        return _moves(_windows(runs, window, at[first].tolist()), hi - lo)
+    owner = parts.owner()
+    computing = _is_compute()[parts.op] & (owner >= c_lo) & (owner < c_hi)
+    steps = np.concatenate([np.flatnonzero(single), parts.step[owner[computing]] - lo])  # (each compute action's)
+    order = np.argsort(steps, kind="stable")  # (a compound's parts in their order)
+    stages = np.concatenate([cols.stage[lo:hi][single], parts.stage[computing]])[order]
+    if window >= 1 and len(np.unique(stages)) <= window:
+        return _few_stages(steps[order], stages, hi - lo)
+    of: dict[int, tuple[int, ...]] = {}  # a compound's compute stages, in order
+    for i, s in zip(parts.step[owner[computing]].tolist(), parts.stage[computing].tolist()):
+        of[i] = of.get(i, ()) + (s,)
+    at = np.flatnonzero(single | (ops == COMPOUND))
+    stage = np.where(ops[at] == COMPOUND, -1, cols.stage[lo:hi][at])
+    keep = (np.diff(stage, prepend=-1) != 0) | (stage < 0)  # (a single step on its previous single step's stage: one run)
+    computes, where = [], []
+    for x, s in zip(at[keep].tolist(), stage[keep].tolist()):
+        here = (s,) if s >= 0 else of.get(lo + x, ())
+        if here:
+            computes.append(here)
+            where.append(x)
+    return _moves(_windows(computes, window, where), hi - lo)
+
+
+def _few_stages(steps: np.ndarray, stages: np.ndarray, end: int) -> list[Move]:
+    """`_moves` for a rank whose compute actions (at `steps`, on `stages`, in order) cover no more
+    stages than the window holds: the window of each step is every stage computed on from it, in
+    the order first computed on (`_upcoming` cuts nothing), so it changes only at the first step
+    and after each stage's last: its windows there alone give the same moves."""
+    if not len(steps):
+        return _moves([], end)
+    distinct, first = np.unique(stages, return_index=True)
+    last = np.zeros(len(distinct), dtype=np.int64)
+    np.maximum.at(last, np.searchsorted(distinct, stages), steps)  # each stage's last compute step
+    after = np.searchsorted(steps, last, side="right")  # the compute action after it, if any
+    changes = sorted(set(steps[after[after < len(steps)]].tolist()))
+    windows = [(int(steps[0]), distinct[np.argsort(first)].tolist())]
+    windows += [(x, [s for s, t in zip(distinct.tolist(), last.tolist()) if t >= x]) for x in changes]
+    return _moves(windows, end)
 
 
 def _windows(computes: list[tuple[int, ...]], window: int, steps: list[int] | None = None):
@@ -152,7 +198,7 @@ def add_reduce_grad(program: Program) -> Program:
         return program
     M = program.num_microbatches
     held = columns_of(program)
-    if held is not None and not held.compounds:
+    if held is not None:
         return replace(program, ranks=_placed(held, _last_backwards(held, M)))
     ranks = []
     for steps in program.ranks:
@@ -169,29 +215,36 @@ def add_reduce_grad(program: Program) -> Program:
 
 
 def _last_backwards(cols: Columns, M: int) -> list[list[Move]]:
-    """Per rank, REDUCE_GRAD(s) after the step of stage s's M-th backward on it, in step order."""
-    i = np.flatnonzero(_is_backward()[cols.op])
-    rank = np.searchsorted(cols.starts, i, side="right") - 1
-    by = np.lexsort((i, cols.stage[i], rank))  # each (rank, stage)'s backwards in order, one after another
-    group = np.r_[True, (np.diff(rank[by]) != 0) | (np.diff(cols.stage[i][by]) != 0)]
+    """Per rank, REDUCE_GRAD(s) after the step of stage s's M-th backward on it, in step order (a
+    compound's backward parts in their order)."""
+    op, stage, _, step = cols.opened()
+    i = np.flatnonzero(_is_backward()[op])  # (actions, in order)
+    rank = np.searchsorted(cols.starts, step[i], side="right") - 1
+    by = np.lexsort((i, stage[i], rank))  # each (rank, stage)'s backwards in order, one after another
+    group = np.r_[True, (np.diff(rank[by]) != 0) | (np.diff(stage[i][by]) != 0)]
     first = np.maximum.accumulate(np.where(group, np.arange(len(by)), 0))
     nth = np.sort(by[np.arange(len(by)) - first == M - 1])  # (ranks in order, then steps)
     moves: list[list[Move]] = [[] for _ in range(len(cols))]
-    for r, x, s in zip(rank[nth].tolist(), i[nth].tolist(), cols.stage[i[nth]].tolist()):
+    for r, x, s in zip(rank[nth].tolist(), step[i[nth]].tolist(), stage[i[nth]].tolist()):
         moves[r].append((x - cols.starts[r] + 1, Op.REDUCE_GRAD, s))
     return moves
 
 
 def _placed(cols: Columns, moves: list[list[Move]]) -> Columns:
     """The columns with rank r's `moves[r]` placed among its steps, each before the step it names
-    (in order; at the end of the rank, after its last step): no action is made."""
+    (in order; at the end of the rank, after its last step): no action is made (a compound's parts
+    go with it, and the compounds kept stay, with their parts' spans)."""
     at = [cols.starts[r] + i for r, rank_moves in enumerate(moves) for i, _, _ in rank_moves]
     ops = [CODE[op] for rank_moves in moves for _, op, _ in rank_moves]
     stages = [s for rank_moves in moves for _, _, s in rank_moves]
     spans = None if cols.spans is None else np.insert(_span_objects(cols.spans), at, None)
+    kept = parts = None
+    if cols.compounds:  # (an old step moves by the moves placed at or before it)
+        parts = cols.parts.renumbered(cols.parts.step + np.searchsorted(at, cols.parts.step, side="right"))
+        kept = None if cols.kept is None else np.insert(objects(cols.kept), at, None)
     starts = np.asarray(cols.starts) + np.cumsum([0] + [len(rank_moves) for rank_moves in moves])
     return Columns(np.insert(cols.op, at, ops), np.insert(cols.stage, at, stages),
-                   np.insert(cols.microbatch, at, NO_MICROBATCH), starts.tolist(), spans)
+                   np.insert(cols.microbatch, at, NO_MICROBATCH), starts.tolist(), spans, kept, parts)
 
 
 def _span_objects(spans) -> np.ndarray:
@@ -220,24 +273,29 @@ def add_step_collectives(program: Program) -> Program:
 def _with_step_collectives(program: Program, reduce: set[int], gather: set[int]):
     """One pipeline's rank lists with the step's implicit collectives (`add_step_collectives`)."""
     held = columns_of(program)
+    opened = held.opened() if held is not None and held.compounds else None
     moves: list[list[Move]] = []
     for r in range(program.num_ranks):
-        ops, computed = _stage_ops_and_computes(program, held, r)
+        ops, computed = _stage_ops_and_computes(program, held, r, opened)
         mine = [s for s in range(program.num_stages) if program.placement[s] == r]
         n = len(program.ranks[r]) if held is None else held.starts[r + 1] - held.starts[r]
         moves.append([(0, Op.UNSHARD, s) for s in computed if s in gather and (Op.UNSHARD, s) not in ops]
                      + [(n, Op.REDUCE_GRAD, s) for s in mine if s in reduce and (Op.REDUCE_GRAD, s) not in ops])
-    if held is not None and not held.compounds:
+    if held is not None:
         return _placed(held, moves)
     return program.with_ranks(_with_moves(steps, rank_moves) for steps, rank_moves in zip(program.ranks, moves)).ranks
 
 
-def _stage_ops_and_computes(program: Program, held: Columns | None, r: int) -> tuple[set, list[int]]:
+def _stage_ops_and_computes(program: Program, held: Columns | None, r: int, opened=None) -> tuple[set, list[int]]:
     """Rank r's (op, stage) of its UNSHARD and REDUCE_GRAD actions, and the stages it computes on,
-    in the order it first does."""
-    if held is not None and not held.compounds:
+    in the order it first does (`opened`: the columns' `opened()`, when they hold compounds)."""
+    if held is not None:
         lo, hi = held.starts[r], held.starts[r + 1]
         op, stage = held.op[lo:hi], held.stage[lo:hi]
+        if opened is not None:  # (a compound's parts in its place)
+            op, stage, _, step = opened
+            lo, hi = np.searchsorted(step, [lo, hi])
+            op, stage = op[lo:hi], stage[lo:hi]
         ops = {(o, int(s)) for o in (Op.UNSHARD, Op.REDUCE_GRAD) for s in np.unique(stage[op == CODE[o]])}
         at = np.flatnonzero(_is_compute()[op])
         first = np.unique(stage[at], return_index=True)

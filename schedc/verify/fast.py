@@ -15,10 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import chain
-from operator import attrgetter
 
-from ..columns import COMPOUND, OPS, as_columns, columns_of
+from ..columns import COMPOUND, KIND_CODE, OPS, as_columns, columns_of
 from ..ir import SCHEDC_ONLY, CompoundKind, Op, Program
 from ..lazy_numpy import np
 from ..rules import deps
@@ -186,41 +184,35 @@ def _arrays(program: Program):
     if not len(held.op):
         return None
     lengths = np.diff(held.starts).tolist()
-    op, stage, mb = (a.astype(np.int64) for a in (held.op, held.stage, held.microbatch))
-    gid = np.arange(len(held.op), dtype=np.int64)
     if held.compounds:
-        flat = _overlapped_pairs(held, op, stage, mb)
+        flat = _overlapped_pairs(held)
         if flat is None:
             return None
         op, stage, mb, gid = flat
+    else:
+        op, stage, mb = (a.astype(np.int64) for a in (held.op, held.stage, held.microbatch))
+        gid = np.arange(len(held.op), dtype=np.int64)
     rank = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)[gid]
     step = gid - np.asarray(held.starts[:-1], dtype=np.int64)[rank]
     return op, stage, mb, rank, step, gid, lengths
 
 
-def _overlapped_pairs(held, op, stage, mb):
+def _overlapped_pairs(held):
     """The columns with each compound replaced by its parts, which keep its global step id: (op,
     stage, microbatch, global step id) per action. Inside a step allocations come before frees
     (rules/memory.py's rule), so a pair's F parts are put first: the running sum along the actions then
     peaks where the steps' does. None unless every compound is an OVERLAP_F_B of computations."""
-    at = np.flatnonzero(op == COMPOUND)
-    steps = held.kept[at].tolist()
-    if any(st.kind is not CompoundKind.OVERLAP_F_B for st in steps):
+    parts = held.parts
+    if (parts.kind != KIND_CODE[CompoundKind.OVERLAP_F_B]).any():
         return None
-    sizes = np.fromiter(map(len, map(attrgetter("parts"), steps)), dtype=np.int64, count=len(steps))
-    parts = list(chain.from_iterable(map(attrgetter("parts"), steps)))
-    codes = np.fromiter(map(_CODE.__getitem__, map(attrgetter("op"), parts)), dtype=np.int64, count=len(parts))
+    codes = parts.op.astype(np.int64)
     if not np.isin(codes, (F, B, I, W)).all():
         return None  # a send, receive or stage operation inside
-    order = np.lexsort((~np.isin(codes, _ALLOCATING), np.repeat(at, sizes)))  # compound by compound, its F parts first
-    count = np.ones(len(op), dtype=np.int64)
-    count[at] = sizes
-    gid = np.repeat(np.arange(len(op), dtype=np.int64), count)
-    slots = np.flatnonzero(np.repeat(op == COMPOUND, count))  # where the parts go, in order
-    op, stage, mb = op[gid], stage[gid], mb[gid]
-    op[slots] = codes[order]
-    stage[slots] = np.fromiter(map(attrgetter("stage"), parts), dtype=np.int64, count=len(parts))[order]
-    mb[slots] = np.fromiter(map(attrgetter("microbatch"), parts), dtype=np.int64, count=len(parts))[order]
+    order = np.lexsort((~np.isin(codes, _ALLOCATING), parts.owner()))  # compound by compound, its F parts first
+    op, stage, mb, gid = held.opened()
+    op, stage, mb = op.astype(np.int64), stage.astype(np.int64), mb.astype(np.int64)
+    slots = np.flatnonzero(held.op[gid] == COMPOUND)  # where the parts are, in order
+    op[slots], stage[slots], mb[slots] = codes[order], parts.stage[order], parts.microbatch[order]
     return op, stage, mb, gid
 
 

@@ -232,29 +232,36 @@ def step_memory(program: Program, semantics: Semantics | None = None, lowered: P
 
 
 def _activations_of_columns(program: Program, semantics: Semantics | None):
-    """`step_memory` of a program held as columns (millions of steps, at the limits) without
-    compounds, not forward-only, whose messages have no size, under a semantics that does not hold
-    sent messages: memory is then activations alone, and each step's allocation (an F's) and its
-    free (a B's, I's or W's) are summed in order per rank as arrays, as `_Live` sums them. None for
-    any other program (or for a table of (op, stage) deltas much larger than the program)."""
+    """`step_memory` of a program held as columns (millions of steps, at the limits), not
+    forward-only, whose messages have no size, under a semantics that does not hold sent
+    messages: memory is then activations alone, and each step's allocations (F's) and its frees
+    (B's, I's or W's: a compound's parts' in their order) are summed in order per rank as arrays,
+    as `_Live` sums them. None for any other program (or for a table of (op, stage) deltas much
+    larger than the program)."""
     from ..columns import CODE, OPS, columns_of  # (numpy: imported when asked)
     import numpy as np
     cols = columns_of(program)
     S = program.num_stages
-    if (cols is None or cols.compounds or program.forward_only or (semantics is not None and semantics.posted)
+    if (cols is None or program.forward_only or (semantics is not None and semantics.posted)
             or any(stage_sizes(program)[2]) or len(OPS) * S > 4 * len(cols.op) + 4096):
         return None
-    if len(cols.stage) and (cols.stage.min() < 0 or cols.stage.max() >= S):
+    op, stage, _, step = cols.opened()
+    if len(stage) and (stage.min() < 0 or stage.max() >= S):
         return None
-    delta = activation_delta_table(program)[cols.op, cols.stage]
-    frees = ~np.isin(cols.op, [CODE[op] for op in ALLOCATES])  # counted after the step's allocations
-    changes = np.zeros((len(delta), 2))  # per step: (its allocation, its free)
-    changes[~frees, 0], changes[frees, 1] = delta[~frees], delta[frees]
+    delta = activation_delta_table(program)[op, stage]
+    frees = ~np.isin(op, [CODE[o] for o in ALLOCATES])  # counted after the step's allocations
+    first = np.searchsorted(step, np.arange(len(cols.op) + 1))  # each step's first action (and the end)
+    count = np.diff(first)[step]  # the actions of each action's step
+    at = first[step] + np.arange(len(op))  # each action's allocation: 2 * first + its place in the step
+    changes = np.zeros(2 * len(op))  # per step: its actions' allocations, then their frees, in order
+    changes[at[~frees]], changes[at[frees] + count[frees]] = delta[~frees], delta[frees]
+    during, after = 2 * first[:-1] + np.diff(first) - 1, 2 * first[1:] - 1  # where each step's two sums end
     out = []
     for lo, hi in zip(cols.starts, cols.starts[1:]):
+        base = 2 * first[lo]
         with np.errstate(over="ignore", invalid="ignore"):  # (sizes near 1e308 sum to inf, as `_Live` sums them)
-            live = np.cumsum(changes[lo:hi].ravel())  # one sum after another, in order
-        out.append((tuple(live[0::2].tolist()), tuple(live[1::2].tolist())))
+            live = np.cumsum(changes[base:2 * first[hi]])  # one sum after another, in order
+        out.append((tuple(live[during[lo:hi] - base].tolist()), tuple(live[after[lo:hi] - base].tolist())))
     return tuple(out)
 
 

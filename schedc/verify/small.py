@@ -19,7 +19,7 @@ from functools import lru_cache
 from itertools import accumulate, chain, pairwise, repeat
 from operator import attrgetter, gt, lt
 
-from ..columns import CODE, COMPOUND, OPS, columns_of
+from ..columns import CODE, COMPOUND, KIND_CODE, OPS, columns_of
 from ..ir import Action, CompoundKind, Op, Program
 from ..lazy_numpy import np
 from ..rules import deps
@@ -39,6 +39,7 @@ _SEND = {kind: CODE[op] for kind, op in SEND_OF.items()}  # the send of a value'
 _RECEIVE = {need: CODE[op] for need, op in RECEIVE_OF.items()}  # the receive of a (kind, offset) need
 _ALLOCATING = frozenset(CODE[op] for op in ALLOCATES)  # inside a step these count first (rules/memory.py)
 _FREEING = frozenset(CODE[op] for op in FREES)  # and these after the step's peak
+OVERLAP = KIND_CODE[CompoundKind.OVERLAP_F_B]
 
 
 class _Actions:
@@ -120,10 +121,12 @@ def _from_columns(held, out: _Actions) -> _Actions | None:
     ops = held.op.tolist()
     codes = set(ops)  # (few: faster to bound than the list)
     top = max(codes, default=F)
-    if top > RECV_B:
-        return _without_stage_ops(held, ops, out) if _STAGE_OPS.issuperset(k for k in codes if k > RECV_B) else None
+    if top > RECV_B and not _STAGE_OPS.issuperset(k for k in codes if k > RECV_B):
+        return None
     if COMPOUND in codes:
-        return _from_kept(held, ops, out)
+        return _from_parts(held, ops, out)
+    if top > RECV_B:
+        return _without_stage_ops(held, ops, out)
     out.op, out.stage, out.mb = ops, held.stage.tolist(), held.microbatch.tolist()
     out.columns = (held.op, held.stage, held.microbatch)
     out.starts = held.starts
@@ -152,18 +155,37 @@ def _without_stage_ops(held, ops, out: _Actions) -> _Actions:
     return out
 
 
-def _from_kept(held, ops, out: _Actions) -> _Actions | None:
-    """Columns holding compounds (kept whole): step by step."""
+def _from_parts(held, ops, out: _Actions) -> _Actions | None:  # noqa: C901
+    """Columns holding compounds: step by step, a compound's parts (`Columns.parts`) in its place
+    (torch's per-stage operations as `_without_stage_ops` takes them)."""
+    parts = held.parts
+    if set(parts.kind.tolist()) != {OVERLAP} or max(parts.op.tolist()) > W:
+        return None  # groups, or communication inside a compound
     stages, mbs, starts = held.stage.tolist(), held.microbatch.tolist(), held.starts
+    at = dict(zip(parts.step.tolist(), pairwise(parts.starts.tolist())))
+    p_op, p_stage, p_mb = parts.op.tolist(), parts.stage.tolist(), parts.microbatch.tolist()
+    step, op, stage, mb = out.step, out.op, out.stage, out.mb
     for r in range(len(held)):
         out.lengths.append(starts[r + 1] - starts[r])
         for t, i in enumerate(range(starts[r], starts[r + 1])):
-            if ops[i] != COMPOUND:
-                _add(out, t, ops[i], stages[i], None if mbs[i] < 0 else mbs[i])
-            elif not _add_overlap(out, t, held.kept[i]):
-                return None
-        out.starts.append(len(out.op))
-    out.comms = max(out.op) >= SEND_F
+            if ops[i] == COMPOUND:
+                lo, hi = at[i]
+                step += [t] * (hi - lo)
+                op += p_op[lo:hi]
+                stage += p_stage[lo:hi]
+                mb += p_mb[lo:hi]
+            elif ops[i] <= RECV_B:
+                step.append(t)
+                op.append(ops[i])
+                stage.append(stages[i])
+                mb.append(mbs[i])
+            else:  # UNSHARD, RESHARD, REDUCE_GRAD (the caller has excluded others)
+                out.extra.append((r, stages[i]))
+                if ops[i] in _REDUCTIONS:
+                    out.reductions.append((t, stages[i]))
+        out.starts.append(len(op))
+    out.comms = max(op) >= SEND_F
+    out.compounds = True
     return out
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..columns import OPS, columns_of
+from ..columns import KIND_CODE, OPS, columns_of
 from ..errors import SchedcError
 from ..ir import WAITS, Action, Compound, CompoundKind, Op, Program, Step, describe, format_step
 
@@ -322,12 +322,19 @@ _KIND_OF_OP = np.array([_KINDS.index(kind_of(Action(op, 0, 0 if op.has_microbatc
 
 
 def _kind_codes(program: Program, r: int):
-    """The kind of each of rank r's steps, as its index in _KINDS (from the op codes when the program
-    holds its steps as columns without compounds)."""
+    """The kind of each of rank r's steps, as its index in _KINDS (from the op codes, and a compound's
+    kind, when the program holds its steps as columns)."""
     held = columns_of(program)
-    if held is not None and not held.compounds:
-        return _KIND_OF_OP[held.op[held.starts[r]:held.starts[r + 1]]]
-    return np.array([_KINDS.index(kind_of(st)) for st in program.ranks[r]])
+    if held is None:
+        return np.array([_KINDS.index(kind_of(st)) for st in program.ranks[r]])
+    lo, hi = held.starts[r], held.starts[r + 1]
+    kinds = _KIND_OF_OP[held.op[lo:hi]]
+    if held.compounds:
+        parts = held.parts
+        c_lo, c_hi = np.searchsorted(parts.step, [lo, hi])
+        kinds[parts.step[c_lo:c_hi] - lo] = np.where(parts.kind[c_lo:c_hi] == KIND_CODE[CompoundKind.OVERLAP_F_B],
+                                                     _KINDS.index("OVERLAP"), _KINDS.index("COMM"))
+    return kinds
 
 
 def _label(step: Step, mode: str) -> str:
@@ -628,19 +635,31 @@ def _summary(program: Program, report, timeline) -> list[RankSummary]:
     peaks = timeline.peak_memory if timeline is not None else None  # a property: compute it once
     idle = timeline.idle if timeline is not None else None
     checked_peaks = report.peak_sizes
-    held = columns_of(program)
-    one_action_each = held is not None and not held.compounds  # (else a compound's parts are counted)
-    counted: dict[int, int] = {}  # a list's actions, by its id (a job's replicas share their lists)
+    actions = _actions_per_rank(program)
     for r, length in enumerate(_lengths(program)):
         checked = checked_peaks[r] if r < len(checked_peaks) else (
             report.peak_activation[r] if r < len(report.peak_activation) else None)
         limit = report.memory_limit[r] if r < len(report.memory_limit) else None
         out.append(RankSummary(
-            r, length, length if one_action_each else _actions(program.ranks[r], counted),
+            r, length, actions[r],
             timeline.busy[r] if timeline is not None else None,
             idle[r] if idle is not None else None,
             peaks[r] if peaks is not None else None, checked, limit))
     return out
+
+
+def _actions_per_rank(program: Program) -> list[int]:
+    """Each rank's number of actions (a compound's parts each one; from the columns when the program
+    holds its steps so, else once per list: a job's replicas share theirs)."""
+    held = columns_of(program)
+    if held is None:
+        counted: dict[int, int] = {}
+        return [_actions(steps, counted) for steps in program.ranks]
+    steps = np.diff(held.starts)
+    if held.compounds:  # (each compound's parts but one more)
+        parts = held.parts
+        np.add.at(steps, np.searchsorted(held.starts, parts.step, side="right") - 1, parts.sizes - 1)
+    return steps.tolist()
 
 
 def _actions(steps, counted: dict[int, int]) -> int:
