@@ -28,6 +28,7 @@ from schedc.strategies import mutations, programs, reorderings
 from schedc.timeline import Link
 from schedc.verify import fast, small
 from schedc.verify.memory import _activations_of_columns, step_memory
+from test_perf_paths import _agrees
 
 from profiles import budget
 
@@ -138,16 +139,7 @@ def test_generated_pairs_read_back_the_same_at_once(program, lowered):
         assert a.tolist() == b.tolist()
 
 
-# ---- the checks ----
-def _agrees(clear, program, semantics) -> None:
-    """What a fast path cleared, the detailed checks clear too, with the same peaks."""
-    if clear is None:
-        return
-    detailed = run_checks(program, semantics=semantics, fast=False)
-    assert detailed.ok is True, detailed.render()
-    assert clear.peak_activation == detailed.peak_activation
-    assert [(p.rank, p.memory, p.step, p.action) for p in clear.peak_memory] == \
-        [(p.rank, p.memory, p.step, p.action) for p in detailed.peak_memory]
+# ---- the checks (`_agrees`: tests/test_perf_paths.py's) ----
 
 
 @pytest.mark.parametrize("program", DUALPIPEV, ids=lambda p: str(dict(p.params)))
