@@ -277,11 +277,14 @@ def _lower_small(program: Program):  # noqa: C901 - the rounds' loop, one step a
     `((microbatch * S + stage) * 2 + kind) * R + rank`, is known with the round it can first be
     used in there), then each step's messages sent right after it and received on their rank at
     that moment; the same steps. A program this pass does not decide as `_when` would (a value
-    made twice, a step that waits for ever) is lowered as a large one, which says why."""
+    made twice, a step that waits for ever, an action on a stage the program does not have) is
+    lowered as a large one, which says why."""
     R, S = program.num_ranks, program.num_stages
     plans: dict = {}
     per_m = 2 * S * R  # (a microbatch more)
     flat = list(chain.from_iterable(program.ranks))
+    if not all(0 <= a.stage < S for st in flat for a in ((st,) if st.__class__ is Action else st.parts)):
+        return insert_comms(held_as_columns(program))  # (a stage past the ends: the arrays clip it)
     starts = list(accumulate(map(len, program.ranks), initial=0))
     rnd = [0] * len(flat)
     made: dict[int, int] = {}  # a value on a rank -> the first round its rank can use it in
