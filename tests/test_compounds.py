@@ -321,3 +321,17 @@ def test_the_plan_costs_take_the_columns_pass():
     program = schedc.load("dualpipev", {"P": 4, "M": 8})
     program = replace(program, annotations=replace(program.annotations, stage_costs=(costs,) * program.num_stages))
     assert _same_run(add_step_collectives(program), True) == "same"
+
+
+def test_a_stage_past_the_ends_lowers_alike_three_ways():
+    """Hypothesis's mutant (CI): B on stage 4 of 4 on rank 0. The plain-Python lowering looked up the
+    placement of that stage (IndexError); it hands such a program to the array path, which reports
+    the deadlock the rounds find."""
+    base = schedc.load("1f1b", {"P": 2, "M": 2})
+    rows = ([(Op.F, 0, 0), (Op.F, 3, 0), (Op.B, 4, 0), (Op.B, 0, 0), (Op.F, 0, 1), (Op.F, 3, 1), (Op.B, 3, 1), (Op.B, 0, 1)],
+            [(Op.F, 1, 0), (Op.F, 2, 0), (Op.B, 2, 0), (Op.B, 1, 0), (Op.F, 1, 1), (Op.F, 2, 1), (Op.B, 2, 1), (Op.B, 1, 1)])
+    program = replace(base, num_stages=4, placement=(0, 1, 1, 0),
+                      ranks=tuple(tuple(Action(op, s, m) for op, s, m in row) for row in rows),
+                      annotations=replace(base.annotations, stage_costs=(), stage_memory=()))
+    small_, arrays, rounds = _lowerings(program)
+    assert small_ == arrays == rounds and "error[deadlock]" in small_
