@@ -661,12 +661,13 @@ class _BodyWriter:
         self.rank = "_rank"
         self.counters: set[str] = set()
         self.before: list[str] = []  # lines before the loop over the ranks (`hoisted`)
+        self.top: Block | None = None  # the rank body's own block (a statement at its first level runs once a rank)
         self.frames: list[list] = []  # per loop open (innermost last): the steps of its statements, as written
 
     def code(self, body: ir_loops.Body) -> Callable:
         """The compiled function of a rank body (its header: every name of the schedule's header
         read from `env`, the header's `let` functions nested; then a loop over the ranks)."""
-        top = Block()
+        top = self.top = Block()
         scope = self.root.child()
         for _, fn, _ in _all_functions(self.root):
             self.functions.define(fn, top)
@@ -754,12 +755,19 @@ class _BodyWriter:
         block.line(f"v_{s.name} = {src}")
 
     def for_(self, s: ir_loops.Loop, scope: _Scope, block: Block) -> None:
-        loop, length = self.hoisted(s, scope) or self.loop_range(s, scope, block)
-        block.line(f"_ii -= {length}")
-        block.line(f"if _ii < 0: too_many_iterations({self.span(s.span)})")
-        charged = len(block.lines)
-        block.line("")  # (the charge for the iterations, once the body is written)
-        block.line(f"if _M.left < 0: too_much_work({self.span(s.span)})")
+        hoisted = self.hoisted(s, scope)
+        loop, length = hoisted or self.loop_range(s, scope, block)
+        # a loop of the same range on every rank, at the rank body's first level (run once a rank): its
+        # iterations and work charged once for all the ranks, before them, as the body's own steps are
+        # (65,536 ranks of gpipe at M=2 paid four budget lines a loop a rank)
+        once = hoisted is not None and block is self.top and block.indent == 1 and block.loops == 1
+        lines, times = (self.before, f"len(_ranks) * {length}") if once else (block.lines, length)
+        pad = "" if once else "    " * block.indent
+        lines.append(f"{pad}_ii -= {times}")
+        lines.append(f"{pad}if _ii < 0: too_many_iterations({self.span(s.span)})")
+        charged = len(lines)
+        lines.append("")  # (the charge for the iterations, once the body is written)
+        lines.append(f"{pad}if _M.left < 0: too_much_work({self.span(s.span)})")
         inner = scope.child()
         inner.define(s.var, s.span, INT)
         block.line(f"for v_{s.var} in {f'reversed({loop})' if s.reversed else loop}:")
@@ -767,7 +775,7 @@ class _BodyWriter:
         block.loops += 1
         self.frames.append([1])
         self.block(s.body, inner, block)
-        block.lines[charged] = "    " * (block.indent - 1) + f"_M.left -= {length} * {self.steps(self.frames.pop())}"
+        lines[charged] = ("" if once else "    " * (block.indent - 1)) + f"_M.left -= {times} * {self.steps(self.frames.pop())}"
         block.loops -= 1
         block.indent -= 1
 
