@@ -325,15 +325,22 @@ PROFILE_VALUES = [0, -1, 1e308, 1.7e308, 5e-324, True, False, "5", None, "nan", 
                   "1e309"]
 
 
+def _json_object(text: str) -> dict | None:
+    """The JSON object `text` holds, or None (not JSON, or JSON of another kind): a mutator that
+    edits an object's keys leaves any other text as it is."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def mutate_profile(text: str, rng: random.Random) -> str:
     """One edit of a measured profile's `activations` or `stages`, the parts --profile reads: a
     stage key that is not plainly a number (`01`, ` 1`, `-1`), a byte count or a time out of range
     or of the wrong type, a pass left out, or the table itself replaced."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text
-    if not isinstance(data, dict):
+    data = _json_object(text)
+    if data is None:
         return text
     if "stages" in data and rng.random() < 0.5:
         return json.dumps(_mutate_stages(data, rng))
@@ -460,11 +467,8 @@ def mutate_dump(text: str, rng: random.Random) -> str:
     """1..3 edits of a Flight Recorder dump aimed at what diagnose reads: an entry's operation,
     state, group, sequence numbers or sizes set to an odd value, entries dropped, doubled, swapped,
     cut short or repeated thousands of times, a group's members (pg_config), the version."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text
-    if not isinstance(data, dict):
+    data = _json_object(text)
+    if data is None:
         return text
     for _ in range(rng.randint(1, 3)):
         entries = data.get("entries")
