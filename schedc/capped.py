@@ -81,17 +81,19 @@ def _child(work: Callable[[], Any], memory: int, deadline: Deadline, out: int) -
         cap = min(c for c in (size + memory, soft, hard) if c != resource.RLIM_INFINITY)
         resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
         before = deadline.budget.spent
+        kind: str
+        payload: Any = None
         try:
-            message: tuple[str, Any, int] = ("ok", work(), 0)
+            kind, payload = "ok", work()
         except MemoryError:
-            message = ("memory", None, 0)
+            kind = "memory"
         except BaseException as exc:  # Z3 says "out of memory" in its own exception
-            message = ("memory", None, 0) if "out of memory" in str(exc) else ("raise", exc, 0)
-        message = (message[0], message[1], deadline.budget.spent - before)
+            kind, payload = ("memory", None) if "out of memory" in str(exc) else ("raise", exc)
+        spent = deadline.budget.spent - before
         try:
-            data = pickle.dumps(message)
+            data = pickle.dumps((kind, payload, spent))
         except Exception as exc:  # (an exception that does not pickle: told by its text)
-            data = pickle.dumps(("raise", RuntimeError(f"{type(exc).__name__}: {exc}"), message[2]))
+            data = pickle.dumps(("raise", RuntimeError(f"{type(exc).__name__}: {exc}"), spent))
         view = memoryview(data)
         while view:
             view = view[os.write(out, view):]
