@@ -174,12 +174,8 @@ MAX_TRACE_STEPS = 250_000
 def check_trace_size(program: Program) -> None:
     """A `too-large` error, before anything is timed, when the trace of `program` (every replica of a
     job) would draw more than MAX_TRACE_STEPS steps."""
-    from ..verify.symmetry import classes
-    if program.replicas:
-        cls = classes(program)
-        steps = sum(len(members) * program.replica(rep).num_actions for rep, members in zip(cls.reps, cls.members))
-    else:
-        steps = program.num_actions
+    from ..verify.mesh import flat_job
+    steps = flat_job(program).num_actions  # (every replica's: each list counted once, as the simulator counts)
     if steps > MAX_TRACE_STEPS:
         raise SchedcError("too-large", f"a trace of {program.name} would draw {steps:,} steps, more than the "
                           f"{MAX_TRACE_STEPS:,} a trace may hold (docs/limits.md; at the limit about 240 MB): "
