@@ -335,8 +335,7 @@ def _check_classes(analysis: Analysis, limits, file, cls) -> Report | None:  # n
     if deadlock is not None:
         if fits:
             return None
-        lanes = [sum(1 for lane in cons.lanes if lane.rank // P == c) for c in range(cls.k)]
-        report.deadlock = real_deadlock(deadlock, cls, lanes)
+        report.deadlock = real_deadlock(deadlock, cls, cons)
         _deadlock_finding(report, (f"ranks are numbered replica by replica: rank d * {P} + p is pipeline rank p "
                                    "of replica d", f"replicas of one schedule are checked once: this is replica "
                                    f"{', '.join(str(d) for d in cls.reps)}'s run, and every replica that runs the same "

@@ -76,8 +76,7 @@ def _real_program(program: Program, cls: Classes) -> Program:
 
 def _told(cls: Classes, program: Program, dead, cons) -> tuple[Program, object]:
     """The reduced job's deadlock (on `cons`, its constraints) told of the real job."""
-    lanes = [sum(1 for lane in cons.lanes if lane.rank // cls.P == c) for c in range(cls.k)]
-    return _real_program(program, cls), real_deadlock(dead, cls, lanes)
+    return _real_program(program, cls), real_deadlock(dead, cls, cons)
 
 
 def _crossed(program: Program, c: int, P: int) -> int:

@@ -31,8 +31,7 @@ def shape_exchange_deadlock(program: Program, semantics: Semantics, cls: Classes
         found = find_deadlock(flat, RENDEZVOUS, cons=cons)
         if found is None:
             return None
-        lanes = [sum(1 for lane in cons.lanes if lane.rank // cls.P == c) for c in range(cls.k)]
-        return real_deadlock(found, cls, lanes)
+        return real_deadlock(found, cls, cons)
     if joins_ranks(paired):
         flat, cons = job(paired, RENDEZVOUS)
         return find_deadlock(flat, RENDEZVOUS, cons=cons)

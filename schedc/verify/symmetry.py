@@ -138,11 +138,13 @@ class _Renumber:
                        node=self.node(w.node, shift), on_node=self.node(w.on_node, shift))
 
 
-def real_deadlock(deadlock, cls: Classes, lanes: Sequence[int]):
+def real_deadlock(deadlock, cls: Classes, cons):
     """The reduced job's deadlock told of the real job: the cycle among the classes' first
     replicas' ranks, and every copy of a stuck rank stuck where it is (the job's replicas of one
-    class run alike: its run is the reduced job's, copied). `lanes`: each class's streams."""
+    class run alike: its run is the reduced job's, copied). `cons`: the reduced job's constraints
+    (its streams, `lanes`, by the rank that owns each)."""
     from .deadlock import Deadlock, cause_of
+    lanes = [sum(1 for lane in cons.lanes if lane.rank // cls.P == c) for c in range(cls.k)]
     P, to = cls.P, _Renumber(cls, lanes)
     stuck, ends = {}, {}
     for d, c in enumerate(cls.of):
