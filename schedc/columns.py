@@ -265,7 +265,7 @@ def _read(program) -> Columns:
     mb = _microbatches(list(map(_MB_OF, singles)))
     if parts is not None:
         op[parts.step], stage[parts.step], mb[parts.step] = COMPOUND, 0, NO_MICROBATCH
-    starts = np.cumsum([0] + [len(row) for row in program.ranks]).tolist()
+    starts = list(accumulate(map(len, program.ranks), initial=0))
     return Columns(op, stage, mb, starts, objects(list(map(_SPAN_OF, steps))), objects(steps), parts)
 
 

@@ -398,7 +398,7 @@ def _when(steps: _Steps, R: int) -> np.ndarray | None:  # noqa: C901 - one loop,
             if a != NONE:  # a source is 2 * its step, + 1 when its rank comes later: the round after it
                 q = rnd[a >> 1]
                 if q < 0:  # not made yet: wait for it
-                    _wait(woken, a >> 1, r)
+                    waits = a >> 1
                     break
                 if q + (a & 1) > ready:
                     ready = q + (a & 1)
@@ -406,14 +406,13 @@ def _when(steps: _Steps, R: int) -> np.ndarray | None:  # noqa: C901 - one loop,
                 if b != NONE:
                     q = rnd[b >> 1]
                     if q < 0:
-                        _wait(woken, b >> 1, r)
+                        waits = b >> 1
                         break
                     if q + (b & 1) > ready:
                         ready = q + (b & 1)
                     if more and x in more:
                         waits = next((p >> 1 for p in more[x] if rnd[p >> 1] < 0), NONE)
                         if waits != NONE:
-                            _wait(woken, waits, r)
                             break
                         ready = max([ready] + [rnd[p >> 1] + (p & 1) for p in more[x]])
             rnd[x] = t = ready
@@ -422,18 +421,14 @@ def _when(steps: _Steps, R: int) -> np.ndarray | None:  # noqa: C901 - one loop,
                 woken[x] = None
             x += 1
         pc[r], last[r] = x, t
-    if any(pc[r] < starts[r + 1] for r in range(R)):
+        if x < hi:  # (stopped: rank r waits for step `waits`)
+            if woken[waits] is None:
+                woken[waits] = [r]
+            else:
+                woken[waits].append(r)  # type: ignore[union-attr]
+    if pc != starts[1:]:  # (a rank stopped for ever)
         return None
-    rank = np.repeat(np.arange(R, dtype=np.int64), np.diff(starts))
-    return _position(np.lexsort((rank, np.asarray(rnd, dtype=np.int64))))
-
-
-def _wait(woken: list, p: int, r: int) -> None:
-    """Rank r waits for step p."""
-    if woken[p] is None:
-        woken[p] = [r]
-    else:
-        woken[p].append(r)
+    return _position(np.lexsort((steps.rank, np.asarray(rnd, dtype=np.int64))))
 
 
 def _sources(steps: _Steps):
