@@ -12,6 +12,7 @@ import enum
 import operator
 import re
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from .span import Span
@@ -369,7 +370,7 @@ class Program:
                               "pipeline so far (schedc check verifies the whole job)")
         return self
 
-    @property
+    @cached_property  # (each pass asks; the steps are immutable: counted once per program)
     def level(self) -> str:
         """`comms` if any communication is explicit, else `compute`."""
         if hasattr(self.ranks, "level"):  # steps held as columns (schedc/columns.py) know, without making actions
@@ -388,7 +389,7 @@ class Program:
             for part in step.parts:
                 yield rank, index, part
 
-    @property
+    @cached_property
     def num_actions(self) -> int:
         if hasattr(self.ranks, "num_actions"):  # columns count without making actions
             count: int = self.ranks.num_actions
