@@ -66,9 +66,8 @@ def pass_efficiency(setup: Setup, profile: dict[str, Any], where: str) -> tuple[
     takes the seconds the run measured: the stages' FLOPs over the peak's work in their measured
     seconds less the communication the description puts inside them (tensor, context and expert
     parallelism's), for the forward (F) and for the backward as one pass (B = I + W: I and W get
-    its efficiency). A run's own I and W are not the model's: the first stage's input needs no
-    gradient, so the runtime's split does that stage's whole backward in W (a ZB-V run of
-    examples/transformer.py on one rank: stage 0's I 4 us, its W 1.7 ms)."""
+    its efficiency; how a run splits a stage's backward says how the runtime cut the work, as
+    rules/time.py `split_backward` does for the first stage, not how fast the hardware did it)."""
     times = _stage_times(profile.get("stages"), where)
     estimates = setup.estimates(len(times))
     groups: dict[str, list[tuple[float, float, float]]] = {"F": [], "B": []}

@@ -166,8 +166,9 @@ class Setup:
     def stage_settings(self, num_stages: int, replicas: int = 1,
                        ends_together: bool | None = None) -> dict[int, dict[str, float]]:
         """Per stage, its times in seconds (F, I, W, each pass at its efficiency: rules/time.py
-        `pass_seconds`; B becomes I + W), its data-parallel collectives' (R, U, T: `_collectives`; a
-        schedule's `replicas` are DDP's when the description gives no data-parallel degree), and
+        `pass_seconds`, the first stage's backward all in W: `split_backward`; B becomes I + W), its
+        data-parallel collectives' (R, U, T: `_collectives`; a schedule's `replicas` are DDP's when
+        the description gives no data-parallel degree), and
         sizes in GiB (act, so weight = act; out, the activation it sends on: the last stage sends
         none). `ends_together`: the first and the last stage sit on one rank (a V placement; always
         with one stage), so a tied embedding's matrix is reduced and gathered once, with stage 0."""
@@ -183,7 +184,8 @@ class Setup:
                        for op, flops in zip(time_rules.PASSES, (st.flops_F, st.flops_I, st.flops_W)))
             shared = self.model.tied_embeddings and together and st.last  # the matrix stage 0 also holds
             params = st.params - (estimate.embedding_params(self.model) // self.parallel.tp if shared else 0)
-            settings[s] = {"F": F + Fc, "I": I + Ic, "W": W, "F_comm": Fc, "I_comm": Ic, "W_comm": 0.0,
+            I, W, Ic, Wc = time_rules.split_backward(st.first, I + Ic, W, Ic)  # noqa: E741
+            settings[s] = {"F": F + Fc, "I": I, "W": W, "F_comm": Fc, "I_comm": Ic, "W_comm": Wc,
                            **self._collectives(params, layout, st.first or st.last, together),
                            "act": st.activation_bytes / GIB, "out": 0.0 if st.last else out}
         return settings

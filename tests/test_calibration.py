@@ -15,6 +15,7 @@ from schedc.calibration import calibrate
 from schedc.costs import Costs
 from schedc.errors import SchedcError
 from schedc.hardware import describe
+from schedc.rules.time import split_backward
 
 SETUP = """[model]
 name = "examples.transformer"
@@ -52,13 +53,15 @@ def setup_file(tmp_path):
 
 def synthetic(setup, stages: int, eff: dict[str, float]) -> dict:
     """The profile a run at efficiencies `eff` would write: each pass its FLOPs over the peak times its
-    efficiency, plus the communication the description puts inside it."""
+    efficiency, plus the communication the description puts inside it; the first stage's backward
+    all in W, as the runtimes run it (rules/time.py `split_backward`)."""
     peak = setup.hardware.flops_at(setup.model.dtype)
     est = setup.estimates(stages)
     out = {}
     for s, (e, (Fc, Ic)) in enumerate(zip(est, setup.stage_comm(est))):
         F, I, W = e.flops_F / (peak * eff["F"]) + Fc, e.flops_I / (peak * eff["I"]) + Ic, e.flops_W / (peak * eff["W"])
-        out[str(s)] = {"F": F, "I": I, "W": W, "B": I + W}
+        I, W, _, _ = split_backward(e.first, I, W, Ic)  # noqa: E741
+        out[str(s)] = {"F": F, "B": I + W} if e.first else {"F": F, "I": I, "W": W, "B": I + W}  # (an I of 0: none)
     return {"stages": out}
 
 
@@ -76,8 +79,9 @@ def test_a_synthetic_profile_gives_the_efficiencies_back(tmp_path):
     assert dict(c.hardware.efficiency) == pytest.approx(EFF, rel=1e-12)
     assert c.model == s.model  # (no "activations": the activation model stays)
     for stage, st in c.stage_settings(4).items():
+        times = profile["stages"][str(stage)]
         for op in ("F", "I", "W"):
-            assert st[op] == pytest.approx(profile["stages"][str(stage)][op], rel=1e-12)
+            assert st[op] == pytest.approx(times.get(op, 0.0 if op == "I" else times["B"]), rel=1e-12)
     program = Costs("p.json", derived=c).apply(load("1f1b", {"P": 4, "M": 8}))  # what sim and compare time
     assert [st.B for st in program.annotations.stage_costs] == pytest.approx(
         [t["B"] for t in profile["stages"].values()], rel=1e-12)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+import schedc
+
 from schedc.compare import compare
 from schedc.costs import Costs
 from schedc.hardware import describe
 from schedc.jobs import comm, mesh
-from schedc.rules.time import step_time
+from schedc.rules.time import split_backward, step_time
 
 
 def test_a_step_takes_its_action_or_its_pairs_larger_part():
@@ -32,6 +34,26 @@ def test_tensor_parallel_collectives_by_hand(tmp_path):
     st = describe(str(path)).stage_settings(4)[1]  # 8 layers
     assert st["F_comm"] == pytest.approx(8 * 4 * one) and st["I_comm"] == pytest.approx(8 * 4 * one)
     assert st["W_comm"] == 0 and st["F"] > st["F_comm"]
+
+
+def test_the_first_stage_backward_is_all_weight_gradient(tmp_path):
+    """The first stage's input needs no gradient: torch's runtime skips its input backward and
+    schedc's does its whole backward in W (a ZB-V run of examples/transformer.py: stage 0's I 4 us,
+    its W 1.7 ms), so a described model's stage 0 takes I + W in W, with the collectives inside
+    it, and no time in I; every other stage as before, and each stage's B is I + W."""
+    assert split_backward(True, 3.0, 2.0, 0.5) == (0.0, 5.0, 0.0, 0.5)
+    assert split_backward(False, 3.0, 2.0, 0.5) == (3.0, 2.0, 0.5, 0.0)
+    path = tmp_path / "tp.toml"
+    path.write_text('[model]\npreset = "llama3-8b"\n[hardware]\npreset = "h100-80gb"\n'
+                    '[parallelism]\ntensor_parallel_degree = 2\n')
+    settings = describe(str(path)).stage_settings(4)
+    first, second = settings[0], settings[1]
+    assert first["I"] == first["I_comm"] == 0 and first["W_comm"] > 0  # (its TP collectives, now in W)
+    assert first["W"] >= second["I"] + second["W"] - 1e-9  # (the whole backward of its 8 layers)
+    assert second["I"] > second["I_comm"] > 0 == second["W_comm"]
+    program = Costs(str(path), derived=describe(str(path))).apply(schedc.load("zbv", {"P": 2, "M": 4}))
+    for st, table in zip(program.annotations.stage_costs, settings.values()):
+        assert (st.I, st.W) == pytest.approx((table["I"], table["W"])) and st.B == pytest.approx(st.I + st.W)
 
 
 def test_a_group_wider_than_a_node_goes_over_the_network(tmp_path):

@@ -100,8 +100,9 @@ def test_every_preset_describes_a_model_that_runs():
         for hardware in presets()["hardware"]:
             setup = describe(model=model, hardware=hardware)
             settings = setup.stage_settings(4)
-            assert all(v > 0 for st in settings.values() for k, v in st.items()
-                       if k not in ("out", "R", "U", "T") and "_comm" not in k)
+            assert all(v > 0 for s, st in settings.items() for k, v in st.items()
+                       if k not in ("out", "R", "U", "T") and "_comm" not in k and (s, k) != (0, "I"))
+            assert settings[0]["I"] == 0 < settings[0]["W"]  # (the first stage's backward is all W)
             assert all(st["R"] == st["U"] == 0 for st in settings.values())  # no data parallelism
             assert all(st[k] == 0 for st in settings.values() for k in ("F_comm", "I_comm", "W_comm"))  # no TP/CP/EP
             assert settings[3]["out"] == 0 and settings[0]["out"] > 0

@@ -5,7 +5,8 @@ other's computation. Every simulator times a step by `step_time`; and a collecti
 UNSHARD, REDUCE_TIED: a stage's data-parallel gradient reduction, FSDP's all-gather, the tied
 embedding's all-reduce) by `collective_time` and `collective_span`. A pass of a described model
 (forward, input gradient, weight gradient) takes its FLOPs over the peak times the efficiency of
-that pass (`pass_seconds`), and a run's measured passes give that efficiency back (`achieved_efficiency`).
+that pass (`pass_seconds`), and a run's measured passes give that efficiency back (`achieved_efficiency`);
+the first stage's split backward is all W (`split_backward`).
 """
 from __future__ import annotations
 
@@ -25,6 +26,17 @@ def pass_seconds(flops: float, peak: float, efficiency: float) -> float:
     fraction `efficiency` of it in that pass (Narayanan et al. 2021, section 5.1: FLOPs over the
     achieved FLOP/s)."""
     return flops / (peak * efficiency)
+
+
+def split_backward(first: bool, I: float, W: float, I_comm: float) -> tuple[float, float, float, float]:  # noqa: E741
+    """(I, W, I's communication, W's) of a stage whose backward is split, as the runtimes run it.
+    The first stage's input needs no gradient: torch's runtime skips that stage's input backward
+    (stage.py, `backward_one_chunk`) and schedc's does its whole backward in W
+    (schedc/runtime/backward.py), so its I takes no time and its W the whole backward, with the
+    collectives inside it. Any other stage: I and W as given (I's collectives in I)."""
+    if first:
+        return 0.0, I + W, 0.0, I_comm
+    return I, W, I_comm, 0.0
 
 
 def achieved_efficiency(flops: Sequence[float], seconds: Sequence[float], peak: float) -> float:
