@@ -60,10 +60,25 @@ def dumps_ir(program: Program) -> str:
     head = dumps_json(_head(program), indent=1)  # ends with "\n}"
     lists = {"actions": _array((_strings(texts, 2) for texts in _step_texts(program.ranks)), 1)}
     if program.replicas:
-        lists["replicas"] = _array((_array((_strings(texts, 3) for texts in _step_texts(ranks)), 2)
-                                    for ranks in program.replicas), 1)
+        lists["replicas"] = _array(map(_replica, _same_as(program), program.replicas), 1)
     lists["lines"] = _array((_array(lines, 2) for lines in _step_lines(program.ranks)), 1)
     return head[:-2] + "".join(f',\n "{key}": {text}' for key, text in lists.items()) + "\n}\n"
+
+
+def _same_as(program: Program) -> list[int | None]:
+    """Per replica 1, 2, ...: the earlier replica (0: `actions`) whose very step lists it holds, as
+    a job's replicas that run one program share them (written as that replica's number), or None."""
+    seen = {id(program.ranks): 0}
+    out = []
+    for d, ranks in enumerate(program.replicas, 1):
+        out.append(seen.get(id(ranks)))
+        seen.setdefault(id(ranks), d)
+    return out
+
+
+def _replica(same: int | None, ranks) -> str:
+    """One replica's entry: its steps rank by rank, or the number of the replica it runs alike."""
+    return str(same) if same is not None else _array((_strings(texts, 3) for texts in _step_texts(ranks)), 2)
 
 
 def _step_texts(ranks):
@@ -104,6 +119,22 @@ def _strings(texts, depth: int) -> str:
 
 def _line(span) -> str:
     return "null" if span is None else str(span.line)
+
+
+def _replicas(entries: list, steps: tuple) -> tuple:
+    """Replicas 1, 2, ...: each a list of rank lists, or the number of an earlier replica (0: the
+    program's own `actions`) whose steps it runs, held as the same lists."""
+    held = [steps]
+    for d, entry in enumerate(entries, 1):
+        if isinstance(entry, int) and not isinstance(entry, bool):
+            if not 0 <= entry < d:
+                raise ValueError(f"replica {d} names replica {entry}: a replica may name an earlier one only "
+                                 f"(0 to {d - 1})")
+            held.append(held[entry])
+            continue
+        held.append(tuple(tuple(parse_step(_need(t, str, "an action")) for t in _need(row, list, "replicas"))
+                          for row in _need(entry, list, "replicas")))
+    return tuple(held[1:])
 
 
 def read_ir_json(text: str, name: str = "<ir>") -> Program:
@@ -181,10 +212,7 @@ def _program(data) -> Program:
     if len(rows) != ranks or len(placement) != stages or any(not 0 <= r < ranks for r in placement):
         raise ValueError("'actions' needs one list per rank and 'placement' one rank per stage")
     steps = tuple(tuple(parse_step(_need(t, str, "an action")) for t in _need(row, list, "actions")) for row in rows)
-    replicas = tuple(
-        tuple(tuple(parse_step(_need(t, str, "an action")) for t in _need(row, list, "replicas")) for row in
-              _need(rows_d, list, "replicas"))
-        for rows_d in _need(data.get("replicas", []), list, "replicas"))
+    replicas = _replicas(_need(data.get("replicas", []), list, "replicas"), steps)
     if any(len(r) != ranks for r in replicas):
         raise ValueError("each of 'replicas' needs one list per rank")
     ann = _need(data.get("annotations") or {}, dict, "annotations")
