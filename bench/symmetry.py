@@ -8,7 +8,9 @@ its output to /dev/null; viz writes an SVG, aggregated), one after another; its 
 RSS are the child's own (`os.wait4`). The flat command runs the same with the reduction switched
 off, up to `--flat-max` replicas (check 256, sim and viz 64 by default: check of 1024 took 44 s
 and 2.5 GB, sim of 64 about 10 s and 0.6 GB). All must exit 0. Prints a table.
-Run: `python bench/symmetry.py [--flat-max D] [--sizes 16,256,...] [--commands check,sim,viz]`.
+`compile -o` (IR JSON, CSV, picture) runs reduced only: the flat commands switch off check's and
+sim's reductions, not its outputs.
+Run: `python bench/symmetry.py [--flat-max D] [--sizes 16,256,...] [--commands check,sim,viz,compile]`.
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ JOB = """schedule dp1f1b(P = 16, M = 64, D = 16) {
 FLAT = ("import sys, schedc.report as r, schedc.simulate_replicas as s; r._check_classes = lambda *a: None; "
         "s.by_classes = lambda program, semantics, links, time: time(program, semantics, links, None); "
         "from schedc.cli import main; sys.exit(main(sys.argv[1:], sys.stdout, sys.stderr))")
-FLAT_MAX = {"check": 256, "sim": 64, "viz": 64}
+FLAT_MAX = {"check": 256, "sim": 64, "viz": 64, "compile": 0}  # (compile: the reduced run only)
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -48,6 +50,8 @@ def run(path: Path, command: str, D: int, flat: bool) -> tuple[float, float, flo
     cmd = [*head, command, str(path), "--param", f"D={D}", "--semantics", "nccl"]
     if command == "viz":
         cmd += ["-o", str(path.with_suffix(".svg"))]
+    if command == "compile":  # (its IR JSON, CSV and picture; no runnable program past 500,000 actions)
+        cmd += ["-o", str(path.parent / f"out{D}")]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
     with open(os.devnull, "w") as out, tempfile.TemporaryFile("w+") as err:
@@ -64,7 +68,7 @@ def run(path: Path, command: str, D: int, flat: bool) -> tuple[float, float, flo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="16,256,1024,6250", help="the replica counts D (comma-separated)")
-    ap.add_argument("--commands", default="check,sim,viz", help="the commands (comma-separated)")
+    ap.add_argument("--commands", default="check,sim,viz,compile", help="the commands (comma-separated)")
     ap.add_argument("--flat-max", type=int, help="run the flat commands up to this many replicas "
                     f"(default {', '.join(f'{c} {n}' for c, n in FLAT_MAX.items())})")
     args = ap.parse_args()

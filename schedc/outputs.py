@@ -12,6 +12,7 @@ shell's `>(...)`) is written directly, as a shell redirection would; a FIFO nobo
 error, not a wait. Anything else (a folder, a block device, a socket) is refused. JSON never holds
 `Infinity` or `NaN`: a number that is not finite is written `null`. What a native library prints
 while it runs (HiGHS) goes to standard error, so standard output holds only what the command writes.
+A data-parallel job's text shows one replica's ranks where every replica's are alike (`alike_replicas`).
 """
 from __future__ import annotations
 
@@ -214,6 +215,20 @@ def rounded(x: float) -> int | float:
         return x
     x = float(f"{x:.12g}")
     return int(x) if x.is_integer() else x
+
+
+def alike_replicas(rows, replicas: int) -> int:
+    """The ranks of one replica when every replica of a job's per-rank `rows` (rank d x P + p is
+    replica d's rank p) has replica 0's, else 0: a text report then shows replica 0's ranks and
+    `ALIKE` (a 100,000-rank job in a few lines; JSON keeps every rank)."""
+    if replicas <= 1 or len(rows) % replicas:
+        return 0
+    n = len(rows) // replicas
+    first = list(rows[:n])
+    return n if all(list(rows[d * n:(d + 1) * n]) == first for d in range(1, replicas)) else 0
+
+
+ALIKE = "each of the {D:,} replicas alike: job rank d x {P} + p as rank p"
 
 
 def dumps_json(value, **options) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..outputs import ALIKE, alike_replicas
 
 
 def device_limits(setup, program, limit) -> tuple[float, ...]:
@@ -72,9 +73,19 @@ def check_text(report, setup, limit) -> str:
         return "\n".join(lines)
     lines.append(f"  per rank: model states + peak activations and buffers (worst over every run "
                  f"{report.semantics} allows) = total, and its limit")
-    lines.append(_table(["rank", "model states", "activations+buffers", "total", "limit"],
-                        [[r, states[r], peaks[r], states[r] + peaks[r], device[r]] for r in range(p.num_ranks)]))
+    lines += _rank_table(["rank", "model states", "activations+buffers", "total", "limit"],
+                         [[r, states[r], peaks[r], states[r] + peaks[r], device[r]] for r in range(p.num_ranks)],
+                         report.replicas)
     return "\n".join(lines)
+
+
+def _rank_table(head: list[str], rows: list[list], replicas: int) -> list[str]:
+    """`_table` of a row per rank (its rank first); a job whose replicas' rows are alike, replica 0's
+    and a line that says so (`alike_replicas`)."""
+    P = alike_replicas([row[1:] for row in rows], replicas)
+    if not P:
+        return [_table(head, rows)]
+    return [_table(head, rows[:P]), "  " + ALIKE.format(D=replicas, P=P) + " above"]
 
 
 # ---- sim ----
@@ -95,21 +106,25 @@ def sim_text(timeline, setup, trace) -> str:
              f"  {setup.title}; times in seconds, sizes in GiB",
              f"  makespan {timeline.makespan:.4g} s, bubble ratio {timeline.bubble_ratio:.4f}"]
     dp = list(timeline.collectives)
-    lines += [_table(["rank", "busy", "idle", *(["dp comm"] if dp else []), "peak memory", "model states", "total"],
-                     [[r, busy, idle, *([dp[r]] if dp else []), peak, states[r], peak + states[r]]
-                      for r, (busy, idle, peak) in enumerate(zip(timeline.busy, timeline.idle, timeline.peak_memory))]),
-              "  peak memory: activations and receive buffers of this timed run (`schedc check` reports the worst "
+    lines += _rank_table(["rank", "busy", "idle", *(["dp comm"] if dp else []), "peak memory", "model states",
+                          "total"],
+                         [[r, busy, idle, *([dp[r]] if dp else []), peak, states[r], peak + states[r]]
+                          for r, (busy, idle, peak) in enumerate(zip(timeline.busy, timeline.idle,
+                                                                     timeline.peak_memory))], timeline.replicas)
+    lines += ["  peak memory: activations and receive buffers of this timed run (`schedc check` reports the worst "
               "over every run the semantics allows); total: with the model states (weights, gradients, optimizer "
               "state) each rank holds for the whole run"]
     if dp:
         lines.append("  dp comm: each rank's data-parallel collectives (its stages' gradient reduction, at the step's "
                      "end where the schedule places none, and FSDP's gathers), beside its compute; the makespan "
                      "includes what compute does not hide")
-    over = [r for r, t in enumerate(totals(states, timeline.peak_memory)) if t > setup.memory + 1e-9]
+    total = list(totals(states, timeline.peak_memory))
+    P = alike_replicas(total, timeline.replicas)  # (alike: replica 0's ranks, in each replica)
+    over = [r for r, t in enumerate(total[:P] if P else total) if t > setup.memory + 1e-9]
     if over:
         lines.append(f"  rank{'s' if len(over) > 1 else ''} {', '.join(map(str, over))} need more than the "
                      f"{gib_text(setup.memory)} a rank may hold on {setup.hardware.name} (its memory less the "
-                     f"reserve)")
+                     f"reserve){f' in each of the {timeline.replicas:,} replicas' if P else ''}")
     if trace:
         lines.append(f"  wrote {trace}")
     return "\n".join(lines)

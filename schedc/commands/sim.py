@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
-from ..outputs import dumps_json
+from ..outputs import ALIKE, alike_replicas, dumps_json
 from ..rules.semantics import RENDEZVOUS, Semantics
 from . import arguments, common, described
 
@@ -143,8 +143,12 @@ def _sim_text(timeline, trace) -> str:
              + (f", under {timeline.semantics}" if timeline.semantics != str(RENDEZVOUS) else ""),
              f"  makespan {num(timeline.makespan)}, bubble ratio {timeline.bubble_ratio:.4f}",
              "  rank        busy        idle  peak memory"]
-    for r, (busy, idle, peak) in enumerate(zip(timeline.busy, timeline.idle, timeline.peak_memory)):
+    rows = list(zip(timeline.busy, timeline.idle, timeline.peak_memory))
+    P = alike_replicas(rows, timeline.replicas)  # (the timeline's program is the whole job)
+    for r, (busy, idle, peak) in enumerate(rows[:P] if P else rows):
         lines.append(f"  {r:>4}  {num(busy):>10}  {num(idle):>10}  {num(peak):>11}")
+    if P:
+        lines.append("  " + ALIKE.format(D=timeline.replicas, P=P) + " above")
     lines.append("  peak memory: of this timed run (activations and receive buffers); `schedc check` "
                  "reports the worst over every run the semantics allows")
     if trace:
