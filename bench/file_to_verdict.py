@@ -6,9 +6,10 @@
 `compute_comms` CSV) at P=64, M=1024 (389,120 actions) and at P=4, M=8 (160): `schedc.check(
 schedc.from_torch_csv(path))` against what torch does with the same file (csv.reader and
 `_Action.from_str` per cell, as `_load_csv`; `_validate_schedule`; `_simulate_comms_compute`),
-alternated in one run, medians. Goal: schedc at most 0.25 of torch at both sizes. `--dualpipev`:
-DualPipeV lowered (OVERLAP_F_B cells) at P=4 M=8, P=8 M=32 and P=64 M=1024, the small sizes on a
-first read (a fresh process per read, schedc's cell cache empty; `perf.first_read`).
+medians: the large file alternated in one run, the small one on a first read as a user meets it (a
+fresh process per read, schedc's cell cache empty; `perf.first_read`). Goal: schedc at most 0.25 of
+torch at both sizes. `--dualpipev`: DualPipeV lowered (OVERLAP_F_B cells) at P=4 M=8, P=8 M=32 and
+P=64 M=1024, the small sizes on a first read too.
 """
 from __future__ import annotations
 
