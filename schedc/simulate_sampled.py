@@ -90,11 +90,13 @@ def sample(program: Program, spread: Spread, runs: int, *, seed: int = 0, overla
     (schedc/progress.py), if given, hears of every tenth of the runs done. A SchedcError for too
     many runs, or for a run that cannot finish."""
     from .simulate import MAX_SIMULATED_ACTIONS, simulate
+    from .verify.mesh import flat_job
     if not 1 <= runs <= MAX_RUNS:
         raise SchedcError("usage", f"{runs}: give 1 to {MAX_RUNS:,} sampled runs", where="--samples")
-    if runs * program.num_actions > MAX_SIMULATED_ACTIONS:
-        raise SchedcError("too-large", f"{runs:,} sampled runs of {program.num_actions:,} actions time "
-                          f"{runs * program.num_actions:,} actions step by step; at most {MAX_SIMULATED_ACTIONS:,}: "
+    count = flat_job(program).num_actions  # (a data-parallel job's every replica: each draws its times apart)
+    if runs * count > MAX_SIMULATED_ACTIONS:
+        raise SchedcError("too-large", f"{runs:,} sampled runs of {count:,} actions time "
+                          f"{runs * count:,} actions step by step; at most {MAX_SIMULATED_ACTIONS:,}: "
                           "give fewer --samples, or simulate at fewer microbatches", where="--samples")
     draw = _Draw(spread, random.Random(seed), program.num_ranks)  # one generator: each run draws anew
     collecting = gc.isenabled()

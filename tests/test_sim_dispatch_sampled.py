@@ -206,6 +206,12 @@ def test_what_sampled_runs_refuse():  # (too many; anything `simulate` times, sa
         with pytest.raises(schedc.SchedcError) as info:
             sample(prog, spread, runs)
         assert info.value.code == code
+    # a data-parallel job: every replica draws its times apart, so every replica's actions count
+    job = schedc.load("1f1b", {"P": 4, "M": 100})
+    job = replace(job, replicas=(job.ranks,) * 3)  # 4 x 800 actions
+    with pytest.raises(schedc.SchedcError, match=r"1,000 sampled runs of 3,200 actions"):
+        sample(job, spread, 1_000)
+    sample(replace(job, replicas=()), spread, 1)  # (one replica, one run: times)
 
 
 def test_sim_samples_on_the_command_line(run_cli, tmp_path):
