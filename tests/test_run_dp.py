@@ -1,6 +1,7 @@
 """Pipeline x data parallel on schedc's runtime: 2 replicas of a 2-rank pipeline on four gloo processes.
 
 Job rank d * P + p runs replica d's pipeline rank p on replica d's half of the global batch;
+with routes (DualPipe) each replica sums its copies of a model stage on its own groups;
 REDUCE_GRAD(s) averages stage s's gradients over its data-parallel group ({p, P + p}) where the
 schedule puts it, and a stage the schedule never reduces is reduced by the runtime as the step ends.
 Either way every replica ends the step with the gradients of the unsplit model trained on the global
@@ -21,7 +22,7 @@ torch = pytest.importorskip("torch")
 from schedc.api import check, load, load_text  # noqa: E402
 from schedc.lower import lower_to_torch  # noqa: E402
 from schedc.passes.stage_ops import add_reduce_grad  # noqa: E402
-from schedc.runtime.table import load_table  # noqa: E402
+from schedc.runtime.table import load_table, parts  # noqa: E402
 
 WIDTH, STEPS, TIMEOUT = 8, 2, 30.0
 
@@ -63,7 +64,10 @@ def _cases():
     # REDUCE_GRAD right after each stage's last backward, torch's placement: in mid-step on rank 0,
     # whose other stage still computes and messages are in flight
     interleaved = _replicated(add_reduce_grad(load("interleaved_1f1b", {"P": 2, "M": 4})))
-    return {"1f1b": one_f_one_b, "explicit": explicit, "interleaved": interleaved}
+    # DualPipe's two directions in each replica: each model stage's two copies summed in the replica,
+    # then averaged over the replicas (the runtime adds the reductions as the step ends)
+    dualpipe = _replicated(load("dualpipe", {"P": 2, "M": 4}))
+    return {"1f1b": one_f_one_b, "explicit": explicit, "interleaved": interleaved, "dualpipe": dualpipe}
 
 
 def _worker(job_path: str) -> int:
@@ -72,7 +76,7 @@ def _worker(job_path: str) -> int:
 
     import torch.distributed as dist
 
-    from schedc.runtime.entry import end_rank, make_dp_group, replica_share, split
+    from schedc.runtime.entry import end_rank, make_copy_groups, make_dp_group, replica_share, split
     from schedc.runtime.interpreter import PipelineInterpreter
     from schedc.runtime.watchdog import Watchdog
     torch.set_num_threads(1)
@@ -82,17 +86,21 @@ def _worker(job_path: str) -> int:
     out = {}
     for name, (meta, ranks) in job["cases"].items():
         table = load_table(meta, ranks)
-        S, M, size = table.num_stages, table.num_microbatches, job["batch_size"]
-        mine = table.stages_of(rank)
-        modules = {s: m.double() for s, m in zip(mine, build_stages(mine, S))}
+        M, size = table.num_microbatches, job["batch_size"]
+        mine = table.stages_of(rank)  # (with routes, each a copy of model stage `model_stage(s)`, built from it)
+        modules = {s: m.double() for s, m in zip(mine, build_stages([table.model_stage(s) for s in mine],
+                                                                    table.model_stages))}
         group = make_dp_group(table, rank, TIMEOUT)
-        interp = PipelineInterpreter(table, rank, modules, loss_fn, watchdog=Watchdog(TIMEOUT), dp_group=group)
+        copies = make_copy_groups(table, rank, TIMEOUT)
+        interp = PipelineInterpreter(table, rank, modules, loss_fn, watchdog=Watchdog(TIMEOUT), dp_group=group,
+                                     copy_groups=copies)
+        entry, exit = any(table.is_entry(s) for s in mine), any(table.is_exit(s) for s in mine)
         steps = []
         for step in range(STEPS):
             x, y = (replica_share(t, table, rank, size) for t in make_batch(step, size))
-            losses = interp.step(split(x, M) if 0 in mine else None, split(y, M) if S - 1 in mine else None)
+            losses = interp.step(split(x, M) if entry else None, split(y, M) if exit else None)
             steps.append({"grads": {s: [p.grad.clone() for p in modules[s].parameters()] for s in mine},
-                          "loss": torch.stack(losses).mean().item() if losses else None})
+                          "losses": [loss.item() for loss in losses]})
             for m in modules.values():
                 m.zero_grad(set_to_none=True)
         out[name] = steps
@@ -168,25 +176,28 @@ def test_the_lowered_table_carries_every_replica():
     assert "replicas" not in one.to_data()[0] and one.replicas == 1  # one pipeline: the literal as before
 
 
-@pytest.mark.parametrize("name", ["1f1b", "explicit", "interleaved"])
+@pytest.mark.parametrize("name", ["1f1b", "explicit", "interleaved", "dualpipe"])
 def test_gradients_equal_unsplit_training_on_the_global_batch(runs, name):
     programs, tables, results, size = runs
     table = tables[name]
-    S, P = table.num_stages, table.pipeline_ranks
+    L, P = table.model_stages, table.pipeline_ranks
     for step in range(STEPS):
         x, y = make_batch(step, size)
-        ref_loss, ref = _reference(S, x, y)
-        losses = []
+        ref_loss, ref = _reference(L, x, y)
+        losses = {}  # replica -> its microbatches' losses
         for r in range(table.num_ranks):
             got = results[r][name][step]
             assert sorted(got["grads"]) == list(table.stages_of(r))
-            for s, grads in got["grads"].items():
-                for g, want in zip(grads, ref[s], strict=True):
+            for s, grads in got["grads"].items():  # (a copy of a model stage: that stage's whole gradient)
+                for g, want in zip(grads, ref[table.model_stage(s)], strict=True):
                     assert (g - want).abs().max().item() < 1e-10, (name, step, r, s)
-            if got["loss"] is not None:
-                losses.append(got["loss"])
-        assert len(losses) == table.replicas and len(set(losses)) == 2  # each replica its own half
-        assert abs(sum(losses) / len(losses) - ref_loss) < 1e-10
+            losses.setdefault(table.replica_of(r), []).extend(got["losses"])
+        assert sorted(losses) == list(range(table.replicas)) and all(len(v) == table.num_microbatches
+                                                                    for v in losses.values())
+        means = [sum(v) / len(v) for v in losses.values()]
+        assert len(set(means)) == 2  # each replica its own half
+        assert abs(sum(means) / len(means) - ref_loss) < 1e-10
     # 1f1b has no REDUCE_GRAD: the runtime averaged each stage's gradients as the step ended
-    has_reduce = any(st.op == "REDUCE_GRAD" for steps in table.ranks for st in steps)
-    assert programs[name].dp == 2 and P == 2 and has_reduce == (name != "1f1b")
+    has_reduce = any(a.op == "REDUCE_GRAD" for steps in table.ranks for st in steps for a in parts(st))
+    assert programs[name].dp == 2 and P == 2 and has_reduce == (name not in ("1f1b", "dualpipe"))
+    assert bool(table.copies()) == (name == "dualpipe")

@@ -138,10 +138,6 @@ def lower_to_torch(program: Program, *, verified: str | None = None, receives: s
     """
     from ..passes import lower
     refuse_unrunnable(program)  # (before lowering: refused, none is built)
-    if program.routes and program.replicas:
-        raise SchedcError("usage", f"{program.name} has routes and {program.dp} data-parallel replicas; the runtime "
-                          "sums the copies' gradients of one pipeline so far (schedc check verifies the whole job)",
-                          where=program.source or program.name)
     lowered = lower(program, receives=receives)
     table = table_of(lowered, verified)
     source = render_program(table)

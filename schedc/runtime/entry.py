@@ -139,20 +139,21 @@ def model_modules(model: Model, table: Table, rank: int, dtype=None, device=None
 
 def make_copy_groups(table: Table, rank: int, timeout: float) -> dict:
     """Model stage -> the process group of the ranks that hold its copies, for those this rank
-    holds and shares with other ranks (routes; `PipelineInterpreter`'s `copy_groups`): every rank
-    makes every such group, model stage by model stage, as `dist.new_group` requires (one group per
-    set of ranks)."""
+    holds and shares with other ranks (routes; `PipelineInterpreter`'s `copy_groups`), each replica's
+    copies their own group: every rank makes every such group, replica by replica and model stage by
+    model stage, as `dist.new_group` requires (one group per set of ranks)."""
     import torch.distributed as dist
     made: dict[tuple[int, ...], Any] = {}
     out = {}
-    for c, stages in sorted(table.copies().items()):
-        ranks = tuple(sorted({table.rank_of(s, rank) for s in stages}))
-        if len(ranks) < 2:
-            continue
-        if ranks not in made:
-            made[ranks] = dist.new_group(list(ranks), timeout=datetime.timedelta(seconds=timeout))
-        if rank in ranks:
-            out[c] = made[ranks]
+    for d in range(table.replicas):  # (each replica sums its own copies: every rank makes every replica's)
+        for c, stages in sorted(table.copies().items()):
+            ranks = tuple(sorted({table.rank_of(s, d * table.pipeline_ranks) for s in stages}))
+            if len(ranks) < 2:
+                continue
+            if ranks not in made:
+                made[ranks] = dist.new_group(list(ranks), timeout=datetime.timedelta(seconds=timeout))
+            if rank in ranks:
+                out[c] = made[ranks]
     return out
 
 
@@ -403,11 +404,12 @@ def _main(table: Table, args) -> int:  # noqa: C901
                 phase("the optimizer step", step + 1, optimize)
             dt = time.perf_counter() - t0
             times.append(dt)
-            if len(ends) > 1 and not args.quiet:  # routes: every route's losses, on the first route's last rank
+            if len(ends) > 1 and not args.quiet:  # routes: every route's losses (of every replica: the
+                # whole job's M x D microbatches), on the first route's last rank of each replica
                 total = (torch.stack(losses).sum() if losses else torch.zeros(())).detach().double().to(device)
                 phase("summing the loss over the routes", step + 1, dist.all_reduce, total, dist.ReduceOp.SUM)
-                losses = [total / M] if last else []
-            if last and D > 1 and not args.quiet:  # the mean loss over the whole batch, on replica 0
+                losses = [total / (M * D)] if last else []
+            elif last and D > 1 and not args.quiet:  # the mean loss over the whole batch, on replica 0
                 mean = torch.stack(losses).mean().detach()
                 phase("averaging the loss over the replicas", step + 1, dist.all_reduce, mean, dist.ReduceOp.SUM,
                       dp_group)
