@@ -132,23 +132,29 @@ def schedc_file_to_verdict(path: str) -> None:
 def measure_file_to_verdict(sizes=((64, 1024), (4, 8)), budget: float = 6.0, runs: int = 21) -> list[Row]:
     """Read + full default check of a 1F1B CSV lowered to the communication level, against torch's
     read + `_validate_schedule` + `_simulate_comms_compute` on the same file (goal: <= 0.25), as a
-    user meets it: a small file on a first read (a fresh process per read, `first_read`), the large
-    one alternated in one process (its columns are read without the cell cache)."""
+    user meets it (`_file_to_verdict_rows`)."""
+    return _file_to_verdict_rows("1f1b", sizes, runs, budget)
+
+
+def _file_to_verdict_rows(name: str, sizes, runs: int, budget: float) -> list[Row]:
+    """File to verdict of the built-in `name` lowered and written as a CSV, at each (P, M): a small
+    file on a first read (a fresh process per read, `first_read`), a large one alternated in one
+    process (its columns are read without the cell cache)."""
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for P, M in sizes:
-            path, n = lowered_csv("1f1b", {"P": P, "M": M}, folder)
-            note = ""
+            path, n = lowered_csv(name, {"P": P, "M": M}, folder)
             if n <= 100_000:
-                warm, _ = lowered_csv("1f1b", {"P": P, "M": M + 2}, folder)  # (the same paths, other cells)
+                warm, _ = lowered_csv(name, {"P": P, "M": M + 2}, folder)  # (the same paths, other cells)
                 ours, theirs = first_read(path, warm, runs)
-                note = f"first read, a process each, median of {runs}"
+                how = f"first read, a process each, median of {runs}"
             else:
                 each = _seconds(lambda: torch_file_to_verdict(path))
                 ours, theirs = median_pair(lambda: schedc_file_to_verdict(path), lambda: torch_file_to_verdict(path),
                                            repeats_for(each, budget))
-            rows.append(Row("file to verdict", f"1F1B P={P} M={M} CSV ({n:,} actions)", ours, theirs, "s", 0.25,
-                            note=note))
+                how = "alternated in one process"
+            rows.append(Row("file to verdict", f"{_TITLES.get(name, name)} P={P} M={M} CSV ({n:,} actions)", ours,
+                            theirs, "s", 0.25, note=how))
     return rows
 
 
@@ -228,25 +234,9 @@ def measure_dualpipev_file_to_verdict(sizes=((4, 8), (8, 32), (64, 1024)), runs:
                                       budget: float = 6.0) -> list[Row]:
     """Issue 34, target 6: read a CSV of DualPipeV lowered to the communication level (its
     OVERLAP_F_B cells, sends and receives) and check it, against torch's read, validation and dry
-    run of the same file (`torch_file_to_verdict`), goal <= 0.25 at every size, on a first read:
-    the small sizes a fresh process per read (`first_read`), the large one alternated in one process
-    (its columns are read without the cell cache)."""
-    rows = []
-    with tempfile.TemporaryDirectory() as folder:
-        for P, M in sizes:
-            path, n = lowered_csv("dualpipev", {"P": P, "M": M}, folder)
-            if n <= 100_000:
-                warm, _ = lowered_csv("dualpipev", {"P": P, "M": M + 2}, folder)  # (the same paths, other cells)
-                ours, theirs = first_read(path, warm, runs)
-                how = f"first read, a process each, median of {runs}"
-            else:
-                each = _seconds(lambda: torch_file_to_verdict(path))
-                ours, theirs = median_pair(lambda: schedc_file_to_verdict(path), lambda: torch_file_to_verdict(path),
-                                           repeats_for(each, budget))
-                how = "alternated in one process"
-            rows.append(Row("file to verdict", f"DualPipeV P={P} M={M} CSV ({n:,} actions)", ours, theirs, "s", 0.25,
-                            note=how))
-    return rows
+    run of the same file (`torch_file_to_verdict`), goal <= 0.25 at every size, on a first read
+    (`_file_to_verdict_rows`)."""
+    return _file_to_verdict_rows("dualpipev", sizes, runs, budget)
 
 
 def measure_linear_shapes(budget: float = 6.0) -> list[Row]:
