@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from .errors import SchedcError
 from .inputs import STDIN, STDIN_NAME
-from .outputs import rounded
+from .outputs import alike_replicas, rounded
 from .verify.symmetry import distinct_actions
 
 
@@ -36,6 +36,7 @@ class Row:
     # seconds of data-parallel collectives on the rank that spends the most in them (rules/time.py),
     # hidden under compute or not; the makespan includes what is not hidden (0 when none take time)
     collectives: float = 0.0
+    replicas: int = 1  # a data-parallel job's: its lists per rank are the whole job's
 
     @property
     def peak(self) -> float | None:
@@ -115,7 +116,7 @@ def compare(names, params: Mapping[str, int], *, costs=None, memory_limit: float
         peaks = report.peak_sizes
         row = Row(name, used, timeline.makespan, timeline.bubble_ratio, peaks,
                   model_states=setup.model_states(program) if setup is not None else None,
-                  collectives=max(timeline.collectives, default=0.0))
+                  collectives=max(timeline.collectives, default=0.0), replicas=report.replicas)
         over = memory_limit is not None and max(row.total_memory, default=0.0) > memory_limit + 1e-9
         rows.append(replace(row, over_limit=over))
     rows.sort(key=lambda r: (r.skipped is not None, r.over_limit, r.makespan if r.makespan is not None else 0.0,
@@ -146,7 +147,9 @@ def render(rows: list[Row], limit: float | None = None) -> str:
             body.append([r.name, params, "-", *(["-"] if dp else []), "-", "-", f"skipped: {r.skipped}"])
             continue
         memory = r.total_memory
-        per_rank = "[" + ", ".join(fmt(float(x)) for x in memory) + "]"
+        P = alike_replicas(memory, r.replicas)  # (replicas alike: one replica's ranks, and how many replicas)
+        per_rank = "[" + ", ".join(fmt(float(x)) for x in (memory[:P] if P else memory)) + "]"
+        per_rank += f" in each of the {r.replicas:,} replicas" if P else ""
         body.append([r.name, params, fmt(r.makespan), *([fmt(r.collectives)] if dp else []), f"{r.bubble_ratio:.3f}",
                      fmt(max(memory) if memory else None),
                      per_rank + ("  over the memory limit" if r.over_limit else "")])

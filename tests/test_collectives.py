@@ -130,8 +130,9 @@ def test_the_job_survives_ir_json_and_torch_gets_one_schedule_for_every_replica(
 
 
 def test_text_reports_show_one_replica_where_the_replicas_are_alike(run_cli, tmp_path):
-    """check's and sim's text list replica 0's ranks and say the job's replicas are alike (a 100,000-
-    rank job printed 100,000 rows); a job whose replicas differ gets every rank; JSON keeps every rank."""
+    """check's, compare's and sim's text list replica 0's ranks and say the job's replicas are alike (a
+    100,000-rank job printed 100,000 rows); a job whose replicas differ gets every rank; JSON keeps
+    every rank."""
     alike = tmp_path / "alike.pp"
     alike.write_text(f"schedule dp(P = 2, M = 2) {{ stages P\n place loop\n replicas 3\n rank r, replica d {{ "
                      f"{ONE_F_ONE_B} }} }}")
@@ -147,11 +148,15 @@ def test_text_reports_show_one_replica_where_the_replicas_are_alike(run_cli, tmp
     assert "each of the 3 replicas alike: job rank d x 2 + p as rank p above" in out
     code, out, err = run_cli("sim", str(alike), "--json")
     assert code == 0 and len(json.loads(out)["busy"]) == 6
+    code, out, err = run_cli("compare", str(alike), "1f1b")
+    assert code == 0, err
+    line = next(line for line in out.splitlines() if "P=2 M=2" in line)
+    assert re.search(r"\[\d+, \d+\] in each of the 3 replicas$", line), line
     differ = tmp_path / "differ.pp"  # (replica 0 runs its forwards first, the others one microbatch at a time)
     differ.write_text("schedule dp(P = 2, M = 2) { stages P\n place loop\n replicas 3\n rank r, replica d { "
                       "if d == 0 { for m in 0 .. M { F(r, m) } for m in reversed(0 .. M) { B(r, m) } } "
                       "if d > 0 { for m in 0 .. M { F(r, m) B(r, m) } } REDUCE_GRAD(r) } }")
-    for command in ("check", "sim"):
+    for command in ("check", "compare", "sim"):
         code, out, err = run_cli(command, str(differ))
         assert code == 0, err
         assert "replicas alike" not in out and "in each of the" not in out
