@@ -201,6 +201,10 @@ def test_ir_json_writes_a_replica_that_runs_another_replicas_steps_as_its_number
     path.write_text(json.dumps(bad))
     with pytest.raises(SchedcError, match=r"replica 2 names replica 2: a replica may name an earlier one only"):
         schedc.load(str(path))
+    bad["replicas"] = [0] * 600_000  # (a few bytes a replica: the job's size is held to the language's limit)
+    path.write_text(json.dumps(bad))
+    with pytest.raises(SchedcError, match=r"600,001 replicas of 2 ranks make 1,200,002 ranks; a job takes at most"):
+        schedc.load(str(path))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

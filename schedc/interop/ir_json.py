@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from ..columns import Columns
-from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
+from ..compiler import MAX_JOB_RANKS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
 from ..expr import MAX_INT
 from ..inputs import loads_json
@@ -212,7 +212,11 @@ def _program(data) -> Program:
     if len(rows) != ranks or len(placement) != stages or any(not 0 <= r < ranks for r in placement):
         raise ValueError("'actions' needs one list per rank and 'placement' one rank per stage")
     steps = tuple(tuple(parse_step(_need(t, str, "an action")) for t in _need(row, list, "actions")) for row in rows)
-    replicas = _replicas(_need(data.get("replicas", []), list, "replicas"), steps)
+    entries = _need(data.get("replicas", []), list, "replicas")
+    if (1 + len(entries)) * ranks > MAX_JOB_RANKS:  # (a replica named by its number costs a few bytes)
+        raise ValueError(f"{1 + len(entries):,} replicas of {ranks:,} ranks make {(1 + len(entries)) * ranks:,} "
+                         f"ranks; a job takes at most {MAX_JOB_RANKS:,}")
+    replicas = _replicas(entries, steps)
     if any(len(r) != ranks for r in replicas):
         raise ValueError("each of 'replicas' needs one list per rank")
     ann = _need(data.get("annotations") or {}, dict, "annotations")
