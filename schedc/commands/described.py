@@ -122,7 +122,8 @@ def sim_text(timeline, setup, trace) -> str:
     P = alike_replicas(total, timeline.replicas)  # (alike: replica 0's ranks, in each replica)
     over = [r for r, t in enumerate(total[:P] if P else total) if t > setup.memory + 1e-9]
     if over:
-        lines.append(f"  rank{'s' if len(over) > 1 else ''} {', '.join(map(str, over))} need more than the "
+        lines.append(f"  rank{'s' if len(over) > 1 else ''} {', '.join(map(str, over))} "
+                     f"need{'' if len(over) > 1 else 's'} more than the "
                      f"{gib_text(setup.memory)} a rank may hold on {setup.hardware.name} (its memory less the "
                      f"reserve){f' in each of the {timeline.replicas:,} replicas' if P else ''}")
     if trace:
