@@ -326,3 +326,23 @@ def test_a_top_level_overhead_costs_every_replicas_messages_alike():
         assert all(times.start[d * P + p] == times.start[p] and times.end[d * P + p] == times.end[p]
                    for d in range(job.dp) for p in range(P))
         assert times.posted[1] != times.posted[0]  # (the overhead was paid)
+
+
+@budget(100)
+@given(jobs())
+def test_ir_json_keeps_a_jobs_replicas_and_writes_shared_lists_once(job):
+    """IR JSON of a job: read back equal, replica by replica; a replica that holds an earlier one's
+    very lists (the compiler's sharing) is written as that replica's number and read back shared; an
+    equal copy is written whole (its lines may differ)."""
+    from schedc.interop.ir_json import dumps_ir, read_ir_json
+    text = dumps_ir(job)
+    back = read_ir_json(text, "job.json")
+    assert back == job and back.replicas == job.replicas
+    entries = json.loads(text)["replicas"]
+    held = [job.ranks, *job.replicas]
+    for d, entry in enumerate(entries, 1):
+        first = next(k for k in range(d + 1) if held[k] is held[d])  # (d itself when none before holds them)
+        assert isinstance(entry, int) == (first < d) and (first == d or entry == first)
+        if first < d:
+            assert back.replicas[d - 1] is ([back.ranks, *back.replicas][first])
+    assert json.loads(dumps_ir(back))["replicas"] == entries  # (read back shared: written the same)
