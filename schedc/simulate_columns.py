@@ -183,7 +183,8 @@ class _Run:
         self.starts, self.sim, self.step, self.duration = starts, sim, step, duration
         self.stages = stages  # with UNSHARDs that take time: per step, the stages it computes on
         self.stage_of = None if special is None else special[2]  # (an UNSHARD's stage)
-        self.to, self.size, self.make = to, size, make
+        self.to, self.make = to, make
+        self.size = array("d", size)  # (Python floats for the loop: a time past the floats is inf, not a warning)
         self.src_a, self.src_b, self.msg_a = (_ints(a) for a in (src_a, src_b, msg_a))
         self.msg_b = None if msg_b is None else _ints(msg_b)
         n, m = len(duration), len(to)

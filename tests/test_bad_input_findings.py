@@ -92,6 +92,18 @@ def test_a_speed_that_overflows_the_times_is_a_clean_error_without_warnings(run_
     assert code == 2 and "error[costs]: the simulated times overflow" in err, err
 
 
+def test_messages_whose_times_overflow_are_a_clean_error_without_warnings(run_cli, tmp_path):
+    """The one-pass simulator sends messages of a described model's sizes: a latency near the floats'
+    end made numpy's scalar add warn before the clean error (fuzz seed 113)."""
+    setup = tmp_path / "setup.toml"
+    setup.write_text('[model]\npreset = "gpt3-1.3b"\n[hardware]\npreset = "a100-80gb"\n')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        code, out, err = run_cli("sim", "interleaved_zero_bubble", "--param", "P=4,V=1", "--cost",
+                                 "F=1e308,B=1e308,latency=1e308", "--setup", str(setup))
+    assert code == 2 and "error[costs]: the simulated times overflow" in err, err
+
+
 def test_a_report_dict_is_strict_json_even_for_sizes_past_the_floats():
     program = schedc.load("gpipe", {"P": 2, "M": 2})
     huge = replace(program, annotations=replace(program.annotations, stage_memory=(StageMemory(act=1e308),) * 2))
