@@ -94,8 +94,9 @@ def sample(program: Program, spread: Spread, runs: int, *, seed: int = 0, overla
     if not 1 <= runs <= MAX_RUNS:
         raise SchedcError("usage", f"{runs}: give 1 to {MAX_RUNS:,} sampled runs", where="--samples")
     count = flat_job(program).num_actions  # (a data-parallel job's every replica: each draws its times apart)
-    if runs * count > MAX_SIMULATED_ACTIONS:
-        raise SchedcError("too-large", f"{runs:,} sampled runs of {count:,} actions time "
+    if runs > 1 and runs * count > MAX_SIMULATED_ACTIONS:  # (one run: simulate's own limit says why)
+        every = " (a data-parallel job's every replica: each draws its times apart)" if program.replicas else ""
+        raise SchedcError("too-large", f"{runs:,} sampled runs of {count:,} actions{every} time "
                           f"{runs * count:,} actions step by step; at most {MAX_SIMULATED_ACTIONS:,}: "
                           "give fewer --samples, or simulate at fewer microbatches", where="--samples")
     draw = _Draw(spread, random.Random(seed), program.num_ranks)  # one generator: each run draws anew

@@ -209,7 +209,7 @@ def test_what_sampled_runs_refuse():  # (too many; anything `simulate` times, sa
     # a data-parallel job: every replica draws its times apart, so every replica's actions count
     job = schedc.load("1f1b", {"P": 4, "M": 100})
     job = replace(job, replicas=(job.ranks,) * 3)  # 4 x 800 actions
-    with pytest.raises(schedc.SchedcError, match=r"1,000 sampled runs of 3,200 actions"):
+    with pytest.raises(schedc.SchedcError, match=r"1,000 sampled runs of 3,200 actions \(a data-parallel job's every"):
         sample(job, spread, 1_000)
     sample(replace(job, replicas=()), spread, 1)  # (one replica, one run: times)
 
