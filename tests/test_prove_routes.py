@@ -1,8 +1,9 @@
 """`schedc prove` for schedules with routes (docs/prove.md, "Routes"): DualPipe is proved for every
 setting, and mutants of it (a swapped pair, an action off its route, a missing forward, a route
-that leaves a microbatch out) are refuted or at least not proved. Each bug below is written to
-appear only at P >= 6 or 8, past the concrete sweep (P <= 4 for DualPipe's M >= 2P), so the
-symbolic obligations, not the sweep, must catch it.
+that leaves a microbatch out) are refuted or at least not proved. Most bugs below are written
+to appear only at P >= 6 or 8, past the concrete sweep (P <= 4 for DualPipe's M >= 2P), so the
+symbolic obligations, not the sweep, must catch them; a memory limit is counted in the sizes a
+routed schedule has.
 """
 from __future__ import annotations
 
