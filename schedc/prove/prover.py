@@ -222,6 +222,7 @@ PROOF_UNITS = 10_000_000_000  # the whole proof (`--budget`): the built-ins take
 # (interleaved zero bubble: 55 s at about 5M units a second), so this is some 34 times the largest,
 # about half an hour of Z3 here; it bounds what a proof that cannot end well spends (each step above
 # has its own share of it)
+WELL_FORMED_BOX = 24  # a well-formedness counterexample too large to check is sought again with parameters <= this
 CASES = range(1, 5)  # a parameter that makes the schedule nonlinear is tried at each of these values
 
 
@@ -600,6 +601,10 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:  # noqa: C901
                 return Part("well-formed", "unknown", f"Z3 gave up on '{text}' ({verdict.reason})")
             if isinstance(verdict, solver.Refuted):
                 cex = _concrete(path, m, verdict.params, what=text)
+                if cex is None and not _small_enough(m, verdict.params):  # too large to check: look among small ones
+                    small = enc.run(enc.within(formula, WELL_FORMED_BOX), _one(deadline), shown)
+                    if isinstance(small, solver.Refuted):
+                        verdict, cex = small, _concrete(path, m, small.params, what=text)
                 if cex is not None:
                     proof.verdict, proof.counterexample = "refuted", cex
                     return Part("well-formed", "refuted", text)
