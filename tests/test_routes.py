@@ -327,12 +327,6 @@ def test_both_fast_paths_clear_dualpipe_at_both_levels():
                 assert clear is not None and clear.peak_activation == want, (P, M, p.level)
 
 
-def test_prove_says_routes_are_outside_its_fragment_and_checks_the_small_settings():
-    from schedc.prove import prove
-    proof = prove("dualpipe")
-    assert proof.verdict == "unknown" and proof.bounded and "routes" in (proof.reason or ""), proof.to_dict()
-
-
 @settings(max_examples=40, deadline=None)
 @given(programs(routes=True, max_ranks=4, max_microbatches=5, placements=("loop", "vshape", "table"), costs=True))
 def test_the_one_pass_simulator_times_routed_programs_as_the_step_by_step_one(program):

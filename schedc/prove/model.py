@@ -7,8 +7,9 @@ list) and its stage and microbatch expressions, all still source expressions. Th
 a proof can reason about: F/B/I/W actions with explicit microbatches, alone or as the two parts of
 an `overlap(...)` step (one statement each, sharing one step), no `order` and no `next`; the
 collectives REDUCE_GRAD/UNSHARD/RESHARD as steps of their own (`Model.collectives`); `replicas D`
-when every replica runs the same lists (docs/prove.md, "Replicas and collectives"); anything else
-raises `Unsupported` with the reason and its place.
+when every replica runs the same lists (docs/prove.md, "Replicas and collectives"); routes, kept
+as their expressions (`Model.routes`, docs/prove.md "Routes"); anything else raises `Unsupported`
+with the reason and its place.
 """
 from __future__ import annotations
 
@@ -106,6 +107,7 @@ class Model:
     loops: ir_loops.Loops | None = None  # the IR it was read from: what its concrete instances expand
     collectives: tuple[Stmt, ...] = ()  # REDUCE_GRAD/UNSHARD/RESHARD(stage), each a step of its own
     replicas: ast.Expr | None = None  # `replicas D`: identical replicas of the pipeline the statements are
+    routes: tuple[ast.Route, ...] = ()  # `route microbatches A .. B: stages C .. D`, in file order
 
 
 def domain(tree: ast.Schedule) -> Model:
@@ -131,9 +133,6 @@ def model(tree: ast.Schedule) -> Model:  # noqa: C901
         raise Unsupported("its order is computed by `order greedy(...)`, an algorithm; a proof for every "
                           "size needs the order written as loops", loops.order.span)
     _same_replicas(loops)
-    if loops.routes:
-        raise Unsupported("routes (each microbatch through some of the stages): the proof's dependencies run every "
-                          "microbatch through every stage", loops.routes[0].span)
     if loops.forward_only is not None:
         raise Unsupported("a forward-only schedule: the proof covers training schedules (each forward "
                           "with its backward)", loops.forward_only.span)
@@ -176,7 +175,7 @@ def model(tree: ast.Schedule) -> Model:  # noqa: C901
                    placement=placement.kind, place_var=placement.var, place_expr=placement.expr,
                    rank_var=rank_var, stmts=tuple(builder.stmts), functions=builder.functions,
                    annotations=loops.annotations, collectives=tuple(builder.collectives),
-                   replicas=decls["replicas"].value if "replicas" in decls else None)
+                   replicas=decls["replicas"].value if "replicas" in decls else None, routes=loops.routes)
 
 
 def _rank_of(body: ir_loops.Body) -> int:

@@ -222,6 +222,7 @@ PROOF_UNITS = 10_000_000_000  # the whole proof (`--budget`): the built-ins take
 # (interleaved zero bubble: 55 s at about 5M units a second), so this is some 34 times the largest,
 # about half an hour of Z3 here; it bounds what a proof that cannot end well spends (each step above
 # has its own share of it)
+WELL_FORMED_BOX = 24  # a well-formedness counterexample too large to check is sought again with parameters <= this
 CASES = range(1, 5)  # a parameter that makes the schedule nonlinear is tried at each of these values
 
 
@@ -387,12 +388,15 @@ def _unit_words(units: MemoryUnits) -> str:
 
 
 def _unit_size(m: Model, params, units: MemoryUnits):
-    """One counted unit in check's sizes at these parameters: the file's act, or the default R / S, x the unit."""
+    """One counted unit in check's sizes at these parameters: the file's act, or the default R / S (R / L
+    with routes of L stages), x the unit."""
     from fractions import Fraction
     if units.act is not None:
         return units.act * units.unit
     env = base_env(m, params)
-    return Fraction(evaluate(m.ranks, env, m.functions), evaluate(m.stages, env, m.functions)) * units.unit
+    copy = (m.routes[0].stage_stop, m.routes[0].stage_start) if m.routes else (m.stages, ast.Num(0, m.stages.span))
+    stages = evaluate(copy[0], env, m.functions) - evaluate(copy[1], env, m.functions)  # (one copy of the model's)
+    return Fraction(evaluate(m.ranks, env, m.functions), stages) * units.unit
 
 
 def _number(x) -> str:
@@ -401,7 +405,7 @@ def _number(x) -> str:
 
 
 def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):  # noqa: C901
-    for hi in range(6, 13):  # the smallest SAMPLES settings; a narrow domain (M >= 2P) reaches further
+    for hi in range(6, 21):  # the smallest SAMPLES settings; a narrow domain (M >= 2P, P even) reaches further
         samples = settings(m, assumed, hi, SAMPLES)
         if len(samples) >= SAMPLES:
             break
@@ -580,11 +584,15 @@ def _matches(cert: dict, m: Model) -> None:
 
 
 def _well_formed(proof, path, m, assumed, deadline) -> Part:  # noqa: C901
-    for which, text in (("range", "every stage and microbatch index is in range"),
-                        ("placement", "every action runs on the rank that holds its stage"),
-                        ("unique", "no action repeats, no microbatch has both B and I/W"),
-                        ("exists", "every stage runs F and B (or I and W) of every microbatch"),
-                        ("collectives", collectives.TEXT)):
+    routed = (("routes", "the routes describe a program at every setting"),) if m.routes else ()
+    for which, text in routed + (
+            ("range", "every stage and microbatch index is in range" + (", every action on its microbatch's route"
+                                                                         if m.routes else "")),
+            ("placement", "every action runs on the rank that holds its stage"),
+            ("unique", "no action repeats, no microbatch has both B and I/W"),
+            ("exists", "every stage runs F and B (or I and W) of every microbatch"
+             + (" on its route" if m.routes else "")),
+            ("collectives", collectives.TEXT)):
         enc = smt.Encoding(m, assumed)
         obligations = collectives.obligations(enc) if which == "collectives" else smt.well_formed(enc, which)
         for x, y, formula, shown in obligations:
@@ -593,6 +601,10 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:  # noqa: C901
                 return Part("well-formed", "unknown", f"Z3 gave up on '{text}' ({verdict.reason})")
             if isinstance(verdict, solver.Refuted):
                 cex = _concrete(path, m, verdict.params, what=text)
+                if cex is None and not _small_enough(m, verdict.params):  # too large to check: look among small ones
+                    small = enc.run(enc.within(formula, WELL_FORMED_BOX), _one(deadline), shown)
+                    if isinstance(small, solver.Refuted):
+                        verdict, cex = small, _concrete(path, m, small.params, what=text)
                 if cex is not None:
                     proof.verdict, proof.counterexample = "refuted", cex
                     return Part("well-formed", "refuted", text)
@@ -622,8 +634,10 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:  # noqa: C901
             if not isinstance(verdict, solver.Proved):
                 return Part("well-formed", "unknown", "a division by a quantity that varies may divide by zero or "
                             "less" + (f" (at {verdict.params})" if isinstance(verdict, solver.Refuted) else ""))
-    return Part("well-formed", "proved", "every stage runs F and B (or I then W) of every microbatch exactly "
-                "once, on the rank that holds it" + (f"; {collectives.TEXT}" if m.collectives else ""))
+    what = ("every stage of each microbatch's route runs F and B (or I then W) of it exactly once, on the rank "
+            "that holds it, and no action is off its microbatch's route" if m.routes else
+            "every stage runs F and B (or I then W) of every microbatch exactly once, on the rank that holds it")
+    return Part("well-formed", "proved", what + (f"; {collectives.TEXT}" if m.collectives else ""))
 
 
 def _one(deadline: solver.Deadline) -> solver.Deadline:
@@ -658,7 +672,10 @@ def _check_memory(m, assumed, expr, deadline, capacity: bool, units: MemoryUnits
     enc = smt.Encoding(m, assumed)
     bound = (lambda r: enc.int(expr, enc.at_rank(r)))
     if not capacity:
-        return _per_stage(m, enc, expr, bound, deadline, units), "counted"
+        try:
+            return _per_stage(m, enc, expr, bound, deadline, units), "counted"
+        except Unsupported as exc:  # (routes that share stages)
+            return exc.reason, "counted"
     try:
         why = _in_rank_order(m, enc, expr, bound, deadline, ordered, units)
     except Unsupported as exc:

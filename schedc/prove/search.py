@@ -192,7 +192,9 @@ def cegis_timing(m: Model, assumptions, samples, deadline, log, rounds: int = 30
     """A timing certificate that holds for every setting, or (None, reason). Each round fits the
     rows (one fit per coefficient bound, see _fit), checks every obligation, and adds the edge
     of each counterexample as a row. `refute(params)` checks each setting a candidate fails at
-    concretely (a counterexample dict, or None); a failing one raises ConcreteFailure. A nonlinear model's certificate is first sought with products
+    concretely (a counterexample dict, or None); a failing one raises ConcreteFailure, and so does a
+    sampled setting that fails when no certificate orders the samples (their edges may close a
+    cycle). A nonlinear model's certificate is first sought with products
     by the number of ranks only (a rank's time scales with P), then with every product; its sampled
     rows join the fit lazily, the most violated first (a few hundred decide what thousands would).
     The narrower template gets TEMPLATE_UNITS of `deadline`'s solver work, the last what is left."""
@@ -207,6 +209,10 @@ def cegis_timing(m: Model, assumptions, samples, deadline, log, rounds: int = 30
         cert, why = _cegis(m, assumptions, pool, names, allowed, share, log, rounds, refute)
         if cert is not None:
             return cert, None
+    if why.startswith(NO_FIT) and refute is not None:  # the samples' own edges may close a cycle: check them
+        for params in samples:
+            if (cex := refute(params)) is not None:
+                raise ConcreteFailure(cex)
     return None, why
 
 
@@ -238,7 +244,7 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds, refute):
             fitter.add(active)
             found = fitter.solve(_fit_share(deadline, bounds))
         if found is None:
-            return None, ("no affine timing (in the parameters, the rank, the lets and the loop variables, "
+            return None, (f"{NO_FIT} (in the parameters, the rank, the lets and the loop variables, "
                           f"coefficients up to {FIT_BOUNDS[-1]}, constants up to {LAST_CONSTANT}) "
                           "orders the sampled instances")
         values = ((_value(row, found), n) for n, row in enumerate(pool))
@@ -279,6 +285,7 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds, refute):
     return None, f"the timing search did not converge in {rounds} rounds"
 
 
+NO_FIT = "no affine timing"  # how the reason begins when no certificate orders the sampled instances
 POOL_MAX, POOL_SETTINGS = 10, 80  # a nonlinear model's pool of sampled settings
 BOX = 24  # a nonlinear model's counterexamples: first with every parameter at most BOX
 # Solver budgets in Z3 resource units (deterministic: see schedc/solver.py and the measurements beside

@@ -57,6 +57,12 @@ class Encoding:
         self.R = self.int(m.ranks, self.env)
         self.S = self.int(m.stages, self.env)
         self.Mb = self.int(m.microbatches, self.env)
+        # each route as (first microbatch, stop, first stage, stop): half-open ranges, in file order
+        self.routes = [tuple(self.int(e, self.env) for e in (x.mb_start, x.mb_stop, x.stage_start, x.stage_stop))
+                       for x in m.routes]
+        # the stages of one copy of the model (with routes, a route's run; compiler.py's default sizes share a
+        # rank-sized chunk among these)
+        self.L = self.routes[0][3] - self.routes[0][2] if self.routes else self.S
         self.plain = [self.bool(e, self.env) for e in m.requires + tuple(assumptions)]
         self.plain += [self.R >= 1, self.S >= 1, self.Mb >= 1]
         self._outer = list(self._side[1])
@@ -192,6 +198,38 @@ class Encoding:
 
     def _as_int(self, t):
         return z3.If(t, self.num(1), self.num(0)) if z3.is_bool(t) else t
+
+    # ---- routes (docs/semantics.md, "Routes"; what they allow is schedc/rules/deps.py's) ----
+    def visits(self, s, mb):
+        """Microbatch mb runs through stage s: on its route's stages (with the routes proved to be
+        routes, `well_formed(enc, "routes")`: each microbatch on exactly one). True without routes
+        (the range is its own obligation)."""
+        if not self.routes:
+            return z3.BoolVal(True, self.ctx)
+        return z3.Or(*[z3.And(a <= mb, mb < b, c <= s, s < d) for a, b, c, d in self.routes])
+
+    def same_segment(self, s, t):
+        """Stages s and t lie in one route's run of stages (its segment; segments are proved equal or
+        apart): where a stage's neighbours are (deps.py's `bounds`). True without routes."""
+        if not self.routes:
+            return z3.BoolVal(True, self.ctx)
+        return z3.Or(*[z3.And(c <= s, s < d, c <= t, t < d) for _, _, c, d in self.routes])
+
+    def visitors(self, s):
+        """(first, stop): the microbatches that run through stage s, an interval when no two routes
+        share a stage (asked of Z3 once; Unsupported otherwise: a stage's visitors could be several
+        intervals). (0, M) without routes."""
+        if not self.routes:
+            return self.num(0), self.Mb
+        apart = [z3.Or(c1 >= d2, c2 >= d1) for i, (_, _, c1, d1) in enumerate(self.routes)
+                 for (_, _, c2, d2) in self.routes[i + 1:]]
+        if apart and not self.proves(z3.And(*apart)):
+            raise Unsupported("routes that share stages: a stage's microbatches are not one interval, which the "
+                              "memory count needs")
+        lo, hi = self.routes[-1][0], self.routes[-1][1]
+        for a, b, c, d in reversed(self.routes[:-1]):
+            lo, hi = z3.If(z3.And(c <= s, s < d), a, lo), z3.If(z3.And(c <= s, s < d), b, hi)
+        return lo, hi
 
     # ---- instances ----
     def instance(self, stmt: Stmt, tag: str) -> "Inst":
@@ -710,9 +748,12 @@ def _pairs(enc: Encoding, kinds_a, kinds_b):
 
 
 def well_formed(enc: Encoding, which: str):  # noqa: C901
-    """`which` is one of: range, placement, unique, exists."""
+    """`which` is one of: routes, range, placement, unique, exists (with routes: `routes`, that
+    they describe a program at every setting, and in `range`, that every action is on its route)."""
     m, S, Mb = enc.m, enc.S, enc.Mb
-    if which in ("range", "placement"):
+    if which == "routes":
+        yield from routes(enc)
+    elif which in ("range", "placement"):
         for x in m.stmts:
             a = enc.instance(x, "a")
             if which == "range":  # the stage and the microbatch apart: each is easier for Z3 alone
@@ -721,6 +762,9 @@ def well_formed(enc: Encoding, which: str):  # noqa: C901
             else:
                 bad = z3.And(a.stage >= 0, a.stage < S, enc.owner(a.stage) != a.rank)
             yield x, None, z3.And(a.where(), bad), a.shown("a")
+            if which == "range" and m.routes:  # no action of a microbatch off its route (`off-route`)
+                yield x, None, z3.And(a.where(), a.stage >= 0, a.stage < S, a.microbatch >= 0, a.microbatch < Mb,
+                                      z3.Not(enc.visits(a.stage, a.microbatch))), a.shown("a")
     elif which == "unique":  # no (stage, microbatch) twice among these kinds
         for group in (("F",), ("B",), ("I",), ("W",), ("B", "I"), ("B", "W")):
             for x, y in _pairs(enc, group, group):
@@ -741,7 +785,7 @@ def well_formed(enc: Encoding, which: str):  # noqa: C901
             except Unsupported:
                 pass
         s, mb = z3.Int("s", enc.ctx), z3.Int("m", enc.ctx)
-        inside = z3.And(s >= 0, s < S, mb >= 0, mb < Mb, *enc.chunked(s))
+        inside = z3.And(s >= 0, s < S, mb >= 0, mb < Mb, enc.visits(s, mb), *enc.chunked(s))
         shown = {"stage": s, "microbatch": mb}
 
         def none_of(kinds, stage, micro):
@@ -756,6 +800,26 @@ def well_formed(enc: Encoding, which: str):  # noqa: C901
                     yield x, (other,), z3.And(a.where(), none_of((other,), a.stage, a.microbatch)), a.shown("a")
 
 
+def routes(enc: Encoding):
+    """The routes describe a program at every setting (deps.py's `route_problems`, which the compiler
+    asks; a model is a setting where it refuses the file): each a non-empty range of microbatches and
+    of stages within the program's, every microbatch on exactly one, every stage on one, the runs of
+    stages all as long as the first's and each two equal or apart."""
+    m, S, Mb, rs = enc.m, enc.S, enc.Mb, enc.routes
+    for x, (a, b, c, d) in zip(m.routes, rs):
+        yield x, None, z3.Not(z3.And(0 <= a, a < b, b <= Mb, 0 <= c, c < d, d <= S)), {}
+        yield x, None, d - c != rs[0][3] - rs[0][2], {}
+    for i, (_, _, c1, d1) in enumerate(rs):
+        for k in range(i + 1, len(rs)):
+            _, _, c2, d2 = rs[k]
+            yield m.routes[k], None, z3.And(z3.Or(c1 != c2, d1 != d2), c1 < d2, c2 < d1), {}
+    mb, s = z3.Int("m", enc.ctx), z3.Int("s", enc.ctx)
+    on = z3.Sum([enc.num(0)] + [z3.If(z3.And(a <= mb, mb < b), enc.num(1), enc.num(0)) for a, b, _, _ in rs])
+    yield m.routes[-1], None, z3.And(mb >= 0, mb < Mb, on != 1), {"microbatch": mb}
+    yield m.routes[-1], None, z3.And(s >= 0, s < S, z3.Not(z3.Or(*[z3.And(c <= s, s < d) for _, _, c, d in rs]))), \
+        {"stage": s}
+
+
 def coverage(enc: Encoding) -> list:
     """"Every stage runs F and B (or I and W) of every microbatch" by counting, for models where the
     quantified form is out of Z3's reach: with range, placement and uniqueness proved, a rank's F's
@@ -763,6 +827,8 @@ def coverage(enc: Encoding) -> list:
     x M of them, they are all of them; likewise its B's and I's, and its W's when no backward is
     whole. A model is a rank with too few. Unsupported when the statements cannot be counted."""
     m = enc.m
+    if m.routes:
+        raise Unsupported("counting with routes: a rank's stages run some of the microbatches")
     kinds = {x.kind for x in m.stmts}
     groups = [("F",), ("B", "I")] + ([("W",)] if "B" not in kinds and "I" in kinds else [])
     if "B" in kinds and kinds & {"I", "W"}:
@@ -797,15 +863,19 @@ def divisors(enc: Encoding):
 
 
 def _producers():
-    """consumer kind -> [(producer kinds, stage offset)], read off schedc/rules/deps.py (the one rule)."""
-    from ..rules.deps import needs, produces
-    from ..ir import Action, Op
+    """consumer kind -> [(producer kinds, stage offset, confined)], read off schedc/rules/deps.py (the
+    one rule): `confined`, the need is there only where the producer's stage is in the consumer's
+    run of stages (its route's segment): deps.py drops it for a stage that is a segment alone."""
+    from ..rules.deps import Routes, needs, produces
+    from ..ir import Action, Op, Route
+    alone = Routes(11, 8, (Route((0, 8), (5, 6)),))  # stage 5 a segment of its own (its neighbours none)
     out = {}
     for k in ("F", "B", "I", "W"):
         rows = []
+        routed = needs(Action(Op[k], 5, 7), alone)
         for v in needs(Action(Op[k], 5, 7), 11):
             kinds = tuple(p for p in ("F", "B", "I", "W") if produces(Action(Op[p], v[1], v[2])) == v)
-            rows.append((kinds, v[1] - 5))
+            rows.append((kinds, v[1] - 5, v not in routed))
         out[k] = rows
     return out
 
@@ -818,12 +888,14 @@ def timing_edges(enc: Encoding):
         yield x, y, a, b, "order", z3.And(a.rank == b.rank, enc.before(a, b))
     producers = _producers()
     for y in m.stmts:
-        for kinds, offset in producers[y.kind]:
+        for kinds, offset, confined in producers[y.kind]:
             for x in m.stmts:
                 if x.kind in kinds and not stages_apart(x, y, offset):
                     a, b = enc.instance(x, "a"), enc.instance(y, "b")
+                    # (with routes, a stage's neighbours are its segment's: deps.py's `bounds`)
+                    segment = [enc.same_segment(a.stage, b.stage)] if confined and m.routes else []
                     yield x, y, a, b, "data", z3.And(a.stage == b.stage + offset, a.microbatch == b.microbatch,
-                                                     *enc.neighbours(a, b, offset),
+                                                     *segment, *enc.neighbours(a, b, offset),
                                                      *enc.same_digits(a.microbatch, b.microbatch))
 
 
@@ -883,12 +955,13 @@ def memory(enc: Encoding, bound, groups, directions: tuple[int, ...]):
     first; the others free). No certificate needed: with each group's actions in microbatch order
     per stage (memory_order, `directions` one per group) and well-formedness (each F, B, I, W exists
     once), the actions of a group on stage s at or before a moment are the first j microbatches in
-    that order, told by two existential facts, so the count right after each F is linear (a peak
-    follows an F, every other group freeing)."""
+    that order (of the stage's own, with routes: `Encoding.visitors`), told by two existential
+    facts, so the count right after each F is linear (a peak follows an F, every other group
+    freeing)."""
     m = enc.m
 
-    def nth(direction, j):  # the microbatch that is j-th (from 0) in this order
-        return j if direction > 0 else enc.Mb - 1 - j
+    def nth(direction, j, lo, hi):  # the microbatch that is j-th (from 0) in this order among lo .. hi - 1
+        return lo + j if direction > 0 else hi - 1 - j
 
     def some(kinds, a, stage, micro, when, tag):
         options = []
@@ -904,12 +977,13 @@ def memory(enc: Encoding, bound, groups, directions: tuple[int, ...]):
         at_or_before = (lambda g: z3.Or(enc.before(g, a), z3.And(g.stage == a.stage, g.microbatch == a.microbatch)))
         for i, s in enumerate(enc.local_stages(a.rank)):
             shown[f"stage {i}"] = s
+            lo, hi = enc.visitors(s)  # (with routes, the stage's own microbatches)
             for n, ((kinds, delta), d) in enumerate(zip(groups, directions)):
                 j = z3.Int(f"j{i}_{n}", enc.ctx)
                 done = at_or_before if kinds == ("F",) else (lambda g: enc.before(g, a))
-                facts += [j >= 0, j <= enc.Mb,
-                          z3.Or(j == 0, some(kinds, a, s, nth(d, j - 1), done, "g")),
-                          z3.Or(j == enc.Mb, some(kinds, a, s, nth(d, j), lambda g: enc.before(a, g), "g"))]
+                facts += [j >= 0, j <= hi - lo,
+                          z3.Or(j == 0, some(kinds, a, s, nth(d, j - 1, lo, hi), done, "g")),
+                          z3.Or(j == hi - lo, some(kinds, a, s, nth(d, j, lo, hi), lambda g: enc.before(a, g), "g"))]
                 live.append(delta * j)
                 shown[f"{'/'.join(kinds)} of stage {i}"] = j
         yield ("live activations", x, None), z3.And(a.where(), *facts, z3.Sum(live) > bound(a.rank)), shown
@@ -952,12 +1026,13 @@ def capacity(enc: Encoding, bound, allocated: int = 1):
 
 def share(enc: Encoding, spec) -> Fraction | None:
     """The size of one unit the proof counts (spec.unit x a stage's activation size), as a number:
-    with the file's `act`, or the default share R / S when the stages are a fixed multiple of the
-    ranks (`stages P`, `stages 2 * P`); None when it varies."""
+    with the file's `act`, or the default share R / L (L: the stages of one copy of the model, all of
+    them without routes) when they are a fixed multiple of the ranks (`stages P`, `stages 2 * P`);
+    None when it varies."""
     if spec.act is not None:
         return spec.act * spec.unit
     for k in range(1, 9):
-        if enc.proves(enc.S == k * enc.R):
+        if enc.proves(enc.L == k * enc.R):
             return Fraction(1, k) * spec.unit
     return None
 
@@ -967,12 +1042,13 @@ def over_limit(enc: Encoding, bound, spec, act: Fraction | None):
     answer, x `bound(rank)` units), is over the file's memory limit for it (`spec.limits`,
     the last that names the rank winning, as in the compiler): the memory check of `check` at every
     setting, given the proved bound. A default size that varies (`act` None: R / S with S not a
-    fixed multiple of R) is a product of quantities that vary: for a nonlinear model only."""
+    fixed multiple of R; L with routes) is a product of quantities that vary: for a nonlinear model only."""
     r = z3.Int("rank", enc.ctx)
     live = bound(r)
-    num, den = (enc.num(act.numerator), enc.num(act.denominator)) if act is not None else (enc.R, enc.S)
+    num, den = (enc.num(act.numerator), enc.num(act.denominator)) if act is not None else (enc.R, enc.L)
     if act is None and not enc.m.nonlinear:
-        raise Unsupported("the default activation size R / S varies with the parameters: not linear")
+        raise Unsupported("the default activation size R / S (R / L with routes of L stages) varies with the "
+                          "parameters: not linear")
 
     def over(limit):
         exact = literal(limit)
