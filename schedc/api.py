@@ -18,6 +18,7 @@ from . import importers
 from .ir import Program
 from .resources import builtin_schedules
 from .rules.semantics import Semantics
+from .rules.time import step_collectives
 
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)  # (opening a pipe: no wait)
 
@@ -138,8 +139,8 @@ def check(program: Program, *, semantics: str | Semantics = "rendezvous", engine
         raise SchedcError("usage", f"unknown engine {engine!r}; expected native or z3", where="--engine")
     if isinstance(memory_limit, (int, float)):
         memory_limit = {r: float(memory_limit) for r in range(program.num_ranks * program.dp)}  # every job rank
-    if any(c.R > 0 or c.U > 0 for c in program.annotations.stage_costs):
-        from .passes.stage_ops import add_step_collectives  # (passes load numpy: only when there is work)
+    if any(step_collectives(program.annotations.stage_costs)):
+        from .passes.stage_ops import add_step_collectives  # (the passes take ~9 ms to import: only for work)
         # a step's reductions and gathers that take time (costs' R, U) where the schedule places none, as
         # `schedc run` does them and `simulate` times them: the program checked is the one that runs
         program = add_step_collectives(program)

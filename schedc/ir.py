@@ -13,9 +13,11 @@ import operator
 import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from .span import Span
+
+T = TypeVar("T")  # (what `Program.each_replica` gives back per replica)
 
 
 class Op(str, enum.Enum):
@@ -360,6 +362,16 @@ class Program:
     def replica(self, d: int) -> "Program":
         """Replica d's pipeline alone, as a program of its own (replica 0 is `ranks`)."""
         return replace(self, ranks=self.replicas[d - 1] if d else self.ranks, replicas=())
+
+    def each_replica(self, fn: Callable[["Program"], T]) -> list[T]:
+        """`fn` of each replica's pipeline alone (`replica`), replica 0 first; replicas that share
+        their lists, as the compiler makes a job's, are given to `fn` once (a 100,000-rank job of one
+        pipeline: one call)."""
+        done: dict[int, T] = {}
+        for ranks in (self.ranks, *self.replicas):
+            if id(ranks) not in done:
+                done[id(ranks)] = fn(replace(self, ranks=ranks, replicas=()))
+        return [done[id(ranks)] for ranks in (self.ranks, *self.replicas)]
 
     def one_pipeline(self, what: str) -> "Program":
         """This program, if it is one pipeline; a data-parallel job (`replicas`) is an error for

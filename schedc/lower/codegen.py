@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import gc
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..columns import columns_of
 from ..errors import SchedcError
@@ -118,11 +118,7 @@ def refuse_unrunnable(program: Program, where: str | None = None) -> None:
     MAX_RUNNABLE_ACTIONS actions, counted without lowering it (`run` asks before its checks); the
     error names `where` (the input's file), or the schedule."""
     from ..passes.comms import lowered_size
-    sizes: dict[int, int] = {}  # (replicas that share their lists, as the compiler makes them: counted once)
-    for ranks in (program.ranks, *program.replicas):
-        if id(ranks) not in sizes:
-            sizes[id(ranks)] = lowered_size(replace(program, ranks=ranks, replicas=()))
-    actions = sum(sizes[id(ranks)] for ranks in (program.ranks, *program.replicas))
+    actions = sum(program.each_replica(lowered_size))  # (replicas that share their lists: counted once)
     if actions > MAX_RUNNABLE_ACTIONS:
         raise SchedcError("too-large", f"the runnable program would hold {actions:,} actions as Python "
                           f"source; at most {MAX_RUNNABLE_ACTIONS:,} (about 40 MB of Python): use fewer microbatches, "

@@ -22,10 +22,7 @@ def lower(program: Program, *, receives: str = "needed") -> Program:
     if receives not in RECEIVE_POSTINGS:
         raise ValueError(f"receives={receives!r}: expected one of {', '.join(RECEIVE_POSTINGS)}")
     if program.replicas:
-        done: dict[int, Program] = {}  # (replicas that share their lists, as the compiler makes them: lowered once)
-        lowered = [done[id(ranks)] if id(ranks) in done else done.setdefault(
-                   id(ranks), _lower_one(replace(program, ranks=ranks, replicas=()), receives))
-                   for ranks in (program.ranks, *program.replicas)]
+        lowered = program.each_replica(lambda one: _lower_one(one, receives))  # (shared lists: lowered once)
         return replace(lowered[0], replicas=tuple(r.ranks for r in lowered[1:]))
     return _lower_one(program, receives)
 

@@ -19,6 +19,7 @@ from ..columns import CODE, COMPOUND, NO_MICROBATCH, OPS, Columns, columns_of, h
 from ..ir import Action, Op, Program, Step
 from ..lazy_numpy import np
 from ..rules.deps import ADDS_GRADIENT as _BACKWARDS  # the actions that finish a microbatch's weight gradient
+from ..rules.time import step_collectives
 
 MAX_ACTIVE_STAGES = 3  # torch's default prefetch window for `_add_unshard_reshard`
 
@@ -259,14 +260,10 @@ def add_step_collectives(program: Program) -> Program:
     start (in the order the rank first computes on them) for each stage whose weights are gathered
     (`U`, FSDP) and that the rank does not gather. Each replica of a job gets its own (replicas that
     share their lists, once). A program whose collectives take no time is returned as it is."""
-    costs = [program.annotations.cost_of(s) for s in range(program.num_stages)]
-    reduce = {s for s, c in enumerate(costs) if c.R > 0}
-    gather = {s for s, c in enumerate(costs) if c.U > 0}
+    reduce, gather = step_collectives([program.annotations.cost_of(s) for s in range(program.num_stages)])
     if not reduce and not gather:
         return program
-    done: dict[int, Any] = {}
-    lists = [done[id(ranks)] if id(ranks) in done else done.setdefault(id(ranks), _with_step_collectives(
-             replace(program, ranks=ranks, replicas=()), reduce, gather)) for ranks in (program.ranks, *program.replicas)]
+    lists = program.each_replica(lambda one: _with_step_collectives(one, reduce, gather))
     return replace(program, ranks=lists[0], replicas=tuple(lists[1:]))
 
 

@@ -73,6 +73,13 @@ def collective_time(cost: StageCost, op: Op) -> float:
     return 0.0 if name is None else float(getattr(cost, name))
 
 
+def step_collectives(costs: Sequence[StageCost]) -> tuple[set[int], set[int]]:
+    """The stages whose collectives a data-parallel step runs where the schedule places none (as
+    `schedc run` does; passes/stage_ops.py adds them): those whose gradient reduction takes time
+    (`R`, REDUCE_GRAD), and those whose weights' gather does (`U`, FSDP's UNSHARD)."""
+    return {s for s, c in enumerate(costs) if c.R > 0}, {s for s, c in enumerate(costs) if c.U > 0}
+
+
 def collective_span(reached: float, previous_end: float, duration: float) -> tuple[float, float]:
     """(start, end) of a collective: it starts once every member of its group has reached it
     (`reached`, the latest of them) and the group's previous collective has ended (a communicator
