@@ -83,21 +83,22 @@ def classes(program: Program) -> Classes:
                 same.append(c)
             by_id[id(ranks)] = c
         of.append(c)
-    members: list[list[int]] = [[] for _ in firsts]
-    for d, c in enumerate(of):
-        members[c].append(d)
-    return Classes(program.num_ranks, tuple(of), tuple(map(tuple, members)))
+    return _numbered(program.num_ranks, of)
 
 
 def refined(cls: Classes, key: Callable[[int], Hashable]) -> Classes:
     """The classes split by `key(d)` too (what else tells replicas apart: the costs of their
     channels, for a timed run), numbered by their first replicas as `classes` numbers them."""
     number: dict[tuple, int] = {}
-    of = [number.setdefault((c, key(d)), len(number)) for d, c in enumerate(cls.of)]
-    members: list[list[int]] = [[] for _ in number]
+    return _numbered(cls.P, [number.setdefault((c, key(d)), len(number)) for d, c in enumerate(cls.of)])
+
+
+def _numbered(P: int, of: list[int]) -> Classes:
+    """The classes of replicas whose class numbers (from 0, each first met in replica order) are `of`."""
+    members: list[list[int]] = [[] for _ in range(max(of, default=-1) + 1)]
     for d, c in enumerate(of):
         members[c].append(d)
-    return Classes(cls.P, tuple(of), tuple(map(tuple, members)))
+    return Classes(P, tuple(of), tuple(map(tuple, members)))
 
 
 def distinct_actions(program: Program) -> int:
