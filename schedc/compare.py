@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from .errors import SchedcError
 from .inputs import STDIN, STDIN_NAME
-from .outputs import alike_replicas, rounded
+from .outputs import per_rank_list, rounded
 from .verify.symmetry import distinct_actions
 
 
@@ -147,9 +147,7 @@ def render(rows: list[Row], limit: float | None = None) -> str:
             body.append([r.name, params, "-", *(["-"] if dp else []), "-", "-", f"skipped: {r.skipped}"])
             continue
         memory = r.total_memory
-        P = alike_replicas(memory, r.replicas)  # (replicas alike: one replica's ranks, and how many replicas)
-        per_rank = "[" + ", ".join(fmt(float(x)) for x in (memory[:P] if P else memory)) + "]"
-        per_rank += f" in each of the {r.replicas:,} replicas" if P else ""
+        per_rank = per_rank_list(memory, r.replicas, lambda xs: ", ".join(fmt(float(x)) for x in xs))
         body.append([r.name, params, fmt(r.makespan), *([fmt(r.collectives)] if dp else []), f"{r.bubble_ratio:.3f}",
                      fmt(max(memory) if memory else None),
                      per_rank + ("  over the memory limit" if r.over_limit else "")])

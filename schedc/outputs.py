@@ -228,7 +228,14 @@ def alike_replicas(rows, replicas: int) -> int:
     return n if all(list(rows[d * n:(d + 1) * n]) == first for d in range(1, replicas)) else 0
 
 
-ALIKE = "each of the {D:,} replicas alike: job rank d x {P} + p as rank p"
+ALIKE = "each of the {D:,} replicas alike: job rank d x {P} + p as rank p above"  # (after replica 0's rows)
+
+
+def per_rank_list(values, replicas: int, shown) -> str:
+    """`[...]` of a list per job rank, `shown(values)` inside the brackets; where the replicas are
+    alike (`alike_replicas`), replica 0's and how many replicas it stands for."""
+    P = alike_replicas(values, replicas)
+    return f"[{shown(values[:P])}] in each of the {replicas:,} replicas" if P else f"[{shown(values)}]"
 
 
 def dumps_json(value, **options) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from .errors import Diagnostic, SchedcError
-from .outputs import alike_replicas, finite_only, rounded
+from .outputs import finite_only, per_rank_list, rounded
 from .ir import RECVS, Action, Compound, CompoundKind, Program, describe, format_step
 from .lint import display_step, lint
 from .rules.deps import delivers, payload, value_name
@@ -148,10 +148,10 @@ class Report:
                 f"{f', p2p {self.p2p}' if self.p2p != 'shared' else ''}); {verdict}")
         text += "".join(f"\n  note: {n}" for n in self.notes)
         if self.peak_activation:
-            text += "\n  peak activation per rank: " + _per_rank(self.peak_activation, self.replicas)
+            text += "\n  peak activation per rank: " + per_rank_list(self.peak_activation, self.replicas, _numbers)
         if self.peak_sizes:
             text += (f"\n  peak memory per rank (worst over every run {self.semantics} allows, receive buffers "
-                     "included): " + _per_rank(self.peak_sizes, self.replicas))
+                     "included): " + per_rank_list(self.peak_sizes, self.replicas, _numbers))
         return text
 
     def render(self) -> str:
@@ -170,13 +170,6 @@ def _numbers(sizes) -> str:
     """Sizes as reports list them, each distinct one written once (a job's ranks repeat a few)."""
     shown = {x: str(_number(x)) for x in set(sizes)}
     return ", ".join(map(shown.__getitem__, sizes))
-
-
-def _per_rank(sizes, replicas: int) -> str:
-    """`[...]` of a list per rank; of a job whose replicas' ranks are alike, replica 0's and how many
-    replicas it stands for (`alike_replicas`: 100,000 ranks, a line)."""
-    P = alike_replicas(sizes, replicas)
-    return f"[{_numbers(sizes[:P])}] in each of the {replicas:,} replicas" if P else "[" + _numbers(sizes) + "]"
 
 
 def _peak_dict(pk: Peak, limit) -> dict:

@@ -85,7 +85,7 @@ def _rank_table(head: list[str], rows: list[list], replicas: int) -> list[str]:
     P = alike_replicas([row[1:] for row in rows], replicas)
     if not P:
         return [_table(head, rows)]
-    return [_table(head, rows[:P]), "  " + ALIKE.format(D=replicas, P=P) + " above"]
+    return [_table(head, rows[:P]), "  " + ALIKE.format(D=replicas, P=P)]
 
 
 # ---- sim ----

@@ -148,7 +148,7 @@ def _sim_text(timeline, trace) -> str:
     for r, (busy, idle, peak) in enumerate(rows[:P] if P else rows):
         lines.append(f"  {r:>4}  {num(busy):>10}  {num(idle):>10}  {num(peak):>11}")
     if P:
-        lines.append("  " + ALIKE.format(D=timeline.replicas, P=P) + " above")
+        lines.append("  " + ALIKE.format(D=timeline.replicas, P=P))
     lines.append("  peak memory: of this timed run (activations and receive buffers); `schedc check` "
                  "reports the worst over every run the semantics allows")
     if trace:
