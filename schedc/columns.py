@@ -8,13 +8,13 @@ stands for the tuple of per-rank step tuples: indexing, iterating, `len`, `==` a
 """
 from __future__ import annotations
 
-import gc
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
 from itertools import accumulate, chain
 from operator import attrgetter
 
+from .collection import PAUSED
 from .ir import COMM, Compound, CompoundKind, Op, Step, unchecked_action
 from .lazy_numpy import np
 
@@ -241,13 +241,8 @@ def as_columns(program) -> Columns:
     held = columns_of(program)
     if held is not None:
         return held
-    was = gc.isenabled()
-    gc.disable()  # (lists of the program's millions of objects: the collector would walk them as they are made)
-    try:
+    with PAUSED:  # (lists of the program's millions of objects: the collector would walk them as they are made)
         return _read(program)
-    finally:
-        if was:
-            gc.enable()
 
 
 def _read(program) -> Columns:

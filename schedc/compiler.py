@@ -13,13 +13,12 @@ inputs an error.
 """
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from . import loops as ir_loops
 from . import syntax as ast
+from .collection import PAUSED
 from .errors import SchedcError
 from .ir import (DEFAULT_SPEED, MAX_ACTIONS, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op,
                  Program, Route, placed, StageCost, StageMemory, Step, parse_step, same_lines, unchecked_action)
@@ -60,22 +59,8 @@ def expand(loops: ir_loops.Loops, params: Mapping[str, int], seen: Seen | None =
     if given, hears of every step as it is made, before `order greedy` (if any) reorders a rank:
     the call site (loops.Site.index) and the names in scope there with their values (the prover's
     concrete instances are these)."""
-    with _no_cycle_collection(), metered():
+    with PAUSED, metered():  # (an expansion makes up to millions of objects, none in a cycle)
         return _Compiler(loops, _Code.of(loops), seen).run(dict(params))
-
-
-@contextmanager
-def _no_cycle_collection():
-    """Python's cycle collector paused: an expansion makes up to millions of objects, none in a
-    cycle, and the collector would walk them again and again as they are made (a third of the time
-    of a big expansion)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 @dataclass

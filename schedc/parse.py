@@ -6,17 +6,16 @@ node as soon as its parent is reduced. Syntax errors become `SchedcError("syntax
 """
 from __future__ import annotations
 
-import gc
 import re
 import threading
 from functools import lru_cache
 
 from . import parser_table  # (first: it imports the parser's runtime, see there)
-from .parser_standalone import Lark, Token, Tree, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
-
 from . import syntax as ast
+from .collection import PAUSED
 from .errors import SchedcError
 from .expr import did_you_mean
+from .parser_standalone import Lark, Token, Tree, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from .span import Source, Span
 
 MAX_SOURCE_BYTES = 1_000_000  # characters: what parsing does in a few seconds and 0.16 GB (docs/limits.md)
@@ -75,17 +74,14 @@ def _parse(text: str, name: str) -> ast.Schedule:
         raise SchedcError("too-large", f"source is {len(text):,} characters; the limit is {MAX_SOURCE_BYTES:,}",
                           Span.point(source, 1, 1))
     # the nodes made while parsing hold no cycles: the collector would only walk them again and again
-    collecting = gc.isenabled()
-    gc.disable()
     _NOW.builder, _NOW.depth = _ToAst(source), 0
     try:
-        return _NOW.builder.node(_ast_parser().parse(text))
+        with PAUSED:
+            return _NOW.builder.node(_ast_parser().parse(text))
     except UnexpectedInput as exc:
         raise _syntax_error(exc, source) from None
     finally:
         _NOW.builder = None
-        if collecting:
-            gc.enable()
 
 
 def _too_deep(source: Source, line: int, column: int) -> SchedcError:

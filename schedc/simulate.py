@@ -12,11 +12,11 @@ The run, `Timeline`, is schedc/timeline.py's; the simulators fill it and import 
 """
 from __future__ import annotations
 
-import gc
 from array import array
 from collections import deque
 from typing import Any, Callable, Mapping
 
+from .collection import PAUSED
 from .errors import SchedcError
 from .ir import COMM, COMPUTE, SENDS, Action, Compound, CompoundKind, Op, Program, Step, describe
 from .rules.deps import bounds, delivers, message, needs, peer_stage, produces, stages_of, value_name
@@ -73,10 +73,10 @@ def simulate(program: Program, *, overlap: bool = True,
     Semantics; default rendezvous) decides which runs exist: under another, a communication-level
     program is timed on that semantics' graph (schedc/simulate_graph.py). Raises
     SchedcError("deadlock") if some rank cannot reach the end of its list under it."""
-    from .verify.channels import as_paired
-    from .rules.semantics import Semantics
-    from .verify.mesh import joins_ranks
     from .passes.stage_ops import add_step_collectives
+    from .rules.semantics import Semantics
+    from .verify.channels import as_paired
+    from .verify.mesh import joins_ranks
     program = add_step_collectives(program)  # a data-parallel step's reductions where the schedule places none
     if semantics is not None and not isinstance(semantics, Semantics):
         semantics = Semantics.parse(str(semantics))
@@ -103,18 +103,13 @@ def simulate(program: Program, *, overlap: bool = True,
             _step_by_step(program, _EVERY_REPLICA if program.replicas else None)
             return simulate_graph(program, semantics or Semantics(), links or {}, draw)
     sim = _Simulator(program, overlap, links or {}, str(semantics or Semantics()), draw)
-    collecting = gc.isenabled()
-    gc.disable()  # the run makes many small acyclic objects; the collector would rescan the program
-    try:
+    with PAUSED:  # the run makes many small acyclic objects; the collector would rescan the program
         from .simulate_columns import run_columns
         timeline = run_columns(sim)  # the common large case in one pass over integer columns
         if timeline is None:
             _step_by_step(program)
             timeline = sim.run()
         return timeline
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _time_job(program: Program, semantics, links, told=None) -> Timeline:

@@ -8,13 +8,13 @@ mean 1 that scale the annotated mean), with a seeded generator: the same result 
 """
 from __future__ import annotations
 
-import gc
 import random
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .collection import PAUSED
 from .errors import SchedcError
 from .ir import Op, Program
 from .outputs import rounded
@@ -100,15 +100,10 @@ def sample(program: Program, spread: Spread, runs: int, *, seed: int = 0, overla
                           f"{runs * count:,} actions step by step; at most {MAX_SIMULATED_ACTIONS:,}: "
                           "give fewer --samples, or simulate at fewer microbatches", where="--samples")
     draw = _Draw(spread, random.Random(seed), program.num_ranks)  # one generator: each run draws anew
-    collecting = gc.isenabled()
-    gc.disable()
     makespans = []
-    try:
+    with PAUSED:
         for i in range(1, runs + 1):
             makespans.append(simulate(program, overlap=overlap, links=links, semantics=semantics, draw=draw).makespan)
             if say is not None and i * 10 // runs != (i - 1) * 10 // runs and i < runs:
                 say(f"sampled run {i:,} of {runs:,}")
-    finally:
-        if collecting:
-            gc.enable()
     return Sampled(tuple(makespans), seed)

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "schedc"
 # ("" is `schedc/__init__.py`, whose names load lazily); `rules` is the package, `rules.*` its modules.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground floor: positions, errors, the IR, the rules", ("span", "errors", "ir", "rules", "rules.*", "jobs",
-                                                            "jobs.*", "lazy_numpy")),
+                                                            "jobs.*", "lazy_numpy", "collection")),
     ("the language, columns and plumbing", ("syntax", "parse", "parser_table", "parser_standalone", "expr", "loops", "order", "compiler",
                                              "columns", "inputs", "outputs", "signals", "resources", "units", "estimate",
                                              "solver", "capped",

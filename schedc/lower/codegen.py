@@ -7,14 +7,15 @@ closed set of op names. The rendered program imports only `schedc.runtime` (whic
 from __future__ import annotations
 
 import ast
-import gc
 import math
 from dataclasses import dataclass
 
+from ..collection import PAUSED
 from ..columns import columns_of
 from ..errors import SchedcError
-from ..ir import Compound as IrCompound, Program
-from ..runtime.table import (COMM_OPS, PEER_STAGE, Compound, Instr, Table, TableError, load_table, parts)
+from ..ir import Compound as IrCompound
+from ..ir import Program
+from ..runtime.table import COMM_OPS, PEER_STAGE, Compound, Instr, Table, TableError, load_table, parts
 
 HEADER = '''\
 #!/usr/bin/env python3
@@ -216,16 +217,11 @@ def _check_source(head: str, blocks: list[str], tail: str, meta: dict, ranks: li
     (a list literal and comments) is evaluated alone, so the work and memory go with one rank at a
     time, not with the whole program. The collector is paused meanwhile: a parse making millions
     of nodes would otherwise run full collections over all of them, quadratic in the program."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with PAUSED:
         _check_parsed(ast.parse(head + tail), meta)
         for r, (block, steps) in enumerate(zip(blocks, ranks, strict=True)):
             if ast.literal_eval("[\n" + block + "]") != [steps]:
                 raise RuntimeError(f"internal error: the generated program's steps of rank {r} differ from its table")
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _check_parsed(tree: ast.Module, meta: dict) -> None:

@@ -275,19 +275,21 @@ def _lower_small(program: Program):  # noqa: C901 - the rounds' loop, one step a
     """`insert_comms` of a small program held as actions, in plain Python (numpy's calls cost more
     than the work): the rounds of `_when`, found in one pass (a value on a rank, numbered
     `((microbatch * S + stage) * 2 + kind) * R + rank`, is known with the round it can first be
-    used in there), then each step's messages sent right after it and received on their rank at
-    that moment; the same steps. A program this pass does not decide as `_when` would (a value
-    made twice, a step that waits for ever, an action on a stage the program does not have) is
-    lowered as a large one, which says why."""
-    R, S = program.num_ranks, program.num_stages
+    used in there), each step's sends and receives made as it runs, then the steps by round and
+    rank with each send right after its step and its receive on its rank at that moment; the same
+    steps. A program this pass does not decide as `_when` would (a value made twice, a step that
+    waits for ever, an action on a stage the program does not have) is lowered as a large one,
+    which says why."""
+    R = program.num_ranks
+    per_m = 2 * program.num_stages * R  # (a microbatch more)
     plans: dict = {}
-    per_m = 2 * S * R  # (a microbatch more)
+    plan_of, rule = plans.get, _Rule(program)
     flat = list(chain.from_iterable(program.ranks))
-    if not all(0 <= a.stage < S for st in flat for a in ((st,) if st.__class__ is Action else st.parts)):
-        return insert_comms(held_as_columns(program))  # (a stage past the ends: the arrays clip it)
     starts = list(accumulate(map(len, program.ranks), initial=0))
-    rnd = [0] * len(flat)
+    key = [0] * len(flat)  # each step's round * R + rank, once it has run
+    sent: list = [None] * len(flat)  # each step's (send, destination rank, receive), part by part
     made: dict[int, int] = {}  # a value on a rank -> the first round its rank can use it in
+    made_at = made.get
     waiting: dict[int, list[int]] = {}  # a value on a rank -> the ranks waiting for it
     pc, last = starts[:-1], [-1] * R
     work = list(range(R - 1, -1, -1))
@@ -296,73 +298,90 @@ def _lower_small(program: Program):  # noqa: C901 - the rounds' loop, one step a
         x, hi, t = pc[r], starts[r + 1], last[r]
         while x < hi:
             st = flat[x]
-            ready = t + 1
+            ready, parts = t + 1, []
             for a in ((st,) if st.__class__ is Action else st.parts):
-                needs, makes, message = plans.get((a.op, a.stage)) or _plan(plans, program, a)
+                plan = plan_of((a.op, a.stage)) or rule.plan(plans, a)
+                if plan is None:
+                    return insert_comms(held_as_columns(program))  # (a stage past the ends: the arrays clip it)
                 base = (a.microbatch or 0) * per_m + r
-                for v in needs:
-                    q = made.get(v + base)
+                for v in plan[0]:
+                    q = made_at(v + base)
                     if q is None:  # not made yet: wait for it
                         waiting.setdefault(v + base, []).append(r)
                         break
                     if q > ready:
                         ready = q
                 else:
+                    parts.append((a, plan, base))
                     continue
                 break
             else:
-                rnd[x] = t = ready
-                for a in ((st,) if st.__class__ is Action else st.parts):
-                    needs, makes, message = plans[(a.op, a.stage)]
+                t = ready
+                key[x] = t * R + r
+                for a, (_, makes, message), base in parts:
                     if makes == NONE:
                         continue
-                    base = (a.microbatch or 0) * per_m
-                    values = ((makes + base + r, t),) if message is None else (
-                        (makes + base + r, t), (makes + base + message[0], t + (r > message[0])))
+                    v = makes + base
+                    values = ((v, t),) if message is None else ((v, t), (v - r + message[0], t + (r > message[0])))
                     for v, q in values:
                         if v in made:
                             return insert_comms(held_as_columns(program))  # (made twice)
                         made[v] = q
                         if v in waiting:
                             work += waiting.pop(v)
+                    if message is not None:
+                        to, send_op, receive_op, receiver = message
+                        one = (unchecked_action(send_op, a.stage, a.microbatch, a.span), to,
+                               unchecked_action(receive_op, receiver, a.microbatch, a.span))
+                        if sent[x] is None:
+                            sent[x] = [one]
+                        else:
+                            sent[x].append(one)
                 x += 1
                 continue
             break
         pc[r], last[r] = x, t
-    if any(pc[r] < starts[r + 1] for r in range(R)):
+    if pc != starts[1:]:
         return insert_comms(held_as_columns(program))  # (a step waits for ever: the rounds say where)
-    rank = list(chain.from_iterable([r] * len(steps) for r, steps in enumerate(program.ranks)))
     rows: list[list[Step]] = [[] for _ in range(R)]
-    for x in sorted(range(len(flat)), key=[t * R + r for t, r in zip(rnd, rank)].__getitem__):
-        row, st = rows[rank[x]], flat[x]
-        row.append(st)
-        for a in ((st,) if st.__class__ is Action else st.parts):
-            message = plans[(a.op, a.stage)][2]
-            if message is not None:
-                to, send_op, receive_op, receiver = message
-                row.append(unchecked_action(send_op, a.stage, a.microbatch, a.span))
-                rows[to].append(unchecked_action(receive_op, receiver, a.microbatch, a.span))
+    for x in sorted(range(len(flat)), key=key.__getitem__):
+        row = rows[key[x] % R]
+        row.append(flat[x])
+        if sent[x] is not None:
+            for send, to, receive in sent[x]:
+                row.append(send)
+                rows[to].append(receive)
     return tuple(map(tuple, rows))
 
 
-def _plan(plans: dict, program: Program, a: Action) -> tuple:
-    """deps.py's rule (its tables) for (a.op, a.stage), kept in `plans`: the values it needs and the
-    one it makes, numbered as `_lower_small` numbers them but for microbatch 0 on rank 0, and its
-    message: (destination rank, send op, receive op, receiving stage), or None."""
-    R, placement, s = program.num_ranks, program.placement, a.stage
-    lo, hi = deps.bounds(deps.stages_of(program), s)  # (a routed stage's neighbours are its route's)
-    plan: tuple = ((), NONE, None)
-    if a.microbatch is not None:
-        needs = tuple((2 * (s + off) + _KIND[kind]) * R for kind, off in deps.NEEDS.get(a.op, ()) if lo <= s + off < hi)
-        kind = deps.MAKES.get(a.op)
-        message = None
-        if kind is not None:
-            to = s + deps.CONSUMER_OFFSET[kind]
-            if lo <= to < hi and placement[to] != placement[s]:
-                message = (placement[to], OPS[_SEND[_KIND[kind]]], OPS[_RECEIVE[_KIND[kind]]], to)
-        plan = (needs, NONE if kind is None else (2 * s + _KIND[kind]) * R, message)
-    plans[(a.op, a.stage)] = plan
-    return plan
+class _Rule:
+    """deps.py's rule (its tables) for one program's (op, stage) pairs, as `_lower_small` reads it."""
+
+    def __init__(self, program: Program):
+        self.R, self.S, self.placement = program.num_ranks, program.num_stages, program.placement
+        self.stages = deps.stages_of(program)
+
+    def plan(self, plans: dict, a: Action) -> tuple | None:
+        """The rule for (a.op, a.stage), kept in `plans`: the values it needs and the one it makes,
+        numbered as `_lower_small` numbers them but for microbatch 0 on rank 0, and its message:
+        (destination rank, send op, receive op, receiving stage), or None; None for a stage the
+        program does not have."""
+        R, placement, s = self.R, self.placement, a.stage
+        if not 0 <= s < self.S:
+            return None
+        lo, hi = deps.bounds(self.stages, s)  # (a routed stage's neighbours are its route's)
+        plan: tuple = ((), NONE, None)
+        if a.microbatch is not None:
+            needs = tuple((2 * (s + off) + _KIND[kind]) * R for kind, off in deps.NEEDS.get(a.op, ()) if lo <= s + off < hi)
+            kind = deps.MAKES.get(a.op)
+            message = None
+            if kind is not None:
+                to = s + deps.CONSUMER_OFFSET[kind]
+                if lo <= to < hi and placement[to] != placement[s]:
+                    message = (placement[to], OPS[_SEND[_KIND[kind]]], OPS[_RECEIVE[_KIND[kind]]], to)
+            plan = (needs, NONE if kind is None else (2 * s + _KIND[kind]) * R, message)
+        plans[(a.op, a.stage)] = plan
+        return plan
 
 
 def _position(order) -> np.ndarray:
@@ -388,9 +407,8 @@ def _when(steps: _Steps, R: int) -> np.ndarray | None:  # noqa: C901 - one loop,
     last = [-1] * R
     pc = list(starts[:-1])
     woken: list[list[int] | None] = [None] * n  # a step -> the ranks waiting for it
-    work = list(range(R - 1, -1, -1))
-    while work:
-        r = work.pop()
+    work = list(range(R))  # the ranks to visit, in order (a woken rank is added at the end)
+    for r in work:
         x, hi, t = pc[r], starts[r + 1], last[r]
         while x < hi:
             ready = t + 1
@@ -416,16 +434,23 @@ def _when(steps: _Steps, R: int) -> np.ndarray | None:  # noqa: C901 - one loop,
                             break
                         ready = max([ready] + [rnd[p >> 1] + (p & 1) for p in more[x]])
             rnd[x] = t = ready
-            if woken[x] is not None:
-                work += woken[x]  # type: ignore[operator]
+            w = woken[x]
+            if w is not None:  # (a rank, or a list of ranks: no list for one, which the collector would track)
+                if w.__class__ is int:
+                    work.append(w)
+                else:
+                    work += w
                 woken[x] = None
             x += 1
         pc[r], last[r] = x, t
         if x < hi:  # (stopped: rank r waits for step `waits`)
-            if woken[waits] is None:
-                woken[waits] = [r]
+            w = woken[waits]
+            if w is None:
+                woken[waits] = r
+            elif w.__class__ is int:
+                woken[waits] = [w, r]
             else:
-                woken[waits].append(r)  # type: ignore[union-attr]
+                w.append(r)
     if pc != starts[1:]:  # (a rank stopped for ever)
         return None
     return _position(np.lexsort((steps.rank, np.asarray(rnd, dtype=np.int64))))
