@@ -21,7 +21,8 @@ from . import syntax as ast
 from .collection import PAUSED
 from .errors import SchedcError
 from .ir import (DEFAULT_SPEED, MAX_ACTIONS, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op,
-                 Program, Route, placed, StageCost, StageMemory, Step, parse_step, same_lines, unchecked_action)
+                 Program, Route, placed, StageCost, StageMemory, Step, parse_step, same_lines, unchecked_action,
+                 model_stages as ir_model_stages)
 from .expr import (FUNCTIONS, INT, MAX_INT, RUNTIME, Block, Emitter, Env, Eval, Function, Functions, Module,
                    CHECK_STEPS, calls_memoized, charge, compile_expr as _compile_expr, compile_function,
                    did_you_mean as _did_you_mean, metered)
@@ -295,7 +296,7 @@ class _Compiler:
                             lambda a: a.microbatch, param="M", env=env)
         stage_to_rank = self.placement(loops.placement, num_stages, num_ranks, env, rank_lists)
         checked = self.routes(tuple(routes), num_stages, num_mb)
-        model_stages = checked[0].stages[1] - checked[0].stages[0] if checked else num_stages
+        model_stages = ir_model_stages(num_stages, checked)
         notes = self.annotations(loops.annotations, num_stages, num_ranks, env, model_stages)
         program = Program(
             name=tree.name,

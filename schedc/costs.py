@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import SchedcError
 from .inputs import integer, loads_json, read_text, too_long_number
-from .ir import Program
+from .ir import Program, ends_on_one_rank
 from .span import Source, Span
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class Costs:
         added (passes/stage_ops.py `add_step_collectives`)."""
         S, R = program.num_stages, program.num_ranks
         per_stage = self.stage_settings(program)
-        together = 0 < S <= len(program.placement) and program.placement[0] == program.placement[S - 1]
+        together = ends_on_one_rank(program.placement, S)
         base = _described(self.derived, program, together) if self.derived is not None else {}
         for r, _ in self.speeds + self.rank_dispatch:
             if not 0 <= r < R:

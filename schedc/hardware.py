@@ -16,7 +16,7 @@ from . import estimate
 from .jobs import activations, comm, mesh
 from .rules import time as time_rules
 from .errors import SchedcError
-from .ir import Program
+from .ir import Program, ends_on_one_rank
 from .rules.memory import weights_of_stages
 from .span import Source
 from .units import GIB, Units, rate, size
@@ -294,8 +294,8 @@ class Setup:
         for s, n in enumerate(weights_of_stages(program, [st.params for st in self.estimates(program.model_stages)])):
             if 0 <= program.placement[s] < P:  # (lint reports a stage placed elsewhere)
                 params[program.placement[s]] += n
-        if (self.model.tied_embeddings and program.num_stages and not program.routes
-                and program.placement[0] == program.placement[-1] and 0 <= program.placement[0] < P):
+        if (self.model.tied_embeddings and not program.routes and ends_on_one_rank(program.placement, program.num_stages)
+                and 0 <= program.placement[0] < P):
             params[program.placement[0]] -= estimate.embedding_params(self.model) // self.parallel.tp
         return params
 

@@ -300,6 +300,15 @@ class Route:
         return f"route microbatches {a} .. {b}: stages {c} .. {d}"
 
 
+def model_stages(num_stages: int, routes: tuple[Route, ...]) -> int:
+    """How many stages the model is cut into: a route's length where routes run copies of it
+    (DualPipe's two directions: half the stages), else every stage (the one place this is said)."""
+    if routes:
+        first, stop = routes[0].stages
+        return max(stop - first, 1)
+    return num_stages
+
+
 PLACEMENTS = ("loop", "vshape")  # the named placements (`placed`): a PyTorch CSV's `--placement`
 
 
@@ -312,6 +321,14 @@ def placed(kind: str, num_stages: int, num_ranks: int) -> tuple[int, ...]:
         return tuple(s % num_ranks if (s // num_ranks) % 2 == 0 else num_ranks - 1 - s % num_ranks
                      for s in range(num_stages))
     raise ValueError(f"unknown placement {kind!r}")
+
+
+def ends_on_one_rank(placement: Sequence[int], num_stages: int | None = None) -> bool:
+    """Whether the first and the last of `num_stages` (default: every placed) stages sit on one rank,
+    as a V placement puts them: that rank holds a tied embedding's both ends, so its reduction and
+    its memory are the rank's own (the one place this is said)."""
+    S = len(placement) if num_stages is None else num_stages
+    return 0 < S <= len(placement) and placement[0] == placement[S - 1]
 
 
 @dataclass(frozen=True)
@@ -344,12 +361,8 @@ class Program:
 
     @property
     def model_stages(self) -> int:
-        """How many stages the model is cut into: a route's length where routes run copies of it
-        (DualPipe's two directions: half the stages), else every stage."""
-        if self.routes:
-            first, stop = self.routes[0].stages
-            return max(stop - first, 1)
-        return self.num_stages
+        """How many stages the model is cut into (`model_stages`)."""
+        return model_stages(self.num_stages, self.routes)
 
     def rank_of(self, stage: int) -> int:
         return self.placement[stage]

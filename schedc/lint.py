@@ -16,7 +16,8 @@ from collections import defaultdict
 from .errors import Diagnostic
 from .ir import COMPUTE, SENDS, WAITS, Action, Op, Program, describe
 from .rules.deps import (ADDS_GRADIENT, RECEIVES, REDUCTIONS, bounds, consumer_stage, delivers, message, needs,
-                         payload, peer_stage, produces, reduces, route_problems, stages_of, value_name, visits)
+                         Routes, payload, peer_stage, produces, reduces, route_problems, stages_of, value_name, visited,
+                         visits)
 
 MAX_PER_CODE = 20
 MAX_PAIRS = 10_000_000  # (stage, microbatch) pairs a program can have and still fit the action limit
@@ -144,8 +145,9 @@ def _indices(p: Program, out: Findings) -> None:  # noqa: C901
 
 def _route_of(p: Program, m: int) -> str:
     """Microbatch m's route, in words."""
-    r = next(r for r in p.routes if r.microbatches[0] <= m < r.microbatches[1])
-    return f"stages {r.stages[0]} .. {r.stages[1] - 1}"
+    stages = stages_of(p)
+    r = stages.route(m) if isinstance(stages, Routes) else None
+    return f"stages {r.stages[0]} .. {r.stages[1] - 1}" if r is not None else "none"
 
 
 def _bad_candidates(p: Program):
@@ -212,7 +214,7 @@ def _forward_only(p: Program, out: Findings, first: dict, has: dict) -> None:
             out.add("forward-only", f"{describe(a)} in a forward-only schedule: it runs forwards alone, "
                     "with no backward", rank, step, a)
     F = has[Op.F]
-    missing = _pairs(p) - len(F)
+    missing = visited(stages_of(p), p.num_microbatches) - len(F)
     listed = 0
     stages = stages_of(p)
     for s in range(p.num_stages):
@@ -274,15 +276,8 @@ def _incomplete_pairs(p: Program, F: set, backward: set) -> list[tuple[int, int]
 def _missing_count(p: Program, F: set, backward: set) -> int:
     """How many `missing` findings of a forward or of any backward the program has (F and
     `backward` hold only valid pairs: indices were checked first)."""
-    total = _pairs(p)
+    total = visited(stages_of(p), p.num_microbatches)
     return (total - len(F)) + (total - len(backward))
-
-
-def _pairs(p: Program) -> int:
-    """How many (stage, microbatch) pairs run: every one, or those on the microbatches' routes."""
-    if not p.routes:
-        return p.num_stages * p.num_microbatches
-    return sum((r.microbatches[1] - r.microbatches[0]) * (r.stages[1] - r.stages[0]) for r in p.routes)
 
 
 def _inputs(p: Program, out: Findings) -> None:  # noqa: C901

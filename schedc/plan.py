@@ -20,7 +20,7 @@ from . import importers, plan_bounds
 from .compare import Row
 from .costs import Costs
 from .errors import SchedcError
-from .ir import Program, StageCost
+from .ir import Program, StageCost, ends_on_one_rank
 from .jobs import mesh
 from .outputs import rounded
 from .simulate import simulate
@@ -282,7 +282,7 @@ class _Search:
     def stage_costs(self, c: _Config, placement: tuple[int, ...]) -> tuple[list[StageCost], list[float], list[float]]:
         """`_stage_costs` of the layout's stages so placed (once per layout, stages and ends together)."""
         S = len(placement)
-        key = (c.layout, S, 0 < S and placement[0] == placement[S - 1])
+        key = (c.layout, S, ends_on_one_rank(placement))
         if key not in self.costs:
             self.costs[key] = _stage_costs(c.setup, placement)
         return self.costs[key]
@@ -443,7 +443,7 @@ def _stage_costs(setup: Any, placement: tuple[int, ...]) -> tuple[list[StageCost
     time and collective it sets overrides the schedule's own; the first and the last stage on one
     rank share a tied embedding's reduction)."""
     S = len(placement)
-    settings = setup.stage_settings(S, 1, 0 < S and placement[0] == placement[S - 1])
+    settings = setup.stage_settings(S, 1, ends_on_one_rank(placement))
     return ([StageCost().with_settings(settings[s]) for s in range(S)], [settings[s]["out"] for s in range(S)],
             [settings[s]["act"] for s in range(S)])
 

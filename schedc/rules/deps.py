@@ -67,6 +67,11 @@ class Routes:
         k = self.route_of[m] if 0 <= m < self.num_microbatches else -1
         return k >= 0 and self.routes[k].stages[0] <= s < self.routes[k].stages[1]
 
+    def route(self, m: int) -> Route | None:
+        """Microbatch m's route (None: it has none)."""
+        k = self.route_of[m] if 0 <= m < self.num_microbatches else -1
+        return self.routes[k] if k >= 0 else None
+
     def visitors(self, s: int) -> list[int]:
         """The microbatches that run through stage s, in order."""
         return [m for r in self.routes if r.stages[0] <= s < r.stages[1] for m in range(*r.microbatches)]
@@ -150,6 +155,13 @@ def _segment_problems(routes: tuple[Route, ...]) -> list[tuple[int, str]]:
             out.append((k, f"stages {c} .. {d} overlap the stages {q[0]} .. {q[1]} of route {crossed + 1}; "
                            "routes run the same stages or none in common"))
     return out
+
+
+def visited(stages: Stages, num_microbatches: int) -> int:
+    """How many (stage, microbatch) pairs run: every one, or those on the microbatches' routes."""
+    if isinstance(stages, int):
+        return stages * num_microbatches
+    return sum(len(range(*r.microbatches)) * len(range(*r.stages)) for r in stages.routes)
 
 
 def model_stage(stages: Stages, s: int) -> int:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import NamedTuple
 
-from ..ir import COMPUTE, P2P_MODES, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, WAITS, Action, CompoundKind, Op
+from ..ir import (COMPUTE, P2P_MODES, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, WAITS, Action, CompoundKind, Op, Route,
+                  model_stages)
 from ..rules.deps import (Stages, Value, bounds, model_stage, needs, neighbour_input, payload, peer_stage, produces,
                           reduces, route_problems, routed, value_name)
 
@@ -158,7 +159,7 @@ class Table:
     @property
     def model_stages(self) -> int:
         """How many stages the model is cut into (a route's length; every stage without routes)."""
-        return self.routes[0][3] - self.routes[0][2] if self.routes else self.num_stages
+        return model_stages(self.num_stages, _routes(self.routes))
 
     def model_stage(self, s: int) -> int:
         """The stage of the model that stage s runs (a copy of it, where routes run copies)."""
@@ -246,7 +247,6 @@ class Table:
 
 def _routes(rows) -> tuple:
     """Route rows (first microbatch, stop, first stage, stop) as the IR's `Route`s."""
-    from ..ir import Route
     return tuple(Route((a, b), (c, d)) for a, b, c, d in rows)
 
 
