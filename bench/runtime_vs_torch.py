@@ -16,8 +16,8 @@ schedc / torch (target <= 0.8) and the median of the per-step ratios ("paired"),
 simulator's prediction of schedc's default step from the profile its runtime measured in the same
 run (`schedc sim --lower --costs profile.json`): the makespan with mean costs, and the mean of
 SAMPLES runs with each time drawn from its measured spread (`--samples`), against the mean
-measured step (target:
-within 10% when each rank has a core: `--ranks 2` here; 4 ranks share the 2 cores, which the
+measured step (target, issue 34:
+within 5% when each rank has a core, for every schedule in 9 runs of 10: `--ranks 2` here; 4 ranks share the 2 cores, which the
 simulator, one device per rank, does not model).
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WIDTH, DEPTH, BATCH, M = 512, 8, 64, 8
 SAMPLES = 200  # sampled runs of the simulator per schedule
+PREDICTION = 0.05  # issue 34, target 5: the sampled mean within this of the mean measured step, a core per rank
 
 from perf import TORCH_CLASSES as SCHEDULES  # noqa: E402  built-in -> (torch class, V), shared with perf_table
 
@@ -213,7 +214,7 @@ def main(argv=None) -> int:
           "alternating step by step")
     print(f"{'schedule':<24} {'torch ms':>9} {'schedc ms':>10} {'ratio':>7} {'paired':>7} {'early ms':>9} "
           f"{'ratio':>7} {'paired':>7} {'mean ms':>8} {'sim free':>9} {'sim comm':>9} {'sim exp':>8} "
-          f"{'exp/meas':>9} {'within 10%':>10}")
+          f"{'exp/meas':>9} {'within 5%':>10}")
     ratios, early_ratios, notes, predicted = [], [], [], []
     for name, r in results.items():
         theirs, ours, early = (statistics.median(r[k]) for k in ("torch", "ours", "early"))
@@ -223,7 +224,7 @@ def main(argv=None) -> int:
         ratios.append(ours / theirs)
         early_ratios.append(early / theirs)
         paired, early_paired = (statistics.median(o / t for o, t in zip(r[k], r["torch"])) for k in ("ours", "early"))
-        ok = abs(expected / mean - 1) <= 0.10
+        ok = abs(expected / mean - 1) <= PREDICTION
         print(f"{name:<24} {theirs * 1e3:9.2f} {ours * 1e3:10.2f} {ours / theirs:7.3f} {paired:7.3f} "
               f"{early * 1e3:9.2f} {early / theirs:7.3f} {early_paired:7.3f} "
               f"{mean * 1e3:8.2f} {free * 1e3:9.2f} {comm * 1e3:9.2f} {expected * 1e3:8.2f} {expected / mean:9.3f} "
@@ -242,10 +243,10 @@ def main(argv=None) -> int:
     meta = next(iter(results.values()))["profile"] if results else None
     cores = min(p["cores"] for p in meta) if meta else 0
     if predicted:
-        within = sum(abs(x - 1) <= 0.10 for x in predicted)
+        within = sum(abs(x - 1) <= PREDICTION for x in predicted)
         worst = max(abs(x - 1) for x in predicted)
-        print(f"simulator, sampled: within 10% of the mean measured step for {within} of {len(predicted)} "
-              f"(exp/meas {min(predicted):.3f} to {max(predicted):.3f}, worst off by {worst:.3f}; "
+        print(f"simulator, sampled: within {PREDICTION:.0%} of the mean measured step for {within} of {len(predicted)} "
+              f"(within 10%: {sum(abs(x - 1) <= 0.10 for x in predicted)}; exp/meas {min(predicted):.3f} to {max(predicted):.3f}, worst off by {worst:.3f}; "
               f"{R} ranks on {cores} cores)")
     print(f"early: the same schedule lowered with every receive posted at the start of its rank's step (what `schedc "
           f"run` does on gloo by default); mean ms and the sim columns are the --receives needed run's. "
@@ -253,7 +254,7 @@ def main(argv=None) -> int:
           f"the measured per-channel latency and posting overhead (profile `messages`) and each rank's dispatch "
           f"time per step (profile `ranks`); sim exp: the mean of {SAMPLES} runs with each compute time and "
           f"posting overhead drawn from its measured spread (`schedc sim --samples`); exp/meas = sim exp / "
-          f"the mean measured step (target: within 10% with a core per rank). {R} ranks on {cores} cores"
+          f"the mean measured step (target: within {PREDICTION:.0%} with a core per rank). {R} ranks on {cores} cores"
           f"{' (oversubscribed: the measured times include the contention)' if cores < R else ''}.")
     print("\n".join(notes))
     return 0
