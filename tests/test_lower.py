@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 
 import schedc
-from schedc.ir import WAITS, Action, Op
+from schedc.ir import RECVS, WAITS, Action, Op
 from schedc.lower import lower_to_torch
 from schedc.passes import lower
 from schedc.resources import builtin_schedules
@@ -171,6 +171,32 @@ def test_compile_force_writes_an_unverified_program_for_a_failing_schedule(tmp_p
     assert code == 1
     module = _import(tmp_path / "b" / "broken_program.py")
     assert module.PROGRAM["verified"] is None
+
+
+def _crossed(program):
+    """A lowering gone wrong: rank 1's first two receives swapped (each channel's messages then
+    meet the wrong receives: crossed, or a wait for ever)."""
+    from dataclasses import replace
+    lowered = lower(program)
+    rows = [list(row) for row in lowered.ranks]
+    at = [i for i, st in enumerate(rows[1]) if isinstance(st, Action) and st.op in RECVS][:2]
+    rows[1][at[0]], rows[1][at[1]] = rows[1][at[1]], rows[1][at[0]]
+    return replace(lowered, ranks=tuple(map(tuple, rows)))
+
+
+def test_a_lowering_that_does_not_check_is_never_written_as_verified(tmp_path, run_cli, monkeypatch):
+    # translation validation: the lowered program is checked again under the verified semantics,
+    # so a bug in lowering is an internal error, not a runnable program that hangs or crosses tensors
+    import schedc.passes
+    program = schedc.load("1f1b", {"P": 2, "M": 3})
+    assert lower_to_torch(program, verified="rendezvous").metadata["verified"] == "rendezvous"
+    monkeypatch.setattr(schedc.passes, "lower", lambda p, receives="needed": _crossed(p))
+    with pytest.raises(RuntimeError, match="1f1b lowered does not pass the checks its schedule passed under rendezvous"):
+        lower_to_torch(program, verified="rendezvous")
+    assert lower_to_torch(program, verified=None).metadata["verified"] is None  # (--force, --no-verify: as asked)
+    code, _, err = run_cli("compile", "1f1b", "--param", "P=2,M=3", "-o", str(tmp_path / "out"))
+    assert code == 4 and "schedc: internal error: RuntimeError: 1f1b lowered does not pass" in err
+    assert not (tmp_path / "out" / "1f1b_program.py").exists()
 
 
 def test_the_core_lowering_and_the_cli_do_not_import_torch(tmp_path):

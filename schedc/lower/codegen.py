@@ -136,6 +136,8 @@ def lower_to_torch(program: Program, *, verified: str | None = None, receives: s
     from ..passes import lower
     refuse_unrunnable(program)  # (before lowering: refused, none is built)
     lowered = lower(program, receives=receives)
+    if verified is not None:
+        validate_lowering(lowered, verified)
     table = table_of(lowered, verified)
     source = render_program(table)
     sends = sum(a.is_send for steps in table.ranks for st in steps for a in parts(st))
@@ -156,6 +158,19 @@ def lower_to_torch(program: Program, *, verified: str | None = None, receives: s
     if table.routes:
         metadata["routes"] = [list(r) for r in table.routes]
     return LoweredProgram(table.schedule, source, table, metadata)
+
+
+def validate_lowering(lowered: Program, verified: str) -> None:
+    """Translation validation: the program that runs, communication explicit, checked again under
+    the semantics its schedule was verified under. Lowering orders every message so that it passes
+    (docs/semantics.md); one that does not is a bug in schedc, raised as one (nothing is written, no
+    rank starts), never run as verified."""
+    from ..report import run_checks
+    from ..rules.semantics import Semantics
+    report = run_checks(lowered, semantics=Semantics.parse(verified))
+    if report.ok is not True:
+        raise RuntimeError(f"{lowered.name} lowered does not pass the checks its schedule passed under {verified} "
+                           f"({report.summary()}): a bug in schedc's lowering; please report it with the schedule")
 
 
 def render_program(table: Table) -> str:
