@@ -406,7 +406,7 @@ def _when(steps: _Steps, R: int) -> np.ndarray | None:  # noqa: C901 - one loop,
     rnd = [-1] * n  # the round of each step, once it has run
     last = [-1] * R
     pc = list(starts[:-1])
-    woken: list[list[int] | None] = [None] * n  # a step -> the ranks waiting for it
+    woken: list[int | list[int] | None] = [None] * n  # a step -> the rank, or ranks, waiting for it
     work = list(range(R))  # the ranks to visit, in order (a woken rank is added at the end)
     for r in work:
         x, hi, t = pc[r], starts[r + 1], last[r]
