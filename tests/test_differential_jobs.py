@@ -110,6 +110,34 @@ def test_job_deadlock_verdicts_agree_with_the_independent_executor(job, semantic
     assert (report.deadlock is None) == job_run(job, semantics), report.render()
 
 
+# Found by the nightly profile at 8x the examples (2026-12-06, seed 61206): a group on one end and a
+# single operation on the other. Under nccl batches and single operations travel on different
+# communicators (docs/semantics.md, "Groups under nccl"), each pairing in issue order: rank 0's
+# grouped SEND_F(0,0) meets rank 1's grouped RECV_F(1,1), and rank 0's single SEND_F(0,1) meets
+# rank 1's single RECV_F(1,0): the run completes with two crossed tensors, as the executor finds.
+# check pairs the channel's operations in issue order over both kinds and calls each mixed pair
+# "never meets" (verify/graph.py `_APART`): a deadlock. Both say the job is wrong; the deadlock
+# verdict is not the run's. Pairing per communicator under nccl (verify/channels.py, then the
+# mismatch check and `_posted`) would make them agree.
+GROUPED_ONE_END = """schedule job {
+  stages 4
+  place loop
+  rank 0: 0F0 (0SEND_F0;2RECV_F0)GROUP 0F1 0SEND_F1 2RECV_F1 2F0 2SEND_F0 2F1 2SEND_F1 2RECV_B0 2B0 2SEND_B0 2RECV_B1 2B1 2SEND_B1 0RECV_B0 0B0 0RECV_B1 0B1
+  rank 1: 1RECV_F0 1F0 (1SEND_F0;1RECV_F1)GROUP 1F1 1SEND_F1 3RECV_F0 3F0 3RECV_F1 3B0 3SEND_B0 1RECV_B0 3F1 3B1 3SEND_B1 1RECV_B1 1B0 1SEND_B0 1B1 1SEND_B1
+}
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="under nccl, check pairs grouped and single operations of a rank pair as one "
+                   "channel and reports a mixed pair as a deadlock; they pair per communicator and cross tensors")
+def test_a_group_on_one_end_crosses_tensors_under_nccl_rather_than_hanging():
+    job = load_text(GROUPED_ONE_END, "job.pp", "pp")
+    assert job_run(job, "nccl")  # (the executor: it completes)
+    report = schedc.check(job, semantics="nccl")
+    assert report.ok is False  # (wrong either way)
+    assert report.deadlock is None and report.mismatches
+
+
 # Both ranks send before they receive (a deadlock under rendezvous and nccl) and rank 0 sends its
 # first two activations in the wrong order (two mismatches per pipeline).
 CROSSED_AND_STUCK = """schedule both {{
