@@ -77,7 +77,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     """Verify (unless --no-verify), lower, and run on local ranks, or print the torchrun line."""
     import shlex
     from ..lower import lower_to_torch
-    from ..lower.codegen import refuse_unrunnable
+    from ..lower.codegen import refuse_unrunnable, runnable
     from ..rules.semantics import Semantics
     if args.steps < 1:
         raise SchedcError("usage", f"--steps {args.steps}: expected at least 1", where="--steps")
@@ -119,6 +119,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
         model_spec.check(args.model)
     refuse_unrunnable(program, common.shown(args.input))  # before the checks: one too large to run is not checked
     verified, receives = None, args.receives
+    early = None  # the program lowered with every receive posted first, once it has checked under gloo
     said = stderr if args.json else stdout  # with --json standard output holds the JSON alone
     if not args.no_verify:
         checks = argparse.Namespace(semantics=str(semantics), engine="native", timeout=30.0, memory_limit=None)
@@ -134,14 +135,18 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
             if on_nccl.ok is not True:
                 return _not_run(args, on_nccl, stdout)
         if args.receives == "early":
-            early = _early_receives_checked(program, said, stderr)
-            if early.ok is not True:
-                return _not_run(args, early, stdout)
+            early, on_gloo = _early_receives_checked(program, said, stderr)
+            if on_gloo.ok is not True:
+                return _not_run(args, on_gloo, stdout)
             verified = "gloo"
-        elif receives is None and args.backend == "gloo" and _early_receives_fit(program, said):
-            receives, verified = "early", "gloo"
+        elif receives is None and args.backend == "gloo":
+            early = _early_receives_fit(program, said)
+            if early is not None:
+                receives, verified = "early", "gloo"
     receives = receives or "needed"  # (unverified, or on nccl: where lowering places them)
-    lowered = lower_to_torch(program, verified=verified, receives=receives)
+    # (the early lowering has just passed its checks under gloo: run as it is, not lowered and checked again)
+    lowered = runnable(early, verified) if early is not None else lower_to_torch(program, verified=verified,
+                                                                                 receives=receives)
     rank_args = ["--model", args.model, "--steps", str(args.steps), "--timeout", str(args.timeout),
                  "--backend", args.backend]
     for flag, value in (("--batch-size", args.batch_size), ("--dtype", args.dtype), ("--lr", args.lr),
@@ -243,33 +248,36 @@ def _not_run(args, report, stdout) -> int:
 
 
 def _early_report(program):
-    """The report on the program lowered with every receive posted first, checked under gloo (the one
+    """The program lowered with every receive posted first, and its report under gloo (the one
     semantics it is meant for: it completes there, and its memory holds the receive buffers from
     the start)."""
     from ..api import check
     from ..passes import lower
-    return check(lower(program, receives="early"), semantics="gloo")
+    lowered = lower(program, receives="early")
+    return lowered, check(lowered, semantics="gloo")
 
 
 def _early_receives_checked(program, stdout, stderr):
-    """`--receives early`: the early-lowered program's report (`_early_report`), its findings written
-    when it fails."""
-    report = _early_report(program)
+    """`--receives early`: the early-lowered program and its report (`_early_report`), its findings
+    written when it fails."""
+    lowered, report = _early_report(program)
     stdout.write(f"  receives posted early (--receives early): the lowered program under gloo: "
                  f"{'ok' if report.ok else 'FAILED'}\n")
     if report.ok is not True:
         stderr.write(report.render() + "\n")
         stderr.write("schedc: the program with its receives posted early does not check; not running\n")
-    return report
+    return lowered, report
 
 
-def _early_receives_fit(program, stdout) -> bool:
-    """The default on gloo: receives posted early when the program so lowered checks under gloo (it
-    may not, when the buffers held from the start pass a memory limit); one line says which."""
-    ok = _early_report(program).ok is True
+def _early_receives_fit(program, stdout):
+    """The default on gloo: the program lowered with its receives posted early when it checks under
+    gloo (it may not, when the buffers held from the start pass a memory limit), else None; one line
+    says which."""
+    lowered, report = _early_report(program)
+    ok = report.ok is True
     stdout.write("  receives: posted early (the lowered program checks under gloo)\n" if ok else
                  "  receives: where lowering places them (posted early, the program does not check under gloo)\n")
-    return ok
+    return lowered if ok else None
 
 
 def _nccl_checked(program, verified: str, stdout, stderr):

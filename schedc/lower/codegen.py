@@ -138,6 +138,13 @@ def lower_to_torch(program: Program, *, verified: str | None = None, receives: s
     lowered = lower(program, receives=receives)
     if verified is not None:
         validate_lowering(lowered, verified)
+    return runnable(lowered, verified)
+
+
+def runnable(lowered: Program, verified: str | None) -> LoweredProgram:
+    """The runnable program of a lowering (communication explicit) that passed the checks under
+    `verified` (None: not checked): `lower_to_torch`'s last half, for a caller that has lowered and
+    checked the program itself (`schedc run`'s receives posted early, checked under gloo)."""
     table = table_of(lowered, verified)
     source = render_program(table)
     sends = sum(a.is_send for steps in table.ranks for st in steps for a in parts(st))
