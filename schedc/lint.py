@@ -213,10 +213,9 @@ def _forward_only(p: Program, out: Findings, first: dict, has: dict) -> None:
         if op is not Op.F:
             out.add("forward-only", f"{describe(a)} in a forward-only schedule: it runs forwards alone, "
                     "with no backward", rank, step, a)
-    F = has[Op.F]
-    missing = visited(stages_of(p), p.num_microbatches) - len(F)
+    F, stages = has[Op.F], stages_of(p)
+    missing = visited(stages, p.num_microbatches) - len(F)
     listed = 0
-    stages = stages_of(p)
     for s in range(p.num_stages):
         if listed == MAX_PER_CODE or not missing:
             break
