@@ -282,8 +282,8 @@ def _lower_small(program: Program):  # noqa: C901 - the rounds' loop, one step a
     which says why."""
     R = program.num_ranks
     per_m = 2 * program.num_stages * R  # (a microbatch more)
-    plans: dict = {}
-    plan_of, rule = plans.get, _Rule(program)
+    rule = _Rule(program)
+    plan_of = rule.plans.get
     flat = list(chain.from_iterable(program.ranks))
     starts = list(accumulate(map(len, program.ranks), initial=0))
     key = [0] * len(flat)  # each step's round * R + rank, once it has run
@@ -300,7 +300,7 @@ def _lower_small(program: Program):  # noqa: C901 - the rounds' loop, one step a
             st = flat[x]
             ready, parts = t + 1, []
             for a in ((st,) if st.__class__ is Action else st.parts):
-                plan = plan_of((a.op, a.stage)) or rule.plan(plans, a)
+                plan = plan_of((a.op, a.stage)) or rule.plan(a)
                 if plan is None:
                     return insert_comms(held_as_columns(program))  # (a stage past the ends: the arrays clip it)
                 base = (a.microbatch or 0) * per_m + r
@@ -355,13 +355,15 @@ def _lower_small(program: Program):  # noqa: C901 - the rounds' loop, one step a
 
 
 class _Rule:
-    """deps.py's rule (its tables) for one program's (op, stage) pairs, as `_lower_small` reads it."""
+    """deps.py's rule (its tables) for one program's (op, stage) pairs, as `_lower_small` reads it;
+    `plans` holds those worked out so far."""
 
     def __init__(self, program: Program):
         self.R, self.S, self.placement = program.num_ranks, program.num_stages, program.placement
         self.stages = deps.stages_of(program)
+        self.plans: dict[tuple, tuple] = {}
 
-    def plan(self, plans: dict, a: Action) -> tuple | None:
+    def plan(self, a: Action) -> tuple | None:
         """The rule for (a.op, a.stage), kept in `plans`: the values it needs and the one it makes,
         numbered as `_lower_small` numbers them but for microbatch 0 on rank 0, and its message:
         (destination rank, send op, receive op, receiving stage), or None; None for a stage the
@@ -380,7 +382,7 @@ class _Rule:
                 if lo <= to < hi and placement[to] != placement[s]:
                     message = (placement[to], OPS[_SEND[_KIND[kind]]], OPS[_RECEIVE[_KIND[kind]]], to)
             plan = (needs, NONE if kind is None else (2 * s + _KIND[kind]) * R, message)
-        plans[(a.op, a.stage)] = plan
+        self.plans[(a.op, a.stage)] = plan
         return plan
 
 
