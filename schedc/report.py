@@ -20,7 +20,7 @@ from .lint import display_step, lint
 from .rules.deps import delivers, payload, value_name
 from .rules.semantics import RENDEZVOUS, Semantics
 from .verify.analysis import Analysis, counted_lowered
-from .verify.channels import as_paired, describe_channel
+from .verify.channels import ONE_SIDED_GROUP, apart_partners, as_paired, describe_channel
 from .verify.clear import Clear, over_limit
 from .verify.fast import quick_check
 from .verify.runtime_hangs import add_runtime_findings, reads_communication_level, runtime_view
@@ -455,9 +455,11 @@ def _other_backends(program: Program, semantics: Semantics, chans, declared: str
         if other == semantics.base:
             continue
         seen, _ = as_paired(replace(program, p2p=declared), other)
-        paired = chans if seen.p2p == program.p2p else channels(seen)
+        same = seen.p2p == program.p2p and chans.batches_apart == other.one_stream_per_pair
+        paired = chans if same else channels(seen, other)
         if any(payload(s.action) != payload(r.action) for s, r in paired.pairs()):
-            verdicts.append(f"under {other} its messages pair otherwise and cross (NCCL ignores tags)")
+            why = "NCCL ignores tags" if seen.p2p != program.p2p else "NCCL posts groups apart from single operations"
+            verdicts.append(f"under {other} its messages pair otherwise and cross ({why})")
             continue
         verdicts.append(f"under {other} it {'completes' if execute(seen, other, paired).finished else 'deadlocks too'}")
     notes = []
@@ -466,7 +468,7 @@ def _other_backends(program: Program, semantics: Semantics, chans, declared: str
                      "nccl|gloo: sends and receives posted and awaited as torch's runtime does)")
     if semantics.one_stream_per_pair and declared == "shared":
         split = replace(program, p2p="split")
-        if execute(split, semantics, channels(split)).finished:
+        if execute(split, semantics, channels(split, semantics)).finished:
             notes.append("with activations and gradients on communicators of their own (a `p2p split` line, "
                          f"or --p2p split: a stream each) it completes under {semantics.base}")
     return tuple(notes)
@@ -497,14 +499,17 @@ def _match(report: Report, chans, offset: int = 0, per_replica: int | None = Non
             f"{describe(m.send)} from rank {m.send_rank} (step {send_step}): messages pair in order on "
             f"{describe_channel(m.channel)}, so this receive gets the wrong tensor", m.recv.span,
             rank=m.recv_rank, step=step))
-    for ep in chans.unmatched():
+    loose = chans.unmatched()
+    apart = apart_partners(chans) if loose and chans.batches_apart else set()
+    for ep in loose:
         kind = "send" if ep.action.op.name.startswith("SEND") else "receive"
         other = "receive" if kind == "send" else "send"
         step = display_step(ep.action, ep.step)
         report.errors.append(Diagnostic(
             "unmatched", f"{rank(ep.rank + offset)}, step {step}: {describe(ep.action)} is {kind} number "
             f"{ep.index + 1} on {describe_channel(job(ep.channel))}, but that channel has no {other} "
-            f"number {ep.index + 1}", ep.action.span, rank=ep.rank + offset, step=step))
+            f"number {ep.index + 1}", ep.action.span, (ONE_SIDED_GROUP,) if ep[:3] in apart else (),
+            rank=ep.rank + offset, step=step))
 
 
 def _deadlock_z3(report: Report, analysis: Analysis, timeout_s: float | None) -> None:

@@ -46,9 +46,9 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
         flat, cons = job(program, timing)
         decided = cons if timing == semantics else job(program, semantics)[1]
         dead = find_deadlock(flat, semantics, cons=decided)
-        chans, program = job_channels(program), flat
+        chans, program = job_channels(program, semantics), flat
     else:
-        chans = channels(program)
+        chans = channels(program, semantics)
         cons = constraints(program, timing, chans)
         given = cons if timing == semantics else None
         if told is not None and given is None:  # (a reduced job: decided on its constraints, as a job is)

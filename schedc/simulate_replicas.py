@@ -79,10 +79,10 @@ def _told(cls: Classes, program: Program, dead, cons) -> tuple[Program, object]:
     return _real_program(program, cls), real_deadlock(dead, cls, cons)
 
 
-def _crossed(program: Program, c: int, P: int) -> int:
+def _crossed(program: Program, semantics: Semantics, c: int, P: int) -> int:
     """Messages of class c's replica (ranks c * P ..) that reach a receive expecting another value: on
     each channel the k-th send meets the k-th receive, as the run pairs them."""
-    chans = channels(replace(program, num_ranks=P, ranks=program.ranks[c * P:(c + 1) * P]))
+    chans = channels(replace(program, num_ranks=P, ranks=program.ranks[c * P:(c + 1) * P]), semantics)
     return sum(payload(s.action) != payload(r.action)
                for ch, sends in chans.sends.items() for s, r in zip(sends, chans.recvs.get(ch, ())))
 
@@ -95,7 +95,8 @@ def _expand(run: Timeline, cls: Classes) -> Timeline:
 
     def pick(xs):
         return tuple(xs[i] for i in at)
-    crossed = [_crossed(run.program, c, P) for c in range(cls.k)] if run.mismatches else [0] * cls.k
+    paired = Semantics.parse(run.semantics)
+    crossed = [_crossed(run.program, paired, c, P) for c in range(cls.k)] if run.mismatches else [0] * cls.k
     return Timeline(_real_program(run.program, cls), run.level, run.overlap, pick(run.start), pick(run.end),
                     pick(run.busy), run.makespan, ReplicaMessages(run.messages, P, cls.of),
                     sum(crossed[c] for c in cls.of), pick(run.posted), run.semantics, cls.D,

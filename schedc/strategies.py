@@ -502,11 +502,12 @@ def _before_input(draw, p: Program, where):
 def _message_swaps(p: Program):
     """Pairs of plain sends (or receives) on one channel with different payloads."""
     from .rules.deps import payload
+    from .rules.semantics import RENDEZVOUS
     from .verify.channels import channels
     if p.level != "comms":
         return []
     try:
-        chans = channels(p)
+        chans = channels(p, RENDEZVOUS)  # (as every semantics but nccl pairs them: a group with a single operation)
     except (IndexError, KeyError):  # a send naming a stage outside the program
         return []
     out = []

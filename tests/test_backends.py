@@ -180,10 +180,10 @@ def test_under_gloo_a_send_awaited_where_it_stands_waits_for_its_receive():
       rank 1: 1F0x
     }""".replace("1F0x", "1RECV_F0 1F0 1B0 1SEND_B0"))
     assert schedc.check(program, semantics="gloo").ok  # its receive is posted at once
-    cons = constraints(program, Semantics("gloo"), channels(program))
+    cons = constraints(program, Semantics("gloo"), channels(program, Semantics("gloo")))
     assert (1, 0, "recv-posted", 0) in cons.prereq[0][2]  # the wait needs rank 1's RECV_F(1,0) posted
     unposted = program.with_ranks([program.ranks[0], program.ranks[1][1:]])  # no RECV_F(1,0) at all
-    cons = constraints(unposted, Semantics("gloo"), channels(unposted))
+    cons = constraints(unposted, Semantics("gloo"), channels(unposted, Semantics("gloo")))
     assert cons.never[(0, 2)][0] == "waits for a receive that is never posted"
 
 

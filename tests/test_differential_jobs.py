@@ -114,11 +114,8 @@ def test_job_deadlock_verdicts_agree_with_the_independent_executor(job, semantic
 # single operation on the other. Under nccl batches and single operations travel on different
 # communicators (docs/semantics.md, "Groups under nccl"), each pairing in issue order: rank 0's
 # grouped SEND_F(0,0) meets rank 1's grouped RECV_F(1,1), and rank 0's single SEND_F(0,1) meets
-# rank 1's single RECV_F(1,0): the run completes with two crossed tensors, as the executor finds.
-# check pairs the channel's operations in issue order over both kinds and calls each mixed pair
-# "never meets" (verify/graph.py `_APART`): a deadlock. Both say the job is wrong; the deadlock
-# verdict is not the run's. Pairing per communicator under nccl (verify/channels.py, then the
-# mismatch check and `_posted`) would make them agree.
+# rank 1's single RECV_F(1,0): the run completes with two crossed tensors, as the executor finds,
+# and check pairs them per communicator too (verify/channels.py `BATCHED`): two mismatches.
 GROUPED_ONE_END = """schedule job {
   stages 4
   place loop
@@ -128,14 +125,16 @@ GROUPED_ONE_END = """schedule job {
 """
 
 
-@pytest.mark.xfail(strict=True, reason="under nccl, check pairs grouped and single operations of a rank pair as one "
-                   "channel and reports a mixed pair as a deadlock; they pair per communicator and cross tensors")
-def test_a_group_on_one_end_crosses_tensors_under_nccl_rather_than_hanging():
+@pytest.mark.parametrize("engine", ["native", "z3"])
+def test_a_group_on_one_end_crosses_tensors_under_nccl_rather_than_hanging(engine):
     job = load_text(GROUPED_ONE_END, "job.pp", "pp")
     assert job_run(job, "nccl")  # (the executor: it completes)
-    report = schedc.check(job, semantics="nccl")
-    assert report.ok is False  # (wrong either way)
-    assert report.deadlock is None and report.mismatches
+    report = schedc.check(job, semantics="nccl", engine=engine)
+    assert report.deadlock is None and [e.code for e in report.errors] == ["mismatch", "mismatch"]
+    told = [e.message for e in report.errors]
+    assert "groups: the process group's communicator" in told[0] and "on 0->1, so" in told[1], told
+    # gloo pairs them as one channel, in issue order: the same payloads meet, and it completes
+    assert job_run(job, "gloo") and schedc.check(job, semantics="gloo").ok
 
 
 # Both ranks send before they receive (a deadlock under rendezvous and nccl) and rank 0 sends its

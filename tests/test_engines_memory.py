@@ -46,7 +46,7 @@ def test_z3_witness_meets_every_constraint():
     from schedc.verify.execute import channels
     from schedc.rules.semantics import RENDEZVOUS
     from schedc.verify.graph import constraints
-    cons = constraints(program, RENDEZVOUS, channels(program))
+    cons = constraints(program, RENDEZVOUS, channels(program, RENDEZVOUS))
     assert not cons.never
     edges = list(cons.edges())
     t = report.witness

@@ -26,7 +26,7 @@ BACKENDS = ("gloo", "nccl")
 
 
 def graph_of(program, semantics: str) -> Constraints:
-    return constraints(program, Semantics.parse(semantics), channels(program))
+    return constraints(program, Semantics.parse(semantics), channels(program, Semantics.parse(semantics)))
 
 
 def data_edges(c: Constraints) -> set[tuple]:

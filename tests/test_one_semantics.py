@@ -19,6 +19,7 @@ from schedc.passes import lower
 from schedc.runtime.table import parts, partners, to_program
 from schedc.simulate import simulate
 from schedc.strategies import programs
+from schedc.rules.semantics import RENDEZVOUS
 from schedc.verify.channels import channels
 
 CHECKS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -36,7 +37,7 @@ def test_the_runtime_table_is_the_program_check_verified(p):
     assert rows(to_program(table)) == rows(lowered)
     # the runtime pairs the k-th send of a channel with its k-th receive, as the checker does
     pairs = partners(table)
-    matched = list(channels(lowered).pairs())
+    matched = list(channels(lowered, RENDEZVOUS).pairs())
     assert len(pairs) == 2 * len(matched)
     for send, recv in matched:
         assert pairs[(send.rank, send.step, send.part)][:2] == (recv.rank, recv.step)

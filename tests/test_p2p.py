@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 import schedc
 from schedc.errors import SchedcError
 from schedc.strategies import lowered_programs
+from schedc.rules.semantics import RENDEZVOUS
 from schedc.verify.channels import channels
 
 import launched
@@ -150,10 +151,14 @@ def test_under_nccl_a_grouped_operation_never_meets_a_single_one():
     mixed = GROUPED.replace("0F0 0SEND_F0", "0F0 (0SEND_F0)GROUP")
     p = program(mixed, None)
     assert verdict(p, "gloo") == "ok" and posted_run(p, "gloo")
-    assert verdict(p, "nccl") == "deadlock" and not posted_run(p, "nccl")
+    # under nccl each communicator pairs its own in order: rank 0's grouped SEND_F(0,0) meets rank 1's
+    # grouped RECV_F(1,1), its grouped SEND_F(0,1) and rank 1's single RECV_F(1,0) meet nothing
+    assert verdict(p, "nccl") == "deadlock+mismatch+unmatched" and not posted_run(p, "nccl")
+    loose = [e for e in schedc.check(p, semantics="nccl").errors if e.code == "unmatched"]
+    assert len(loose) == 2 and all("group both ends or neither" in e.notes[0] for e in loose), loose
     from schedc.rules.semantics import Semantics
     from schedc.verify.graph import constraints
-    never = constraints(p, Semantics("nccl"), channels(p)).never
+    never = constraints(p, Semantics("nccl"), channels(p, Semantics("nccl"))).never
     assert any("one grouped and one single" in why for why, _ in never.values()), never
     # rendezvous clears it, and its report says what NCCL makes of the one-sided group
     clear = schedc.check(p)
@@ -320,9 +325,9 @@ def test_where_messages_pair_in_order_every_mode_pairs_them_alike(p):
 
     def pairs(mode):
         return sorted((s.rank, s.step, s.part, r.rank, r.step, r.part)
-                      for s, r in channels(replace(p, p2p=mode)).pairs())
-    shared = channels(replace(p, p2p="shared"))
-    tagged = channels(replace(p, p2p="tagged"))
+                      for s, r in channels(replace(p, p2p=mode), RENDEZVOUS).pairs())
+    shared = channels(replace(p, p2p="shared"), RENDEZVOUS)
+    tagged = channels(replace(p, p2p="tagged"), RENDEZVOUS)
     assert all(payload(s.action) == payload(r.action) for s, r in tagged.pairs())
     if all(payload(s.action) == payload(r.action) for s, r in shared.pairs()):
         assert pairs("shared") == pairs("tagged") == pairs("split")

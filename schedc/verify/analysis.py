@@ -82,7 +82,7 @@ class Analysis:
 
     @cached_property
     def channels(self) -> Channels:
-        return channels(self.program)
+        return channels(self.program, self.semantics)
 
     @cached_property
     def constraints(self) -> Constraints:
@@ -94,7 +94,7 @@ class Analysis:
         """Each replica's channels, in its own pipeline's rank numbers (a job's; one pipeline's: one)."""
         if self.program.dp == 1:
             return [self.channels]
-        return [channels(self.program.replica(d)) for d in range(self.program.dp)]
+        return [channels(self.program.replica(d), self.semantics) for d in range(self.program.dp)]
 
     @cached_property
     def job(self) -> tuple[Program, Constraints]:
@@ -105,7 +105,7 @@ class Analysis:
     @cached_property
     def job_channels(self) -> Channels:
         from .mesh import job_channels
-        return job_channels(self.program, self.replica_channels)
+        return job_channels(self.program, self.semantics, self.replica_channels)
 
     def release(self) -> None:
         """Forget the parts made so far (made again if asked): a report kept after its checks holds no

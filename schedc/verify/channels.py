@@ -2,7 +2,8 @@
 
 A channel is an ordered rank pair, and under the program's `p2p` mode also a communicator
 (`split`: activations and gradients each have their own) and a tag (`tagged`: each message's tag
-names its payload). The k-th send on a channel meets its k-th receive (FIFO, as NCCL and gloo pair
+names its payload); under nccl a group's operations travel on the process group's communicator,
+apart from the pair's single ones (`BATCHED`). The k-th send on a channel meets its k-th receive (FIFO, as NCCL and gloo pair
 point-to-point messages within a communicator and tag). What blocks when under a semantics is
 schedc/rules/semantics.py's; docs/semantics.md.
 """
@@ -12,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from ..errors import SchedcError
-from ..ir import Action, Op, Program
+from ..ir import Action, Compound, CompoundKind, Op, Program
 from ..rules.deps import payload, peer_stage
 from ..rules.semantics import Semantics, listed, unbuffered
 
@@ -32,6 +33,7 @@ class Endpoint(NamedTuple):
 class Channels:
     sends: dict[tuple[int, int], list[Endpoint]]
     recvs: dict[tuple[int, int], list[Endpoint]]
+    batches_apart: bool = False  # paired as nccl pairs them: groups on a communicator of their own
 
     def pairs(self):
         """Matched (send, receive) pairs, FIFO per channel."""
@@ -52,25 +54,30 @@ _IS_SEND = {op: op in (Op.SEND_F, Op.SEND_B) for op in _SENDS_AND_RECVS}
 
 
 GRADIENTS = 1  # the communicator of gradient messages under `p2p split` (activations: 0)
+BATCHED = 2  # added under nccl for a group's operations: batch_isend_irecv posts them on the process
+# group's communicator, a single isend / irecv on the rank pair's, and the two never meet
 
 
-def channels(program: Program) -> Channels:
-    """Every send and receive by channel: (sending rank, receiving rank, communicator, tag). The
-    communicator is 0, or under `p2p split` GRADIENTS for SEND_B / RECV_B; the tag is None, or under
-    `p2p tagged` the payload (so a receive meets the send of its own value, whatever their order)."""
+def channels(program: Program, semantics: Semantics) -> Channels:
+    """Every send and receive by channel: (sending rank, receiving rank, communicator, tag), as
+    `semantics` pairs them. The communicator is 0, or under `p2p split` GRADIENTS for SEND_B /
+    RECV_B, plus BATCHED under nccl for a member of a group; the tag is None, or under `p2p tagged`
+    the payload (so a receive meets the send of its own value, whatever their order)."""
     sends: dict = {}
     recvs: dict = {}
     placement = program.placement
     peer_of, is_send = _PEER, _IS_SEND
     split, tagged = program.p2p == "split", program.p2p == "tagged"
+    apart = semantics.one_stream_per_pair  # (NCCL: groups on a communicator of their own)
     for rank, steps in enumerate(program.ranks):
         for step, st in enumerate(steps):
+            grouped = apart and st.__class__ is Compound and st.kind is CompoundKind.GROUP
             for i, a in enumerate(st.parts):
                 sending = is_send.get(a.op)
                 if sending is None:
                     continue
                 peer = placement[a.stage + peer_of[a.op]]
-                comm = GRADIENTS if split and a.op in _GRADIENT_OPS else 0
+                comm = (GRADIENTS if split and a.op in _GRADIENT_OPS else 0) + (BATCHED if grouped else 0)
                 tag = payload(a) if tagged else None
                 if sending:
                     ch = (rank, peer, comm, tag)
@@ -79,7 +86,7 @@ def channels(program: Program) -> Channels:
                     ch = (peer, rank, comm, tag)
                     table = recvs.setdefault(ch, [])
                 table.append(Endpoint(rank, step, i, a, ch, len(table)))
-    return Channels(sends, recvs)
+    return Channels(sends, recvs, apart)
 
 
 _GRADIENT_OPS = (Op.SEND_B, Op.RECV_B)
@@ -103,11 +110,29 @@ def as_paired(program: Program, semantics: Semantics) -> tuple[Program, str | No
     return program, None
 
 
+def apart_partners(chans: Channels) -> set[tuple[int, int, int]]:
+    """Under nccl, the operations (rank, step, part) that meet no partner while one of the other kind
+    waits unmatched on the same rank pair's other communicator, one grouped and the other single:
+    the pair that would meet were both grouped or both single."""
+    loose = chans.unmatched()
+    kinds = {(e.channel[0], e.channel[1], e.channel[2] ^ BATCHED, e.channel[3], _IS_SEND[e.action.op]) for e in loose}
+    return {e[:3] for e in loose
+            if (*e.channel[:2], e.channel[2], e.channel[3], not _IS_SEND[e.action.op]) in kinds}
+
+
+ONE_SIDED_GROUP = ("under nccl a group's operations travel on the process group's communicator (torch's "
+                   "batch_isend_irecv) and a single isend or irecv on the rank pair's, so a message grouped on "
+                   "one end only never meets its partner: group both ends or neither")
+
+
 def describe_channel(channel: tuple) -> str:
-    """`0->1`, `0->1 (gradient communicator)`, `0->1 (tag act 0,3)`: a channel as reports name it."""
+    """`0->1`, `0->1 (gradient communicator)`, `0->1 (groups: the process group's communicator)`,
+    `0->1 (tag act 0,3)`: a channel as reports name it."""
     src, dst, comm, tag = channel
     text = f"{src}->{dst}"
-    if comm:
+    if comm & BATCHED:
+        text += f" (groups: the {'gradient ' if comm & GRADIENTS else ''}process group's communicator)"
+    elif comm:
         text += " (gradient communicator)"
     if tag is not None:
         text += f" (tag {tag[0]} {tag[1]},{tag[2]})"

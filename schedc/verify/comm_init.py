@@ -16,6 +16,7 @@ from ..errors import Diagnostic
 from ..ir import Action, Program, describe
 from ..lint import display_step
 from .analysis import Analysis
+from ..rules.semantics import Semantics
 from .channels import GRADIENTS, Channels, channels
 from .mesh import groups
 
@@ -57,12 +58,15 @@ def _messages(program: Program, per_replica: list[Channels] | None):
     """Every send and receive of every replica, on the communicator of its rank pair (job ranks)."""
     P = program.num_ranks
     for d in range(program.dp):
-        chans = per_replica[d] if per_replica is not None else channels(program.replica(d))
+        chans = per_replica[d] if per_replica is not None else channels(program.replica(d), _NCCL)
         for table in (*chans.sends.values(), *chans.recvs.values()):
             for ep in table:
                 src, dst, comm, _ = ep.channel
                 low, high = sorted((d * P + src, d * P + dst))
-                yield FirstUse(("pair", low, high, comm), d * P + ep.rank, ep.step, ep.part, ep.action)
+                yield FirstUse(("pair", low, high, comm & GRADIENTS), d * P + ep.rank, ep.step, ep.part, ep.action)
+
+
+_NCCL = Semantics.parse("nccl")  # (the rule is NCCL's: its pairing, a group's operations apart)
 
 
 def _collectives(program: Program, cls: Classes | None):

@@ -61,7 +61,7 @@ def find_deadlock(program: Program, semantics: Semantics, chans: Channels | None
     built them (a data-parallel job's, verify/mesh.py)."""
     if cons is not None:
         return _deadlock(program, semantics, chans, cons, None)
-    chans = chans or channels(program)
+    chans = chans or channels(program, semantics)
     return _deadlock(program, semantics, chans, None, chans)
 
 

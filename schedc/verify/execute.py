@@ -69,7 +69,7 @@ def execute(program: Program, semantics: Semantics = RENDEZVOUS, chans: Channels
     """Run every rank as far as it can go."""
     if cons is None:
         from .graph import constraints
-        cons = constraints(program, semantics, chans or channels(program))
+        cons = constraints(program, semantics, chans or channels(program, semantics))
     prereq, never = cons.prereq, cons.never
     R = program.num_ranks
     lengths = cons.lengths()

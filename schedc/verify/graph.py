@@ -14,7 +14,7 @@ received value waits for the receive to complete. Under `gloo` that is when its 
 peer run on one stream (a `Lane`, an extra row of steps after the ranks) in issue order, and a
 matched pair completes when both are at the head of their streams; a group is one batch per
 communicator on a stream of the rank's batches (all peers), completing as a whole; a grouped
-operation never meets a single one (another NCCL communicator). A rank that has run through its
+operation never meets a single one (another NCCL communicator: channels.py's `BATCHED`). A rank that has run through its
 list still waits, at the end of the step, for its sends to complete, as torch's runtime does
 (`ends`): under gloo until each send's receive is posted, under nccl until each of its streams is
 empty.
@@ -30,10 +30,10 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
-from ..ir import WAITS, Compound, CompoundKind, Op, Program
+from ..ir import WAITS, Op, Program
 from ..rules.deps import delivers, needs, produces, stages_of
 from ..rules.semantics import Semantics
-from .channels import Channels, Endpoint
+from .channels import BATCHED, ONE_SIDED_GROUP, Channels, Endpoint, apart_partners
 
 Step = tuple[int, int]  # (rank, index)
 
@@ -122,6 +122,9 @@ class Constraints:
 
 
 def constraints(program: Program, semantics: Semantics, chans: Channels) -> Constraints:  # noqa: C901
+    if chans.batches_apart != semantics.one_stream_per_pair:
+        raise ValueError(f"channels paired {'as' if chans.batches_apart else 'other than'} nccl pairs them, "
+                         f"constraints asked under {semantics}: make them with channels(program, semantics)")
     prereq = [[[] for _ in steps] for steps in program.ranks]
     never: dict[Step, tuple[str, int]] = {}
     starts: dict[Step, list[int]] = {}
@@ -189,14 +192,12 @@ def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, nev
     receive to complete; under nccl, streams per rank pair (lanes) complete operations in order."""
     nccl = semantics.one_stream_per_pair
     partner: dict[tuple[int, int, int], Endpoint] = {}
-    apart: dict[tuple[int, int, int], str] = {}  # nccl: an operation whose partner is on another communicator
     for ch, sends in chans.sends.items():
         for send, recv in zip(sends, chans.recvs.get(ch, ())):
-            if nccl and _grouped(program, send) != _grouped(program, recv):
-                apart[send[:3]] = apart[recv[:3]] = _APART
-                continue
             partner[send[:3]] = recv
             partner[recv[:3]] = send
+    # nccl: an operation whose partner is posted on the other communicator (grouped and single)
+    apart = dict.fromkeys(apart_partners(chans), _APART) if nccl else {}
     lanes, lane_of = _lanes(program, chans) if nccl else ((), {})
     R = len(prereq)
     prereq.extend([[] for _ in lane.steps] for lane in lanes)
@@ -302,16 +303,8 @@ def _consumer(users: dict, recv: Endpoint, value) -> tuple[int, int] | None:
     return found[i] if i < len(found) else None
 
 
-_APART = ("meets no partner: its partner is posted the other way, one grouped and one single, and under nccl "
-          "they travel on different communicators (torch's batch_isend_irecv uses the process group's, a single "
-          "isend or irecv the rank pair's), so they never meet; group both or neither")
+_APART = "meets no partner: its partner is posted the other way, one grouped and one single; " + ONE_SIDED_GROUP
 _BATCHES = -1  # the peer key of a rank's stream of groups (all peers), sorted before its pairs' streams
-
-
-def _grouped(program: Program, e: Endpoint) -> bool:
-    """Is the operation a member of a group (posted by `batch_isend_irecv`)?"""
-    st = program.ranks[e.rank][e.step]
-    return isinstance(st, Compound) and st.kind is CompoundKind.GROUP
 
 
 def _lanes(program: Program, chans: Channels):
@@ -324,7 +317,7 @@ def _lanes(program: Program, chans: Channels):
     for table in (chans.sends, chans.recvs):
         for (a, b, comm, _), endpoints in table.items():
             for e in endpoints:
-                peer = _BATCHES if _grouped(program, e) else b if e.rank == a else a
+                peer = _BATCHES if comm & BATCHED else b if e.rank == a else a
                 ops.setdefault((e.rank, peer, comm), []).append(e)
     lanes, lane_of = [], {}
     R = program.num_ranks

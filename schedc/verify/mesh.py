@@ -114,19 +114,19 @@ def _at(a: Action) -> str:
     return "" if a.span is None else f" ({a.span.file}:{a.span.line})"
 
 
-def job_channels(program: Program, per_replica: list[Channels] | None = None) -> Channels:
-    """Every replica's sends and receives (messages stay inside a replica), with job rank numbers
-    (`per_replica`: each replica's channels, when the caller has them)."""
+def job_channels(program: Program, semantics: Semantics, per_replica: list[Channels] | None = None) -> Channels:
+    """Every replica's sends and receives (messages stay inside a replica) as `semantics` pairs them,
+    with job rank numbers (`per_replica`: each replica's channels, when the caller has them)."""
     P = program.num_ranks
     sends: dict = {}
     recvs: dict = {}
     for d in range(program.dp):
-        mine = per_replica[d] if per_replica is not None else channels(program.replica(d))
+        mine = per_replica[d] if per_replica is not None else channels(program.replica(d), semantics)
         for table, out in ((mine.sends, sends), (mine.recvs, recvs)):
             for ch, endpoints in table.items():
                 key = (ch[0] + d * P, ch[1] + d * P, *ch[2:])
                 out[key] = [e._replace(rank=e.rank + d * P, channel=key) for e in endpoints]
-    return Channels(sends, recvs)
+    return Channels(sends, recvs, semantics.one_stream_per_pair)
 
 
 def job(program: Program, semantics: Semantics,  # noqa: C901
@@ -137,7 +137,7 @@ def job(program: Program, semantics: Semantics,  # noqa: C901
     replica's channels, when the caller has them."""
     P, D = program.num_ranks, program.dp
     replicas = [program.replica(d) for d in range(D)]
-    chans = per_replica if per_replica is not None else [channels(r) for r in replicas]
+    chans = per_replica if per_replica is not None else [channels(r, semantics) for r in replicas]
     per = [constraints(r, semantics, c) for r, c in zip(replicas, chans)]
     R = P * D
     base, total = [], R

@@ -38,7 +38,7 @@ def prove_deadlock_free(program: Program, semantics: Semantics, chans: Channels 
     `timeout_s` seconds on the wall clock, if given (`cons`: the program's constraints, when the
     caller has them)."""
     if cons is None:
-        cons = constraints(program, semantics, chans or channels(program))
+        cons = constraints(program, semantics, chans or channels(program, semantics))
     impossible = cons.impossible()
     if impossible:
         return Refuted(core=tuple(impossible), why="some step waits for something that never comes")
