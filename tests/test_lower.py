@@ -4,7 +4,9 @@ Every built-in lowers to a program that parses, imports only schedc.runtime, hol
 communication-level table (which verifies), and does nothing on import; names from CSV stems and
 IR JSON (free text) cannot inject code; `schedc compile` writes the program; the core never
 imports torch; the runtime's table reader rejects malformed tables; each instruction's inputs and
-value in the table are the dependency rule's, and the interpreter reads them from there.
+value in the table are the dependency rule's, and the interpreter reads them from there. A
+lowering that does not pass the checks its schedule passed (the runnable program, or torch's for the
+comms-level CSV) is an internal error, nothing written; every built-in's lowerings pass them.
 """
 from __future__ import annotations
 
@@ -173,11 +175,11 @@ def test_compile_force_writes_an_unverified_program_for_a_failing_schedule(tmp_p
     assert module.PROGRAM["verified"] is None
 
 
-def _crossed(program):
+def _crossed(program, lowering=lower):
     """A lowering gone wrong: rank 1's first two receives swapped (each channel's messages then
     meet the wrong receives: crossed, or a wait for ever)."""
     from dataclasses import replace
-    lowered = lower(program)
+    lowered = lowering(program)
     rows = [list(row) for row in lowered.ranks]
     at = [i for i, st in enumerate(rows[1]) if isinstance(st, Action) and st.op in RECVS][:2]
     rows[1][at[0]], rows[1][at[1]] = rows[1][at[1]], rows[1][at[0]]
@@ -197,6 +199,63 @@ def test_a_lowering_that_does_not_check_is_never_written_as_verified(tmp_path, r
     code, _, err = run_cli("compile", "1f1b", "--param", "P=2,M=3", "-o", str(tmp_path / "out"))
     assert code == 4 and "schedc: internal error: RuntimeError: 1f1b lowered does not pass" in err
     assert not (tmp_path / "out" / "1f1b_program.py").exists()
+
+
+def test_a_torch_lowering_that_does_not_check_is_never_written_as_verified(tmp_path, run_cli, monkeypatch):
+    # the same for the comms-level PyTorch CSV (`compile`'s and `export --to torch-csv`'s): torch's
+    # lowering, before its groups are flattened, is checked again under the verified semantics
+    import schedc.passes
+    from schedc.interop.torch_csv import to_torch_csv
+    program = schedc.load("1f1b", {"P": 2, "M": 3})
+    real = schedc.passes.lower_for_torch
+    monkeypatch.setattr(schedc.passes, "lower_for_torch", lambda p: _crossed(p, real))
+    with pytest.raises(RuntimeError, match="1f1b lowered for torch does not pass the checks its schedule passed "
+                                           "under nccl"):
+        to_torch_csv(program, "comms", verified="nccl")
+    assert to_torch_csv(program, "comms").rows  # (not checked: written as asked, the library's to_torch_csv)
+    code, _, err = run_cli("compile", "1f1b", "--param", "P=2,M=3", "-o", str(tmp_path / "out"))
+    assert code == 4 and "schedc: internal error: RuntimeError: 1f1b lowered for torch does not pass" in err
+    assert not (tmp_path / "out").exists()
+    csv = tmp_path / "1f1b.csv"
+    code, out, err = run_cli("export", "1f1b", "--param", "P=2,M=3", "--to", "torch-csv", "-o", str(csv))
+    assert code == 4 and "schedc: internal error: RuntimeError: 1f1b lowered for torch does not pass" in err
+    assert not csv.exists() and out == ""
+
+
+def test_a_torch_lowering_is_validated_within_the_runnable_programs_limit(monkeypatch):
+    # the cost is bounded as the runnable program's: a torch lowering of more actions is written unchecked
+    from schedc.lower import codegen
+    from schedc.passes import lower_for_torch
+    lowered = lower_for_torch(schedc.load("1f1b", {"P": 2, "M": 3}))
+    monkeypatch.setattr(codegen, "MAX_RUNNABLE_ACTIONS", lowered.num_actions)
+    assert codegen.validate_torch_lowering(lowered, "rendezvous")
+    monkeypatch.setattr(codegen, "MAX_RUNNABLE_ACTIONS", lowered.num_actions - 1)
+    assert not codegen.validate_torch_lowering(_crossed(lowered, lambda p: p), "rendezvous")
+
+
+@pytest.mark.parametrize("semantics", ["rendezvous", "nccl", "gloo"])
+@pytest.mark.parametrize("name", sorted(builtin_schedules()))
+def test_every_builtin_lowering_passes_its_validation(name, semantics):
+    # what compile and run validate, for every built-in at P=2,3,4 that checks: the runnable
+    # lowering (and under gloo with receives posted early, as `run` posts them there) and torch's
+    from schedc.errors import SchedcError
+    from schedc.interop.torch_csv import torch_cannot_run
+    from schedc.lower.codegen import validate_lowering, validate_torch_lowering
+    from schedc.passes import lower_for_torch
+    checked = 0
+    for P in (2, 3, 4):
+        try:
+            program = schedc.load(name, {"P": P, "V": 2}, strict_params=False)
+        except SchedcError:  # (dualpipe takes an even P)
+            continue
+        assert schedc.check(program, semantics=semantics).ok, (name, P)
+        validate_lowering(lower(program), semantics)
+        if semantics == "gloo":
+            validate_lowering(lower(program, receives="early"), semantics)
+        if torch_cannot_run(program) is None:  # (routes: no CSV)
+            assert validate_torch_lowering(lower_for_torch(program), semantics)
+        checked += 1
+    assert checked >= 2
 
 
 def test_the_core_lowering_and_the_cli_do_not_import_torch(tmp_path):

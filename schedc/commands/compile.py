@@ -48,14 +48,16 @@ def _outputs(program, report, stderr) -> dict[str, str]:
         stderr.write(f"schedc: no PyTorch CSV: {no_csv}\n")
     program = held_as_columns(program)  # the outputs read its steps as integer columns (millions, at the limits)
     can_lower = program.level == "comms" or report.ok is not False  # (not a compute-level one that fails)
+    verified = str(report.semantics) if report.ok else None  # (both lowerings are checked again under it)
     csv = None
     if can_lower and no_csv is None:  # (a job of identical replicas: torch runs replica 0's schedule on each)
-        csv = to_torch_csv(program.replica(0), "comms").dumps()  # first: its lowering is the peak of memory
+        # first: its lowering is the peak of memory
+        csv = to_torch_csv(program.replica(0), "comms", verified=verified).dumps()
     outputs = {f"{stem}.json": dumps_ir(program)}
     if csv is not None:
         outputs[f"{stem}.csv"] = csv
     if can_lower:
-        source = _lowered_source(program, report, stderr)
+        source = _lowered_source(program, report, verified, stderr)
         if source is not None:
             outputs[f"{stem}_program.py"] = source
     try:
@@ -74,12 +76,12 @@ def _done(args, report, written, stdout) -> int:
     return common.exit_of(report)
 
 
-def _lowered_source(program, report, stderr) -> str | None:
+def _lowered_source(program, report, verified, stderr) -> str | None:
     """The runnable torch.distributed program (`<name>_program.py`); None, with a note, if a schedule
     written with --force cannot be lowered."""
     from ..lower import lower_to_torch
     try:
-        return lower_to_torch(program, verified=str(report.semantics) if report.ok else None).source
+        return lower_to_torch(program, verified=verified).source
     except SchedcError as e:
         if report.ok and e.code != "too-large":
             raise

@@ -64,19 +64,21 @@ def _write_ir(program: "Program", **_: object) -> str:
 
 def _write_csv(program: "Program", *, level: str = "comms", **_: object) -> str:
     """torch's CSV of replica 0 (torch runs it on each); at the comms level only of a program that
-    checks, as compute_comms and again as the CSV has it (no groups)."""
+    checks, as compute_comms and again as the CSV has it (no groups); the lowering of one checked
+    here is checked again under the same semantics (`to_torch_csv`'s `verified`)."""
     from ..columns import held_as_columns
     from ..report import run_checks
     from .torch_csv import to_torch_csv, torch_cannot_run
     why = torch_cannot_run(program)
     if why is not None:
         raise SchedcError("usage", why + ": export it as IR JSON (--to ir-json)", where="--to torch-csv")
-    program = program.replica(0)
+    program, verified = program.replica(0), None
     if level == "comms" and program.level == "compute":
         report = run_checks(program)
         if not report.ok:  # communication can only be inserted into a sound compute order
             raise Refused(report, "the schedule fails its checks; nothing exported")
-    table = to_torch_csv(held_as_columns(program), level)  # (lowered and written from integer columns)
+        verified = str(report.semantics)
+    table = to_torch_csv(held_as_columns(program), level, verified=verified)  # (lowered and written from columns)
     if level == "comms" and table.flattened:
         flat = run_checks(table.to_program(program.name))
         if flat.ok is False:  # groups do not survive the CSV: what torch would run must check too

@@ -163,6 +163,16 @@ def _dumps_columns(cols: Columns) -> str:
     return "".join(",".join(step_texts(cols, r)) + "\r\n" for r in range(len(cols)))
 
 
+def _lowered_for_torch(program: Program, verified: str | None) -> Program:
+    """`lower_for_torch`'s program, checked again under `verified` when the schedule was checked."""
+    from ..passes import lower_for_torch
+    lowered = lower_for_torch(program)
+    if verified is not None:
+        from ..lower.codegen import validate_torch_lowering
+        validate_torch_lowering(lowered, verified)
+    return lowered
+
+
 def _has_groups(cols: Columns) -> bool:
     return cols.compounds and bool((cols.parts.kind == KIND_CODE[CompoundKind.GROUP]).any())
 
@@ -264,20 +274,22 @@ def _raw_cells(line: str):
     yield start, len(line)
 
 
-def to_torch_csv(program: Program, level: str = "comms") -> TorchCsv:
+def to_torch_csv(program: Program, level: str = "comms", *, verified: str | None = None) -> TorchCsv:
     """The rows torch would load: `compute` keeps compute actions only (torch lowers it itself),
     `comms` lowers first as torch's own lowering does (`lower_for_torch`: UNSHARD / RESHARD, REDUCE_GRAD,
     then SEND / RECV), so torch's runtime scales the gradients as it does for its own schedules.
 
     Groups are flattened (torch's CSV has no groups); compounds like OVERLAP_F_B are kept.
+    `verified`: the semantics the schedule was checked under (None: not checked); at `comms` the
+    lowering, before its groups are flattened, is checked again under it (translation validation,
+    `lower.codegen.validate_torch_lowering`), and an internal error if it does not pass.
     """
     if level not in ("compute", "comms"):
         raise SchedcError("usage", f"unknown level {level!r}; expected compute or comms", where="--level")
     if program.routes:  # (the callers ask `torch_cannot_run` first; a CSV would run it otherwise)
         raise SchedcError("usage", str(torch_cannot_run(program)), where=program.source or program.name)
     if level == "comms":
-        from ..passes import lower_for_torch
-        program = lower_for_torch(program)
+        program = _lowered_for_torch(program, verified)
     held = columns_of(program)
     if level == "comms" and held is not None and not _has_groups(held):
         return TorchCsv(held, program.name)  # no groups to flatten: the rows are the columns

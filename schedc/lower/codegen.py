@@ -167,17 +167,28 @@ def runnable(lowered: Program, verified: str | None) -> LoweredProgram:
     return LoweredProgram(table.schedule, source, table, metadata)
 
 
-def validate_lowering(lowered: Program, verified: str) -> None:
+def validate_lowering(lowered: Program, verified: str, what: str = "lowered") -> None:
     """Translation validation: the program that runs, communication explicit, checked again under
     the semantics its schedule was verified under. Lowering orders every message so that it passes
     (docs/semantics.md); one that does not is a bug in schedc, raised as one (nothing is written, no
-    rank starts), never run as verified."""
+    rank starts), never run as verified. `what` names the lowering in the message."""
     from ..report import run_checks
     from ..rules.semantics import Semantics
     report = run_checks(lowered, semantics=Semantics.parse(verified))
     if report.ok is not True:
-        raise RuntimeError(f"{lowered.name} lowered does not pass the checks its schedule passed under {verified} "
+        raise RuntimeError(f"{lowered.name} {what} does not pass the checks its schedule passed under {verified} "
                            f"({report.summary()}): a bug in schedc's lowering; please report it with the schedule")
+
+
+def validate_torch_lowering(lowered: Program, verified: str) -> bool:
+    """`validate_lowering` of torch's lowering (`passes.lower_for_torch`: stage actions, then sends
+    and receives, its groups not yet flattened into CSV rows), when it holds at most
+    MAX_RUNNABLE_ACTIONS actions, the bound of the runnable program's own validation; a larger one
+    is written unvalidated, as no runnable program is made of it. True if it was checked."""
+    if lowered.num_actions > MAX_RUNNABLE_ACTIONS:
+        return False
+    validate_lowering(lowered, verified, "lowered for torch")
+    return True
 
 
 def render_program(table: Table) -> str:
