@@ -43,7 +43,7 @@ def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
                           "training schedules (it refuses an action list without backwards): run inference with "
                           "`schedc run`, or with torch's own schedule's eval()")
     _verified(program, semantics)
-    rows = to_torch_csv(program.replica(0), "comms").rows  # (identical replicas: each runs this)
+    rows = to_torch_csv(program.replica(0), "comms", verified=semantics).rows  # (identical replicas: each runs this)
     runtime = _PipelineScheduleRuntime(list(stages), n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads)
     actions = {rank: [_Action.from_str(format_step(cell)) for cell in row] for rank, row in enumerate(rows)}
     runtime._prepare_schedule_with_comms(actions, format="compute_comms")
