@@ -121,6 +121,35 @@ def test_first_uses_are_in_posting_order_per_rank():
     assert [(u.step, str(u.action)) for u in uses[0]] == [(0, "3RECV_F0"), (2, "0SEND_F0")]
 
 
+# Ranks 0 and 1 exchange their message in groups (batch_isend_irecv), rank 2 receives singly: NCCL
+# runs a group on the pipeline process group's own communicator, made at its first use with every
+# rank of the group, and rank 2 never comes to it.
+PARTIAL_GROUPS = """schedule partial {{
+  forward only
+  stages 3
+  {replicas}
+  rank 0: 0F0 (0SEND_F0)GROUP
+  rank 1: (1RECV_F0)GROUP 1F0 {send}
+  rank 2: {recv} 2F0
+}}"""
+
+
+@pytest.mark.parametrize("replicas", ["", "replicas 2"])
+def test_a_group_posted_by_some_ranks_of_the_pipeline_only_hangs_under_nccl_lazy(replicas):
+    program = compile_text(PARTIAL_GROUPS.format(replicas=replicas, send="1SEND_F0", recv="2RECV_F0"))
+    assert schedc.check(program, semantics="nccl").ok  # made before the step on every rank (schedc's runtime)
+    report = schedc.check(program, semantics="nccl+lazy")
+    assert report.deadlock is None and [d.code for d in report.errors] == ["comm-init-order"], report.render()
+    finding = report.errors[0]
+    assert (finding.rank, finding.step) == (0, 1)
+    assert "pipeline process group's communicator" in finding.message and "rank 2 never posts a group" in finding.message
+    assert "all ranks of the group must participate" in finding.notes[0]
+    assert [u.comm for u in first_uses(program)[1]][:2] == [("batches", 0, 0), ("pair", 1, 2, 0)]
+    # every rank of the pipeline posting a group first makes it in one step: clean
+    grouped = compile_text(PARTIAL_GROUPS.format(replicas=replicas, send="(1SEND_F0)GROUP", recv="(2RECV_F0)GROUP"))
+    assert schedc.check(grouped, semantics="nccl+lazy").ok
+
+
 def test_a_data_parallel_group_made_before_a_pair_on_one_rank_and_after_on_another_is_a_cycle():
     a, b = ("dp", 0), ("pair", 0, 1, 0)
     uses = {0: [FirstUse(a, 0, 0, 0, None), FirstUse(b, 0, 1, 0, None)],

@@ -2,10 +2,11 @@
 
 Under NCCL, torch makes a communicator lazily, at its first use, and making it is a collective of its
 members: a rank's single `isend`/`irecv` to a peer makes the 2-rank communicator of that pair
-(ProcessGroupNCCL's `getKeySendRecv`), its first all-reduce on a group that group's. A rank blocks
-there until every member has come to the same communicator, so when ranks first use shared
-communicators in orders no one order agrees with (a cycle in "first used before"), the job hangs as
-it starts. docs/semantics.md, "Communicator creation".
+(ProcessGroupNCCL's `getKeySendRecv`), its first group (`batch_isend_irecv`) the pipeline process
+group's own, with every rank of the pipeline, its first all-reduce on a group that group's. A rank
+blocks there until every member has come to the same communicator, so when ranks first use shared
+communicators in orders no one order agrees with (a cycle in "first used before"), or a member never
+uses one the others do, the job hangs as it starts. docs/semantics.md, "Communicator creation".
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from ..ir import Action, Program, describe
 from ..lint import display_step
 from .analysis import Analysis
 from ..rules.semantics import Semantics
-from .channels import GRADIENTS, Channels, channels
+from .channels import BATCHED, GRADIENTS, Channels, channels
 from .mesh import groups
 
 if TYPE_CHECKING:
@@ -55,15 +56,19 @@ def _at(use: FirstUse) -> tuple[int, int]:
 
 
 def _messages(program: Program, per_replica: list[Channels] | None):
-    """Every send and receive of every replica, on the communicator of its rank pair (job ranks)."""
+    """Every send and receive of every replica, on the communicator of its rank pair (job ranks), or a
+    group's on its replica's pipeline process group's (`("batches", replica, communicator)`)."""
     P = program.num_ranks
     for d in range(program.dp):
         chans = per_replica[d] if per_replica is not None else channels(program.replica(d), _NCCL)
         for table in (*chans.sends.values(), *chans.recvs.values()):
             for ep in table:
                 src, dst, comm, _ = ep.channel
+                if comm & BATCHED:
+                    yield FirstUse(("batches", d, comm & GRADIENTS), d * P + ep.rank, ep.step, ep.part, ep.action)
+                    continue
                 low, high = sorted((d * P + src, d * P + dst))
-                yield FirstUse(("pair", low, high, comm & GRADIENTS), d * P + ep.rank, ep.step, ep.part, ep.action)
+                yield FirstUse(("pair", low, high, comm), d * P + ep.rank, ep.step, ep.part, ep.action)
 
 
 _NCCL = Semantics.parse("nccl")  # (the rule is NCCL's: its pairing, a group's operations apart)
@@ -123,9 +128,13 @@ def comm_init_findings(analysis: Analysis, cls: Classes | None = None) -> list[D
     onto one there (each replica first uses its class's first replica's communicators, renamed, in
     the same order), so the finding is told of the real job's ranks."""
     per_replica = analysis.replica_channels if analysis.program.level == "comms" else None  # (else the lowering's)
-    cycle = creation_cycle(first_uses(analysis.communication_level, per_replica, cls))
+    program = analysis.communication_level
+    uses = first_uses(program, per_replica, cls)
+    # (the first only, as for cycles: the flat job's and the reduced job's first are the same replica's)
+    findings = [_absent_finding(use, absent, cls) for use, absent in absent_members(uses, program.num_ranks)[:1]]
+    cycle = creation_cycle(uses)
     if cycle is None:
-        return []
+        return findings
     if cls is not None:
         cycle = [(_real(a, cls), _real(b, cls)) for a, b in cycle]
     first = cycle[0][0]
@@ -138,7 +147,41 @@ def comm_init_findings(analysis: Analysis, cls: Classes | None = None) -> list[D
         "that waits in another", first.action.span,
         ("torch makes NCCL communicators lazily (on first use) unless the process group is initialised "
          "eagerly; NVIDIA/Megatron-LM#5240 hung so with lazily made 2-rank communicators",),
-        rank=first.rank, step=display_step(first.action, first.step))]
+        rank=first.rank, step=display_step(first.action, first.step)), *findings]
+
+
+def absent_members(uses: dict[int, list[FirstUse]], P: int) -> list[tuple[FirstUse, list[int]]]:
+    """For each pipeline process group's communicator that groups post on (`("batches", replica,
+    communicator)`: ranks d * P .. d * P + P - 1 its members) and that some member never uses: the
+    first use by its lowest rank that uses it, and the members that never do."""
+    users: dict[tuple, dict[int, FirstUse]] = {}
+    for rank, seq in uses.items():
+        for use in seq:
+            if use.comm[0] == "batches":
+                users.setdefault(use.comm, {})[rank] = use
+    out = []
+    for comm, by_rank in sorted(users.items()):
+        d = comm[1]
+        absent = [r for r in range(d * P, (d + 1) * P) if r not in by_rank]
+        if absent:
+            out.append((by_rank[min(by_rank)], absent))
+    return out
+
+
+def _absent_finding(use: FirstUse, absent: list[int], cls: Classes | None) -> Diagnostic:
+    """The `comm-init-order` finding of a pipeline whose ranks post groups on a communicator that
+    some of its ranks never join."""
+    if cls is not None:
+        use, absent = _real(use, cls), [cls.real(r) for r in absent]
+    ranks = ", ".join(map(str, absent))
+    return Diagnostic(
+        "comm-init-order", f"rank {use.rank} first posts a group on {_name(use.comm)} ({describe(use.action)}, step "
+        f"{display_step(use.action, use.step)}), which NCCL makes at its first use with every rank of the process "
+        f"group, and rank{'s' if len(absent) > 1 else ''} {ranks} never post{'' if len(absent) > 1 else 's'} a group "
+        "on it: the ranks that do wait in its making forever", use.action.span,
+        ("torch's batch_isend_irecv: with NCCL, if it is the first collective call in the group, all ranks of the "
+         "group must participate; initialise the process group eagerly (device_id) or make every rank post a "
+         "group first",), rank=use.rank, step=display_step(use.action, use.step))
 
 
 def _real(use: FirstUse, cls: Classes) -> FirstUse:
@@ -147,8 +190,8 @@ def _real(use: FirstUse, cls: Classes) -> FirstUse:
     if comm[0] == "pair":
         low, high = sorted((cls.real(comm[1]), cls.real(comm[2])))
         comm = ("pair", low, high, comm[3])
-    elif comm[0] == "tied":
-        comm = ("tied", cls.reps[comm[1]])
+    elif comm[0] in ("tied", "batches"):
+        comm = (comm[0], cls.reps[comm[1]], *comm[2:])
     return replace(use, comm=comm, rank=cls.real(use.rank))
 
 
@@ -156,6 +199,10 @@ def _name(comm: tuple) -> str:
     if comm[0] == "pair":
         _, low, high, which = comm
         return f"the communicator of ranks {low} and {high}" + (" for gradients" if which == GRADIENTS else "")
+    if comm[0] == "batches":
+        _, d, which = comm
+        return (f"the {'gradients' if which == GRADIENTS else 'pipeline'} process group's communicator"
+                + (f" of replica {d}" if d else ""))
     kind, index = comm
     return f"the data-parallel group of pipeline rank {index}" if kind == "dp" else \
         f"the tied-weights group of replica {index}"
