@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from .errors import SchedcError
-from .ir import Program, format_step
+from .errors import Diagnostic, SchedcError
+from .ir import Program, describe, format_step
 
 
 def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
@@ -44,10 +44,28 @@ def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
                           "`schedc run`, or with torch's own schedule's eval()")
     _verified(program, semantics)
     rows = to_torch_csv(program.replica(0), "comms", verified=semantics).rows  # (identical replicas: each runs this)
+    _gathers_in_order(program, rows, stages)
     runtime = _PipelineScheduleRuntime(list(stages), n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads)
     actions = {rank: [_Action.from_str(format_step(cell)) for cell in row] for rank, row in enumerate(rows)}
     runtime._prepare_schedule_with_comms(actions, format="compute_comms")
     return runtime
+
+
+def _gathers_in_order(program: Program, rows, stages) -> None:
+    """Refuse what torch's runtime would assert on for this rank's stages under FSDP: each one's
+    UNSHARD, computations and RESHARD in order, step after step (schedc/rules/sharding.py)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    from .lint import display_step
+    from .rules.sharding import breaks
+    fsdp = [stage.stage_index for stage in stages if isinstance(stage.submod, FSDPModule)]
+    found = list(breaks(rows, fsdp)) if fsdp else []
+    if found:
+        raise SchedcError.many([Diagnostic(
+            "shard-order", f"rank {rank}, step {display_step(a, step)}: {describe(a)} {why}", a.span,
+            (f"stage {a.stage} runs under FSDP on this rank; torch's runtime would stop at this action (a "
+             "schedule written at the compute level gets UNSHARD and RESHARD where torch's own lowering puts "
+             "them)",), rank=rank, step=display_step(a, step)) for rank, step, a, why in found])
 
 
 def _load(source: str, stages, n_microbatches: int, fmt, notation: str, params: dict) -> Program:

@@ -116,3 +116,44 @@ def test_importing_the_bridge_does_not_import_torch():
     res = subprocess.run([sys.executable, "-c", "import sys, schedc, schedc.torch\nprint('torch' in sys.modules)"],
                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent)
     assert res.returncode == 0 and res.stdout.strip() == "False", res.stderr
+
+
+def fsdp_stage(program: schedc.Program, stage: int, rank: int) -> MockStage:
+    """A stage whose module is under FSDP as `fully_shard` marks it (its class made an FSDPModule)."""
+    import torch
+    from torch.distributed.fsdp import FSDPModule
+    mock = MockStage(stage, program.num_stages, program.num_ranks, rank)
+    module = torch.nn.Linear(2, 2)
+    module.__class__ = type("FSDPLinear", (FSDPModule, torch.nn.Linear), {})
+    mock.submod = module
+    return mock
+
+
+GATHERED_LATE = """schedule late {
+  rank 0: 0F0 0UNSHARD 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 0RESHARD 0REDUCE_GRAD
+  rank 1: 1UNSHARD 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1RESHARD 1REDUCE_GRAD
+}
+"""
+
+
+def test_a_stage_under_fsdp_computed_before_its_gather_is_refused(tmp_path):
+    path = tmp_path / "late.pp"
+    path.write_text(GATHERED_LATE)
+    program = schedc.load(path)
+    assert schedc.check(program, semantics="gloo").ok  # (UNSHARD is a collective anywhere to the checks)
+    with pytest.raises(SchedcError) as refused:
+        schedc.torch.schedule(str(path), [fsdp_stage(program, 0, 0)], 2, semantics="gloo")
+    (told,) = refused.value.diagnostics
+    assert told.code == "shard-order" and (told.rank, told.step) == (0, 0)
+    assert "Attempted to compute on sharded" in told.message and "under FSDP" in told.notes[0]
+    # rank 1 gathers first: its stage loads under FSDP; without FSDP, rank 0's does too
+    schedc.torch.schedule(str(path), [fsdp_stage(program, 1, 1)], 2, semantics="gloo")
+    schedc.torch.schedule(str(path), stages_of(program, 0), 2, semantics="gloo")
+
+
+@pytest.mark.parametrize("name", ["1f1b", "interleaved_1f1b", "zbv"])
+def test_torchs_lowering_gathers_every_stage_under_fsdp_in_order(name):
+    program = schedc.load(name, {"P": 2, "M": 4, "V": 2}, strict_params=False)
+    for rank in range(2):
+        stages = [fsdp_stage(program, s, rank) for s, r in enumerate(program.placement) if r == rank]
+        assert isinstance(schedc.torch.schedule(name, stages, 4), S._PipelineScheduleRuntime)
