@@ -61,6 +61,7 @@ def _loss(out, target):
 
 
 START_MARGIN = 0.010  # s after the last rank left the barrier at which every rank starts a timed call
+SPIN = 0.001  # s before it each rank stops sleeping and spins (a sleep may end late; a spin may not)
 
 
 def _timed(fns, steps, warmup):
@@ -68,8 +69,8 @@ def _timed(fns, steps, warmup):
     `warmup + steps` rounds that call every fn once in turn (so all see the same machine load);
     the warm-up rounds are dropped. The ranks leave a barrier up to milliseconds apart (each learns
     of it when its gloo thread wakes: 0.2 to 0.8 ms on average here), so they agree on an instant
-    START_MARGIN after the last one left (one clock: every rank runs on this host) and each spins
-    until it, as the simulator starts every rank at 0. Also returns how many calls started late."""
+    START_MARGIN after the last one left (one clock: every rank runs on this host) and each sleeps
+    until SPIN before it and spins to it, as the simulator starts every rank at 0. Also returns how many calls started late."""
     import torch
     import torch.distributed as dist
     times = [[] for _ in fns]
@@ -81,6 +82,7 @@ def _timed(fns, steps, warmup):
             dist.all_reduce(left, op=dist.ReduceOp.MAX)
             t0 = left.item() + START_MARGIN
             late += time.perf_counter() > t0
+            time.sleep(max(0.0, t0 - time.perf_counter() - SPIN))  # (asleep, a rank leaves the cores to the others)
             while time.perf_counter() < t0:
                 pass
             fn()

@@ -704,3 +704,32 @@ def job_run(program: Program, semantics: str) -> bool:
     if semantics == "nccl":
         finished = finished and all(head[name] == len(lane) for name, lane in lanes.items())
     return finished
+
+
+def job_crossed(program: Program, semantics: str) -> int:
+    """How many messages of a communication-level job reach a receive that expects another value,
+    written from docs/semantics.md alone: on each channel (sending and receiving job rank; under
+    `p2p split` gradients on their own communicator; under `p2p tagged` the payload as the tag,
+    except on nccl, which has none; under nccl a group's operations on the process group's
+    communicator, apart from single ones) the k-th send meets the k-th receive."""
+    P = program.num_ranks
+    split = getattr(program, "p2p", "shared") == "split"
+    tags = getattr(program, "p2p", "shared") == "tagged" and semantics != "nccl"
+    queues: dict = {}  # channel -> ([values sent], [values expected]) in issue order
+    for d in range(program.dp):
+        for p, steps in enumerate(program.replica(d).ranks):
+            r = d * P + p
+            for st_ in steps:
+                batched = semantics == "nccl" and getattr(st_, "kind", None) is CompoundKind.GROUP
+                for a in st_.parts:
+                    if a.op not in (Op.SEND_F, Op.SEND_B, Op.RECV_F, Op.RECV_B):
+                        continue
+                    sending = a.op in (Op.SEND_F, Op.SEND_B)
+                    gradient = a.op in (Op.SEND_B, Op.RECV_B)
+                    value = ("G" if gradient else "F", a.stage if sending else a.stage + (1 if gradient else -1),
+                             a.microbatch)
+                    peer = d * P + _peer_rank(program, a)
+                    pair = (r, peer) if sending else (peer, r)
+                    ch = (*pair, split and gradient, batched, value if tags else None)
+                    queues.setdefault(ch, ([], []))[0 if sending else 1].append(value)
+    return sum(s != v for sent, expected in queues.values() for s, v in zip(sent, expected))

@@ -21,7 +21,7 @@ from schedc.ir import WAITS, Action, Compound, CompoundKind, Op, Program
 from schedc.passes import lower
 from schedc.strategies import reorderings
 
-from oracles import job_run
+from oracles import job_crossed, job_run
 from profiles import budget
 
 BASES = [lower(schedc.load(n, p)) for n, p in (("1f1b", {"P": 2, "M": 2}), ("1f1b", {"P": 3, "M": 3}),
@@ -108,6 +108,7 @@ def test_job_deadlock_verdicts_agree_with_the_independent_executor(job, semantic
     if any(e.code not in VERDICTS for e in report.errors):
         return
     assert (report.deadlock is None) == job_run(job, semantics), report.render()
+    assert len(report.mismatches) == job_crossed(job, semantics), report.render()  # (the same pairing)
 
 
 # Found by the nightly profile at 8x the examples (2026-12-06, seed 61206): a group on one end and a
@@ -133,6 +134,7 @@ def test_a_group_on_one_end_crosses_tensors_under_nccl_rather_than_hanging(engin
     assert report.deadlock is None and [e.code for e in report.errors] == ["mismatch", "mismatch"]
     told = [e.message for e in report.errors]
     assert "groups: the process group's communicator" in told[0] and "on 0->1, so" in told[1], told
+    assert job_crossed(job, "nccl") == 2 and job_crossed(job, "gloo") == 0  # (the oracle's pairing)
     # gloo pairs them as one channel, in issue order: the same payloads meet, and it completes
     assert job_run(job, "gloo") and schedc.check(job, semantics="gloo").ok
 
