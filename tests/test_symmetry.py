@@ -277,3 +277,32 @@ def test_a_100000_rank_job_gets_its_runtime_hang_checks_on_one_replica(monkeypat
     assert schedc.check(job, semantics="nccl+lazy").ok and lowered == [1]
     assert schedc.check(job, semantics="nccl+shapes").ok
     assert max(seen) == 16
+
+
+# Odd replicas exchange their first message in groups on ranks 0 and 1 while rank 2 receives
+# singly; even replicas send all singly: under nccl+lazy the odd replicas' ranks wait in the making
+# of their pipeline process group's communicator for rank 2, which never comes.
+PARTIAL_GROUPS = """schedule partial(D = 2) {
+  forward only
+  ranks 3
+  stages 3
+  replicas D
+  rank r, replica d {
+    if r == 0 { F(0, 0) if d % 2 == 1 { group(SEND_F(0, 0)) } else { SEND_F(0, 0) } }
+    if r == 1 { if d % 2 == 1 { group(RECV_F(1, 0)) } else { RECV_F(1, 0) } F(1, 0) SEND_F(1, 0) }
+    if r == 2 { RECV_F(2, 0) F(2, 0) }
+  }
+}"""
+
+
+@pytest.mark.parametrize("D", [2, 3, 6])
+def test_a_process_group_some_ranks_never_join_is_found_on_the_reduced_job(D):
+    job = load_text(PARTIAL_GROUPS.replace("D = 2", f"D = {D}"), "partial.pp")
+    assert classes(job).k == 2
+    with flat():
+        whole = schedc.check(job, semantics="nccl+lazy")
+    mine = schedc.check(job, semantics="nccl+lazy")
+    assert [d.code for d in whole.errors] == ["comm-init-order"]
+    assert "rank 5 never posts a group" in whole.errors[0].message  # (replica 1's pipeline rank 2)
+    assert mine.render() == whole.render() and mine.to_dict() == whole.to_dict()
+    assert schedc.check(job, semantics="nccl").ok
