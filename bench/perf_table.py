@@ -4,7 +4,7 @@
 
 Runs the measurements of bench/perf.py (file to verdict, lowering, linearity, small programs,
 scale, the command line's latency; DualPipeV's file to verdict, lowering and compile at 2.56M
-actions; with `--runtime` also bench/runtime_vs_torch.py, a few minutes) and prints them as a
+actions; with `--runtime` also bench/runtime_vs_torch.py, about 8 minutes) and prints them as a
 markdown table, each figure beside the torch figure (or the reference) measured in the same run.
 `--write` puts the table between `<!-- perf-table:start -->` and `<!-- perf-table:end -->` in
 bench/README.md; without the markers it prints the table and says so. `--quick` measures smaller

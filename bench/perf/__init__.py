@@ -436,37 +436,47 @@ def measure_dualpipev_compile(M: int = 10000, reference_M: int = 20000, P: int =
                 note=f"1F1B: {rss_ref / GB:.2f} GB")]
 
 
-def measure_runtime(steps: int = 8) -> list[Row]:
+PREDICTION_RUNS = 10  # issue 34, target 5: within 5% for 7 of 7 in 9 runs of 10
+
+
+def measure_runtime(steps: int = 8, prediction_runs: int = PREDICTION_RUNS) -> list[Row]:
     """bench/runtime_vs_torch.py's geometric-mean step-time ratio on 4 ranks (goal: <= 0.8), and on
-    2 ranks (a core each here) how far the simulator's sampled mean is from the default's measured step
-    (receives posted early) at worst over the schedules (goal, issue 34 target 5: within 5%), from its output."""
+    2 ranks (a core each here), over `prediction_runs` runs of it, in how many some schedule's
+    simulated step (the default run's: receives posted early) is more than 5% off the measured one
+    (goal, issue 34 target 5: within 5% for every schedule in 9 runs of 10: at most one such run)."""
     rows = []
-    for ranks, n in ((4, steps), (2, max(steps, 20))):  # (the prediction: means over 20 steps at least)
-        done = subprocess.run([sys.executable, str(ROOT / "bench" / "runtime_vs_torch.py"), "--steps", str(n),
-                               "--ranks", str(ranks)], capture_output=True, text=True, cwd=ROOT)
-        lines = [x for x in done.stdout.splitlines() if x.startswith("geometric mean ratio")]
-        sim = [x for x in done.stdout.splitlines() if x.startswith("simulator, sampled:")]
-        if len(lines) != 2 or len(sim) != 1:
-            said = (done.stdout.strip().splitlines() or [""])[-1][:200]
-            rows.append(Row("runtime step time", f"runtime_vs_torch.py --ranks {ranks}", float("nan"), None, "ratio",
-                            None, note=f"did not finish ({done.returncode}): {said}"))
-            continue
-        case = f"bench/runtime_vs_torch.py, 7 schedules, {ranks} gloo ranks"
-        if ranks == 4:
-            needed, early = (float(x.split(":")[1].split()[0]) for x in lines)
-            rows += [Row("runtime step time (geometric mean)",
-                         f"{case}, receives posted early (the default on gloo where it checks)", early, 1.0, "ratio",
-                         0.7),
-                     Row("runtime step time (geometric mean)",
-                         f"{case}, receives where lowering places them (run --receives needed)", needed, 1.0, "ratio",
-                         None)]
-        else:
-            worst = float(sim[0].split("worst off by ")[1].split(";")[0])
-            within = sim[0].split("for ")[1].split(" (")[0]
-            rows.append(Row("simulator vs measured step (worst |sim exp / meas - 1|)",
-                            f"{case} (a core each), the default run (receives posted early), sampled runs under its "
-                            f"profile, within 5% for {within}",
-                            worst, None, "", 0.05, absolute=True))
+    misses, worst, within = 0, 0.0, []
+    for ranks, n, runs in ((4, steps, 1), (2, max(steps, 20), prediction_runs)):  # (the prediction: 20 steps)
+        for _ in range(runs):
+            done = subprocess.run([sys.executable, str(ROOT / "bench" / "runtime_vs_torch.py"), "--steps", str(n),
+                                   "--ranks", str(ranks)], capture_output=True, text=True, cwd=ROOT)
+            lines = [x for x in done.stdout.splitlines() if x.startswith("geometric mean ratio")]
+            sim = [x for x in done.stdout.splitlines() if x.startswith("simulator, sampled:")]
+            if len(lines) != 2 or len(sim) != 1:
+                said = (done.stdout.strip().splitlines() or [""])[-1][:200]
+                rows.append(Row("runtime step time", f"runtime_vs_torch.py --ranks {ranks}", float("nan"), None,
+                                "ratio", None, note=f"did not finish ({done.returncode}): {said}"))
+                break
+            if ranks == 4:
+                case = f"bench/runtime_vs_torch.py, 7 schedules, {ranks} gloo ranks"
+                needed, early = (float(x.split(":")[1].split()[0]) for x in lines)
+                rows += [Row("runtime step time (geometric mean)",
+                             f"{case}, receives posted early (the default on gloo where it checks)", early, 1.0,
+                             "ratio", 0.7),
+                         Row("runtime step time (geometric mean)",
+                             f"{case}, receives where lowering places them (run --receives needed)", needed, 1.0,
+                             "ratio", None)]
+                continue
+            worst = max(worst, float(sim[0].split("worst off by ")[1].split(";")[0]))
+            got, of = sim[0].split("for ")[1].split(" (")[0].split(" of ")
+            within.append(int(got))
+            misses += int(got) < int(of)
+    if within:
+        rows.append(Row("simulator vs measured step (runs with a schedule > 5% off)",
+                        f"bench/runtime_vs_torch.py --ranks 2 (a core each), 7 schedules, the default run (receives "
+                        f"posted early), sampled runs under its profile, {len(within)} runs: within 5% for "
+                        f"{'/'.join(map(str, within))} of 7, worst off by {worst:.3f}", misses, None, "runs", 1,
+                        absolute=True))
     return rows
 
 
