@@ -61,7 +61,6 @@ def _loss(out, target):
 
 
 START_MARGIN = 0.010  # s after the last rank left the barrier at which every rank starts a timed call
-SPIN = 0.001  # s before it each rank stops sleeping and spins (a sleep may end late; a spin may not)
 
 
 def _timed(fns, steps, warmup):
@@ -69,20 +68,22 @@ def _timed(fns, steps, warmup):
     `warmup + steps` rounds that call every fn once in turn (so all see the same machine load);
     the warm-up rounds are dropped. The ranks leave a barrier up to milliseconds apart (each learns
     of it when its gloo thread wakes: 0.2 to 0.8 ms on average here), so they agree on an instant
-    START_MARGIN after the last one left (one clock: every rank runs on this host) and each sleeps
-    until SPIN before it and spins to it, as the simulator starts every rank at 0. Also returns how many calls started late."""
+    START_MARGIN after the last one left (one clock: every rank runs on this host) and each spins
+    until it, as the simulator starts every rank at 0 (a rank that sleeps until just before it
+    starts measurably slower: its core has gone idle). Also returns each call's start instant, per
+    fn (the warm-up rounds' dropped too), and how many calls started late."""
     import torch
     import torch.distributed as dist
-    times = [[] for _ in fns]
+    times: list[list[float]] = [[] for _ in fns]
+    starts: list[list[float]] = [[] for _ in fns]
     late = 0
     for i in range(warmup + steps):
-        for fn, out in zip(fns, times):
+        for fn, out, began in zip(fns, times, starts):
             dist.barrier()
             left = torch.tensor([time.perf_counter()], dtype=torch.float64)
             dist.all_reduce(left, op=dist.ReduceOp.MAX)
             t0 = left.item() + START_MARGIN
             late += time.perf_counter() > t0
-            time.sleep(max(0.0, t0 - time.perf_counter() - SPIN))  # (asleep, a rank leaves the cores to the others)
             while time.perf_counter() < t0:
                 pass
             fn()
@@ -90,7 +91,8 @@ def _timed(fns, steps, warmup):
             dist.all_reduce(dt, op=dist.ReduceOp.MAX)
             if i >= warmup:
                 out.append(dt.item())
-    return times, late
+                began.append(t0)
+    return times, starts, late
 
 
 def _worker(spec_path: str, out_path: str) -> int:
@@ -150,7 +152,14 @@ def _worker(spec_path: str, out_path: str) -> int:
 
         ours()  # (each interpreter learns its shapes in its first step)
         ours_early()
-        (t_theirs, t_ours, t_early), late = _timed([theirs, ours, ours_early], spec["steps"], spec["warmup"])
+        (t_theirs, t_ours, t_early), (_, s_ours, s_early), late = _timed([theirs, ours, ours_early], spec["steps"],
+                                                                          spec["warmup"])
+        # each timed call's step as the runtime ran it, from the common start to the slowest rank's end of
+        # `step` (its zeroing of the gradients after it, the benchmark's, left out): what the simulator times
+        first = 1 + spec["warmup"]  # (the step that learnt the shapes, and the warm-up rounds)
+        own = torch.tensor([[st.end - t0 for st, t0 in zip(i.step_log[first:], began)]
+                            for i, began in ((interp, s_ours), (early, s_early))], dtype=torch.float64)
+        dist.all_reduce(own, op=dist.ReduceOp.MAX)
         from schedc.runtime.entry import interp_profile
         # what `schedc run --profile` writes, over the timed steps only (means per action and message),
         # of both of schedc's runs
@@ -160,7 +169,8 @@ def _worker(spec_path: str, out_path: str) -> int:
         lates = [None] * world
         dist.all_gather_object(lates, late)
         results[case["name"]] = {"ours": t_ours, "early": t_early, "torch": t_theirs, "profile": gathered,
-                                 "profile_early": gathered_early, "late": max(lates)}
+                                 "profile_early": gathered_early, "late": max(lates),
+                                 "ours_step": own[0].tolist(), "early_step": own[1].tolist()}
         dist.barrier()
     if rank == 0:
         Path(out_path).write_text(json.dumps(results))
@@ -241,10 +251,11 @@ def main(argv=None) -> int:
     ratios, early_ratios, notes, predicted, needed_predicted = [], [], [], [], []
     for name, r in results.items():
         theirs, ours, early = (statistics.median(r[k]) for k in ("torch", "ours", "early"))
-        mean = statistics.fmean(r["early"])  # (the default's: receives posted early on gloo)
+        mean = statistics.fmean(r["early_step"])  # (the default's: receives posted early on gloo)
         free, comm, expected, prof = _simulated(programs[name], r["profile_early"], "early")
         predicted.append(expected / mean)
-        needed_predicted.append(_simulated(programs[name], r["profile"], "needed")[2] / statistics.fmean(r["ours"]))
+        needed_predicted.append(_simulated(programs[name], r["profile"], "needed")[2]
+                                / statistics.fmean(r["ours_step"]))
         ratios.append(ours / theirs)
         early_ratios.append(early / theirs)
         paired, early_paired = (statistics.median(o / t for o, t in zip(r[k], r["torch"])) for k in ("ours", "early"))
@@ -280,7 +291,9 @@ def main(argv=None) -> int:
         print(f"{late} timed call(s) of {3 * (args.steps + args.warmup) * len(results)} started after the common "
               f"start instant (a rank learnt it more than {START_MARGIN * 1e3:.0f} ms after the last left the barrier)")
     print(f"early: the same schedule lowered with every receive posted at the start of its rank's step (what `schedc "
-          f"run` does on gloo by default); mean ms and the sim columns are its run's (the default's). "
+          f"run` does on gloo by default); mean ms and the sim columns are its run's (the default's), mean ms the mean "
+          f"of its steps as the runtime ran them (from the common start to the slowest rank's end of the step, the "
+          f"benchmark's zeroing of the gradients after it left out). "
           f"sim free: the lowered program under the measured per-action means, messages free; sim comm: also with "
           f"the measured per-channel latency and posting overhead (profile `messages`) and each rank's dispatch "
           f"time per step (profile `ranks`); sim exp: the mean of {SAMPLES} runs with each compute time and "
