@@ -7,6 +7,10 @@ import itertools
 
 from hypothesis import given, settings, strategies as st
 
+import pytest
+
+from schedc import solver
+from schedc.prove import ilp, smt
 from schedc.prove.ilp import CONSTANT_WEIGHT, Fit, minimise
 from schedc.solver import Deadline
 
@@ -55,3 +59,15 @@ def test_what_highs_prints_goes_to_stderr_so_stdout_stays_the_commands(noisy_hig
     out, err = capfd.readouterr()
     assert noisy_highs and out == ""
     assert "HiGHS: a raw line" in err and "HiGHS: a buffered line" in err
+
+
+@pytest.mark.parametrize("make", [lambda: ilp.Fit(2), lambda: smt.Fit(2)])
+def test_a_fit_being_built_looks_at_the_commands_clock(make):
+    """Building a fit's rows (thousands of them, seconds of Z3 terms) stops at the command's
+    `--timeout` (TimeUp), as the solver's own queries do: `prove zbv --timeout 1` took 3.8 s."""
+    rows = [[("s", [1, k, 2])] for k in range(3 * smt.ROWS_PER_CHECK)]
+    fit = make()
+    fit.add(rows[:1], solver.Deadline.after(60))  # (time left: added)
+    with pytest.raises(solver.TimeUp):
+        fit.add(rows, solver.Deadline(solver.clock() - 1, 1))  # (its clock has passed)
+    fit.add(rows)  # (no deadline: every row)

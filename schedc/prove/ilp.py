@@ -77,6 +77,9 @@ def fresh_terms(rows, seen: set, allowed: dict | None):
                if x and (allowed is None or i in allowed[k])]
 
 
+ROWS_PER_CHECK = 256  # rows of a fit taken between two looks at the command's clock
+
+
 class Fit:
     """The timing fit with smt.Fit's interface: integer coefficients with |c| <= bound (the
     constant term, feature 0: <= constant), zero outside `allowed`, meeting every row added. A row
@@ -90,8 +93,11 @@ class Fit:
         self.rows: list[dict] = []
         self.seen: set = set()
 
-    def add(self, rows) -> None:
-        for terms in fresh_terms(rows, self.seen, self.allowed):
+    def add(self, rows, deadline: Deadline | None = None) -> None:
+        """As smt.Fit.add: the rows, the command's clock checked every ROWS_PER_CHECK of them."""
+        for n, terms in enumerate(fresh_terms(rows, self.seen, self.allowed)):
+            if deadline is not None and n % ROWS_PER_CHECK == 0:
+                deadline.check()
             row: dict = {}
             for k, i, x in terms:
                 col = self.columns.setdefault((k, i), len(self.columns))

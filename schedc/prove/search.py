@@ -232,7 +232,7 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds, refute):
     bounds = list(FIT_BOUNDS) if m.nonlinear else list(FIT_BOUNDS[1:])
     active = pool[:FIRST_ROWS] if m.nonlinear else list(pool)
     fitter = _fit(m, bounds, allowed)
-    fitter.add(active)
+    fitter.add(active, deadline)
     round_ = 0
     while round_ < rounds:
         if (spent := deadline.exhausted()) is not None:
@@ -241,7 +241,7 @@ def _cegis(m, assumptions, pool, names, allowed, deadline, log, rounds, refute):
         while found is None and len(bounds) > 1 and deadline.exhausted() is None:
             bounds.pop(0)  # rows only grow: a smaller bound cannot work again (or ran out of its budget)
             fitter = _fit(m, bounds, allowed)
-            fitter.add(active)
+            fitter.add(active, deadline)
             found = fitter.solve(_fit_share(deadline, bounds))
         if found is None:
             return None, (f"{NO_FIT} (in the parameters, the rank, the lets and the loop variables, "
