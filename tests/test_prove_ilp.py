@@ -65,7 +65,7 @@ def test_what_highs_prints_goes_to_stderr_so_stdout_stays_the_commands(noisy_hig
 def test_a_fit_being_built_looks_at_the_commands_clock(make):
     """Building a fit's rows (thousands of them, seconds of Z3 terms) stops at the command's
     `--timeout` (TimeUp), as the solver's own queries do: `prove zbv --timeout 1` took 3.8 s."""
-    rows = [[("s", [1, k, 2])] for k in range(3 * smt.ROWS_PER_CHECK)]
+    rows = [[("s", [1, k, 2])] for k in range(3 * ilp.ROWS_PER_CHECK)]
     fit = make()
     fit.add(rows[:1], solver.Deadline.after(60))  # (time left: added)
     with pytest.raises(solver.TimeUp):

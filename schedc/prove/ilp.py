@@ -63,21 +63,24 @@ def _holds(rows, coeffs) -> bool:
     return all(sum(v * coeffs[i] for i, v in row.items()) >= 1 for row in rows)
 
 
-def fresh_terms(rows, seen: set, allowed: dict | None):
+ROWS_PER_CHECK = 32  # rows of a fit taken between two looks at the command's clock
+
+
+def fresh_terms(rows, seen: set, allowed: dict | None, deadline: Deadline | None = None):
     """Each row of a fit not in `seen` (which it joins), as its (key, feature index, value) terms
     that `allowed` admits (None: every feature). A row is [(key, [values]), ...] meaning sum over
     (key, values) of coeff[key] . values >= 1; within one statement only differences count, so
-    rows repeat."""
-    for terms in rows:
+    rows repeat. With `deadline`, the command's clock is checked every ROWS_PER_CHECK rows
+    (thousands of rows take seconds to add to a fit: `deadline.check` raises TimeUp)."""
+    for n, terms in enumerate(rows):
+        if deadline is not None and n % ROWS_PER_CHECK == 0:
+            deadline.check()
         sig = tuple((k, tuple(xs)) for k, xs in terms)
         if sig in seen:
             continue
         seen.add(sig)
         yield [(k, i, int(x)) for k, xs in terms for i, x in enumerate(xs)
                if x and (allowed is None or i in allowed[k])]
-
-
-ROWS_PER_CHECK = 256  # rows of a fit taken between two looks at the command's clock
 
 
 class Fit:
@@ -94,10 +97,8 @@ class Fit:
         self.seen: set = set()
 
     def add(self, rows, deadline: Deadline | None = None) -> None:
-        """As smt.Fit.add: the rows, the command's clock checked every ROWS_PER_CHECK of them."""
-        for n, terms in enumerate(fresh_terms(rows, self.seen, self.allowed)):
-            if deadline is not None and n % ROWS_PER_CHECK == 0:
-                deadline.check()
+        """The rows, the command's clock looked at as they are read (`fresh_terms`)."""
+        for terms in fresh_terms(rows, self.seen, self.allowed, deadline):
             row: dict = {}
             for k, i, x in terms:
                 col = self.columns.setdefault((k, i), len(self.columns))

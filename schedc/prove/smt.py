@@ -689,9 +689,6 @@ def absent(inst: Inst, match):
     return z3.ForAll(list(inst.variables), z3.Not(z3.And(inst.where(), match(inst))))
 
 
-ROWS_PER_CHECK = 32  # rows of a fit built between two looks at the command's clock
-
-
 class Fit:
     """Integer coefficients with |c| <= bound (the constant term: <= constant, default bound), zero
     outside `allowed`, meeting rows added over time (one Z3 solver kept across calls, so what it
@@ -714,11 +711,9 @@ class Fit:
         return self.coeffs[(key, i)]
 
     def add(self, rows, deadline: solver.Deadline | None = None) -> None:
-        """The rows as constraints (each at least 1), the command's clock checked every
-        ROWS_PER_CHECK rows (thousands take seconds to build: `deadline.check` raises TimeUp)."""
-        for n, terms in enumerate(fresh_terms(rows, self.seen, self.allowed)):
-            if deadline is not None and n % ROWS_PER_CHECK == 0:
-                deadline.check()
+        """The rows as constraints (each at least 1), the command's clock looked at as they are read
+        (`fresh_terms`)."""
+        for terms in fresh_terms(rows, self.seen, self.allowed, deadline):
             total = z3.Sum([z3.IntVal(0, self.ctx)] + [self._c(k, i) * z3.IntVal(x, self.ctx) for k, i, x in terms])
             self.solver.add(total >= 1)
 
