@@ -500,7 +500,7 @@ def _match(report: Report, chans, offset: int = 0, per_replica: int | None = Non
             f"{describe_channel(m.channel)}, so this receive gets the wrong tensor", m.recv.span,
             rank=m.recv_rank, step=step))
     loose = chans.unmatched()
-    apart = apart_partners(chans) if loose and chans.batches_apart else set()
+    apart = apart_partners(loose) if loose and chans.batches_apart else set()
     for ep in loose:
         kind = "send" if ep.action.op.name.startswith("SEND") else "receive"
         other = "receive" if kind == "send" else "send"

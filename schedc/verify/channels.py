@@ -110,11 +110,11 @@ def as_paired(program: Program, semantics: Semantics) -> tuple[Program, str | No
     return program, None
 
 
-def apart_partners(chans: Channels) -> set[tuple[int, int, int]]:
-    """Under nccl, the operations (rank, step, part) that meet no partner while one of the other kind
-    waits unmatched on the same rank pair's other communicator, one grouped and the other single:
-    the pair that would meet were both grouped or both single."""
-    loose = chans.unmatched()
+def apart_partners(loose: list[Endpoint]) -> set[tuple[int, int, int]]:
+    """Under nccl, of the operations that meet no partner (`loose`: `Channels.unmatched`), those
+    (rank, step, part) while one of the other kind waits unmatched on the same rank pair's other
+    communicator, one grouped and the other single: the pair that would meet were both grouped or
+    both single."""
     kinds = {(e.channel[0], e.channel[1], e.channel[2] ^ BATCHED, e.channel[3], _IS_SEND[e.action.op]) for e in loose}
     return {e[:3] for e in loose
             if (*e.channel[:2], e.channel[2], e.channel[3], not _IS_SEND[e.action.op]) in kinds}

@@ -197,7 +197,7 @@ def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, nev
             partner[send[:3]] = recv
             partner[recv[:3]] = send
     # nccl: an operation whose partner is posted on the other communicator (grouped and single)
-    apart = dict.fromkeys(apart_partners(chans), _APART) if nccl else {}
+    apart = dict.fromkeys(apart_partners(chans.unmatched()), _APART) if nccl else {}
     lanes, lane_of = _lanes(program, chans) if nccl else ((), {})
     R = len(prereq)
     prereq.extend([[] for _ in lane.steps] for lane in lanes)
