@@ -506,6 +506,29 @@ def posted_hangs(program, backend: str) -> dict[int, int]:
     return hangs
 
 
+_JOB_SENDS = {Op.SEND_F: "F", Op.SEND_B: "G"}
+
+
+def _job_value(a):
+    """The value a send carries or a receive brings, by its own name."""
+    if a.op in _JOB_SENDS:
+        return (_JOB_SENDS[a.op], a.stage, a.microbatch)
+    return ("F", a.stage - 1, a.microbatch) if a.op is Op.RECV_F else ("G", a.stage + 1, a.microbatch)
+
+
+def _job_channel(program: Program, semantics: str, r: int, a, batched: bool) -> tuple:
+    """The channel of job rank r's send or receive `a` (`batched`: a member of a group): sending and
+    receiving job rank, communicator (gradients' own under `p2p split`; under nccl a group is a
+    batch on the process group's communicator, a single operation goes on the pair's, and a grouped
+    operation meets only a grouped one) and tag (the payload under `p2p tagged`, except on nccl)."""
+    P = program.num_ranks
+    p2p = getattr(program, "p2p", "shared")
+    comm = (int(p2p == "split" and a.op in (Op.SEND_B, Op.RECV_B)), batched and semantics == "nccl")
+    tag = _job_value(a) if p2p == "tagged" and semantics != "nccl" else None
+    peer = r // P * P + _peer_rank(program, a)
+    return (r, peer, comm, tag) if a.op in _JOB_SENDS else (peer, r, comm, tag)
+
+
 def job_run(program: Program, semantics: str) -> bool:
     """Does a communication-level job finish: its replicas (rank d * P + p is replica d's pipeline
     rank p; messages stay inside a replica), their collectives, explicit waits and groups, under an
@@ -529,27 +552,13 @@ def job_run(program: Program, semantics: str) -> bool:
     backend = semantics in ("nccl", "gloo")
     buffer = None if semantics == "eager" else 0 if semantics == "rendezvous" else (
         int(semantics.split(":")[1]) if semantics.startswith("bounded") else None)
-    split = getattr(program, "p2p", "shared") == "split"
-    tags = getattr(program, "p2p", "shared") == "tagged" and semantics != "nccl"
-    sends = {Op.SEND_F: "F", Op.SEND_B: "G"}
-    recvs = {Op.RECV_F: "F", Op.RECV_B: "G"}
+    sends, recvs = _JOB_SENDS, {Op.RECV_F: "F", Op.RECV_B: "G"}
     waits = {Op.WAIT_SEND_F: Op.SEND_F, Op.WAIT_RECV_F: Op.RECV_F, Op.WAIT_SEND_B: Op.SEND_B,
              Op.WAIT_RECV_B: Op.RECV_B}
-
-    def value(a):  # the value a send carries or a receive brings, by its own name
-        if a.op in sends:
-            return (sends[a.op], a.stage, a.microbatch)
-        return ("F", a.stage - 1, a.microbatch) if a.op is Op.RECV_F else ("G", a.stage + 1, a.microbatch)
+    value = _job_value
 
     def channel(r, a, batched):
-        d = r // P
-        # under nccl a group is a batch on the process group's communicator, a single operation
-        # goes on the pair's: a grouped operation meets only a grouped one
-        comm = (int(split and a.op in (Op.SEND_B, Op.RECV_B)), batched and semantics == "nccl")
-        tag = value(a) if tags else None
-        if a.op in sends:
-            return (r, d * P + _peer_rank(program, a), comm, tag)
-        return (d * P + _peer_rank(program, a), r, comm, tag)
+        return _job_channel(program, semantics, r, a, batched)
 
     def group_of(r, a):
         if a.op is Op.REDUCE_TIED:
@@ -713,23 +722,14 @@ def job_crossed(program: Program, semantics: str) -> int:
     except on nccl, which has none; under nccl a group's operations on the process group's
     communicator, apart from single ones) the k-th send meets the k-th receive."""
     P = program.num_ranks
-    split = getattr(program, "p2p", "shared") == "split"
-    tags = getattr(program, "p2p", "shared") == "tagged" and semantics != "nccl"
-    queues: dict = {}  # channel -> ([values sent], [values expected]) in issue order
+    queues: dict = {}  # channel (job_run's) -> ([values sent], [values expected]) in issue order
     for d in range(program.dp):
         for p, steps in enumerate(program.replica(d).ranks):
             r = d * P + p
             for st_ in steps:
-                batched = semantics == "nccl" and getattr(st_, "kind", None) is CompoundKind.GROUP
+                batched = getattr(st_, "kind", None) is CompoundKind.GROUP
                 for a in st_.parts:
-                    if a.op not in (Op.SEND_F, Op.SEND_B, Op.RECV_F, Op.RECV_B):
-                        continue
-                    sending = a.op in (Op.SEND_F, Op.SEND_B)
-                    gradient = a.op in (Op.SEND_B, Op.RECV_B)
-                    value = ("G" if gradient else "F", a.stage if sending else a.stage + (1 if gradient else -1),
-                             a.microbatch)
-                    peer = d * P + _peer_rank(program, a)
-                    pair = (r, peer) if sending else (peer, r)
-                    ch = (*pair, split and gradient, batched, value if tags else None)
-                    queues.setdefault(ch, ([], []))[0 if sending else 1].append(value)
+                    if a.op in (Op.SEND_F, Op.SEND_B, Op.RECV_F, Op.RECV_B):
+                        ch = _job_channel(program, semantics, r, a, batched)
+                        queues.setdefault(ch, ([], []))[0 if a.op in _JOB_SENDS else 1].append(_job_value(a))
     return sum(s != v for sent, expected in queues.values() for s, v in zip(sent, expected))
