@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .errors import Diagnostic, SchedcError
 from .outputs import finite_only, per_rank_list, rounded
-from .ir import RECVS, Action, Compound, CompoundKind, Program, describe, format_step
+from .ir import RECVS, Action, Program, describe, format_step, is_group
 from .lint import display_step, lint
 from .rules.deps import delivers, payload, value_name
 from .rules.semantics import RENDEZVOUS, Semantics
@@ -396,8 +396,7 @@ def _one_sided_groups(program: Program, semantics: Semantics, chans) -> tuple[st
         return ()
 
     def grouped(ep) -> bool:
-        step = program.ranks[ep.rank][ep.step]
-        return isinstance(step, Compound) and step.kind is CompoundKind.GROUP
+        return is_group(program.ranks[ep.rank][ep.step])
 
     for send, recv in chans.pairs():
         if grouped(send) != grouped(recv):

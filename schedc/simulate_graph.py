@@ -11,7 +11,7 @@ from array import array
 from typing import Mapping
 
 from .errors import SchedcError
-from .ir import COLLECTIVES, COMM, COMPUTE, RECVS, SENDS, WAITS, Compound, CompoundKind, Op, Program, describe
+from .ir import COLLECTIVES, COMM, COMPUTE, RECVS, SENDS, WAITS, Compound, Op, Program, describe, is_group
 from .rules.deps import needs, payload, produces, stages_of, value_name
 from .rules.semantics import Semantics
 from .rules.time import collective_span, collective_time, step_time, timed
@@ -192,7 +192,7 @@ def simulate_graph(program: Program, semantics: Semantics, links: Mapping, draw=
                     have[r][key(made)] = t + d
             continue
         if first in COMM:  # a send or receive, or a group: posted, and the rank goes on
-            if st.__class__ is Compound and st.kind is not CompoundKind.GROUP:
+            if st.__class__ is Compound and not is_group(st):
                 raise SchedcError("bad-action", f"rank {r}, step {i}: {st.kind.value} holds communication")
             for a in parts:
                 if a.op in SENDS:

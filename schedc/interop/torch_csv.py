@@ -16,7 +16,7 @@ from ..columns import KIND_CODE, Columns, columns_of, has_op
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
 from ..expr import did_you_mean
-from ..ir import (SCHEDC_ONLY, ActionSyntaxError, Annotations, Compound, CompoundKind, Op, Program, Step, format_step, parse_step,
+from ..ir import (SCHEDC_ONLY, ActionSyntaxError, Annotations, CompoundKind, Op, Program, Step, format_step, is_group, parse_step,
                   PLACEMENTS, placed)
 from ..span import Source, Span
 from .compact import step_texts
@@ -297,7 +297,7 @@ def to_torch_csv(program: Program, level: str = "comms", *, verified: str | None
     for steps in program.ranks:
         row: list[Step] = []
         for st in steps:
-            if isinstance(st, Compound) and st.kind is CompoundKind.GROUP:
+            if is_group(st):
                 row.extend(st.parts)
                 flattened = True
             else:

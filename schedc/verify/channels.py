@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from ..errors import SchedcError
-from ..ir import Action, Compound, CompoundKind, Op, Program
+from ..ir import Action, Op, Program, is_group
 from ..rules.deps import payload, peer_stage
 from ..rules.semantics import Semantics, listed, unbuffered
 
@@ -71,7 +71,7 @@ def channels(program: Program, semantics: Semantics) -> Channels:
     apart = semantics.one_stream_per_pair  # (NCCL: groups on a communicator of their own)
     for rank, steps in enumerate(program.ranks):
         for step, st in enumerate(steps):
-            grouped = apart and st.__class__ is Compound and st.kind is CompoundKind.GROUP
+            grouped = apart and is_group(st)
             for i, a in enumerate(st.parts):
                 sending = is_send.get(a.op)
                 if sending is None:
