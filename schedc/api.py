@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import Mapping
 
 from .report import ENGINES, Report, run_checks
-from .errors import SchedcError
+from .columns import columns_of
+from .errors import Diagnostic, SchedcError
 from .inputs import decode, read_text
 from .interop.formats import by_extension, named, readable
 from . import importers
 from .ir import Program
 from .resources import builtin_schedules
 from .rules.semantics import Semantics
+from .rules.losses import out_of_order
 from .rules.time import step_collectives
 
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)  # (opening a pipe: no wait)
@@ -144,8 +146,35 @@ def check(program: Program, *, semantics: str | Semantics = "rendezvous", engine
         # a step's reductions and gathers that take time (costs' R, U) where the schedule places none, as
         # `schedc run` does them and `simulate` times them: the program checked is the one that runs
         program = add_step_collectives(program)
-    return run_checks(program, semantics=sem, engine=engine, timeout_s=timeout,
-                      memory_limit=dict(memory_limit) if memory_limit else None)
+    report = run_checks(program, semantics=sem, engine=engine, timeout_s=timeout,
+                        memory_limit=dict(memory_limit) if memory_limit else None)
+    if report.ok:
+        _torch_loss_order(report, program)
+    return report
+
+
+def _torch_loss_order(report: Report, program: Program) -> None:
+    """A cleared program whose last stage's forwards torch's runtime would file under other
+    microbatches (schedc/rules/losses.py): an error for a PyTorch CSV, which is torch's runtime's
+    input, else a note (schedc's runtime runs it; the exports to torch refuse it)."""
+    if columns_of(program) is None:
+        found = out_of_order(program)
+    else:  # (a CSV read as columns: asked of the columns, no action made)
+        from .interop.torch_csv import late_forward
+        found = late_forward(program)
+    if found is None:
+        return
+    from .interop.torch_csv import torch_loss_note, torch_loss_order
+    note = torch_loss_note(program)  # (None when torch's runtime cannot run the program anyway)
+    rank, step, a, _ = found
+    if note is None:
+        return
+    if a.span is not None and a.span.step is not None:  # a PyTorch CSV's cell (span.py: rank and step set)
+        report.errors.append(Diagnostic("torch-loss-order", str(torch_loss_order(program, fix="")), a.span, (
+            "torch 2.13's _PipelineScheduleRuntime: _maybe_compute_loss appends each loss, _maybe_get_loss(stage, "
+            "mb_index) reads entry mb_index",), rank=rank, step=a.span.step))
+    else:
+        report.notes += (note,)
 
 
 def to_torch_csv(program: Program, level: str = "comms") -> str:

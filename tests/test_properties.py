@@ -91,7 +91,18 @@ def test_torch_csv_compute_round_trips(p):
         (p.num_ranks, p.num_stages, p.num_microbatches, p.placement)
     assert csv.dumps() == text
     assert read_torch_csv(csv.dumps(), "again.csv").dumps() == text
-    assert schedc.check(back).ok
+    _checks_as_a_csv(back, p)
+
+
+def _checks_as_a_csv(back, p) -> None:
+    """The CSV read back checks clean, but where its last stage's forwards run out of microbatch
+    order: torch's runtime, whose input it is, would fail it (`torch-loss-order`, at that forward)."""
+    from schedc.rules.losses import out_of_order
+    report, late = schedc.check(back), out_of_order(p)
+    if late is None:
+        assert report.ok, report.render()
+    else:
+        assert [(e.code, e.rank) for e in report.errors] == [("torch-loss-order", late[0])], report.render()
 
 
 @FAST
@@ -103,8 +114,7 @@ def test_torch_csv_comms_round_trips(p):
     assert back.ranks == lowered.ranks  # lowering makes no groups, so nothing is flattened
     assert back.placement == p.placement
     assert read_torch_csv(text).dumps() == text
-    report = schedc.check(back)
-    assert report.ok, report.render()
+    _checks_as_a_csv(back, p)
 
 
 @FAST

@@ -15,8 +15,9 @@ from typing import Mapping
 from ..columns import KIND_CODE, Columns, columns_of, has_op
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
+from ..lazy_numpy import np
 from ..expr import did_you_mean
-from ..ir import (SCHEDC_ONLY, ActionSyntaxError, Annotations, CompoundKind, Op, Program, Step, format_step, is_group, parse_step,
+from ..ir import (SCHEDC_ONLY, Action, ActionSyntaxError, Annotations, CompoundKind, Op, Program, Step, format_step, is_group, parse_step,
                   PLACEMENTS, placed)
 from ..span import Source, Span
 from .compact import step_texts
@@ -30,7 +31,73 @@ def torch_cannot_run(program: Program) -> str | None:
     (it awaits by its own convention and has no tied all-reduce), messages it would pair otherwise
     (it sends every message on one communicator with one tag), or replicas that differ (it runs one
     schedule on every data-parallel replica: the CSV of a job is its replica 0's), or routes (it runs
-    every microbatch through every stage, stage 0 reading the inputs and the last computing the loss)."""
+    every microbatch through every stage, stage 0 reading the inputs and the last computing the loss),
+    or a last stage whose forwards run out of microbatch order (`torch_loss_order`)."""
+    return _torch_has_no_form(program) or torch_loss_order(program)
+
+
+def torch_loss_order(program: Program, *, fix: str = "run the schedule with `schedc run`") -> str | None:
+    """Why torch's runtime would run the program's backwards on other microbatches' losses, or None:
+    schedc/rules/losses.py (its last stage's forwards out of microbatch order); `fix`, what else
+    to do than ordering them."""
+    from ..lint import shown_step
+    found = late_forward(program)
+    if found is None:
+        return None
+    rank, step, a, n = found
+    return (f"{program.name}'s last stage runs F({a.stage},{a.microbatch}) as its forward number {n + 1} (rank {rank}, "
+            f"step {shown_step(program, rank, step)}): torch's runtime keeps the last stage's losses in the order its "
+            f"forwards run and gives the backward of microbatch i the i-th, so the backward of microbatch {n} would "
+            f"take microbatch {a.microbatch}'s loss: torch stops there (\"Failed to run stage backward\", \"Loss for "
+            "microbatch ... is not available\") or trains to wrong gradients; run the "
+            f"last stage's forwards in microbatch order{', or ' + fix if fix else ''}")
+
+
+def late_forward(program: Program) -> tuple[int, int, Action, int] | None:
+    """schedc/rules/losses.py's `out_of_order`, read from the columns of a program that holds them
+    (a CSV read: no action is made but the one found); the same answer (tests/test_torch_losses.py)."""
+    from ..columns import CODE, COMPOUND
+    from ..rules.losses import BACKWARDS, out_of_order
+    held = columns_of(program)
+    if held is None:
+        return out_of_order(program)
+    last = program.num_stages - 1
+    if last < 0 or program.routes:
+        return None
+    rank = program.placement[last]
+    lo, hi = held.starts[rank], held.starts[rank + 1]
+    if held.compounds:  # (every action, a compound's parts in its place; this rank's)
+        op, stage, mb, step = held.opened()
+        mine = (step >= lo) & (step < hi)
+        op, stage, mb, step = op[mine], stage[mine], mb[mine], step[mine]
+    else:
+        op, stage, mb, step = held.op[lo:hi], held.stage[lo:hi], held.microbatch[lo:hi], np.arange(lo, hi)
+    here = stage == last
+    if not np.isin(op[here], [CODE[o] for o in BACKWARDS]).any():
+        return None
+    forward = here & (op == CODE[Op.F])
+    late = np.flatnonzero(mb[forward] != np.arange(int(forward.sum())))
+    if not len(late):
+        return None
+    n = int(late[0])
+    x = int(step[forward][n])
+    span = held.spans[x] if held.spans is not None else None
+    if held.op[x] == COMPOUND and held.kept is not None and held.kept[x] is not None:  # (a part's own span)
+        span = next((a.span for a in held.kept[x].parts if a.op is Op.F and a.stage == last), span)
+    return rank, x - lo, Action(Op.F, last, int(mb[forward][n]), span), n
+
+
+def torch_loss_note(program: Program) -> str | None:
+    """`torch_loss_order`'s reason when it is all that keeps torch's runtime from the program: a note
+    for a report that clears it (schedc's runtime runs it)."""
+    if _torch_has_no_form(program) is not None:
+        return None
+    why = torch_loss_order(program)
+    return None if why is None else f"torch's runtime cannot run this schedule: {why}"
+
+
+def _torch_has_no_form(program: Program) -> str | None:
+    """`torch_cannot_run`'s reasons but the loss order: what torch's runtime and CSV cannot say."""
     if program.routes:
         return (f"{program.name}'s microbatches take routes ({'; '.join(map(str, program.routes))}); torch's runtime "
                 "runs every microbatch through every stage, from stage 0 to the last, and its CSV has no routes")
