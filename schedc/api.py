@@ -166,9 +166,9 @@ def _torch_loss_order(report: Report, program: Program) -> None:
         return
     from .interop.torch_csv import torch_loss_note, torch_loss_order
     note = torch_loss_note(program)  # (None when torch's runtime cannot run the program anyway)
-    rank, step, a, _ = found
     if note is None:
         return
+    rank, _, a, _ = found
     if a.span is not None and a.span.step is not None:  # a PyTorch CSV's cell (span.py: rank and step set)
         report.errors.append(Diagnostic("torch-loss-order", str(torch_loss_order(program, fix="")), a.span, (
             "torch 2.13's _PipelineScheduleRuntime: _maybe_compute_loss appends each loss, _maybe_get_loss(stage, "
