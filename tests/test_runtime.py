@@ -6,7 +6,8 @@ Spawning ranks is slow on two cores, so one launch of 4 ranks runs every built-i
 with P = 4, and on ranks 0 and 1 (a process group of their own) every one that loads with P = 2 (V = 2
 where declared), on an MLP and a transformer in float64, two training steps each; and every built-in
 on torch's `_PipelineScheduleRuntime` with torch's defaults, from our compute CSV, our comms CSV and
-`schedc.torch.schedule`. This file is also the worker: `python tests/test_runtime.py --worker
+`schedc.torch.schedule` (that launch is the slow tier's; the default tier launches the routed cases
+alone: DualPipe on 2 ranks, copies of a stage on one rank). This file is also the worker: `python tests/test_runtime.py --worker
 CASES.json OUTDIR` is what each rank runs.
 """
 from __future__ import annotations
@@ -293,13 +294,21 @@ def builtin_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("builtins")
     cases = {2: _builtin_cases(2, (3,), tmp) + _torch_cases(2, 4, tmp),
              4: _builtin_cases(4, (8,), tmp, early=True) + _torch_cases(4, 8, tmp)}
+    return cases, _spawn(cases[2] + cases[4], 4, tmp)
+
+
+@pytest.fixture(scope="module")
+def routed_runs(tmp_path_factory):
+    """The routed cases alone, in a launch of their own (4 ranks, a few seconds: the default tier's
+    run of the runtime; the built-ins' launch above, 15-20 s, is the slow tier's)."""
+    tmp = tmp_path_factory.mktemp("routed")
     routed = _routed_cases(tmp)
-    return cases, _spawn(cases[2] + cases[4] + routed, 4, tmp), routed
+    return routed, _spawn(routed, 4, tmp)
 
 
 @pytest.mark.slow
 def test_every_builtin_on_2_ranks_matches_unsplit_training_on_ours_and_torchs_runtime(builtin_runs):
-    by_ranks, results, _ = builtin_runs
+    by_ranks, results = builtin_runs
     cases = by_ranks[2]
     assert {"gpipe", "1f1b", "interleaved_1f1b", "looped_bfs"} <= {Path(c["program"]).name.split("_P")[0]
                                                                    for c in cases if c["kind"] == "schedc"}
@@ -309,7 +318,7 @@ def test_every_builtin_on_2_ranks_matches_unsplit_training_on_ours_and_torchs_ru
 
 @pytest.mark.slow
 def test_every_builtin_on_4_ranks_matches_unsplit_training_on_ours_and_torchs_runtime(builtin_runs):
-    by_ranks, results, _ = builtin_runs
+    by_ranks, results = builtin_runs
     cases = by_ranks[4]
     assert {"gpipe", "1f1b", "interleaved_1f1b", "looped_bfs"} <= {Path(c["program"]).name.split("_P")[0]
                                                                    for c in cases if c["kind"] == "schedc"}
@@ -319,15 +328,15 @@ def test_every_builtin_on_4_ranks_matches_unsplit_training_on_ours_and_torchs_ru
     _assert_equal(results, cases)
 
 
-def test_routes_on_2_ranks_and_copies_on_one_rank_match_unsplit_training(builtin_runs):
+def test_routes_on_2_ranks_and_copies_on_one_rank_match_unsplit_training(routed_runs):
     """DualPipe's copies summed over a group of two ranks, and copies of each model stage on one
     rank summed there: each copy ends the step with the unsplit model's gradient of its stage."""
-    _, results, routed = builtin_runs
+    routed, results = routed_runs
     assert {c["id"].split()[0] for c in routed} == {"dualpipe", "same_rank_copies"}
     _assert_equal(results, routed)
 
 
-@pytest.mark.slow  # 10-20 s: one more launch; the two tests above cover every built-in in the default run
+@pytest.mark.slow  # 10-20 s: one more launch, beside the two tests above
 def test_every_builtin_with_as_many_microbatches_as_ranks_or_one_more_matches_unsplit_training(tmp_path):
     cases = _builtin_cases(2, (2, 4), tmp_path) + _builtin_cases(4, (4,), tmp_path)
     assert {Path(c["program"]).name.split("_P")[0] for c in cases} >= {"gpipe", "1f1b", "zb_h1", "looped_bfs"}
