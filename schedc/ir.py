@@ -134,6 +134,7 @@ def is_group(step: Step) -> bool:
     """Whether the step is a GROUP compound: operations posted together (torch's batch_isend_irecv)."""
     return step.__class__ is Compound and step.kind is CompoundKind.GROUP
 
+
 # the slots' own setters (`vars`: the member descriptors, which mypy reads as the fields' types)
 _SET_OP, _SET_STAGE, _SET_MICROBATCH, _SET_SPAN = (vars(Action)[name].__set__ for name in
                                                   ("op", "stage", "microbatch", "span"))

@@ -4,9 +4,10 @@ torch 2.13's `_PipelineScheduleRuntime` appends the loss of each forward of the 
 list (`_maybe_compute_loss`) and gives the backward of microbatch m the list's m-th entry
 (`_maybe_get_loss`), so its backwards get their own microbatch's loss only when the last stage's
 forwards run in microbatch order; otherwise a backward takes another microbatch's loss and torch
-stops there ("Failed to run stage backward", or "Loss for microbatch m is not available").
-schedc's runtime keeps each loss with its microbatch and runs any order `check` clears; the rule is
-asked where torch's runtime would run a schedule (schedc/interop/torch_csv.py's `torch_cannot_run`).
+stops there ("Failed to run stage backward", or "Loss for microbatch m is not available") or ends
+the step with wrong gradients. schedc's runtime keeps each loss with its microbatch and runs any
+order `check` clears; the rule is asked where a schedule goes to torch's runtime
+(schedc/interop/torch_csv.py's `torch_cannot_run`) and by `schedc.check` (an error for a PyTorch CSV).
 """
 from __future__ import annotations
 
