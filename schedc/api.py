@@ -148,15 +148,15 @@ def check(program: Program, *, semantics: str | Semantics = "rendezvous", engine
         program = add_step_collectives(program)
     report = run_checks(program, semantics=sem, engine=engine, timeout_s=timeout,
                         memory_limit=dict(memory_limit) if memory_limit else None)
-    if report.ok:
-        _torch_loss_order(report, program)
+    if report.ok is not None and report.peak_activation:  # (its structure passed: the later checks ran)
+        _torch_loss_order(report, program)  # (beside any other finding: a report says all that is wrong)
     return report
 
 
 def _torch_loss_order(report: Report, program: Program) -> None:
-    """A cleared program whose last stage's forwards torch's runtime would file under other
-    microbatches (schedc/rules/losses.py): an error for a PyTorch CSV, which is torch's runtime's
-    input, else a note (schedc's runtime runs it; the exports to torch refuse it)."""
+    """A program whose last stage's forwards torch's runtime would file under other microbatches
+    (schedc/rules/losses.py): an error for a PyTorch CSV, which is torch's runtime's input, else a
+    note (schedc's runtime runs it; the exports to torch refuse it)."""
     if columns_of(program) is None:
         found = out_of_order(program)
     else:  # (a CSV read as columns: asked of the columns, no action made)

@@ -126,6 +126,16 @@ def test_a_pytorch_csv_fails_check_at_the_forward(run_cli, tmp_path):
     assert (report["errors"][0]["rank"], report["errors"][0]["step"]) == (1, 2)
 
 
+def test_it_is_told_beside_other_findings_once_the_structure_passes(run_cli, tmp_path):
+    crossed = SWAPPED.replace("0SEND_F0,0F1,0SEND_F1", "0F1,0SEND_F1,0SEND_F0")  # rank 0 sends 1 before 0
+    (tmp_path / "crossed.csv").write_text(crossed)
+    code, out, _ = run_cli("check", str(tmp_path / "crossed.csv"), "--json")
+    assert code == 1 and [e["code"] for e in json.loads(out)["errors"]] == ["mismatch", "mismatch", "torch-loss-order"]
+    (tmp_path / "broken.csv").write_text("0F1,0F0,0B0\n")  # a backward missing: the structure first, alone
+    code, out, _ = run_cli("check", str(tmp_path / "broken.csv"), "--json")
+    assert code == 1 and {e["code"] for e in json.loads(out)["errors"]} == {"missing"}
+
+
 def test_a_schedule_clears_with_a_note_and_the_exports_to_torch_refuse_it(run_cli, tmp_path):
     import schedc
     from conftest import compile_text
