@@ -12,7 +12,7 @@ import io
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from ..columns import KIND_CODE, Columns, columns_of, has_op
+from ..columns import CODE, COMPOUND, KIND_CODE, Columns, columns_of, has_op
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
 from ..lazy_numpy import np
@@ -55,8 +55,8 @@ def torch_loss_order(program: Program, *, fix: str = "run the schedule with `sch
 
 def late_forward(program: Program) -> tuple[int, int, Action, int] | None:
     """schedc/rules/losses.py's `out_of_order`, read from the columns of a program that holds them
-    (a CSV read: no action is made but the one found); the same answer (tests/test_torch_losses.py)."""
-    from ..columns import CODE, COMPOUND
+    (a CSV read: no action is made but the one found; one pass over the last stage's rank, which
+    every check pays, so in plain Python over its lists); the same answer (tests/test_torch_losses.py)."""
     from ..rules.losses import BACKWARDS, out_of_order
     held = columns_of(program)
     if held is None:
@@ -66,25 +66,56 @@ def late_forward(program: Program) -> tuple[int, int, Action, int] | None:
         return None
     rank = program.placement[last]
     lo, hi = held.starts[rank], held.starts[rank + 1]
-    if held.compounds:  # (every action, a compound's parts in its place; this rank's)
-        op, stage, mb, step = held.opened()
-        mine = (step >= lo) & (step < hi)
-        op, stage, mb, step = op[mine], stage[mine], mb[mine], step[mine]
-    else:
-        op, stage, mb, step = held.op[lo:hi], held.stage[lo:hi], held.microbatch[lo:hi], np.arange(lo, hi)
-    here = stage == last
-    if not np.isin(op[here], [CODE[o] for o in BACKWARDS]).any():
-        return None
-    forward = here & (op == CODE[Op.F])
-    late = np.flatnonzero(mb[forward] != np.arange(int(forward.sum())))
-    if not len(late):
-        return None
-    n = int(late[0])
-    x = int(step[forward][n])
+    ops, stages, mbs = (a[lo:hi].tolist() for a in (held.op, held.stage, held.microbatch))
+    F = CODE[Op.F]
+    if COMPOUND not in ops:  # (the common case, asked at C speed: the stage's forwards in order)
+        forwards = [m for o, st, m in zip(ops, stages, mbs) if o == F and st == last]
+        if forwards == list(range(len(forwards))):
+            return None
+    parts = _rank_parts(held, lo, hi) if COMPOUND in ops else {}
+    found = _first_late(_rank_actions(ops, stages, mbs, parts), F, last)
+    backwards = {CODE[op] for op in BACKWARDS}
+    if found is None or not any(o in backwards and st == last for _, o, st, _ in _rank_actions(ops, stages, mbs, parts)):
+        return None  # (in order; or no backward on the last stage: no loss is asked for)
+    k, m, n = found
+    x = lo + k
     span = held.spans[x] if held.spans is not None else None
-    if held.op[x] == COMPOUND and held.kept is not None and held.kept[x] is not None:  # (a part's own span)
+    if ops[k] == COMPOUND and held.kept is not None and held.kept[x] is not None:  # (a part's own span)
         span = next((a.span for a in held.kept[x].parts if a.op is Op.F and a.stage == last), span)
-    return rank, x - lo, Action(Op.F, last, int(mb[forward][n]), span), n
+    return rank, k, Action(Op.F, last, m, span), n
+
+
+def _rank_actions(ops: list, stages: list, mbs: list, parts: dict):
+    """A rank's actions in order, a compound's parts in its place: (step, op code, stage, microbatch)."""
+    for k, o in enumerate(ops):
+        if o == COMPOUND:
+            for po, ps, pm in parts[k]:
+                yield k, po, ps, pm
+        else:
+            yield k, o, stages[k], mbs[k]
+
+
+def _first_late(actions, F: int, last: int) -> tuple[int, int, int] | None:
+    """(step, microbatch, forwards before it) of the first forward of stage `last` that is not the
+    next microbatch, among `actions` (`_rank_actions`)."""
+    n = 0
+    for k, o, st, m in actions:
+        if o == F and st == last:
+            if m != n:
+                return k, m, n
+            n += 1
+    return None
+
+
+def _rank_parts(held, lo: int, hi: int) -> dict[int, list[tuple[int, int, int]]]:
+    """The parts (op code, stage, microbatch) of each compound among steps lo..hi-1 of the columns,
+    by the step's place from lo."""
+    table = held.parts
+    c0, c1 = (int(c) for c in np.searchsorted(table.step, [lo, hi]))
+    at, starts = table.step[c0:c1].tolist(), table.starts[c0:c1 + 1].tolist()
+    a, b = starts[0], starts[-1]
+    cells = list(zip(*(v[a:b].tolist() for v in (table.op, table.stage, table.microbatch))))
+    return {x - lo: cells[s - a:e - a] for x, s, e in zip(at, starts, starts[1:])}
 
 
 def torch_loss_note(program: Program) -> str | None:
