@@ -157,24 +157,23 @@ def _torch_loss_order(report: Report, program: Program) -> None:
     """A program whose last stage's forwards torch's runtime would file under other microbatches
     (schedc/rules/losses.py): an error for a PyTorch CSV, which is torch's runtime's input, else a
     note (schedc's runtime runs it; the exports to torch refuse it)."""
-    if columns_of(program) is None:
+    if columns_of(program) is None:  # (asked of the actions: torch_csv is not imported for it)
         found = out_of_order(program)
     else:  # (a CSV read as columns: asked of the columns, no action made)
         from .interop.torch_csv import late_forward
         found = late_forward(program)
     if found is None:
         return
-    from .interop.torch_csv import torch_loss_note, torch_loss_order
-    note = torch_loss_note(program)  # (None when torch's runtime cannot run the program anyway)
-    if note is None:
+    from .interop.torch_csv import torch_has_no_form, torch_loss_order
+    if torch_has_no_form(program) is not None:  # (torch's runtime cannot run it anyway)
         return
     rank, _, a, _ = found
     if a.span is not None and a.span.step is not None:  # a PyTorch CSV's cell (span.py: rank and step set)
-        report.errors.append(Diagnostic("torch-loss-order", str(torch_loss_order(program, fix="")), a.span, (
+        report.errors.append(Diagnostic("torch-loss-order", str(torch_loss_order(program, found, fix="")), a.span, (
             "torch 2.13's _PipelineScheduleRuntime: _maybe_compute_loss appends each loss, _maybe_get_loss(stage, "
             "mb_index) reads entry mb_index",), rank=rank, step=a.span.step))
     else:
-        report.notes += (note,)
+        report.notes += (f"torch's runtime cannot run this schedule: {torch_loss_order(program, found)}",)
 
 
 def to_torch_csv(program: Program, level: str = "comms") -> str:

@@ -87,10 +87,10 @@ def test_the_columns_answer_as_the_rule_does(program, lowered):
 
 def test_routes_are_left_to_torch_cannot_run():
     import schedc
-    from schedc.interop.torch_csv import torch_cannot_run, torch_loss_note
+    from schedc.interop.torch_csv import torch_cannot_run
     from schedc.rules.losses import out_of_order
     program = schedc.load("dualpipe", {"P": 4, "M": 8})  # each route ends on a last stage of its own
-    assert out_of_order(program) is None and torch_loss_note(program) is None
+    assert out_of_order(program) is None and schedc.check(program).notes == ()
     assert "routes" in torch_cannot_run(program)
 
 

@@ -12,7 +12,7 @@ import io
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from ..columns import CODE, COMPOUND, KIND_CODE, Columns, columns_of, has_op
+from ..columns import COMPOUND, KIND_CODE, OPS, Columns, columns_of, has_op
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
 from ..lazy_numpy import np
@@ -33,15 +33,16 @@ def torch_cannot_run(program: Program) -> str | None:
     schedule on every data-parallel replica: the CSV of a job is its replica 0's), or routes (it runs
     every microbatch through every stage, stage 0 reading the inputs and the last computing the loss),
     or a last stage whose forwards run out of microbatch order (`torch_loss_order`)."""
-    return _torch_has_no_form(program) or torch_loss_order(program)
+    return torch_has_no_form(program) or torch_loss_order(program)
 
 
-def torch_loss_order(program: Program, *, fix: str = "run the schedule with `schedc run`") -> str | None:
+def torch_loss_order(program: Program, found: tuple[int, int, Action, int] | None = None, *,
+                     fix: str = "run the schedule with `schedc run`") -> str | None:
     """Why torch's runtime would run the program's backwards on other microbatches' losses, or None:
-    schedc/rules/losses.py (its last stage's forwards out of microbatch order); `fix`, what else
-    to do than ordering them."""
+    schedc/rules/losses.py (its last stage's forwards out of microbatch order; `found`, the
+    `late_forward` already found, if any); `fix`, what else to do than ordering them."""
     from ..lint import shown_step
-    found = late_forward(program)
+    found = found or late_forward(program)
     if found is None:
         return None
     rank, step, a, n = found
@@ -54,57 +55,31 @@ def torch_loss_order(program: Program, *, fix: str = "run the schedule with `sch
 
 
 def late_forward(program: Program) -> tuple[int, int, Action, int] | None:
-    """schedc/rules/losses.py's `out_of_order`, read from the columns of a program that holds them
-    (a CSV read: no action is made but the one found; one pass over the last stage's rank, which
-    every check pays, so in plain Python over its lists); the same answer (tests/test_torch_losses.py)."""
-    from ..rules.losses import BACKWARDS, out_of_order
-    held = columns_of(program)
-    if held is None:
+    """schedc/rules/losses.py's `out_of_order`, its rule (`first_late`) read from the columns of a
+    program that holds them: a CSV read makes no action but the one found (every check asks, so the
+    last stage's rank is read as lists, in plain Python)."""
+    from ..rules.losses import asked, first_late, out_of_order
+    held, where = columns_of(program), asked(program)
+    if held is None or where is None:
         return out_of_order(program)
-    last = program.num_stages - 1
-    if last < 0 or program.routes:
-        return None
-    rank = program.placement[last]
+    last, rank = where
     lo, hi = held.starts[rank], held.starts[rank + 1]
     ops, stages, mbs = (a[lo:hi].tolist() for a in (held.op, held.stage, held.microbatch))
-    F = CODE[Op.F]
-    if COMPOUND not in ops:  # (the common case, asked at C speed: the stage's forwards in order)
-        forwards = [m for o, st, m in zip(ops, stages, mbs) if o == F and st == last]
-        if forwards == list(range(len(forwards))):
-            return None
-    parts = _rank_parts(held, lo, hi) if COMPOUND in ops else {}
-    found = _first_late(_rank_actions(ops, stages, mbs, parts), F, last)
-    backwards = {CODE[op] for op in BACKWARDS}
-    if found is None or not any(o in backwards and st == last for _, o, st, _ in _rank_actions(ops, stages, mbs, parts)):
-        return None  # (in order; or no backward on the last stage: no loss is asked for)
+    if COMPOUND in ops:  # (a compound's parts in its place)
+        parts = _rank_parts(held, lo, hi)
+        actions = [(k, OPS[po], ps, pm) for k, o in enumerate(ops)
+                   for po, ps, pm in (parts[k] if o == COMPOUND else ((o, stages[k], mbs[k]),))]
+    else:
+        actions = list(zip(range(hi - lo), map(OPS.__getitem__, ops), stages, mbs))
+    found = first_late(actions, last)
+    if found is None:
+        return None
     k, m, n = found
     x = lo + k
     span = held.spans[x] if held.spans is not None else None
     if ops[k] == COMPOUND and held.kept is not None and held.kept[x] is not None:  # (a part's own span)
         span = next((a.span for a in held.kept[x].parts if a.op is Op.F and a.stage == last), span)
     return rank, k, Action(Op.F, last, m, span), n
-
-
-def _rank_actions(ops: list, stages: list, mbs: list, parts: dict):
-    """A rank's actions in order, a compound's parts in its place: (step, op code, stage, microbatch)."""
-    for k, o in enumerate(ops):
-        if o == COMPOUND:
-            for po, ps, pm in parts[k]:
-                yield k, po, ps, pm
-        else:
-            yield k, o, stages[k], mbs[k]
-
-
-def _first_late(actions, F: int, last: int) -> tuple[int, int, int] | None:
-    """(step, microbatch, forwards before it) of the first forward of stage `last` that is not the
-    next microbatch, among `actions` (`_rank_actions`)."""
-    n = 0
-    for k, o, st, m in actions:
-        if o == F and st == last:
-            if m != n:
-                return k, m, n
-            n += 1
-    return None
 
 
 def _rank_parts(held, lo: int, hi: int) -> dict[int, list[tuple[int, int, int]]]:
@@ -118,16 +93,7 @@ def _rank_parts(held, lo: int, hi: int) -> dict[int, list[tuple[int, int, int]]]
     return {x - lo: cells[s - a:e - a] for x, s, e in zip(at, starts, starts[1:])}
 
 
-def torch_loss_note(program: Program) -> str | None:
-    """`torch_loss_order`'s reason when it is all that keeps torch's runtime from the program: a note
-    for a report that clears it (schedc's runtime runs it)."""
-    if _torch_has_no_form(program) is not None:
-        return None
-    why = torch_loss_order(program)
-    return None if why is None else f"torch's runtime cannot run this schedule: {why}"
-
-
-def _torch_has_no_form(program: Program) -> str | None:
+def torch_has_no_form(program: Program) -> str | None:
     """`torch_cannot_run`'s reasons but the loss order: what torch's runtime and CSV cannot say."""
     if program.routes:
         return (f"{program.name}'s microbatches take routes ({'; '.join(map(str, program.routes))}); torch's runtime "

@@ -11,35 +11,49 @@ order `check` clears; the rule is asked where a schedule goes to torch's runtime
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 
-from ..ir import Action, Op, Program, Step
+from ..ir import Action, Op, Program
 
 BACKWARDS = (Op.B, Op.I)  # the actions torch's runtime hands the loss (`_maybe_get_loss`)
+Entry = tuple[int, Op, int, "int | None"]  # an action of a rank: (its step, op, stage, microbatch)
 
 
-def forwards(steps: Iterable[Step | None], stage: int) -> Iterator[tuple[int, Action]]:
-    """(step, action) of each forward of `stage` among a rank's steps, in the order they run (a
-    compound's parts in order; None: an idle cell of a CSV row)."""
-    for x, st in enumerate(steps):
-        for a in () if st is None else st.parts:
-            if a.op is Op.F and a.stage == stage:
-                yield x, a
+def first_late(actions: Sequence[Entry], last: int) -> tuple[int, int, int] | None:
+    """Among a rank's actions in the order they run (a compound's parts in its place), the first
+    forward of stage `last` that torch's runtime files under another microbatch: (its step, its
+    microbatch, how many of the stage's forwards ran before it); None when they run in microbatch
+    order, or no backward of `last` is there to take a loss. The rule, for every caller."""
+    n = 0
+    for x, op, stage, mb in actions:
+        if op is Op.F and stage == last:
+            if mb != n:
+                break
+            n += 1
+    else:
+        return None
+    if not any(op in BACKWARDS and stage == last for _, op, stage, _ in actions):
+        return None
+    return x, mb, n  # type: ignore[return-value]  # (a forward's microbatch is an int)
+
+
+def asked(program: Program) -> tuple[int, int] | None:
+    """(the last stage, its rank): where `first_late` is asked; None without stages, or with routes,
+    which torch's runtime does not run (each route ends on a last stage of its own)."""
+    last = program.num_stages - 1
+    return None if last < 0 or program.routes else (last, program.placement[last])
 
 
 def out_of_order(program: Program) -> tuple[int, int, Action, int] | None:
-    """The first forward of the program's last stage that torch's runtime would file under another
-    microbatch: (rank, step, the forward, how many of the stage's forwards ran before it), or None
-    (forwards in microbatch order, no backward on the last stage to take a loss, or routes, which
-    torch's runtime does not run)."""
-    last = program.num_stages - 1
-    if last < 0 or program.routes:  # (with routes each route ends where it does: not torch's one loss list)
+    """`first_late` of the rank of the program's last stage, read from its actions: (rank, step,
+    the forward, how many of the stage's forwards ran before it), or None."""
+    where = asked(program)
+    if where is None:
         return None
-    rank = program.placement[last]
-    steps: Sequence[Step] = program.ranks[rank]
-    if not any(a.op in BACKWARDS and a.stage == last for st in steps for a in st.parts):
+    last, rank = where
+    steps = program.ranks[rank]
+    found = first_late([(x, a.op, a.stage, a.microbatch) for x, st in enumerate(steps) for a in st.parts], last)
+    if found is None:
         return None
-    for n, (x, a) in enumerate(forwards(steps, last)):
-        if a.microbatch != n:
-            return rank, x, a, n
-    return None
+    x, _, n = found
+    return rank, x, next(a for a in steps[x].parts if a.op is Op.F and a.stage == last), n
