@@ -15,6 +15,7 @@ from collections import defaultdict
 
 from .errors import Diagnostic
 from .ir import COMPUTE, SENDS, WAITS, Action, Op, Program, describe
+from .rules.reductions import ONCE, order_breaks
 from .rules.deps import (ADDS_GRADIENT, RECEIVES, REDUCTIONS, bounds, consumer_stage, delivers, message, needs,
                          Routes, payload, peer_stage, produces, reduces, route_problems, stages_of, value_name, visited,
                          visits)
@@ -310,46 +311,105 @@ def _inputs(p: Program, out: Findings) -> None:  # noqa: C901
 
 
 def _waits(p: Program, out: Findings) -> None:
-    """An explicit wait (WAIT_RECV_F(s, m), ...) waits for that send or receive, posted earlier on
-    its own rank."""
+    """An explicit wait (WAIT_RECV_F(s, m), ...) waits once for that send or receive, posted earlier
+    on its own rank; a wait for a receive comes before the action that takes the received value
+    (which waits for the receive itself: after it, the runtime has nothing left to wait for)."""
+    S = stages_of(p)
     for rank, steps in enumerate(p.ranks):
-        posted: dict = {}
-        for step, st in enumerate(steps):
-            for a in st.parts:
-                if a.op.is_comm:
-                    posted.setdefault((a.op, a.stage, a.microbatch), (step, a))
+        posted, takers = _posted_and_takers(steps, S)
+        waited: set = set()
         for step, st in enumerate(steps):
             for a in st.parts:
                 target = WAITS.get(a.op)
                 if target is None:
                     continue
                 what = describe(Action(target, a.stage, a.microbatch))
-                at = posted.get((target, a.stage, a.microbatch))
+                key = (target, a.stage, a.microbatch)
+                at = posted.get(key)
                 if at is None:
                     out.add("missing", f"{describe(a)} waits for {what}, which rank {rank} never posts", rank, step, a)
                 elif at[0] >= step:
                     out.add("order", f"{describe(a)} waits for {what}, which comes "
                             f"{'in the same step' if at[0] == step else f'later, at step {display_step(at[1], at[0])}'}",
                             rank, step, a)
+                elif key in waited:
+                    out.add("duplicate", f"{describe(a)} appears twice on rank {rank}: {what} is waited for "
+                            "already", rank, step, a)
+                else:
+                    waited.add(key)
+                    _wait_after_taker(out, rank, step, a, what, at[0], takers.get(delivers(at[1])))
+
+
+def _posted_and_takers(steps, S) -> tuple[dict, dict]:
+    """A rank's first send or receive of each (op, stage, microbatch) as (step, action), and each
+    value's takers: (step, action) of each computation on the rank that needs it, in order."""
+    posted: dict = {}
+    takers: dict = defaultdict(list)
+    for step, st in enumerate(steps):
+        for a in st.parts:
+            if a.op.is_comm:
+                posted.setdefault((a.op, a.stage, a.microbatch), (step, a))
+            elif a.op.is_compute:
+                for v in needs(a, S):
+                    takers[v].append((step, a))
+    return posted, takers
+
+
+def _wait_after_taker(out: Findings, rank: int, step: int, a: Action, what: str, posted_at: int, takers) -> None:
+    """A wait for a receive (posted at step `posted_at`) listed after the first action that takes its
+    value (`takers`: (step, action) of each on the rank, in order), which waited for it already."""
+    taker = next(((x, b) for x, b in takers or () if x > posted_at), None)
+    if taker is not None and taker[0] < step:
+        x, b = taker
+        out.add("order", f"{describe(a)} waits for {what}, whose value {describe(b)} takes earlier, at step "
+                f"{display_step(b, x)}: {describe(b)} waited for the receive, so nothing is left to wait for "
+                "(place the wait before it, or leave it out)", rank, step, a)
 
 
 def _reductions(p: Program, out: Findings) -> None:
     """Every backward that adds to the gradients a reduction reads (B or W of its stages, on its
-    rank) comes before it: one listed after it is a `reduce-early` finding at the reduction."""
+    rank) comes before it: one listed after it is a `reduce-early` finding at the reduction. A
+    reduction runs once a step (`duplicate`) and only where there are backwards (`forward-only`)."""
     for rank, steps in enumerate(p.ranks):
         found: list[tuple[int, Action]] = []
+        seen: set = set()
         backwards: dict[int, list[tuple[int, Action]]] = defaultdict(list)  # stage -> its B and W, in order
         for step, st in enumerate(steps):
             for a in st.parts:
                 if a.op in ADDS_GRADIENT:
                     backwards[a.stage].append((step, a))
                 elif a.op in REDUCTIONS:
-                    found.append((step, a))
+                    if p.forward_only:
+                        out.add("forward-only", f"{describe(a)} in a forward-only schedule: it runs no backward, "
+                                "so there are no gradients to reduce", rank, step, a)
+                    elif (a.op, a.stage) in seen and a.op in ONCE:
+                        out.add("duplicate", f"{describe(a)} appears twice on rank {rank}: {_AGAIN[a.op]}",
+                                rank, step, a)
+                    else:
+                        seen.add((a.op, a.stage))
+                        found.append((step, a))
         for step, a in found:
             stages = reduces(a, p.placement)
             later = sorted(((x, b) for s in stages for x, b in backwards[s] if x > step), key=lambda e: e[0])
             if later:
                 _reduce_early(out, rank, step, a, stages, later, sum(len(backwards[s]) for s in stages))
+
+
+_AGAIN = {Op.REDUCE_GRAD: "a stage's gradients are reduced once a step (torch's runtime scales them by 1/M at "
+                          "each REDUCE_GRAD; schedc's averages them once)",
+          Op.REDUCE_TIED: "the tied weights' gradients are summed once a step (a second sum adds the other end's "
+                          "gradient again)"}
+
+
+def reduce_order(program: Program, replicas: int) -> list[Diagnostic]:
+    """The `reduce-order` findings of one replica's pipeline (a well-formed one) in a job of
+    `replicas` data-parallel replicas: copies of a weight averaged on different sides of their sum
+    (rules/reductions.py). Told beside the job's other findings, as `collective-order` is: the
+    structure holds, and a deadlock is still asked."""
+    out = Findings()
+    for rank, step, a, why in order_breaks(program.ranks, program.placement, stages_of(program), replicas):
+        out.add("reduce-order", why, rank, step, a)
+    return out.result()
 
 
 def _reduce_early(out: Findings, rank: int, step: int, a: Action, stages, later, total: int) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .errors import Diagnostic, SchedcError
 from .outputs import finite_only, per_rank_list, rounded
 from .ir import RECVS, Action, Program, describe, format_step, is_group
-from .lint import display_step, lint
+from .lint import display_step, lint, reduce_order
 from .rules.deps import delivers, payload, value_name
 from .rules.semantics import RENDEZVOUS, Semantics
 from .verify.analysis import Analysis, counted_lowered
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .verify.memory import Peak
 
 ENGINES = ("native", "z3")
-MAX_DETAILED_ACTIONS = 2_000_000  # the detailed checks take ~10 us and ~0.5 KB an action: ~20 s, 1 GB at the limit
+MAX_DETAILED_ACTIONS = 2_000_000  # the detailed checks take ~20-30 us and 1-1.5 KB an action: 40-60 s, 2-3 GB here
 MEMORY_RUN = "worst"  # `peak_memory` is the worst over every run the semantics allows (sim's is "timed")
 
 
@@ -322,7 +322,9 @@ def _check_classes(analysis: Analysis, limits, file, cls) -> Report | None:  # n
     scratch = Report(reduced, file, semantics)
     for c, chans in enumerate(sub.replica_channels):
         _match(scratch, chans, c * P, P)
-    found = scratch.errors or order_findings(reduced)
+    mixed = [_in_replica(diag, rep, P, cls.members[c][1:]) for c, rep in enumerate(cls.reps)
+             for diag in reduce_order(reduced.replica(c), D)]
+    found = scratch.errors or order_findings(reduced) or mixed
     if found and fits:
         return None
     if found:  # told of every replica, as the whole job tells them
@@ -330,6 +332,7 @@ def _check_classes(analysis: Analysis, limits, file, cls) -> Report | None:  # n
         for d in range(D):
             _match(report, chans[cls.of[d]], d * P, P)
         report.errors.extend(order_findings(program))
+        report.errors.extend(mixed)
     flat, cons = sub.job
     deadlock = find_deadlock(flat, semantics, cons=cons)
     if deadlock is not None:
@@ -372,6 +375,8 @@ def _check_flat_job(analysis: Analysis, limits, file) -> Report:
     for d, chans in enumerate(analysis.replica_channels):
         _match(report, chans, d * P, P if D > 1 else None)
     report.errors.extend(order_findings(program))
+    for d, copies in _distinct(replicas).items():
+        report.errors.extend(_in_replica(diag, d, P, copies) for diag in reduce_order(replicas[d], D))
     # every finding is told (a mismatch or a collective out of order hides no deadlock)
     report.deadlock = find_deadlock(flat, semantics, cons=cons)
     if report.deadlock is not None:

@@ -540,7 +540,8 @@ def job_run(program: Program, semantics: str) -> bool:
       RESHARD is no collective; under a backend UNSHARD is posted and the stage's next compute waits
       until every member has posted its own;
     - under an abstract semantics a send or receive blocks at its place (a group's members are
-      posted together and the group passes when each can); under a backend they are posted, an F
+      posted together and the group passes when each can), and an explicit WAIT_SEND waits until
+      its send's receive is reached (the send is matched); under a backend they are posted, an F
       (B, I) waits for the receive that brings its input, an explicit WAIT_* for its operation,
       and under nccl each rank's single operations with one peer run on one stream in issue order,
       its groups on one stream of batches (every peer; a group one step of it, complete as a whole),
@@ -682,6 +683,14 @@ def job_run(program: Program, semantics: str) -> bool:
         for j, a in enumerate(steps[r][i].parts):
             if (r, i, j) in coll_at and not collective_ready(r, i, j, False):
                 return False
+            if a.op in waits and waits[a.op] in sends:  # an explicit wait for a send: until it is matched
+                for i2 in range(i - 1, -1, -1):
+                    hit = [j2 for j2, a2 in enumerate(steps[r][i2].parts)
+                           if a2.op is waits[a.op] and (a2.stage, a2.microbatch) == (a.stage, a.microbatch)]
+                    if hit:
+                        if not at_or_past(partner(op_key[(r, i2, hit[0])])):
+                            return False
+                        break
             key = op_key.get((r, i, j))
             if key is None:
                 continue

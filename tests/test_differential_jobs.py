@@ -54,7 +54,8 @@ def _with_collectives(draw, program: Program, tied: bool, steps: list, p: int) -
     if tied and S > 1:
         for s in (0, S - 1):
             if program.placement[s] == p and program.placement[0] != program.placement[S - 1]:
-                _insert(draw, steps, Action(Op.REDUCE_TIED, s))
+                _insert(draw, steps, Action(Op.REDUCE_TIED, s), len(steps) - draw(st.integers(0, 1)) * 2
+                        if draw(st.booleans()) else 0)  # (often near the end: after the backwards)
 
 
 def _with_waits_and_groups(draw, steps: list) -> None:
@@ -74,10 +75,11 @@ def _with_waits_and_groups(draw, steps: list) -> None:
 
 
 @st.composite
-def jobs(draw) -> Program:
-    """Replica 0: a lowered built-in (sometimes reordered) with collectives, waits and groups drawn
-    in; each further replica the same, a reordering of it, or drawn afresh."""
-    base = draw(st.sampled_from(BASES))
+def jobs(draw, bases: list[Program] = BASES, more: tuple[int, int] = (0, 2)) -> Program:
+    """Replica 0: a lowered built-in (one of `bases`, sometimes reordered) with collectives, waits
+    and groups drawn in; `more` (fewest, most) further replicas, each the same, a reordering of it,
+    or drawn afresh."""
+    base = draw(st.sampled_from(bases))
     tied = draw(st.booleans())
 
     def fresh() -> tuple:
@@ -90,7 +92,7 @@ def jobs(draw) -> Program:
 
     first = fresh()
     replicas = [first]
-    for _ in range(draw(st.integers(0, 2))):
+    for _ in range(draw(st.integers(*more))):
         how = draw(st.sampled_from(["same", "same", "reordered", "fresh"]))
         if how == "same":
             replicas.append(first)

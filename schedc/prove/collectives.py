@@ -2,7 +2,8 @@
 
 A collective (REDUCE_GRAD, UNSHARD, RESHARD; model.py's `Model.collectives`) names a stage in
 range, runs on the rank that holds it (lint's bad-index and wrong-rank), and a REDUCE_GRAD follows
-every backward that adds to its stage's gradients on that rank (lint's reduce-early). Deadlock and
+every backward that adds to its stage's gradients on that rank (lint's reduce-early), once a step
+(lint's duplicate). Deadlock and
 memory need nothing of them: docs/prove.md, "Replicas and collectives", says why.
 """
 from __future__ import annotations
@@ -17,7 +18,8 @@ from .model import Model, one_body
 ADDS_GRADIENT = frozenset(op.value for op in _ADDS)
 REDUCTIONS = frozenset(op.value for op in _READS)
 
-TEXT = "every collective names a stage in range, on the rank that holds it, after the backwards it reduces"
+TEXT = ("every collective names a stage in range, on the rank that holds it, after the backwards it reduces, "
+        "and reduces each stage once")
 
 
 def obligations(enc):
@@ -28,9 +30,15 @@ def obligations(enc):
         a = enc.instance(x, "a")
         yield x, None, z3.And(a.where(), z3.Not(z3.And(a.stage >= 0, a.stage < S))), a.shown("a")
         yield x, None, z3.And(a.where(), a.stage >= 0, a.stage < S, enc.owner(a.stage) != a.rank), a.shown("a")
-    for x in enc.m.collectives:
-        if x.kind not in REDUCTIONS:
-            continue
+    reductions = [x for x in enc.m.collectives if x.kind in REDUCTIONS]
+    for i, x in enumerate(reductions):  # (rules/reductions.py's ONCE: lint's `duplicate`)
+        for y in reductions[i:]:
+            a, b = enc.instance(x, "a"), enc.instance(y, "b")
+            twice = z3.And(a.where(), b.where(), a.rank == b.rank, a.stage == b.stage)
+            if x is y:
+                twice = z3.And(twice, z3.Or(*[u != v for u, v in zip(a.variables, b.variables)]))
+            yield x, y, twice, {**a.shown("a"), **b.shown("b")}
+    for x in reductions:
         for y in enc.m.stmts:
             if y.kind not in ADDS_GRADIENT or not one_body(x, y):
                 continue

@@ -170,6 +170,10 @@ def model(tree: ast.Schedule) -> Model:  # noqa: C901
         numbers = [x.microbatch.value for x in builder.stmts if isinstance(x.microbatch, ast.Num)]
         if "microbatches" not in decls and "M" not in params and len(numbers) == len(builder.stmts) and numbers:
             counted["microbatches"] = ast.Num(max(numbers) + 1, tree.span)
+    if loops.routes and "replicas" in decls and any(x.kind == "REDUCE_GRAD" for x in builder.collectives):
+        raise Unsupported("REDUCE_GRAD in a job of replicas with routes: whether each model stage's copies are "
+                          "averaged all before their sum or all after it (rules/reductions.py) is not asked "
+                          "symbolically", decls["replicas"].span)
     return replace(base, ranks=counted.get("ranks") or decl("ranks", "P"), stages=decls["stages"].value,
                    microbatches=counted.get("microbatches") or decl("microbatches", "M"),
                    placement=placement.kind, place_var=placement.var, place_expr=placement.expr,

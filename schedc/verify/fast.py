@@ -19,7 +19,7 @@ from functools import lru_cache
 from ..columns import COMPOUND, KIND_CODE, OPS, as_columns, columns_of
 from ..ir import SCHEDC_ONLY, CompoundKind, Op, Program
 from ..lazy_numpy import np
-from ..rules import deps
+from ..rules import deps, reductions
 from ..rules.memory import ALLOCATES, FREES, activation_deltas
 from ..rules.semantics import Semantics
 from . import small
@@ -35,6 +35,7 @@ _SCHEDC_ONLY = [_CODE[o] for o in SCHEDC_ONLY]  # explicit waits and the tied al
 _KINDS = (Op.F, Op.B, Op.I, Op.W)  # the rows of the position table below
 _ADDS_GRADIENT = [_KINDS.index(o) for o in deps.ADDS_GRADIENT]  # its rows of the backwards a reduction waits for
 assert deps.REDUCTIONS - {Op.REDUCE_GRAD} <= SCHEDC_ONLY  # REDUCE_GRAD is the one reduction asked here
+assert reductions.ONCE >= deps.REDUCTIONS  # each reduction once a step: `_reduces_early` asks it
 MAX_CELLS = 4_000_000  # stage x microbatch tables above this go to the detailed checks
 assert deps.NEEDS[Op.B] == deps.NEEDS[Op.I]  # below, "the backward" (B, or I where split) stands for both
 
@@ -161,10 +162,13 @@ def array_check(program: Program, semantics: Semantics, limits: dict[int, float]
 
 def _reduces_early(op, stage, step, pos: np.ndarray) -> bool:
     """Does some REDUCE_GRAD(s) come no later than a backward that adds to stage s's gradients
-    (deps.ADDS_GRADIENT; all on its rank, as placement was checked)? lint's `reduce-early`."""
+    (deps.ADDS_GRADIENT; all on its rank, as placement was checked), or twice (rules/reductions.py's
+    `ONCE`)? lint's `reduce-early` or `duplicate`."""
     reduce = op == _CODE[Op.REDUCE_GRAD]
     if not reduce.any():
         return False
+    if len(np.unique(stage[reduce])) < int(np.count_nonzero(reduce)):
+        return True
     last = pos[_ADDS_GRADIENT].max(axis=(0, 2))  # each stage's last such backward (-1: none)
     return bool((step[reduce] <= last[stage[reduce]]).any())
 

@@ -160,7 +160,34 @@ def constraints(program: Program, semantics: Semantics, chans: Channels) -> Cons
         if ch not in chans.sends:
             for e in recvs:
                 never.setdefault((e.rank, e.step), ("waits for a send that is never posted", e.part))
+    if buffer != 0:
+        _send_waits_for_match(program, chans, prereq, never, starts)
     return Constraints(prereq, never, starts=starts)
+
+
+def _send_waits_for_match(program: Program, chans: Channels, prereq, never, starts) -> None:
+    """Eager and bounded:K sends: an explicit WAIT_SEND waits until its send is matched (its
+    receive posted), the moment the rank stops holding the message (rules/semantics.py's
+    `sent_held_until`) and the moment gloo completes it, so a run these semantics allow runs on
+    gloo too. (Rendezvous: the send itself waited for that; a WAIT_RECV follows a receive that
+    blocked until its send was posted.)"""
+    mine = {(e.rank, e.action.op, e.action.stage, e.action.microbatch): e
+            for sends in chans.sends.values() for e in sends}
+    for r, steps in enumerate(program.ranks):
+        for x, st in enumerate(steps):
+            for k, a in enumerate(st.parts):
+                target = WAITS.get(a.op)
+                send = None if target is None else mine.get((r, target, a.stage, a.microbatch))
+                if send is None:
+                    continue  # not a wait for a send, or one for nothing (the structure check says so)
+                recvs = chans.recvs.get(send.channel, ())
+                if send.index >= len(recvs):
+                    never.setdefault((r, x), ("waits for a send whose receive is never posted", k))
+                elif recvs[send.index].step > 0:
+                    recv = recvs[send.index]
+                    prereq[r][x].append((recv.rank, recv.step - 1, "recv-posted", k))
+                else:
+                    starts.setdefault((r, x), []).append(recvs[send.index].rank)
 
 
 def _data(program: Program, prereq, never) -> None:  # noqa: C901

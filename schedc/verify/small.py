@@ -22,7 +22,7 @@ from operator import attrgetter, gt, lt
 from ..columns import CODE, COMPOUND, KIND_CODE, OPS, columns_of
 from ..ir import Action, CompoundKind, Op, Program
 from ..lazy_numpy import np
-from ..rules import deps
+from ..rules import deps, reductions
 from ..rules.memory import ALLOCATES, FREES, op_delta
 from ..rules.semantics import Semantics
 from .clear import RECEIVE_OF, SEND_OF, Clear, cleared
@@ -34,6 +34,7 @@ assert [CODE[op] for op in (Op.F, Op.B, Op.I, Op.W, Op.SEND_F, Op.RECV_F, Op.SEN
 _STAGE_OPS = frozenset(CODE[op] for op in (Op.UNSHARD, Op.RESHARD, Op.REDUCE_GRAD))
 _REDUCTIONS = frozenset(CODE[op] for op in deps.REDUCTIONS) & _STAGE_OPS  # (REDUCE_TIED: the detailed checks)
 _ADDS_GRADIENT = tuple(CODE[op] for op in deps.ADDS_GRADIENT)
+assert reductions.ONCE >= deps.REDUCTIONS  # each reduction once a step: `_reduce_late` asks it
 assert all(off == 0 for _, off in deps.NEEDS[Op.W])  # only F and the backward, which always exist, need across ranks
 _SEND = {kind: CODE[op] for kind, op in SEND_OF.items()}  # the send of a value's kind
 _RECEIVE = {need: CODE[op] for need, op in RECEIVE_OF.items()}  # the receive of a (kind, offset) need
@@ -256,7 +257,10 @@ def _routed_positions(pos: list[int], S: int, M: int, routes: deps.Routes) -> li
 
 def _reduce_late(acts: _Actions, pos: list[int], S: int, M: int) -> bool:
     """Does every REDUCE_GRAD(s) come after each backward that adds to stage s's gradients
-    (deps.ADDS_GRADIENT, on its rank: all are, by `_on_their_ranks`)? Else lint's `reduce-early`."""
+    (deps.ADDS_GRADIENT, on its rank: all are, by `_on_their_ranks`), once (rules/reductions.py's
+    `ONCE`)? Else lint's `reduce-early` or `duplicate`."""
+    if len({s for _, s in acts.reductions}) < len(acts.reductions):
+        return False
     SM = S * M
     for t, s in acts.reductions:
         if any(x >= t for k in _ADDS_GRADIENT for x in pos[k * SM + s * M:k * SM + (s + 1) * M]):
