@@ -560,6 +560,8 @@ class _Compiler:
                         for r in ([index] if index is not None else range(num_ranks)):
                             dispatch[r] = value
                     elif item.scope == "rank":
+                        if value <= 0:  # (a rank's times are the stage times divided by its speed)
+                            raise SchedcError("type", "'speed' must be a positive number", s.value.span)
                         speed[index] = value
                     else:
                         (stage_cost.setdefault(index, {}) if index is not None else base_cost)[s.name] = value

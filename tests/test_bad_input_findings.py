@@ -92,6 +92,20 @@ def test_a_speed_that_overflows_the_times_is_a_clean_error_without_warnings(run_
     assert code == 2 and "error[costs]: the simulated times overflow" in err, err
 
 
+def test_a_speed_of_zero_is_refused_where_it_is_written(run_cli, tmp_path):
+    """`cost rank 0: speed = 0` passed `check` and failed `sim` with an unlocated `costs` error: the
+    file's line now, and the IR JSON's field, before any command runs."""
+    src = tmp_path / "s.pp"
+    src.write_text("schedule s(P = 2, M = 2) {\n  stages P\n  cost rank 0: speed = 0\n"
+                   "  rank r { for m in 0 .. M { F(r, m) }\n for m in 0 .. M { B(r, m) } }\n}\n")
+    for command in ("check", "sim"):
+        code, _, err = run_cli(command, str(src))
+        assert code == 2 and f"{src}:3:24: error[type]: 'speed' must be a positive number" in err, err
+    path = _ir(run_cli, tmp_path, lambda d: d["annotations"].__setitem__("rank_speed", [0, 1]))
+    code, _, err = run_cli("check", str(path))
+    assert code == 2 and "error[ir-json]" in err and "'rank_speed' must be positive" in err, err
+
+
 def test_messages_whose_times_overflow_are_a_clean_error_without_warnings(run_cli, tmp_path):
     """The one-pass simulator sends messages of a described model's sizes: a latency near the floats'
     end made numpy's scalar add warn before the clean error (fuzz seed 113)."""

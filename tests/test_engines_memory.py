@@ -140,6 +140,27 @@ def test_sweep_reports_the_first_failure(run_cli, tmp_path):
     assert "M=4  X" in out and "first failure, at {'P': 2, 'M': 4}" in out and "error[missing]" in out
 
 
+def test_a_sweep_marks_a_setting_that_does_not_compile_and_goes_on(run_cli, tmp_path):
+    """1F1B whose warm-up goes negative when M < P - 1 - r: those settings are `E`, the first is told
+    with its setting and error, the rest of the grid is checked, and the exit code says bad input."""
+    src = tmp_path / "late.pp"
+    src.write_text("schedule late(P = 4, M = 8) {\n  require P >= 1, M >= 1\n  stages P\n  place loop\n"
+                   "  rank r {\n    let warm = P - 1 - r\n    for m in 0 .. warm { F(r, m) }\n"
+                   "    for m in 0 .. M - warm { F(r, m + warm); B(r, m) }\n"
+                   "    for m in M - warm .. M { B(r, m) }\n  }\n}\n")
+    code, out, _ = run_cli("check", str(src), "--sweep", "P=1..4", "--sweep", "M=1..4")
+    assert code == 2
+    lines = out.splitlines()
+    assert lines[0].index("1") == lines[1].index(".")  # the header's columns over the rows'
+    assert [line.split()[1:] for line in lines[3:5]] == [["E", ".", ".", "."], ["E", "E", ".", "."]]
+    assert "13 of 16 instances hold" in out and "'E' does not compile" in out
+    assert "first setting that does not compile, {'P': 3, 'M': 1}:" in out and "error[range]" in out
+    code, out, _ = run_cli("check", str(src), "--sweep", "P=3..3", "--sweep", "M=1..2", "--json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 2 and rows[0]["params"] == {"P": 3, "M": 1} and rows[0]["input_error"] is True
+    assert rows[0]["errors"][0]["code"] == "range" and rows[1]["ok"] is True
+
+
 # Issue 17, item 6: both engines tell one deadlock the same way (the same stuck steps and cycle).
 RING3_COMPUTE = """schedule ring3 {
   # each rank's first forward needs the previous rank's, which that rank runs second: a 3-cycle

@@ -1,6 +1,7 @@
 """`schedc check`: one report per input, or a sweep over parameter ranges with its table."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -146,6 +147,7 @@ def _sweep(args, params, stdout, stderr, setup=None) -> int:  # noqa: C901
     names = list(ranges)
     results: dict[tuple, str] = {}
     first_failure = None
+    first_error: tuple[dict, SchedcError] | None = None
     worst = EXIT_OK
     say = progress(stderr, quiet=args.json or total < 500)  # long sweeps only
     work = 0
@@ -166,11 +168,21 @@ def _sweep(args, params, stdout, stderr, setup=None) -> int:  # noqa: C901
         try:
             program = common.load(args.inputs[0], args, instance)
         except SchedcError as e:
-            if e.code != "require":
-                raise
-            results[values] = "-"
+            if e.code == "usage":
+                raise  # (the command's, not the instance's)
+            if e.code == "require":
+                results[values] = "-"
+                if args.json:
+                    stdout.write(dumps_json({"params": instance, "excluded": e.diagnostics[0].message}) + "\n")
+                continue
+            # the schedule does not compile at this setting (an index out of range, a division by zero):
+            # marked, told at the end with the setting, and the sweep goes on
+            results[values] = "E"
+            worst = common.worse(worst, EXIT_INPUT)
+            first_error = first_error or (instance, e)
             if args.json:
-                stdout.write(dumps_json({"params": instance, "excluded": e.diagnostics[0].message}) + "\n")
+                stdout.write(dumps_json({"params": instance, **json.loads(common.input_error_json(e, args.inputs[0]))})
+                             + "\n")
             continue
         work += instance_work(program, setup)
         if work > MAX_SWEEP_WORK:
@@ -196,9 +208,11 @@ def _sweep(args, params, stdout, stderr, setup=None) -> int:  # noqa: C901
         stdout.write(_sweep_table(names, ranges, results) + "\n")
         held = sum(v == "." for v in results.values())
         stdout.write(f"{held} of {len(results)} instances hold ('.' holds, 'X' fails, '?' unknown, "
-                     "'-' excluded by require)\n")
+                     "'-' excluded by require" + (", 'E' does not compile" if first_error else "") + ")\n")
         if ran_out is not None:
             stdout.write(ran_out + "\n")
+        if first_error is not None:
+            stdout.write(f"first setting that does not compile, {first_error[0]}:\n{first_error[1].render()}\n")
         if first_failure is not None:
             stdout.write(f"first failure, at {dict(first_failure.program.params)}:\n")
             summary = (described.check_text(first_failure, setup, limit) if setup is not None
@@ -211,7 +225,7 @@ def _sweep_table(names, ranges, results) -> str:
     if len(names) == 2:
         rows, cols = ranges[names[0]], ranges[names[1]]
         width = max(len(str(c)) for c in cols)
-        head = f"{names[0]}\\{names[1]:<3} " + " ".join(f"{c:>{width}}" for c in cols)
+        head = f"{names[0] + chr(92) + names[1]:<6} " + " ".join(f"{c:>{width}}" for c in cols)
         lines = [head] + [f"{r:<6} " + " ".join(f"{results[(r, c)]:>{width}}" for c in cols) for r in rows]
         return "\n".join(lines)
     return "\n".join(" ".join(f"{n}={v}" for n, v in zip(names, values)) + f"  {mark}"

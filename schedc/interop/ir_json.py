@@ -164,6 +164,14 @@ def _number(value, what: str) -> float:
     return float(value)
 
 
+def _speed(value) -> float:
+    """A rank's speed: a positive number (its times are the stage times divided by it)."""
+    speed = _number(value, "rank_speed")
+    if speed <= 0:
+        raise ValueError(f"'rank_speed' must be positive, not {value!r}")
+    return speed
+
+
 def _limits(given, ranks: int) -> tuple[tuple[int, float], ...]:
     """`memory_limit`: rank (a key, as text) -> limit, for ranks that exist."""
     out = {}
@@ -225,7 +233,7 @@ def _program(data) -> Program:
               for c in _need(ann.get("stage_costs", []), list, "stage_costs")),
         tuple(StageMemory(**{k: _number(v, k) for k, v in _need(m, dict, "a stage memory").items()})
               for m in _need(ann.get("stage_memory", []), list, "stage_memory")),
-        tuple(_number(x, "rank_speed") for x in _need(ann.get("rank_speed", []), list, "rank_speed")),
+        tuple(_speed(x) for x in _need(ann.get("rank_speed", []), list, "rank_speed")),
         _limits(ann.get("memory_limit", {}), ranks),
         _number(ann.get("latency", 0.0), "latency"),
         _number(ann.get("bandwidth", 0.0), "bandwidth"),
