@@ -83,6 +83,9 @@ def _read(text: str, name: str, fmt: str, params, notation: str, strict_params: 
     if placement is not None and not form.takes_placement:
         raise SchedcError("usage", f"--placement applies to PyTorch CSVs only ({name} is {form.what}; a "
                           "schedule states its own with `place`)", where="--placement")
+    if notation != "current" and not form.takes_notation:
+        raise SchedcError("usage", f"--notation {notation} applies to PyTorch CSVs only ({name} is {form.what}; "
+                          "its actions are named as the schedule language names them)", where="--notation")
     return form.read(text, name, params=params, notation=notation, strict=strict_params, placement=placement)
 
 

@@ -619,7 +619,16 @@ RUNTIME: dict[str, object] = {f.__name__: f for f in (as_number, as_int, as_nonn
 RUNTIME["_M"] = METER
 
 
-def did_you_mean(name: str, options) -> str:
+def closest(name: str, options) -> str | None:
+    """The option `name` most likely misspells: one that differs in case alone (`NCCL`: `nccl`),
+    else the closest by difflib, else None."""
     import difflib  # (asked on a mistake only)
-    close = difflib.get_close_matches(name, list(options), n=1)
-    return f"; did you mean '{close[0]}'?" if close else ""
+    options = [str(o) for o in options]
+    folded = [o for o in options if o.lower() == name.lower()]
+    close = folded or difflib.get_close_matches(name, options, n=1)
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, options) -> str:
+    close = closest(name, options)
+    return f"; did you mean '{close}'?" if close is not None else ""

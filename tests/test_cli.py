@@ -140,6 +140,27 @@ def test_export_of_a_failing_schedule_refuses_comms(run_cli, tmp_path):
     src.write_text(BAD_ORDER)
     code, out, err = run_cli("export", str(src), "--to", "torch-csv")
     assert code == 1 and out == "" and "nothing exported" in err
+    code, out, err = run_cli("export", str(src), "--to", "ir-json", "--level", "comms")
+    assert code == 1 and out == "" and "nothing exported" in err
+
+
+def test_export_ir_json_at_the_comms_level_is_lowered(run_cli, tmp_path):
+    """`--level comms` was ignored for ir-json (the compute level written, and no `level` in --json)."""
+    code, out, err = run_cli("export", "1f1b", "--param", "P=2,M=2", "--to", "ir-json", "--level", "comms", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    ir = json.loads(result["text"])
+    assert result["level"] == ir["level"] == "comms"
+    assert ir["actions"][0] == ["0F0", "0SEND_F0", "0F1", "0SEND_F1", "0RECV_B0", "0B0", "0RECV_B1", "0B1"]
+    code, out, _ = run_cli("export", "1f1b", "--param", "P=2,M=2", "--to", "ir-json", "--json")
+    assert code == 0 and json.loads(out)["level"] == json.loads(json.loads(out)["text"])["level"] == "compute"
+    lowered = tmp_path / "lowered.json"
+    assert run_cli("export", "1f1b", "--param", "P=2,M=2", "--to", "ir-json", "--level", "comms",
+                   "-o", str(lowered))[0] == 0
+    code, out, _ = run_cli("check", str(lowered))
+    assert code == 0 and "16 actions (comms level); ok" in out
+    code, out, err = run_cli("export", str(lowered), "--to", "ir-json", "--level", "compute")
+    assert code == 2 and out == "" and "--level: error[usage]: 1f1b is at the comms level" in err
 
 
 def test_version_and_help(run_cli):
@@ -254,6 +275,14 @@ def test_a_repeated_param_is_a_usage_error_and_commas_separate(run_cli):
     assert code == 2 and "expected NAME=INTEGER" in err
 
 
+def test_list_json_is_one_object_per_schedule_a_line(run_cli):
+    """As check's and compare's (docs/cli.md, JSON): JSON lines, not one document."""
+    code, out, _ = run_cli("list", "--json")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == len(run_cli("list")[1].splitlines())
+    assert all(set(json.loads(line)) == {"name", "params", "about", "file"} for line in lines)
+
+
 def test_list_descriptions_are_whole_sentences(run_cli):
     code, out, _ = run_cli("list", "--json")
     rows = {r["name"]: r for r in map(json.loads, out.splitlines())}
@@ -269,6 +298,11 @@ def test_list_descriptions_are_whole_sentences(run_cli):
     (("check", "1f1b", "--format", "torch_csv"), "did you mean 'torch-csv'?"),
     (("check", "1fb1"), "did you mean '1f1b'?"),
     (("compare", "zbh1"), "did you mean 'zb_h1'?"),
+    (("check", "1f1b", "--semantics", "rendevous"), "did you mean 'rendezvous'?"),
+    (("sim", "1f1b", "--semantics", "eagr"), "did you mean 'eager'?"),
+    (("compare", "1f1b", "--semantics", "NCCL"), "did you mean 'nccl'?"),
+    (("check", "1f1b", "--semantics", "nccl+shape"), "did you mean 'nccl+shapes'?"),
+    (("check", "1f1b", "--semantics", "bouned:2"), "did you mean 'bounded:2'?"),
 ])
 def test_did_you_mean_for_commands_and_builtins(run_cli, argv, hint):
     code, _, err = run_cli(*argv)

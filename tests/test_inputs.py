@@ -116,6 +116,60 @@ def test_placement_is_for_csv_inputs(run_cli):
     assert code == 2 and "--placement applies to PyTorch CSVs only" in err
 
 
+@pytest.mark.parametrize("command", ["check", "compile", "export", "compare"])
+def test_legacy_notation_is_for_csv_inputs(run_cli, tmp_path, command):
+    """`--notation legacy` on a .pp was read as if not given; it is refused as `--placement` is."""
+    extra = ["--to", "ir-json"] if command == "export" else ["-o", str(tmp_path)] if command == "compile" else []
+    code, out, err = run_cli(command, "1f1b", "--notation", "legacy", *extra)
+    assert code == 2 and out == "", out
+    assert "--notation: error[usage]: --notation legacy applies to PyTorch CSVs only" in err
+    assert "is a schedc schedule" in err and "1f1b.pp" in err
+    assert run_cli("check", "1f1b", "--notation", "current")[0] == 0
+
+
+def test_legacy_notation_still_reads_a_csv(torch_1f1b, run_cli):
+    code, _, err = run_cli("check", str(torch_1f1b), "--notation", "legacy")
+    assert "--notation" not in err and code in (0, 1)
+
+
+# ---- one --param list for several inputs ----
+@pytest.mark.parametrize("argv, named", [
+    (["compare", "1f1b", "gpipe", "--param", "p=2,m=2"], "--param p, m (1f1b takes M, P; gpipe takes M, P); "
+                                                         "did you mean 'P', 'M'?"),
+    (["check", "1f1b", "gpipe", "--param", "Q=2"], "--param Q (1f1b takes M, P; gpipe takes M, P)"),
+    (["compare", "1f1b", "--param", "P=2,Q=2"], "--param Q (1f1b takes M, P)"),
+    (["compare", "--param", "W=2"], "--param W (1f1b takes M, P; dualpipe takes M, P;"),
+])
+def test_a_param_no_input_takes_is_an_error_before_any_work(run_cli, argv, named):
+    """With several inputs each takes the names it declares; one that none declares was ignored
+    (exit 0, the defaults used): it is `unknown-param`, naming it and the inputs, and nothing ran."""
+    code, out, err = run_cli(*argv)
+    assert code == 2 and out == "", out
+    assert err.startswith("--param: error[unknown-param]: no input takes " + named), err
+
+
+def test_a_param_some_input_takes_is_fine(torch_1f1b, run_cli):
+    code, out, err = run_cli("check", "1f1b", "interleaved_1f1b", "--param", "P=2,M=4,V=2", "--json")
+    assert code == 0, err
+    assert [json.loads(line)["params"] for line in out.splitlines()] == [{"P": 2, "M": 4}, {"P": 2, "V": 2, "M": 4}]
+    code, _, err = run_cli("check", "1f1b", str(torch_1f1b), "--param", "P=3,V=1")  # V: the CSV's
+    assert "unknown-param" not in err
+    code, out, err = run_cli("check", "1f1b", "nosuch.pp", "--param", "Q=2")  # unreadable: its own error
+    assert code == 2 and "error[io]" in err and "unknown-param" not in err and "1f1b:" in out
+
+
+def test_an_ir_json_input_takes_no_param(tmp_path, run_cli):
+    path = tmp_path / "one.json"
+    assert run_cli("export", "1f1b", "--to", "ir-json", "-o", str(path))[0] == 0
+    code, _, err = run_cli("check", str(path), "--param", "P=2")
+    assert code == 2 and "error[usage]: --param applies to .pp schedules and PyTorch CSVs only" in err
+    other = tmp_path / "two.json"
+    other.write_text(path.read_text())
+    code, _, err = run_cli("check", str(path), str(other), "--param", "P=2")
+    assert code == 2 and f"no input takes --param P ({path} takes none; {other} takes none)" in err
+    assert run_cli("check", str(path), "1f1b", "--param", "P=2")[0] == 0
+
+
 # ---- standard input ----
 PP = "schedule tiny {\n  rank 0: 0F0 0SEND_F0 0RECV_B0 0B0\n  rank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n}\n"
 

@@ -23,6 +23,32 @@ def test_parse_and_print_round_trip(text):
 
 def test_bounded_zero_is_rendezvous_and_the_default():
     assert Semantics.parse("bounded:0") == RENDEZVOUS == Semantics()
+    with pytest.raises(SchedcError) as e:  # what the error lists says so, not "K a positive integer"
+        Semantics.parse("bounded:-1")
+    assert "bounded:K (K >= 0 messages; bounded:0 is rendezvous)" in e.value.diagnostics[0].message
+
+
+def test_a_buffer_past_the_digit_limit_is_too_large():
+    """bounded:99999999999999999999999 was taken (docs/limits.md: 19 digits)."""
+    assert Semantics.parse("bounded:" + "9" * 19).buffer == int("9" * 19)
+    with pytest.raises(SchedcError) as e:
+        Semantics.parse("bounded:" + "9" * 23)
+    assert e.value.code == "too-large" and "23 digits is too large (at most 19)" in e.value.diagnostics[0].message
+
+
+@pytest.mark.parametrize("text, hint", [("rendevous", "rendezvous"), ("eagr", "eager"), ("NCCL", "nccl"),
+                                        ("Gloo+Shapes", "gloo+shapes"), ("bounde:4", "bounded:4")])
+def test_a_near_miss_gets_a_suggestion(text, hint):
+    with pytest.raises(SchedcError) as e:
+        Semantics.parse(text)
+    assert e.value.diagnostics[0].message.endswith(f"; did you mean '{hint}'?")
+
+
+@pytest.mark.parametrize("text", ["bounded:²", "bounded:-1", "gloo+lazy", "mpi"])
+def test_no_suggestion_without_a_near_miss_that_reads(text):
+    with pytest.raises(SchedcError) as e:
+        Semantics.parse(text)
+    assert e.value.code == "usage" and "did you mean" not in e.value.diagnostics[0].message
 
 
 @pytest.mark.parametrize("text", ["Rendezvous", "bounded", "bounded:-1", "bounded:x", "mpi", "gloo+lazy",

@@ -80,6 +80,8 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     if args.viz:
         common.picture_suffix(Path(args.viz), dag=False)
     common.one_stdin(args.inputs)
+    if len(args.inputs) > 1:  # (one input is read strictly: its own error names its parameters)
+        common.known_params(args.inputs, args, params)
     if args.sweep:
         return _sweep(args, params, stdout, stderr, setup)
     worst = EXIT_OK

@@ -41,11 +41,12 @@ def description(args):
 
 def load(name: str, args, values=None, strict=True):
     """A schedule by name or path (`-`: standard input, read as --format says, .pp by default) with
-    the parameter values (ignored for IR JSON inputs)."""
-    from ..api import detect_format, load as load_program, load_text
+    the parameter values (`strict`: the one input, which must take each; else each takes those it
+    declares, an IR JSON none)."""
+    from ..api import load as load_program, load_text
     from ..interop.formats import FORMATS
-    fmt = args.format if args.format and not _builtin(name) else detect_format(name)  # (a built-in is .pp)
-    options = dict(params=values if FORMATS[fmt].takes_params else None, notation=args.notation,
+    fmt = _format(name, args)
+    options = dict(params=values if FORMATS[fmt].takes_params or strict else None, notation=args.notation,
                    strict_params=strict, forward_only=getattr(args, "forward_only", False),
                    placement=getattr(args, "placement", None))
     if name == STDIN:
@@ -56,6 +57,63 @@ def load(name: str, args, values=None, strict=True):
         program = load_program(name, fmt=fmt, **options)
     p2p = getattr(args, "p2p", None)
     return program if p2p is None or p2p == program.p2p else replace(program, p2p=p2p)
+
+
+def _format(name: str, args) -> str:
+    """The format input `name` is read in: --format's, else its extension's (a built-in is .pp)."""
+    from ..api import detect_format
+    return args.format if args.format and not _builtin(name) else detect_format(name)
+
+
+def known_params(names, args, values) -> None:
+    """One --param list serves several inputs, each taking the names it declares; a name that no
+    input takes (a schedule's parameters, a CSV's P, M and V) is an `unknown-param` error naming it
+    and the inputs, before any work. An input that cannot be read is left to its own error."""
+    if not values:
+        return
+    read = {name: takes(name, args) for name in names}
+    taken = {name: t for name, t in read.items() if t is not None}
+    if len(taken) < len(read):
+        return
+    unknown = [k for k in values if not any(k in t for t in taken.values())]
+    if unknown:
+        raise SchedcError("unknown-param", _unknown_params(unknown, taken), where="--param")
+
+
+def _unknown_params(unknown: list[str], taken: dict) -> str:
+    """`no input takes --param p (1f1b takes M, P; x.csv takes M, P, V); did you mean 'P'?`"""
+    from ..expr import closest
+    listed = "; ".join(f"{shown(n)} takes {', '.join(sorted(t)) or 'none'}" for n, t in taken.items())
+    every = set().union(*taken.values())
+    close = [c for c in (closest(k, every) for k in unknown) if c is not None]
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return f"no input takes --param {', '.join(unknown)} ({listed}){hint}"
+
+
+def takes(name: str, args) -> frozenset[str] | None:
+    """The --param names input `name` takes: its parameters (a schedule's, a framework's), a CSV's
+    P, M and V, none for an IR JSON; None when it cannot be read (its load says why)."""
+    from .. import importers
+    from ..interop.formats import FORMATS
+    try:
+        if importers.is_imported(name) and not Path(name).exists():
+            return frozenset(importers.takes(name))
+        declares = FORMATS[_format(name, args)].declares
+        return frozenset(declares(_text(name, args), shown(name)) if declares is not None else ())
+    except SchedcError:
+        return None
+
+
+def _text(name: str, args) -> str:
+    """The text of input `name`: a file's or a built-in's (`resolve` refuses a pipe before reading
+    it, as `load` does), or standard input's, read once."""
+    from ..api import resolve
+    from ..inputs import read_text
+    if name == STDIN:
+        if getattr(args, "stdin_text", None) is None:
+            args.stdin_text = read_stdin()
+        return args.stdin_text
+    return read_text(resolve(name))
 
 
 def shown(name: str) -> str:

@@ -42,6 +42,8 @@ def run(args, stdout, stderr) -> int:
     from ..rules.semantics import Semantics
     names = args.inputs or list(builtin_schedules())
     common.one_stdin(names)
+    params = common.params(args.param)
+    common.known_params(names, args, params)  # a name no schedule takes: an error, before any work
     semantics = Semantics.parse(args.semantics) if args.semantics else None  # a bad value: usage, before any work
     if semantics is not None and semantics.modifiers:
         raise SchedcError("usage", f"{semantics}: compare times schedules; what +{' and +'.join(semantics.modifiers)} "
@@ -56,7 +58,7 @@ def run(args, stdout, stderr) -> int:
         limit = setup.memory  # the accelerator's
     costs = common.costs(args, setup)
     overlap = not args.no_overlap and (costs is None or costs.overlap is not False)
-    rows = compare(names, common.params(args.param), costs=costs, memory_limit=limit, overlap=overlap,
+    rows = compare(names, params, costs=costs, memory_limit=limit, overlap=overlap,
                    semantics=semantics, load=lambda name, values: common.load(name, args, values, strict=False))
     if args.json:
         for row in rows:

@@ -11,8 +11,9 @@ def add_arguments(q) -> None:
     from ..interop.formats import writable
     arguments.inputs(q)
     q.add_argument("--to", required=True, choices=writable(), help="output format")
-    q.add_argument("--level", choices=["compute", "comms"], default="comms",
-                   help="torch-csv: compute_only or compute_comms (default)")
+    q.add_argument("--level", choices=["compute", "comms"],
+                   help="compute, or comms: communication inserted (a schedule that fails its checks is refused); "
+                        "default: comms for torch-csv (compute_comms), the program's own level for ir-json")
     q.add_argument("-o", "--output", metavar="FILE", help="output file (default: standard output)")
     q.add_argument("--json", action="store_true",
                    help="print one JSON object: the format, the file written (`outputs`) or, without -o, the "
@@ -20,12 +21,13 @@ def add_arguments(q) -> None:
 
 
 def run(args, stdout, stderr) -> int:
-    from ..interop.formats import Refused, writer
+    from ..interop.formats import FORMATS, Refused, writer
     program = common.load(args.input, args, common.params(args.param))
+    level = args.level or FORMATS[args.to].level  # (None: the program's own)
     head = {"file": common.shown(args.input), "schedule": program.name, "params": dict(program.params), "to": args.to,
-            **({"level": args.level} if args.to == "torch-csv" else {})}
+            "level": level or program.level}
     try:
-        text = writer(args.to)(program, level=args.level)
+        text = writer(args.to)(program, level=level)
     except Refused as refused:
         stderr.write(refused.report.render() + "\n")
         stderr.write(f"schedc: {refused.why}\n")

@@ -43,15 +43,27 @@ def load(name: str, params: Mapping[str, int] | None = None, *, forward_only: bo
 def listing(name: str, params: Mapping[str, int] | None = None, *, forward_only: bool = False,
             strict: bool = True) -> str:
     """The schedc text (literal per-rank lists, one line per framework step) of `name` at `params`."""
+    module, schedule = _schedule(name)
+    build: Callable[..., str] = module.SCHEDULES[schedule]
+    known = module.PARAMS[schedule]
+    given = {k: v for k, v in (params or {}).items() if strict or k in known}
+    return build(settings(name, given, known), forward_only=forward_only)
+
+
+def takes(name: str) -> tuple[str, ...]:
+    """The parameters the framework's schedule `name` takes (`P`, `M`, ...)."""
+    module, schedule = _schedule(name)
+    return tuple(module.PARAMS[schedule])
+
+
+def _schedule(name: str):
+    """The framework's module and the schedule's name in it, or a usage error listing those it has."""
     framework, _, schedule = name.partition(":")
     module = FRAMEWORKS[framework]
     if schedule not in module.SCHEDULES:
         raise SchedcError("usage", f"{framework} has no schedule {schedule!r}; schedc imports "
                           f"{', '.join(framework + ':' + s for s in module.SCHEDULES)}", where=name)
-    build: Callable[..., str] = module.SCHEDULES[schedule]
-    known = module.PARAMS[schedule]
-    given = {k: v for k, v in (params or {}).items() if strict or k in known}
-    return build(settings(name, given, known), forward_only=forward_only)
+    return module, schedule
 
 
 def settings(name: str, params: Mapping[str, int] | None, known: Mapping[str, int | None]) -> dict[str, int]:

@@ -28,8 +28,11 @@ class Format:
     """One format: `name` (`--format`, `--to`), `extensions` (lower case, with the dot; the first is
     the one written), `what` it is in a sentence; `read(text, name, params=, notation=, strict=)`
     gives a `Program` (`takes_params`: `--param` applies, to the text's parameters or to what it
-    states; `takes_placement`: so does `--placement`); `write(program, level=)` gives the text
-    (`level`: compute or comms, for a format with both) or raises `Refused`."""
+    states, and `declares(text, name)` gives the names it takes; `takes_placement`: so does
+    `--placement`; `takes_notation`: so does `--notation legacy`); `write(program, level=)` gives
+    the text at the level asked (compute, or comms: communication inserted, `Refused` for a program
+    that fails its checks), `level` the one written when `--level` is not given (None: the
+    program's own)."""
 
     name: str
     extensions: tuple[str, ...]
@@ -38,12 +41,25 @@ class Format:
     write: Callable[..., str] | None = None
     takes_params: bool = False
     takes_placement: bool = False
+    takes_notation: bool = False
+    level: str | None = None
+    declares: Callable[[str, str], tuple[str, ...]] | None = None
 
 
 def _read_pp(text: str, name: str, *, params: Mapping[str, int] | None, strict: bool, **_: object) -> "Program":
     from ..compiler import compile_schedule
     from ..parse import parse
     return compile_schedule(parse(text, name), params, strict=strict)
+
+
+def _declared_pp(text: str, name: str) -> tuple[str, ...]:
+    from ..parse import parse
+    return tuple(p.name for p in parse(text, name).params)
+
+
+def _stated_csv(text: str, name: str) -> tuple[str, ...]:
+    from .torch_csv import STATED
+    return tuple(STATED)
 
 
 def _read_csv(text: str, name: str, *, notation: str, params: Mapping[str, int] | None = None,
@@ -57,9 +73,27 @@ def _read_ir(text: str, name: str, **_: object) -> "Program":
     return read_ir_json(text, name)
 
 
-def _write_ir(program: "Program", **_: object) -> str:
+def _write_ir(program: "Program", *, level: str | None = None, **_: object) -> str:
+    """The IR as it is, or at the comms level lowered as `schedc run` lowers it (schedc.passes.lower),
+    once it checks."""
     from .ir_json import dumps_ir
-    return dumps_ir(program)
+    if level is None or level == program.level:
+        return dumps_ir(program)
+    if level != "comms":
+        raise SchedcError("usage", f"{program.name} is at the comms level: IR JSON writes it as it is, its "
+                          "communication included (--level comms, or no --level)", where="--level")
+    return dumps_ir(_checked_lowering(program))
+
+
+def _checked_lowering(program: "Program") -> "Program":
+    """A compute-level program with its communication inserted (schedc's lowering, for its runtime),
+    refused if it fails its checks: communication can only be inserted into a sound compute order."""
+    from ..passes import lower
+    from ..report import run_checks
+    report = run_checks(program)
+    if not report.ok:
+        raise Refused(report, "the schedule fails its checks; nothing exported")
+    return lower(program)
 
 
 def _write_csv(program: "Program", *, level: str = "comms", **_: object) -> str:
@@ -104,9 +138,10 @@ def unregister(name: str) -> None:
 
 
 for _fmt in (  # the first is the default: a file whose extension picks no other format
-    Format("pp", (".pp",), "a schedc schedule", read=_read_pp, takes_params=True),
+    Format("pp", (".pp",), "a schedc schedule", read=_read_pp, takes_params=True, declares=_declared_pp),
     Format("torch-csv", (".csv",), "PyTorch's schedule CSV (compute_only or compute_comms)", read=_read_csv,
-           write=_write_csv, takes_params=True, takes_placement=True),
+           write=_write_csv, takes_params=True, takes_placement=True, takes_notation=True, level="comms",
+           declares=_stated_csv),
     Format("ir-json", (".json",), "schedc's IR as JSON", read=_read_ir, write=_write_ir),
 ):
     register(_fmt)

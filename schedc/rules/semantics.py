@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..errors import SchedcError
+from ..inputs import integer
 
 
 @dataclass(frozen=True)
@@ -244,16 +245,39 @@ def _parse(text: str) -> Semantics:
         flags = {m: True for m in mods}
         if not kind.buffered and not colon:
             return Semantics(name, 0, **flags)
-        if kind.buffered and colon and k.isdigit() and not mods:
-            if int(k) == 0 and kind.zero:
+        if kind.buffered and colon and k.isascii() and k.isdigit() and not mods:
+            buffer = integer(k, f"--semantics {name}:K", where="--semantics")  # (too many digits: too-large)
+            if buffer == 0 and kind.zero:
                 return Semantics(kind.zero)
-            if int(k) > 0:
-                return Semantics(name, int(k))
-    raise SchedcError("usage", f"unknown semantics {text!r}; expected {_expected()}", where="--semantics")
+            if buffer > 0:
+                return Semantics(name, buffer)
+    raise SchedcError("usage", f"unknown semantics {text!r}; expected {_expected()}{_did_you_mean(text)}",
+                      where="--semantics")
+
+
+def _did_you_mean(text: str) -> str:
+    """`; did you mean 'nccl+shapes'?` for a near miss (`NCCL+shape`): the kind and each modifier
+    replaced by its closest, when that reads; "" when nothing close does."""
+    from ..expr import closest
+    base, *mods = text.split("+")
+    name, colon, k = base.partition(":")
+    kind = closest(name, KINDS)
+    if kind is None:
+        return ""
+    fixed = [closest(m, KINDS[kind].modifiers) or m for m in mods]
+    guess = "+".join((kind + colon + k, *fixed))
+    if guess == text:  # (nothing misspelt: the buffer, or the modifiers' order, is what is wrong)
+        return ""
+    try:
+        _parse(guess)
+    except SchedcError:
+        return ""
+    return f"; did you mean '{guess}'?"
 
 
 def _expected() -> str:
-    forms = [f"{k.form} (K a positive integer)" if k.buffered else k.form for k in KINDS.values()]
+    forms = [f"{k.form} (K >= 0 messages; {k.name}:0 is {k.zero})" if k.buffered and k.zero
+             else f"{k.form} (K >= 1 messages)" if k.buffered else k.form for k in KINDS.values()]
     takes = {m: [k.name for k in KINDS.values() if m in k.modifiers] for m in MODIFIERS}
     return (f"{listed(tuple(forms))}, a backend with modifiers after it: "
             + "; ".join(f"+{m} ({', '.join(kinds)}: {MODIFIERS[m].meaning})" for m, kinds in takes.items()))
