@@ -12,7 +12,7 @@ import sys
 import threading
 from typing import Sequence, TextIO
 
-from .errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, SchedcError
+from .errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, OutputError, SchedcError
 from .signals import exit_code, interrupts, terminated
 
 EXIT_INTERNAL = 4
@@ -101,9 +101,10 @@ def _main(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # noq
         return e.status if isinstance(e.status, int) else EXIT_INPUT
     except SchedcError as e:
         stderr.write(e.render() + "\n")
-        if getattr(args, "json", False):  # --json: the error as JSON on stdout too
+        if getattr(args, "json", False):  # --json: the error as JSON on stdout too, `file` what it is about
             from .commands.common import input_error_json
-            stdout.write(input_error_json(e, getattr(args, "input", None)) + "\n")
+            file = e.output if isinstance(e, OutputError) else getattr(args, "input", None)
+            stdout.write(input_error_json(e, file) + "\n")
         return EXIT_INPUT
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (schedc/signals.py): every `finally` has run
         _KEPT.append(e)  # its frames hold the stopped query's Z3 objects: see _KEPT

@@ -2,7 +2,7 @@
 
 `SchedcError` is raised for bad input (syntax, names, parameters, CSV cells, usage); it renders as
 `file:line:col: error[CODE]: message` with the source line and a caret. `SchedcErrors` carries
-several at once. Exit codes used by the CLI live here too, so scripts can rely on them.
+several at once; `OutputError` is one about an output file, which it names. Exit codes used by the CLI live here too, so scripts can rely on them.
 """
 from __future__ import annotations
 
@@ -84,3 +84,12 @@ class SchedcError(Exception):
 
     def __str__(self) -> str:
         return self.render()
+
+
+class OutputError(SchedcError):
+    """An output that cannot be written (code `io`): `output` is its path, which `--json` reports
+    as the error's `file` in place of the input's."""
+
+    def __init__(self, message: str, output: str):
+        super().__init__("io", message, where=output)
+        self.output = output

@@ -9,7 +9,10 @@ file the user may not write is refused, as `cp` refuses it; a failure or an inte
 nothing behind. A symbolic link is written through: its target is replaced atomically, the link
 stays (a link to nothing is refused). A FIFO, a character device or an open descriptor (`/dev/stdout`, a
 shell's `>(...)`) is written directly, as a shell redirection would; a FIFO nobody reads is an
-error, not a wait. Anything else (a folder, a block device, a socket) is refused. JSON never holds
+error, not a wait. Anything else (a folder, a block device, a socket) is refused. A command checks
+its outputs' places before its work (`check_writable`), so a file in a folder's place or a folder it
+may not write is an error naming the output before anything is computed; `write_replacing` also
+removes a writer's earlier outputs that this run does not write (compile's). JSON never holds
 `Infinity` or `NaN`: a number that is not finite is written `null`. What a native library prints
 while it runs (HiGHS) goes to standard error, so standard output holds only what the command writes.
 A data-parallel job's text shows one replica's ranks where every replica's are alike (`alike_replicas`).
@@ -27,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SchedcError
+from .errors import OutputError
 
 
 def write_file(path: Path | str, data: str | bytes) -> Path:
@@ -67,6 +70,57 @@ def write_files(folder: Path | str, files: dict[str, str | bytes]) -> list[Path]
 
 
 @dataclass(frozen=True)
+class Replaced:
+    """What `write_replacing` did: the paths `written`, the earlier outputs `removed`, and those
+    `kept` (each with why it was not removed)."""
+
+    written: list[Path]
+    removed: list[Path]
+    kept: list[tuple[Path, str]]
+
+
+def write_replacing(folder: Path | str, files: dict[str, str | bytes], others=()) -> Replaced:
+    """`write_files(folder, files)`, then remove each of `others` (names of outputs the same writer
+    makes on other runs, not on this one) found in `folder`, so no earlier run's output is left
+    beside this run's as if it were one of them. Only a regular file this process may write is
+    removed (each at once, by unlink), and only once every new file is in place: a symbolic link,
+    a FIFO, a device, a folder or a read-only file is kept, with why (judged before anything is
+    written). An output that cannot be written removes nothing."""
+    folder = Path(folder)
+    stale = [folder / name for name in others if name not in files and os.path.lexists(folder / name)]
+    kept = [(path, why) for path in stale if (why := _why_kept(path)) is not None]
+    written = write_files(folder, files)
+    removed = []
+    for path in stale:
+        if any(path == k for k, _ in kept):
+            continue
+        try:
+            path.unlink()
+            removed.append(path)
+        except FileNotFoundError:
+            continue  # gone meanwhile: nothing stale left
+        except OSError as exc:
+            kept.append((path, f"cannot remove it: {exc.strerror or exc}"))
+    return Replaced(written, removed, kept)
+
+
+def _why_kept(path: Path) -> str | None:
+    """Why the earlier output `path` is not removed (None: it may be): only a regular file, not a
+    link, that this process may write is (a read-only one is refused, as it is not replaced)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None  # gone already
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if not _may_write(path):
+        return f"it is read-only (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+@dataclass(frozen=True)
 class _Target:
     """Where an output goes: `path` (a symbolic link resolved), written directly or replaced
     atomically; what it replaces (None: a new file, which gets 0666 less the umask)."""
@@ -82,8 +136,7 @@ def _target(path: Path) -> _Target:
         st = os.stat(path)
     except FileNotFoundError:
         if os.path.islink(path):
-            raise SchedcError("io", "is a symbolic link to a missing file; not writing through it",
-                              where=str(path)) from None
+            raise OutputError("is a symbolic link to a missing file; not writing through it", str(path)) from None
         return _Target(path)
     except OSError as exc:
         raise _io_error(exc, path) from None
@@ -96,8 +149,7 @@ def _target(path: Path) -> _Target:
         return _Target(real, old=st)
     what = "a folder" if stat.S_ISDIR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode) else \
         "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file"
-    raise SchedcError("io", f"is {what}; schedc writes regular files, FIFOs and character devices",
-                      where=str(path))
+    raise OutputError(f"is {what}; schedc writes regular files, FIFOs and character devices", str(path))
 
 
 _DESCRIPTOR = re.compile(r"/(?:dev|proc/[^/]+)/fd/\d+")
@@ -122,8 +174,8 @@ def _refuse_read_only(path: Path, st: os.stat_result) -> None:
     (renaming over it needs only the folder's permission). The kernel's answer for this process, so
     root may replace it, as root's `cp` does."""
     if not _may_write(path):
-        raise SchedcError("io", f"is read-only (mode {stat.S_IMODE(st.st_mode):04o}); not replacing it: make it "
-                          "writable (chmod u+w) or remove it first", where=str(path))
+        raise OutputError(f"is read-only (mode {stat.S_IMODE(st.st_mode):04o}); not replacing it: make it "
+                          "writable (chmod u+w) or remove it first", str(path))
 
 
 def _may_write(path: Path) -> bool:
@@ -137,7 +189,59 @@ def _make_folder(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise SchedcError("io", f"cannot create the output folder: {exc.strerror}", where=str(folder)) from None
+        if isinstance(exc, (FileExistsError, NotADirectoryError)):
+            _check_folder(folder, folder)  # names the file in the way
+        raise OutputError(f"cannot create the output folder: {exc.strerror}", str(folder)) from None
+
+
+def check_writable(folder: Path | str, names=(), output: Path | str | None = None) -> None:
+    """Before a command's work: an OutputError if `folder` could not hold new files (a file is in
+    its place or on its path; it, or the folder it would be made in, is one this process may not
+    write) or if one of `names` in it could not be written by the rules above (a read-only file, a
+    folder of that name, ...). The error names the output (`output`, else the folder or the file).
+    Nothing is created; the writing checks again."""
+    folder = Path(folder)
+    _check_folder(folder, Path(output) if output is not None else folder)
+    if not folder.is_dir():
+        return  # made when written, in a folder checked above
+    if not names:
+        _may_create_in(folder, folder)
+    for name in names:
+        target = _target(folder / name)
+        if not target.direct:  # (a FIFO or a descriptor is written in place: its folder is not written)
+            _may_create_in(target.path.parent, target.path)
+
+
+def check_output(path: Path | str) -> None:
+    """`check_writable` for one output file: its folder, and the file if it is there."""
+    path = Path(path)
+    check_writable(path.parent, [path.name], output=path)
+
+
+def _check_folder(folder: Path, output: Path) -> None:
+    """An OutputError naming `output` if `folder` is not a folder, or if it is missing and the
+    nearest folder above it that is there is not one this process may create folders in."""
+    if folder.is_dir():
+        return
+    if os.path.lexists(folder):
+        raise OutputError("is a file, not a folder: -o names the folder the outputs go in" if output == folder
+                          else f"cannot write: {folder} is a file, not a folder", str(output))
+    above = folder.parent
+    while not os.path.lexists(above) and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise OutputError(f"cannot create the output folder: {above} is a file, not a folder", str(output))
+    _may_create_in(above, output, "cannot create the output folder")
+
+
+def _may_create_in(folder: Path, output: Path, what: str = "cannot write") -> None:
+    """An OutputError naming `output` if this process may not create files in `folder` (the
+    kernel's answer: its permissions, or a read-only file system)."""
+    effective = os.access in os.supports_effective_ids
+    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=effective):
+        where = "this folder" if folder == output else f"the folder {folder}"
+        raise OutputError(f"{what}: {where} is not writable (its permissions, or a read-only file system)",
+                          str(output))
 
 
 def _stage(target: _Target, data: bytes, temps: list[tuple[str, Path]]) -> None:
@@ -195,7 +299,7 @@ def _write_direct(path: Path, data: bytes) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | nonblock | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         if exc.errno == errno.ENXIO and stat.S_ISFIFO(os.stat(path).st_mode):
-            raise SchedcError("io", "cannot write: no process is reading the FIFO", where=str(path)) from None
+            raise OutputError("cannot write: no process is reading the FIFO", str(path)) from None
         raise
     with os.fdopen(fd, "wb") as fh:
         if nonblock:
@@ -203,8 +307,8 @@ def _write_direct(path: Path, data: bytes) -> None:
         fh.write(data)
 
 
-def _io_error(exc: OSError, where) -> SchedcError:
-    return SchedcError("io", f"cannot write: {exc.strerror or exc}", where=str(where))
+def _io_error(exc: OSError, where) -> OutputError:
+    return OutputError(f"cannot write: {exc.strerror or exc}", str(where))
 
 
 def rounded(x: float) -> int | float:

@@ -363,3 +363,79 @@ def test_progress_helper():
     progress(tty, quiet=True)("two")
     progress(pipe)("three")
     assert tty.getvalue() == "x: one\n" and pipe.getvalue() == ""
+
+
+# ---- compile: what it did not write, and an earlier run's files ----
+def _compile(run_cli, out, *extra):
+    return run_cli("compile", "1f1b", "--param", "P=4,M=8", "-o", str(out), *extra)
+
+
+def test_compile_removes_an_earlier_runs_program_it_did_not_write_this_time(run_cli, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    (out / "keep").mkdir(parents=True)
+    (out / "other_program.py").write_text("not ours\n")  # another schedule's: never touched
+    assert _compile(run_cli, out)[0] == 0 and (out / "1f1b_program.py").is_file()
+    monkeypatch.setattr("schedc.lower.codegen.MAX_RUNNABLE_ACTIONS", 100)  # now too large to write
+    code, stdout, err = _compile(run_cli, out)
+    assert code == 0 and "no runnable program" in err, err
+    assert "not written: " + str(out / "1f1b_program.py") in stdout
+    assert f"removed the stale {out / '1f1b_program.py'}" in stdout
+    assert sorted(p.name for p in out.iterdir()) == ["1f1b.csv", "1f1b.json", "1f1b.svg", "keep",
+                                                      "other_program.py"]
+    monkeypatch.undo()
+    assert _compile(run_cli, out)[0] == 0  # all four again, nothing said removed
+    monkeypatch.setattr("schedc.lower.codegen.MAX_RUNNABLE_ACTIONS", 100)
+    code, stdout, _ = _compile(run_cli, out, "--json")
+    report = json.loads(stdout)
+    assert report["removed"] == [str(out / "1f1b_program.py")] and report["stale"] == []
+    assert [m["file"] for m in report["not_written"]] == [str(out / "1f1b_program.py")]
+    assert "at most 100" in report["not_written"][0]["why"]
+
+
+def test_compile_force_removes_the_csv_and_program_it_cannot_make_and_says_why(run_cli, tmp_path):
+    out = tmp_path / "out"
+    assert _compile(run_cli, out)[0] == 0
+    code, stdout, err = _compile(run_cli, out, "--force", "--memory-limit", "2")
+    assert code == 1, err
+    csv, program = out / "1f1b.csv", out / "1f1b_program.py"
+    for kind in ("PyTorch CSV", "runnable program"):
+        assert f"schedc: no {kind}: the schedule fails its checks (memory)" in err, err
+    assert f"not written: {csv}, {program}" in stdout
+    assert f"removed the stale {csv}" in stdout and f"removed the stale {program}" in stdout
+    assert sorted(p.name for p in out.iterdir()) == ["1f1b.json", "1f1b.svg"]
+
+
+def test_compile_force_names_what_a_missing_backward_leaves_unwritten(run_cli, tmp_path):
+    src = tmp_path / "nob.pp"
+    src.write_text("schedule nob {\n  rank 0: 0F0 0F1 0B0\n  rank 1: 1F0 1B0 1F1 1B1\n}\n")
+    code, stdout, err = run_cli("compile", str(src), "--force", "-o", str(tmp_path / "out"), "--json")
+    assert code == 1
+    report = json.loads(stdout)
+    assert report["outputs"] == [str(tmp_path / "out" / n) for n in ("nob.json", "nob.svg")]
+    missing = {Path(m["file"]).name: m["why"] for m in report["not_written"]}
+    assert set(missing) == {"nob.csv", "nob_program.py"} and all("(missing)" in why for why in missing.values())
+
+
+def test_compile_keeps_an_earlier_output_that_is_a_link_and_warns(run_cli, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    elsewhere = tmp_path / "mine.py"
+    elsewhere.write_text("the user's own file\n")
+    (out / "1f1b_program.py").symlink_to(elsewhere)
+    monkeypatch.setattr("schedc.lower.codegen.MAX_RUNNABLE_ACTIONS", 100)
+    code, stdout, err = _compile(run_cli, out, "--json")
+    assert code == 0 and f"warning: {out / '1f1b_program.py'} is an earlier run's output" in err, err
+    assert "symbolic link" in err and json.loads(stdout)["stale"][0]["file"] == str(out / "1f1b_program.py")
+    assert (out / "1f1b_program.py").is_symlink() and elsewhere.read_text() == "the user's own file\n"
+
+
+def test_compile_refuses_a_file_as_its_folder_before_any_work(run_cli, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    code, stdout, err = _compile(run_cli, afile)
+    assert code == 2 and stdout == "" and f"{afile}: error[io]: is a file, not a folder" in err, err
+    code, stdout, _ = _compile(run_cli, afile / "sub", "--json")
+    error = json.loads(stdout)
+    assert code == 2 and error["file"] == str(afile / "sub")  # the output, not the input
+    assert error["errors"][0]["message"] == f"cannot create the output folder: {afile} is a file, not a folder"
+    assert afile.read_text() == "x"

@@ -173,6 +173,17 @@ def test_compile_force_writes_an_unverified_program_for_a_failing_schedule(tmp_p
     assert code == 1
     module = _import(tmp_path / "b" / "broken_program.py")
     assert module.PROGRAM["verified"] is None
+    # its text claims no verification it did not get
+    assert "from an UNVERIFIED schedule:\nwritten with `schedc compile --force`" in module.__doc__
+    assert "verified schedule" not in module.__doc__
+    crossed = tmp_path / "crossed.pp"  # deadlocks under rendezvous sends, passes under eager ones
+    crossed.write_text("schedule crossed {\n rank 0: 0F0 0F1 0SEND_F0 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n"
+                       " rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1\n}\n")
+    code, _, _ = run_cli("compile", str(crossed), "-o", str(tmp_path / "c"), "--semantics", "eager")
+    verified = _import(tmp_path / "c" / "crossed_program.py")
+    assert code == 0 and verified.PROGRAM["verified"] == "eager"
+    assert "from a verified schedule." in verified.__doc__ and "UNVERIFIED" not in verified.__doc__
+    assert "its checks were not run" in lower_to_torch(schedc.load("1f1b"), verified=None).source
 
 
 def _crossed(program, lowering=lower):

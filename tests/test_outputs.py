@@ -329,3 +329,40 @@ def test_native_output_goes_to_stderr_not_stdout(capfd):
     out, err = capfd.readouterr()
     assert out == "before\nafter\n"
     assert "raw line" in err and "buffered C line" in err
+
+
+# ---- the outputs' places, checked before the work ----
+@pytest.mark.parametrize("argv, output", [
+    (["compile", "1f1b", "-o", "ro"], "ro"),
+    (["compile", "1f1b", "-o", "ro/new"], "ro/new"),
+    (["viz", "1f1b", "-o", "ro/x.svg"], "ro/x.svg"),
+    (["check", "1f1b", "--viz", "ro/x.svg"], "ro/x.svg"),
+], ids=["compile", "compile-new-folder", "viz", "check-viz"])
+def test_a_folder_not_writable_is_refused_before_the_work(run_cli, tmp_path, monkeypatch, argv, output):
+    _as_non_root_user(monkeypatch)
+    (tmp_path / "ro").mkdir(mode=0o555)
+    monkeypatch.chdir(tmp_path)
+    called = []
+    monkeypatch.setattr("schedc.commands.common.run_checks", lambda *a, **k: called.append(a))
+    code, stdout, err = run_cli(*argv)
+    assert code == 2 and stdout == "" and not called, err  # no summary, no "ok": nothing was checked
+    assert err.startswith(f"{output}: error[io]: ") and "is not writable" in err, err
+    code, stdout, _ = run_cli(*argv, "--json")
+    assert code == 2 and json.loads(stdout)["file"] == output  # the output's path, not the input's
+    assert os.listdir(tmp_path / "ro") == []
+
+
+def test_a_late_write_error_names_the_output_in_json(run_cli, tmp_path, monkeypatch):
+    """Found only as the files are written (here a folder made read-only meanwhile): the JSON's
+    `file` is still the output's path."""
+    out = tmp_path / "out"
+    out.mkdir()
+    from schedc import outputs
+    monkeypatch.setattr(outputs, "check_writable", lambda *a, **k: None)
+    monkeypatch.setattr("schedc.commands.compile.check_writable", lambda *a, **k: None)
+    def refuse(path, data, temps):
+        raise OSError(errno.EACCES, "Permission denied")
+    monkeypatch.setattr(outputs, "_stage", refuse)
+    code, stdout, _ = run_cli("compile", "1f1b", *SMALL, "-o", str(out), "--json")
+    error = json.loads(stdout.splitlines()[-1])
+    assert code == 2 and error["file"] == str(out / "1f1b.json") and error["errors"][0]["code"] == "io"

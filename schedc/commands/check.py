@@ -8,7 +8,7 @@ from pathlib import Path
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
 from ..inputs import integer
 from ..options import clock_limit, memory_limit
-from ..outputs import dumps_json
+from ..outputs import check_output, dumps_json
 from ..progress import progress
 from . import arguments, common, described
 
@@ -79,6 +79,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
         raise SchedcError("usage", "--viz draws one schedule: give one input and no --sweep", where="--viz")
     if args.viz:
         common.picture_suffix(Path(args.viz), dag=False)
+        check_output(args.viz)  # before any work: a folder that is a file or not writable, a read-only picture
     common.one_stdin(args.inputs)
     if len(args.inputs) > 1:  # (one input is read strictly: its own error names its parameters)
         common.known_params(args.inputs, args, params)

@@ -1,17 +1,25 @@
-"""`schedc compile`: parse, compile, check, and write the IR, the CSV, the program and the timeline."""
+"""`schedc compile`: parse, compile, check, and write the IR, the CSV, the program and the timeline.
+
+Each run leaves the folder with this run's outputs only: one it cannot make (too large, a schedule
+torch cannot run, one written with --force) is named with why, and an earlier run's file of that
+name is removed (or, if it is not compile's to remove, a warning names it)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..errors import SchedcError
+from ..outputs import check_writable, write_replacing
 from . import arguments, common
 
+# What compile writes for a schedule, by suffix after its stem, and what each is called in a note.
+KINDS = {".json": "IR", ".csv": "PyTorch CSV", "_program.py": "runnable program", ".svg": "picture"}
 
 
 def add_arguments(q) -> None:
     arguments.inputs(q)
     q.add_argument("-o", "--output", default="build", metavar="DIR", help="output folder (default: build)")
-    q.add_argument("--force", action="store_true", help="write outputs even if checks fail")
+    q.add_argument("--force", action="store_true",
+                   help="write outputs even if checks fail (those that can be made; the others are named)")
     q.add_argument("--json", action="store_true",
                    help="print one JSON object: the check's report and the files written (`outputs`)")
     arguments.checking(q)
@@ -19,7 +27,11 @@ def add_arguments(q) -> None:
 
 def run(args, stdout, stderr) -> int:
     from ..columns import held_as_columns
+    folder = Path(args.output)
+    check_writable(folder)  # before any work: a file in the folder's place, a folder not writable
     program = common.load(args.input, args, common.params(args.param))
+    names = output_names(program.name)
+    check_writable(folder, names)  # and each output (a read-only one), before the checks
     if not program.replicas:  # the steps as integer columns from the start: the checks and every output
         program = held_as_columns(program)  # read them so (millions, at the limits); a job's replicas share theirs
     report = common.run_checks(program, args)
@@ -29,62 +41,106 @@ def run(args, stdout, stderr) -> int:
         stderr.write(report.render() + "\n")
         if not args.force:
             stderr.write("schedc: checks did not pass; nothing written (use --force to write anyway)\n")
-            return _done(args, report, [], stdout)
-    written = common.write_files(Path(args.output), _outputs(program, report, stderr))
+            return _done(args, report, None, {}, stdout)
+    files, skipped = _outputs(program, report, stderr)
+    done = write_replacing(folder, files, names)
+    missing = {str(folder / name): why for name, why in skipped.items()}
+    for path, why in done.kept:
+        stderr.write(f"schedc: warning: {path} is an earlier run's output, not written this time, and was not "
+                     f"removed ({why}): it does not match the files written beside it\n")
     if not args.json:
-        stdout.write("  wrote " + ", ".join(str(p) for p in written) + "\n")
-    return _done(args, report, written, stdout)
+        _say(done, missing, stdout)
+    return _done(args, report, done, missing, stdout)
 
 
-def _outputs(program, report, stderr) -> dict[str, str]:
+def output_names(name: str) -> list[str]:
+    """The files compile writes for the schedule `name` (in KINDS' order), when it can make each."""
+    stem = common.safe_stem(name)
+    return [stem + suffix for suffix in KINDS]
+
+
+def _say(done, missing: dict[str, str], stdout) -> None:
+    """The summary's lines about files: written, not written (why: in the notes above), removed."""
+    stdout.write("  wrote " + ", ".join(str(p) for p in done.written) + "\n")
+    if missing:
+        stdout.write("  not written: " + ", ".join(missing) + " (see the notes on standard error)\n")
+    for path in done.removed:
+        stdout.write(f"  removed the stale {path}: an earlier run's output that this run did not write\n")
+
+
+def _outputs(program, report, stderr) -> tuple[dict[str, str], dict[str, str]]:
     """The files to write, by name: the IR, the PyTorch CSV, the program and the timeline (those
-    that can be made, with a note for each that cannot)."""
+    that can be made); and those that cannot, by name, with why (each also a note on `stderr`)."""
     from ..columns import held_as_columns
     from ..interop.ir_json import dumps_ir
     from ..interop.torch_csv import to_torch_csv, torch_cannot_run
-    stem = common.safe_stem(program.name)
-    no_csv = torch_cannot_run(program)
-    if no_csv is not None:
-        stderr.write(f"schedc: no PyTorch CSV: {no_csv}\n")
+    names = output_names(program.name)
+    json_name, csv_name, program_name, svg_name = names
+    kinds = dict(zip(names, KINDS.values()))
+    skipped: dict[str, str] = {}
+
+    def skip(name: str, why: str) -> None:
+        stderr.write(f"schedc: no {kinds[name]}: {why}\n")
+        skipped[name] = why
+
+    unlowered = _not_lowered(program, report)
+    no_csv = unlowered or torch_cannot_run(program)
     program = held_as_columns(program)  # the outputs read its steps as integer columns (millions, at the limits)
-    can_lower = program.level == "comms" or report.ok is not False  # (not a compute-level one that fails)
     verified = str(report.semantics) if report.ok else None  # (both lowerings are checked again under it)
-    csv = None
-    if can_lower and no_csv is None:  # (a job of identical replicas: torch runs replica 0's schedule on each)
+    outputs = {json_name: dumps_ir(program)}
+    if no_csv is not None:
+        skip(csv_name, no_csv)
+    else:  # (a job of identical replicas: torch runs replica 0's schedule on each)
         # first: its lowering is the peak of memory
-        csv = to_torch_csv(program.replica(0), "comms", verified=verified).dumps()
-    outputs = {f"{stem}.json": dumps_ir(program)}
-    if csv is not None:
-        outputs[f"{stem}.csv"] = csv
-    if can_lower:
-        source = _lowered_source(program, report, verified, stderr)
+        outputs[csv_name] = to_torch_csv(program.replica(0), "comms", verified=verified).dumps()
+    if unlowered is not None:
+        skip(program_name, unlowered)
+    else:
+        source = _lowered_source(program, report, verified, lambda why: skip(program_name, why))
         if source is not None:
-            outputs[f"{stem}_program.py"] = source
+            outputs[program_name] = source
     try:
-        outputs[f"{stem}.svg"] = common.render_picture(program, report, ".svg").data  # a failing one (--force) shows why
+        outputs[svg_name] = common.render_picture(program, report, ".svg").data  # a failing one (--force) shows why
     except SchedcError as e:
         if e.code != "too-large":
             raise
-        stderr.write(f"schedc: no picture: {e.diagnostics[0].message}\n")
-    return outputs
+        skip(svg_name, e.diagnostics[0].message)
+    return {name: outputs[name] for name in names if name in outputs}, skipped
 
 
-def _done(args, report, written, stdout) -> int:
-    """The exit code of the report; with --json, first its one JSON object, `outputs` the files written."""
+def _not_lowered(program, report) -> str | None:
+    """Why a schedule written with --force is not lowered (no CSV, no runnable program), or None:
+    communication is inserted only into a compute-level schedule that passes its checks (or that
+    could not be decided); a communication-level one is lowered as it is."""
+    if program.level == "comms" or report.ok is not False:
+        return None
+    codes = ", ".join(dict.fromkeys(d.code for d in report.errors)) or "failed"
+    return (f"the schedule fails its checks ({codes}), and schedc inserts communication only into a "
+            "compute-level schedule that passes them")
+
+
+def _done(args, report, done, missing: dict[str, str], stdout) -> int:
+    """The exit code of the report; with --json, first its one JSON object: `outputs` the files
+    written, `not_written` those that could not be made (with why), `removed` an earlier run's
+    files removed and `stale` those kept (with why)."""
     if args.json:
-        stdout.write(common.dumps_json({**report.to_dict(), "outputs": [str(p) for p in written]}) + "\n")
+        files = {"outputs": [str(p) for p in done.written] if done else [],
+                 "not_written": [{"file": path, "why": why} for path, why in missing.items()],
+                 "removed": [str(p) for p in done.removed] if done else [],
+                 "stale": [{"file": str(p), "why": why} for p, why in done.kept] if done else []}
+        stdout.write(common.dumps_json({**report.to_dict(), **files}) + "\n")
     return common.exit_of(report)
 
 
-def _lowered_source(program, report, verified, stderr) -> str | None:
-    """The runnable torch.distributed program (`<name>_program.py`); None, with a note, if a schedule
-    written with --force cannot be lowered."""
+def _lowered_source(program, report, verified, skip) -> str | None:
+    """The runnable torch.distributed program (`<name>_program.py`); None, with `skip(why)`, if a
+    schedule written with --force (or one too large) cannot be lowered. Written with --force, its
+    docstring says it is unverified."""
     from ..lower import lower_to_torch
     try:
-        return lower_to_torch(program, verified=verified).source
+        return lower_to_torch(program, verified=verified, unverified="force").source
     except SchedcError as e:
         if report.ok and e.code != "too-large":
             raise
-        stderr.write(f"schedc: no runnable program: {e.diagnostics[0].message}\n")
+        skip(e.diagnostics[0].message)
         return None
-

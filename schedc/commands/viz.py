@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import EXIT_OK
+from ..outputs import check_output
 from . import arguments, common, described
 
 
@@ -30,6 +31,7 @@ def run(args, stdout, stderr) -> int:
     picture is written, whatever the checks found."""
     from ..columns import held_as_columns
     common.picture_suffix(Path(args.output), args.dag)
+    check_output(args.output)  # before any work: a folder that is a file or not writable, a read-only picture
     program = common.load(args.input, args, common.params(args.param))
     overlap, links, units = True, None, None
     setup = common.description(args)  # seconds and GiB from a model and hardware description, or None

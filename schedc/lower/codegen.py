@@ -1,8 +1,9 @@
 """Render a communication-level Program as a self-describing Python program for schedc.runtime.
 
 The text is a fixed template; the only parts that vary are literals made by `_literal` from
-validated values (checked again with `ast.literal_eval`) and comments made from integers and the
-closed set of op names. The rendered program imports only `schedc.runtime` (which brings torch).
+validated values (checked again with `ast.literal_eval`), comments made from integers and the
+closed set of op names, and the docstring's first paragraph: verified, or why not (a closed set).
+The rendered program imports only `schedc.runtime` (which brings torch).
 """
 from __future__ import annotations
 
@@ -17,9 +18,22 @@ from ..ir import Compound as IrCompound
 from ..ir import Program
 from ..runtime.table import COMM_OPS, PEER_STAGE, Compound, Instr, Table, TableError, load_table, parts
 
+# The docstring's first paragraph: what the program's checks vouch for. A verified program's says so;
+# an unverified one's (PROGRAM["verified"] None) says why there is no check behind it, from this
+# closed set (`unverified=`), never a claim it did not earn.
+VERIFIED = "A pipeline-parallel training program, lowered by schedc from a verified schedule."
+UNVERIFIED = {
+    "force": "A pipeline-parallel training program, lowered by schedc from an UNVERIFIED schedule:\n"
+             "written with `schedc compile --force`, its checks did not pass (they failed or could not\n"
+             "decide), so it may deadlock, cross messages or run out of memory.",
+    "unchecked": "A pipeline-parallel training program, lowered by schedc from an UNVERIFIED schedule:\n"
+                 "its checks were not run (`schedc run --no-verify`, or lowered without them), so it may\n"
+                 "deadlock, cross messages or run out of memory.",
+}
+
 HEADER = '''\
 #!/usr/bin/env python3
-"""A pipeline-parallel training program, lowered by schedc from a verified schedule.
+"""{purpose}
 
 PROGRAM describes the schedule (its name, parameters, sizes, and the placement: stage -> rank).
 RANKS holds, for each rank, the steps it runs in order, with every message explicit. A step is data:
@@ -127,10 +141,12 @@ def refuse_unrunnable(program: Program, where: str | None = None) -> None:
                           where=where or program.name)
 
 
-def lower_to_torch(program: Program, *, verified: str | None = None, receives: str = "needed") -> LoweredProgram:
+def lower_to_torch(program: Program, *, verified: str | None = None, receives: str = "needed",
+                   unverified: str = "unchecked") -> LoweredProgram:
     """Insert communication (if the program has none) and render the runnable program.
 
-    `verified` records the send semantics the schedule was checked under (None: not checked);
+    `verified` records the send semantics the schedule was checked under (None: not checked, for
+    the reason `unverified` names, a key of UNVERIFIED, which the program's docstring gives);
     `receives="early"` posts every receive at the start of its rank's step (gloo; `passes.lower`).
     """
     from ..passes import lower
@@ -138,15 +154,15 @@ def lower_to_torch(program: Program, *, verified: str | None = None, receives: s
     lowered = lower(program, receives=receives)
     if verified is not None:
         validate_lowering(lowered, verified)
-    return runnable(lowered, verified)
+    return runnable(lowered, verified, unverified)
 
 
-def runnable(lowered: Program, verified: str | None) -> LoweredProgram:
+def runnable(lowered: Program, verified: str | None, unverified: str = "unchecked") -> LoweredProgram:
     """The runnable program of a lowering (communication explicit) that passed the checks under
     `verified` (None: not checked): `lower_to_torch`'s last half, for a caller that has lowered and
     checked the program itself (`schedc run`'s receives posted early, checked under gloo)."""
     table = table_of(lowered, verified)
-    source = render_program(table)
+    source = render_program(table, unverified)
     sends = sum(a.is_send for steps in table.ranks for st in steps for a in parts(st))
     metadata = {
         "schedule": table.schedule,
@@ -191,9 +207,12 @@ def validate_torch_lowering(lowered: Program, verified: str) -> bool:
     return True
 
 
-def render_program(table: Table) -> str:
+def render_program(table: Table, unverified: str = "unchecked") -> str:
+    """The program's text: a verified table's docstring says it was verified; an unverified one's
+    (`table.verified` None) says why not, `UNVERIFIED[unverified]`."""
     meta, ranks = table.to_data()
-    head = HEADER + "PROGRAM = " + _literal(meta, indent=0) + "\n" + "\n" + "RANKS = [\n"
+    purpose = VERIFIED if table.verified is not None else UNVERIFIED[unverified]
+    head = HEADER.replace("{purpose}", purpose) + "PROGRAM = " + _literal(meta, indent=0) + "\n" + "\n" + "RANKS = [\n"
     blocks = []
     for r, steps in enumerate(ranks):
         stages = ", ".join(str(s) for s in table.stages_of(r)) or "none"
