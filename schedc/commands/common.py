@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
-from ..inputs import STDIN, STDIN_NAME, read_stdin
+from ..inputs import STDIN, STDIN_NAME, is_pipe, read_stdin, read_text
 from .. import options
 from ..options import clock_limit, memory_limit
 from ..outputs import dumps_json, write_file, write_files  # every output is written by schedc/outputs.py
@@ -41,7 +41,9 @@ def description(args):
 
 def load(name: str, args, values=None, strict=True):
     """A schedule by name or path (`-`: standard input, read as --format says, .pp by default) with
-    the parameter values (ignored for IR JSON inputs)."""
+    the parameter values (ignored for IR JSON inputs). A pipe (`<(cmd)`, a FIFO) is read as
+    standard input is: whole, once (a sweep loads it at every instance), in --format or the format
+    its name's extension says."""
     from ..api import detect_format, load as load_program, load_text
     from ..interop.formats import FORMATS
     fmt = args.format if args.format and not _builtin(name) else detect_format(name)  # (a built-in is .pp)
@@ -52,6 +54,11 @@ def load(name: str, args, values=None, strict=True):
         if getattr(args, "stdin_text", None) is None:  # read once (a sweep loads it at every instance)
             args.stdin_text = read_stdin()
         program = load_text(args.stdin_text, STDIN_NAME, fmt, **options)
+    elif is_pipe(name):
+        texts = vars(args).setdefault("pipe_texts", {})
+        if name not in texts:
+            texts[name] = read_text(name, "the pipe")
+        program = load_text(texts[name], name, fmt, **options)
     else:
         program = load_program(name, fmt=fmt, **options)
     p2p = getattr(args, "p2p", None)
