@@ -13,7 +13,7 @@ from typing import Mapping
 from .report import ENGINES, Report, run_checks
 from .columns import columns_of
 from .errors import Diagnostic, SchedcError
-from .inputs import decode, read_text
+from .inputs import decode, is_pipe, read_text
 from .interop.formats import by_extension, named, readable
 from . import importers
 from .ir import Program
@@ -37,6 +37,8 @@ def resolve(path_or_name: str) -> Path:
 
 def _resolve(path_or_name: str) -> tuple[Path, bool]:
     """(the file, True when it is the path given; False: a built-in's, by its name)."""
+    if not path_or_name:  # (Path("") is the current directory)
+        raise SchedcError("io", "the path is empty: name a file or a built-in schedule", where="input")
     path = Path(path_or_name)
     try:
         if path.is_file():
@@ -51,6 +53,10 @@ def _resolve(path_or_name: str) -> tuple[Path, bool]:
                           "which this needs (check, sim, viz, export, compare and run take it)", where=path_or_name)
     if path_or_name in builtins:
         return builtins[path_or_name], False
+    if exists and is_pipe(path_or_name):
+        raise SchedcError("io", f"{path_or_name} is a pipe, not a file, and this reads files: save its text to one "
+                          "(check, sim, viz, export, compile, compare and run read a pipe, and `-`, standard input)",
+                          where=path_or_name)
     if exists:
         raise SchedcError("io", f"{path_or_name} is not a file", where=path_or_name)
     from .expr import did_you_mean

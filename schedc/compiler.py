@@ -24,7 +24,7 @@ from .ir import (DEFAULT_SPEED, MAX_ACTIONS, ActionSyntaxError, Action, Annotati
                  Program, Route, placed, StageCost, StageMemory, Step, parse_step, same_lines, unchecked_action,
                  model_stages as ir_model_stages)
 from .expr import (FUNCTIONS, INT, MAX_INT, RUNTIME, Block, Emitter, Env, Eval, Function, Functions, Module,
-                   CHECK_STEPS, calls_memoized, charge, compile_expr as _compile_expr, compile_function,
+                   CHECK_STEPS, as_truth, calls_memoized, charge, compile_expr as _compile_expr, compile_function,
                    did_you_mean as _did_you_mean, metered)
 from .span import Span, span_text
 
@@ -378,10 +378,7 @@ class _Compiler:
 
     def require(self, item: ast.Require, env: Env) -> None:
         for c in item.constraints:
-            ok = self.expr(c.cond, self.scope)(env)
-            if type(ok) is not bool:
-                raise SchedcError("type", "a requirement must be a comparison, e.g. M >= P", c.cond.span)
-            if not ok:
+            if not as_truth(self.expr(c.cond, self.scope)(env), c.cond.span):  # (a number is a `type` error)
                 values = ", ".join(f"{n}={env[n]}" for n in ast.names_in(c.cond) if n in env)
                 shown = f" ({values})" if values else ""
                 text = c.message or f"requirement '{span_text(c.cond.span)}' does not hold"

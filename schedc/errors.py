@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .span import Span, caret_lines
+from .span import Span, caret_lines, visible
 
 EXIT_OK = 0  # every check holds
 EXIT_FAIL = 1  # a check fails (structure, deadlock, ...)
@@ -17,6 +17,7 @@ EXIT_INPUT = 2  # bad input or usage
 EXIT_UNKNOWN = 3  # a solver gave up (verifier)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM), handled as Ctrl-C is (schedc/signals.py)
+_LAYOUT = "\t\n"  # the control characters a message or a note may hold as such (a grid's rows)
 
 
 @dataclass(frozen=True)
@@ -32,15 +33,17 @@ class Diagnostic:
     step: int | None = None
 
     def render(self, severity: str = "error") -> str:
+        """The text for a terminal: control characters of the file's name, its lines, the message
+        (a `require`'s own) and the notes are shown escaped (`visible`), never sent raw."""
+        message = visible(self.message, keep=_LAYOUT)
         if self.span is not None:
-            loc = str(self.span)
-            head = f"{loc}: {severity}[{self.code}]: {self.message}"
+            head = f"{visible(str(self.span), keep='')}: {severity}[{self.code}]: {message}"
             body = caret_lines(self.span)
         else:
-            prefix = f"{self.where}: " if self.where else ""
-            head = f"{prefix}{severity}[{self.code}]: {self.message}"
+            prefix = f"{visible(self.where, keep='')}: " if self.where else ""
+            head = f"{prefix}{severity}[{self.code}]: {message}"
             body = []
-        return "\n".join([head, *body, *(f"  = note: {n}" for n in self.notes)])
+        return "\n".join([head, *body, *(f"  = note: {visible(n, keep=_LAYOUT)}" for n in self.notes)])
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"code": self.code, "message": self.message}

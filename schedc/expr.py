@@ -7,14 +7,15 @@ writes the same source into the code it generates for a schedule's rank bodies, 
 local variables (schedc/compiler.py). The prover evaluates its assumptions, bounds and constant
 folding with `compile_expr` (its concrete instances are the compiler's own expansion), so both mean
 one thing. The emitter infers each value's type (an integer, a number, a condition) from the names
-it reads; a value is checked at run time only where its type is not known, by the functions at the
-end of this module, which give every type, overflow and division error its message.
+it reads; a number where a condition is expected is refused as it is compiled (as the prover refuses
+it); a value is checked at run time only where its type is not known, by the functions at the end of
+this module, which give every type, overflow and division error its message.
 """
 from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Callable, Iterator, NoReturn, Protocol, Sequence
 
 from . import syntax as ast
 from .errors import SchedcError
@@ -211,16 +212,14 @@ class Emitter:
         return src if kind == INT else self.check(f"as_int({src}, {self.span(span)})")
 
     def condition(self, e: ast.Expr, scope: Scope, depth: int = 0) -> str:
-        """`e` as a Python condition (an integer is true when not 0)."""
-        src, kind = self.expr(e, scope, depth)
-        return src if kind in (BOOL, INT) else self.check(f"as_truth({src}, {self.span(e.span)})")
-
-    def boolean(self, e: ast.Expr, scope: Scope, depth: int) -> str:
-        """`e` as a bool (the value of `and`, `or`)."""
+        """`e` as a bool: a condition (of `if`, `elif`, `?:`, `and`, `or`, `not`). A number is a
+        `type` error, raised now when the type says so (as the prover refuses it), else when run."""
         src, kind = self.expr(e, scope, depth)
         if kind == BOOL:
             return src
-        return f"({src} != 0)" if kind == INT else self.check(f"as_truth({src}, {self.span(e.span)})")
+        if kind in (INT, NUM):
+            not_a_condition("an integer" if kind == INT else "a number", e.span)
+        return self.check(f"as_truth({src}, {self.span(e.span)})")
 
     def check(self, call: str) -> str:
         """`call`, a call of a check of this module, counted (a Python call costs several operations)."""
@@ -250,7 +249,7 @@ class Emitter:
     def _binop(self, e: ast.BinOp, scope: Scope, depth: int) -> tuple[str, str]:
         op, ls, rs = e.op, e.left.span, e.right.span
         if op in ("and", "or"):
-            return f"({self.boolean(e.left, scope, depth + 1)} {op} {self.boolean(e.right, scope, depth + 1)})", BOOL
+            return f"({self.condition(e.left, scope, depth + 1)} {op} {self.condition(e.right, scope, depth + 1)})", BOOL
         (left, lk), (right, rk) = self.expr(e.left, scope, depth + 1), self.expr(e.right, scope, depth + 1)
         if op in ("==", "!=", "<", "<=", ">", ">="):
             return f"({self.number(left, lk, ls)} {op} {self.number(right, rk, rs)})", BOOL
@@ -378,7 +377,12 @@ class Function:
         return steps
 
     def _type(self, types: tuple[str, ...], passed: tuple[tuple[str, str], ...] = ()) -> str:
-        return Emitter(Module(), Block(), local=True).expr(self.body, Params(self.params, types, self.scope, passed))[1]
+        try:
+            return Emitter(Module(), Block(), local=True).expr(self.body, Params(self.params, types, self.scope, passed))[1]
+        except SchedcError as err:  # (types guessed ahead of any call: `c ? a : b` is not for an integer c)
+            if err.code != "type":
+                raise
+            return ANY
 
     def write(self, emitter: Emitter, name: str, types: tuple[str, ...], passed: tuple[tuple[str, str], ...]) -> None:
         """`def name(...)`, the code for arguments of `types` and the outer names `passed`, written
@@ -584,9 +588,14 @@ def as_nonneg(v, span, what) -> int:
 def as_truth(v, span) -> bool:
     if type(v) is bool:
         return v
-    if type(v) is int:
-        return v != 0
-    raise SchedcError("type", f"expected a condition, got {_kind(v)}", span)
+    not_a_condition(_kind(v), span)
+
+
+def not_a_condition(kind: str, span: Span) -> NoReturn:
+    """The `type` error of a value of `kind` ("an integer") where a condition is expected."""
+    text = span_text(span)
+    hint = f"'{text} != 0'" if 0 < len(text) <= 30 else "'x != 0'"
+    raise SchedcError("type", f"expected a condition, got {kind}; write a comparison, e.g. {hint}", span)
 
 
 def overflow(v, span):

@@ -8,7 +8,9 @@ An integer in an option or a file's key has at most MAX_DIGITS digits (`too-larg
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import sys
 from pathlib import Path
 
@@ -21,12 +23,23 @@ MAX_DIGITS = 19  # no count or size schedc takes has more digits (2^62 has 19)
 
 
 def read_text(path: Path | str, what: str = "the file") -> str:
-    """The text of a file the user named (`what` says which, in the message if it cannot be read)."""
+    """The text of a file the user named (`what` says which, in the message if it cannot be read),
+    or of a pipe (read whole, once: waiting for its writer as `cat` does)."""
+    if str(path) == "":
+        raise SchedcError("io", f"cannot read {what}: the path is empty", where="input")
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise SchedcError("io", f"cannot read {what}: {exc.strerror}", where=str(path)) from None
     return decode(data, str(path))
+
+
+def is_pipe(path: str) -> bool:
+    """Whether `path` names a pipe: a FIFO, or a shell's process substitution `<(cmd)` (`/dev/fd/63`)."""
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 def read_stdin() -> str:

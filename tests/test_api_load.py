@@ -43,4 +43,9 @@ def test_a_pipe_is_not_a_file_and_opening_it_does_not_wait_for_a_writer(tmp_path
     monkeypatch.chdir(tmp_path)
     os.mkfifo("pipe.csv")
     assert _file_text("pipe.csv") is None
-    assert _error("pipe.csv").startswith("pipe.csv: error[io]: pipe.csv is not a file")
+    assert _error("pipe.csv").startswith("pipe.csv: error[io]: pipe.csv is a pipe, not a file, and this reads files")
+
+
+def test_an_empty_path_is_said_to_be_empty():
+    """Not "error[io]:  is not a file" (the empty path is the current directory to `Path`)."""
+    assert _error("") == "input: error[io]: the path is empty: name a file or a built-in schedule"

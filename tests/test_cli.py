@@ -112,6 +112,35 @@ def test_bad_input_exits_2_with_a_located_message(run_cli, tmp_path):
     assert code == 2
 
 
+def _raw_controls(text: str) -> list[str]:
+    """The control characters in `text` a terminal would act on (tab and newline are layout)."""
+    return [ch for ch in text if (ord(ch) < 0x20 and ch not in "\t\n") or 0x7F <= ord(ch) < 0xA0]
+
+
+def test_control_characters_reach_the_terminal_escaped(run_cli, tmp_path):
+    """A comment holding ESC [2J (clear the screen), a `require` message with a colour and a bell, a
+    file name with an escape and a binary file's NULs: shown as \\x1b, the caret under the same text."""
+    src = tmp_path / "clear\x1b[2J.pp"
+    src.write_text('schedule s(P = 2, M = 2) {\n  stages \x01\t@ # \x1b[2J\x7f\n}\n')
+    code, _, err = run_cli("check", str(src))
+    assert code == 2 and not _raw_controls(err), err
+    head, line, caret = err.splitlines()[:3]
+    assert head.startswith(f"{tmp_path}/clear\\x1b[2J.pp:2:10: error[syntax]:")
+    assert line == "   2 |   stages \\x01\t@ # \\x1b[2J\\x7f"
+    assert caret == "     |          ^^^^"  # under the \\x01 it points at, the tab kept before the @
+    assert line.index("@") == caret.index("^") + len("\\x01\t")
+    req = tmp_path / "req.pp"
+    req.write_text('schedule s(P = 2, M = 2) {\n  require M > 5 else "need \x1b[31mmore\x07"\n  stages P\n}\n')
+    code, _, err = run_cli("check", str(req))
+    assert code == 2 and not _raw_controls(err), err
+    assert "error[require]: need \\x1b[31mmore\\x07 (M=2)" in err
+    binary = tmp_path / "blob.pp"
+    binary.write_bytes(b"\x00\x00abc\x00")
+    code, _, err = run_cli("check", str(binary))
+    assert code == 2 and not _raw_controls(err), err
+    assert "   1 | \\x00\\x00abc\\x00" in err
+
+
 def test_bad_csv_cell_is_located(run_cli, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("0F0,0B0\n1F0,1Q0\n")

@@ -6,6 +6,7 @@ import pytest
 from conftest import compile_text
 from schedc.errors import SchedcError
 from schedc.ir import Action, Op, format_step
+from schedc.span import span_text
 
 
 def rows(program):
@@ -91,6 +92,41 @@ def test_division_by_zero_and_types():
     assert error_of("schedule s(P = 1) { let z = P - 1\n let y = 3 // z }").code == "division-by-zero"
     assert error_of("schedule s(P = 1) { stages 1 \n rank r { F(0, 1 < 2) } }").code == "type"
     assert error_of("schedule s(P = 1) { stages 1 \n rank r { F(0.5, 0) } }").code == "type"
+
+
+@pytest.mark.parametrize("where, operand", [
+    ("if m { F(r, m) } else { F(r, m) }", "m"),
+    ("if m == 0 { F(r, m) } elif m { F(r, m) } else { F(r, m) }", "m"),
+    ("F(r, m ? 1 : 0)", "m"),
+    ("if m and 1 { F(r, m) } else { F(r, m) }", "m"),
+    ("if m < 0 or 1 { F(r, m) } else { F(r, m) }", "1"),
+    ("if not m { F(r, m) } else { F(r, m) }", "m"),
+    ("if r - r { F(r, m) } else { F(r, m) }", "r - r"),
+    ("if P > 100 { if m { F(r, m) } } else { F(r, m) }", "m"),  # a branch never taken, as the prover says
+    ("let on(c) = c ? 1 : 0\n F(r, m * on(m)) ", "c"),
+])
+def test_a_number_is_not_a_condition(where, operand):
+    text = f"schedule s(P = 2, M = 2) {{ stages P\n place loop\n rank r {{ for m in 0 .. M {{ {where} }}\n" \
+           "  for m in 0 .. M { B(r, m) } } }"
+    d = error_of(text)
+    assert d.code == "type" and "expected a condition, got an integer" in d.message
+    assert span_text(d.span) == operand
+
+
+@pytest.mark.parametrize("require, operand", [("P", "P"), ("P > 0 and M", "M"), ("M - 1 or P > 0", "M - 1")])
+def test_a_requirement_that_is_a_number_is_a_type_error(require, operand):
+    d = error_of(f"schedule s(P = 2, M = 2) {{\n require {require}\n stages P }}")
+    assert d.code == "type" and "expected a condition" in d.message
+    assert (d.span.line, span_text(d.span)) == (2, operand)
+
+
+def test_conditions_that_are_conditions_still_compile():
+    program = compile_text("""schedule s(P = 2, M = 2) { stages P
+ place loop
+ let pick(c, a, b) = c ? a : b
+ rank r { for m in 0 .. M { if m != 0 and not m < 0 { F(r, pick(m > 0, m, 0)) } else { F(r, m == 0 ? 0 : 1) } }
+          for m in 0 .. M { B(r, m) } } }""")
+    assert rows(program) == ["0F0 0F1 0B0 0B1", "1F0 1F1 1B0 1B1"]
 
 
 def test_actions_are_statements_and_functions_are_values():

@@ -77,7 +77,6 @@ def test_integer_operators(text, value):
     ("1 < 2 and 2 < 3", True), ("1 < 2 and 3 < 2", False), ("1 > 2 or 2 < 3", True), ("1 > 2 or 3 < 2", False),
     ("not 1 == 2", True), ("not not 1 == 2", False), ("not 1 > 2 and 1 > 2", False),
     ("1 > 2 and 1 > 2 or 1 < 2", True),  # and binds tighter than or
-    ("1 and 2", True), ("1 and 0", False), ("0 or 0", False), ("not 0", True),  # integers as conditions
     ("1 + 1 == 2", True), ("-1 < 0", True),
 ])
 def test_comparisons_and_logic(text, value):
@@ -86,7 +85,7 @@ def test_comparisons_and_logic(text, value):
 
 
 @pytest.mark.parametrize("text, value", [
-    ("1 < 2 ? 10 : 20", 10), ("1 > 2 ? 10 : 20", 20), ("3 ? 1 : 2", 1), ("0 ? 1 : 2", 2),
+    ("1 < 2 ? 10 : 20", 10), ("1 > 2 ? 10 : 20", 20),
     ("1 > 2 ? 1 : 1 > 3 ? 2 : 3", 3),  # the ternary nests to the right
 ])
 def test_ternary(text, value):
@@ -136,9 +135,34 @@ def test_a_decimal_is_not_a_condition():
     assert err.code == "type" and "expected a condition, got a decimal number" in str(err)
 
 
+@pytest.mark.parametrize("text, operand", [
+    ("3 ? 1 : 2", "3"), ("0 ? 1 : 2", "0"), ("1 and 2", "1"), ("1 < 2 and 2", "2"), ("0 or 0", "0"),
+    ("1 > 2 or 2 - 1", "2 - 1"), ("not 0", "0"), ("not (1 < 2 and 1 + 1)", "1 + 1"), ("0.5 ? 1 : 2", "0.5"),
+    ("(1 < 2 ? 1 : 2) ? 3 : 4", "1 < 2 ? 1 : 2"),
+])
+def test_a_number_is_not_a_condition(text, operand):
+    """Known to be a number as it is compiled: refused then (as the prover refuses it), at the operand."""
+    with pytest.raises(SchedcError) as e:
+        compile_expr(expr(text), Scope())
+    assert e.value.code == "type" and "expected a condition, got a" in str(e.value)
+    assert covered(e.value) == operand
+
+
+@pytest.mark.parametrize("text", ["a ? 1 : 2", "a and 1 < 2", "1 > 2 or a", "not a", "b < 1 and (a ? b : c) == 0"])
+@pytest.mark.parametrize("value", [0, 1, -3])
+def test_a_name_whose_value_is_an_integer_is_not_a_condition(text, value):
+    """A name of unknown type: the integer it holds is refused when it is read as a condition (0
+    or not), at the name."""
+    err = error(text, a=value, b=0, c=0)
+    assert err.code == "type" and "expected a condition, got an integer" in str(err)
+    assert covered(err) == "a"
+    ev(text, a=value == 0, b=0, c=0)  # a condition there is fine: no error
+
+
 @pytest.mark.parametrize("text, kind", [
-    ("1 + 2", INT), ("7 // 2", INT), ("1 < 2", BOOL), ("not 1", BOOL), ("1 and 2", BOOL), ("0.5", NUM),
-    ("0.5 + 1", NUM), ("a", ANY), ("1 < 2 ? 1 : 2", INT), ("1 ? 1 : 0.5", NUM), ("1 ? 1 : 1 < 2", ANY),
+    ("1 + 2", INT), ("7 // 2", INT), ("1 < 2", BOOL), ("not 1 < 2", BOOL), ("1 < 2 and a", BOOL),
+    ("0.5", NUM),
+    ("0.5 + 1", NUM), ("a", ANY), ("1 < 2 ? 1 : 2", INT), ("a ? 1 : 0.5", NUM), ("a ? 1 : 1 < 2", ANY),
     ("min(1, 2)", INT), ("max(1, 0.5)", NUM), ("a // 2", INT), ("-a", NUM),
 ])
 def test_the_inferred_type(text, kind):
@@ -296,7 +320,7 @@ def _extend(inner):
         st.tuples(st.just("call"), st.sampled_from(["min", "max"]), inner),
         st.tuples(st.just("call"), st.sampled_from(["min", "max"]), inner, inner, inner),
         st.tuples(st.just("call"), st.just("abs"), inner),
-        st.tuples(st.just("if"), st.one_of(cmp, st.tuples(st.just("not"), cmp), inner), inner, inner),
+        st.tuples(st.just("if"), st.one_of(cmp, st.tuples(st.just("not"), cmp)), inner, inner),
     )
 
 

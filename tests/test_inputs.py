@@ -12,7 +12,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -212,6 +215,47 @@ def test_a_sweep_over_standard_input_reads_it_once(monkeypatch):
 def test_standard_input_is_read_once(monkeypatch):
     code, _, err = run_in(["check", "-", "-"], PP, monkeypatch)
     assert code == 2 and "standard input (-) is given more than once" in err
+
+
+# ---- pipes given as paths: `<(cmd)`, a FIFO ----
+def _fifo_with_writer(path: Path, text: str) -> threading.Thread:
+    """A FIFO at `path` whose writer (a thread) writes `text` as soon as a reader opens it."""
+    os.mkfifo(path)
+    writer = threading.Thread(target=path.write_text, args=(text,), daemon=True)
+    writer.start()
+    return writer
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_pipe_given_as_a_path_is_read_whole_and_once(tmp_path, run_cli):
+    """A sweep loads the input at each instance: the pipe's text is read once and kept (a second
+    read would find it empty); errors name the pipe's path."""
+    one = tmp_path / "one"
+    writer = _fifo_with_writer(one, (ROOT / "schedules" / "1f1b.pp").read_text())
+    code, out, err = run_cli("check", str(one), "--sweep", "P=2..4", "--param", "M=4")
+    writer.join(5)
+    assert code == 0, out + err
+    assert "3 of 3 instances hold" in out
+    bad = tmp_path / "bad"
+    writer = _fifo_with_writer(bad, "0F0,0B0\n0F1\n")
+    code, out, _ = run_cli("check", str(bad), "--format", "torch-csv", "--param", "M=1")
+    writer.join(5)
+    assert code == 1 and f"{bad}:2:1: error[bad-index]: rank 1, step 0: F(0,1): microbatch 1" in out
+
+
+@pytest.mark.skipif(not Path("/bin/bash").exists(), reason="no bash for a process substitution")
+def test_a_process_substitution_is_read(tmp_path):
+    """`schedc check <(cat 1f1b.pp)` as a shell runs it: `/dev/fd/63`, a pipe, not "not a file"."""
+    script = f"{sys.executable} -m schedc check <(cat {ROOT / 'schedules' / 'gpipe.pp'}) --param P=2,M=3"
+    done = subprocess.run(["/bin/bash", "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("gpipe: 2 ranks, 2 stages, 3 microbatches")
+
+
+def test_an_empty_path_is_said_to_be_empty(run_cli):
+    code, _, err = run_cli("check", "")
+    assert code == 2 and err.startswith("input: error[io]: the path is empty"), err
 
 
 # ---- compare over mixed inputs ----

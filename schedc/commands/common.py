@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
-from ..inputs import STDIN, STDIN_NAME, read_stdin
+from ..inputs import STDIN, STDIN_NAME, is_pipe, read_stdin, read_text
 from .. import options
 from ..options import clock_limit, memory_limit
 from ..outputs import dumps_json, write_file, write_files  # every output is written by schedc/outputs.py
@@ -42,17 +42,16 @@ def description(args):
 def load(name: str, args, values=None, strict=True):
     """A schedule by name or path (`-`: standard input, read as --format says, .pp by default) with
     the parameter values (`strict`: the one input, which must take each; else each takes those it
-    declares, an IR JSON none)."""
+    declares, an IR JSON none). A pipe (`<(cmd)`, a FIFO) is read as standard input is: whole, once
+    (a sweep loads it at every instance), in --format or the format its name's extension says."""
     from ..api import load as load_program, load_text
     from ..interop.formats import FORMATS
     fmt = _format(name, args)
     options = dict(params=values if FORMATS[fmt].takes_params or strict else None, notation=args.notation,
                    strict_params=strict, forward_only=getattr(args, "forward_only", False),
                    placement=getattr(args, "placement", None))
-    if name == STDIN:
-        if getattr(args, "stdin_text", None) is None:  # read once (a sweep loads it at every instance)
-            args.stdin_text = read_stdin()
-        program = load_text(args.stdin_text, STDIN_NAME, fmt, **options)
+    if name == STDIN or is_pipe(name):  # read once (a sweep loads it at every instance)
+        program = load_text(_text(name, args), shown(name), fmt, **options)
     else:
         program = load_program(name, fmt=fmt, **options)
     p2p = getattr(args, "p2p", None)
@@ -105,14 +104,18 @@ def takes(name: str, args) -> frozenset[str] | None:
 
 
 def _text(name: str, args) -> str:
-    """The text of input `name`: a file's or a built-in's (`resolve` refuses a pipe before reading
-    it, as `load` does), or standard input's, read once."""
+    """The text of input `name`: a file's or a built-in's, or standard input's or a pipe's, read
+    once and kept for `load`."""
     from ..api import resolve
-    from ..inputs import read_text
     if name == STDIN:
         if getattr(args, "stdin_text", None) is None:
             args.stdin_text = read_stdin()
         return args.stdin_text
+    if is_pipe(name):
+        texts = vars(args).setdefault("pipe_texts", {})
+        if name not in texts:
+            texts[name] = read_text(name, "the pipe")
+        return texts[name]
     return read_text(resolve(name))
 
 
