@@ -399,6 +399,21 @@ def _compile(run_cli, out, *extra):
     return run_cli("compile", "1f1b", "--param", "P=4,M=8", "-o", str(out), *extra)
 
 
+def test_compile_never_writes_over_its_own_input(run_cli, tmp_path):
+    """`compile build/zbv.csv` (the default -o) would replace the compute-level CSV it read with
+    the lowered one: refused before any work, the input as it was."""
+    out = tmp_path / "build"
+    out.mkdir()
+    csv = out / "zbv.csv"
+    assert run_cli("export", "zbv", "--param", "P=2,M=4", "--to", "torch-csv", "--level", "compute",
+                   "-o", str(csv))[0] == 0
+    before = csv.read_bytes()
+    code, stdout, err = run_cli("compile", str(csv), "-o", str(out))
+    assert code == 2 and "over its own input" in err and stdout == "", (stdout, err)
+    assert csv.read_bytes() == before and sorted(p.name for p in out.iterdir()) == ["zbv.csv"]
+    assert run_cli("compile", str(csv), "-o", str(tmp_path / "elsewhere"))[0] == 0
+
+
 def test_compile_removes_an_earlier_runs_program_it_did_not_write_this_time(run_cli, tmp_path, monkeypatch):
     out = tmp_path / "out"
     (out / "keep").mkdir(parents=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import SchedcError
+from ..errors import OutputError, SchedcError
 from ..outputs import check_writable, write_replacing
 from . import arguments, common
 
@@ -32,6 +32,7 @@ def run(args, stdout, stderr) -> int:
     program = common.load(args.input, args, common.params(args.param))
     names = output_names(program.name)
     check_writable(folder, names)  # and each output (a read-only one), before the checks
+    _not_over_the_input(args.input, folder, names)
     if not program.replicas:  # the steps as integer columns from the start: the checks and every output
         program = held_as_columns(program)  # read them so (millions, at the limits); a job's replicas share theirs
     report = common.run_checks(program, args)
@@ -51,6 +52,18 @@ def run(args, stdout, stderr) -> int:
     if not args.json:
         _say(done, missing, stdout)
     return _done(args, report, done, missing, stdout)
+
+
+def _not_over_the_input(source: str, folder: Path, names: list[str]) -> None:
+    """An output that would replace the input file itself (`compile build/x.csv` writes build/x.csv)
+    is refused before any work: the input (a compute-level CSV torchtitan reads, say) would be lost."""
+    if source == common.STDIN or not Path(source).is_file():
+        return
+    for name, kind in zip(names, KINDS.values()):
+        path = folder / name
+        if path.exists() and path.samefile(source):
+            raise OutputError(f"compile would write its {kind} over its own input, {source}: choose "
+                              "another output folder with -o", str(path))
 
 
 def output_names(name: str) -> list[str]:
