@@ -156,7 +156,8 @@ class Report:
 
     def render(self) -> str:
         """Human-readable findings, then the grid for a deadlock."""
-        parts = [d.render() for d in self.errors]
+        parts = [d.render() if d.span or d.where or not self.file else replace(d, where=self.file).render()
+                 for d in self.errors]  # (a finding located in no line, a missing action: its file at least)
         if self.deadlock is not None:
             from .verify.deadlock import render_grid
             parts.append(render_grid(self.program, self.deadlock))

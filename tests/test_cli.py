@@ -399,6 +399,15 @@ def _compile(run_cli, out, *extra):
     return run_cli("compile", "1f1b", "--param", "P=4,M=8", "-o", str(out), *extra)
 
 
+def test_a_finding_on_no_line_names_its_file(run_cli, tmp_path):
+    """A missing action has no line to point at (a rank with an empty body): its finding still names
+    the file, as every other does."""
+    src = tmp_path / "e.pp"
+    src.write_text("schedule e(P=2, M=1) { stages P place loop rank 0 { F(0,0); B(0,0) } rank 1 { } }\n")
+    code, out, _ = run_cli("check", str(src))
+    assert code == 1 and f"\n{src}: error[missing]: rank 1, step 0: F(1,0) is missing" in out, out
+
+
 def test_compile_never_writes_over_its_own_input(run_cli, tmp_path):
     """`compile build/zbv.csv` (the default -o) would replace the compute-level CSV it read with
     the lowered one: refused before any work, the input as it was."""
