@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import SchedcError
 from .inputs import integer, loads_json, read_text, too_long_number
 from .ir import Program, ends_on_one_rank
+from .rules.memory import sizes_problem
 from .span import Source, Span
 
 if TYPE_CHECKING:
@@ -104,6 +105,9 @@ class Costs:
             given = {**base.get(s, {}), **dict(self.every), **per_stage.get(s, {})}
             times.append(ann.cost_of(s).with_settings(given))
             memory.append(ann.memory_of(s).with_settings(given))
+            why = sizes_problem(memory[-1].act, memory[-1].weight)
+            if why is not None:
+                raise SchedcError("costs", f"stage {s}: {why}", where=self.source)
         speed = list(ann.speeds(R))
         for r, v in self.speeds:
             speed[r] = v
@@ -212,6 +216,8 @@ def parse_cost_option(text: str) -> Costs:
         except ValueError:
             raise SchedcError("usage", f"--cost {text!r}: expected KEY=NUMBER pairs separated by commas, "
                               f"KEY one of {', '.join(TOP_KEYS)} (e.g. --cost F=1,B=2)", where="--cost") from None
+        if key in every or key in links:  # (one would silently win)
+            raise SchedcError("usage", f"--cost {text!r}: {key} is given twice", where="--cost")
         (every if key in STAGE_KEYS else links)[key] = _number(number, key, key, "--cost", None)
     return Costs("--cost", tuple(every.items()), latency=links.get("latency"), bandwidth=links.get("bandwidth"),
                  overhead=links.get("overhead"), dispatch=links.get("dispatch"))

@@ -2,14 +2,19 @@
 
 `SchedcError` is raised for bad input (syntax, names, parameters, CSV cells, usage); it renders as
 `file:line:col: error[CODE]: message` with the source line and a caret. `SchedcErrors` carries
-several at once; `OutputError` is one about an output file, which it names. Exit codes used by the CLI live here too, so scripts can rely on them.
+several at once; `OutputError` is one about an output file, which it names. Exit codes used by the
+CLI live here too, so scripts can rely on them, and what every layer's messages share: the "did you
+mean" of a near miss (`closest`) and the `too-large` error of a number with too many digits (`integer`).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from .span import Span, caret_lines, visible
+
+MAX_DIGITS = 19  # no count or size schedc takes has more digits (2^62 has 19)
 
 EXIT_OK = 0  # every check holds
 EXIT_FAIL = 1  # a check fails (structure, deadlock, ...)
@@ -96,3 +101,23 @@ class OutputError(SchedcError):
     def __init__(self, message: str, output: str):
         super().__init__("io", message, where=output)
         self.output = output
+
+
+def closest(name: str, options: Iterable[object]) -> str | None:
+    """The option `name` most likely misspells: one that differs in case alone (`NCCL`: `nccl`),
+    else the closest by difflib, else None (the "did you mean" of every error that offers one)."""
+    import difflib  # (asked on a mistake only)
+    named = [str(o) for o in options]
+    folded = [o for o in named if o.lower() == name.lower()]
+    close = folded or difflib.get_close_matches(name, named, n=1)
+    return close[0] if close else None
+
+
+def integer(text: str, what: str, span: Span | None = None, where: str | None = None) -> int:
+    """Decimal digits (maybe signed) as an int; a number with more digits than MAX_DIGITS is a
+    `too-large` error about `what`, before Python's own limit on digits could fail less clearly."""
+    digits = text.strip().lstrip("+-").lstrip("0")
+    if len(digits) > MAX_DIGITS:
+        raise SchedcError("too-large", f"{what}: a number with {len(digits):,} digits is too large (at most "
+                          f"{MAX_DIGITS})", span, where=where)
+    return int(text)

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, NoReturn, Protocol, Sequence
 
 from . import syntax as ast
-from .errors import SchedcError
+from .errors import SchedcError, closest
 from .ir import Op
 from .span import Span, span_text
 
@@ -626,16 +626,6 @@ def _kind(v) -> str:
 RUNTIME: dict[str, object] = {f.__name__: f for f in (as_number, as_int, as_nonneg, as_truth, overflow, zero_division,
                                                       floordiv, modulo, out_of_steps, too_much_work)}
 RUNTIME["_M"] = METER
-
-
-def closest(name: str, options) -> str | None:
-    """The option `name` most likely misspells: one that differs in case alone (`NCCL`: `nccl`),
-    else the closest by difflib, else None."""
-    import difflib  # (asked on a mistake only)
-    options = [str(o) for o in options]
-    folded = [o for o in options if o.lower() == name.lower()]
-    close = folded or difflib.get_close_matches(name, options, n=1)
-    return close[0] if close else None
 
 
 def did_you_mean(name: str, options) -> str:

@@ -14,12 +14,11 @@ import stat
 import sys
 from pathlib import Path
 
-from .errors import SchedcError
+from .errors import MAX_DIGITS, SchedcError, integer  # noqa: F401  (integer, MAX_DIGITS: read from here too)
 from .span import Source, Span
 
 BOM = b"\xef\xbb\xbf"
 STDIN, STDIN_NAME = "-", "<stdin>"  # the input that is standard input, and the name its errors give
-MAX_DIGITS = 19  # no count or size schedc takes has more digits (2^62 has 19)
 
 
 def read_text(path: Path | str, what: str = "the file") -> str:
@@ -70,16 +69,6 @@ def _not_utf8(data: bytes, at: int, name: str) -> SchedcError:
     source = Source(name, data.decode("utf-8", errors="replace"))
     return SchedcError("io", f"the file is not UTF-8 text: byte 0x{data[at]:02x} is not UTF-8",
                        Span.point(source, line, column))
-
-
-def integer(text: str, what: str, span: Span | None = None, where: str | None = None) -> int:
-    """Decimal digits (maybe signed) as an int; a number with more digits than MAX_DIGITS is a
-    `too-large` error about `what`, before Python's own limit on digits could fail less clearly."""
-    digits = text.strip().lstrip("+-").lstrip("0")
-    if len(digits) > MAX_DIGITS:
-        raise SchedcError("too-large", f"{what}: a number with {len(digits):,} digits is too large (at most "
-                          f"{MAX_DIGITS})", span, where=where)
-    return int(text)
 
 
 def loads_json(text: str, name: str, code: str):

@@ -222,11 +222,15 @@ class _Numbering:
 
 def check_setting_names(item: ast.Annotation) -> None:
     allowed = allowed_keys(item.what, item.scope)
+    seen: set[str] = set()
     for s in item.settings:
         if s.name not in allowed:
             raise SchedcError("unknown-setting", f"'{s.name}' is not a {item.what} setting"
                               f"{' for a ' + item.scope if item.scope else ''}; expected one of "
                               f"{', '.join(sorted(allowed))}{did_you_mean(s.name, allowed)}", s.span)
+        if s.name in seen:  # (one would silently win: say which is meant)
+            raise SchedcError("duplicate-decl", f"'{s.name}' is set twice in this `{item.what}` line", s.span)
+        seen.add(s.name)
 
 
 def allowed_keys(what: str, scope: str | None) -> set[str]:

@@ -81,7 +81,7 @@ def known_params(names, args, values) -> None:
 
 def _unknown_params(unknown: list[str], taken: dict) -> str:
     """`no input takes --param p (1f1b takes M, P; x.csv takes M, P, V); did you mean 'P'?`"""
-    from ..expr import closest
+    from ..errors import closest
     listed = "; ".join(f"{shown(n)} takes {', '.join(sorted(t)) or 'none'}" for n, t in taken.items())
     every = set().union(*taken.values())
     close = [c for c in (closest(k, every) for k in unknown) if c is not None]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..errors import SchedcError
-from ..inputs import integer
+from ..errors import integer
 
 
 @dataclass(frozen=True)
@@ -258,7 +258,7 @@ def _parse(text: str) -> Semantics:
 def _did_you_mean(text: str) -> str:
     """`; did you mean 'nccl+shapes'?` for a near miss (`NCCL+shape`): the kind and each modifier
     replaced by its closest, when that reads; "" when nothing close does."""
-    from ..expr import closest
+    from ..errors import closest
     base, *mods = text.split("+")
     name, colon, k = base.partition(":")
     kind = closest(name, KINDS)
