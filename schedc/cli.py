@@ -1,8 +1,10 @@
 """The `schedc` command line: argument parsing and wiring only.
 
 `main(argv, stdout, stderr) -> int` so tests drive it with in-memory streams. Exit codes: 0 every
-check holds, 1 a check fails, 2 bad input or usage, 3 unknown (a solver gave up), 4 an internal error
-(a bug in schedc), 130 interrupted (Ctrl-C), 143 stopped by SIGTERM (handled as Ctrl-C is).
+check holds, 1 a check fails, 2 bad input or usage (or standard output that cannot be written: a
+full disk, not a closed pipe, which ends the command quietly with 0), 3 unknown (a solver gave up),
+4 an internal error (a bug in schedc), 130 interrupted (Ctrl-C), 143 stopped by SIGTERM (handled as
+Ctrl-C is).
 """
 from __future__ import annotations
 
@@ -87,7 +89,26 @@ def main(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Te
 _KEPT: list[BaseException] = []
 
 
-def _main(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # noqa: C901
+def _main(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:
+    """`_command`, with standard output guarded: a write to it that fails (a full disk, an I/O
+    error; not a closed pipe) is `error[io]`, exit 2, in one line on standard error (nothing more
+    is written to standard output, and what is still buffered for it is dropped)."""
+    from .outputs import GuardedStdout, StdoutLost
+    guarded = GuardedStdout(stdout)
+    try:
+        status = _command(argv, guarded, stderr)  # type: ignore[arg-type]  # (a TextIO in all it is used for)
+        guarded.flush()  # what is still buffered fails here, not at exit
+        return status
+    except StdoutLost as e:
+        guarded.discard()
+        stderr.write(SchedcError("io", f"cannot write: {e}", where="standard output").render() + "\n")
+        return EXIT_INPUT
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+def _command(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # noqa: C901
+    from .outputs import StdoutLost
     args = None
     try:
         argv = list(argv if argv is not None else sys.argv[1:])
@@ -112,6 +133,8 @@ def _main(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # noq
         return exit_code()
     except BrokenPipeError:
         return EXIT_OK
+    except StdoutLost:
+        raise  # (not a bug: _main reports it)
     except Exception as e:  # a bug in schedc: say so briefly, no traceback unless asked
         if os.environ.get("SCHEDC_DEBUG"):
             raise

@@ -16,6 +16,7 @@ removes a writer's earlier outputs that this run does not write (compile's). JSO
 `Infinity` or `NaN`: a number that is not finite is written `null`. What a native library prints
 while it runs (HiGHS) goes to standard error, so standard output holds only what the command writes.
 A data-parallel job's text shows one replica's ranks where every replica's are alike (`alike_replicas`).
+Standard output itself is guarded (`GuardedStdout`): a write to it that fails is an `io` error.
 """
 from __future__ import annotations
 
@@ -67,6 +68,37 @@ def write_files(folder: Path | str, files: dict[str, str | bytes]) -> list[Path]
         for tmp, _ in temps:
             Path(tmp).unlink(missing_ok=True)
     return [folder / name for name in files]
+
+
+def probe_writable(path: Path | str) -> None:
+    """Refuse now, before the long work whose output `path` is (`run --trace`, `--profile`), what
+    `write_file(path)` would refuse or fail at later, where trying can tell: the rules above, a
+    missing folder under one that cannot be written, and then the temporary file the write would
+    make beside it, created and removed (a read-only file system, a folder the kernel will not let
+    this process write). A FIFO or a device is only asked whether it may be opened (opening a FIFO
+    would end its reader's input; `/dev/full` opens and fails only as it is written, so that failure
+    stays for the write)."""
+    path = Path(path)
+    temps: list[tuple[str, Path]] = []
+    try:
+        folder = path.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+            raise SchedcError("io", f"cannot write there ({folder} is not a writable folder)", where=str(path))
+        if folder != path.parent:
+            return  # (the write makes the missing folders)
+        target = _target(path)
+        if target.direct:
+            if not os.access(target.path, os.W_OK):
+                raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+            return
+        os.close(_create_temp(target, temps)[0])
+    except OSError as exc:
+        raise _io_error(exc, path) from None
+    finally:
+        for tmp, _ in temps:
+            Path(tmp).unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -309,6 +341,60 @@ def _write_direct(path: Path, data: bytes) -> None:
 
 def _io_error(exc: OSError, where) -> OutputError:
     return OutputError(f"cannot write: {exc.strerror or exc}", str(where))
+
+
+class StdoutLost(Exception):
+    """A write to standard output failed (a full disk, an I/O error), as `OSError` `error` says; a
+    pipe closed by its reader is not this (BrokenPipeError passes as it is)."""
+
+    def __init__(self, error: OSError):
+        self.error = error
+        super().__init__(error.strerror or str(error))
+
+
+class GuardedStdout:
+    """Standard output as the CLI hands it to a command: a write or flush that fails (ENOSPC, EIO,
+    ...) raises `StdoutLost`, so the CLI tells it from a bug's OSError and reports `error[io]`
+    (exit 2). Everything else is the wrapped stream's."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutLost(exc) from None
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutLost(exc) from None
+
+    def discard(self) -> None:
+        """After a failed write to the process's own standard output: what is still buffered goes
+        to /dev/null, so the flush at exit does not fail (and say so) a second time."""
+        if not any(self.stream is own for own in (sys.stdout, sys.__stdout__) if own is not None):
+            return
+        try:
+            fd = self.stream.fileno()
+            null = os.open(os.devnull, os.O_WRONLY)
+        except (OSError, ValueError):
+            return
+        os.dup2(null, fd)
+        os.close(null)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
 
 
 def rounded(x: float) -> int | float:

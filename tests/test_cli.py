@@ -1,8 +1,10 @@
 """The CLI as a user runs it: commands, outputs on disk, JSON, exit codes, errors."""
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -240,6 +242,53 @@ def test_python_dash_m_is_the_cli():
     res = subprocess.run([sys.executable, "-m", "schedc", "check", "no_such_schedule"], capture_output=True,
                          text=True, timeout=60)
     assert res.returncode == 2 and "no such file or built-in schedule" in res.stderr
+
+
+class _FailingStdout(io.StringIO):
+    """Standard output on a disk that fails: every write raises `error`."""
+
+    def __init__(self, error):
+        super().__init__()
+        self.error = error
+
+    def write(self, text):
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
+                                   OSError(errno.EIO, "Input/output error")])
+@pytest.mark.parametrize("argv", [("export", "1f1b", "--param", "P=2,M=2", "--to", "torch-csv"),
+                                  ("check", "1f1b", "--param", "P=2,M=2", "--json"),
+                                  ("check", "no_such.pp", "--json"), ("--help",)])
+def test_a_failed_write_to_stdout_is_an_io_error(argv, error):
+    """A full disk or an I/O error under standard output is bad input's exit 2, `error[io]` in one
+    line, not an internal error (exit 4); a JSON input error is not tried on it again."""
+    from schedc.cli import main
+    err = io.StringIO()
+    code = main(list(argv), _FailingStdout(error), err)
+    assert code == 2, err.getvalue()
+    assert err.getvalue().splitlines()[-1] == f"standard output: error[io]: cannot write: {error.strerror}"
+    assert "internal error" not in err.getvalue()
+
+
+def test_a_closed_pipe_is_still_a_quiet_exit_0():
+    from schedc.cli import main
+    err = io.StringIO()
+    assert main(["check", "1f1b", "--json"], _FailingStdout(BrokenPipeError(errno.EPIPE, "Broken pipe")), err) == 0
+    assert err.getvalue() == ""
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_stdout_to_dev_full_is_one_line_and_exit_2(unbuffered):
+    """The process as a user runs it, its standard output on /dev/full, written as it goes or
+    buffered to the end (the failure then comes at the last flush): one line, exit 2, and nothing
+    from the interpreter's own flush at exit."""
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, "-m", "schedc", "check", "1f1b", "--param", "P=2,M=2", "--json"],
+                             stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
+                             env={**os.environ, "PYTHONUNBUFFERED": unbuffered})
+    assert res.returncode == 2 and res.stderr == "standard output: error[io]: cannot write: No space left on device\n"
 
 
 PROGRAM = """\

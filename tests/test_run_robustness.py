@@ -6,6 +6,7 @@ traceback. One spawn of two torch ranks; the launcher's own tests use plain Pyth
 """
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -71,14 +72,62 @@ def test_nccl_without_cuda_is_one_line_before_any_rank_starts(run_cli, monkeypat
     (["--lr", "nan"], "--lr nan: expected a finite learning rate"),
     (["--trace", "{tmp}"], "is a folder; give a file name"),
     (["--profile", "{tmp}/file/profile.json"], "cannot write there"),
+    (["--trace", "{tmp}/dangling"], "--trace {tmp}/dangling: is a symbolic link to a missing file"),
+    (["--profile", "/proc/schedc-profile.json"], "--profile /proc/schedc-profile.json: cannot write: "),  # (root too)
     (["--trace", "t.json", "--print-torchrun"], "--trace needs a local run"),
 ])
 def test_bad_arguments_are_one_line_before_any_rank_starts(run_cli, monkeypatch, tmp_path, extra, message):
     _no_spawn(monkeypatch)
     (tmp_path / "file").write_text("")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     code, out, err = run_cli("run", "1f1b", "--param", "P=2,M=2", "--model", "examples.mlp:build_stages",
                              "--steps", "1", *[e.format(tmp=tmp_path) for e in extra])
-    assert code == 2 and message in err and err.count("\n") == 1, (out, err)
+    assert code == 2 and message.format(tmp=tmp_path) in err and err.count("\n") == 1, (out, err)
+
+
+def _finished_launch(monkeypatch, profile=b'{"format": "schedc-profile"}\n'):
+    """`launch` replaced by ranks that finish at once, rank 0 writing `profile` where the run's
+    `--profile` argument to the ranks says (its own folder); the commands launched are kept."""
+    import schedc.runtime.launch
+    launched = []
+
+    def launch(command, nproc, **kwargs):
+        launched.append(list(command))
+        if "--profile" in command:
+            Path(command[command.index("--profile") + 1]).write_bytes(profile)
+        return schedc.runtime.launch.Launched(returncodes=(0,) * nproc, killed=())
+    monkeypatch.setattr(schedc.runtime.launch, "launch", launch)
+    return launched
+
+
+def test_an_output_that_fails_after_the_run_is_exit_2_not_0(run_cli, monkeypatch):
+    """`/dev/full` opens (the check before the run passes it) and fails as it is written: after a
+    finished run, the trace and the profile that cannot be written are `error[io]` once each, exit 2,
+    and `--json` says ok false with them listed."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    launched = _finished_launch(monkeypatch)
+    code, out, err = run_cli("run", "1f1b", "--param", "P=2,M=2", "--model", "examples.mlp:build_stages",
+                             "--steps", "1", "--trace", "/dev/full", "--profile", "/dev/full", "--json")
+    assert len(launched) == 1 and code == 2, (out, err)
+    assert err.count("/dev/full: error[io]: --trace: cannot write: No space left on device\n") == 1, err
+    assert err.count("/dev/full: error[io]: --profile: cannot write: No space left on device\n") == 1, err
+    got = json.loads(out)
+    assert got["ok"] is False and got["outputs"] == [] and got["exit_codes"] == [0, 0]
+    assert [(e["code"], e["file"]) for e in got["errors"]] == [("io", "/dev/full"), ("io", "/dev/full")]
+
+
+def test_the_profile_rank_0_measured_is_written_by_schedc_after_the_run(run_cli, monkeypatch, tmp_path):
+    """Rank 0 writes the profile into the run's own folder, never at --profile: schedc writes it
+    there once every rank is done, so a failure to write it ends no rank mid-run."""
+    launched = _finished_launch(monkeypatch, b'{"measured": 1}\n')
+    profile = tmp_path / "p.json"
+    code, out, err = run_cli("run", "1f1b", "--param", "P=2,M=2", "--model", "examples.mlp:build_stages",
+                             "--steps", "1", "--profile", str(profile))
+    (command,) = launched
+    assert code == 0 and profile.read_bytes() == b'{"measured": 1}\n', (out, err)
+    assert Path(command[command.index("--profile") + 1]).parent != tmp_path
+    assert f"schedc run: wrote the profile {profile} (" in err
 
 
 @pytest.mark.parametrize("model, message", [
@@ -209,6 +258,21 @@ def _rank_script(tmp_path: Path) -> Path:
     script = tmp_path / "rank.py"
     script.write_text(RANK)
     return script
+
+
+def test_a_failed_write_of_the_ranks_output_is_raised_once_they_end():
+    """Standard output on a full disk: the ranks' lines are still read (a rank never blocks on a
+    full pipe), their standard error still passed on, and the error raised once every rank ended."""
+    from schedc.runtime.launch import launch
+
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    err = io.StringIO()
+    code = "import sys\nfor k in range(20000): print('x' * 40)\nprint('done', file=sys.stderr)\n"
+    with pytest.raises(OSError, match="No space left on device"):
+        launch([sys.executable, "-c", code], 2, stdout=Full(), stderr=err, deadline=30)
+    assert err.getvalue() == "done\ndone\n"
 
 
 def test_no_process_outlives_a_failed_launch(tmp_path):

@@ -5,7 +5,9 @@ joins the right send and receive. One `schedc run --trace` on gloo checks the me
 """
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 
 import pytest
@@ -226,6 +228,18 @@ def test_measured_events_become_the_same_layout_with_clocks_aligned():
     assert other["hosts"] == 2 and other["messages"] == 1 and other["source"] == "measured"
     assert [(s["rank"], s["name"]) for s in other["watchdog"]] == [(1, "F(1,0)")]
     assert measured_trace({0: [], 1: parts[1]})["otherData"]["missing_ranks"] == [0]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_a_rank_whose_event_file_fails_keeps_running_and_keeps_why():
+    """A rank's event file on a full disk: the write fails, the rank is not stopped mid-run (its
+    peers would wait for it), and the recorder keeps why, for the rank to say once it is done."""
+    from schedc.runtime.trace import Recorder
+    recorder = Recorder("/dev/full", rank=0, ranks=2, schedule="1f1b")
+    recorder.start(0.0)
+    recorder.compute(1, 0, "F(0,0)", 0.0, 1.0)
+    recorder.close()
+    assert recorder.error is not None and recorder.error.errno == errno.ENOSPC
 
 
 def test_schedc_run_writes_the_measured_trace(tmp_path, run_cli):

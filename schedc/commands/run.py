@@ -8,7 +8,9 @@ torchrun line.
 Arguments, the backend (and that the semantics verified under holds on it: runtime/backends.py)
 and the output paths are checked before any rank starts; `--trace` merges the events every rank
 wrote as it ran (schedc/runtime/trace.py) into one Perfetto trace, also when the run failed, was
-stopped by the watchdog or interrupted.
+stopped by the watchdog or interrupted. The trace, and the profile rank 0 measured into the run's
+own folder, are written here once every rank has ended: one that cannot be is `error[io]`, exit 2
+after a finished run (a failed run keeps its own code), and never ends a rank mid-run.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ from ..progress import progress
 from . import arguments, common
 
 
-_RANK_EXITS = {1: "failed", 2: "could not start (bad usage or model)", 124: "was stopped by the watchdog"}
+_RANK_EXITS = {1: "failed", 2: "could not start (bad usage or model) or write its output",
+               124: "was stopped by the watchdog"}
 
 
 
@@ -149,14 +152,14 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
                                                                                  receives=receives)
     rank_args = ["--model", args.model, "--steps", str(args.steps), "--timeout", str(args.timeout),
                  "--backend", args.backend]
-    for flag, value in (("--batch-size", args.batch_size), ("--dtype", args.dtype), ("--lr", args.lr),
-                        ("--profile", os.path.abspath(args.profile) if args.profile else None)):
+    for flag, value in (("--batch-size", args.batch_size), ("--dtype", args.dtype), ("--lr", args.lr)):
         if value is not None:
             rank_args += [flag, str(value)]
     name = f"{common.safe_stem(program.name)}_program.py"
     if args.print_torchrun:
         (path,) = common.write_files(Path(args.output), {name: lowered.source})
-        command = lowered.torchrun_command(str(path), args.model, rank_args[2:])
+        profiled = ["--profile", os.path.abspath(args.profile)] if args.profile else []
+        command = lowered.torchrun_command(str(path), args.model, [*rank_args[2:], *profiled])
         nodes = range(nnodes) if node_rank is None else [node_rank]
         lines = [shlex.join(_torchrun_nodes(command, nproc, nnodes, k, args.rdzv_endpoint)) for k in nodes]
         if args.json:
@@ -178,9 +181,11 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     local_ranks = range(first, first + nproc)
     with tempfile.TemporaryDirectory(prefix="schedc-run-") as folder:
         (path,) = common.write_files(Path(folder), {name: lowered.source})
-        parts = Path(folder, "trace")
+        parts, measured = Path(folder, "trace"), Path(folder, "profile.json")
         if trace:
             rank_args += ["--trace-dir", str(parts)]
+        if args.profile:  # rank 0 writes it here; schedc copies it to --profile once every rank is done
+            rank_args += ["--profile", str(measured)]
         ranks_out = _Results(stderr) if args.json else stdout
         try:
             done = launch([sys.executable, str(path), *rank_args], nproc, stdout=ranks_out, stderr=stderr,
@@ -189,28 +194,28 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
             if trace:
                 _write_trace(trace, parts, local_ranks, None, stderr)
             raise
-        traced = _write_trace(trace, parts, local_ranks, done, stderr) if trace else None
+        lost: list[SchedcError] = []  # the outputs that could not be written, each said once on stderr
+        traced = _write_trace(trace, parts, local_ranks, done, stderr, lost) if trace else None
+        profiled = (_write_profile(args.profile, measured, args.input, stderr, lost)
+                    if done.ok and args.profile and node_rank == 0 else None)  # (rank 0 measured it)
     failed = [(first + r, code) for r, code in enumerate(done.returncodes) if code != 0]
     how = [f"rank {rank} " + (_RANK_EXITS.get(code, f"exited with {code}") if code >= 0 else
                               f"was stopped (signal {-code})") for rank, code in failed]
-    if done.ok and args.profile and node_rank == 0:  # (rank 0 writes it)
-        _said_profile(args.profile, args.input, stderr)
     if not done.ok:
         every = f"every rank of node {node_rank} exited" if nnodes > 1 else "every rank exited"
         stderr.write("schedc: the run failed: " + "; ".join(how) + f" ({every})\n")
     if args.json:
-        profiled = args.profile if done.ok and args.profile and node_rank == 0 else None  # (rank 0 writes it)
         written = [str(p) for p in (profiled, traced) if p]
+        errors = [{"message": m, "rank": rank, "exit_code": code} for m, (rank, code) in zip(how, failed)]
+        errors += [{**d.to_dict(), "file": d.where} for e in lost for d in e.diagnostics]
         stdout.write(common.dumps_json({"file": common.shown(args.input), "schedule": program.name, "params": dict(program.params),
                                         "ranks": nproc * nnodes, "backend": args.backend, "verified": verified,
-                                        **ranks_out.to_dict(), "ok": done.ok,
-                                        "errors": [{"message": m, "rank": rank, "exit_code": code}
-                                                   for m, (rank, code) in zip(how, failed)],
+                                        **ranks_out.to_dict(), "ok": done.ok and not lost, "errors": errors,
                                         "exit_codes": list(done.returncodes), "outputs": written}) + "\n")
-    if done.ok:
-        return EXIT_OK
-    # every failing rank rejected its arguments or model: bad input, not a failed run
-    return EXIT_INPUT if all(code in (0, 2) for code in done.returncodes) else EXIT_FAIL
+    if not done.ok:  # the run's own failure decides the code, ahead of an output it could not write
+        # every failing rank rejected its arguments or model: bad input, not a failed run
+        return EXIT_INPUT if all(code in (0, 2) for code in done.returncodes) else EXIT_FAIL
+    return EXIT_INPUT if lost else EXIT_OK
 
 
 _STEP = re.compile(r"step (\d+)/\d+\s+([\d.]+) ms\s+loss (\S+)$")  # the lines schedc/runtime/entry.py prints
@@ -355,36 +360,54 @@ def _torchrun_nodes(command: list[str], nproc: int, nnodes: int, node_rank: int,
     return [head, *options, *rest]
 
 
-def _said_profile(path: str, name: str, stderr) -> None:
-    """Say where the profile is and what reads it (or that rank 0 did not write it)."""
-    if not Path(path).is_file():
+def _write_profile(path: str, measured: Path, name: str, stderr, lost: list) -> Path | None:
+    """Copy the profile rank 0 measured (in the run's folder) to `path`, as every output is written,
+    and say where it is and what reads it (or that rank 0 did not write it); the file written, None
+    if it could not be (its error said and added to `lost`)."""
+    try:
+        data = measured.read_bytes()
+    except OSError:
         stderr.write(f"schedc run: rank 0 wrote no profile at {path}\n")
-        return
-    stderr.write(f"schedc run: wrote the profile {path} (each stage's measured F/I/W/B seconds and message sizes; "
-                 f"`schedc sim {common.shown(name)} --lower --costs {path}` times the run from it)\n")
+        return None
+    try:
+        written = common.write_file(path, data)
+    except SchedcError as exc:
+        _said_lost("--profile", exc, stderr, lost)
+        return None
+    stderr.write(f"schedc run: wrote the profile {written} (each stage's measured F/I/W/B seconds and message sizes; "
+                 f"`schedc sim {common.shown(name)} --lower --costs {written}` times the run from it)\n")
+    return written
+
+
+def _said_lost(flag: str, exc: SchedcError, stderr, lost: list | None) -> None:
+    """An output the run could not write, said once on stderr (naming its option) and kept in `lost`."""
+    (d,) = exc.diagnostics
+    error = SchedcError("io", f"{flag}: {d.message}", where=d.where)
+    stderr.write(error.render() + "\n")
+    if lost is not None:
+        lost.append(error)
 
 
 def _writable(path: str, flag: str) -> None:
-    """Refuse, before the run, an output that cannot be written after it: a folder, or a path under
-    something that is not a writable folder."""
-    target = Path(path)
+    """Refuse, before the run, an output that cannot be written after it (`outputs.probe_writable`:
+    a path under something that is not a writable folder, a read-only file, a folder the kernel will
+    not let this process create a file in), a folder as a usage error."""
+    shown = f"{path[:80]}{'...' if len(path) > 80 else ''}"
     try:
-        if target.is_dir():
+        if Path(path).is_dir():
             raise SchedcError("usage", f"{flag} {path}: is a folder; give a file name", where=flag)
-        folder = target.parent
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
     except OSError as exc:  # a name the file system refuses (too long, ...)
-        raise SchedcError("usage", f"{flag} {path[:80]}{'...' if len(path) > 80 else ''}: {exc.strerror or exc}",
-                          where=flag) from None
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise SchedcError("usage", f"{flag} {path}: cannot write there ({folder} is not a writable folder)",
-                          where=flag)
+        raise SchedcError("usage", f"{flag} {shown}: {exc.strerror or exc}", where=flag) from None
+    from ..outputs import probe_writable
+    try:
+        probe_writable(path)
+    except SchedcError as exc:
+        raise SchedcError("io", f"{flag} {shown}: {exc.diagnostics[0].message}", where=flag) from None
 
 
-def _write_trace(path: str, parts: Path, ranks, done, stderr) -> Path | None:
+def _write_trace(path: str, parts: Path, ranks, done, stderr, lost: list | None = None) -> Path | None:
     """Merge the (global) ranks' event files into the trace at `path`, and say how complete it is;
-    the file written (None if it could not be)."""
+    the file written (None if it could not be: its error said, and added to `lost`)."""
     from ..interop.chrome_trace import measured_trace, read_part
     from ..outputs import dumps_json
     events = {}
@@ -401,8 +424,8 @@ def _write_trace(path: str, parts: Path, ranks, done, stderr) -> Path | None:
     doc = measured_trace(events, stopped=stopped)
     try:
         written = common.write_file(path, dumps_json(doc, separators=(",", ":")) + "\n")
-    except SchedcError as exc:  # the run's own outcome still decides the exit code
-        stderr.write(exc.render() + "\n")
+    except SchedcError as exc:
+        _said_lost("--trace", exc, stderr, lost)
         return None
     other = doc["otherData"]
     if other["watchdog"]:

@@ -9,7 +9,9 @@ runs replica d's pipeline rank p on the d-th of D equal slices of the batch, and
 rank's D ranks get a process group of their own for REDUCE_GRAD. With routes (DualPipe), `build_stages`
 is asked for the model's stages each copy runs, the copies start from the first copy's weights, and
 the ranks that hold copies of one model stage get a process group to sum their gradients. Exit
-codes: 0 done, 1 an action failed, 2 bad usage or model, 124 the watchdog stopped the run.
+codes: 0 done, 1 an action failed, 2 bad usage or model, or an output that could not be written
+(`--profile`, checked before the run and written after its final barrier, or `--trace-dir`'s events,
+which stop where a write fails: neither failure ends a rank early), 124 the watchdog stopped the run.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from typing import Any, Callable, NoReturn
 
 import torch
 
+from ..errors import SchedcError
+from ..outputs import probe_writable
 from .backends import not_vouched, problem as backend_problem, vouches
 from .interpreter import PipelineInterpreter, StepFailure
 from .profile import build_profile, parts_of, write_profile
@@ -309,6 +313,8 @@ def _main(table: Table, args) -> int:  # noqa: C901
         sys.stderr.write(f"schedc runtime: warning: this program was verified under {table.verified}, and "
                          f"{not_vouched(table.verified, args.backend)}\n")
     recorder = _recorder(args.trace_dir, rank, table) if args.trace_dir else None
+    if args.profile and rank == 0:
+        _profile_writable(args.profile)
     watchdog = Watchdog(args.timeout, rank=rank)
     if recorder is not None:
         watchdog.on_stop.append(lambda report, cur: _stop_line(recorder, report, cur))
@@ -375,6 +381,7 @@ def _main(table: Table, args) -> int:  # noqa: C901
     if batch_size % (M * D):
         raise UsageError(f"--batch-size {batch_size}: expected a multiple of {M} microbatches x {D} replicas")
     times = []
+    profile = None  # rank 0's, written once every rank has passed the final barrier
 
     def phase(name: str, k: int, fn, *a):
         """Run one phase of training step k outside the program, watched and (with a trace) recorded."""
@@ -424,7 +431,7 @@ def _main(table: Table, args) -> int:  # noqa: C901
             phase("gathering the profile on rank 0", args.steps, dist.gather_object, mine, gathered, 0)
             if rank == 0:
                 assert gathered is not None
-                write_profile(args.profile, build_profile(gathered))
+                profile = build_profile(gathered)
         if last and replica == 0 and not args.quiet:
             steady = times[1:] or times
             dp = f" ({D} replicas of {table.pipeline_ranks})" if D > 1 else ""
@@ -443,13 +450,38 @@ def _main(table: Table, args) -> int:  # noqa: C901
         sys.stderr.write(f"schedc runtime: rank {rank} failed: {_one_line(exc)}\n")
         sys.stderr.flush()
         os._exit(EXIT_FAILED)
+    unwritten = _write_profile(args.profile, profile) if profile is not None else None
     if recorder is not None:
         recorder.close()
     interp.close()  # (the groups are freed by destroy_process_group, not at shutdown)
     dp_group = grad_group = tied_group = None  # noqa: F841
     copy_groups = {}  # noqa: F841
     dist.destroy_process_group()
-    return 0
+    if recorder is not None and recorder.error is not None:
+        sys.stderr.write(f"schedc runtime: rank {rank}: {recorder.path}: error[io]: cannot write: "
+                         f"{recorder.error.strerror or recorder.error} (its events stop there)\n")
+    if unwritten:
+        sys.stderr.write(f"schedc runtime: rank {rank}: {unwritten}\n")
+    return EXIT_USAGE if unwritten or (recorder is not None and recorder.error is not None) else 0
+
+
+def _profile_writable(path: str) -> None:
+    """Refuse `--profile` before the run when it cannot be written (schedc/outputs.py's
+    `probe_writable`): a UsageError, on rank 0, which writes it."""
+    try:
+        probe_writable(path)
+    except SchedcError as exc:
+        raise UsageError(f"--profile {path}: {exc.diagnostics[0].message}") from None
+
+
+def _write_profile(path: str, profile: dict) -> str | None:
+    """Write rank 0's profile after the final barrier, so a failure (a full disk) cannot end the rank
+    while its peers still wait for it; the error's one line, or None once written."""
+    try:
+        write_profile(path, profile)
+    except SchedcError as exc:
+        return exc.render()
+    return None
 
 
 def end_rank(status: int = 0) -> NoReturn:

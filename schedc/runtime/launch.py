@@ -59,11 +59,20 @@ def _pdeathsig():
     return lambda: prctl(1, sig)  # PR_SET_PDEATHSIG
 
 
-def _forward(pipe, stream: TextIO, lock: threading.Lock) -> None:
+def _forward(pipe, stream: TextIO, lock: threading.Lock, lost: list) -> None:
+    """Pass a rank's lines on to `stream`; once a write there fails (a full disk under standard
+    output), keep reading, so the rank never blocks on a full pipe, and keep the error in `lost`."""
+    failed = False
     for line in iter(pipe.readline, ""):
+        if failed:
+            continue
         with lock:
-            stream.write(line)
-            stream.flush()
+            try:
+                stream.write(line)
+                stream.flush()
+            except Exception as exc:  # (raised again by `launch` once every rank has ended)
+                failed = True
+                lost.append(exc)
     pipe.close()
 
 
@@ -74,7 +83,8 @@ def launch(command: Sequence[str], nproc: int, *, stdout: TextIO | None = None, 
     """Run `command` as this node's `nproc` ranks (global ranks node_rank*nproc .. +nproc-1 of
     nnodes*nproc; on one node 0..nproc-1, with a free port unless `master_port` is given) and wait for
     all of them (at most `deadline` seconds, if given: then every rank still running is stopped).
-    `Launched.returncodes` is by local rank."""
+    `Launched.returncodes` is by local rank. A write of the ranks' output to `stdout` or `stderr`
+    that failed is raised again once every rank has ended."""
     if not (nproc >= 1 and nnodes >= 1 and 0 <= node_rank < nnodes):
         raise ValueError(f"launch: {nproc} rank(s) on node {node_rank} of {nnodes}")
     if nnodes > 1 and master_port is None:
@@ -86,6 +96,7 @@ def launch(command: Sequence[str], nproc: int, *, stdout: TextIO | None = None, 
                 WORLD_SIZE=str(nnodes * nproc), LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK=str(node_rank),
                 GROUP_WORLD_SIZE=str(nnodes), PYTHONUNBUFFERED="1")
     lock = threading.Lock()
+    lost: list[Exception] = []  # the first failed write of the ranks' output
     procs: list[subprocess.Popen] = []
     threads = []
     preexec = _pdeathsig()
@@ -97,7 +108,7 @@ def launch(command: Sequence[str], nproc: int, *, stdout: TextIO | None = None, 
                                  stderr=subprocess.PIPE, text=True, bufsize=1, preexec_fn=preexec, process_group=0)
             procs.append(p)
             for pipe, stream in ((p.stdout, stdout), (p.stderr, stderr)):
-                t = threading.Thread(target=_forward, args=(pipe, stream, lock), daemon=True)
+                t = threading.Thread(target=_forward, args=(pipe, stream, lock, lost), daemon=True)
                 t.start()
                 threads.append(t)
         start, failed_at = time.monotonic(), None
@@ -119,6 +130,8 @@ def launch(command: Sequence[str], nproc: int, *, stdout: TextIO | None = None, 
     _stop(procs)
     for t in threads:
         t.join(timeout=5)
+    if lost:
+        raise lost[0]
     return Launched(tuple(p.returncode for p in procs), killed)
 
 

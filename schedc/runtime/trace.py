@@ -37,10 +37,12 @@ def step_name(step) -> str:
 
 class Recorder:
     """Appends this rank's events to `path`, one line each, flushed as written (thread-safe: the
-    watchdog writes the last line from its own thread)."""
+    watchdog writes the last line from its own thread). A write that fails (a full disk) does not
+    stop the rank mid-run: the events stop there, and `error` keeps why for the rank to say at the end."""
 
     def __init__(self, path: str, *, rank: int, ranks: int, schedule: str):
         self.path = path
+        self.error: OSError | None = None
         self._fh = open(path, "w", encoding="utf-8", buffering=1)
         self._lock = threading.Lock()
         self._head = {"ev": "rank", "format": FORMAT, "version": VERSION, "rank": rank, "ranks": ranks,
@@ -49,8 +51,12 @@ class Recorder:
     def _write(self, record: dict) -> None:
         line = json.dumps(record, separators=(",", ":")) + "\n"
         with self._lock:
-            if not self._fh.closed:
+            if self._fh.closed or self.error is not None:
+                return
+            try:
                 self._fh.write(line)
+            except OSError as exc:
+                self.error = exc
 
     def start(self, sync: float) -> None:
         """The first line: this rank's clock as it left the barrier every rank passes together."""
@@ -85,4 +91,7 @@ class Recorder:
 
     def close(self) -> None:
         with self._lock:
-            self._fh.close()
+            try:
+                self._fh.close()  # (closed even when its last flush fails)
+            except OSError as exc:
+                self.error = self.error or exc
