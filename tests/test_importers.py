@@ -175,6 +175,9 @@ def test_megatron_settings_it_refuses_are_importer_errors():
     with pytest.raises(SchedcError, match="Megatron-Core refuses P=4, V=2, M=6") as exc:
         load("megatron:interleaved", {"P": 4, "M": 6, "V": 2})
     assert exc.value.code == "importer"
+    with pytest.raises(SchedcError, match="refuses BATCHED=1 with OVERLAP=1") as exc:  # (was `usage`)
+        load("megatron:interleaved", {"P": 2, "M": 4, "V": 2, "BATCHED": 1, "OVERLAP": 1})
+    assert exc.value.code == "importer"
     # the fuzzer's (bench/README.md, "Fuzzing"): an IndexError inside Megatron's interleaved schedule
     # on one rank, exit 4; Megatron-Core's own initialize_model_parallel refuses it
     with pytest.raises(SchedcError, match="P >= 2 ranks") as exc:
