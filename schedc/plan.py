@@ -42,6 +42,15 @@ UNITS_LAYER, UNITS_SHAPED, UNITS_PROGRAM, UNITS_SIMULATED, UNITS_CHECKED = 25, 2
 UNITS_TRACED = 2_500
 
 
+class Reading(NamedTuple):
+    """How the schedules' files are read, as `check` reads them (`--notation`, `--placement`,
+    `--forward-only`: a PyTorch CSV's)."""
+
+    notation: str = "current"
+    placement: str | None = None
+    forward_only: bool = False
+
+
 @dataclass(frozen=True)
 class Layout:
     """One way to lay the model over the GPUs: degrees, and the layers split (None: even)."""
@@ -87,7 +96,7 @@ class Choice:
 class Plan:
     """The ranked choices and what the search did: layouts enumerated; configurations (a layout and
     a schedule), of which refused by the schedule (its `require`, its lint, a split its stages
-    cannot take), ruled out by the memory bound, left behind the answers by the time bound, and
+    cannot take, a fixed shape, a CSV's say, of other ranks or microbatches than the layout's), ruled out by the memory bound, left behind the answers by the time bound, and
     simulated (the rest; `shared`: runs reused from another layout of identical costs, besides);
     and of those checked (the ones fast enough to enter)."""
 
@@ -103,6 +112,7 @@ class Plan:
     work: int = 0  # units spent (MAX_PLAN_WORK)
     traced: set[tuple] = field(default_factory=set)  # (framework schedule, P, M) traced and counted
     unsound: set[str] = field(default_factory=set)  # schedules passed over for failing lint or check
+    fixed: dict[str, tuple[int, int]] = field(default_factory=dict)  # fixed shapes passed over: (ranks, M)
 
 
 def _divisors(n: int, limit: int) -> list[int]:
@@ -132,6 +142,26 @@ def layouts(setup: Any, gpus: int, global_batch: int, micro_batch: int) -> Itera
                         yield Layout(pp, tp, cp, dp, ep, split), M
 
 
+def _why_no_layout(setup: Any, gpus: int, global_batch: int, micro_batch: int) -> str:
+    """Why `layouts` finds none: the batch cannot be split into microbatches, the GPUs are more
+    than the model can use at this batch, or they factor into no degrees the model allows."""
+    m, node = setup.model, setup.hardware.gpus_per_node
+    if global_batch % micro_batch:
+        return (f"no layout to search: the global batch {global_batch} is not a multiple of the micro-batch "
+                f"{micro_batch}, so no data-parallel degree splits it into microbatches")
+    tp = max((d for d in _divisors(m.heads, node) if m.kv_heads % d == 0 and m.ffn_hidden % d == 0), default=1)
+    cp = max((d for d in _divisors(m.seq_len, 16) if m.seq_len % (d * tp) == 0), default=1)
+    most = tp * cp * m.layers * (global_batch // micro_batch)
+    if gpus > most:
+        return (f"no layout to search: {m.name} can use at most {most:,} GPUs at this batch ({tp} tensor x {cp} "
+                f"context x {m.layers} pipeline (its layers) x {global_batch // micro_batch} data-parallel (global "
+                f"batch / micro-batch)), not {gpus:,}")
+    return (f"no layout to search: {gpus:,} GPUs split into no tensor (a power of two up to {node}, dividing the "
+            f"heads), context (a power of two up to 16), pipeline (up to {m.layers} stages) and data-parallel "
+            f"degree (dividing {global_batch // micro_batch} microbatches of the global batch) {m.name} allows: "
+            "choose a number of GPUs and a global batch with common factors")
+
+
 def _splits(setup: Any, pp: int) -> list[tuple[int, int] | None]:
     """The even split, and one whose first and last stages hold fewer layers, by the embedding's and
     the output layer's time in layers (when that differs from the even one)."""
@@ -151,15 +181,22 @@ def _splits(setup: Any, pp: int) -> list[tuple[int, int] | None]:
 
 
 def plan(setup: Any, gpus: int, global_batch: int, schedules: Sequence[str], *, micro_batch: int = 1,
-         top: int = 10, params: dict[str, int] | None = None, prune: bool = True) -> Plan:
+         top: int = 10, params: dict[str, int] | None = None, prune: bool = True,
+         reading: Reading | None = None) -> Plan:
     """The `top` fastest (layout, schedule) choices that fit. `setup` is a model and hardware
     description (its own [parallelism] table is replaced by each layout). `prune=False` simulates and
-    checks every configuration (what the bounds are held to: the same answers)."""
-    if gpus < 1 or global_batch < 1 or micro_batch < 1:
-        raise SchedcError("usage", "--gpus, --global-batch and --micro-batch must be positive")
+    checks every configuration (what the bounds are held to: the same answers). `reading`: how a
+    PyTorch CSV among the schedules is read (its notation, placement, forward-only)."""
+    for option, value in (("--gpus", gpus), ("--global-batch", global_batch), ("--micro-batch", micro_batch)):
+        if value < 1:
+            raise SchedcError("usage", f"--gpus, --global-batch and --micro-batch must be positive, not {option} "
+                              f"{value}", where=option)
     model = replace(setup.model, micro_batch=micro_batch)
     base = replace(setup, model=model)
     found = list(layouts(base, gpus, global_batch, micro_batch))
+    if not found:
+        raise SchedcError("usage", _why_no_layout(base, gpus, global_batch, micro_batch),
+                          where="--global-batch" if global_batch % micro_batch else "--gpus")
     if len(found) > MAX_PLAN_LAYOUTS:
         raise SchedcError("too-large", f"{len(found):,} layouts of {gpus:,} GPUs: more than {MAX_PLAN_LAYOUTS:,}",
                           where="--gpus")
@@ -170,7 +207,7 @@ def plan(setup: Any, gpus: int, global_batch: int, schedules: Sequence[str], *, 
     configs = [_Config(lay, M, name, replace(base, parallel=lay.parallel(setup.parallel)))
                for lay, M in found for name in (alone if lay.pp == 1 else schedules)]
     result.configurations = len(configs)
-    search = _Search(result, tuple(sorted((params or {}).items())), top)
+    search = _Search(result, tuple(sorted((params or {}).items())), top, reading or Reading())
     if prune:
         search.pruned(configs)
     else:
@@ -203,8 +240,8 @@ class _Search:
     program's shape), time it (`time`: simulated, or a run of identical costs reused) and check it
     (`judge`); and the two orders of taking them (`pruned`, `everything`)."""
 
-    def __init__(self, result: Plan, params: tuple[tuple[str, int], ...], top: int):
-        self.result, self.params, self.top = result, params, top
+    def __init__(self, result: Plan, params: tuple[tuple[str, int], ...], top: int, reading: Reading = Reading()):
+        self.result, self.params, self.top, self.reading = result, params, top, reading
         self.sims: dict[tuple, tuple[Any, Any]] = {}  # (schedule, P, M, params, annotations) -> (run, report)
         self.costs: dict[tuple, Any] = {}  # (layout, stages, ends on one rank) -> `_stage_costs`
         self.held: dict[tuple, tuple[float, ...]] = {}  # (layout, ranks, stages, placement, ...) -> model states
@@ -311,12 +348,12 @@ class _Search:
     def shape(self, name: str, P: int, M: int) -> plan_bounds.Shape:
         """The program's shape (counted once per schedule, P and M in a search), held to its family's."""
         key = (name, P, M, self.params)
-        program = _program(*key)
+        program = _program(*key, self.reading)
         assert program is not None
         if key not in self.shaped:
             _spend(self.result, UNITS_SHAPED * program.num_actions, f"bounding {name} at P={P}, M={M}", name)
             self.shaped.add(key)
-        shape = _shape(*key)
+        shape = _shape(*key, self.reading)
         family = plan_bounds.family_shape(name, P, M) if _builtin(name) and not self.params else None
         if family is not None and not plan_bounds.covers(family, shape):
             raise AssertionError(f"plan_bounds.FAMILIES: {name} at P={P}, M={M} is not what its family says")
@@ -339,11 +376,15 @@ class _Search:
             return True
         lay, name = c.layout, c.name
         self.trace(c)
-        program = _program(name, lay.pp, c.M, self.params)
+        program = _program(name, lay.pp, c.M, self.params, self.reading)
         if program is None or program.model_stages > c.setup.model.layers:  # (routes: one copy's stages)
             self.result.refused += 1
             return False
-        if not _sound(name, lay.pp, c.M, self.params):
+        if (shape := _fixed(name, program, lay.pp, c.M)) is not None:  # its pipeline or microbatches are not the layout's
+            self.result.fixed[name] = shape
+            self.result.refused += 1
+            return False
+        if not _sound(name, lay.pp, c.M, self.params, self.reading):
             self.result.unsound.add(name)
             self.result.refused += 1
             return False
@@ -422,9 +463,9 @@ class _Frame(NamedTuple):
 
 
 @lru_cache(maxsize=512)
-def _shape(name: str, P: int, M: int, params: tuple[tuple[str, int], ...]) -> plan_bounds.Shape:
+def _shape(name: str, P: int, M: int, params: tuple[tuple[str, int], ...], reading: Reading) -> plan_bounds.Shape:
     """The shape of the schedule at P, M (`_program`, which must not be None)."""
-    program = _program(name, P, M, params)
+    program = _program(name, P, M, params, reading)
     assert program is not None
     return plan_bounds.shape_of(program)
 
@@ -459,21 +500,43 @@ def _spend(result: Plan, units: int, what: str, where: str) -> None:
 
 
 @lru_cache(maxsize=512)
-def _program(name: str, P: int, M: int, params: tuple[tuple[str, int], ...]) -> Program | None:
-    """The schedule at P, M (V = 2 where it takes V), or None when its `require` refuses them."""
+def _program(name: str, P: int, M: int, params: tuple[tuple[str, int], ...], reading: Reading) -> Program | None:
+    """The schedule at P, M (V = 2 where it takes V), or None when its `require` refuses them. A
+    PyTorch CSV or an IR file is read as written (its shape is fixed: `_fixed` tells it apart)."""
     from .api import load
+    expanded = _takes_params(name)
+    values = {"P": P, "M": M, "V": 2, **dict(params)} if expanded else {}
+    read = {"forward_only": reading.forward_only} if expanded else reading._asdict()  # (a CSV's notation, placement)
     try:
-        return load(name, {"P": P, "M": M, "V": 2, **dict(params)}, strict_params=False)
+        return load(name, values, strict_params=False, **read)
     except SchedcError as exc:
         if exc.code != "require":
             raise
         return None
 
 
+@lru_cache(maxsize=64)
+def _takes_params(name: str) -> bool:
+    """Whether the schedule is expanded at the layout's P and M: a built-in, a framework's or a .pp
+    file, not a PyTorch CSV or an IR file (read as written)."""
+    from .api import detect_format
+    return _builtin(name) or importers.is_imported(name) or detect_format(name) == "pp"
+
+
+def _fixed(name: str, program: Program, P: int, M: int) -> tuple[int, int] | None:
+    """(ranks, microbatches) of a schedule whose shape is not the layout's P ranks, or whose
+    microbatches do not follow its M (a CSV, a .pp without an M parameter) and are not M; None when
+    it fits the layout."""
+    declared = dict(program.params) if _takes_params(name) else {}
+    ranks = program.num_ranks != P  # (the layout's pipeline degree must be the schedule's ranks)
+    microbatches = "M" not in declared and program.num_microbatches != M
+    return (program.num_ranks, program.num_microbatches) if ranks or microbatches else None
+
+
 @lru_cache(maxsize=512)
-def _sound(name: str, P: int, M: int, params: tuple[tuple[str, int], ...]) -> bool:
+def _sound(name: str, P: int, M: int, params: tuple[tuple[str, int], ...], reading: Reading) -> bool:
     """Whether the schedule at P, M passes lint (a send to no stage, say, has no time to simulate:
     such a schedule is passed over, as one that fails its checks is)."""
     from .report import lint_findings
-    program = _program(name, P, M, params)
+    program = _program(name, P, M, params, reading)
     return program is not None and not lint_findings(program)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -75,8 +76,6 @@ def test_dumps_that_differ_from_the_schedule_say_where(run_cli):
     code, d, _ = diag(run_cli, [DATA / "unshard_late"], "gpipe_dp.pp")
     assert code == 1 and d["disagreements"]
     assert "rank 2's dump does not show UNSHARD(0)" in d["disagreements"][0]["message"]
-    code, d, _ = diag(run_cli, [DATA / "skipped_reduce"], "crossed.pp")
-    assert code == 1 and "the schedule has ranks 0..1" in d["disagreements"][0]["message"]
 
 
 def test_the_text_names_the_line(run_cli):
@@ -149,6 +148,43 @@ def test_a_schedule_with_a_stage_out_of_range_is_refused_at_its_line(run_cli, tm
                   "  rank 2: 1UNSHARD\r}\r")
     code, out, err = run_cli("diagnose", str(DATA / "crossed"), "--schedule", str(pp), "--semantics", "eager")
     assert code == 2 and f"{pp}:5:11: error[bad-comm]: RECV_B(2,1): stage 2 has no stage 3 to talk to" in err, err
+
+
+def test_a_dump_of_a_rank_the_job_does_not_run_is_refused(run_cli, tmp_path):
+    """A stray rank7.json beside a 4-rank job's dumps changed the analysis silently: it is an error
+    naming the file and the job's ranks (so are dumps of 4 ranks read against a 2-rank schedule)."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for f in (DATA / "gpipe_dp").iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    (folder / "rank7.json").write_bytes((DATA / "gpipe_dp" / "rank3.json").read_bytes())
+    code, _, err = run_cli("diagnose", str(folder), "--schedule", str(DATA / "gpipe_dp.pp"))
+    assert code == 2 and f"{folder / 'rank7.json'}: error[dump]: this is rank 7's dump, but the job runs ranks 0..3" in err
+    code, _, err = run_cli("diagnose", str(DATA / "skipped_reduce"), "--schedule", str(DATA / "crossed.pp"))
+    assert code == 2 and "error[dump]" in err and "the job runs ranks 0..1" in err, err
+
+
+def test_a_path_that_does_not_exist_and_a_pickle_naming_code_name_the_file(run_cli, tmp_path):
+    code, _, err = run_cli("diagnose", str(tmp_path / "nowhere"), "--schedule", str(DATA / "crossed.pp"))
+    assert code == 2 and f"{tmp_path / 'nowhere'}: error[io]: no such file or directory" in err, err
+    dump = tmp_path / "rank0"
+    dump.write_bytes(b"\x80\x04cposix\nsystem\n.")
+    code, _, err = run_cli("diagnose", str(dump), "--schedule", str(DATA / "crossed.pp"))
+    assert code == 2 and f"{dump}: error[dump]: the pickle names posix.system" in err, err
+
+
+def test_a_csv_schedule_is_read_with_the_options_check_takes(run_cli, tmp_path):
+    """diagnose advised `--notation legacy` and did not take it: it takes what check takes to read a CSV."""
+    csv = tmp_path / "crossed.csv"
+    code, _, err = run_cli("export", str(DATA / "crossed.pp"), "--to", "torch-csv", "-o", str(csv))
+    assert code == 0, err
+    legacy = tmp_path / "legacy.csv"
+    legacy.write_text(re.sub(r"(^|,)(\d+)B(\d+)", r"\1\2BW\3", csv.read_text(), flags=re.M))
+    code, _, err = run_cli("diagnose", str(DATA / "crossed"), "--schedule", str(legacy))
+    assert code == 2 and "read the file with --notation legacy" in err, err
+    as_read = [run_cli("diagnose", str(DATA / "crossed"), "--schedule", str(f), "--json", *extra)
+               for f, extra in ((csv, ()), (legacy, ("--notation", "legacy")))]
+    assert as_read[0][0] == 1 and as_read[0][1] == as_read[1][1].replace("legacy", "crossed")
 
 
 def test_dumps_of_one_rank_twice_or_of_two_backends_are_refused(run_cli, tmp_path):

@@ -324,7 +324,8 @@ def test_the_limits_page_states_schedcs_limits():
         "actions checked in detail": f"{report.MAX_DETAILED_ACTIONS:,}",
         "actions timed step by step (`sim`, `viz`, `compare`, `compile`'s picture)": f"{simulate.MAX_SIMULATED_ACTIONS:,}",
         "actions of a runnable program (`compile`'s `<name>_program.py`, `run`)": f"{codegen.MAX_RUNNABLE_ACTIONS:,}",
-        "a framework's schedule (`deepspeed:NAME`, `megatron:NAME`): P x M x V": f"{importers.MAX_WORK:,}",
+        "a framework's schedule (`deepspeed:NAME`, `megatron:NAME`): P x M x V":
+            "; ".join(f"{name} {importers.max_work(name):,}" for name in importers.CHARACTERS),
         "a model's layers (`[model] layers`)": f"{hardware.MAX_LAYERS:,}",
     }
     assert compiler.MAX_STAGES == compiler.MAX_MICROBATCHES

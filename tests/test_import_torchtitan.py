@@ -154,6 +154,40 @@ def test_the_command_writes_a_setup_that_simulates(tmp_path, run_cli):
     assert code == 0 and row["name"] == "zbv" and row["params"] == {"P": 2, "M": 4} and row["placement"] == "vshape"
 
 
+def test_an_unknown_preset_or_layers_against_the_presets_are_refused(tmp_path, run_cli):
+    """`--model nosuch --layers 16` wrote `preset = "nosuch"` (exit 0) that `check --setup` then
+    refused; `--model llama3-8b --layers 16` split 16 layers against a 32-layer [model]."""
+    out = tmp_path / "bad.toml"
+    code, _, err = run_cli("import", "torchtitan", "--model", "nosuch", "--layers", "16", "--gpus", "4", "-o", str(out),
+                           "--", "--parallelism.pipeline_parallel_degree", "4")
+    assert code == 2 and "--model: error[usage]: no model preset 'nosuch' (presets: " in err and "llama3-8b" in err
+    code, _, err = run_cli("import", "torchtitan", "--model", "llama3-8b", "--layers", "16", "--gpus", "4", "-o",
+                           str(out), "--", "--parallelism.pipeline_parallel_degree", "4")
+    assert code == 2 and "--layers: error[usage]: --layers 16, but the model preset llama3-8b has 32 layers" in err
+    assert not out.exists()
+    code, _, err = run_cli("import", "torchtitan", "--model", "llama3-8b", "--layers", "32", "--gpus", "4", "-o",
+                           str(out), "--", "--parallelism.pipeline_parallel_degree", "4")
+    assert code == 0 and "pipeline_parallel_layers_per_stage = [8, 9, 8, 7]" in out.read_text(), err
+
+
+@pytest.mark.parametrize("csv_of,schedule,other", [("zbv", "Interleaved1F1B", "ZBVZeroBubble or DualPipeV"),
+                                                   ("interleaved_1f1b", "ZBVZeroBubble", "Interleaved1F1B")])
+def test_a_csv_placed_otherwise_than_torchtitan_places_it_is_refused(tmp_path, monkeypatch, run_cli, csv_of, schedule,
+                                                                     other):
+    """A V-shaped CSV under Interleaved1F1B (torchtitan places its stages in a loop) was written with
+    a "check it" line that then reported 21 wrong-rank errors: it is refused at import, naming the
+    classes that place the stages as the CSV does."""
+    from schedc.interop.formats import writer
+    params = {"P": 2, "M": 4} if csv_of == "zbv" else {"P": 2, "V": 2, "M": 4}
+    (tmp_path / "mine.csv").write_text(writer("torch-csv")(load(csv_of, params), level="compute"))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("import", "torchtitan", "--layers", "16", "--", *options(schedule, 2, 4),
+                             "--parallelism.pipeline_parallel_schedule_csv", "mine.csv")
+    assert code == 2 and "check it" not in out + err
+    assert f"mine.csv: error[importer]: torchtitan's {schedule} places the stages in a " in err
+    assert "of the CSV's actions run on a rank that does not hold their stage" in err and other in err, err
+
+
 def test_a_config_function_gives_the_defaults_and_the_layers(tmp_path, monkeypatch):
     """`--module M --config C` goes through torchtitan's own loader; a user's config module here (torchtitan's
     models need triton, which a CPU machine lacks)."""

@@ -152,7 +152,11 @@ def test_unknown_names_and_params_are_usage_errors():
 
 @pytest.mark.parametrize("name,params", [("megatron:1f1b", {"P": 2, "M": 1_000_000}),
                                          ("deepspeed:train", {"P": 2, "M": 25_001}),
-                                         ("megatron:interleaved", {"P": 100, "M": 100, "V": 6})])
+                                         ("megatron:interleaved", {"P": 100, "M": 100, "V": 6}),
+                                         # docs/limits.md's figures, which traced for 10 s and then failed
+                                         # at 1:1 of a 4.6 M-character listing the user never saw
+                                         ("megatron:1f1b", {"P": 4, "M": 10_000}),
+                                         ("deepspeed:train", {"P": 64, "M": 780})])
 def test_a_schedule_whose_listing_would_be_past_the_source_limit_is_refused_before_tracing(name, params, monkeypatch):
     """The fuzzer's (bench/README.md, "Fuzzing"): tracing Megatron-Core at P=2, M=1,000,000 ran for
     minutes and 6.9 GB before the listing's size was refused. P x M x V is counted first; the
@@ -163,9 +167,39 @@ def test_a_schedule_whose_listing_would_be_past_the_source_limit_is_refused_befo
         raise AssertionError("the framework was asked for")
     for module in (deepspeed, megatron):
         monkeypatch.setattr(module, "require", no_import)
-    with pytest.raises(SchedcError, match=r"P x M x V is [\d,]+, at most 50,000") as exc:
+    with pytest.raises(SchedcError, match=r"P x M x V is [\d,]+, at most [\d,]+ \(its listing takes up to \d+ "
+                       "characters a rank, microbatch and chunk") as exc:
         load(name, params)
     assert exc.value.code == "too-large" and exc.value.diagnostics[0].where == "--param"
+
+
+@needs_deepspeed
+@needs_megatron
+def test_each_schedule_at_its_limit_is_under_the_source_limit():
+    """The documented limits hold: at P x M x V just under each, at many ranks (more digits), the
+    listing is within the source limit (it was not: P=4, M=10,000 was accepted and then refused)."""
+    from schedc import importers
+    from schedc.parse import MAX_SOURCE_BYTES
+    sizes = {"megatron:1f1b": {"P": 64, "BATCHED": 1}, "megatron:interleaved": {"P": 32, "V": 2, "OVERLAP": 1},
+             "deepspeed:train": {"P": 64}, "deepspeed:inference": {"P": 64}, "deepspeed:dualpipev": {"P": 32}}
+    for name, params in sizes.items():
+        P, V = params["P"], params.get("V", 1)
+        M = importers.max_work(name) // (P * V) // P * P  # (Megatron's interleaved wants M a multiple of P)
+        text = importers.listing(name, {**params, "M": M})
+        assert 0.5 * MAX_SOURCE_BYTES < len(text) <= MAX_SOURCE_BYTES, (name, M, len(text))
+
+
+@needs_deepspeed
+def test_a_listing_over_the_source_limit_is_refused_at_param_naming_p_m_v(monkeypatch):
+    """Were a listing still longer than its counted characters say, the parser's error pointed at
+    1:1 of it: it is refused at --param, naming P x M x V."""
+    from schedc import importers
+    monkeypatch.setitem(importers.CHARACTERS, "deepspeed:inference", 1)
+    with pytest.raises(SchedcError, match=r"deepspeed:inference at P=64, M=1000: its listing is [\d,]+ characters, "
+                       r"over the 1,000,000-character source limit \(P x M x V is 64,000") as exc:
+        load("deepspeed:inference", {"P": 64, "M": 1000})
+    assert exc.value.code == "too-large" and exc.value.diagnostics[0].where == "--param"
+    assert exc.value.diagnostics[0].span is None
 
 
 @needs_megatron
@@ -174,6 +208,9 @@ def test_megatron_settings_it_refuses_are_importer_errors():
         load("megatron:interleaved", {"P": 2, "M": 2, "V": 1})
     with pytest.raises(SchedcError, match="Megatron-Core refuses P=4, V=2, M=6") as exc:
         load("megatron:interleaved", {"P": 4, "M": 6, "V": 2})
+    assert exc.value.code == "importer"
+    with pytest.raises(SchedcError, match="refuses BATCHED=1 with OVERLAP=1") as exc:  # (was `usage`)
+        load("megatron:interleaved", {"P": 2, "M": 4, "V": 2, "BATCHED": 1, "OVERLAP": 1})
     assert exc.value.code == "importer"
     # the fuzzer's (bench/README.md, "Fuzzing"): an IndexError inside Megatron's interleaved schedule
     # on one rank, exit 4; Megatron-Core's own initialize_model_parallel refuses it

@@ -126,7 +126,7 @@ def test_a_schedule_that_fails_its_checks_is_passed_over_and_named(run_cli, tmp_
     """A send to no stage made the simulator raise IndexError (exit 4): plan timed before it checked."""
     path = tmp_path / "t.pp"
     path.write_text("schedule t {\n  stages 2\n  microbatches 1\n  rank 0: 1SEND_F0\n  rank 1: 0REDUCE_TIED\n}\n")
-    code, out, err = run_cli("plan", str(path), "--gpus", "16", "--global-batch", "16", "--model", "llama2-7b",
+    code, out, err = run_cli("plan", str(path), "--gpus", "16", "--global-batch", "8", "--model", "llama2-7b",
                              "--hardware", "a100-80gb", "--json")
     assert code == 1 and json.loads(out.splitlines()[-1])["search"]["simulated"] == 0
     assert f"passed over where they fail their checks (`schedc check NAME --param P=...,M=...` says why): {path}" in err
@@ -146,3 +146,57 @@ def test_tracing_a_frameworks_schedule_counts_against_the_search(run_cli, monkey
                              "mixtral-8x7b", "--hardware", "a100-80gb")
     assert code == 2 and re.search(r"^megatron:1f1b: error\[too-large\]: .* tracing megatron:1f1b at P=\d+, M=\d+", err,
                                    re.M), err
+
+
+def test_the_micro_batch_is_taken_as_given_and_named(run_cli):
+    """`--micro-batch 0` was taken as 1 (`args.micro_batch or default`), and the header said
+    micro-batch 1 whatever was given."""
+    args = ("--gpus", "8", "--global-batch", "32", "--model", "llama3-8b", "--hardware", "h100-80gb", "--top", "1")
+    code, _, err = run_cli("plan", "1f1b", *args, "--micro-batch", "0")
+    assert code == 2 and "--micro-batch: error[usage]: --gpus, --global-batch and --micro-batch must be positive" in err
+    code, out, _ = run_cli("plan", "1f1b", *args, "--micro-batch", "2")
+    assert code == 0 and "micro-batch 2," in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("gpus, batch, micro, said", [
+    (8, 32, 64, "--global-batch: error[usage]: no layout to search: the global batch 32 is not a multiple of the "
+                "micro-batch 64"),
+    (1_000_000, 32, 1, "--gpus: error[usage]: no layout to search: llama3-8b can use at most 131,072 GPUs at this "
+                       "batch"),
+    (37, 32, 1, "--gpus: error[usage]: no layout to search: 37 GPUs split into no tensor"),
+])
+def test_no_layout_to_search_says_why_not_memory(run_cli, gpus, batch, micro, said):
+    """These searched 0 layouts and then blamed the memory ("no layout ... fits ... within 73.67 GiB")."""
+    code, out, err = run_cli("plan", "--gpus", str(gpus), "--global-batch", str(batch), "--micro-batch", str(micro),
+                             "--model", "llama3-8b", "--hardware", "h100-80gb")
+    assert code == 2 and said in err and "GiB" not in err, err
+
+
+def test_a_schedule_of_fixed_shape_is_passed_over_at_other_layouts(run_cli, tmp_path):
+    """A CSV (P=1 was stated to it: `error[csv]`) or a .pp without a P parameter (pipeline degree
+    1 against its 2 ranks: `error[costs]`) stopped the search; it runs where the layout is its shape."""
+    csv = tmp_path / "mine.csv"
+    assert run_cli("export", "1f1b", "--param", "P=2,M=8", "--to", "torch-csv", "-o", str(csv))[0] == 0
+    args = ("--model", "llama3-8b", "--hardware", "h100-80gb", "--json")
+    code, out, err = run_cli("plan", str(csv), "--gpus", "4", "--global-batch", "8", *args)
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert code == 0 and lines[0]["pp"] == 2 and lines[0]["microbatches"] == 8 and lines[-1]["search"]["refused"] >= 1
+    code, out, err = run_cli("plan", str(csv), "--gpus", "2", "--global-batch", "16", *args)
+    assert code == 1 and "no layout of 2 GPUs runs llama3-8b with these schedules: each refused it" in err, err
+    assert f"not those of a schedule of fixed shape: {csv} (2 ranks, 8 microbatches)" in err
+    stuck = tmp_path / "stuck.pp"
+    stuck.write_text("schedule stuck {\n  rank 0: 0F0 0RECV_B0 0B0 0SEND_F0\n  rank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n}\n")
+    code, out, err = run_cli("plan", str(stuck), "--gpus", "2", "--global-batch", "1", *args)
+    assert code == 1 and "error[" not in err and f"fixed shape: {stuck} (2 ranks, 1 microbatches)" in err, err
+
+
+def test_a_csv_is_read_with_the_options_check_takes(run_cli, tmp_path):
+    """plan had no --notation: an older PyTorch CSV failed its checks everywhere."""
+    csv = tmp_path / "old.csv"
+    assert run_cli("export", "1f1b", "--param", "P=2,M=8", "--to", "torch-csv", "-o", str(csv))[0] == 0
+    csv.write_text(re.sub(r"(^|,)(\d+)B(\d+)", r"\1\2BW\3", csv.read_text(), flags=re.M))
+    args = (str(csv), "--gpus", "4", "--global-batch", "8", "--model", "llama3-8b", "--hardware", "h100-80gb")
+    code, _, err = run_cli("plan", *args)
+    assert code == 2 and "read the file with --notation legacy" in err
+    code, out, err = run_cli("plan", *args, "--notation", "legacy")
+    assert code == 0 and re.search(rf"^2 .* {re.escape(str(csv))} +8 ", out, re.M), (out, err)

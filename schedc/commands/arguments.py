@@ -7,7 +7,7 @@ from __future__ import annotations
 def inputs(q, many: bool = False) -> None:
     """The schedule to read: a file or a built-in name, its parameters, its format and notation."""
     from ..interop.formats import readable
-    from ..ir import P2P_MODES, PLACEMENTS
+    from ..ir import P2P_MODES
     q.add_argument("inputs" if many else "input", nargs="+" if many else None, metavar="FILE|NAME",
                    help="a .pp schedule, a PyTorch .csv, a schedc .json, a built-in name, or - (standard input)")
     q.add_argument("--param", action="append", default=[], metavar="K=V",
@@ -15,6 +15,16 @@ def inputs(q, many: bool = False) -> None:
                         "each name once)")
     q.add_argument("--format", choices=readable(),
                    help="input format (default: by file extension; .pp for -)")
+    reading(q)
+    q.add_argument("--p2p", choices=P2P_MODES,
+                   help="how messages travel, as a schedule's `p2p` line says: shared (one communicator and "
+                        "tag, torch's runtime; the default for a CSV), tagged (each message tagged with its "
+                        "payload) or split (activations and gradients on communicators of their own)")
+
+
+def reading(q) -> None:
+    """How a PyTorch CSV is read: its placement, its notation, whether it runs forwards alone."""
+    from ..ir import PLACEMENTS
     q.add_argument("--placement", choices=PLACEMENTS,
                    help="a PyTorch CSV's placement of stages on ranks: loop (stage s on rank s %% P) or vshape "
                         "(down the ranks and back up); with --param P=,M=,V= it states the CSV's shape "
@@ -25,10 +35,6 @@ def inputs(q, many: bool = False) -> None:
     q.add_argument("--forward-only", action="store_true",
                    help="the schedule runs forwards alone (inference): no backward is expected, as a "
                         "schedule's `forward only` line says")
-    q.add_argument("--p2p", choices=P2P_MODES,
-                   help="how messages travel, as a schedule's `p2p` line says: shared (one communicator and "
-                        "tag, torch's runtime; the default for a CSV), tagged (each message tagged with its "
-                        "payload) or split (activations and gradients on communicators of their own)")
 
 
 def blocking() -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..errors import EXIT_FAIL, EXIT_OK
 from ..outputs import dumps_json
-from . import common
+from . import arguments, common
 
 
 def add_arguments(q) -> None:
@@ -19,6 +19,7 @@ def add_arguments(q) -> None:
     q.add_argument("--param", action="append", default=[], metavar="K=V",
                    help="the schedule's parameters, e.g. --param P=4,M=8 (repeatable)")
     q.add_argument("--format", choices=readable(), help="the schedule's format (default: by file extension)")
+    arguments.reading(q)
     q.add_argument("--semantics", metavar="BACKEND",
                    help="read the schedule under this semantics (default: the dumps' backend, gloo or nccl)")
     q.add_argument("--json", action="store_true", help="print one JSON object")
@@ -29,7 +30,6 @@ def run(args, stdout, stderr) -> int:
     from ..rules.semantics import Semantics
     if args.semantics is not None:
         Semantics.parse(args.semantics)
-    args.notation, args.forward_only, args.placement = "current", False, None
     program = common.load(args.schedule, args, common.params(args.param))
     dumps = read_dumps(args.dumps)
     result = diagnose(dumps, program, semantics=args.semantics)

@@ -52,7 +52,11 @@ def run(args, stdout, stderr) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise SchedcError("usage", f"--{name} must be at least 1, not {value}", where=f"--{name}")
-    layers = args.layers if args.layers is not None else _preset("model", args.model)
+    preset = _preset("model", args.model)
+    if preset is not None and args.layers not in (None, preset):
+        raise SchedcError("usage", f"--layers {args.layers}, but the model preset {args.model} has {preset} layers, "
+                          "which the setup's [model] runs: give one of them", where="--layers")
+    layers = args.layers if args.layers is not None else preset
     _preset("hardware", args.hardware)
     job = torchtitan.read(options, layers=layers, gpus=args.gpus, model=args.model, hardware=args.hardware)
     _schedc_reads(job)
@@ -97,6 +101,32 @@ def _preset(kind: str, name: str | None) -> int | None:
 
 
 def _schedc_reads(job) -> None:
-    """The schedule loads in schedc at the job's settings (a built-in's requirements hold, the CSV fits)."""
+    """The schedule loads in schedc at the job's settings (a built-in's requirements hold, the CSV fits,
+    its actions on the ranks torchtitan places their stages on)."""
     from ..api import load
-    load(job.name, job.params, placement=job.placement if job.csv else None)
+    program = load(job.name, job.params, placement=job.placement if job.csv else None)
+    if job.csv:
+        _placed_as_torchtitan_places(job, program)
+
+
+# the schedule classes torchtitan places each way (`_get_pp_rank_to_stage_indices_mapping`)
+_SHAPES = {"loop": "in a loop (stage s on rank s % P)", "vshape": "in a V (down the ranks and back up)"}
+_PLACED = {"loop": "Interleaved1F1B, LoopedBFS or InterleavedZeroBubble", "vshape": "ZBVZeroBubble or DualPipeV"}
+
+
+def _placed_as_torchtitan_places(job, program) -> None:
+    """An `importer` error when the CSV runs actions on ranks that the placement of torchtitan's
+    schedule class does not give their stages (a V-shaped CSV under Interleaved1F1B: every run of
+    it stops at its first such action), naming the class that places them as the CSV does."""
+    from ..api import load
+    from ..lint import lint
+    wrong = [d for d in lint(program) if d.code == "wrong-rank"]
+    if not wrong:
+        return
+    other = "vshape" if job.placement == "loop" else "loop"
+    fits = not any(d.code == "wrong-rank" for d in lint(load(job.name, job.params, placement=other)))
+    hint = (f"; the CSV places them {_SHAPES[other]}, as torchtitan's {_PLACED[other]} do: name one of them "
+            "(--parallelism.pipeline_parallel_schedule)") if fits else ""
+    raise SchedcError("importer", f"torchtitan's {job.schedule} places the stages {_SHAPES[job.placement]}, as "
+                      f"{_PLACED[job.placement]} do, but {len(wrong)} of the CSV's actions run on a rank that does not hold their stage "
+                      f"(the first: {wrong[0].message}){hint}", where=job.csv)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
 from ..outputs import dumps_json
@@ -20,21 +21,25 @@ def add_arguments(q) -> None:
                    help="sequences per microbatch (default: the model's micro_batch, 1)")
     q.add_argument("--top", type=int, default=5, metavar="K", help="how many answers (default 5)")
     q.add_argument("--json", action="store_true", help="one JSON object per answer, then one for the search")
+    arguments.reading(q)
     arguments.describing(q)
 
 
 def run(args, stdout, stderr) -> int:
     """Rank (layout, schedule) choices by step time among those that fit; exit 1 if none fits."""
-    from ..plan import plan
+    from ..plan import Reading, plan
     setup = common.description(args)
     if setup is None:
         raise SchedcError("usage", "plan needs a model and hardware: --model and --hardware, or --setup FILE "
                           "(docs/units.md)")
     if args.top < 1:
         raise SchedcError("usage", f"--top must be at least 1, not {args.top}", where="--top")
+    micro_batch = setup.model.micro_batch if args.micro_batch is None else args.micro_batch
     started = time.process_time()
     result = plan(setup, args.gpus, args.global_batch, args.schedules or list(DEFAULT_SCHEDULES),
-                  micro_batch=args.micro_batch or setup.model.micro_batch, top=args.top)
+                  micro_batch=micro_batch, top=args.top,
+                  reading=Reading(args.notation, args.placement, args.forward_only))
+    setup = replace(setup, model=replace(setup.model, micro_batch=micro_batch))  # (its title names it)
     seconds = time.process_time() - started
     search = {"layouts": result.layouts, "configurations": result.configurations, "refused": result.refused,
               "over_memory": result.over_memory, "not_better": result.bounded, "simulated": result.simulated,
@@ -46,8 +51,16 @@ def run(args, stdout, stderr) -> int:
     else:
         stdout.write(_text(setup, args, result, seconds) + "\n")
     if not result.choices:
-        stderr.write(f"schedc: no layout of {args.gpus} GPUs fits {setup.model.name} within "
-                     f"{setup.memory:.4g} GiB a GPU\n")
+        if result.refused == result.configurations:
+            stderr.write(f"schedc: no layout of {args.gpus} GPUs runs {setup.model.name} with these schedules: each "
+                         "refused it\n")
+        else:
+            stderr.write(f"schedc: no layout of {args.gpus} GPUs fits {setup.model.name} within "
+                         f"{setup.memory:.4g} GiB a GPU\n")
+        if result.fixed:
+            shapes = ", ".join(f"{name} ({ranks} ranks, {M} microbatches)" for name, (ranks, M) in sorted(result.fixed.items()))
+            stderr.write(f"schedc: passed over where the layout's pipeline (P) or microbatches (M) are not those of a "
+                         f"schedule of fixed shape: {shapes}\n")
         if result.unsound:
             stderr.write(f"schedc: passed over where they fail their checks (`schedc check NAME --param P=...,M=...` "
                          f"says why): {', '.join(sorted(result.unsound))}\n")

@@ -25,6 +25,10 @@ def diagnose(dumps: list[Dump], program: Program, semantics: str | None = None) 
     sem = semantics or ("gloo" if backend == "gloo" else "nccl")
     lowered = lower(program)
     ranks = lowered.num_ranks * lowered.dp
+    for dump in dumps:  # (a stray file of another job would change what the others are read as)
+        if dump.rank >= ranks:
+            raise SchedcError("dump", f"this is rank {dump.rank}'s dump, but the job runs ranks 0..{ranks - 1} (the "
+                              f"schedule's {ranks}): give this job's dumps only", where=dump.file)
     report = check(lowered, semantics=sem)
     malformed = [e for e in report.errors if e.code in ("bad-index", "bad-comm")]
     if malformed:  # a stage or microbatch out of range, a message to no stage or to its own rank: no job

@@ -70,6 +70,8 @@ def read_dumps(paths: list[str]) -> list[Dump]:
     for text in paths:
         path = Path(text)
         try:
+            if not path.exists():
+                raise SchedcError("io", "no such file or directory", where=text)
             if path.is_dir():
                 inside = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
                 if not inside:
@@ -110,7 +112,7 @@ def _decode(data: bytes, name: str):
     """The dump's value: JSON text, or a pickle of plain data."""
     if data[:1] == b"\x80":  # a pickle (protocol 2 and later start so)
         try:
-            return _Plain(io.BytesIO(data)).load()
+            return _Plain(io.BytesIO(data), name).load()
         except SchedcError:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever a truncated or foreign pickle raises
@@ -122,9 +124,13 @@ def _decode(data: bytes, name: str):
 class _Plain(pickle.Unpickler):
     """Unpickles plain data only: any class or function named in the pickle is refused."""
 
+    def __init__(self, file, name: str):
+        super().__init__(file)
+        self.name = name  # the dump's file, which the error names
+
     def find_class(self, module, name):
         raise SchedcError("dump", f"the pickle names {module}.{name}: a Flight Recorder dump holds plain data "
-                          "only, and schedc does not run code from a pickle")
+                          "only, and schedc does not run code from a pickle", where=self.name)
 
 
 def _dump(value, name: str, rank: int) -> Dump:

@@ -14,10 +14,20 @@ from . import deepspeed, megatron
 FRAMEWORKS = {"deepspeed": deepspeed, "megatron": megatron}  # the frameworks whose schedules are names
 
 SWITCHES = ("BATCHED", "OVERLAP")  # parameters that are 0 or 1 (a framework's boolean setting)
-# a listing takes at least 20 characters per rank, microbatch and model chunk (26 to 128 measured), so
-# past P x M x V = MAX_WORK it is over the source limit (1,000,000 characters) and would be refused
-# after tracing: it is refused before (tracing Megatron-Core at P=2, M=1,000,000 took minutes and GBs)
-MAX_WORK = 50_000
+# the most characters a schedule's listing takes per rank, microbatch and model chunk (measured up to
+# P=64 near each limit, with some room: more with more digits and with BATCHED, OVERLAP); P x M x V is
+# refused past the source limit over these (`max_work`) before the framework's code runs (tracing
+# Megatron-Core at P=2, M=1,000,000 took minutes and GBs; at P=4, M=10,000, 10 s, and then its
+# listing, 4.6 M characters, was over the source limit), and a listing still over it after tracing is
+# refused naming P x M x V, not at a line of a text the user never saw
+CHARACTERS = {"megatron:1f1b": 160, "megatron:interleaved": 170, "deepspeed:train": 80, "deepspeed:inference": 40,
+              "deepspeed:dualpipev": 290}
+
+
+def max_work(name: str) -> int:
+    """The largest P x M x V of `name` whose listing fits the source limit."""
+    from ..parse import MAX_SOURCE_BYTES
+    return MAX_SOURCE_BYTES // CHARACTERS[name]
 
 
 def is_imported(name: str) -> bool:
@@ -37,6 +47,7 @@ def load(name: str, params: Mapping[str, int] | None = None, *, forward_only: bo
     from ..compiler import compile_schedule  # (here: loading schedc.api stays free of the compiler)
     from ..parse import parse
     text = listing(name, params, forward_only=forward_only, strict=strict)
+    _within_source_limit(name, params, text)
     return compile_schedule(parse(text, name), None)
 
 
@@ -82,8 +93,24 @@ def settings(name: str, params: Mapping[str, int] | None, known: Mapping[str, in
         if key not in SWITCHES and value < 1:
             raise SchedcError("range", f"{name}: {key}={value} must be at least 1", where="--param")
     work = values["P"] * values["M"] * values.get("V", 1)  # type: ignore[operator]
-    if work > MAX_WORK:
-        raise SchedcError("too-large", f"{name} at {', '.join(f'{k}={v}' for k, v in values.items())}: P x M x V is "
-                          f"{work:,}, at most {MAX_WORK:,} (its listing would be over the 1,000,000-character "
-                          "source limit; docs/limits.md)", where="--param")
+    if work > max_work(name):
+        raise SchedcError("too-large", f"{_at(name, values)}: P x M x V is {work:,}, at most {max_work(name):,} (its "
+                          f"listing takes up to {CHARACTERS[name]} characters a rank, microbatch and chunk, and "
+                          "would be over the 1,000,000-character source limit; docs/limits.md)", where="--param")
     return values  # type: ignore[return-value]
+
+
+def _at(name: str, values: Mapping[str, int | None]) -> str:
+    return f"{name} at {', '.join(f'{k}={v}' for k, v in values.items())}"
+
+
+def _within_source_limit(name: str, params: Mapping[str, int] | None, text: str) -> None:
+    """A `too-large` error at --param, naming P x M x V, for a listing over the source limit (which
+    the parser would report at line 1 of a text the user never saw)."""
+    from ..parse import MAX_SOURCE_BYTES
+    if len(text) > MAX_SOURCE_BYTES:
+        given = dict(params or {})
+        work = given.get("P", 1) * given.get("M", 1) * given.get("V", 1)
+        raise SchedcError("too-large", f"{_at(name, given)}: its listing is {len(text):,} characters, over the "
+                          f"{MAX_SOURCE_BYTES:,}-character source limit (P x M x V is {work:,}; docs/limits.md): "
+                          "fewer ranks, microbatches or chunks", where="--param")

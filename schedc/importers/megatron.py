@@ -292,7 +292,7 @@ def _listing(kind: str, values: Mapping[str, int], forward_only: bool = False) -
     mc = _modules()
     P, V, M = values["P"], values.get("V", 1), values["M"]
     if values.get("BATCHED") and values.get("OVERLAP"):
-        raise SchedcError("usage", "Megatron-Core refuses BATCHED=1 with OVERLAP=1 (batch_p2p_comm and "
+        raise SchedcError("importer", "Megatron-Core refuses BATCHED=1 with OVERLAP=1 (batch_p2p_comm and "
                           "overlap_p2p_comm)", where="--param")
     if kind == "interleaved" and V < 2:
         raise SchedcError("range", "megatron:interleaved runs V >= 2 model chunks per rank (V=1 is megatron:1f1b)",
