@@ -52,7 +52,8 @@ class Findings:
         return set(self._count)
 
     def result(self) -> list[Diagnostic]:
-        extra = [Diagnostic(code, f"... and {n} more '{code}' finding(s)") for code, n in self.dropped.items()]
+        extra = [Diagnostic(code, f"... and {n} more '{code}' finding(s)", omitted=n)
+                 for code, n in self.dropped.items()]
         return self.items + extra
 
 

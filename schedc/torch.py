@@ -116,5 +116,5 @@ def _verified(program: Program, semantics: str) -> None:
             raise SchedcError("usage", f"{program.name}: the checks could not decide ({report.unknown}); "
                               "not loading it into torch", where=program.source)
         first, *rest = report.errors
-        note = f"{program.name} fails schedc check ({len(report.errors)} error(s)): not loading it into torch"
+        note = f"{program.name} fails schedc check ({report.error_count} error(s)): not loading it into torch"
         raise SchedcError.many([replace(first, notes=first.notes + (note,)), *rest])

@@ -81,6 +81,22 @@ def test_findings_are_capped_per_code():
     assert len(missing) == 21 and "40 more" in missing[-1].message
 
 
+def test_a_capped_report_counts_every_finding_and_lists_only_real_ones():
+    """The summary counted the `... and N more` line as one error (FAILED (21 error(s)) for 60), and
+    the JSON listed it among the findings; now both count all, and the JSON says how many are left out."""
+    import schedc
+    many = " ".join(f"0F{m}" for m in range(60))
+    report = schedc.check(compile_text(f"schedule c {{ microbatches 60\n rank 0: {many}\n}}"))
+    assert report.error_count == 60 and report.omitted == {"missing": 40}
+    assert "FAILED (60 error(s), 20 shown per kind)" in report.summary()
+    assert "... and 40 more 'missing' finding(s)" in report.render()
+    data = report.to_dict()
+    assert len(data["errors"]) == 20 and all("rank" in e for e in data["errors"])
+    assert data["errors_omitted"] == {"missing": 40}
+    clean = schedc.check(compile_text("schedule d {\n rank 0: 0F0 0F0 0B0\n rank 1: 1F0 1B0\n}"))
+    assert "errors_omitted" not in clean.to_dict() and "FAILED (1 error(s))" in clean.summary()
+
+
 # Issue 17, item 5: a value made on the same rank but listed after its consumer is an `order`
 # error at both levels, with one message (not a deadlock of a rank with itself).
 SAME_RANK_COMPUTE = "schedule inv {\n rank 0: 1F0 0F0 1B0 0B0\n}"
