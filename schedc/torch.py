@@ -25,6 +25,8 @@ def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
     are divided by `n_microbatches` (a loss that averages over the batch trains as unsplit).
     Raises `SchedcError` if the schedule fails `schedc check` or does not fit the stages.
     """
+    from .api import check_notation
+    check_notation(notation)  # (before torch is imported: a bad argument is told at once)
     from torch.distributed.pipelining.schedules import _Action, _PipelineScheduleRuntime
 
     from .interop.torch_csv import to_torch_csv, torch_cannot_run

@@ -7,7 +7,7 @@ from __future__ import annotations
 def inputs(q, many: bool = False) -> None:
     """The schedule to read: a file or a built-in name, its parameters, its format and notation."""
     from ..interop.formats import readable
-    from ..ir import P2P_MODES, PLACEMENTS
+    from ..ir import NOTATIONS, P2P_MODES, PLACEMENTS
     q.add_argument("inputs" if many else "input", nargs="+" if many else None, metavar="FILE|NAME",
                    help="a .pp schedule, a PyTorch .csv, a schedc .json, a built-in name, or - (standard input)")
     q.add_argument("--param", action="append", default=[], metavar="K=V",
@@ -19,7 +19,7 @@ def inputs(q, many: bool = False) -> None:
                    help="a PyTorch CSV's placement of stages on ranks: loop (stage s on rank s %% P) or vshape "
                         "(down the ranks and back up); with --param P=,M=,V= it states the CSV's shape "
                         "(default: inferred from the cells)")
-    q.add_argument("--notation", choices=["current", "legacy"], default="current",
+    q.add_argument("--notation", choices=NOTATIONS, default="current",
                    help="PyTorch CSV notation: current (B = full backward) or legacy (B = backward-input, "
                         "BW = full backward)")
     q.add_argument("--forward-only", action="store_true",
