@@ -16,7 +16,7 @@ from .errors import Diagnostic, SchedcError
 from .inputs import decode, is_pipe, read_text
 from .interop.formats import by_extension, named, readable
 from . import importers
-from .ir import Program
+from .ir import NOTATIONS, Program
 from .resources import builtin_schedules
 from .rules.semantics import Semantics
 from .rules.losses import out_of_order
@@ -65,6 +65,16 @@ def _resolve(path_or_name: str) -> tuple[Path, bool]:
                       f"{did_you_mean(path_or_name, builtins)}", where=path_or_name)
 
 
+def check_notation(notation: object) -> None:
+    """A `notation` the API is given must be one `--notation` takes (NOTATIONS): the same usage error,
+    not a silent read in the current notation."""
+    if notation not in NOTATIONS:
+        from .expr import did_you_mean
+        choices = ", ".join(map(repr, NOTATIONS))
+        hint = did_you_mean(notation, NOTATIONS) if isinstance(notation, str) else ""
+        raise SchedcError("usage", f"invalid notation: {notation!r} (choose from {choices}){hint}", where="notation")
+
+
 def load_text(text: str, name: str, fmt: str = "pp", params: Mapping[str, int] | None = None,
               notation: str = "current", strict_params: bool = True, forward_only: bool = False,
               placement: str | None = None) -> Program:
@@ -72,6 +82,7 @@ def load_text(text: str, name: str, fmt: str = "pp", params: Mapping[str, int] |
     says (an IR file names the schedule it was compiled from), so reports name the file given.
     `forward_only` declares it forward-only, as a schedule's `forward only` line does (for a CSV);
     a CSV's `params` (P, M, V) and `placement` state its shape (schedc/interop/torch_csv.py `stated`)."""
+    check_notation(notation)
     program = _read(text, name, fmt, params, notation, strict_params, placement)
     if forward_only and not program.forward_only:
         program = replace(program, forward_only=True)
@@ -101,6 +112,7 @@ def load(path_or_name: str, params: Mapping[str, int] | None = None, *, fmt: str
     """Load and compile a schedule: a built-in name, a .pp file, a PyTorch .csv, or an IR .json
     (`forward_only`: declare it forward-only, e.g. a CSV of an inference schedule; for a CSV,
     `params` P, M, V and `placement` state its ranks, microbatches and stages)."""
+    check_notation(notation)
     name = str(path_or_name)
     text, path = _file_text(name), name
     if text is None and importers.is_imported(name):  # `deepspeed:train`: the framework's own order

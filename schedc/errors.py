@@ -36,6 +36,7 @@ class Diagnostic:
     where: str | None = None  # a location that is not a span, e.g. "--param"
     rank: int | None = None  # for findings about a step of a program
     step: int | None = None
+    omitted: int = 0  # > 0: not a finding but the line standing for this many of `code` left unlisted
 
     def render(self, severity: str = "error") -> str:
         """The text for a terminal: control characters of the file's name, its lines, the message

@@ -316,6 +316,7 @@ def model_stages(num_stages: int, routes: tuple[Route, ...]) -> int:
 
 
 PLACEMENTS = ("loop", "vshape")  # the named placements (`placed`): a PyTorch CSV's `--placement`
+NOTATIONS = ("current", "legacy")  # a PyTorch CSV's `--notation` (`parse_step`): legacy's B is today's I
 
 
 def placed(kind: str, num_stages: int, num_ranks: int) -> tuple[int, ...]:

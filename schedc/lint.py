@@ -53,7 +53,8 @@ class Findings:
         return set(self._count)
 
     def result(self) -> list[Diagnostic]:
-        extra = [Diagnostic(code, f"... and {n} more '{code}' finding(s)") for code, n in self.dropped.items()]
+        extra = [Diagnostic(code, f"... and {n} more '{code}' finding(s)", omitted=n)
+                 for code, n in self.dropped.items()]
         return self.items + extra
 
 
@@ -232,29 +233,52 @@ def _forward_only(p: Program, out: Findings, first: dict, has: dict) -> None:
 
 
 def _pair_findings(p: Program, out: Findings, first: dict, pairs, has: dict) -> None:
-    """`missing` and `mixed-backward` findings of the given (stage, microbatch) pairs."""
+    """`missing` and `mixed-backward` findings of the given (stage, microbatch) pairs, each at the
+    action it is about (`_at`): the backward whose forward is missing, the forward whose backward is,
+    the I whose W is (and the W whose I is), the second backward form of a mixed pair."""
     F, B, I, W = has[Op.F], has[Op.B], has[Op.I], has[Op.W]
     for s, m in pairs:
-        found = next((first[(op, s, m)] for op in (Op.F, Op.B, Op.I, Op.W) if (op, s, m) in first), None)
-        home = p.placement[s]
-        rank, step, a = found if found else (home, len(p.ranks[home]), None)
         sm = (s, m)
         if sm not in F:
             out.add("missing", f"F({s},{m}) is missing: every stage runs one forward per microbatch",
-                    rank, step, a)
+                    *_at(p, first, sm, (Op.B, Op.I, Op.W)))
         if sm in B and (sm in I or sm in W):
             out.add("mixed-backward", f"stage {s}, microbatch {m} has both B and I/W; use one B or "
-                    "one I and one W", rank, step, a)
+                    "one I and one W", *_second_form(first, sm))
         elif sm not in B and sm not in I and sm not in W:
             hint = () if B or I or W else ("no action is a backward: if the schedule runs forwards alone "
                                            "(inference), declare it with a `forward only` line, or "
                                            "--forward-only for a CSV",)
             out.add("missing", f"the backward of stage {s}, microbatch {m} is missing (no B({s},{m}), "
-                    f"and no I({s},{m}) + W({s},{m}))", rank, step, a, notes=hint)
+                    f"and no I({s},{m}) + W({s},{m}))", *_at(p, first, sm, (Op.F,)), notes=hint)
         elif (sm in I) != (sm in W):
             there, missing = ("I", "W") if sm in I else ("W", "I")
             out.add("missing", f"{missing}({s},{m}) is missing: {there}({s},{m}) needs its partner",
-                    rank, step, a)
+                    *_at(p, first, sm, (Op[there],)))
+
+
+def _at(p: Program, first: dict, sm: tuple[int, int], ops: tuple[Op, ...]) -> tuple:
+    """(rank, step, action) of the first of `ops` (in that order) the pair `sm` has, else the end of
+    its stage's rank (no action to point at)."""
+    s, m = sm
+    found = next((first[(op, s, m)] for op in ops if (op, s, m) in first), None)
+    home = p.placement[s]
+    return found if found else (home, len(p.ranks[home]), None)
+
+
+def _second_form(first: dict, sm: tuple[int, int]) -> tuple:
+    """Of a pair with both a B and an I or W: the first action of the backward form listed second
+    (the B, or the first of the I and W), which is the one that mixes them."""
+    s, m = sm
+    b = first[(Op.B, s, m)]
+    split = min((first[(op, s, m)] for op in (Op.I, Op.W) if (op, s, m) in first), key=_position)
+    return max(b, split, key=_position)
+
+
+def _position(found: tuple) -> tuple[int, int]:
+    """Where an action found at (rank, step, action) is listed, to order two of one stage."""
+    rank, step, _ = found
+    return rank, step
 
 
 def _incomplete_pairs(p: Program, F: set, backward: set) -> list[tuple[int, int]]:

@@ -85,7 +85,7 @@ def probe_writable(path: Path | str) -> None:
         while not folder.exists() and folder != folder.parent:
             folder = folder.parent
         if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-            raise SchedcError("io", f"cannot write there ({folder} is not a writable folder)", where=str(path))
+            raise OutputError(f"cannot write there ({folder} is not a writable folder)", str(path))
         if folder != path.parent:
             return  # (the write makes the missing folders)
         target = _target(path)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .errors import Diagnostic, SchedcError
 from .outputs import finite_only, per_rank_list, rounded
 from .ir import RECVS, Action, Program, describe, format_step, is_group
-from .lint import display_step, lint, reduce_order
+from .lint import MAX_PER_CODE, display_step, lint, reduce_order
 from .rules.deps import delivers, payload, value_name
 from .rules.semantics import RENDEZVOUS, Semantics
 from .verify.analysis import Analysis, counted_lowered
@@ -98,6 +98,25 @@ class Report:
         return tuple(pk.memory for pk in self._peaks)
 
     @property
+    def findings(self) -> list[Diagnostic]:
+        """`errors` but the lines standing for findings left unlisted (`omitted`)."""
+        return [d for d in self.errors if not d.omitted]
+
+    @property
+    def omitted(self) -> dict[str, int]:
+        """Per code, how many findings are counted but not listed (beyond lint's MAX_PER_CODE of it)."""
+        out: dict[str, int] = {}
+        for d in self.errors:
+            if d.omitted:
+                out[d.code] = out.get(d.code, 0) + d.omitted
+        return out
+
+    @property
+    def error_count(self) -> int:
+        """Every finding, listed or not."""
+        return len(self.findings) + sum(self.omitted.values())
+
+    @property
     def ok(self) -> bool | None:
         if self.errors:
             return False
@@ -122,7 +141,8 @@ class Report:
             "semantics": str(self.semantics),
             "engine": self.engine,
             "ok": self.ok,
-            "errors": [d.to_dict() for d in self.errors],
+            "errors": [d.to_dict() for d in self.findings],
+            **({"errors_omitted": self.omitted} if self.omitted else {}),
             "mismatches": [m.to_dict() for m in self.mismatches],
             "deadlock": None if self.deadlock is None else self.deadlock.to_dict(p),
             "unknown": self.unknown,
@@ -140,7 +160,7 @@ class Report:
 
     def summary(self) -> str:
         p = self.program
-        verdict = {True: "ok", None: f"UNKNOWN ({self.unknown})"}.get(self.ok, f"FAILED ({len(self.errors)} error(s))")
+        verdict = {True: "ok", None: f"UNKNOWN ({self.unknown})"}.get(self.ok, f"FAILED ({self._counted()})")
         routes = f" on {len(p.routes)} routes" if p.routes else ""
         text = (f"{p.name}: {p.num_ranks} ranks, {p.num_stages} stages{routes}, {p.num_microbatches} microbatches, "
                 f"{p.num_actions} actions ({p.level} level{', forward only' if p.forward_only else ''}"
@@ -153,6 +173,11 @@ class Report:
             text += (f"\n  peak memory per rank (worst over every run {self.semantics} allows, receive buffers "
                      "included): " + per_rank_list(self.peak_sizes, self.replicas, _numbers))
         return text
+
+    def _counted(self) -> str:
+        """The number of findings, and how many of each code are listed when some are not."""
+        shown = f", {MAX_PER_CODE} shown per kind" if self.omitted else ""
+        return f"{self.error_count} error(s){shown}"
 
     def render(self) -> str:
         """Human-readable findings, then the grid for a deadlock."""

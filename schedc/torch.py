@@ -25,6 +25,8 @@ def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
     are divided by `n_microbatches` (a loss that averages over the batch trains as unsplit).
     Raises `SchedcError` if the schedule fails `schedc check` or does not fit the stages.
     """
+    from .api import check_notation
+    check_notation(notation)  # (before torch is imported: a bad argument is told at once)
     from torch.distributed.pipelining.schedules import _Action, _PipelineScheduleRuntime
 
     from .interop.torch_csv import to_torch_csv, torch_cannot_run
@@ -116,5 +118,5 @@ def _verified(program: Program, semantics: str) -> None:
             raise SchedcError("usage", f"{program.name}: the checks could not decide ({report.unknown}); "
                               "not loading it into torch", where=program.source)
         first, *rest = report.errors
-        note = f"{program.name} fails schedc check ({len(report.errors)} error(s)): not loading it into torch"
+        note = f"{program.name} fails schedc check ({report.error_count} error(s)): not loading it into torch"
         raise SchedcError.many([replace(first, notes=first.notes + (note,)), *rest])

@@ -49,3 +49,30 @@ def test_a_pipe_is_not_a_file_and_opening_it_does_not_wait_for_a_writer(tmp_path
 def test_an_empty_path_is_said_to_be_empty():
     """Not "error[io]:  is not a file" (the empty path is the current directory to `Path`)."""
     assert _error("") == "input: error[io]: the path is empty: name a file or a built-in schedule"
+
+
+CALLS = {
+    "from_torch_csv": lambda path, notation: schedc.from_torch_csv(path, notation=notation),
+    "load": lambda path, notation: schedc.load(path, notation=notation),
+    "load_text": lambda path, notation: load_text("0F0,0B0\n", path, "torch-csv", notation=notation),
+    "torch.schedule": lambda path, notation: _torch_schedule(path, notation),
+}
+
+
+def _torch_schedule(path, notation):
+    import schedc.torch  # (the notation is refused before torch is imported: no torch needed)
+    return schedc.torch.schedule(path, [object()], 1, notation=notation)
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+@pytest.mark.parametrize("notation", ["ancient", "Legacy", None])
+def test_an_unknown_notation_is_the_usage_error_the_cli_gives(tmp_path, call, notation):
+    """The API read any other value as the current notation, silently; `--notation` refuses it."""
+    path = tmp_path / "a.csv"
+    path.write_text("0F0,0B0\n")
+    with pytest.raises(SchedcError) as info:
+        CALLS[call](str(path), notation)
+    assert info.value.code == "usage"
+    assert info.value.render().startswith(f"notation: error[usage]: invalid notation: {notation!r} "
+                                          "(choose from 'current', 'legacy')")
+    assert CALLS["load"](str(path), "legacy").num_actions == 2  # (the two it takes still read)

@@ -84,6 +84,36 @@ def test_ir_numbers_beyond_what_a_schedule_takes_are_refused(run_cli, tmp_path, 
     assert code == 2 and "error[ir-json]" in err and "0..2^62" in err and "inf" not in out, (out, err)
 
 
+@pytest.mark.parametrize("edit,says", [
+    ({"version": 2}, "'version' is 2: this schedc reads schedc IR version 1 only"),
+    ({"version": "1"}, "'version' must be an integer, not a string"),
+    ({"level": "weird"}, "'level' must be compute or comms, not 'weird'"),
+    ({"level": "comms"}, "'level' is comms, but the actions are at the compute level"),
+    ({"lines": "x"}, "'lines' must be a list, not a string"),
+    ({"lines": [[1, 2]]}, "'lines' needs one list per rank (2), not 1"),
+    ({"lines": [[1], [1]]}, "'lines' of rank 0 needs one entry per step (4), not 1"),
+    ({"lines": [[1, 2, 3, 0], [None] * 4]}, "'lines' holds source line numbers from 1 or null, not 0"),
+    ({"lines": [["3"] * 4, [None] * 4]}, "'lines' must be an integer, not a string"),
+    ({"ranks": 2.5}, "'ranks' must be an integer, not 2.5"),
+    ({"forward_only": 1}, "'forward_only' must be true or false, not 1"),
+    ({"actions": None}, "'actions' must be a list, not null"),
+    ({"annotations": {"stage_costs": [{"F": "1"}]}}, "'F' must be a number, not a string"),
+])
+def test_ir_fields_are_validated_and_told_in_words(run_cli, tmp_path, edit, says):
+    """`version`, `level` and `lines` were not read at all (version 2, level "weird", lines "x" were
+    accepted), and a wrong type read "'F' must be (<class 'int'>, <class 'float'>)"."""
+    path = _ir(run_cli, tmp_path, lambda d: d.update(edit))
+    code, out, err = run_cli("check", str(path))
+    assert code == 2 and f"{path}:1:1: error[ir-json]: cannot read schedc IR JSON: {says}" in err, err
+
+
+def test_an_ir_file_without_version_level_or_lines_still_reads(run_cli, tmp_path):
+    path = _ir(run_cli, tmp_path, lambda d: [d.pop(k) for k in ("version", "level", "lines")])
+    assert run_cli("check", str(path))[0] == 0
+    path = _ir(run_cli, tmp_path, lambda d: d.update(lines=[[None] * 4, [1, 2, 3, 4]]))
+    assert run_cli("check", str(path))[0] == 0
+
+
 def test_a_speed_that_overflows_the_times_is_a_clean_error_without_warnings(run_cli, tmp_path):
     path = _ir(run_cli, tmp_path, lambda d: d["annotations"].__setitem__("rank_speed", [1e-308, 1e-308]))
     with warnings.catch_warnings():

@@ -1,6 +1,8 @@
 """Structural checks: each finding has the right code, rank, step and source line."""
 from __future__ import annotations
 
+import pytest
+
 from conftest import compile_text
 from schedc.lint import lint
 
@@ -33,6 +35,29 @@ def test_missing_forward_and_backward():
 def test_mixed_and_unpaired_backward():
     assert codes("schedule x {\n rank 0: 0F0 0B0 0W0\n rank 1: 1F0 1I0 1W0\n}") == ["mixed-backward"]
     assert codes("schedule x {\n rank 0: 0F0 0B0\n rank 1: 1F0 1I0\n}") == ["missing"]
+
+
+@pytest.mark.parametrize("rank0,code,step", [
+    ("0F0 0F1 0B0 0I1 0W1 0B1", "mixed-backward", 5),  # the B after I/W (was: at 0F1)
+    ("0F0 0F1 0B0 0B1 0I1 0W1", "mixed-backward", 4),  # the I after the B
+    ("0F0 0F1 0I0 0W0 0B1 0W1", "mixed-backward", 5),  # a W alone after the B
+    ("0F0 0F1 0B0 0I1", "missing", 3),  # W(0,1) is missing: at the I (was: at 0F1)
+    ("0F0 0F1 0B0 0W1", "missing", 3),  # I(0,1) is missing: at the W
+    ("0F0 0F1 0B0", "missing", 1),  # the backward is missing: at the F
+])
+def test_a_pair_finding_points_at_the_action_it_is_about(rank0, code, step):
+    found = findings(f"schedule x {{ microbatches 2\n rank 0: {rank0}\n rank 1: 1F0 1B0 1F1 1B1\n}}")
+    ds = [d for d in found if d.code == code]  # (a W without its I is an `order` error too)
+    assert [(d.rank, d.step) for d in ds] == [(0, step)], found
+    assert ds[0].span.column == 10 + 4 * step
+
+
+def test_a_missing_w_in_legacy_notation_points_at_its_i():
+    from schedc.interop.torch_csv import read_torch_csv
+    csv = "0F0,0F1,0B0,0I1,0W1,0B1\n1F0,1B0,1F1,1B1\n"  # legacy: B is I, so I(0,1) appears twice
+    ds = lint(read_torch_csv(csv, "mix3.csv", notation="legacy").to_program())
+    missing = [(d.rank, d.step, d.span.column) for d in ds if d.code == "missing"]
+    assert missing == [(0, 2, 9), (1, 1, 5), (1, 3, 13)] and "W(0,0) is missing: I(0,0)" in ds[1].message
 
 
 def test_order_backward_before_forward_names_the_step():
@@ -79,6 +104,22 @@ def test_findings_are_capped_per_code():
     ds = findings(f"schedule c {{ microbatches 60\n rank 0: {many}\n}}")
     missing = [d for d in ds if d.code == "missing"]
     assert len(missing) == 21 and "40 more" in missing[-1].message
+
+
+def test_a_capped_report_counts_every_finding_and_lists_only_real_ones():
+    """The summary counted the `... and N more` line as one error (FAILED (21 error(s)) for 60), and
+    the JSON listed it among the findings; now both count all, and the JSON says how many are left out."""
+    import schedc
+    many = " ".join(f"0F{m}" for m in range(60))
+    report = schedc.check(compile_text(f"schedule c {{ microbatches 60\n rank 0: {many}\n}}"))
+    assert report.error_count == 60 and report.omitted == {"missing": 40}
+    assert "FAILED (60 error(s), 20 shown per kind)" in report.summary()
+    assert "... and 40 more 'missing' finding(s)" in report.render()
+    data = report.to_dict()
+    assert len(data["errors"]) == 20 and all("rank" in e for e in data["errors"])
+    assert data["errors_omitted"] == {"missing": 40}
+    clean = schedc.check(compile_text("schedule d {\n rank 0: 0F0 0F0 0B0\n rank 1: 1F0 1B0\n}"))
+    assert "errors_omitted" not in clean.to_dict() and "FAILED (1 error(s))" in clean.summary()
 
 
 # Issue 17, item 5: a value made on the same rank but listed after its consumer is an `order`

@@ -24,12 +24,12 @@ def inputs(q, many: bool = False) -> None:
 
 def reading(q) -> None:
     """How a PyTorch CSV is read: its placement, its notation, whether it runs forwards alone."""
-    from ..ir import PLACEMENTS
+    from ..ir import NOTATIONS, PLACEMENTS
     q.add_argument("--placement", choices=PLACEMENTS,
                    help="a PyTorch CSV's placement of stages on ranks: loop (stage s on rank s %% P) or vshape "
                         "(down the ranks and back up); with --param P=,M=,V= it states the CSV's shape "
                         "(default: inferred from the cells)")
-    q.add_argument("--notation", choices=["current", "legacy"], default="current",
+    q.add_argument("--notation", choices=NOTATIONS, default="current",
                    help="PyTorch CSV notation: current (B = full backward) or legacy (B = backward-input, "
                         "BW = full backward)")
     q.add_argument("--forward-only", action="store_true",

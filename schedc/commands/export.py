@@ -32,8 +32,10 @@ def run(args, stdout, stderr) -> int:
         stderr.write(refused.report.render() + "\n")
         stderr.write(f"schedc: {refused.why}\n")
         if args.json:
-            errors = [d.to_dict() for d in refused.report.errors]
-            stdout.write(common.dumps_json({**head, "ok": False, "errors": errors, "why": refused.why,
+            report = refused.report
+            errors = [d.to_dict() for d in report.findings]
+            omitted = {"errors_omitted": report.omitted} if report.omitted else {}
+            stdout.write(common.dumps_json({**head, "ok": False, "errors": errors, **omitted, "why": refused.why,
                                             "outputs": []}) + "\n")
         return EXIT_FAIL
     written = common.write_file(args.output, text) if args.output else None

@@ -147,9 +147,24 @@ def read_ir_json(text: str, name: str = "<ir>") -> Program:
         raise SchedcError("ir-json", f"cannot read schedc IR JSON: {exc}", Span.point(source, 1, 1)) from None
 
 
+_KINDS = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "true or false"}
+
+
+def _kind(kind) -> str:
+    """What a JSON value of Python type `kind` is called (`(int, float)`: a number)."""
+    return "a number" if kind == (int, float) else _KINDS.get(kind, getattr(kind, "__name__", str(kind)))
+
+
+def _given(value) -> str:
+    """The value given, as the message shows it: a number or a constant itself, else what it is."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
+    return _kind(type(value)) if type(value) in _KINDS else type(value).__name__
+
+
 def _need(value, kind, what: str):
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise ValueError(f"'{what}' must be {getattr(kind, '__name__', kind)}")
+        raise ValueError(f"'{what}' must be {_kind(kind)}, not {_given(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"'{what}' must be a finite number")
     return value
@@ -205,10 +220,46 @@ def _routes(data, stages: int, mbs: int) -> tuple[Route, ...]:
     return tuple(out)
 
 
+def _version(data) -> None:
+    """`version` (1 when left out, as in the first files): one this schedc reads."""
+    version = _need(data.get("version", VERSION), int, "version")
+    if version != VERSION:
+        raise ValueError(f"'version' is {version}: this schedc reads schedc IR version {VERSION} only (write "
+                         "the file again with this schedc's `export --to ir-json`, or read it with the one that "
+                         "wrote it)")
+
+
+def _level(data, program: Program) -> None:
+    """`level`, when given: compute or comms, and the level the actions are at."""
+    if "level" not in data:
+        return
+    level = _need(data["level"], str, "level")
+    if level not in ("compute", "comms"):
+        raise ValueError(f"'level' must be compute or comms, not {level!r}")
+    if level != program.level:
+        raise ValueError(f"'level' is {level}, but the actions are at the {program.level} level")
+
+
+def _lines(data, steps: tuple) -> None:
+    """`lines`, when given: per rank, each step's source line (a number from 1) or null."""
+    if "lines" not in data:
+        return
+    rows = _need(data["lines"], list, "lines")
+    if len(rows) != len(steps):
+        raise ValueError(f"'lines' needs one list per rank ({len(steps)}), not {len(rows)}")
+    for rank, (row, listed) in enumerate(zip(rows, steps)):
+        if len(_need(row, list, "lines")) != len(listed):
+            raise ValueError(f"'lines' of rank {rank} needs one entry per step ({len(listed)}), not {len(row)}")
+        for line in row:
+            if line is not None and _need(line, int, "lines") < 1:
+                raise ValueError(f"'lines' holds source line numbers from 1 or null, not {line!r}")
+
+
 def _program(data) -> Program:
     _need(data, dict, "the document")
     if data.get("format") != FORMAT:
         raise ValueError(f"not a schedc IR file (format is {data.get('format')!r})")
+    _version(data)
     ranks = _need(data["ranks"], int, "ranks")
     stages = _need(data["stages"], int, "stages")
     mbs = _need(data["microbatches"], int, "microbatches")
@@ -239,8 +290,11 @@ def _program(data) -> Program:
         _number(ann.get("bandwidth", 0.0), "bandwidth"),
         tuple(_number(x, "rank_dispatch") for x in _need(ann.get("rank_dispatch", []), list, "rank_dispatch")))
     params = _need(data.get("params") or {}, dict, "params")
-    return Program(str(_need(data["schedule"], str, "schedule")), ranks, stages, mbs, placement, steps,
-                   tuple((str(k), _need(v, int, "a parameter")) for k, v in params.items()), notes,
-                   data.get("source") if isinstance(data.get("source"), str) else None,
-                   _need(data.get("forward_only", False), bool, "forward_only"), replicas, _p2p(data),
-                   _routes(data, stages, mbs))
+    _lines(data, steps)
+    program = Program(str(_need(data["schedule"], str, "schedule")), ranks, stages, mbs, placement, steps,
+                      tuple((str(k), _need(v, int, "a parameter")) for k, v in params.items()), notes,
+                      data.get("source") if isinstance(data.get("source"), str) else None,
+                      _need(data.get("forward_only", False), bool, "forward_only"), replicas, _p2p(data),
+                      _routes(data, stages, mbs))
+    _level(data, program)
+    return program
