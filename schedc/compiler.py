@@ -26,7 +26,6 @@ from .ir import (DEFAULT_SPEED, MAX_ACTIONS, ActionSyntaxError, Action, Annotati
 from .expr import (FUNCTIONS, INT, MAX_INT, RUNTIME, Block, Emitter, Env, Eval, Function, Functions, Module,
                    CHECK_STEPS, as_truth, calls_memoized, charge, compile_expr as _compile_expr, compile_function,
                    did_you_mean as _did_you_mean, metered)
-from .rules.memory import sizes_problem
 from .span import Span, span_text
 
 MAX_ITERATIONS = 20_000_000
@@ -541,7 +540,6 @@ class _Compiler:
         speed = [DEFAULT_SPEED] * num_ranks
         dispatch = [0.0] * num_ranks
         limits: dict[int, float] = {}
-        sizes_at: dict[int | None, Span] = {}  # the memory line that last set a stage's act or weight (None: all)
         extras = {"latency": 0.0, "bandwidth": 0.0}
         for item in items:
             index = None
@@ -573,16 +571,10 @@ class _Compiler:
                         limits[r] = value
                 else:
                     (stage_mem.setdefault(index, {}) if index is not None else base_mem)[s.name] = value
-                    if s.name in ("act", "weight"):
-                        sizes_at[index] = item.span
         # given values are absolute; the rest is each stage's share of a rank-sized chunk (ir.default_share)
         L = num_stages if model_stages is None else model_stages  # (routes: copies of a model of L stages)
         costs = _per_stage(StageCost.default(L, num_ranks), num_stages, base_cost, stage_cost)
         memory = _per_stage(StageMemory.default(L, num_ranks), num_stages, base_mem, stage_mem)
-        for s, m in enumerate(memory):
-            why = sizes_problem(m.act, m.weight)
-            if why is not None:  # (at the line that set them: the stage's own, else the one for all)
-                raise SchedcError("range", f"stage {s}: {why}", sizes_at.get(s) or sizes_at.get(None))
         return Annotations(costs, memory, tuple(speed), tuple(sorted(limits.items())),
                            extras["latency"], extras["bandwidth"], tuple(dispatch) if any(dispatch) else ())
 

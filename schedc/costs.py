@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from .errors import SchedcError
 from .inputs import integer, loads_json, read_text, too_long_number
 from .ir import Program, ends_on_one_rank
-from .rules.memory import sizes_problem
 from .span import Source, Span
 
 if TYPE_CHECKING:
@@ -105,9 +104,6 @@ class Costs:
             given = {**base.get(s, {}), **dict(self.every), **per_stage.get(s, {})}
             times.append(ann.cost_of(s).with_settings(given))
             memory.append(ann.memory_of(s).with_settings(given))
-            why = sizes_problem(memory[-1].act, memory[-1].weight)
-            if why is not None:
-                raise SchedcError("costs", f"stage {s}: {why}", where=self.source)
         speed = list(ann.speeds(R))
         for r, v in self.speeds:
             speed[r] = v

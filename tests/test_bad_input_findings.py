@@ -229,16 +229,3 @@ def test_a_setting_given_twice_is_an_error_not_a_silent_choice(run_cli, tmp_path
     assert code == 2 and "error[duplicate-decl]" in err and said in err and f"{src}:3:" in err, err
     code, _, err = run_cli("sim", "1f1b", "--param", "P=2,M=2", "--cost", "F=1,B=2,F=3")
     assert code == 2 and "F is given twice" in err, err
-
-
-def test_a_weight_larger_than_the_activation_is_refused(run_cli, tmp_path):
-    """W frees the part of F's activation that I keeps; `weight = 3` over `act = 1` made every I
-    allocate (peaks of 10 where 1F1B holds 2)."""
-    src = tmp_path / "w.pp"
-    src.write_text("schedule w(P = 2, M = 2) {\n  stages P\n  memory act = 1, weight = 3\n"
-                   "  rank r { for m in 0 .. M { F(r, m) }\n for m in 0 .. M { B(r, m) } }\n}\n")
-    code, _, err = run_cli("check", str(src))
-    assert code == 2 and f"{src}:3:3: error[range]: stage 0: memory weight = 3 is more than act = 1" in err, err
-    code, _, err = run_cli("sim", "1f1b", "--param", "P=2,M=2", "--cost", "weight=3")
-    assert code == 2 and "error[costs]: stage 0: memory weight = 3 is more than act" in err, err
-    assert run_cli("sim", "1f1b", "--param", "P=2,M=2", "--cost", "act=3,weight=2")[0] == 0

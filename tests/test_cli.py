@@ -194,30 +194,6 @@ def test_export_ir_json_at_the_comms_level_is_lowered(run_cli, tmp_path):
     assert code == 2 and out == "" and "--level: error[usage]: 1f1b is at the comms level" in err
 
 
-HANG = "schedule stuck {\n  rank 0: 0F0 0RECV_B0 0B0 0SEND_F0\n  rank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n}\n"
-DEFERRED = ("0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1,0REDUCE_GRAD,0RESHARD\n"
-            "1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1,1REDUCE_GRAD,1RESHARD\n")
-
-
-@pytest.mark.parametrize("name,text", [("stuck.pp", HANG), ("deferred.csv", DEFERRED)],
-                         ids=["pp", "torch-csv"])
-def test_export_refuses_written_communication_that_deadlocks(run_cli, tmp_path, name, text):
-    """A schedule whose sends and receives are written out (a .pp or torch's own comms CSV) is checked
-    too before `--level comms` writes it; `--level compute` and IR JSON still write it, to study."""
-    src = tmp_path / name
-    src.write_text(text)
-    code, out, err = run_cli("export", str(src), "--to", "torch-csv", "-o", str(tmp_path / "out.csv"))
-    assert code == 1 and "error[deadlock]: deadlock under rendezvous" in err and "nothing exported" in err
-    assert f"{src}:" in err and not (tmp_path / "out.csv").exists()
-    code, out, err = run_cli("export", str(src), "--to", "torch-csv", "--json")
-    row = json.loads(out)
-    assert code == 1 and row["ok"] is False and [e["code"] for e in row["errors"]] == ["deadlock"]
-    for level in (("--level", "compute"), ("--to", "ir-json")):
-        argv = ("--to", "torch-csv", *level) if level[0] == "--level" else level
-        code, out, err = run_cli("export", str(src), *argv)
-        assert code == 0 and out, err
-
-
 def test_version_and_help(run_cli):
     code, out, _ = run_cli("--version")
     assert code == 0 and out.strip() == f"schedc {schedc.__version__}"

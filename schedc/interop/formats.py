@@ -98,10 +98,8 @@ def _checked_lowering(program: "Program") -> "Program":
 
 def _write_csv(program: "Program", *, level: str = "comms", **_: object) -> str:
     """torch's CSV of replica 0 (torch runs it on each); at the comms level only of a program that
-    checks (under rendezvous, as `schedc check` does), a compute order or one with its communication
-    written out alike, as compute_comms and again as the CSV has it (no groups); the lowering of a
-    compute order checked here is checked again under the same semantics (`to_torch_csv`'s
-    `verified`). The compute level writes any order, checked or not, to be studied or checked."""
+    checks, as compute_comms and again as the CSV has it (no groups); the lowering of one checked
+    here is checked again under the same semantics (`to_torch_csv`'s `verified`)."""
     from ..columns import held_as_columns
     from ..report import run_checks
     from .torch_csv import to_torch_csv, torch_cannot_run
@@ -109,12 +107,11 @@ def _write_csv(program: "Program", *, level: str = "comms", **_: object) -> str:
     if why is not None:
         raise SchedcError("usage", why + ": export it as IR JSON (--to ir-json)", where="--to torch-csv")
     program, verified = program.replica(0), None
-    if level == "comms":  # torch runs what is written: communication inserted into a sound order, or given
+    if level == "comms" and program.level == "compute":
         report = run_checks(program)
-        if not report.ok:
-            raise Refused(report, "the schedule fails its checks; nothing exported (--level compute or "
-                                  "--to ir-json writes it unchecked)")
-        verified = str(report.semantics) if program.level == "compute" else None
+        if not report.ok:  # communication can only be inserted into a sound compute order
+            raise Refused(report, "the schedule fails its checks; nothing exported")
+        verified = str(report.semantics)
     table = to_torch_csv(held_as_columns(program), level, verified=verified)  # (lowered and written from columns)
     if level == "comms" and table.flattened:
         flat = run_checks(table.to_program(program.name))

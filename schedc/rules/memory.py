@@ -19,15 +19,6 @@ from ..ir import Action, Op, Program
 if TYPE_CHECKING:  # (fractions is imported by the prover's exact sizes, `whole_deltas`: a check needs none)
     from fractions import Fraction
 
-def sizes_problem(act: float, weight: float) -> str | None:
-    """Why a stage's sizes cannot be (None: they can): W frees the part of F's activation that I keeps
-    for it, so that part is at most the activation (more, and an I would allocate)."""
-    if weight > act:
-        return (f"memory weight = {weight:g} is more than act = {act:g}: W frees the part of a forward's "
-                "activation its I keeps, at most all of it")
-    return None
-
-
 ALLOCATES = frozenset({Op.F})  # counted as its step starts: inside one step, allocations come first
 FREES = (Op.B, Op.I, Op.W)  # counted as its step ends, after every allocation of the step
 
