@@ -47,6 +47,7 @@ def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
     _verified(program, semantics)
     rows = to_torch_csv(program.replica(0), "comms", verified=semantics).rows  # (identical replicas: each runs this)
     _gathers_in_order(program, rows, stages)
+    _no_ddp(stages)
     runtime = _PipelineScheduleRuntime(list(stages), n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads)
     actions = {rank: [_Action.from_str(format_step(cell)) for cell in row] for rank, row in enumerate(rows)}
     runtime._prepare_schedule_with_comms(actions, format="compute_comms")
@@ -55,19 +56,56 @@ def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
 
 def _gathers_in_order(program: Program, rows, stages) -> None:
     """Refuse what torch's runtime would assert on for this rank's stages under FSDP: each one's
-    UNSHARD, computations and RESHARD in order, step after step (schedc/rules/sharding.py)."""
+    UNSHARD, computations and RESHARD in order, step after step; and what it would train wrong: an
+    I after a forward with no UNSHARD between, on a stage whose FSDP modules nest
+    (schedc/rules/sharding.py)."""
     from torch.distributed.fsdp import FSDPModule
 
-    from .lint import display_step
-    from .rules.sharding import breaks
+    from .rules.sharding import breaks, regathered
     fsdp = [stage.stage_index for stage in stages if isinstance(stage.submod, FSDPModule)]
-    found = list(breaks(rows, fsdp)) if fsdp else []
+    nested = [stage.stage_index for stage in stages if _reshards_inside(stage.submod, FSDPModule)]
+    stops = ("torch's runtime would stop at this action (a schedule written at the compute level gets UNSHARD "
+             "and RESHARD where torch's own lowering puts them)")
+    wrong = "torch's runtime would run on and train to wrong gradients"
+    found = [(*f, stops) for f in (breaks(rows, fsdp) if fsdp else ())]
+    found += [(*f, wrong) for f in (regathered(rows, nested, fsdp) if nested else ())]
     if found:
-        raise SchedcError.many([Diagnostic(
-            "shard-order", f"rank {rank}, step {display_step(a, step)}: {describe(a)} {why}", a.span,
-            (f"stage {a.stage} runs under FSDP on this rank; torch's runtime would stop at this action (a "
-             "schedule written at the compute level gets UNSHARD and RESHARD where torch's own lowering puts "
-             "them)",), rank=rank, step=display_step(a, step)) for rank, step, a, why in found])
+        raise SchedcError.many([_shard_finding(*f) for f in found])
+
+
+def _shard_finding(rank: int, step: int, a, why: str, then: str) -> Diagnostic:
+    from .lint import display_step
+    shown = display_step(a, step)
+    return Diagnostic("shard-order", f"rank {rank}, step {shown}: {describe(a)} {why}", a.span,
+                      (f"stage {a.stage} runs under FSDP on this rank; {then}",), rank=rank, step=shown)
+
+
+def _no_ddp(stages) -> None:
+    """Refuse a stage wrapped with DistributedDataParallel: torch's pipelining runtime runs backwards
+    outside DDP's reducer, which asserts at the second step ("rebuilt parameter indices") on most
+    schedules and leaves split backwards unreduced; FSDP2's `fully_shard` and `replicate` it drives."""
+    from torch.nn.parallel import DistributedDataParallel
+    for stage in stages:
+        if isinstance(getattr(stage, "submod", None), DistributedDataParallel):
+            raise SchedcError("usage", f"stage {stage.stage_index} is wrapped with DistributedDataParallel, "
+                              "which torch's pipelining runtime does not drive (DDP's reducer asserts at the second "
+                              "step, or split backwards train unreduced): wrap the stage with `fully_shard` or "
+                              "`replicate` (torch.distributed.fsdp) for data parallelism")
+
+
+def _reshards_inside(module, fsdp_module) -> bool:
+    """Does an FSDP module nested inside the stage's module (not the stage's own) reshard its
+    parameters after each forward (FSDP2's default)? When torch's state cannot be read, yes."""
+    for inner in module.modules() if hasattr(module, "modules") else ():  # (a test's stand-in stage has none)
+        if inner is module or not isinstance(inner, fsdp_module):
+            continue
+        try:
+            groups = inner._get_fsdp_state()._fsdp_param_groups
+        except (AttributeError, AssertionError):  # (no state torch can read: take the default)
+            return True
+        if any(getattr(g, "post_forward_mesh_info", True) is not None for g in groups):
+            return True
+    return False
 
 
 def _load(source: str, stages, n_microbatches: int, fmt, notation: str, params: dict) -> Program:

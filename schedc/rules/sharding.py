@@ -9,6 +9,13 @@ stage sharded. So on its rank a stage's actions, each run of computations read a
 UNSHARD, compute, RESHARD, and again (`CYCLE`). schedc's runtime runs UNSHARD and RESHARD as no-ops
 and its checks take them as collectives anywhere (docs/semantics.md, "Collectives"); the rule is
 asked where torch's runtime runs a stage under FSDP: `schedc.torch.schedule` (schedc/torch.py).
+
+A stage whose FSDP modules nest (each block wrapped, then the stage: FSDP2's usual wrapping, and
+torchtitan's) has its inner modules resharded by FSDP's own hook after every forward; torch's
+BACKWARD_INPUT then hands those sharded parameters to the input-gradient pass, they are not in its
+autograd graph, and the BACKWARD_WEIGHT after it adds nothing: the weights' gradients come back None
+or wrong, silently. So on such a stage an I needs an UNSHARD of its stage since the stage's last
+forward (`regathered`); a B (one pass) does not.
 """
 from __future__ import annotations
 
@@ -69,3 +76,34 @@ def _stage_breaks(rank: int, s: int, events: list[tuple[int, Action]]) -> Iterat
     if expected != GATHER:
         x, a = events[-1]
         yield rank, x, a, _ENDS[expected].format(s=s)
+
+
+_STALE = ("takes the input gradient of stage {s} after a forward of it with no UNSHARD({s}) between: stage {s}'s "
+          "FSDP modules nest, and FSDP reshards the inner ones after every forward, so torch's I computes with "
+          "sharded weights outside its autograd graph and the W after it adds nothing: the weights' gradients "
+          "come back None or wrong, silently (RESHARD({s}) and UNSHARD({s}) before the I gather them again; a B "
+          "instead of the I and W is not affected)")
+
+
+def regathered(ranks: Iterable[Iterable[Step | None]], nested: Collection[int],
+               outer: Collection[int] = ()) -> Iterator[tuple[int, int, Action, str]]:
+    """Each first I of a stage of `nested` (stages whose FSDP modules nest and reshard after forward)
+    that follows a forward of its stage with no UNSHARD of it between, as (rank, step, action, why),
+    one per stage. An UNSHARD gathers again only a stage of `outer` (its own module under FSDP too:
+    torch's runtime runs UNSHARD for no other). (The first stage of the model computes no input
+    gradient, and is not asked.)"""
+    wanted, gathers = set(nested) - {0}, set(outer)
+    for rank, steps in enumerate(ranks):
+        forwarded: dict[int, bool] = {}  # stage -> a forward since its last UNSHARD
+        told: set[int] = set()
+        for x, st in enumerate(steps):
+            for a in () if st is None else st.parts:
+                if a.stage not in wanted:
+                    continue
+                if a.op is Op.UNSHARD and a.stage in gathers:
+                    forwarded[a.stage] = False
+                elif a.op is Op.F:
+                    forwarded[a.stage] = True
+                elif a.op is Op.I and forwarded.get(a.stage) and a.stage not in told:
+                    told.add(a.stage)
+                    yield rank, x, a, _STALE.format(s=a.stage)
