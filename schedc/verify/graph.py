@@ -171,23 +171,29 @@ def _send_waits_for_match(program: Program, chans: Channels, prereq, never, star
     `sent_held_until`) and the moment gloo completes it, so a run these semantics allow runs on
     gloo too. (Rendezvous: the send itself waited for that; a WAIT_RECV follows a receive that
     blocked until its send was posted.)"""
+    for r, x, k, send in _waited(program, (chans.sends,)):
+        recvs = chans.recvs.get(send.channel, ())
+        if send.index >= len(recvs):
+            never.setdefault((r, x), ("waits for a send whose receive is never posted", k))
+        elif recvs[send.index].step > 0:
+            recv = recvs[send.index]
+            prereq[r][x].append((recv.rank, recv.step - 1, "recv-posted", k))
+        else:
+            starts.setdefault((r, x), []).append(recvs[send.index].rank)
+
+
+def _waited(program: Program, tables) -> Iterator[tuple[int, int, int, Endpoint]]:
+    """(rank, step, part, the operation it waits for) of each explicit wait whose operation is in
+    `tables` (Channels' sends and/or receives); a wait for nothing is the structure check's."""
     mine = {(e.rank, e.action.op, e.action.stage, e.action.microbatch): e
-            for sends in chans.sends.values() for e in sends}
+            for table in tables for endpoints in table.values() for e in endpoints}
     for r, steps in enumerate(program.ranks):
         for x, st in enumerate(steps):
             for k, a in enumerate(st.parts):
                 target = WAITS.get(a.op)
-                send = None if target is None else mine.get((r, target, a.stage, a.microbatch))
-                if send is None:
-                    continue  # not a wait for a send, or one for nothing (the structure check says so)
-                recvs = chans.recvs.get(send.channel, ())
-                if send.index >= len(recvs):
-                    never.setdefault((r, x), ("waits for a send whose receive is never posted", k))
-                elif recvs[send.index].step > 0:
-                    recv = recvs[send.index]
-                    prereq[r][x].append((recv.rank, recv.step - 1, "recv-posted", k))
-                else:
-                    starts.setdefault((r, x), []).append(recvs[send.index].rank)
+                e = None if target is None else mine.get((r, target, a.stage, a.microbatch))
+                if e is not None:
+                    yield r, x, k, e
 
 
 def _data(program: Program, prereq, never) -> None:  # noqa: C901
@@ -286,25 +292,16 @@ def _explicit_waits(program: Program, chans: Channels, partner, lane_of, prereq,
     """WAIT_SEND_F(s, m) and the others: the step waits for that operation, posted earlier on its
     rank, to complete (under nccl, on its stream; under gloo once its partner is posted: gloo's
     transport sends a message when its receiver is ready)."""
-    mine = {(e.rank, e.action.op, e.action.stage, e.action.microbatch): e
-            for table in (chans.sends, chans.recvs) for endpoints in table.values() for e in endpoints}
-    for r, steps in enumerate(program.ranks):
-        for x, st in enumerate(steps):
-            for k, a in enumerate(st.parts):
-                target = WAITS.get(a.op)
-                e = None if target is None else mine.get((r, target, a.stage, a.microbatch))
-                if e is None:
-                    continue  # not a wait, or one that waits for nothing (the structure check says so)
-                other = partner.get(e[:3])
-                if lane_of:
-                    n, j = lane_of[e[:3]]
-                    prereq[r][x].append((n, j, "recv-done" if target in (Op.RECV_F, Op.RECV_B) else "send-done", k))
-                elif other is None:
-                    what = "send" if target in (Op.RECV_F, Op.RECV_B) else "receive"
-                    never.setdefault((r, x), (f"waits for a {what} that is never posted", k))
-                else:
-                    why = "send-posted" if target in (Op.RECV_F, Op.RECV_B) else "recv-posted"
-                    prereq[r][x].append((other.rank, other.step, why, k))
+    for r, x, k, e in _waited(program, (chans.sends, chans.recvs)):
+        receive = e.action.op in (Op.RECV_F, Op.RECV_B)
+        other = partner.get(e[:3])
+        if lane_of:
+            n, j = lane_of[e[:3]]
+            prereq[r][x].append((n, j, "recv-done" if receive else "send-done", k))
+        elif other is None:
+            never.setdefault((r, x), (f"waits for a {'send' if receive else 'receive'} that is never posted", k))
+        else:
+            prereq[r][x].append((other.rank, other.step, "send-posted" if receive else "recv-posted", k))
 
 
 def _users(program: Program) -> dict:
