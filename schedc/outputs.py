@@ -233,7 +233,14 @@ def check_writable(folder: Path | str, names=(), output: Path | str | None = Non
     folder of that name, ...). The error names the output (`output`, else the folder or the file).
     Nothing is created; the writing checks again."""
     folder = Path(folder)
-    _check_folder(folder, Path(output) if output is not None else folder)
+    try:
+        _check_writable(folder, names, Path(output) if output is not None else folder)
+    except OSError as exc:  # (a name the system refuses to look up: too long, a loop of links)
+        raise OutputError(f"cannot write: {exc.strerror}", str(output if output is not None else folder)) from None
+
+
+def _check_writable(folder: Path, names, output: Path) -> None:
+    _check_folder(folder, output)
     if not folder.is_dir():
         return  # made when written, in a folder checked above
     if not names:

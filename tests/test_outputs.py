@@ -366,3 +366,14 @@ def test_a_late_write_error_names_the_output_in_json(run_cli, tmp_path, monkeypa
     code, stdout, _ = run_cli("compile", "1f1b", *SMALL, "-o", str(out), "--json")
     error = json.loads(stdout.splitlines()[-1])
     assert code == 2 and error["file"] == str(out / "1f1b.json") and error["errors"][0]["code"] == "io"
+
+
+@pytest.mark.parametrize("command", ["compile", "viz"])
+def test_an_output_name_the_system_refuses_is_an_io_error_before_any_work(run_cli, tmp_path, command):
+    """The up-front check of -o looked the name up and met ENAMETOOLONG as an internal error (fuzz
+    seed 1207): a name too long for the file system is the output's `io` error, exit 2."""
+    long = str(tmp_path / ("x" * 300))
+    argv = ["compile", "looped_bfs", "-o", long] if command == "compile" else ["viz", "1f1b", "-o", long + ".svg"]
+    code, out, err = run_cli(*argv)
+    assert code == 2 and "error[io]: cannot write: File name too long" in err and "Traceback" not in err, err
+    assert out == ""
