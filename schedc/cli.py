@@ -107,6 +107,17 @@ def _main(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:
         return EXIT_OK
 
 
+# options that name a file to write: an empty one names none (`-o ""` wrote to standard output)
+_OUTPUT_OPTIONS = ("output", "trace", "profile", "trace_dir", "viz")
+
+
+def _no_empty_paths(args) -> None:
+    for name in _OUTPUT_OPTIONS:
+        if getattr(args, name, None) == "":
+            option = "-o/--output" if name == "output" else "--" + name.replace("_", "-")
+            raise SchedcError("usage", "the path is empty: name a file (or leave the option out)", where=option)
+
+
 def _command(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # noqa: C901
     from .outputs import StdoutLost
     args = None
@@ -116,6 +127,7 @@ def _command(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # 
         if args.command is None:
             _parser(stdout).print_help()
             return EXIT_INPUT
+        _no_empty_paths(args)
         from .commands import COMMANDS
         return next(c for c in COMMANDS if c.name == args.command).load().run(args, stdout, stderr)
     except _Exit as e:

@@ -14,7 +14,7 @@ import re
 from .errors import SchedcError
 from .inputs import integer
 
-PARAM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)")
+PARAM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?[0-9]+)")  # (ASCII digits: not `P=٣`)
 
 
 MAX_SECONDS = 86_400

@@ -541,3 +541,18 @@ def test_compile_refuses_a_file_as_its_folder_before_any_work(run_cli, tmp_path)
     assert code == 2 and error["file"] == str(afile / "sub")  # the output, not the input
     assert error["errors"][0]["message"] == f"cannot create the output folder: {afile} is a file, not a folder"
     assert afile.read_text() == "x"
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["export", "1f1b", "--param", "P=2,M=2", "--to", "torch-csv", "-o", ""], "-o/--output: error[usage]: the path is empty"),
+    (["sim", "1f1b", "--trace", ""], "--trace: error[usage]: the path is empty"),
+    (["check", "1f1b", "--param", "P=\u0663,M=2"], "expected NAME=INTEGER"),  # (an Arabic-Indic three)
+    (["check", "1f1b", "--sweep", "P=1..\uff13"], "expected NAME=LOW..HIGH"),  # (a full-width three)
+    (["sim", "1f1b", "--param", "P=2,M=2", "--samples", "0"], "--samples 0: give 1 to 10,000 sampled runs"),
+    (["sim", "1f1b", "--param", "P=2,M=2", "--seed", "3"], "--seed is the seed of sampled runs"),
+])
+def test_options_a_user_mistypes_are_refused_not_read_otherwise(run_cli, argv, said):
+    """From a user trial: `-o ""` wrote to standard output, a non-ASCII digit read as a number,
+    `--samples 0` and a `--seed` without `--samples` were ignored."""
+    code, out, err = run_cli(*argv)
+    assert code == 2 and said in err and out == "", (out, err)

@@ -13,7 +13,7 @@ from ..progress import progress
 from . import arguments, common, described
 
 
-_SWEEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)\.\.(-?\d+)")
+_SWEEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(-?[0-9]+)\.\.(-?[0-9]+)")
 
 
 MAX_SWEEP = 100_000

@@ -17,10 +17,10 @@ def add_arguments(q) -> None:
                    help="time the program as `schedc run` lowers and runs it, its sends and receives as steps "
                         "(receives where needed, or `--lower early`: as `run --receives early`); with a profile "
                         "of that run, what predicts its step")
-    q.add_argument("--samples", type=int, default=0, metavar="N",
+    q.add_argument("--samples", type=int, metavar="N",
                    help="also time N runs with each time drawn from the measured spread of a profile "
                         "(--costs run.json from `schedc run --profile`): the expected makespan and its spread")
-    q.add_argument("--seed", type=int, default=0, help="the seed of the sampled runs (default 0)")
+    q.add_argument("--seed", type=int, help="the seed of the sampled runs (default 0)")
     q.add_argument("--no-overlap", action="store_true", help="communication holds the ranks it involves")
     q.add_argument("--semantics",
                    help=f"which runs exist: rendezvous (default; gloo with --lower early), {arguments.blocking()}, "
@@ -45,6 +45,11 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
                           f"(`schedc check`), not timed: simulate under {semantics.base}", where="--semantics")
     setup = common.description(args)  # seconds and GiB from a model and hardware description, or None
     costs = common.costs(args, setup) or Costs("the schedule")
+    if args.samples is None and args.seed is not None:
+        raise SchedcError("usage", "--seed is the seed of sampled runs: give --samples N too", where="--seed")
+    if args.samples is not None and args.samples < 1:  # (0 as well: not a run without samples)
+        from ..simulate_sampled import MAX_RUNS
+        raise SchedcError("usage", f"--samples {args.samples}: give 1 to {MAX_RUNS:,} sampled runs", where="--samples")
     if args.samples and costs.spread is None:
         raise SchedcError("usage", "--samples draws each time from a measured spread: give --costs a profile "
                           "that has one (`schedc run --profile FILE` writes it)", where="--samples")
@@ -86,7 +91,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
         from ..simulate_sampled import sample
         long = args.samples * program.num_actions >= 200_000  # about two seconds and more
         say = progress(stderr, quiet=args.json or not long, prefix="schedc sim: ")
-        sampled = sample(program, costs.spread_of(program), args.samples, seed=args.seed, overlap=overlap,
+        sampled = sample(program, costs.spread_of(program), args.samples, seed=args.seed or 0, overlap=overlap,
                          links=costs.links(program), semantics=semantics, say=say)
     written = None
     if args.trace:
