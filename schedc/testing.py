@@ -136,6 +136,11 @@ def _spec(fn, what: str) -> dict:
         raise TypeError(f"{what}: {fn!r} is not a module-level function; the ranks run in other processes "
                         "and must import it (define it at the top of a module)")
     file = getattr(sys.modules.get(module), "__file__", None) or getattr(fn, "__globals__", {}).get("__file__")
+    if module == "__main__":  # the script being run: the ranks load its file under another name (its
+        if not file:          # `if __name__ == "__main__":` part then stays out), or cannot find it at all
+            raise TypeError(f"{what}: {fn!r} is defined in an interactive session; the ranks run in other "
+                            "processes and must import it (define it in a module or a script file)")
+        module = "_schedc_main_script"
     return {"module": module, "file": file, "name": name}
 
 

@@ -446,6 +446,31 @@ def test_gradient_comparison_names_the_first_parameter_that_differs():
         _compare_gradients(program, low, results, _tiny_stages, _tiny_loss, _tiny_batch, 1, 4, 1e-9, 1e-7)
 
 
+def test_functions_of_the_script_being_run_are_found_by_the_ranks(tmp_path, monkeypatch):
+    """`build_stages` defined in the script run as `python script.py` (module `__main__`): the ranks
+    imported `__main__`, their own, and failed with their tracebacks. They load the script's file
+    under another name, so its `if __name__ == "__main__":` part does not run again."""
+    import sys
+    import types
+
+    from schedc.testing import _resolve, _spec
+    script = tmp_path / "my_test.py"
+    script.write_text("def build_stages(ids, n):\n    return ['stage %d' % s for s in ids]\n"
+                      "if __name__ == '__main__':\n    raise SystemExit('the script ran again')\n")
+    main = types.ModuleType("__main__")
+    main.__file__ = str(script)
+    exec(compile("def build_stages(ids, n):\n    return []\n", str(script), "exec"), main.__dict__)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    spec = _spec(main.build_stages, "build_stages")
+    assert spec["module"] != "__main__" and spec["file"] == str(script)
+    monkeypatch.delitem(sys.modules, spec["module"], raising=False)
+    assert _resolve(spec)([0, 1], 2) == ["stage 0", "stage 1"]  # (as a rank finds it)
+    del main.__file__
+    main.__dict__.pop("__file__", None)
+    with pytest.raises(TypeError, match="interactive session"):
+        _spec(main.build_stages, "build_stages")
+
+
 def test_gradient_assertion_wants_importable_functions():
     p = schedc.load("1f1b", {"P": 1, "M": 1})
     from schedc.testing import assert_same_gradients
