@@ -17,7 +17,7 @@ from .errors import Diagnostic
 from .ir import COMPUTE, SENDS, WAITS, Action, Op, Program, describe
 from .rules.reductions import ONCE, order_breaks
 from .rules.deps import (ADDS_GRADIENT, RECEIVES, REDUCTIONS, bounds, consumer_stage, delivers, message, needs,
-                         Routes, payload, peer_stage, produces, reduces, route_problems, stages_of, value_name, visited,
+                         Routes, payload, peer_stage, produces, reduces, route_problems, stages_of, taker, takers, value_name, visited,
                          visits)
 
 MAX_PER_CODE = 20
@@ -338,9 +338,9 @@ def _waits(p: Program, out: Findings) -> None:
     """An explicit wait (WAIT_RECV_F(s, m), ...) waits once for that send or receive, posted earlier
     on its own rank; a wait for a receive comes before the action that takes the received value
     (which waits for the receive itself: after it, the runtime has nothing left to wait for)."""
-    S = stages_of(p)
+    users = takers(p)
     for rank, steps in enumerate(p.ranks):
-        posted, takers = _posted_and_takers(steps, S)
+        posted = _first_posts(steps)
         waited: set = set()
         for step, st in enumerate(steps):
             for a in st.parts:
@@ -361,30 +361,25 @@ def _waits(p: Program, out: Findings) -> None:
                             "already", rank, step, a)
                 else:
                     waited.add(key)
-                    _wait_after_taker(out, rank, step, a, what, at[0], takers.get(delivers(at[1])))
+                    _wait_after_taker(out, p, rank, step, a, what, taker(users.get((rank, delivers(at[1]))), at[0]))
 
 
-def _posted_and_takers(steps, S) -> tuple[dict, dict]:
-    """A rank's first send or receive of each (op, stage, microbatch) as (step, action), and each
-    value's takers: (step, action) of each computation on the rank that needs it, in order."""
+def _first_posts(steps) -> dict:
+    """(op, stage, microbatch) -> (step, action) of a rank's first send or receive of each."""
     posted: dict = {}
-    takers: dict = defaultdict(list)
     for step, st in enumerate(steps):
         for a in st.parts:
             if a.op.is_comm:
                 posted.setdefault((a.op, a.stage, a.microbatch), (step, a))
-            elif a.op.is_compute:
-                for v in needs(a, S):
-                    takers[v].append((step, a))
-    return posted, takers
+    return posted
 
 
-def _wait_after_taker(out: Findings, rank: int, step: int, a: Action, what: str, posted_at: int, takers) -> None:
-    """A wait for a receive (posted at step `posted_at`) listed after the first action that takes its
-    value (`takers`: (step, action) of each on the rank, in order), which waited for it already."""
-    taker = next(((x, b) for x, b in takers or () if x > posted_at), None)
-    if taker is not None and taker[0] < step:
-        x, b = taker
+def _wait_after_taker(out: Findings, p: Program, rank: int, step: int, a: Action, what: str, found) -> None:
+    """A wait for a receive listed after the action that takes its value (`found`: its (step, part),
+    deps.py's `taker`), which waited for the receive already."""
+    if found is not None and found[0] < step:
+        x, k = found
+        b = p.ranks[rank][x].parts[k]
         out.add("order", f"{describe(a)} waits for {what}, whose value {describe(b)} takes earlier, at step "
                 f"{display_step(b, x)}: {describe(b)} waited for the receive, so nothing is left to wait for "
                 "(place the wait before it, or leave it out)", rank, step, a)

@@ -11,6 +11,8 @@ program's `Routes` (`stages_of`).
 """
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
 from functools import lru_cache
 from typing import Union
 
@@ -215,6 +217,29 @@ def delivers(a: Action) -> Value | None:
     """The value a receive brings to its rank (named by the receiving stage)."""
     rule = DELIVERS.get(a.op)
     return None if rule is None or a.microbatch is None else (rule[0], a.stage + rule[1], a.microbatch)
+
+
+def takers(program: Program) -> dict[tuple[int, Value], list[tuple[int, int]]]:
+    """(rank, value) -> the (step, part) of every computation on the rank that needs the value, in
+    program order: found in one pass, so each receive's taker is a lookup (`taker`)."""
+    S = stages_of(program)
+    out: dict[tuple[int, Value], list[tuple[int, int]]] = {}
+    for r, steps in enumerate(program.ranks):
+        for x, st in enumerate(steps):
+            for k, a in enumerate(st.parts):
+                if a.op.is_compute:
+                    for v in needs(a, S):
+                        out.setdefault((r, v), []).append((x, k))
+    return out
+
+
+def taker(found: list[tuple[int, int]] | None, step: int) -> tuple[int, int] | None:
+    """Of `found` (a value's takers on a rank, `takers`), the (step, part) of the first after `step`:
+    the action that takes what a receive at `step` brings, and waits for that receive to complete."""
+    if not found:
+        return None
+    i = bisect_right(found, (step, math.inf))
+    return found[i] if i < len(found) else None
 
 
 def payload(a: Action) -> Value | None:

@@ -25,13 +25,11 @@ constraints, so the rule is written once.
 """
 from __future__ import annotations
 
-import math
-from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
 from ..ir import WAITS, Op, Program
-from ..rules.deps import delivers, needs, produces, stages_of
+from ..rules.deps import delivers, needs, produces, stages_of, taker, takers
 from ..rules.semantics import Semantics
 from .channels import BATCHED, ONE_SIDED_GROUP, Channels, Endpoint, apart_partners
 
@@ -249,11 +247,10 @@ def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, nev
                 pre.append((p.rank, p.step, why, e.part))  # the partner is posted ...
                 if pj > 0:
                     pre.append((pn, pj - 1, why, e.part))  # ... and at the head of its stream
-    users = _users(program)
+    users = takers(program)
     for ch, recvs in chans.recvs.items():
         for recv in recvs:
-            v = delivers(recv.action)
-            consumer = _consumer(users, recv, v)
+            consumer = taker(users.get((recv.rank, delivers(recv.action))), recv.step)
             if consumer is None:
                 continue
             x, k = consumer
@@ -302,29 +299,6 @@ def _explicit_waits(program: Program, chans: Channels, partner, lane_of, prereq,
             never.setdefault((r, x), (f"waits for a {'send' if receive else 'receive'} that is never posted", k))
         else:
             prereq[r][x].append((other.rank, other.step, "send-posted" if receive else "recv-posted", k))
-
-
-def _users(program: Program) -> dict:
-    """(rank, value) -> the (step, part) of every compute action on the rank that needs the value,
-    in program order: found in one pass, so each receive's consumer is a lookup (`_consumer`)."""
-    S = stages_of(program)
-    out: dict = {}
-    for r, steps in enumerate(program.ranks):
-        for x, st in enumerate(steps):
-            for k, a in enumerate(st.parts):
-                if a.op.is_compute:
-                    for v in needs(a, S):
-                        out.setdefault((r, v), []).append((x, k))
-    return out
-
-
-def _consumer(users: dict, recv: Endpoint, value) -> tuple[int, int] | None:
-    """(step, part) of the first action after the receive, on its rank, that needs its value."""
-    found = users.get((recv.rank, value))
-    if not found:
-        return None
-    i = bisect_right(found, (recv.step, math.inf))  # the first past the receive's step
-    return found[i] if i < len(found) else None
 
 
 _APART = "meets no partner: its partner is posted the other way, one grouped and one single; " + ONE_SIDED_GROUP
