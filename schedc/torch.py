@@ -32,6 +32,7 @@ def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
     from .interop.torch_csv import to_torch_csv, torch_cannot_run
     if not stages:
         raise SchedcError("usage", "schedc.torch.schedule needs this rank's pipeline stages; got none")
+    _no_ddp(stages)  # (a property of the stages alone: before the schedule is read and checked)
     if isinstance(source, Program) and params:
         raise SchedcError("usage", f"parameters {', '.join(params)} given with a compiled Program; "
                           "they apply to a schedule's source")
@@ -47,7 +48,6 @@ def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
     _verified(program, semantics)
     rows = to_torch_csv(program.replica(0), "comms", verified=semantics).rows  # (identical replicas: each runs this)
     _gathers_in_order(program, rows, stages)
-    _no_ddp(stages)
     runtime = _PipelineScheduleRuntime(list(stages), n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads)
     actions = {rank: [_Action.from_str(format_step(cell)) for cell in row] for rank, row in enumerate(rows)}
     runtime._prepare_schedule_with_comms(actions, format="compute_comms")
