@@ -171,6 +171,15 @@ def model_stage(stages: Stages, s: int) -> int:
     return s - bounds(stages, s)[0]
 
 
+def copies(stages: Stages, num_stages: int) -> dict[int, tuple[int, ...]]:
+    """Each stage of the model -> the stages that run a copy of it, where some run more than one
+    (routes: DualPipe's two directions); empty without copies."""
+    out: dict[int, list[int]] = {}
+    for s in range(num_stages):
+        out.setdefault(model_stage(stages, s), []).append(s)
+    return {c: tuple(same) for c, same in out.items() if len(same) > 1}
+
+
 def produces(a: Action) -> Value | None:
     """The value a compute action makes, if any."""
     kind = MAKES.get(a.op)

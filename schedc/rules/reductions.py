@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from ..ir import Action, Op, Step, describe
-from .deps import REDUCTIONS, Stages, model_stage
+from .deps import REDUCTIONS, Stages, copies
 
 ONCE = REDUCTIONS  # at most one of each (op, stage) in a rank's list
 _Firsts = dict[tuple[Op, int], tuple[int, Action]]  # (op, stage) -> its first (step, action)
@@ -66,12 +66,9 @@ def _tie_breaks(first: _Firsts, placement: Sequence[int], S: int) -> Iterator[tu
 
 
 def _copy_breaks(first: _Firsts, placement: Sequence[int], stages: Stages, S: int) -> Iterator[tuple[int, int, Action, str]]:
-    copies: dict[int, list[int]] = {}
-    for s in range(S):
-        copies.setdefault(model_stage(stages, s), []).append(s)
-    for c, same in sorted(copies.items()):
+    for c, same in sorted(copies(stages, S).items()):
         averaged = [s for s in same if (Op.REDUCE_GRAD, s) in first]
-        if len(same) < 2 or not averaged or len(averaged) == len(same):
+        if not averaged or len(averaged) == len(same):
             continue
         rest = [s for s in same if s not in averaged]
         s = averaged[0]

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from ..ir import (COMPUTE, P2P_MODES, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, WAITS, Action, CompoundKind, Op, Route,
                   model_stages)
-from ..rules.deps import (Stages, Value, bounds, model_stage, needs, neighbour_input, payload, peer_stage, produces,
+from ..rules.deps import (Stages, Value, bounds, copies, model_stage, needs, neighbour_input, payload, peer_stage, produces,
                           reduces, route_problems, routed, value_name)
 
 FORMAT = "schedc-program"
@@ -168,10 +168,7 @@ class Table:
     def copies(self) -> dict[int, tuple[int, ...]]:
         """Each stage of the model -> the stages that run a copy of it, where some run more than one
         (routes: their gradients are summed as the step ends); empty without copies."""
-        out: dict[int, list[int]] = {}
-        for s in range(self.num_stages):
-            out.setdefault(self.model_stage(s), []).append(s)
-        return {c: tuple(ss) for c, ss in out.items() if len(ss) > 1}
+        return copies(self.stages, self.num_stages)
 
     @property
     def pipeline_ranks(self) -> int:
