@@ -119,6 +119,16 @@ def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in POWERS if d <= limit and n % d == 0]
 
 
+def _tensor_fits(m: Any, tp: int) -> bool:
+    """Does tensor parallelism of degree `tp` divide the model's heads, key/value heads and MLP?"""
+    return not (m.heads % tp or m.kv_heads % tp or m.ffn_hidden % tp)
+
+
+def _context_fits(m: Any, tp: int, cp: int) -> bool:
+    """Does context parallelism of degree `cp` (beside `tp`) divide the sequence?"""
+    return m.seq_len % (cp * tp) == 0
+
+
 def layouts(setup: Any, gpus: int, global_batch: int, micro_batch: int) -> Iterator[tuple[Layout, int]]:
     """Each layout of `gpus` the model allows, with its microbatches per step (M = global batch /
     (dp x micro-batch)): TP within a node dividing heads, key/value heads and the MLP; CP dividing
@@ -127,10 +137,10 @@ def layouts(setup: Any, gpus: int, global_batch: int, micro_batch: int) -> Itera
     first and last stages lightened by the embedding and the output layer's share."""
     m, node = setup.model, setup.hardware.gpus_per_node
     for tp in _divisors(gpus, node):
-        if m.heads % tp or m.kv_heads % tp or m.ffn_hidden % tp:
+        if not _tensor_fits(m, tp):
             continue
         for cp in _divisors(gpus // tp, 16):
-            if m.seq_len % (cp * tp):
+            if not _context_fits(m, tp, cp):
                 continue
             for pp in [p for p in range(1, min(m.layers, gpus // (tp * cp)) + 1) if gpus // (tp * cp) % p == 0]:
                 dp = gpus // (tp * cp * pp)
@@ -149,8 +159,8 @@ def _why_no_layout(setup: Any, gpus: int, global_batch: int, micro_batch: int) -
     if global_batch % micro_batch:
         return (f"no layout to search: the global batch {global_batch} is not a multiple of the micro-batch "
                 f"{micro_batch}, so no data-parallel degree splits it into microbatches")
-    tp = max((d for d in _divisors(m.heads, node) if m.kv_heads % d == 0 and m.ffn_hidden % d == 0), default=1)
-    cp = max((d for d in _divisors(m.seq_len, 16) if m.seq_len % (d * tp) == 0), default=1)
+    tp = max((d for d in _divisors(m.heads, node) if _tensor_fits(m, d)), default=1)
+    cp = max((d for d in _divisors(m.seq_len, 16) if _context_fits(m, tp, d)), default=1)
     most = tp * cp * m.layers * (global_batch // micro_batch)
     if gpus > most:
         return (f"no layout to search: {m.name} can use at most {most:,} GPUs at this batch ({tp} tensor x {cp} "
