@@ -89,6 +89,7 @@ def _worker(out: str) -> int:
     return 0
 
 
+@pytest.mark.slow  # (two spawned ranks, about 10 s on a busy 2-core machine)
 def test_a_refusal_on_one_rank_is_raised_on_every_rank(tmp_path):
     pytest.importorskip("torch.distributed.pipelining")
     done = subprocess.run([sys.executable, __file__, "--worker", str(tmp_path)], capture_output=True, text=True,
