@@ -3,7 +3,8 @@
 `schedule(source, stages, n_microbatches, loss_fn)` loads a built-in, a .pp or a PyTorch .csv,
 refuses it unless `schedc check` passes, lowers it as torch's own lowering does (UNSHARD / RESHARD,
 REDUCE_GRAD, then SEND / RECV) and returns torch's schedule object with those actions loaded, so
-`schedule.step(...)` trains with torch's defaults. torch is imported only when it is called.
+`schedule.step(...)` trains with torch's defaults; on a job, a refusal on one rank is raised on every
+rank (`_agree`), none left waiting in `step()`. torch is imported only when it is called.
 """
 from __future__ import annotations
 
@@ -24,7 +25,27 @@ def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
     and `n_microbatches` when the schedule declares them). `scale_grads`, as in torch: gradients
     are divided by `n_microbatches` (a loss that averages over the batch trains as unsplit).
     Raises `SchedcError` if the schedule fails `schedc check` or does not fit the stages.
+
+    On a job of more than one rank (torch.distributed initialized), the ranks of the pipeline's
+    process group agree before any returns: each tells the others, in one all-reduce on the stages'
+    group, whether it refused and why, and if any did, every rank raises (`rank-refused` on the
+    others, naming the ranks and their reasons; a refusing rank its own error), so no rank waits in
+    `step()` for a peer that never runs. Every rank of the pipeline must call `schedule()`: a rank
+    that never does leaves the others in that all-reduce until the process group's timeout.
     """
+    try:
+        runtime = _runtime(source, stages, n_microbatches, loss_fn, scale_grads=scale_grads, fmt=fmt,
+                           notation=notation, semantics=semantics, params=params)
+    except Exception as refused:  # (any failure, a SchedcError or not: the peers must hear of it)
+        _agree(stages, refused)
+        raise
+    _agree(stages, None)
+    return runtime
+
+
+def _runtime(source: str | Program, stages: Sequence[Any], n_microbatches: int, loss_fn: Callable | None, *,
+             scale_grads: bool, fmt: str | None, notation: str, semantics: str, params: dict[str, int]):
+    """This rank's runtime, or this rank's refusal (the body of `schedule`, before the ranks agree)."""
     from .api import check_notation
     check_notation(notation)  # (before torch is imported: a bad argument is told at once)
     from torch.distributed.pipelining.schedules import _Action, _PipelineScheduleRuntime
@@ -158,3 +179,76 @@ def _verified(program: Program, semantics: str) -> None:
         first, *rest = report.errors
         note = f"{program.name} fails schedc check ({report.error_count} error(s)): not loading it into torch"
         raise SchedcError.many([replace(first, notes=first.notes + (note,)), *rest])
+
+
+# ---- the ranks agree: one refuses, all raise ----
+_REASON_BYTES = 480  # of a refusal's first line, sent to the other ranks (the rest stays in its own error)
+
+
+def _agree(stages, refused: Exception | None) -> None:
+    """Tell the pipeline's other ranks whether this rank refused (`refused`) and hear whether they did;
+    raise `rank-refused` naming them if they did and this rank did not. A refusing rank returns (its
+    caller re-raises its own error), also when the exchange fails: its error says more than that.
+    Nothing to agree on outside a job of more than one rank, or on stand-in stages with no group."""
+    pipeline = _pipeline(stages)
+    if pipeline is None:
+        return
+    try:
+        refusals = _exchange(*pipeline, None if refused is None else _reason(refused))
+    except Exception:
+        if refused is not None:
+            return
+        raise
+    if refused is None and refusals:  # (this rank's own row is empty: refusals are the others')
+        raise SchedcError.many([
+            Diagnostic("rank-refused", f"pipeline rank {rank} refused the schedule: {why}", notes=(
+                "not loading it on this rank either: every rank of the pipeline raises, none waits in step() "
+                f"for a peer that will not run (rank {rank}'s own error has its full diagnostics)",))
+            for rank, why in sorted(refusals.items())])
+
+
+def _pipeline(stages) -> tuple[Any, Any, int, int] | None:
+    """(group, device, size, rank) of the pipeline this rank's stages run on, if torch.distributed is
+    initialized and the pipeline has more than one rank; else None (torch is not imported here)."""
+    import sys
+    dist = sys.modules.get("torch.distributed")  # (not imported: not initialized either)
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    try:
+        first = stages[0]
+        group, size, rank = first.group, int(first.group_size), int(first.group_rank)
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError):  # (none, or a stand-in with no group)
+        return None
+    return (group, getattr(first, "device", "cpu"), size, rank) if size > 1 else None
+
+
+def _exchange(group, device, size: int, rank: int, reason: str | None) -> dict[int, str]:
+    """One all-reduce (sum) of a `size` x (1 + _REASON_BYTES) byte table on the pipeline's group, on
+    the stages' device (as torch's stages exchange their shapes: NCCL takes only GPU tensors): each
+    rank fills its own row, a flag and its reason in UTF-8, and every rank reads every row. The
+    refusals, by pipeline rank."""
+    import torch
+    import torch.distributed as dist
+    table = torch.zeros(size, 1 + _REASON_BYTES, dtype=torch.uint8)
+    if reason is not None:
+        told = reason.encode("utf-8", "replace").replace(b"\0", b" ")
+        if len(told) > _REASON_BYTES:
+            told = told[:_REASON_BYTES - 3] + b"..."
+        table[rank, 0] = 1
+        table[rank, 1:1 + len(told)] = torch.tensor(list(told), dtype=torch.uint8)
+    table = table.to(device)
+    dist.all_reduce(table, group=group)
+    rows = table.cpu().tolist()
+    return {r: bytes(row[1:]).rstrip(b"\0").decode("utf-8", "ignore") or "(no reason given)"
+            for r, row in enumerate(rows) if row[0]}
+
+
+def _reason(refused: Exception) -> str:
+    """A refusal in a line: a SchedcError's first diagnostic as it renders (location, code, message),
+    with how many more; any other error's type and message."""
+    if isinstance(refused, SchedcError) and refused.diagnostics:
+        first, *rest = refused.diagnostics
+        head = first.render().splitlines()[0]
+        return head + (f" (and {len(rest)} more)" if rest else "")
+    line = " ".join(str(refused).split())
+    return f"{type(refused).__name__}: {line}" if line else type(refused).__name__

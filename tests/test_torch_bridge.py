@@ -157,3 +157,30 @@ def test_torchs_lowering_gathers_every_stage_under_fsdp_in_order(name):
     for rank in range(2):
         stages = [fsdp_stage(program, s, rank) for s, r in enumerate(program.placement) if r == rank]
         assert isinstance(schedc.torch.schedule(name, stages, 4), S._PipelineScheduleRuntime)
+
+
+def test_the_ranks_agreement_passes_stand_ins_by_and_carries_each_ranks_reason():
+    """The exchange of schedc/torch.py's `_agree` in one process (a 1-rank gloo group; 2 ranks that
+    agree are tests/test_torch_bridge_ranks.py): stand-in stages carry no group and load as before,
+    and a reason comes back from its row cut to its bytes, a character cut in half dropped."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from schedc.runtime.launch import free_port
+    from schedc.torch import _exchange, _pipeline, _reason
+    program = schedc.load("1f1b", {"P": 2, "M": 4})
+    assert _pipeline(stages_of(program, 0)) is None  # (torch.distributed not initialized)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=30))
+    try:
+        assert _pipeline(stages_of(program, 0)) is None  # a stand-in: no group, nothing to agree on
+        assert isinstance(schedc.torch.schedule("1f1b", stages_of(program, 0), 4), S._PipelineScheduleRuntime)
+        assert _exchange(None, "cpu", 3, 1, "é" * 400 + "\0") == {1: "é" * 238 + "..."}  # (480 bytes, 2 a character)
+        assert _exchange(None, "cpu", 3, 2, "why\0 not") == {2: "why  not"} and _exchange(None, "cpu", 2, 0, None) == {}
+    finally:
+        dist.destroy_process_group()
+    assert _reason(FileNotFoundError("no\nfile")) == "FileNotFoundError: no file"
+    many = SchedcError.many([d for e in (SchedcError("io", "a", where="f.pp"), SchedcError("usage", "b"))
+                             for d in e.diagnostics])
+    assert _reason(many) == "f.pp: error[io]: a (and 1 more)"
