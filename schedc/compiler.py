@@ -23,9 +23,9 @@ from .errors import SchedcError
 from .ir import (DEFAULT_SPEED, MAX_ACTIONS, ActionSyntaxError, Action, Annotations, Compound, CompoundKind, Op,
                  Program, Route, placed, StageCost, StageMemory, Step, parse_step, same_lines, unchecked_action,
                  model_stages as ir_model_stages)
-from .expr import (FUNCTIONS, INT, MAX_INT, RUNTIME, Block, Emitter, Env, Eval, Function, Functions, Module,
-                   CHECK_STEPS, as_truth, calls_memoized, charge, compile_expr as _compile_expr, compile_function,
-                   did_you_mean as _did_you_mean, metered)
+from .expr import (COMPOUND_NAMES, FUNCTIONS, INT, MAX_INT, RUNTIME, Block, Emitter, Env, Eval, Function,
+                   Functions, Module, CHECK_STEPS, as_truth, calls_memoized, charge, compile_expr as _compile_expr,
+                   compile_function, did_you_mean as _did_you_mean, metered)
 from .span import Span, span_text
 
 MAX_ITERATIONS = 20_000_000
@@ -819,7 +819,7 @@ class _BodyWriter:
     # ---- actions ----
     def do(self, site: ir_loops.Site, scope: _Scope, block: Block) -> None:
         call = site.action
-        if call.name in ("group", "overlap"):
+        if call.name in COMPOUND_NAMES:
             self.compound(site, scope, block)
             return
         if call.name not in ACTION_OPS:
@@ -830,7 +830,7 @@ class _BodyWriter:
                 msg = f"unknown action '{call.name}'{_did_you_mean(call.name, list(ACTION_OPS))}; " \
                       f"actions are: {kinds}"
             raise SchedcError("unknown-action", msg, call.name_span)
-        if _is_next_w(call, scope):  # the oldest I without its W, if any
+        if _is_next_w(call):  # the oldest I without its W, if any
             block.line("if _st.pending:")
             block.indent += 1
             block.line(f"_a = _mk({self.op(Op.W)}, *_st.oldest(), {self.span(call.span)})")
@@ -860,7 +860,7 @@ class _BodyWriter:
             if kind is CompoundKind.OVERLAP_F_B and not op.is_compute:
                 raise SchedcError("bad-action", f"overlap(...) pairs compute actions; {arg.name} "
                                   "is not one", arg.span)
-            if _is_next_w(arg, scope):
+            if _is_next_w(arg):
                 raise SchedcError("bad-action", f"W(next) cannot be part of {call.name}(...): it may "
                                   "emit nothing", arg.span)
             block.line(f"_p{k} = {self.action(arg, scope, block)}")
@@ -877,7 +877,7 @@ class _BodyWriter:
         if len(call.args) != want:
             form = f"{op.value}(stage, microbatch)" if want == 2 else f"{op.value}(stage)"
             raise SchedcError("arity", f"{op.value} takes {want} argument(s): {form}", call.span)
-        auto = want == 2 and _is_next(call.args[1], scope)
+        auto = want == 2 and _is_next(call.args[1])
         if auto and op.is_comm:
             raise SchedcError("bad-action", f"{op.value}(stage, next): `next` numbers compute actions only",
                               call.args[1].span)
@@ -922,7 +922,7 @@ class _BodyWriter:
             names = ", ".join(f"{n!r}: v_{n}" for n in scope.all_names())
             block.line(f"if _seen is not None: _seen({self.rank}, {site.index}, _a, {{{names}}})")
         if self.counting:
-            if site.action.name in ("group", "overlap"):
+            if site.action.name in COMPOUND_NAMES:
                 block.line("for _part in _a.parts: _st.note(_part)")
             else:
                 block.line("_st.note(_a)")
@@ -957,14 +957,15 @@ def _all_functions(scope: _Scope):
         scope = scope.parent
 
 
-def _is_next(arg, scope: _Scope) -> bool:
-    """`next` in a microbatch position: the next microbatch of that kind and stage on this rank."""
-    return isinstance(arg, ast.Var) and arg.name == "next" and not scope.lookup("next")
+def _is_next(arg) -> bool:
+    """`next` in a microbatch position: the next microbatch of that kind and stage on this rank
+    (`next` is reserved: no binding shadows it, schedc/parse.py)."""
+    return isinstance(arg, ast.Var) and arg.name == "next"
 
 
-def _is_next_w(call, scope: _Scope) -> bool:
+def _is_next_w(call) -> bool:
     """`W(next)`: the weight gradient of the oldest I on this rank that has no W yet."""
-    return isinstance(call, ast.Call) and call.name == "W" and len(call.args) == 1 and _is_next(call.args[0], scope)
+    return isinstance(call, ast.Call) and call.name == "W" and len(call.args) == 1 and _is_next(call.args[0])
 
 
 def _shared(by_replica: list[list[list]]) -> tuple[tuple[tuple[Step, ...], ...], ...]:

@@ -26,6 +26,7 @@ MAX_INT = 2**62
 # the built-in functions over their evaluated arguments (a tuple): min and max of one value are it
 FUNCTIONS = {"min": min, "max": max, "abs": lambda args: abs(args[0])}
 ACTION_NAMES = {op.value for op in Op}
+COMPOUND_NAMES = ("group", "overlap")  # the actions of several parts: `group(...)`, `overlap(...)`
 
 Env = dict
 Eval = Callable[[Env], object]
@@ -229,7 +230,7 @@ class Emitter:
     # ---- the nodes ----
     def _builtin(self, e: ast.Call, scope: Scope, depth: int) -> tuple[str, str]:
         if e.name not in FUNCTIONS:
-            if e.name in ACTION_NAMES or e.name in ("group", "overlap"):
+            if e.name in ACTION_NAMES or e.name in COMPOUND_NAMES:
                 msg = f"{e.name}(...) is an action; it can only stand as a statement"
             else:
                 msg = f"unknown function '{e.name}'{did_you_mean(e.name, list(FUNCTIONS))}; " \

@@ -2,7 +2,8 @@
 
 The grammar is grammar/schedc.lark (LALR, positions kept; its tables from schedc/parser_table.py).
 The AST is built while parsing, with no parse tree of the whole text: a rule's node becomes an AST
-node as soon as its parent is reduced. Syntax errors become `SchedcError("syntax", ...)`.
+node as soon as its parent is reduced. Syntax errors become `SchedcError("syntax", ...)`, and a
+reserved word where a name is bound (`let for = 2`, `for min in ...`) `SchedcError("reserved", ...)`.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from . import parser_table  # (first: it imports the parser's runtime, see there
 from . import syntax as ast
 from .collection import PAUSED
 from .errors import SchedcError
-from .expr import did_you_mean
+from .expr import ACTION_NAMES, COMPOUND_NAMES, FUNCTIONS, did_you_mean
 from .parser_standalone import Lark, Token, Tree, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from .span import Source, Span
 
@@ -186,7 +187,7 @@ class _Callbacks:
 # ---- syntax errors ----
 _PRETTY = {
     "LBRACE": "'{'", "RBRACE": "'}'", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'",
-    "COMMA": "','", "COLON": "':'", "SEMICOLON": "';'", "EQUAL": "'='", "NAME": "a name",
+    "COMMA": "','", "COLON": "':'", "SEMICOLON": "';'", "EQUAL": "'='", "NAME": "a name", "NEW_NAME": "a name",
     "INT": "an integer", "DECIMAL": "a number", "STRING": "a string", "SCHED_NAME": "a schedule name",
     "COMPACT": "an action like 2F0", "COMPOUND_TEXT": "a compound like (0F3;3B1)OVERLAP_F_B",
     "$END": "end of file",
@@ -225,6 +226,8 @@ def _syntax_error(exc: UnexpectedInput, source: Source) -> SchedcError:
             if opened is not None:
                 notes.append(f"the '{{' opened at {opened} has no '}}'")
         return SchedcError("syntax", msg, Span.point(source, line, column), notes)
+    if isinstance(exc, UnexpectedToken) and (bound := _keyword_bound(exc, source)) is not None:
+        return bound
     if isinstance(exc, UnexpectedToken):
         tok = exc.token
         msg = f"unexpected {_token_text(tok)}; expected {_expected(exc.expected)}{_keyword_hint(exc)}"
@@ -269,7 +272,7 @@ def _name_notes(exc: UnexpectedToken) -> list[str]:
     (`fro m in ...`: 'fro' is read as a name; did you mean 'for'?)."""
     history = exc.token_history or []
     before = history[-1] if history else None
-    if before is None or before.type != "NAME" or len(before) < 3 or _keyword_hint(exc):
+    if before is None or before.type not in ("NAME", "NEW_NAME") or len(before) < 3 or _keyword_hint(exc):
         return []
     hint = did_you_mean(str(before), _keywords(t.name for t in _ast_parser().terminals))
     return [f"'{before}' is read as a name{hint}"] if hint else []
@@ -299,6 +302,41 @@ def _token_text(tok: Token) -> str:
     return f"'{text}'" if len(text) <= 30 else f"'{text[:27]}...'"
 
 
+# ---- reserved words ----
+@lru_cache(maxsize=1)
+def reserved_words() -> dict[str, str]:
+    """The words no binding may take (a parameter, a `let` and its function's parameters, a loop's,
+    the rank's, the replica's or the placement's variable), each with what it is: the grammar's
+    keywords, the actions' names, the built-in functions and `next` (docs/language.md, "Reserved
+    words"). A keyword is read as a name where no keyword can stand (`let rank = 1`); the others
+    would be shadowed (`let min = 3`), or change what an action means (`let next = 0`)."""
+    words = dict.fromkeys(_keywords(t.name for t in _ast_parser().terminals), "a keyword of the language")
+    words.update(dict.fromkeys(sorted(ACTION_NAMES) + list(COMPOUND_NAMES), "the name of an action"))
+    words.update(dict.fromkeys(FUNCTIONS, "a built-in function"))
+    words["next"] = "an action's counted microbatch, as in F(s, next)"
+    return words
+
+
+def _reserved(word: str, span: Span, binding: str) -> SchedcError | None:
+    """The `reserved` error of `word` bound as `binding` at `span`; None if the word is free."""
+    what = reserved_words().get(word)
+    if what is None:
+        return None
+    return SchedcError("reserved", f"'{word}' is a reserved word ({what}): it cannot name {binding}; "
+                       "pick another name", span)
+
+
+def _keyword_bound(exc: UnexpectedToken, source: Source) -> SchedcError | None:
+    """`place loop -> ...`: the one binding where a keyword may stand too (`place loop`), so the word
+    was read as that keyword and the `->` after it is unexpected; said as the reserved word it is."""
+    history = exc.token_history or []
+    before = history[-1] if history else None
+    if before is None or str(exc.token) != "->" or str(before) not in ("loop", "vshape"):
+        return None
+    span = Span(source, before.line, before.column, before.end_line, before.end_column)
+    return _reserved(str(before), span, "the placement's stage variable")
+
+
 # ---- tree -> AST ----
 class _ToAst:
     """One method per rule (or alias) of the grammar: its node's positions and children -> an AST node."""
@@ -322,6 +360,13 @@ class _ToAst:
     def _tok(self, tok: Token) -> Span:
         return Span(self.source, tok.line, tok.column, tok.end_line, tok.end_column)
 
+    def _bound(self, tok: Token, binding: str) -> str:
+        """The name a binding introduces (a NEW_NAME token); a reserved word is refused there."""
+        refused = _reserved(str(tok), self._tok(tok), binding)
+        if refused is not None:
+            raise refused
+        return str(tok)
+
     # schedule
     def start(self, meta, children):
         return children[0]
@@ -335,7 +380,7 @@ class _ToAst:
 
     def param(self, meta, children):
         name, default = children
-        return ast.Param(str(name), default, self._span(meta))
+        return ast.Param(self._bound(name, "a parameter"), default, self._span(meta))
 
     # items
     def require(self, meta, children):
@@ -369,7 +414,8 @@ class _ToAst:
 
     def place_expr(self, meta, children):
         var, expr = children
-        return ast.Placement("expr", str(var), expr, (), self._span(meta))
+        name = self._bound(var, "the placement's stage variable")
+        return ast.Placement("expr", name, expr, (), self._span(meta))
 
     def place_table(self, meta, children):
         return ast.Placement("table", None, None, tuple(c for c in children if c is not None),
@@ -415,11 +461,12 @@ class _ToAst:
 
     def rank_generic(self, meta, children):
         var, body = children
-        return ast.RankBody(str(var), None, body, self._span(meta))
+        return ast.RankBody(self._bound(var, "the rank variable"), None, body, self._span(meta))
 
     def rank_generic_replica(self, meta, children):
         var, replica, body = children
-        return ast.RankBody(str(var), None, body, self._span(meta), str(replica))
+        return ast.RankBody(self._bound(var, "the rank variable"), None, body, self._span(meta),
+                            self._bound(replica, "the replica variable"))
 
     def _int(self, tok: Token) -> int:
         if len(tok) > MAX_DIGITS:
@@ -445,14 +492,15 @@ class _ToAst:
 
     def let_stmt(self, meta, children):
         name, params, value = children
-        return ast.Let(str(name), value, self._span(meta), params)
+        binding = "a `let`" if params is None else "a `let` function"
+        return ast.Let(self._bound(name, binding), value, self._span(meta), params)
 
     def fn_params(self, meta, children):
-        return tuple(str(c) for c in children)
+        return tuple(self._bound(c, "a parameter of a `let` function") for c in children)
 
     def for_stmt(self, meta, children):
         var, (start, stop, step, rev), body = children
-        return ast.For(str(var), start, stop, step, rev, body, self._span(meta))
+        return ast.For(self._bound(var, "a loop variable"), start, stop, step, rev, body, self._span(meta))
 
     def forward_range(self, meta, children):
         start, stop, step = children

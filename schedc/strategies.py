@@ -589,6 +589,12 @@ _NAMES = ["r", "m", "i", "k", "v", "x", "P", "M", "V", "warm", "F", "B", "I", "W
 _OPS = ["F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD"]
 
 
+def _unreserved(word: str) -> str:
+    """`word`, or `word_` if it is reserved: a name a binding may take (so a derived text parses)."""
+    from .parse import reserved_words
+    return word + "_" if word in reserved_words() else word
+
+
 def _grammar():
     from .parse import parser
     return parser()
@@ -597,7 +603,8 @@ def _grammar():
 def _terminals(grammar, literals: str) -> dict:
     """Strategies for the grammar's terminals: keywords and punctuation followed by a blank (tokens
     need a separator), whitespace and comments between them; `typical` draws names and numbers from
-    a small vocabulary so that texts get past name resolution, `any` each terminal's full pattern."""
+    a small vocabulary so that texts get past name resolution, `any` each terminal's full pattern.
+    A name being bound (NEW_NAME) is never a reserved word, which the parser refuses there."""
     def sep(strategy):
         return strategy.map(lambda s: s + " ")
 
@@ -608,6 +615,7 @@ def _terminals(grammar, literals: str) -> dict:
     if literals == "any":
         out.update({name: sep(raw(name)) for name in ("NAME", "SCHED_NAME", "INT", "DECIMAL",
                                                        "COMPACT", "COMPOUND_TEXT")})
+        out["NEW_NAME"] = sep(raw("NEW_NAME").map(_unreserved))
         # a lone "\r" ends a line (schedc/parse.py reads universal newlines), so inside a string or a
         # comment, which end at a line's end, it is no character of theirs
         out["STRING"] = sep(raw("STRING").map(lambda s: s.replace("\r", " ")))
@@ -621,6 +629,7 @@ def _terminals(grammar, literals: str) -> dict:
                          st.sampled_from(["OVERLAP_F_B", "GROUP", "OVERLAP_F_B", "GROUP", "FOO"]))
     out.update({
         "NAME": sep(st.sampled_from(_NAMES)),
+        "NEW_NAME": sep(st.sampled_from([n for n in _NAMES if _unreserved(n) == n])),
         "SCHED_NAME": sep(st.sampled_from(["s", "1f1b", "my-sched", "x_2"])),
         "INT": sep(st.one_of(st.integers(0, 9).map(str), st.sampled_from(["12", "64", "4611686018427387904"]))),
         "DECIMAL": sep(st.sampled_from(["0.5", "1.0", "2.25", "10.0"])),
@@ -636,7 +645,8 @@ def _terminals(grammar, literals: str) -> dict:
 def sources(*, start: str = "start", literals: str = "typical") -> st.SearchStrategy[str]:
     """Text derived from schedc's grammar (`hypothesis.extra.lark` over `schedc.parse.parser()`).
 
-    Every text parses (`start="start"`, the default, derives whole schedule files); most fail to
+    Every text parses (`start="start"`, the default, derives whole schedule files; no name being
+    bound is a reserved word, which the parser refuses: docs/language.md); most fail to
     compile, which is the point: whatever the text, schedc may only raise a located SchedcError.
     `start` names another rule to derive a fragment (`"block"`: a rank body `{ ... }`, `"expr"`),
     for splicing into a fixed header. `literals="typical"` draws names and numbers from a small

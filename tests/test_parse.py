@@ -2,16 +2,20 @@
 from __future__ import annotations
 
 import os
+import re
 import resource
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from schedc import syntax as ast
 from schedc.errors import SchedcError
-from schedc.parse import MAX_DEPTH, MAX_SOURCE_BYTES, parse
+from schedc.parse import MAX_DEPTH, MAX_SOURCE_BYTES, parse, parser, reserved_words
+from schedc.span import span_text
+from schedc.strategies import sources
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -106,6 +110,116 @@ def test_syntax_errors_are_located(src, line, col, words):
     text = info.value.render()
     assert text.startswith(f"bad.pp:{line}:{col}: error[syntax]:")
     assert "^" in text.splitlines()[2]
+
+
+# ---- reserved words: no binding takes a keyword, an action, a built-in function or `next` ----
+TRIAL = """schedule a(P = 2, M = 2) {
+  stages P
+  place loop
+  rank r {
+    let rank = 1
+    let for = 2
+    for m in 0 .. M { F(r, m) }
+    for m in 0 .. M { B(r, m) }
+  }
+}
+"""
+
+
+def test_a_keyword_bound_by_let_is_refused_at_the_name():
+    """The user trial's file compiled and checked ok: `rank` and `for` were read as names."""
+    with pytest.raises(SchedcError) as info:
+        parse(TRIAL, "trial.pp")
+    assert info.value.render() == (
+        "trial.pp:5:9: error[reserved]: 'rank' is a reserved word (a keyword of the language): it cannot "
+        "name a `let`; pick another name\n"
+        "   5 |     let rank = 1\n"
+        "     |         ^^^^")
+
+
+# Every place a name is bound, with `@` where the name stands: what the message calls the binding.
+BINDINGS = {
+    "schedule s(P = 2, @ = 1) { }": "a parameter",
+    "schedule s(P = 2) {\n  let @ = 1\n}": "a `let`",
+    "schedule s(P = 2) {\n  rank r {\n    let @ = r\n  }\n}": "a `let`",
+    "schedule s {\n  let @(a) = a\n}": "a `let` function",
+    "schedule s {\n  let f(a, @) = a\n}": "a parameter of a `let` function",
+    "schedule s {\n  rank r { for @ in 0 .. 2 { F(r, 0) } }\n}": "a loop variable",
+    "schedule s {\n  rank @ { }\n}": "the rank variable",
+    "schedule s {\n  rank @, replica d { }\n}": "the rank variable",
+    "schedule s {\n  rank r, replica @ { }\n}": "the replica variable",
+    "schedule s(P = 2) {\n  place @ -> 0\n}": "the placement's stage variable",
+}
+KINDS = {"for": "a keyword of the language", "schedule": "a keyword of the language",
+         "p2p": "a keyword of the language",
+         "F": "the name of an action", "WAIT_RECV_B": "the name of an action", "group": "the name of an action",
+         "min": "a built-in function", "abs": "a built-in function", "next": "an action's counted microbatch"}
+
+
+def _refused(text: str, word: str) -> SchedcError:
+    with pytest.raises(SchedcError) as info:
+        parse(text, "r.pp")
+    return info.value
+
+
+def test_every_reserved_word_is_refused_as_every_binding_at_its_name():
+    words = reserved_words()
+    assert {"for", "rank", "step", "loop", "p2p", "F", "I", "REDUCE_TIED", "overlap", "min", "max", "abs",
+            "next"} <= set(words)
+    for template, binding in BINDINGS.items():
+        at = template.index("@")
+        line = template.count("\n", 0, at) + 1
+        column = at - (template.rfind("\n", 0, at) + 1) + 1
+        parse(template.replace("@", "x1"), "ok.pp")  # (an ordinary name binds there)
+        for word in words:
+            err = _refused(template.replace("@", word), word)
+            d = err.diagnostics[0]
+            assert d.code == "reserved" and len(err.diagnostics) == 1, err.render()
+            assert (d.span.line, d.span.column) == (line, column) and span_text(d.span) == word, err.render()
+            assert d.message.startswith(f"'{word}' is a reserved word ({words[word]}): it cannot name {binding};")
+            assert err.render().splitlines()[2].endswith("| " + " " * (column - 1) + "^" * len(word))
+
+
+@pytest.mark.parametrize("word, kind", sorted(KINDS.items()))
+def test_the_message_says_what_the_word_is(word, kind):
+    err = _refused(f"schedule s(P = 2) {{ let {word} = 1 }}", word)
+    assert f"'{word}' is a reserved word ({kind}" in err.diagnostics[0].message
+
+
+@pytest.mark.parametrize("text", [
+    "schedule s(P = 2, M = 2) { cost F = 1, I = 1, W = 1\n memory act = 2, limit = 9 }",
+    "schedule s(P = 2, M = 2) { stages P\n place loop\n order greedy(prefer = [I, F, W], memory = 3)\n"
+    " rank r { for m in 0 .. M { F(r, m) } for m in 0 .. M { B(r, m) } } }",
+    "schedule s(P = 2) { p2p tagged }",
+    "schedule for { }",  # a schedule's own name is bound nowhere in it
+    "schedule min(P = 2, M = 2) { stages P\n place loop\n rank r { F(r, next) B(r, next) } }",
+])
+def test_keys_and_uses_of_reserved_words_still_read(text):
+    parse(text, "ok.pp")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(sources(), st.data())
+def test_any_binding_of_a_derived_text_refuses_a_reserved_word_at_it(text, data):
+    """A text the grammar derives, with one of its bound names made a reserved word: refused there
+    (and nowhere earlier), whatever the rest of the text."""
+    bound = [tok for tok in parser().parse(text).scan_values(lambda v: getattr(v, "type", None) == "NEW_NAME")]
+    assume(bound)
+    tok = data.draw(st.sampled_from(bound), label="binding")
+    word = data.draw(st.sampled_from(sorted(reserved_words())), label="word")
+    err = _refused(text[:tok.start_pos] + word + text[tok.end_pos:], word)
+    d = err.diagnostics[0]
+    assert d.code == "reserved", err.render()
+    assert (d.span.line, d.span.column) == (tok.line, tok.column) and span_text(d.span) == word, err.render()
+
+
+def test_the_language_page_lists_the_reserved_words():
+    page = (ROOT / "docs" / "language.md").read_text(encoding="utf-8")
+    section = page.split("\n## Reserved words\n", 1)[1].split("\n## ", 1)[0]
+    items = re.findall(r"^- .*?(?=^\S|\Z)", section.split("\n\n")[1], re.M | re.S)
+    listed = {w for item in items for code in re.findall(r"`([^`]*)`", item) if "(" not in code
+              for w in code.split()}
+    assert listed == set(reserved_words())
 
 
 # ---- size and nesting (issue 35): the parser builds the AST as it goes, within a bounded memory ----

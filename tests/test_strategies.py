@@ -303,6 +303,22 @@ def test_any_literal_sources_still_parse(text):
     parse(text, "any.pp")
 
 
+@settings(FAST, max_examples=60)
+@given(st.sampled_from(["typical", "any"]).flatmap(
+    lambda literals: schedc.strategies._terminals(schedc.strategies._grammar(), literals)["NEW_NAME"]))
+def test_a_name_being_bound_is_never_a_reserved_word(name):
+    """The parser refuses a reserved word where a name is bound (`let for = 2`): the texts derived
+    from the grammar never hold one there, so every one of them parses."""
+    from schedc.parse import reserved_words
+    assert name.endswith(" ") and name.strip().isidentifier() and name.strip() not in reserved_words()
+
+
+def test_a_reserved_word_drawn_by_its_pattern_is_made_free():
+    from schedc.parse import reserved_words
+    assert {schedc.strategies._unreserved(w) for w in reserved_words()}.isdisjoint(reserved_words())
+    assert schedc.strategies._unreserved("warm") == "warm"
+
+
 @settings(FAST, max_examples=30)
 @given(st.data())
 def test_any_literal_comments_and_strings_hold_no_line_end(data):
