@@ -71,6 +71,27 @@ class Instr(NamedTuple):
         `("act", s, m)` the output of F(s,m), `("grad", s, m)` the input gradient of I/B(s,m)."""
         return self.carries
 
+    # typed accessors of the fields set per kind (load_table checks them): each raises if it is unset
+    @property
+    def mb(self) -> int:
+        """The microbatch, of an action that has one (compute, send, receive, wait)."""
+        if self.microbatch is None:
+            raise TableError(f"{self} has no microbatch")
+        return self.microbatch
+
+    @property
+    def peer_rank(self) -> int:
+        """`peer`, of a send or receive."""
+        if self.peer is None:
+            raise TableError(f"{self} has no peer")
+        return self.peer
+
+    def carried(self) -> Value:
+        """`value()`, of an action that moves or awaits one (a send, a receive, a wait)."""
+        if self.carries is None:
+            raise TableError(f"{self} carries no value")
+        return self.carries
+
     def __str__(self) -> str:
         """`F(1,3)`, `SEND_F(0,2)`, `UNSHARD(1)`: the way the language writes it."""
         if self.microbatch is None:
