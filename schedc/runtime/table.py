@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 from ..ir import (COMPUTE, P2P_MODES, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, WAITS, Action, CompoundKind, Op, Route,
                   model_stages)
-from ..rules.deps import (Stages, Value, bounds, copies, model_stage, needs, neighbour_input, payload, peer_stage, produces,
-                          reduces, route_problems, routed, value_name)
+from ..rules.deps import (PEER_OFFSET, Stages, Value, bounds, copies, model_stage, needs, neighbour_input, payload,
+                          produces, reduces, route_problems, routed, value_name)
 
 FORMAT = "schedc-program"
 VERSION = 1
@@ -38,7 +38,7 @@ STAGE_OPS = tuple(op.value for op in Op if op in IR_STAGE_OPS)
 COMPOUNDS = tuple(kind.value for kind in CompoundKind)
 # The stage on the other end of a send or receive, from the one rule (schedc/rules/deps.py: a receive is
 # named by the stage that receives; SEND_F(s) meets RECV_F(s+1), SEND_B(s) meets RECV_B(s-1)).
-PEER_STAGE = {op: peer_stage(Action(Op[op], 0, 0)) for op in COMM_OPS}
+PEER_STAGE = {op: PEER_OFFSET[Op[op]] for op in COMM_OPS}  # (peer_stage's offset, which every one has)
 __all__ = ["value_name"]  # (the runtime's words for a value, from the rule's module)
 
 
@@ -386,7 +386,7 @@ def _instr(data, rank: int, where: str, stages: Stages, M: int, placement) -> In
 
 def _peer(data, op: str, stage: int, mb: int | None, rank: int, where: str, placement, stages: Stages) -> int:
     """The peer of a send or receive: the rank of the stage on the other end (of its route), not its own."""
-    other = stage + PEER_STAGE[op]  # type: ignore[operator]  # (a send or receive: its peer offset is set)
+    other = stage + PEER_STAGE[op]
     lo, hi = bounds(stages, stage)
     if not lo <= other < hi:
         raise TableError(f"{where}: {op}({stage},{mb}) has no stage {other} on the other end")
