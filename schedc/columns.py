@@ -13,9 +13,10 @@ from dataclasses import replace
 from functools import lru_cache
 from itertools import accumulate, chain
 from operator import attrgetter
+from typing import cast
 
 from .collection import PAUSED
-from .ir import COMM, Compound, CompoundKind, Op, Step, unchecked_action
+from .ir import COMM, Compound, CompoundKind, Op, Program, Step, unchecked_action
 from .lazy_numpy import np
 
 OPS = tuple(Op)  # an action's op code is its index here
@@ -235,6 +236,13 @@ def columns_of(program) -> Columns | None:
     return program.ranks if type(program.ranks) is Columns else None  # (an ABC's isinstance is slow)
 
 
+def with_columns(program: Program, cols: Columns) -> Program:
+    """The program with its steps held as `cols`. `Program.ranks` is typed as the tuple of per-rank
+    step tuples, which columns stand for (indexing, iterating, `len`, `==`, `hash`): the one place
+    a program is given columns for them."""
+    return replace(program, ranks=cast("tuple[tuple[Step, ...], ...]", cols))
+
+
 def as_columns(program) -> Columns:
     """The program's steps as columns: held so already, or read from its actions, which the columns
     keep (`kept`), so the steps they stand for are the very same objects."""
@@ -292,7 +300,7 @@ def has_op(program, op: Op) -> bool:
 def held_as_columns(program):
     """The program with its steps held as columns (`as_columns`): a pass that changes only how
     the steps are held, for the passes after it to read them as arrays."""
-    return program if columns_of(program) is not None else replace(program, ranks=as_columns(program))
+    return program if columns_of(program) is not None else with_columns(program, as_columns(program))
 
 
 def objects(values) -> np.ndarray:

@@ -135,6 +135,7 @@ def _indices(p: Program, out: Findings) -> None:  # noqa: C901
             continue
         if a.op.is_comm:
             peer = peer_stage(a)
+            assert peer is not None, a  # (a send or receive has a peer stage)
             lo, hi = bounds(stages, a.stage)
             if not lo <= peer < hi:
                 on = f" on its route (stages {lo} .. {hi - 1})" if p.routes else ""
@@ -169,7 +170,7 @@ def _bad_candidates(p: Program):
 
 
 def _counts(p: Program, out: Findings) -> None:
-    first: dict[tuple[Op, int, int], tuple[int, int, Action]] = {}
+    first: dict[tuple[Op, int, int | None], tuple[int, int, Action]] = {}
     compute = COMPUTE
     for rank, steps in enumerate(p.ranks):
         for step, st in enumerate(steps):
@@ -182,7 +183,7 @@ def _counts(p: Program, out: Findings) -> None:
                                 f"{display_step(a0, s0)}{_where(a0)})", rank, step, a)
                     else:
                         first[key] = (rank, step, a)
-    has = {op: set() for op in (Op.F, Op.B, Op.I, Op.W)}
+    has: dict[Op, set[tuple[int, int | None]]] = {op: set() for op in (Op.F, Op.B, Op.I, Op.W)}
     for op, s, m in first:
         has[op].add((s, m))
     if p.forward_only:
@@ -257,7 +258,7 @@ def _pair_findings(p: Program, out: Findings, first: dict, pairs, has: dict) -> 
                     *_at(p, first, sm, (Op[there],)))
 
 
-def _at(p: Program, first: dict, sm: tuple[int, int], ops: tuple[Op, ...]) -> tuple:
+def _at(p: Program, first: dict, sm: tuple[int, int], ops: tuple[Op, ...]) -> tuple[int, int, Action | None]:
     """(rank, step, action) of the first of `ops` (in that order) the pair `sm` has, else the end of
     its stage's rank (no action to point at)."""
     s, m = sm
@@ -329,9 +330,9 @@ def _inputs(p: Program, out: Findings) -> None:  # noqa: C901
                     elif comms:
                         _never_received(p, out, rank, step, a, v)
             for a in st.parts:
-                v = delivers(a) or produces(a)
-                if v is not None:
-                    available.add(v)
+                made = delivers(a) or produces(a)
+                if made is not None:
+                    available.add(made)
 
 
 def _waits(p: Program, out: Findings) -> None:
@@ -361,7 +362,9 @@ def _waits(p: Program, out: Findings) -> None:
                             "already", rank, step, a)
                 else:
                     waited.add(key)
-                    _wait_after_taker(out, p, rank, step, a, what, taker(users.get((rank, delivers(at[1]))), at[0]))
+                    brought = delivers(at[1])  # (None for a send: it brings nothing, and nothing takes it)
+                    found = users.get((rank, brought)) if brought is not None else None
+                    _wait_after_taker(out, p, rank, step, a, what, taker(found, at[0]))
 
 
 def _first_posts(steps) -> dict:
@@ -492,7 +495,9 @@ def _communication(p: Program, out: Findings) -> None:  # noqa: C901
                     if dest is not None and placement[dest] != rank:
                         owed[v] = (step, a)
         for v, (step, a) in owed.items():
-            send = message(a, placement, S)[0]
+            pair = message(a, placement, S)
+            assert pair is not None, a  # (owed: a value for a stage on another rank, a on its own: indices checked)
+            send, recv = pair
             out.add("missing-send", f"{describe(a)} computes {value_name(v)} for rank "
-                    f"{placement[peer_stage(send)]}, but rank {rank} never sends it afterwards (no "
+                    f"{placement[recv.stage]}, but rank {rank} never sends it afterwards (no "
                     f"{describe(send)})", rank, step, a)

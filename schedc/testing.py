@@ -7,7 +7,7 @@ words. Plain Python: hypothesis is not imported here (see schedc.strategies).
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from .ir import Program, format_step
 
@@ -125,10 +125,10 @@ def _spec(fn, what: str) -> dict:
     """Where a worker process finds a function: its module (by name, or by file) and name."""
     import sys
     if isinstance(fn, str):
-        module, _, name = fn.partition(":")
-        if not module or not name:
+        path, _, name = fn.partition(":")
+        if not path or not name:
             raise ValueError(f"{what}={fn!r}: expected 'package.module:function'")
-        return {"module": module, "file": None, "name": name}
+        return {"module": path, "file": None, "name": name}
     if not callable(fn):
         raise TypeError(f"{what}={fn!r} must be a function or 'package.module:function'")
     name, module = getattr(fn, "__qualname__", ""), getattr(fn, "__module__", None)
@@ -146,6 +146,7 @@ def _spec(fn, what: str) -> dict:
 
 def _resolve(spec: dict):
     import importlib
+    import importlib.machinery
     import importlib.util
     import sys
     try:
@@ -153,9 +154,15 @@ def _resolve(spec: dict):
     except ImportError:
         if not spec["file"]:
             raise
-        loaded = importlib.util.spec_from_file_location(spec["module"], spec["file"])
+        name, file = spec["module"], spec["file"]
+        loaded = importlib.util.spec_from_file_location(name, file)
+        if loaded is None:  # a file name Python does not know (a script run as `python train`): source all the same
+            loaded = importlib.util.spec_from_file_location(name, file,
+                                                            loader=importlib.machinery.SourceFileLoader(name, file))
+        if loaded is None or loaded.loader is None:
+            raise ImportError(f"cannot load {file} as a module") from None
         module = importlib.util.module_from_spec(loaded)
-        sys.modules[spec["module"]] = module
+        sys.modules[name] = module
         loaded.loader.exec_module(module)
     value = module
     for part in spec["name"].split("."):
@@ -336,7 +343,7 @@ def _gradient_worker(job_path: str) -> int:
     same_copies(modules, table, rank, copies)
     interp = PipelineInterpreter(table, rank, modules, loss_fn, watchdog=Watchdog(job["timeout"]), copy_groups=copies)
     entry, loss = any(table.is_entry(s) for s in mine), any(table.is_exit(s) for s in mine)
-    out = {"steps": []}
+    out: dict[str, Any] = {"steps": []}
     try:
         for step in range(job["steps"]):
             x, y = (as_double(t) for t in make_batch(step, job["batch_size"]))

@@ -16,7 +16,7 @@ from ..columns import columns_of
 from ..errors import SchedcError
 from ..ir import Compound as IrCompound
 from ..ir import Program
-from ..runtime.table import COMM_OPS, PEER_STAGE, Compound, Instr, Table, TableError, load_table, parts
+from ..runtime.table import COMM_OPS, PEER_STAGE, Compound, Instr, Step, Table, TableError, load_table, parts
 
 # The docstring's first paragraph: what the program's checks vouch for. A verified program's says so;
 # an unverified one's (PROGRAM["verified"] None) says why there is no check behind it, from this
@@ -93,7 +93,7 @@ def table_of(program: Program, verified: str | None = None) -> Table:
     back). A data-parallel job gives one list per job rank, replica after replica (rank d * P + p),
     each replica's peers inside it."""
     P = program.num_ranks
-    ranks = []
+    rows: list[tuple[Step, ...]] = []
     for d in range(program.dp):
         placement = tuple(d * P + r for r in program.placement)
         one = program.replica(d)
@@ -103,10 +103,11 @@ def table_of(program: Program, verified: str | None = None) -> Table:
             return Instr(op, a.stage, a.microbatch, _peer(placement, op, a.stage) if op in COMM_OPS else None)
 
         held = columns_of(one)  # a rank's steps held as columns are made for this and not kept
-        ranks.extend(tuple(Compound(st.kind.value, tuple(instr(p) for p in st.parts)) if isinstance(st, IrCompound)
-                           else instr(st) for st in (held.made(r) if held is not None else one.ranks[r]))
-                     for r in range(P))
-    ranks = tuple(ranks)
+        rows.extend(tuple(Compound(st.kind.value, tuple(instr(p) for p in st.parts)) if isinstance(st, IrCompound)
+                          else instr(st) for st in (held.made(r) if held is not None else one.ranks[r]))
+                    for r in range(P))
+    ranks = tuple(rows)
+    del rows
     meta, data = Table(program.name, dict(program.params), P * program.dp, program.num_stages,
                        program.num_microbatches, tuple(program.placement), ranks, verified,
                        program.dp, program.p2p, program.forward_only,
@@ -280,6 +281,6 @@ def _check_parsed(tree: ast.Module, meta: dict) -> None:
     shapes = [type(node).__name__ for node in tree.body]
     if shapes != ["Expr", "ImportFrom", "Assign", "Assign", "FunctionDef", "If"]:
         raise RuntimeError(f"internal error: the generated program has statements {shapes}")
-    program_node, ranks_node = tree.body[2].value, tree.body[3].value
+    program_node, ranks_node = (stmt.value for stmt in tree.body[2:4] if isinstance(stmt, ast.Assign))  # (both are)
     if ast.literal_eval(program_node) != meta or ast.literal_eval(ranks_node) != []:
         raise RuntimeError("internal error: the generated program's literals differ from its table")

@@ -21,7 +21,7 @@ from functools import lru_cache
 from itertools import accumulate, chain
 from typing import Any
 
-from ..columns import CODE, COMPOUND, OPS, Columns, as_columns, held_as_columns, objects
+from ..columns import CODE, COMPOUND, OPS, Columns, as_columns, held_as_columns, objects, with_columns
 from ..errors import SchedcError
 from ..ir import MAX_LOWERED_ACTIONS, Action, Op, Program, Step, unchecked_action
 from ..lazy_numpy import np
@@ -38,7 +38,7 @@ def insert_comms(program: Program) -> Program:
     when = _when(steps, program.num_ranks)
     if when is None:  # (a value made twice, or one that never comes: the rounds, run as they are)
         when = _position(_rounds(steps, program.num_ranks))
-    return replace(program, ranks=_lowered(steps, when, program.num_ranks))
+    return with_columns(program, _lowered(steps, when, program.num_ranks))
 
 
 def within_limit(program: Program) -> Program:

@@ -10,11 +10,10 @@ microbatch ahead): the caller checks the result under `gloo` (docs/run.md, "Rece
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
-from ..columns import CODE, Columns, as_columns, objects
+from ..columns import CODE, Columns, as_columns, objects, with_columns
 from ..ir import RECVS, Program
 from ..lazy_numpy import np
 
@@ -48,5 +47,5 @@ def post_receives_early(program: Program) -> Program:
         place = np.empty(len(order), dtype=np.int64)
         place[order] = np.arange(len(order))
         parts = parts.renumbered(place[parts.step])
-    return replace(program, ranks=Columns(held.op[order], held.stage[order], held.microbatch[order],
-                                          held.starts, spans, kept, parts))
+    return with_columns(program, Columns(held.op[order], held.stage[order], held.microbatch[order],
+                                         held.starts, spans, kept, parts))

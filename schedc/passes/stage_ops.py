@@ -11,11 +11,12 @@ Both passes find where the stage actions go (`Move`s) and place them; a program 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
-from ..columns import CODE, COMPOUND, NO_MICROBATCH, OPS, Columns, columns_of, has_op, objects
+from ..columns import CODE, COMPOUND, NO_MICROBATCH, OPS, Columns, columns_of, has_op, objects, with_columns
 from ..ir import Action, Op, Program, Step
 from ..lazy_numpy import np
 from ..rules.deps import ADDS_GRADIENT as _BACKWARDS  # the actions that finish a microbatch's weight gradient
@@ -42,7 +43,7 @@ def _is_backward() -> Any:
 Move = tuple[int, Op, int]  # a stage action to add to a rank: (the step it goes before, its op, its stage)
 
 
-def _computes(steps: list[Step]) -> list[tuple[int, ...]]:
+def _computes(steps: Sequence[Step]) -> list[tuple[int, ...]]:
     """The stages each step computes on (most steps are one action: no tuple of parts is made for them)."""
     return [((st.stage,) if st.op in _COMPUTE else ()) if st.__class__ is Action
             else tuple(a.stage for a in st.parts if a.op in _COMPUTE) for st in steps]
@@ -61,7 +62,7 @@ def add_unshard_reshard(program: Program, max_active_stages: int = MAX_ACTIVE_ST
         return program
     held = columns_of(program)
     if held is not None:
-        return replace(program, ranks=_placed(held, [_run_moves(held, r, max_active_stages) for r in range(len(held))]))
+        return with_columns(program, _placed(held, [_run_moves(held, r, max_active_stages) for r in range(len(held))]))
     return program.with_ranks(_with_moves(steps, _moves(_windows(_computes(steps), max_active_stages), len(steps)))
                               for steps in program.ranks)
 
@@ -75,7 +76,7 @@ def _run_moves(cols: Columns, r: int, window: int) -> list[Move]:
     single = _is_compute()[ops] & (ops != COMPOUND)
     parts = cols.parts if cols.compounds else None
     c_lo, c_hi = np.searchsorted(parts.step, [lo, hi]) if parts is not None else (0, 0)
-    if c_hi == c_lo:  # (no compound here)
+    if parts is None or c_hi == c_lo:  # (no compound here)
         at = np.flatnonzero(single)
         stages = cols.stage[lo:hi][at]
         if window >= 1 and len(np.unique(stages)) <= window:
@@ -122,7 +123,7 @@ def _few_stages(steps: np.ndarray, stages: np.ndarray, end: int) -> list[Move]:
     return _moves(windows, end)
 
 
-def _windows(computes: list[tuple[int, ...]], window: int, steps: list[int] | None = None):
+def _windows(computes: Sequence[tuple[int, ...]], window: int, steps: list[int] | None = None):
     """(step, window) for each step that computes: its `_upcoming` stages. `steps`: the step of each
     entry of `computes` (default: its index)."""
     at = steps if steps is not None else range(len(computes))
@@ -161,7 +162,7 @@ def _with_moves(steps, moves: list[Move]) -> list[Step]:
     return out
 
 
-def _upcoming(computes: list[tuple[int, ...]], count: int) -> list[list[int] | None]:
+def _upcoming(computes: Sequence[tuple[int, ...]], count: int) -> list[list[int] | None]:
     """For each step that computes (its stages, `computes`), the first `count` distinct stages
     computed on from it (torch's `next_stage_indices`: whole steps, so a compound may give one
     more); None for the others.
@@ -200,7 +201,7 @@ def add_reduce_grad(program: Program) -> Program:
     M = program.num_microbatches
     held = columns_of(program)
     if held is not None:
-        return replace(program, ranks=_placed(held, _last_backwards(held, M)))
+        return with_columns(program, _placed(held, _last_backwards(held, M)))
     ranks = []
     for steps in program.ranks:
         done: dict[int, int] = {}
@@ -293,11 +294,12 @@ def _stage_ops_and_computes(program: Program, held: Columns | None, r: int, open
             op, stage, _, step = opened
             lo, hi = np.searchsorted(step, [lo, hi])
             op, stage = op[lo:hi], stage[lo:hi]
-        ops = {(o, int(s)) for o in (Op.UNSHARD, Op.REDUCE_GRAD) for s in np.unique(stage[op == CODE[o]])}
+        ops: set[tuple[Op, int]] = {(o, int(s)) for o in (Op.UNSHARD, Op.REDUCE_GRAD) for s in np.unique(stage[op == CODE[o]])}
         at = np.flatnonzero(_is_compute()[op])
         first = np.unique(stage[at], return_index=True)
         return ops, [int(s) for _, s in sorted(zip(first[1].tolist(), first[0].tolist()))]
-    ops, computed = set(), {}
+    ops = set()
+    computed: dict[int, None] = {}  # (a dict: the stages in the order first computed on)
     for st in program.ranks[r]:
         for a in st.parts:
             if a.op in (Op.UNSHARD, Op.REDUCE_GRAD):

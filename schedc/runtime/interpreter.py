@@ -111,7 +111,8 @@ class PipelineInterpreter:
         if missing:
             raise ValueError(f"rank {rank} holds stages {list(table.stages_of(rank))} but has no module for {missing}")
         self.modules = modules
-        self.params = {s: [p for p in modules[s].parameters() if p.requires_grad] for s in modules}
+        self.params: dict[int, list[torch.Tensor]] = {s: [p for p in modules[s].parameters() if p.requires_grad]
+                                                      for s in modules}
         self.loss_fn = loss_fn
         self.pg = group if group is not None else dist.distributed_c10d._get_default_group()
         # group ranks of the table's global ranks (identity for the world group)
@@ -124,7 +125,7 @@ class PipelineInterpreter:
         self.device = torch.device(device) if device is not None else None
         self.watchdog = watchdog or Watchdog(None)
         self.trace = trace
-        self._span = None  # [first start, last end] of the compute of an OVERLAP_F_B being run
+        self._span: list[float] | None = None  # [first start, last end] of the compute of an OVERLAP_F_B being run
         self.partners = {(x, i): p for (r, x, i), p in partners(table).items() if r == rank}
         # (kind, stage) -> (shape, dtype) of the messages this rank receives, learned before the first step
         self._shapes: dict[tuple[str, int], tuple[torch.Size, torch.dtype]] | None = None
@@ -224,7 +225,7 @@ class PipelineInterpreter:
         gloo's threads: "terminate called without an active exception".)"""
         self.pg = self.pg_grad = self.dp_group = self.tied_group = None
         self.copy_groups = {}
-        self._peer = self._peer_grad = None
+        self._peer = self._peer_grad = None  # type: ignore[assignment]  # (closed: never stepped again)
         self._sends, self._arriving = [], {}
 
     def _learn_shapes(self) -> dict:
@@ -243,7 +244,8 @@ class PipelineInterpreter:
         place = tuple(table.rank_of(s, rank) for s in range(self.S))  # job ranks of this rank's replica
         shapes: dict = {}
         sent = []
-        local, local_stage = None, -1  # the output shape of this rank's previous stage
+        local: tuple[torch.Size, torch.dtype] | None = None  # the output shape of this rank's previous stage
+        local_stage = -1
         for s in table.stages_of(rank):
             if table.is_entry(s):
                 if self._inputs is None:
@@ -251,7 +253,7 @@ class PipelineInterpreter:
                 x = self._inputs[0]
             else:
                 if place[s - 1] == rank:
-                    if local_stage != s - 1:
+                    if local_stage != s - 1 or local is None:  # (local is set with local_stage)
                         raise ScheduleError(f"stage {s - 1} on rank {rank} made no output for stage {s}")
                     shape, dtype = local
                 else:
@@ -422,7 +424,7 @@ class PipelineInterpreter:
             for p in params:
                 if p.grad is None:  # a parameter this step did not reach still takes part (zeros)
                     p.grad = torch.zeros_like(p)
-            grads = [p.grad for p in params]
+            grads = [_grad(p) for p in params]  # (each set just above)
             flat = torch.cat([g.reshape(-1) for g in grads])
             dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.dp_group)
             flat.div_(self.table.replicas)
@@ -486,7 +488,7 @@ class PipelineInterpreter:
             self.trace.collective(self.train_step, self._index, str(a), t0, t1)
 
     def forward(self, a: Instr) -> None:
-        s, m = a.stage, a.microbatch
+        s, m = a.stage, a.mb
         source = self._from_neighbour(a)
         if source is None:
             if self._inputs is None:
@@ -630,7 +632,7 @@ class PipelineInterpreter:
 
     def _outgoing(self, a: Instr) -> torch.Tensor:
         """The tensor a send carries, contiguous and out of autograd; it leaves this rank's values."""
-        value = a.value()
+        value = a.carried()
         t = self._values.pop(value, None)
         if t is None:
             raise ScheduleError(f"{a} sends {value_name(value)}, which is not on rank {self.rank} yet")
@@ -639,8 +641,10 @@ class PipelineInterpreter:
 
     def _buffer(self, a: Instr) -> torch.Tensor:
         """A receive's buffer, of the shape learned before the first step."""
-        value = a.value()
-        known = self._shapes.get((value[0], value[1]))
+        value, shapes = a.carried(), self._shapes
+        if shapes is None:
+            raise ScheduleError(f"{a}: no message shapes were learned before the step")
+        known = shapes.get((value[0], value[1]))
         if known is None:  # the table's peer is always the rank of the stage on the other end
             raise ScheduleError(f"{a}: no shape was learned for {value_name(value)}")
         shape, dtype = known
@@ -652,7 +656,7 @@ class PipelineInterpreter:
         value = a.value()
         self._posting += (t2 - t1) * share
         if self.trace is not None:
-            self.trace.post(self.train_step, self._index, str(a), t1, t2, value, a.peer,
+            self.trace.post(self.train_step, self._index, str(a), t1, t2, value, a.peer_rank,
                             **({"at": t1} if a.is_send else {}))
         rec = [self.train_step, "S" if a.is_send else "R", value, a.peer, t1, t2, 0.0, 0.0]
         self.comm_log.append(rec)
@@ -664,7 +668,7 @@ class PipelineInterpreter:
     def wait_recv(self, a: Instr) -> None:
         """WAIT_RECV_F, WAIT_RECV_B: wait here for that receive, posted earlier on this rank; its
         value is then present for the action that needs it."""
-        value = a.value()
+        value = a.carried()
         posted = self._arriving.pop(value, None)
         if posted is None:
             raise ScheduleError(f"{a} waits for the receive of {value_name(value)}, which rank {self.rank} has "
@@ -676,7 +680,7 @@ class PipelineInterpreter:
     def wait_send(self, a: Instr) -> None:
         """WAIT_SEND_F, WAIT_SEND_B: wait here for that send, posted earlier on this rank (not again
         as the step ends)."""
-        value = a.value()
+        value = a.carried()
         k = next((k for k, sent in enumerate(self._sends) if sent[3].value() == value), None)
         if k is None:
             raise ScheduleError(f"{a} waits for the send of {value_name(value)}, which rank {self.rank} has not "
@@ -693,7 +697,7 @@ class PipelineInterpreter:
             pg, peer = self.pg_grad, self._peer_grad(a.peer)
         else:
             pg, peer = self.pg, self._peer(a.peer)
-        return pg, peer, (payload_tag(a.value(), self.S) if self.table.p2p == "tagged" else DATA_TAG)
+        return pg, peer, (payload_tag(a.carried(), self.S) if self.table.p2p == "tagged" else DATA_TAG)
 
     def _take(self, value, consumer: Instr) -> torch.Tensor:
         t = self._values.pop(value, None)
@@ -765,9 +769,9 @@ class PipelineInterpreter:
         other = (f"rank {partner.rank}'s {partner.instr} (its step {partner.step})" if partner is not None
                  else f"a matching {'receive' if a.is_send else 'send'} on rank {a.peer}, which has none")
         if why == "send":
-            return (f"waits for its {a} (posted at step {index}), carrying {value_name(a.value())}, "
+            return (f"waits for its {a} (posted at step {index}), carrying {value_name(a.carried())}, "
                     f"to be received by {other}")
-        return (f"{consumer} waits for {a} (posted at step {index}): {value_name(a.value())} from rank "
+        return (f"{consumer} waits for {a} (posted at step {index}): {value_name(a.carried())} from rank "
                 f"{a.peer}, sent by {other}")
 
 

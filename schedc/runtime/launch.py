@@ -59,6 +59,18 @@ def _pdeathsig():
     return lambda: prctl(1, sig)  # PR_SET_PDEATHSIG
 
 
+def _own_group(preexec):
+    """`preexec`, after making the child lead a process group of its own: what Popen's
+    `process_group=0` does, which is Python 3.11's (requires-python is 3.10). One C call more."""
+    setpgid = os.setpgid
+
+    def run() -> None:
+        setpgid(0, 0)
+        if preexec is not None:
+            preexec()
+    return run
+
+
 def _forward(pipe, stream: TextIO, lock: threading.Lock, lost: list) -> None:
     """Pass a rank's lines on to `stream`; once a write there fails (a full disk under standard
     output), keep reading, so the rank never blocks on a full pipe, and keep the error in `lost`."""
@@ -104,8 +116,12 @@ def launch(command: Sequence[str], nproc: int, *, stdout: TextIO | None = None, 
     try:
         for local in range(nproc):
             env_r = dict(base, RANK=str(node_rank * nproc + local), LOCAL_RANK=str(local))
-            p = subprocess.Popen(list(command), env=env_r, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, bufsize=1, preexec_fn=preexec, process_group=0)
+            if sys.version_info >= (3, 11):
+                p = subprocess.Popen(list(command), env=env_r, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, bufsize=1, preexec_fn=preexec, process_group=0)
+            else:  # (Python 3.10: no process_group=, the same setpgid(0, 0) in the child before exec)
+                p = subprocess.Popen(list(command), env=env_r, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, bufsize=1, preexec_fn=_own_group(preexec))
             procs.append(p)
             for pipe, stream in ((p.stdout, stdout), (p.stderr, stderr)):
                 t = threading.Thread(target=_forward, args=(pipe, stream, lock, lost), daemon=True)

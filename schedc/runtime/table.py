@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 from ..ir import (COMPUTE, P2P_MODES, RECVS, SENDS, STAGE_OPS as IR_STAGE_OPS, WAITS, Action, CompoundKind, Op, Route,
                   model_stages)
-from ..rules.deps import (Stages, Value, bounds, copies, model_stage, needs, neighbour_input, payload, peer_stage, produces,
-                          reduces, route_problems, routed, value_name)
+from ..rules.deps import (PEER_OFFSET, Stages, Value, bounds, copies, model_stage, needs, neighbour_input, payload,
+                          produces, reduces, route_problems, routed, value_name)
 
 FORMAT = "schedc-program"
 VERSION = 1
@@ -38,7 +38,7 @@ STAGE_OPS = tuple(op.value for op in Op if op in IR_STAGE_OPS)
 COMPOUNDS = tuple(kind.value for kind in CompoundKind)
 # The stage on the other end of a send or receive, from the one rule (schedc/rules/deps.py: a receive is
 # named by the stage that receives; SEND_F(s) meets RECV_F(s+1), SEND_B(s) meets RECV_B(s-1)).
-PEER_STAGE = {op: peer_stage(Action(Op[op], 0, 0)) for op in COMM_OPS}
+PEER_STAGE = {op: PEER_OFFSET[Op[op]] for op in COMM_OPS}  # (peer_stage's offset, which every one has)
 __all__ = ["value_name"]  # (the runtime's words for a value, from the rule's module)
 
 
@@ -69,6 +69,27 @@ class Instr(NamedTuple):
     def value(self) -> Value | None:
         """What the action makes (compute) or carries (send / receive; a wait: the operation it awaits):
         `("act", s, m)` the output of F(s,m), `("grad", s, m)` the input gradient of I/B(s,m)."""
+        return self.carries
+
+    # typed accessors of the fields set per kind (load_table checks them): each raises if it is unset
+    @property
+    def mb(self) -> int:
+        """The microbatch, of an action that has one (compute, send, receive, wait)."""
+        if self.microbatch is None:
+            raise TableError(f"{self} has no microbatch")
+        return self.microbatch
+
+    @property
+    def peer_rank(self) -> int:
+        """`peer`, of a send or receive."""
+        if self.peer is None:
+            raise TableError(f"{self} has no peer")
+        return self.peer
+
+    def carried(self) -> Value:
+        """`value()`, of an action that moves or awaits one (a send, a receive, a wait)."""
+        if self.carries is None:
+            raise TableError(f"{self} carries no value")
         return self.carries
 
     def __str__(self) -> str:
@@ -365,7 +386,7 @@ def _instr(data, rank: int, where: str, stages: Stages, M: int, placement) -> In
 
 def _peer(data, op: str, stage: int, mb: int | None, rank: int, where: str, placement, stages: Stages) -> int:
     """The peer of a send or receive: the rank of the stage on the other end (of its route), not its own."""
-    other = stage + PEER_STAGE[op]  # type: ignore[operator]  # (a send or receive: its peer offset is set)
+    other = stage + PEER_STAGE[op]
     lo, hi = bounds(stages, stage)
     if not lo <= other < hi:
         raise TableError(f"{where}: {op}({stage},{mb}) has no stage {other} on the other end")

@@ -73,7 +73,8 @@ class Recorder:
             record["at"] = at
         self._write(record)
 
-    def wait(self, k: int, x: int, name: str, t0: float, t1: float) -> None:
+    def wait(self, k: int, x: int | None, name: str, t0: float, t1: float) -> None:
+        """A wait at step `x` (None: before the first step, for a message shape)."""
         self._write({"ev": "wait", "k": k, "x": x, "name": f"wait {name}", "t0": t0, "t1": t1})
 
     def done(self, k: int, x: int, name: str, t: float, value) -> None:

@@ -14,8 +14,11 @@ from typing import NamedTuple
 
 from ..errors import SchedcError
 from ..ir import Action, Op, Program, is_group
-from ..rules.deps import payload, peer_stage
+from ..rules.deps import Value, payload, peer_stage
 from ..rules.semantics import Semantics, listed, unbuffered
+
+
+Channel = tuple[int, int, int, Value | None]  # (sending rank, receiving rank, communicator, tag): see `channels`
 
 
 class Endpoint(NamedTuple):
@@ -25,14 +28,14 @@ class Endpoint(NamedTuple):
     step: int
     part: int  # index inside its step (groups hold several)
     action: Action
-    channel: tuple  # (sending rank, receiving rank, communicator, tag): see `channels`
-    index: int  # k: the k-th send (or receive) on the channel
+    channel: Channel
+    index: int  # type: ignore[assignment]  # k: the k-th send (or receive) on the channel (shadows tuple.index, never called on one)
 
 
 @dataclass(frozen=True)
 class Channels:
-    sends: dict[tuple[int, int], list[Endpoint]]
-    recvs: dict[tuple[int, int], list[Endpoint]]
+    sends: dict[Channel, list[Endpoint]]
+    recvs: dict[Channel, list[Endpoint]]
     batches_apart: bool = False  # paired as nccl pairs them: groups on a communicator of their own
 
     def pairs(self):
@@ -49,7 +52,17 @@ class Channels:
 
 
 _SENDS_AND_RECVS = (Op.SEND_F, Op.SEND_B, Op.RECV_F, Op.RECV_B)
-_PEER = {op: peer_stage(Action(op, 0, 0)) for op in _SENDS_AND_RECVS}  # the one rule: schedc/rules/deps.py
+
+
+def _peer_offset(op: Op) -> int:
+    """The stage offset of a send's or receive's peer (every one has a peer): the one rule, schedc/rules/deps.py."""
+    offset = peer_stage(Action(op, 0, 0))
+    if offset is None:
+        raise AssertionError(f"{op.value} has no peer stage")
+    return offset
+
+
+_PEER = {op: _peer_offset(op) for op in _SENDS_AND_RECVS}
 _IS_SEND = {op: op in (Op.SEND_F, Op.SEND_B) for op in _SENDS_AND_RECVS}
 
 
@@ -63,8 +76,8 @@ def channels(program: Program, semantics: Semantics) -> Channels:
     `semantics` pairs them. The communicator is 0, or under `p2p split` GRADIENTS for SEND_B /
     RECV_B, plus BATCHED under nccl for a member of a group; the tag is None, or under `p2p tagged`
     the payload (so a receive meets the send of its own value, whatever their order)."""
-    sends: dict = {}
-    recvs: dict = {}
+    sends: dict[Channel, list[Endpoint]] = {}
+    recvs: dict[Channel, list[Endpoint]] = {}
     placement = program.placement
     peer_of, is_send = _PEER, _IS_SEND
     split, tagged = program.p2p == "split", program.p2p == "tagged"

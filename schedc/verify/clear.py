@@ -48,7 +48,7 @@ def cleared(program: Program, peaks: list[float], steps: list[int], limits: dict
 def over_limit(program: Program, peaks, limits: dict[int, float] | None) -> bool:
     """Is some rank's peak over its limit (given, or the program's own)?"""
     R = program.num_ranks
-    return (bool(limits) and any(peaks[r] > limits[r] + 1e-9 for r in limits if r < R)
+    return (limits is not None and any(peaks[r] > limits[r] + 1e-9 for r in limits if r < R)
             or any(peaks[r] > limit + 1e-9 for r, limit in program.annotations.memory_limit))
 
 

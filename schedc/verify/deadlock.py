@@ -125,9 +125,9 @@ def shortest_cycle(outcome: Outcome) -> tuple[Wait, ...]:
             continue
         path = [found]
         node = found.at
-        while parent[node] is not None:
-            path.append(parent[node])
-            node = parent[node].at
+        while (back := parent[node]) is not None:
+            path.append(back)
+            node = back.at
         path.reverse()
         if best is None or len(path) < len(best):
             best = path
@@ -142,7 +142,10 @@ def _smallest_buffer(program: Program, chans: Channels, semantics: Semantics) ->
         return None  # bounded buffers are modelled for messages that pair in order (channels.as_paired)
     if not execute(program, Semantics.buffered(None), chans).finished:
         return None
-    lo, hi = max(1, semantics.channel_buffer + 1), max((len(v) for v in chans.sends.values()), default=1)
+    buffer = semantics.channel_buffer
+    if buffer is None:
+        return None  # sends never block: no buffer to seek (the caller asks only under a bounded one)
+    lo, hi = max(1, buffer + 1), max((len(v) for v in chans.sends.values()), default=1)
     if not execute(program, Semantics.buffered(hi), chans).finished:
         return None
     while lo < hi:
@@ -161,6 +164,7 @@ def _what(w: Wait) -> str:
         other = "a receive" if w.reason != "send-not-posted" else "a send"
         return f"rank {w.rank} waits at {describe(w.action)} for {other} on rank {w.on_rank} that never comes"
     if w.node is not None:  # an nccl stream's head
+        assert w.on_rank is not None, w  # a wait that names an action names its rank (execute.Wait)
         peer = f"the stream of ranks {min(w.rank, w.on_rank)} and {max(w.rank, w.on_rank)}" if w.on_rank != w.rank \
             else f"rank {w.rank}'s own list"
         if w.reason == "partner-queued":
@@ -172,7 +176,7 @@ def _what(w: Wait) -> str:
                 f"{describe(w.on_action)} ({peer})")
     if w.reason in ("recv-not-done", "send-not-done"):
         return (f"rank {w.rank} waits at {describe(w.action)} for {describe(w.on_action)} to complete on its "
-                f"stream to {_peer_of(w)}")
+                f"stream to {_peer_of(w.on_action)}")
     if w.reason == "partner-queued":
         return (f"rank {w.rank} waits at {describe(w.action)} for rank {w.on_rank}'s {describe(w.on_action)}, "
                 "queued on its stream")
@@ -187,9 +191,9 @@ def _what(w: Wait) -> str:
     return f"rank {w.rank} waits at {describe(w.action)} for rank {w.on_rank} {verb} {describe(w.on_action)}"
 
 
-def _peer_of(w: Wait) -> str:
+def _peer_of(action: Action) -> str:
     from ..rules.deps import peer_stage
-    stage = peer_stage(w.on_action)
+    stage = peer_stage(action)
     return f"the rank of stage {stage}" if stage is not None else "its peer"
 
 
@@ -210,7 +214,7 @@ def cause_of(cycle: tuple[Wait, ...], min_buffer: int | None) -> str:
         return lead
     if len(cycle) >= 2 and all(w.reason == "partner-queued" and w.node is not None for w in cycle):
         # nccl streams: each pair of partners sits behind the other's head, in issue order
-        order = "; ".join(f"rank {n.rank} issues {describe(n.action)} before {describe(w.on_action)} on its stream "
+        order = "; ".join(f"rank {n.rank} issues {describe(n.action)} before {describe(w.partner)} on its stream "
                           f"to rank {w.rank}" for w, n in zip(cycle, cycle[1:] + cycle[:1]))
         return (f"{order}: each operation at the head of a stream waits for a partner queued behind the other "
                 "(nccl runs a rank pair's operations on one communicator in the order they were issued)")

@@ -49,6 +49,13 @@ class Wait:
         return self.rank if self.node is None else self.node
 
     @property
+    def partner(self) -> Action:
+        """`on_action`, for a wait that names one (a partner-queued one does: its partner in the stream)."""
+        if self.on_action is None:
+            raise ValueError(f"rank {self.rank}'s {self.reason} wait at {self.action} names no action")
+        return self.on_action
+
+    @property
     def on(self) -> int | None:
         """The node waited for."""
         return self.on_rank if self.on_node is None else self.on_node
@@ -173,8 +180,8 @@ def _waits(program: Program, cons: Constraints, n: int, pc: list[int]):
             continue
         # a posted semantics names the partner's posting step itself; a blocking one the step before it
         target = j if why in ("data", "posted") or cons.posted and why != "collective" else j + 1
-        on = program.ranks[q][target].parts
-        yield Wait(rank, step, parts[k], _REASON[why], q, target, _partner(on, parts[k]), node)
+        on_parts = program.ranks[q][target].parts
+        yield Wait(rank, step, parts[k], _REASON[why], q, target, _partner(on_parts, parts[k]), node)
 
 
 def _partner(parts, action: Action) -> Action:

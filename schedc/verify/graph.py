@@ -123,7 +123,7 @@ def constraints(program: Program, semantics: Semantics, chans: Channels) -> Cons
     if chans.batches_apart != semantics.one_stream_per_pair:
         raise ValueError(f"channels paired {'as' if chans.batches_apart else 'other than'} nccl pairs them, "
                          f"constraints asked under {semantics}: make them with channels(program, semantics)")
-    prereq = [[[] for _ in steps] for steps in program.ranks]
+    prereq: list[list[list[tuple[int, int, str, int]]]] = [[[] for _ in steps] for steps in program.ranks]
     never: dict[Step, tuple[str, int]] = {}
     starts: dict[Step, list[int]] = {}
     if program.level == "compute":
@@ -250,18 +250,19 @@ def _posted(program: Program, semantics: Semantics, chans: Channels, prereq, nev
     users = takers(program)
     for ch, recvs in chans.recvs.items():
         for recv in recvs:
-            consumer = taker(users.get((recv.rank, delivers(recv.action))), recv.step)
+            value = delivers(recv.action)
+            consumer = None if value is None else taker(users.get((recv.rank, value)), recv.step)
             if consumer is None:
                 continue
             x, k = consumer
-            send = partner.get(recv[:3])
-            if send is None:
+            sender = partner.get(recv[:3])
+            if sender is None:
                 never.setdefault((recv.rank, x), (apart.get(recv[:3], "waits for a send that is never posted"), k))
             elif lanes:
                 n, j = lane_of[recv[:3]]
                 prereq[recv.rank][x].append((n, j, "recv-done", k))
             else:  # gloo: the receive completes once its send is posted
-                prereq[recv.rank][x].append((send.rank, send.step, "send-posted", k))
+                prereq[recv.rank][x].append((sender.rank, sender.step, "send-posted", k))
     _explicit_waits(program, chans, partner, lane_of, prereq, never)
     return Constraints(prereq, never, lanes, True, _ends(program, chans, partner, lanes))
 
@@ -317,7 +318,8 @@ def _lanes(program: Program, chans: Channels):
             for e in endpoints:
                 peer = _BATCHES if comm & BATCHED else b if e.rank == a else a
                 ops.setdefault((e.rank, peer, comm), []).append(e)
-    lanes, lane_of = [], {}
+    lanes: list[Lane] = []
+    lane_of: dict[tuple[int, int, int], tuple[int, int]] = {}
     R = program.num_ranks
     for (rank, peer, comm) in sorted(ops):
         steps: list[list[Endpoint]] = []

@@ -32,7 +32,7 @@ from ..rules.deps import Stages, delivers, needs, stages_of, value_name
 from ..rules.memory import ALLOCATES, FREES, activation_deltas, allocated, freed, message_stage, stage_sizes
 from ..rules.semantics import Semantics
 from .analysis import Analysis, Run, inserted_op, user_steps
-from .channels import Channels
+from .channels import Channels, Endpoint
 
 
 def activation_delta_table(program: Program):
@@ -100,8 +100,9 @@ class _Live:
 
     def __init__(self, sizes: _Sizes, detail: bool = False):
         self.sizes = sizes
-        self.act = self.buf = 0  # integer sizes keep integer counts
-        self.acts: dict | None = {} if detail else None  # (stage, microbatch) -> activation held
+        self.act: float = 0  # integer sizes keep integer counts
+        self.buf: float = 0
+        self.acts: dict[tuple[int, int | None], float] | None = {} if detail else None  # (stage, microbatch) -> activation held
         self.bufs: dict = {}  # value -> (size, the receive that holds it); empty messages hold nothing
         self.unmatched: tuple[Action, ...] = ()  # sent messages held, when a caller says so
 
@@ -145,20 +146,27 @@ class _Live:
 
     def _forget(self, a: Action, d: float) -> None:
         """`d` of F(a.stage, a.microbatch)'s activation is freed."""
+        acts = self.detail()
         key = (a.stage, a.microbatch)
-        left = self.acts.get(key, 0.0) - d
+        left = acts.get(key, 0.0) - d
         if left <= 1e-12:
-            self.acts.pop(key, None)
+            acts.pop(key, None)
         else:
-            self.acts[key] = left
+            acts[key] = left
+
+    def detail(self) -> dict[tuple[int, int | None], float]:
+        """The activations held, (stage, microbatch) -> size: kept by a `_Live` made with `detail`."""
+        if self.acts is None:
+            raise ValueError("which activations are held is kept only with detail")
+        return self.acts
 
     def items(self, lowered: bool) -> tuple[str, ...]:
         """What is held, one line each (`lowered`: the sends and receives are lowering's)."""
         by = ", inserted by lowering" if lowered else ""
-        live = [f"activation of F({s},{m}): {_num(v)}" for (s, m), v in self.acts.items() if v > 0]
-        for v, a in self.bufs.values():
+        live = [f"activation of F({s},{m}): {_num(v)}" for (s, m), v in self.detail().items() if v > 0]
+        for value, (v, a) in self.bufs.items():
             if v > 0:
-                what = (f"receive buffer for {value_name(delivers(a))} ({describe(a)}{by})" if lowered
+                what = (f"receive buffer for {value_name(value)} ({describe(a)}{by})" if lowered
                         else f"receive buffer of {describe(a)}")
                 live.append(f"{what}: {_num(v)}")
         live += [f"sent message of {describe(a)}{by}, held: {_num(self.sizes.message(a))}" for a in self.unmatched
@@ -317,7 +325,8 @@ def _rank_peak(program: Program, run: Run, sizes: _Sizes, r: int, held, cuts) ->
     if run.user_step is None:
         return Peak(r, memory, x, steps[x].parts[0], items, buffers)
     y = run.user_step[r][x]
-    inserted = steps[x] if inserted_op(steps[x]) is not None else None
+    st = steps[x]
+    inserted = st if isinstance(st, Action) and inserted_op(st) is not None else None  # (inserted: an Action)
     return Peak(r, memory, y, program.ranks[r][y].parts[0], items, buffers, True, inserted)
 
 
@@ -362,7 +371,7 @@ def _live_at(run: Run, sizes: _Sizes, r: int, x: int, sent) -> _Live:
     return live
 
 
-def live_activations(program: Program, rank: int, step: int) -> list[tuple[int, int]]:
+def live_activations(program: Program, rank: int, step: int) -> list[tuple[int, int | None]]:
     """The (stage, microbatch) of the forwards whose activations the rank holds while step `step`
     of its list runs (after that step's allocations, before its frees), by the one rule above."""
     live = _Live(_Sizes.of(program), detail=True)
@@ -371,7 +380,7 @@ def live_activations(program: Program, rank: int, step: int) -> list[tuple[int, 
         live.allocate(st.parts)
         live.free(st.parts)
     live.allocate(steps[step].parts)
-    return sorted(k for k, v in live.acts.items() if v > 1e-12)
+    return sorted(k for k, v in live.detail().items() if v > 1e-12)
 
 
 def _num(x: float):
@@ -403,13 +412,13 @@ def _held_sends(counted: Analysis, sizes: _Sizes) -> tuple[dict, dict]:
         return {}, {}
     out: dict = defaultdict(list)
     if semantics.posted:
-        waits = {(r, WAITS[a.op], a.stage, a.microbatch): x for r, steps in enumerate(program.ranks)
-                 for x, st in enumerate(steps) for a in st.parts if a.op in WAITS}
+        waited = {(r, WAITS[a.op], a.stage, a.microbatch): x for r, steps in enumerate(program.ranks)
+                  for x, st in enumerate(steps) for a in st.parts if a.op in WAITS}
         for ch, _, send in sends:
-            a = send.action
-            stop = waits.get((send.rank, a.op, a.stage, a.microbatch), len(program.ranks[send.rank]) - 1) + 1
+            act = send.action
+            stop = waited.get((send.rank, act.op, act.stage, act.microbatch), len(program.ranks[send.rank]) - 1) + 1
             span = (send.step, max(stop, send.step + 1))
-            out[send.rank].append(Held(span, span, a))
+            out[send.rank].append(Held(span, span, act))
         return out, {}
     cons = counted.constraints
     waits, buffer = _waits_for_room(program, semantics, chans, sends), semantics.channel_buffer
@@ -440,7 +449,7 @@ def _waits_for_room(program: Program, semantics: Semantics, chans: Channels, sen
     room (bounded:K, the k-th with k >= K) -> (the channel's receive it waits for, the step whose
     completion posts that receive: (rank, -1) for the rank's start). A group's sends complete one by
     one, so the moments between its posting and its completion count too (`_group_cuts`)."""
-    out = {}
+    out: dict[tuple[int, int, int], tuple[Endpoint, tuple[int, int]]] = {}
     buffer = semantics.channel_buffer
     if not buffer:  # (a buffer of K > 0: bounded:K)
         return out
@@ -533,9 +542,9 @@ def _known_posted(program: Program, cons, pairs: set[tuple[int, int]], keep=froz
     wanted = defaultdict(list)  # sender a -> the receivers b whose rows it keeps
     for a, b in sorted(pairs):
         wanted[a].append(b)
-    rows = {pair: [] for pair in pairs}
+    rows: dict[tuple[int, int], list[int]] = {pair: [] for pair in pairs}
     held: dict = {}  # the vectors of steps whose waiters are not all counted yet
-    last = [None] * len(lengths)  # each rank's latest vector
+    last: list[np.ndarray | None] = [None] * len(lengths)  # each rank's latest vector
     none = np.full(len(receivers), -1, dtype=np.int64)
     uses = {p: len(w) for p, w in waiters.items()}  # waiters not yet counted, per held vector
     starts = cons.starts
@@ -543,7 +552,8 @@ def _known_posted(program: Program, cons, pairs: set[tuple[int, int]], keep=froz
     queue = deque((r, 0) for r in range(len(lengths)) if lengths[r] and waiting[r, 0] == 0)
     while queue:
         r, i = node = queue.popleft()
-        v = last[r] if last[r] is not None else none
+        latest = last[r]
+        v = latest if latest is not None else none
         if cross.get(node) or r in col or node in starts:
             v = v.copy()
             for p in cross.get(node, ()):

@@ -86,7 +86,7 @@ def quick_check(program: Program, semantics: Semantics, limits: dict[int, float]
     op_stages, keys = acts.indices(S, M)
     pos = _positions(acts, keys, placement, S, M, stages)
     cross = None if pos is None or not _reduce_late(acts, pos, S, M) else _needs(pos, placement, S, M, stages)
-    if cross is None:
+    if pos is None or cross is None:  # (cross is None where pos is)
         return None
     if acts.comms:  # sends and receives: the messages decide the waits
         if not _messages_run(acts, pos, cross, semantics, S, M):
@@ -431,12 +431,12 @@ def _peaks(program: Program, acts: _Actions, op_stages: list[int]) -> tuple[list
     if not acts.compounds:  # a step holds at most one action, and only an F grows memory: the running
         # sums' first top (the steps of torch's per-stage operations hold none)
         for r in range(R):
-            live = list(accumulate(map(table.__getitem__, op_stages[starts[r]:starts[r + 1]]), initial=0.0))
-            top = max(live)
+            sums = list(accumulate(map(table.__getitem__, op_stages[starts[r]:starts[r + 1]]), initial=0.0))
+            top = max(sums)
             if top > 0:
-                peaks[r], where[r] = top, step[starts[r] + live.index(top) - 1]
+                peaks[r], where[r] = top, step[starts[r] + sums.index(top) - 1]
         return peaks, where
-    table = [table[k * S:(k + 1) * S] for k in (F, B, I, W)]
+    by_op = [table[k * S:(k + 1) * S] for k in (F, B, I, W)]
     op, stage = acts.op, acts.stage
     for r in range(R):
         i, end, live = starts[r], starts[r + 1], 0.0
@@ -446,12 +446,12 @@ def _peaks(program: Program, acts: _Actions, op_stages: list[int]) -> tuple[list
                 j += 1
             for x in range(i, j):
                 if op[x] in _ALLOCATING:
-                    live += table[op[x]][stage[x]]
+                    live += by_op[op[x]][stage[x]]
             if live > peaks[r]:
                 peaks[r], where[r] = live, t
             for x in range(i, j):
                 if op[x] in _FREEING:
-                    live += table[op[x]][stage[x]]
+                    live += by_op[op[x]][stage[x]]
             i = j
     return peaks, where
 

@@ -14,10 +14,15 @@ import argparse
 import hashlib
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..outputs import write_files
+
+if TYPE_CHECKING:
+    from .scene import Scene
 
 SETTING = {"P": 4, "M": 8, "V": 2}  # V applies to the schedules that declare it
 ROOT = Path(__file__).resolve().parents[2]  # the clone this module runs from
@@ -30,7 +35,7 @@ class Entry:
     title: str
     source: str  # where the schedule comes from, as the README shows it
     about: str
-    scene: object
+    scene: Scene
     svg: str
 
 
@@ -70,11 +75,11 @@ def entries(root: Path = ROOT) -> list[Entry]:
         ("known_tagless_order.svg", known / "tagless_order.pp", {}, None),
         ("1f1b_memory_limit_3.svg", None, {"P": 4, "M": 8}, 3),
     ]
-    for file, path, params, limit in examples:
-        program = schedc.load(str(path) if path else "1f1b", params or None)
+    for file, known_path, params, limit in examples:
+        program = schedc.load(str(known_path) if known_path else "1f1b", params or None)
         scene = build_scene(program, schedc.check(program, memory_limit=limit))
-        source = f"`tests/known/{path.name}`" if path else "`1f1b` with `--memory-limit 3`"
-        about = _about(path) if path else ("1F1B keeps min(P - r, M) activations on rank r, so rank 0 needs 4 "
+        source = f"`tests/known/{known_path.name}`" if known_path else "`1f1b` with `--memory-limit 3`"
+        about = _about(known_path) if known_path else ("1F1B keeps min(P - r, M) activations on rank r, so rank 0 needs 4 "
                                            "and a limit of 3 fails at its fourth forward.")
         out.append(Entry(file, scene.title, source, about, scene, render_svg(scene)))
     return out
@@ -103,8 +108,10 @@ def graphs(root: Path = ROOT) -> list[Graph]:
         program = schedc.load(str(path) if path else "1f1b", params or None)
         report = schedc.check(program)
         source = f"`schedc viz tests/known/{path.name} --dag`" if path else "`schedc viz 1f1b --param P=2 --param M=2 --dag`"
-        out.append(Graph(stem, _title(program), source, about or _about(path),
-                         dependency_graph(program, report).source))
+        if not about:
+            assert path is not None  # (a graph without its words is a file's: its opening comment says them)
+            about = _about(path)
+        out.append(Graph(stem, _title(program), source, about, dependency_graph(program, report).source))
     return out
 
 
@@ -234,7 +241,7 @@ def stale(folder: Path, files: dict[str, str]) -> list[str]:
     return out
 
 
-def write(folder: Path, files: dict[str, str], dags: list[Graph] = ()) -> None:
+def write(folder: Path, files: dict[str, str], dags: Sequence[Graph] = ()) -> None:
     """Write the gallery; a graph's SVG is redrawn (through `dot`) only when its source changed."""
     folder.mkdir(parents=True, exist_ok=True)
     drawn = _drawn(files)

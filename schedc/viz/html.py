@@ -148,9 +148,9 @@ def _summary_table(scene: Scene) -> str:
     head += [f"peak memory (checked, worst case{m})", f"limit{' (' + m[2:] + ')' if m else ''}"]
     rows = ['<div class="wide"><table><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
     for s in scene.summary:
-        cells = [s.rank, s.steps, s.actions]
+        cells: list[object] = [s.rank, s.steps, s.actions]
         if timed:
-            util = s.busy / scene.makespan if scene.makespan else 0.0
+            util = s.busy / scene.makespan if scene.makespan and s.busy is not None else 0.0  # (timed: busy is)
             cells += [_num(s.busy), _num(s.idle), f"{util:.1%}", _num(s.peak_simulated)]
         cells += [_num(s.peak_checked), _num(s.limit) if s.limit is not None else ""]
         rows.append("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")

@@ -54,8 +54,8 @@ def fill(kind: str, chunk: int = 0, chunks: int = 1) -> str:
 def text_colour(background: str) -> str:
     """Black or white text, by the WCAG relative luminance of the background."""
     def channel(c: int) -> float:
-        c = c / 255
-        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+        v = c / 255
+        return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
     r, g, b = (channel(c) for c in _rgb(background))
     lum = 0.2126 * r + 0.7152 * g + 0.0722 * b
     return "#000000" if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else "#FFFFFF"

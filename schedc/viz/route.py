@@ -10,6 +10,7 @@ other number. Pure geometry, in the SVG's pixels: svg.py draws what `route` retu
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 Box = tuple[float, float, float, float]  # x0, y0, x1, y1
@@ -82,7 +83,7 @@ class Route:
 
 
 def route(arrows: list[tuple[Cell, Cell, str]], rows: Rows, labels: list[tuple[Box, int]],
-          cells: list[tuple[Cell, bool]] = ()) -> list[Route]:
+          cells: Sequence[tuple[Cell, bool]] = ()) -> list[Route]:
     """A route for each (from, to, number) arrow. `labels` are the label boxes drawn, with their
     row; `cells` every step drawn and whether it has a thick outline (a leg along its edge would
     hide in the outline)."""
@@ -119,9 +120,11 @@ def route(arrows: list[tuple[Cell, Cell, str]], rows: Rows, labels: list[tuple[B
         legs.append(xc)
         segs = _rounded([p0, (p0[0], y1), (xc, y1), (xc, y2), (p1[0], y2), p1])
         routes[i] = Route(_path(segs), _sample(segs))
-    _badges(routes, [number for _, _, number in arrows], [box for box, _ in labels],
+    done = [r for r in routes if r is not None]
+    assert len(done) == len(routes)  # every arrow has its route: a direct one, or one passing rows
+    _badges(done, [number for _, _, number in arrows], [box for box, _ in labels],
             [(c.x0, c.y0, c.x1, c.y1) for c, _ in cells])
-    return routes
+    return done
 
 
 def _ports(arrows) -> dict[tuple[int, int], Point]:
@@ -154,13 +157,13 @@ def _channel(xs: float, xt: float, rows: Rows, boxes: list[Box], cells: list[tup
     half = STROKE / 2 + CLEAR
     spans = {(b[0], b[2]) for b in boxes}  # the rows' columns line up: their labels' spans repeat
     thick = {v for c, outlined in cells if outlined for v in (c.x0, c.x1)}
-    taken = {round(t) for t in taken}
+    taken_at = {round(t) for t in taken}
 
     def cost(x: float) -> float:
         hits = sum(x0 - half < x < x1 + half for x0, x1 in spans)
         near = sum(x0 - 6 < x < x1 + 6 for x0, x1 in spans)
         along = sum(abs(x - v) < 3.5 for v in thick)
-        crowd = sum(abs(x - t) < 6 for t in taken)
+        crowd = sum(abs(x - t) < 6 for t in taken_at)
         return 10_000 * hits + 60 * near + 100 * along + 50 * min(crowd, 1) + 0.5 * abs(x - want)
 
     inside = [x for x in candidates if rows.left + 2 <= x <= rows.right - 2] or [want]

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..columns import KIND_CODE, OPS, columns_of
 from ..errors import SchedcError
+from ..units import Units
 from ..ir import WAITS, Action, Compound, CompoundKind, Op, Program, Step, describe, format_step
 
 MAX_BLOCKS = 10_000  # more steps than this are aggregated (an SVG of ~250 bytes per block stays < 3 MB)
@@ -149,7 +150,7 @@ class Scene:
     peak: float | None = None
     findings: list[Finding] = field(default_factory=list)  # the check's findings, each once
     grid: str = ""  # the check's rank-by-step grid of a deadlock
-    units: object = None  # schedc/units.py `Units` the numbers are labelled with (None: the schedule's units)
+    units: Units | None = None  # schedc/units.py `Units` the numbers are labelled with (None: the schedule's units)
 
     @property
     def kinds(self) -> list[str]:
@@ -366,7 +367,7 @@ def _where(a: Action) -> tuple[str | None, int | None]:
 def _block(scene: Scene, chunks: list[int], r: int, x: int, st: Step, x0: float, x1: float) -> Block:
     first = st.parts[0]
     where, line = _where(first)
-    if where is not None and where not in scene.sources:
+    if first.span is not None and where is not None and where not in scene.sources:  # (where: from the span)
         text = first.span.source.line_text(first.span.line).strip()
         scene.sources[where] = text if len(text) <= 160 else text[:157] + "..."
     chunk = chunks[first.stage] if 0 <= first.stage < len(chunks) else 0
@@ -443,12 +444,12 @@ def _program_order(scene: Scene, program: Program, report, structural) -> None:
                                                                                      program.forward_only))):
             if not lo <= x < hi:
                 continue
-            b = _block(scene, chunks, r, x, st, float(x), float(x + 1))
+            block = _block(scene, chunks, r, x, st, float(x), float(x + 1))
             if r in stuck and x > stuck[r]:
-                b.mark, b.note = "not-run", "never runs: the rank is stuck at an earlier step"
+                block.mark, block.note = "not-run", "never runs: the rank is stuck at an earlier step"
             elif stuck.get(r) == x:
-                b.mark, b.note = "blocked", "the rank is stuck here"
-            scene.blocks.append(b)
+                block.mark, block.note = "blocked", "the rank is stuck here"
+            scene.blocks.append(block)
             series += [(float(x), during), (float(x + 1), live)]
         scene.memory[r] = tuple(series)
     scene.memory_max = max([v for pts in scene.memory.values() for _, v in pts] + list(scene.limits.values()) + [0.0])

@@ -42,6 +42,7 @@ class _Layout:
         self.scene = scene
         lo, hi = scene.extent
         span = max(hi - lo, 1e-9)
+        px: float
         if scene.mode == "step":
             px = STEP_PX
         elif scene.mode == "aggregate":
@@ -92,7 +93,7 @@ def render_svg(scene: Scene, *, titles: bool = True, header: bool = True, notes:
         _blocks(body, scene, L, titles)
     _moments(body, scene, L)
     _arrows(body, scene, L)
-    y = L.top + L.rows_h
+    y: float = L.top + L.rows_h
     y = _axis(body, scene, L, y)
     y = _legend(body, scene, L, y + 8)
     if notes:
@@ -279,6 +280,7 @@ def hover_text(scene: Scene, b: Block) -> str:
 
 def _aggregate(out: list[str], scene: Scene, L: _Layout) -> None:
     agg = scene.aggregate
+    assert agg is not None  # (render_svg draws the cells of an aggregate scene alone)
     for row, b0, b1, kind, level in agg.cells:
         y = L.y_row(row)
         x0, x1 = L.x(b0 * agg.bin_width), L.x(b1 * agg.bin_width)
@@ -321,7 +323,8 @@ def _arrows(out: list[str], scene: Scene, L: _Layout) -> None:
 def _routed(out: list[str], scene: Scene, L: _Layout, arrows) -> None:
     """The wait-for cycle's arrows and crossed pairs: from step to step around the labels (route.py),
     each numbered where its number covers no label."""
-    cells, labels, drawn = {}, [], []
+    cells: dict[tuple[int, int | None], Cell] = {}
+    labels, drawn = [], []
     for b in scene.blocks:
         x0, y0, w, h, size = _drawn(scene, L, b)
         cell = Cell(x0, y0, x0 + w, y0 + h, L.rows[b.rank])
@@ -413,7 +416,7 @@ def _legend(out: list[str], scene: Scene, L: _Layout, y: float) -> float:
                       "crossed pair"))
     if "live" in marks:
         items.append((f'fill="#FFFFFF" stroke="{palette.ALARM_DARK}" stroke-width="2"', "live at the violation"))
-    x = LEFT
+    x: float = LEFT
     limit = LEFT + max(L.plot_w, 400)
     out.append('<g class="legend">')
     for swatch, text in items:
