@@ -126,7 +126,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     said = stderr if args.json else stdout  # with --json standard output holds the JSON alone
     if not args.no_verify:
         checks = argparse.Namespace(semantics=str(semantics), engine="native", timeout=30.0, memory_limit=None)
-        report = common.run_checks(program, checks)
+        report = common.run_checks(program, checks, file=args.input)
         said.write(report.summary() + "\n")
         if report.ok is not True:
             stderr.write(report.render() + "\n")
@@ -248,7 +248,8 @@ class _Results:
 def _not_run(args, report, stdout) -> int:
     """The exit code of a check that stops the run; with --json, first the report as its JSON."""
     if args.json:
-        stdout.write(common.dumps_json({**report.to_dict(), "steps": [], "outputs": []}) + "\n")
+        stdout.write(common.dumps_json({**report.to_dict(), "file": common.shown(args.input), "steps": [], "outputs": []})
+                     + "\n")
     return common.exit_of(report)
 
 
