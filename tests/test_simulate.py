@@ -328,6 +328,39 @@ def test_cost_option_overrides_the_schedule():
         parse_cost_option("F=-1")
 
 
+def test_bandwidth_0_is_infinite_and_a_negative_one_is_refused(run_cli, tmp_path):
+    """From a user trial: `--cost bandwidth=0` is infinite bandwidth (messages take their latency
+    alone), which no help said; a negative value is an error that says what 0 means."""
+    def makespan(*cost):
+        code, out, err = run_cli("sim", "1f1b", "--param", "P=4,M=8", *cost, "--json")
+        assert code == 0, err
+        return json.loads(out)["makespan"]
+    free = makespan("--cost", "latency=1")
+    assert free == makespan("--cost", "latency=1,out=1,bandwidth=0") == makespan("--cost", "latency=1,out=1,bandwidth=inf")
+    assert makespan("--cost", "latency=1,out=1,bandwidth=1") > free
+    for command in ("sim", "compare", "viz"):
+        code, out, _ = run_cli(command, "--help")
+        assert "bandwidth=0 is infinite" in " ".join(out.split()), command
+    (tmp_path / "c.toml").write_text('[channel."0->1"]\nbandwidth = -2\n')
+    for cost in (["--cost", "bandwidth=-1"], ["--cost", "bandwidth=-inf"], ["--costs", str(tmp_path / "c.toml")]):
+        code, out, err = run_cli("sim", "1f1b", *cost)
+        assert code == 2 and out == "" and "error[costs]: bandwidth must be a non-negative number (0 or inf: an " \
+            "infinite bandwidth" in err, err
+
+
+def test_bandwidth_0_frees_a_descriptions_link_but_its_latency():
+    """Under a model and hardware description `--cost bandwidth=0` replaces the link's bandwidth:
+    messages then take the link's latency alone."""
+    from schedc.hardware import describe
+    setup = describe(model="llama3-8b", hardware="h100-80gb")
+    program = load("1f1b", P=4, M=8)
+    derived = Costs("setup", derived=setup).apply(program)
+    assert derived.annotations.bandwidth > 0 and derived.annotations.latency > 0
+    freed = Costs("setup", derived=setup).then(parse_cost_option("bandwidth=0")).apply(program)
+    assert freed.annotations.bandwidth == 0 and freed.annotations.latency == derived.annotations.latency
+    assert simulate(freed).makespan < simulate(derived).makespan
+
+
 COSTS_TOML = """\
 # every stage
 F = 1.0
