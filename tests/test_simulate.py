@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -617,6 +618,54 @@ def test_sim_json_and_trace(run_cli, tmp_path):
     assert doc["costs"]["F"] == [1, 1, 1] and doc["costs"]["latency"] == 0.5
     assert doc["trace"] == str(trace)
     assert json.loads(trace.read_text())["otherData"]["makespan"] == doc["makespan"]
+
+
+LIMITED = "schedule lim {{\n  memory {limit}\n  rank 0: 0F0 0F1 0F2 0B0 0B1 0B2\n}}\n"
+
+
+@pytest.mark.parametrize("limit, fits, said", [
+    ("limit = 2", False, "memory limit (the schedule's): rank 0 peaks at 3, over its limit of 2; `schedc check` "
+                         "says where"),
+    ("limit = 3", True, "memory limit (the schedule's): every rank's peak of this run is within it"),
+])
+def test_sim_holds_its_peaks_to_the_schedules_memory_limit(run_cli, tmp_path, limit, fits, said):
+    """From a user trial: `check` failed a schedule over its `memory limit`, while `sim` printed the
+    peaks without the limit. Now the limit is a column beside them, and a line says whether they
+    fit (sim's exit code is its own: `check` is the one that fails over the limit)."""
+    path = tmp_path / "lim.pp"
+    path.write_text(LIMITED.format(limit=limit))
+    code, out, err = run_cli("sim", str(path))
+    assert code == 0 and said in out, (out, err)
+    assert out.splitlines()[2].split() == ["rank", "busy", "idle", "peak", "memory", "limit"]
+    assert out.splitlines()[3].split() == ["0", "9", "0", "3", limit.split()[-1]]
+    code, out, _ = run_cli("sim", str(path), "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["peak_memory"] == [3] and doc["memory_limit"] == [int(limit.split()[-1])]
+    assert doc["memory_fits"] is fits
+    assert run_cli("check", str(path))[0] == (0 if fits else 1)
+
+
+def test_sim_without_a_limit_says_none_and_a_jobs_replicas_take_their_ranks(run_cli, tmp_path):
+    code, out, _ = run_cli("sim", "1f1b", "--json")
+    assert code == 0 and json.loads(out)["memory_limit"] == [None] * 4 and json.loads(out)["memory_fits"] is None
+    assert "limit" not in run_cli("sim", "1f1b")[1]
+    job = Path(__file__).parent / "data" / "diagnose" / "gpipe_dp.pp"
+    path = tmp_path / "job.pp"
+    path.write_text(job.read_text().replace("  replicas 2\n", "  replicas 2\n  memory rank 1: limit = 1\n"))
+    sim, check = (json.loads(run_cli(c, str(path), "--json")[1]) for c in ("sim", "check"))
+    assert sim["memory_limit"] == check["memory_limit"] == [None, 1, None, 1] and sim["memory_fits"] is False
+    code, out, _ = run_cli("sim", str(path))
+    assert code == 0 and "rank 1 peaks at 2, over its limit of 1" in out and "rank 3" not in out  # (alike: replica 0)
+
+
+def test_sim_under_a_description_holds_each_total_to_the_accelerator(run_cli):
+    code, out, _ = run_cli("sim", "1f1b", "--model", "llama3-70b", "--hardware", "h100-80gb", "--json")
+    doc = json.loads(out)
+    hardware = doc["setup"]["hardware"]
+    memory = (hardware["memory"] - hardware["reserve"]) / 2**30  # GiB a rank may hold
+    assert code == 0 and doc["memory_fits"] is False and doc["total_memory_limit"] == [pytest.approx(memory)] * 4
+    assert doc["memory_limit"] == [pytest.approx(max(0, memory - x)) for x in doc["model_states"]]
+    assert any(t > memory for t in doc["total_memory"])
 
 
 def _strict_json(text: str):
