@@ -391,8 +391,9 @@ def _said_lost(flag: str, exc: SchedcError, stderr, lost: list | None) -> None:
 
 def _writable(path: str, flag: str) -> None:
     """Refuse, before the run, an output that cannot be written after it (`outputs.probe_writable`:
-    a path under something that is not a writable folder, a read-only file, a folder the kernel will
-    not let this process create a file in), a folder as a usage error."""
+    compile's and viz's rule for an output's place, a file in the way of its folder, a folder not
+    writable, a read-only file; then a folder the kernel will not let this process create a file
+    in), a folder as a usage error."""
     shown = f"{path[:80]}{'...' if len(path) > 80 else ''}"
     try:
         if Path(path).is_dir():
