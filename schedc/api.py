@@ -150,12 +150,14 @@ def _file_text(path: str) -> str | None:
 
 
 def check(program: Program, *, semantics: str | Semantics = "rendezvous", engine: str = "native",
-          memory_limit: float | Mapping[int, float] | None = None, timeout: float | None = None) -> Report:
+          memory_limit: float | Mapping[int, float] | None = None, timeout: float | None = None,
+          file: str | None = None) -> Report:
     """Every check on a program; `Report.ok` (None when a solver gave up), `Report.to_dict()`.
 
     `engine="z3"` re-proves deadlock freedom with the solver (a witness timing when safe), within
     a budget of Z3 resource units and, if `timeout` is given, that many seconds on the wall clock;
-    `memory_limit` is one limit for every rank or a {rank: limit} mapping.
+    `memory_limit` is one limit for every rank or a {rank: limit} mapping. `file` is what the
+    report names the input (`Report.file`, JSON `file`): by default the program's `source`.
     """
     sem = semantics if isinstance(semantics, Semantics) else Semantics.parse(semantics)
     if engine not in ENGINES:
@@ -168,7 +170,7 @@ def check(program: Program, *, semantics: str | Semantics = "rendezvous", engine
         # `schedc run` does them and `simulate` times them: the program checked is the one that runs
         program = add_step_collectives(program)
     report = run_checks(program, semantics=sem, engine=engine, timeout_s=timeout,
-                        memory_limit=dict(memory_limit) if memory_limit else None)
+                        memory_limit=dict(memory_limit) if memory_limit else None, file=file)
     if report.ok is not None and report.peak_activation:  # (its structure passed: the later checks ran)
         _torch_loss_order(report, program)  # (beside any other finding: a report says all that is wrong)
     return report

@@ -356,7 +356,8 @@ def _read_toml(text: str, source: Source) -> dict:
 
 def _number(value, key: str, what: str, file: str, span) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
-        raise SchedcError("costs", f"{what} must be a non-negative number, not {value!r}", span, where=file)
+        infinite = " (0 or inf: an infinite bandwidth, messages taking only their latency)" if key == "bandwidth" else ""
+        raise SchedcError("costs", f"{what} must be a non-negative number{infinite}, not {value!r}", span, where=file)
     if math.isinf(value):
         if key != "bandwidth":
             raise SchedcError("costs", f"{what} must be finite", span, where=file)

@@ -37,16 +37,17 @@ from .errors import OutputError
 def write_file(path: Path | str, data: str | bytes) -> Path:
     """Write one output (text is UTF-8) by the rules above; the path written (as given)."""
     path = Path(path)
-    return write_files(path.parent, {path.name: data})[0]
+    return write_files(path.parent, {path.name: data}, named=path)[0]
 
 
-def write_files(folder: Path | str, files: dict[str, str | bytes]) -> list[Path]:
+def write_files(folder: Path | str, files: dict[str, str | bytes], named: Path | None = None) -> list[Path]:
     """Write `files` ({name: text or bytes}) into `folder` (created if missing), all or none: each
     regular file goes to a temporary file first, and they are renamed into place only once all are
     written (a FIFO or device is written as it comes). Any failure, a full disk or an interrupt,
-    removes every temporary file. The paths written, as given."""
+    removes every temporary file. The paths written, as given. A folder that cannot be made is an
+    error naming `named` (the one output's path), else the folder."""
     folder = Path(folder)
-    _make_folder(folder)
+    _make_folder(folder, folder if named is None else named)
     targets = [_target(folder / name) for name in files]  # refuse what cannot be written before writing any
     payloads = [data.encode("utf-8") if isinstance(data, str) else data for data in files.values()]
     temps: list[tuple[str, Path]] = []
@@ -72,22 +73,19 @@ def write_files(folder: Path | str, files: dict[str, str | bytes]) -> list[Path]
 
 def probe_writable(path: Path | str) -> None:
     """Refuse now, before the long work whose output `path` is (`run --trace`, `--profile`), what
-    `write_file(path)` would refuse or fail at later, where trying can tell: the rules above, a
-    missing folder under one that cannot be written, and then the temporary file the write would
-    make beside it, created and removed (a read-only file system, a folder the kernel will not let
-    this process write). A FIFO or a device is only asked whether it may be opened (opening a FIFO
-    would end its reader's input; `/dev/full` opens and fails only as it is written, so that failure
-    stays for the write)."""
+    `write_file(path)` would refuse or fail at later, where trying can tell: what `check_output`
+    refuses (its folder, or the nearest one there above a missing one, not a folder or not one this
+    process may write in; the file a folder or read-only), and then the temporary file the write
+    would make beside it, created and removed (what only trying tells: a folder the kernel will not
+    let this process write). A FIFO or a device is only asked whether it may be opened (opening a
+    FIFO would end its reader's input; `/dev/full` opens and fails only as it is written, so that
+    failure stays for the write)."""
     path = Path(path)
+    check_output(path)
     temps: list[tuple[str, Path]] = []
     try:
-        folder = path.parent
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
-        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-            raise OutputError(f"cannot write there ({folder} is not a writable folder)", str(path))
-        if folder != path.parent:
-            return  # (the write makes the missing folders)
+        if not path.parent.is_dir():
+            return  # (the write makes the missing folders, in the one `check_output` found writable)
         target = _target(path)
         if target.direct:
             if not os.access(target.path, os.W_OK):
@@ -217,13 +215,15 @@ def _may_write(path: Path) -> bool:
     return os.access(path, os.W_OK, effective_ids=effective)
 
 
-def _make_folder(folder: Path) -> None:
+def _make_folder(folder: Path, output: Path) -> None:
+    """Make `folder` (and those above it) for `output`; what is in the way, as `check_writable`
+    says it, naming `output`."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         if isinstance(exc, (FileExistsError, NotADirectoryError)):
-            _check_folder(folder, folder)  # names the file in the way
-        raise OutputError(f"cannot create the output folder: {exc.strerror}", str(folder)) from None
+            _check_folder(folder, output)  # names the file in the way
+        raise OutputError(f"cannot create the output folder: {exc.strerror}", str(output)) from None
 
 
 def check_writable(folder: Path | str, names=(), output: Path | str | None = None) -> None:

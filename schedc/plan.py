@@ -113,6 +113,12 @@ class Plan:
     traced: set[tuple] = field(default_factory=set)  # (framework schedule, P, M) traced and counted
     unsound: set[str] = field(default_factory=set)  # schedules passed over for failing lint or check
     fixed: dict[str, tuple[int, int]] = field(default_factory=dict)  # fixed shapes passed over: (ranks, M)
+    # a framework's schedule passed over where the framework will not give it (importers.refusal, before it is
+    # traced; importers.Refused, as it runs): (schedule, why) -> the layouts; each also counted refused
+    passed_over: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def passed_over_json(self) -> list[dict[str, Any]]:
+        return [{"schedule": name, "layouts": n, "why": why} for (name, why), n in self.passed_over.items()]
 
 
 def _divisors(n: int, limit: int) -> list[int]:
@@ -222,7 +228,24 @@ def plan(setup: Any, gpus: int, global_batch: int, schedules: Sequence[str], *, 
         search.pruned(configs)
     else:
         search.everything(configs)
+    if result.passed_over and sum(result.passed_over.values()) == result.configurations:
+        raise _none_read(result, gpus)
     return result
+
+
+LISTING = "its listing would pass"  # (importers.refusal's words for its listing limit)
+
+
+def _none_read(result: Plan, gpus: int) -> SchedcError:
+    """The error of a search whose every configuration is a framework's schedule the framework will
+    not give at its layout (P x M x V over its listing limit, say): nothing to rank."""
+    listing = [LISTING in why for _, why in result.passed_over]
+    whys = "; ".join(f"{name} at {n:,} layout{'s' if n > 1 else ''}: {why}" for (name, why), n in result.passed_over.items())
+    hint = (": fewer microbatches (a smaller --global-batch or a larger --micro-batch) or fewer GPUs shorten the "
+            "listings" if any(listing) else "")
+    return SchedcError("too-large" if all(listing) else "usage", f"no layout of {gpus:,} GPU{'s' if gpus > 1 else ''} "
+                       f"can be read from the framework, so none is ranked ({whys}){hint}",
+                       where=next(iter(result.passed_over))[0])
 
 
 @dataclass
@@ -256,6 +279,7 @@ class _Search:
         self.costs: dict[tuple, Any] = {}  # (layout, stages, ends on one rank) -> `_stage_costs`
         self.held: dict[tuple, tuple[float, ...]] = {}  # (layout, ranks, stages, placement, ...) -> model states
         self.shaped: set[tuple] = set()  # (schedule, P, M, params) whose shape this search has counted
+        self.refusals: dict[tuple, str] = {}  # (schedule, P, M, params) -> why its framework's code refused them
 
     def pruned(self, configs: list[_Config]) -> None:
         """Best bound first: each configuration enters a queue at its first bound and moves on
@@ -298,6 +322,8 @@ class _Search:
     def first_bound(self, c: _Config) -> float | None:
         """The step a built-in's family cannot beat at this layout (0 for another schedule), or None
         when it needs more stages than the model's layers."""
+        if self.framework_refuses(c):
+            return None
         family = self.family(c)
         if family is None:
             return 0.0
@@ -384,9 +410,14 @@ class _Search:
         unsound) when the schedule's `require`, the layers or its lint refuse it."""
         if c.program is not None:
             return True
+        if self.framework_refuses(c):
+            return False
         lay, name = c.layout, c.name
         self.trace(c)
-        program = _program(name, lay.pp, c.M, self.params, self.reading)
+        program = self.program(c)
+        if isinstance(program, str):  # the framework refused P and M as it ran
+            self.pass_over(c, program)
+            return False
         if program is None or program.model_stages > c.setup.model.layers:  # (routes: one copy's stages)
             self.result.refused += 1
             return False
@@ -406,6 +437,37 @@ class _Search:
             self.result.refused += 1  # a split these stages cannot take
             return False
         return True
+
+    def framework_refuses(self, c: _Config) -> bool:
+        """Whether the configuration is a framework's schedule the framework will not give at its P
+        and M, known before it is traced (importers.refusal: over its listing limit, or by a rule of
+        its own): passed over, counted refused, and told with why (`passed_over`). What its code
+        refuses as it runs is passed over likewise (`load`)."""
+        if not importers.is_imported(c.name):
+            return False
+        why = importers.refusal(c.name, {"P": c.layout.pp, "M": c.M, "V": 2, **dict(self.params)})
+        if why is None:
+            return False
+        self.pass_over(c, why)
+        return True
+
+    def pass_over(self, c: _Config, why: str) -> None:
+        """Count the configuration refused, as a framework's schedule passed over with `why`."""
+        key = (c.name, why)
+        self.result.passed_over[key] = self.result.passed_over.get(key, 0) + 1
+        self.result.refused += 1
+
+    def program(self, c: _Config) -> Program | None | str:
+        """`_program` at the configuration's P and M, or why the framework's own code refused them
+        (`importers.Refused`, kept: it is traced once)."""
+        key = (c.name, c.layout.pp, c.M, self.params)
+        if key in self.refusals:
+            return self.refusals[key]
+        try:
+            return _program(*key, self.reading)
+        except importers.Refused as exc:
+            self.refusals[key] = exc.diagnostics[0].message
+            return self.refusals[key]
 
     def trace(self, c: _Config) -> None:
         """Count tracing a framework's schedule (`megatron:1f1b`) at the configuration's P and M, once."""

@@ -558,3 +558,37 @@ def test_options_a_user_mistypes_are_refused_not_read_otherwise(run_cli, argv, s
     `--samples 0` and a `--seed` without `--samples` were ignored."""
     code, out, err = run_cli(*argv)
     assert code == 2 and said in err and out == "", (out, err)
+
+
+def _json_file(run_cli, tmp_path, command, name, *extra):
+    """The `file` of each JSON object `command --json` prints for input `name`."""
+    more = {"viz": ["-o", str(tmp_path / "x.svg")], "compile": ["-o", str(tmp_path / "build")],
+            "export": ["--to", "torch-csv"],
+            "run": ["--model", "examples.mlp:build_stages", "--print-torchrun", "-o", str(tmp_path / "run")]}
+    code, out, err = run_cli(command, name, *extra, "--json", *more.get(command, []))
+    assert code in (0, 1, 2) and out, err
+    return [json.loads(line)["file"] for line in out.splitlines()]
+
+
+@pytest.mark.parametrize("command", ["check", "sim", "viz", "compile", "export", "run"])
+def test_every_command_names_an_input_in_json_as_the_user_gave_it(run_cli, tmp_path, monkeypatch, command):
+    """From a user trial: a built-in's `file` was its path for check, viz and compile (and a failing
+    run's check) but its name for sim and export; now every command says what was typed, whether
+    it succeeds, fails its checks or cannot read the input."""
+    assert _json_file(run_cli, tmp_path, command, "1f1b", "--param", "P=2,M=2") == ["1f1b"]
+    monkeypatch.chdir(tmp_path)
+    Path("bad.pp").write_text(BAD_ORDER)  # fails its checks (compile and run say so in JSON too)
+    Path("ok.pp").write_text("schedule ok {\n  rank 0: 0F0 0B0\n}\n")
+    assert _json_file(run_cli, tmp_path, command, "./ok.pp") == ["./ok.pp"]
+    assert _json_file(run_cli, tmp_path, command, "./bad.pp") == ["./bad.pp"]
+    assert _json_file(run_cli, tmp_path, command, "1f1b", "--param", "Q=2") == ["1f1b"]  # an input error
+
+
+def test_a_builtins_path_is_where_its_lines_are(run_cli):
+    """The top-level `file` is the name typed; an error in a built-in's text still names the file
+    its line is in, and `list --json` gives that file."""
+    code, out, _ = run_cli("check", "1f1b", "--param", "P=2,M=2", "--json")
+    assert code == 0 and json.loads(out)["file"] == "1f1b"
+    code, out, _ = run_cli("list", "--json")
+    rows = {r["name"]: r for r in map(json.loads, out.splitlines())}
+    assert Path(rows["1f1b"]["file"]).name == "1f1b.pp" and Path(rows["1f1b"]["file"]).is_file()

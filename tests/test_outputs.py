@@ -352,6 +352,41 @@ def test_a_folder_not_writable_is_refused_before_the_work(run_cli, tmp_path, mon
     assert os.listdir(tmp_path / "ro") == []
 
 
+@pytest.mark.parametrize("where, said", [
+    ("afile/out.json", "cannot write: {tmp}/afile is a file, not a folder"),
+    ("afile/new/out.json", "cannot create the output folder: {tmp}/afile is a file, not a folder"),
+    ("ro/out.json", "cannot write: the folder {tmp}/ro is not writable (its permissions, or a read-only file "
+                    "system)"),
+    ("ro/new/out.json", "cannot create the output folder: the folder {tmp}/ro is not writable (its permissions, "
+                        "or a read-only file system)"),
+])
+def test_an_outputs_place_is_judged_by_one_rule_in_one_wording(run_cli, tmp_path, monkeypatch, where, said):
+    """`run --trace/--profile` (probe_writable) walked up to the nearest folder there by a rule of
+    its own and said "cannot write there (X is not a writable folder)" where compile and viz
+    (check_writable) said which: a file in the way, or a folder not writable. One rule now, one
+    wording, the same for every command."""
+    from schedc.errors import OutputError
+    from schedc.outputs import check_output, probe_writable
+    _as_non_root_user(monkeypatch)
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "ro").mkdir(mode=0o555)
+    path = tmp_path / where
+    for probe in (check_output, probe_writable):
+        with pytest.raises(OutputError) as exc:
+            probe(path)
+        d = exc.value.diagnostics[0]
+        assert (d.message, d.where) == (said.format(tmp=tmp_path), str(path)), probe.__name__
+    code, _, err = run_cli("viz", "1f1b", "-o", str(path.with_suffix(".svg")))
+    assert code == 2 and said.format(tmp=tmp_path) in err, err
+    code, _, err = run_cli("run", "1f1b", "--param", "P=2,M=2", "--model", "examples.mlp:build_stages",
+                           "--profile", str(path))
+    assert code == 2 and err.startswith("--profile: error[io]: --profile ") and said.format(tmp=tmp_path) in err, err
+    assert not any(p.name.startswith(".") for p in (tmp_path / "ro").iterdir())
+    if where.startswith("afile"):  # found as it is written (sim), in the same words (it said "-o names the folder")
+        code, _, err = run_cli("sim", "1f1b", "--trace", str(path))
+        assert code == 2 and err == f"{path}: error[io]: {said.format(tmp=tmp_path)}\n", err
+
+
 def test_a_late_write_error_names_the_output_in_json(run_cli, tmp_path, monkeypatch):
     """Found only as the files are written (here a folder made read-only meanwhile): the JSON's
     `file` is still the output's path."""

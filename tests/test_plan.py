@@ -148,6 +148,122 @@ def test_tracing_a_frameworks_schedule_counts_against_the_search(run_cli, monkey
                                    re.M), err
 
 
+class _Asked(list):
+    """The (P, M) a fake framework was asked for, and those it refuses as it runs (`refused`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.refused: set[tuple[int, int]] = set()
+
+
+@pytest.fixture
+def small_framework(monkeypatch):
+    """deepspeed:train as 1F1B's text at the P and M asked (DeepSpeed is never imported), with a
+    listing limit of P x M <= 16; plan's caches of programs emptied before and after."""
+    from pathlib import Path
+
+    import schedc
+    import schedc.plan as plan_module
+    from schedc import importers
+    from schedc.importers import deepspeed
+    from schedc.parse import MAX_SOURCE_BYTES
+    from schedc.importers.common import Refused
+    text = (Path(schedc.__file__).resolve().parent.parent / "schedules" / "1f1b.pp").read_text()
+    asked = _Asked()
+
+    def train(values, *, forward_only=False):
+        asked.append((values["P"], values["M"]))
+        if (values["P"], values["M"]) in asked.refused:
+            raise Refused(f"DeepSpeed refuses P={values['P']}, M={values['M']}: no", "deepspeed:train")
+        return text.replace("schedule 1f1b(P = 4, M = 8)", f"schedule deepspeed_train(P = {values['P']}, "
+                                                            f"M = {values['M']})")
+    monkeypatch.setitem(deepspeed.SCHEDULES, "train", train)
+    monkeypatch.setitem(importers.CHARACTERS, "deepspeed:train", MAX_SOURCE_BYTES // 16)
+    caches = (plan_module._program, plan_module._shape, plan_module._sound)
+    for cache in caches:
+        cache.cache_clear()
+    yield asked
+    for cache in caches:
+        cache.cache_clear()
+
+
+def test_a_layout_over_a_frameworks_listing_limit_is_passed_over(run_cli, small_framework):
+    """From a user trial: a framework's schedule at a layout whose P x M x V is over its listing
+    limit stopped the whole search (first as the work limit for tracing it, which it would have
+    failed anyway). That layout is passed over, before it is traced, counted and said with why; the
+    others are ranked."""
+    args = ("deepspeed:train", "--gpus", "2", "--global-batch", "16", "--model", "gpt3-1.3b", "--hardware",
+            "h100-80gb")
+    code, out, err = run_cli("plan", *args)
+    assert code == 0, err
+    lines = out.splitlines()
+    rows = [line.split() for line in lines[3:] if line.split()[6:7] == ["deepspeed:train"]]
+    assert rows and all(int(r[0]) * int(r[7]) <= 16 for r in rows)  # (pp x M)
+    said = [line for line in lines if line.startswith("passed over")]
+    assert said == ["passed over deepspeed:train at 1 layout (of the refused): P x M x V is over 16 there, and its "
+                    "listing would pass the 1,000,000-character source limit (docs/limits.md)"]
+    assert all(P * M <= 16 for P, M in small_framework)  # never traced over the limit
+    code, out, _ = run_cli("plan", *args, "--json")
+    search = json.loads(out.splitlines()[-1])["search"]
+    assert code == 0 and search["refused"] >= 1 and search["passed_over"] == [
+        {"schedule": "deepspeed:train", "layouts": 1, "why": said[0].split(": ", 1)[1]}]
+    setup = describe(model="gpt3-1.3b", hardware="h100-80gb")
+    pruned, every = (plan(setup, 2, 16, ["deepspeed:train"], prune=p) for p in (True, False))
+    assert pruned.passed_over == every.passed_over and _answers(pruned) == _answers(every)
+
+
+def test_a_search_with_every_layout_over_the_listing_limit_is_a_clear_error(run_cli, small_framework):
+    code, out, err = run_cli("plan", "deepspeed:train", "--gpus", "2", "--global-batch", "64", "--model",
+                             "gpt3-1.3b", "--hardware", "h100-80gb")
+    assert code == 2 and out == "" and not small_framework, err
+    assert err.startswith("deepspeed:train: error[too-large]: no layout of 2 GPUs can be read from the framework, so "
+                          "none is ranked (deepspeed:train at ") and "P x M x V is over 16 there" in err
+    assert "a smaller --global-batch or a larger --micro-batch" in err
+
+
+def test_a_layout_the_frameworks_code_refuses_is_passed_over_but_a_missing_framework_stops(
+        run_cli, small_framework, monkeypatch):
+    """Megatron-Core refuses some P and M only as it runs (interleaved at P=2, M=3: "The remainder
+    of M ..."), an `importer` error that stopped the search: such a layout is passed over, traced
+    once, with the framework's words; a framework that is missing still stops it."""
+    small_framework.refused.add((1, 16))
+    args = ("deepspeed:train", "--gpus", "2", "--global-batch", "16", "--model", "gpt3-1.3b", "--hardware",
+            "h100-80gb", "--json")
+    code, out, err = run_cli("plan", *args)
+    search = json.loads(out.splitlines()[-1])["search"]
+    assert code == 0 and {"schedule": "deepspeed:train", "layouts": 2, "why": "DeepSpeed refuses P=1, M=16: no"} in \
+        search["passed_over"] and all((lay["pp"], lay["microbatches"]) != (1, 16) for lay in map(
+            json.loads, out.splitlines()[:-1])), err
+    assert small_framework.count((1, 16)) == 1  # (asked once for its two layouts)
+    from schedc.importers import deepspeed
+    from schedc.errors import SchedcError
+
+    def missing(*a, **k):
+        raise SchedcError("importer", "schedc's deepspeed importer needs deepspeed 0.19.x, which is not installed",
+                          where="deepspeed")
+    monkeypatch.setitem(deepspeed.SCHEDULES, "train", missing)
+    import schedc.plan as plan_module
+    plan_module._program.cache_clear()
+    code, out, err = run_cli("plan", *args)
+    assert code == 2 and "error[importer]: schedc's deepspeed importer needs deepspeed" in err, err
+
+
+def test_a_layout_a_framework_refuses_by_its_own_rule_is_passed_over(run_cli, monkeypatch):
+    """megatron:interleaved on one pipeline rank (the layouts of pp 1, where plan runs the first
+    schedule alone) stopped the search with `error[range]`; Megatron-Core is not imported for it."""
+    from schedc.importers import megatron
+
+    def no_import(*args, **kwargs):
+        raise AssertionError("Megatron-Core was imported")
+    monkeypatch.setattr(megatron, "_modules", no_import)
+    code, out, err = run_cli("plan", "megatron:interleaved", "--gpus", "1", "--global-batch", "8", "--model",
+                             "gpt3-1.3b", "--hardware", "h100-80gb")
+    assert code == 2 and "megatron:interleaved: error[usage]: no layout of 1 GPU can be read from the framework" in err
+    assert "runs on P >= 2 ranks" in err, err
+    code, out, err = run_cli("check", "megatron:interleaved", "--param", "P=1,M=4")
+    assert code == 2 and "error[range]: megatron:interleaved runs on P >= 2 ranks" in err, err
+
+
 def test_the_micro_batch_is_taken_as_given_and_named(run_cli):
     """`--micro-batch 0` was taken as 1 (`args.micro_batch or default`), and the header said
     micro-batch 1 whatever was given."""

@@ -71,7 +71,8 @@ def test_nccl_without_cuda_is_one_line_before_any_rank_starts(run_cli, monkeypat
     (["--batch-size", "0"], "--batch-size 0: expected a positive multiple"),
     (["--lr", "nan"], "--lr nan: expected a finite learning rate"),
     (["--trace", "{tmp}"], "is a folder; give a file name"),
-    (["--profile", "{tmp}/file/profile.json"], "cannot write there"),
+    (["--profile", "{tmp}/file/profile.json"], "--profile {tmp}/file/profile.json: cannot write: {tmp}/file is a "
+                                                "file, not a folder"),
     (["--trace", "{tmp}/dangling"], "--trace {tmp}/dangling: is a symbolic link to a missing file"),
     (["--profile", "/proc/schedc-profile.json"], "--profile /proc/schedc-profile.json: cannot write: "),  # (root too)
     (["--trace", "t.json", "--print-torchrun"], "--trace needs a local run"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -328,6 +329,39 @@ def test_cost_option_overrides_the_schedule():
         parse_cost_option("F=-1")
 
 
+def test_bandwidth_0_is_infinite_and_a_negative_one_is_refused(run_cli, tmp_path):
+    """From a user trial: `--cost bandwidth=0` is infinite bandwidth (messages take their latency
+    alone), which no help said; a negative value is an error that says what 0 means."""
+    def makespan(*cost):
+        code, out, err = run_cli("sim", "1f1b", "--param", "P=4,M=8", *cost, "--json")
+        assert code == 0, err
+        return json.loads(out)["makespan"]
+    free = makespan("--cost", "latency=1")
+    assert free == makespan("--cost", "latency=1,out=1,bandwidth=0") == makespan("--cost", "latency=1,out=1,bandwidth=inf")
+    assert makespan("--cost", "latency=1,out=1,bandwidth=1") > free
+    for command in ("sim", "compare", "viz"):
+        code, out, _ = run_cli(command, "--help")
+        assert "bandwidth=0 is infinite" in " ".join(out.split()), command
+    (tmp_path / "c.toml").write_text('[channel."0->1"]\nbandwidth = -2\n')
+    for cost in (["--cost", "bandwidth=-1"], ["--cost", "bandwidth=-inf"], ["--costs", str(tmp_path / "c.toml")]):
+        code, out, err = run_cli("sim", "1f1b", *cost)
+        assert code == 2 and out == "" and "error[costs]: bandwidth must be a non-negative number (0 or inf: an " \
+            "infinite bandwidth" in err, err
+
+
+def test_bandwidth_0_frees_a_descriptions_link_but_its_latency():
+    """Under a model and hardware description `--cost bandwidth=0` replaces the link's bandwidth:
+    messages then take the link's latency alone."""
+    from schedc.hardware import describe
+    setup = describe(model="llama3-8b", hardware="h100-80gb")
+    program = load("1f1b", P=4, M=8)
+    derived = Costs("setup", derived=setup).apply(program)
+    assert derived.annotations.bandwidth > 0 and derived.annotations.latency > 0
+    freed = Costs("setup", derived=setup).then(parse_cost_option("bandwidth=0")).apply(program)
+    assert freed.annotations.bandwidth == 0 and freed.annotations.latency == derived.annotations.latency
+    assert simulate(freed).makespan < simulate(derived).makespan
+
+
 COSTS_TOML = """\
 # every stage
 F = 1.0
@@ -584,6 +618,54 @@ def test_sim_json_and_trace(run_cli, tmp_path):
     assert doc["costs"]["F"] == [1, 1, 1] and doc["costs"]["latency"] == 0.5
     assert doc["trace"] == str(trace)
     assert json.loads(trace.read_text())["otherData"]["makespan"] == doc["makespan"]
+
+
+LIMITED = "schedule lim {{\n  memory {limit}\n  rank 0: 0F0 0F1 0F2 0B0 0B1 0B2\n}}\n"
+
+
+@pytest.mark.parametrize("limit, fits, said", [
+    ("limit = 2", False, "memory limit (the schedule's): rank 0 peaks at 3, over its limit of 2; `schedc check` "
+                         "says where"),
+    ("limit = 3", True, "memory limit (the schedule's): every rank's peak of this run is within it"),
+])
+def test_sim_holds_its_peaks_to_the_schedules_memory_limit(run_cli, tmp_path, limit, fits, said):
+    """From a user trial: `check` failed a schedule over its `memory limit`, while `sim` printed the
+    peaks without the limit. Now the limit is a column beside them, and a line says whether they
+    fit (sim's exit code is its own: `check` is the one that fails over the limit)."""
+    path = tmp_path / "lim.pp"
+    path.write_text(LIMITED.format(limit=limit))
+    code, out, err = run_cli("sim", str(path))
+    assert code == 0 and said in out, (out, err)
+    assert out.splitlines()[2].split() == ["rank", "busy", "idle", "peak", "memory", "limit"]
+    assert out.splitlines()[3].split() == ["0", "9", "0", "3", limit.split()[-1]]
+    code, out, _ = run_cli("sim", str(path), "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["peak_memory"] == [3] and doc["memory_limit"] == [int(limit.split()[-1])]
+    assert doc["memory_fits"] is fits
+    assert run_cli("check", str(path))[0] == (0 if fits else 1)
+
+
+def test_sim_without_a_limit_says_none_and_a_jobs_replicas_take_their_ranks(run_cli, tmp_path):
+    code, out, _ = run_cli("sim", "1f1b", "--json")
+    assert code == 0 and json.loads(out)["memory_limit"] == [None] * 4 and json.loads(out)["memory_fits"] is None
+    assert "limit" not in run_cli("sim", "1f1b")[1]
+    job = Path(__file__).parent / "data" / "diagnose" / "gpipe_dp.pp"
+    path = tmp_path / "job.pp"
+    path.write_text(job.read_text().replace("  replicas 2\n", "  replicas 2\n  memory rank 1: limit = 1\n"))
+    sim, check = (json.loads(run_cli(c, str(path), "--json")[1]) for c in ("sim", "check"))
+    assert sim["memory_limit"] == check["memory_limit"] == [None, 1, None, 1] and sim["memory_fits"] is False
+    code, out, _ = run_cli("sim", str(path))
+    assert code == 0 and "rank 1 peaks at 2, over its limit of 1" in out and "rank 3" not in out  # (alike: replica 0)
+
+
+def test_sim_under_a_description_holds_each_total_to_the_accelerator(run_cli):
+    code, out, _ = run_cli("sim", "1f1b", "--model", "llama3-70b", "--hardware", "h100-80gb", "--json")
+    doc = json.loads(out)
+    hardware = doc["setup"]["hardware"]
+    memory = (hardware["memory"] - hardware["reserve"]) / 2**30  # GiB a rank may hold
+    assert code == 0 and doc["memory_fits"] is False and doc["total_memory_limit"] == [pytest.approx(memory)] * 4
+    assert doc["memory_limit"] == [pytest.approx(max(0, memory - x)) for x in doc["model_states"]]
+    assert any(t > memory for t in doc["total_memory"])
 
 
 def _strict_json(text: str):

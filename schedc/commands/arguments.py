@@ -108,7 +108,12 @@ def describing(q) -> None:
                    "for its backward, each pass's efficiency to the seconds it took")
 
 
+COST_ZERO = ("bandwidth=0 is infinite, as by default without a description: a message takes only its latency "
+             "and overhead; every value is at least 0")
+
+
 def costs(q, help: str) -> None:
-    """--cost and --costs, as sim, compare and viz take them (`help`: --cost's)."""
-    q.add_argument("--cost", action="append", default=[], metavar="K=V,...", help=help)
+    """--cost and --costs, as sim, compare and viz take them (`help`: --cost's, to which what
+    `bandwidth=0` means is added)."""
+    q.add_argument("--cost", action="append", default=[], metavar="K=V,...", help=f"{help}; {COST_ZERO}")
     q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")

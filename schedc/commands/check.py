@@ -98,7 +98,8 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
                 stdout.write(common.input_error_json(e, name) + "\n")
             continue
         left = solver_time.left()
-        report = common.run_checks(program, args, setup, timeout=None if left is None else max(0.001, left))
+        report = common.run_checks(program, args, setup, timeout=None if left is None else max(0.001, left),
+                                    file=name)
         if setup is not None:
             described.explain(report, setup, limit)
         worst = common.worse(worst, common.exit_of(report))
@@ -191,7 +192,7 @@ def _sweep(args, params, stdout, stderr, setup=None) -> int:  # noqa: C901
         if work > MAX_SWEEP_WORK:
             too_much_sweep(n, total, instance)
         program = _described(program, setup)
-        report = common.run_checks(program, args, setup, timeout=left)
+        report = common.run_checks(program, args, setup, timeout=left, file=args.inputs[0])
         if report.detailed:  # (the next instance is refused if this one crossed the bound)
             work += (SWEEP_DETAILED - SWEEP_ACTION) * program.num_actions
         if setup is not None:

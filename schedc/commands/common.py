@@ -120,7 +120,8 @@ def _text(name: str, args) -> str:
 
 
 def shown(name: str) -> str:
-    """An input's name as output names it: `<stdin>` for `-`."""
+    """An input's name as output names it (every command's JSON `file`): as given, a built-in's
+    name (not its file's path), `<stdin>` for `-`."""
     return STDIN_NAME if name == STDIN else name
 
 
@@ -136,10 +137,11 @@ def one_stdin(names) -> None:
         raise SchedcError("usage", "standard input (-) is given more than once; it can be read once", where="input")
 
 
-def run_checks(program, args, setup=None, timeout: float | None = None):
+def run_checks(program, args, setup=None, timeout: float | None = None, file: str | None = None):
     """Check `program` under the command's options; under a description (`setup`) the memory limit
     is in GiB (the accelerator's memory by default) and each rank's model states come off it.
-    `timeout`: the solver's seconds for this check (`--timeout` by default; None there too: no clock)."""
+    `timeout`: the solver's seconds for this check (`--timeout` by default; None there too: no clock).
+    `file`: the input as the command was given it, which the report names (`shown`)."""
     from ..api import check
     clock_limit(args.timeout, "--timeout")
     limit = memory_limit(args.memory_limit, sized=setup is not None)
@@ -152,7 +154,8 @@ def run_checks(program, args, setup=None, timeout: float | None = None):
         from .described import room
         limit = room(setup, program, limit)
     return check(program, semantics=args.semantics, engine=args.engine,
-                 timeout=args.timeout if timeout is None else timeout, memory_limit=limit)
+                 timeout=args.timeout if timeout is None else timeout, memory_limit=limit,
+                 file=None if file is None else shown(file))
 
 
 def input_error_json(error: SchedcError, file: str | None = None) -> str:

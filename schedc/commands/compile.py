@@ -35,7 +35,7 @@ def run(args, stdout, stderr) -> int:
     _not_over_the_input(args.input, folder, names)
     if not program.replicas:  # the steps as integer columns from the start: the checks and every output
         program = held_as_columns(program)  # read them so (millions, at the limits); a job's replicas share theirs
-    report = common.run_checks(program, args)
+    report = common.run_checks(program, args, file=args.input)
     if not args.json:
         stdout.write(report.summary() + "\n")
     if report.ok is not True:

@@ -90,9 +90,14 @@ def _rank_table(head: list[str], rows: list[list], replicas: int) -> list[str]:
 
 # ---- sim ----
 def sim_fields(timeline, setup) -> dict:
+    """The keys `sim --json` adds under a description; `memory_limit` is what the model states leave
+    of the accelerator's memory (as in check's report), `memory_fits` whether each rank's total fits."""
     states = setup.model_states(timeline.program, timeline.replicas)
+    total = totals(states, timeline.peak_memory)
     return {"units": setup.units().to_dict(), "setup": setup.to_dict(), "model_states": _rounded(states),
-            "total_memory": _rounded(totals(states, timeline.peak_memory))}
+            "total_memory": _rounded(total), "memory_limit": _rounded(max(0.0, setup.memory - x) for x in states),
+            "total_memory_limit": _rounded(setup.memory for _ in states),
+            "memory_fits": all(t <= setup.memory + 1e-9 for t in total)}
 
 
 def sim_text(timeline, setup, trace) -> str:

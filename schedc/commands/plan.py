@@ -43,7 +43,7 @@ def run(args, stdout, stderr) -> int:
     seconds = time.process_time() - started
     search = {"layouts": result.layouts, "configurations": result.configurations, "refused": result.refused,
               "over_memory": result.over_memory, "not_better": result.bounded, "simulated": result.simulated,
-              "shared": result.shared, "checked": result.checked}
+              "shared": result.shared, "checked": result.checked, "passed_over": result.passed_over_json()}
     if args.json:
         for choice in result.choices:
             stdout.write(dumps_json(choice.to_dict()) + "\n")
@@ -86,4 +86,6 @@ def _text(setup, args, result, seconds: float) -> str:
     lines.append(f"searched {result.layouts} layouts, {result.configurations} configurations (layout and schedule): "
                  f"{result.refused} refused by the schedule, {result.over_memory} over memory, {result.bounded} could "
                  f"not beat these by their bounds, {result.simulated} simulated{shared}, {result.checked} checked")
+    for (name, why), n in result.passed_over.items():
+        lines.append(f"passed over {name} at {n} layout{'s' if n > 1 else ''} (of the refused): {why}")
     return "\n".join(lines)

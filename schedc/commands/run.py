@@ -126,7 +126,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     said = stderr if args.json else stdout  # with --json standard output holds the JSON alone
     if not args.no_verify:
         checks = argparse.Namespace(semantics=str(semantics), engine="native", timeout=30.0, memory_limit=None)
-        report = common.run_checks(program, checks)
+        report = common.run_checks(program, checks, file=args.input)
         said.write(report.summary() + "\n")
         if report.ok is not True:
             stderr.write(report.render() + "\n")
@@ -248,7 +248,8 @@ class _Results:
 def _not_run(args, report, stdout) -> int:
     """The exit code of a check that stops the run; with --json, first the report as its JSON."""
     if args.json:
-        stdout.write(common.dumps_json({**report.to_dict(), "steps": [], "outputs": []}) + "\n")
+        stdout.write(common.dumps_json({**report.to_dict(), "file": common.shown(args.input), "steps": [], "outputs": []})
+                     + "\n")
     return common.exit_of(report)
 
 
@@ -390,8 +391,9 @@ def _said_lost(flag: str, exc: SchedcError, stderr, lost: list | None) -> None:
 
 def _writable(path: str, flag: str) -> None:
     """Refuse, before the run, an output that cannot be written after it (`outputs.probe_writable`:
-    a path under something that is not a writable folder, a read-only file, a folder the kernel will
-    not let this process create a file in), a folder as a usage error."""
+    compile's and viz's rule for an output's place, a file in the way of its folder, a folder not
+    writable, a read-only file; then a folder the kernel will not let this process create a file
+    in), a folder as a usage error."""
     shown = f"{path[:80]}{'...' if len(path) > 80 else ''}"
     try:
         if Path(path).is_dir():

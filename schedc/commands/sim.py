@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import EXIT_FAIL, EXIT_OK, SchedcError
-from ..outputs import ALIKE, alike_replicas, dumps_json
+from ..outputs import ALIKE, alike_replicas, dumps_json, rounded
 from ..rules.semantics import RENDEZVOUS, Semantics
 from . import arguments, common, described
 
@@ -97,7 +97,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     if args.trace:
         written = common.write_file(args.trace, dumps_trace(timeline))
     if args.json:
-        extra = described.sim_fields(timeline, setup) if setup is not None else {}
+        extra = described.sim_fields(timeline, setup) if setup is not None else _limit_fields(timeline)
         extra = {**extra, **({"sampled": sampled.to_dict()} if sampled is not None else {})}
         stdout.write(dumps_json({**_sim_dict(common.shown(args.input), timeline, costs, written), **extra}) + "\n")
     elif setup is not None:
@@ -130,6 +130,40 @@ def _sim_dict(file, timeline, costs, trace) -> dict:
             "trace": str(trace) if trace else None}
 
 
+def memory_limits(timeline) -> tuple[float | None, ...]:
+    """Each rank's memory limit as the schedule states it (`memory limit = N`, `memory rank R:
+    limit = N`), None for a rank without one; a job's replicas each take their pipeline rank's,
+    as `check` holds them."""
+    p = timeline.program
+    given = dict(p.annotations.memory_limit)
+    P = p.num_ranks // timeline.replicas
+    return tuple(given.get(r % P) for r in range(len(timeline.peak_memory)))
+
+
+def over_limits(peaks, limits) -> list[int]:
+    """The ranks whose peak is over their limit (by more than rounding, as `check` counts it)."""
+    return [r for r, (peak, limit) in enumerate(zip(peaks, limits)) if limit is not None and peak > limit + 1e-9]
+
+
+def _limit_fields(timeline) -> dict:
+    """sim --json's `memory_limit` (per rank, null for none; as check's) and `memory_fits`: whether
+    this timed run's peaks are within them (null when no rank has one)."""
+    limits = memory_limits(timeline)
+    fits = None if all(x is None for x in limits) else not over_limits(timeline.peak_memory, limits)
+    return {"memory_limit": [None if x is None else rounded(x) for x in limits], "memory_fits": fits}
+
+
+def _limit_text(timeline, limits, shown: int) -> str:
+    """The line that holds this run's peaks to the schedule's memory limit."""
+    over = [r for r in over_limits(timeline.peak_memory, limits) if r < shown]
+    if not over:
+        return ("  memory limit (the schedule's): every rank's peak of this run is within it; `schedc check` holds "
+                "the worst run to it")
+    said = "; ".join(f"rank {r} peaks at {timeline.peak_memory[r]:.6g}, over its limit of {limits[r]:.6g}"
+                     for r in over)
+    return f"  memory limit (the schedule's): {said}; `schedc check` says where and what is live"
+
+
 def _sampled_text(sampled) -> str:
     n = len(sampled.makespans)
     return (f"  sampled: mean makespan {sampled.mean:.6g} over {n} run{'s' if n != 1 else ''} (p10 "
@@ -148,14 +182,21 @@ def _sim_text(timeline, trace) -> str:
              + (f", under {timeline.semantics}" if timeline.semantics != str(RENDEZVOUS) else ""),
              f"  makespan {num(timeline.makespan)}, bubble ratio {timeline.bubble_ratio:.4f}",
              "  rank        busy        idle  peak memory"]
-    rows = list(zip(timeline.busy, timeline.idle, timeline.peak_memory))
+    limits = memory_limits(timeline)
+    limited = any(x is not None for x in limits)
+    if limited:
+        lines[-1] += "        limit"
+    rows = list(zip(timeline.busy, timeline.idle, timeline.peak_memory, limits))
     P = alike_replicas(rows, timeline.replicas)  # (the timeline's program is the whole job)
-    for r, (busy, idle, peak) in enumerate(rows[:P] if P else rows):
-        lines.append(f"  {r:>4}  {num(busy):>10}  {num(idle):>10}  {num(peak):>11}")
+    for r, (busy, idle, peak, limit) in enumerate(rows[:P] if P else rows):
+        lines.append(f"  {r:>4}  {num(busy):>10}  {num(idle):>10}  {num(peak):>11}"
+                     + (f"  {'-' if limit is None else num(limit):>11}" if limited else ""))
     if P:
         lines.append("  " + ALIKE.format(D=timeline.replicas, P=P))
     lines.append("  peak memory: of this timed run (activations and receive buffers); `schedc check` "
                  "reports the worst over every run the semantics allows")
+    if limited:
+        lines.append(_limit_text(timeline, limits, P or len(rows)))
     if trace:
         lines.append(f"  wrote {trace}")
     return "\n".join(lines)

@@ -39,7 +39,7 @@ def run(args, stdout, stderr) -> int:
     if costs is not None:
         program = costs.apply(program)
         overlap, links = costs.overlap is not False, costs.links(program)
-    report = common.run_checks(program, args, setup)
+    report = common.run_checks(program, args, setup, file=args.input)
     limit = common.memory_limit(args.memory_limit, sized=True) if setup is not None else None
     if setup is not None:
         described.explain(report, setup, limit)

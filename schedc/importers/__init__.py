@@ -10,6 +10,7 @@ from typing import Callable, Mapping
 from ..errors import SchedcError
 from ..ir import Program
 from . import deepspeed, megatron
+from .common import Refused as Refused  # (the framework's own refusal of P and M: `plan` passes over the layout)
 
 FRAMEWORKS = {"deepspeed": deepspeed, "megatron": megatron}  # the frameworks whose schedules are names
 
@@ -92,12 +93,36 @@ def settings(name: str, params: Mapping[str, int] | None, known: Mapping[str, in
             raise SchedcError("range", f"{name}: {key} is 0 or 1, not {value}", where="--param")
         if key not in SWITCHES and value < 1:
             raise SchedcError("range", f"{name}: {key}={value} must be at least 1", where="--param")
-    work = values["P"] * values["M"] * values.get("V", 1)  # type: ignore[operator]
+    work = _work(values)  # type: ignore[arg-type]
     if work > max_work(name):
         raise SchedcError("too-large", f"{_at(name, values)}: P x M x V is {work:,}, at most {max_work(name):,} (its "
                           f"listing takes up to {CHARACTERS[name]} characters a rank, microbatch and chunk, and "
                           "would be over the 1,000,000-character source limit; docs/limits.md)", where="--param")
     return values  # type: ignore[return-value]
+
+
+def refusal(name: str, params: Mapping[str, int] | None) -> str | None:
+    """Why the framework's schedule `name` cannot be read at `params` (those it does not take left
+    out, as `plan` gives them), known before its code is imported or traced: P x M x V past its
+    listing limit, or settings the framework refuses by a rule of its own (megatron:interleaved on
+    one rank); None when it may be read (`load` still checks what this does not: a missing
+    parameter, a count below 1, and what the framework says once it runs)."""
+    module, schedule = _schedule(name)
+    known = module.PARAMS[schedule]
+    values = {k: (params or {}).get(k, default) for k, default in known.items()}
+    if any(v is None for v in values.values()):
+        return None
+    if _work(values) > max_work(name):  # type: ignore[arg-type]
+        from ..parse import MAX_SOURCE_BYTES
+        return (f"P x M x V is over {max_work(name):,} there, and its listing would pass the "
+                f"{MAX_SOURCE_BYTES:,}-character source limit (docs/limits.md)")
+    refuses = getattr(module, "refuses", None)
+    return refuses(schedule, values) if refuses is not None else None
+
+
+def _work(values: Mapping[str, int]) -> int:
+    """P x M x V: the ranks, microbatches and chunks a listing holds."""
+    return values["P"] * values["M"] * values.get("V", 1)
 
 
 def _at(name: str, values: Mapping[str, int | None]) -> str:

@@ -7,6 +7,15 @@ from typing import Iterator, Mapping
 
 from ..errors import SchedcError
 
+class Refused(SchedcError):
+    """The framework's own code refused the settings it was asked for (code `importer`, as every
+    importer error): the framework is there and works, only not at these P and M, so `plan` passes
+    over the layout that asked (a missing or unsupported framework stops it)."""
+
+    def __init__(self, message: str, where: str):
+        super().__init__("importer", message, where=where)
+
+
 INSTALL = "pip install 'schedc[importers]'"
 # framework prefix -> (its distribution, the versions the importer is tested with, their description)
 SUPPORTED = {"deepspeed": ("deepspeed", ("0.19.",), "0.19.x"),

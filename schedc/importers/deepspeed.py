@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..errors import SchedcError
-from .common import require, version, write
+from .common import Refused, require, version, write
 
 # DeepSpeed instruction -> schedc op
 _ACTIONS = {"ForwardPass": "F", "BackwardPass": "B", "SendActivation": "SEND_F", "RecvActivation": "RECV_F",
@@ -88,7 +88,7 @@ def _listing(kind: str, values: Mapping[str, int], forward_only: bool = False) -
     try:
         schedules = [getattr(module, _CLASSES[kind])(micro_batches=M, stages=P, stage_id=r, **extra) for r in range(P)]
     except ValueError as exc:  # DeepSpeed refuses the settings
-        raise SchedcError("importer", f"DeepSpeed refuses P={P}, M={M}: {exc}", where=f"deepspeed:{kind}") from None
+        raise Refused(f"DeepSpeed refuses P={P}, M={M}: {exc}", f"deepspeed:{kind}") from None
     ranks = [stage_steps(schedules[r], r, P, vshape) for r in range(P)]
     comment = (f"DeepSpeed {version('deepspeed')} {_CLASSES[kind]}(micro_batches={M}, stages={P}, stage_id=r"
                f"{', forward_only=True' if forward_only else ''}) on rank r: one line per step with a pipeline action")

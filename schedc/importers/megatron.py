@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any, Iterator, Mapping
 
 from ..errors import SchedcError
-from .common import quiet, require, version, write
+from .common import Refused, quiet, require, version, write
 
 _LOCK = threading.Lock()  # tracing swaps module globals of Megatron for fakes while it runs
 
@@ -288,24 +288,31 @@ def _modules():
                            ProcessGroupCollection=groups.ProcessGroupCollection)
 
 
+def refuses(kind: str, values: Mapping[str, int]) -> str | None:
+    """Why Megatron-Core's schedule `kind` does not run at `values` by a rule of its own, known
+    without importing it (megatron:interleaved on one rank), or None."""
+    if kind == "interleaved" and values.get("V", 1) < 2:
+        return "megatron:interleaved runs V >= 2 model chunks per rank (V=1 is megatron:1f1b)"
+    if kind == "interleaved" and values["P"] < 2:  # (parallel_state.initialize_model_parallel's own check)
+        return ("megatron:interleaved runs on P >= 2 ranks: Megatron-Core refuses an interleaved schedule on one "
+                "pipeline rank")
+    return None
+
+
 def _listing(kind: str, values: Mapping[str, int], forward_only: bool = False) -> str:
-    mc = _modules()
     P, V, M = values["P"], values.get("V", 1), values["M"]
     if values.get("BATCHED") and values.get("OVERLAP"):
         raise SchedcError("importer", "Megatron-Core refuses BATCHED=1 with OVERLAP=1 (batch_p2p_comm and "
                           "overlap_p2p_comm)", where="--param")
-    if kind == "interleaved" and V < 2:
-        raise SchedcError("range", "megatron:interleaved runs V >= 2 model chunks per rank (V=1 is megatron:1f1b)",
-                          where="--param")
-    if kind == "interleaved" and P < 2:  # (parallel_state.initialize_model_parallel's own check)
-        raise SchedcError("range", "megatron:interleaved runs on P >= 2 ranks: Megatron-Core refuses an interleaved "
-                          "schedule on one pipeline rank", where="--param")
+    why = refuses(kind, values)
+    if why is not None:
+        raise SchedcError("range", why, where="--param")
+    mc = _modules()
     with _LOCK, quiet():
         try:
             ranks = [trace_rank(mc, r, values, forward_only).render() for r in range(P)]
         except (AssertionError, ValueError, RuntimeError) as exc:  # Megatron refuses the settings
-            raise SchedcError("importer", f"Megatron-Core refuses P={P}, V={V}, M={M}: {exc}",
-                              where=f"megatron:{kind}") from None
+            raise Refused(f"Megatron-Core refuses P={P}, V={V}, M={M}: {exc}", f"megatron:{kind}") from None
         except Exception as exc:
             where = _inside_megatron(exc)
             if where is None:
