@@ -14,7 +14,7 @@ inputs an error.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from typing import Callable, Mapping, cast
 
 from . import loops as ir_loops
 from . import syntax as ast
@@ -102,7 +102,7 @@ class _Scope:
     types: dict[str, str] = field(default_factory=dict)
 
     def function(self, name: str):
-        scope = self
+        scope: _Scope | None = self
         while scope is not None:
             if name in scope.functions:
                 return scope.functions[name]
@@ -111,7 +111,7 @@ class _Scope:
 
     def _holder(self, name: str) -> "_Scope | None":
         """The scope, this one or one it is inside, that defines `name`."""
-        scope = self
+        scope: _Scope | None = self
         while scope is not None and name not in scope.names:
             scope = scope.parent
         return scope
@@ -128,7 +128,8 @@ class _Scope:
         return None if scope is None else scope.types.get(name)
 
     def all_names(self) -> list[str]:
-        out, scope = [], self
+        out: list[str] = []
+        scope: _Scope | None = self
         while scope is not None:
             out.extend(scope.names)
             scope = scope.parent
@@ -193,7 +194,7 @@ class _RankState:
 
     def __init__(self, routes: tuple[tuple[tuple[int, int], tuple[int, int]], ...] | None = None):
         self.count: dict[tuple[int, str], int] = {}
-        self.pending: dict[tuple[int, int], None] = {}
+        self.pending: dict[tuple[int, int | None], None] = {}  # (an I's microbatch: an int, as its arity says)
         self.routes = routes
 
     def note(self, a: Action) -> None:
@@ -222,7 +223,7 @@ class _RankState:
             k, end = k - (b - a), b
         return end + k  # (past its microbatches: an index the checks report)
 
-    def oldest(self) -> tuple[int, int]:
+    def oldest(self) -> tuple[int, int | None]:
         """(stage, microbatch) of the oldest I still waiting for its W."""
         return next(iter(self.pending))
 
@@ -252,6 +253,7 @@ class _Compiler:
                 raise SchedcError("unknown-param", f"schedule '{tree.name}' has no parameter "
                                   f"'{name}' (its parameters: {listed}){hint}", where="--param")
         for i, p in enumerate(tree.params):
+            value: object  # (a default's value is any the expression gives, checked below)
             if p.name in overrides:
                 value = overrides[p.name]
             elif p.default is not None:  # (in the scope of the parameters before it)
@@ -333,7 +335,7 @@ class _Compiler:
 
     def let_value(self, item: ast.Let) -> Eval:
         value = _compile_expr(item.value, self.scope)
-        self.scope.define(item.name, item.span, value.type)
+        self.scope.define(item.name, item.span, _inferred_type(value))
         return value
 
     @staticmethod
@@ -359,7 +361,8 @@ class _Compiler:
 
     def reorder(self, program: Program, order: ast.Order, env: Env) -> Program:
         from .order import KINDS, greedy_order
-        prefer, cap = (Op.I, Op.F, Op.W, Op.B), None
+        prefer: tuple[Op, ...] = (Op.I, Op.F, Op.W, Op.B)
+        cap: float | None = None
         given: set[str] = set()
         for opt in order.options:
             if opt.name in given:  # (one would silently win)
@@ -372,9 +375,10 @@ class _Compiler:
                                       f"{', '.join(opt.names)}", opt.span)
                 prefer = tuple(KINDS[n] for n in opt.names)
             elif opt.name == "memory" and opt.value is not None:
-                cap = self.expr(opt.value, self.scope)(env)
-                if type(cap) not in (int, float) or cap < 0:
+                limit = self.expr(opt.value, self.scope)(env)
+                if not (type(limit) is int or type(limit) is float) or limit < 0:
                     raise SchedcError("type", "memory must be a non-negative number", opt.value.span)
+                cap = limit
             else:
                 raise SchedcError("order", f"order greedy takes prefer = [kinds] and memory = limit; "
                                   f"'{opt.name}' is not an option", opt.span)
@@ -432,19 +436,22 @@ class _Compiler:
         """Per replica, per rank, the steps (the generic body may name its replica: `rank r, replica d`).
         Ranks run in order; a stretch of ranks without a body of their own runs in one call of the
         generic body's code."""
-        specific = {b.rank: b for b in loops.specific}
+        specific: dict[int, ir_loops.Body] = {}
         for b in loops.specific:
+            assert b.rank is not None  # (a `rank N` body: the bodies without a rank's name have a number)
             if b.rank >= num_ranks:
                 raise SchedcError("range", f"rank {b.rank} is out of range: the schedule has "
                                   f"{num_ranks} rank(s)", b.span)
+            specific[b.rank] = b
         reporting = self.seen is not None
-        generic = None
-        if loops.generic is not None:
-            generic = self.code.get(("body", loops.generic.position, reporting),
-                                    lambda: _BodyWriter(self.scope, reporting, loops.uses_next).code(loops.generic))
-        compiled = {b.rank: self.code.get(("body", b.position, reporting),
-                                          lambda: _BodyWriter(self.scope, reporting, loops.uses_next).code(b))
-                    for b in loops.specific if not b.literal}
+        generic: Callable | None = None
+        generic_body = loops.generic
+        if generic_body is not None:
+            generic = self.code.get(("body", generic_body.position, reporting),
+                                    lambda: _BodyWriter(self.scope, reporting, loops.uses_next).code(generic_body))
+        compiled = {rank: self.code.get(("body", b.position, reporting),
+                                        lambda: _BodyWriter(self.scope, reporting, loops.uses_next).code(b))
+                    for rank, b in specific.items() if not b.literal}
         starts = sorted(specific) + [num_ranks]
         out: list[list[list]] = []
         # a body that does not name its replica runs the same lists in every replica: expanded once
@@ -456,10 +463,10 @@ class _Compiler:
             rank = 0
             while rank < num_ranks:
                 body = specific.get(rank)
-                if body is None and generic is None:
-                    raise SchedcError("missing-rank", f"rank {rank} has no body: add `rank {rank} {{ ... }}` "
-                                      "or a `rank r { ... }` for all ranks", self.tree.name_span)
                 if body is None:  # up to the next rank with a body of its own
+                    if generic is None:
+                        raise SchedcError("missing-rank", f"rank {rank} has no body: add `rank {rank} {{ ... }}` "
+                                          "or a `rank r { ... }` for all ranks", self.tree.name_span)
                     stop = next(s for s in starts if s > rank)
                     generic(env, range(rank, stop), d, lists, seen, self.budget)
                     rank = stop
@@ -474,9 +481,10 @@ class _Compiler:
 
     def literal_rank(self, body: ir_loops.Body, rank: int, env: Env, seen) -> list:
         """The steps of `rank N: 0F0 0B0 ...` (parsed once), each counted against the budget."""
-        steps = self.code.get(("literal", body.position), lambda: [_parsed(site.action) for site in body.nodes])
+        steps = self.code.get(("literal", body.position), lambda: [_parsed(_literal(site)) for site in body.nodes])
         out = []
-        for site, step in zip(body.nodes, steps):
+        sites = cast("tuple[ir_loops.Site, ...]", body.nodes)  # (a literal action's each, as _literal checked)
+        for site, step in zip(sites, steps):
             if isinstance(step, SchedcError):
                 raise step
             self.budget.actions -= len(step.parts)
@@ -506,6 +514,7 @@ class _Compiler:
                                   f"ranks as stages, got {num_stages}", p.span)
             return placed("vshape", num_stages, num_ranks)
         if p.kind == "expr":
+            assert p.var is not None and p.expr is not None  # (`place s -> E`: parse gives both)
             fn = self.code.get(("place", id(p)), lambda: self.placement_expr(p))
             charge(num_stages * (1 + fn.steps), p.expr.span)
             values = []
@@ -528,6 +537,7 @@ class _Compiler:
 
     def placement_expr(self, p: ast.Placement) -> Eval:
         """`place s -> E`: E compiled with the stage named."""
+        assert p.var is not None and p.expr is not None  # (`place s -> E`: parse gives both)
         inner = self.scope.child()
         inner.define(p.var, p.span, INT)
         return _compile_expr(p.expr, inner)
@@ -550,10 +560,10 @@ class _Compiler:
                     raise SchedcError("range", f"{item.scope} {index} is out of range 0..{bound - 1}",
                                       item.scope_expr.span)
             for s in item.settings:
-                value = self.expr(s.value, self.scope)(env)
-                if type(value) not in (int, float) or value < 0:
+                given = self.expr(s.value, self.scope)(env)
+                if not (type(given) is int or type(given) is float) or given < 0:
                     raise SchedcError("type", f"'{s.name}' must be a non-negative number", s.value.span)
-                value = float(value)
+                value = float(given)
                 if item.what == "cost":
                     if s.name in extras:
                         extras[s.name] = value
@@ -563,6 +573,7 @@ class _Compiler:
                     elif item.scope == "rank":
                         if value <= 0:  # (a rank's times are the stage times divided by its speed)
                             raise SchedcError("type", "'speed' must be a positive number", s.value.span)
+                        assert index is not None  # (a `rank N` annotation: its index read above)
                         speed[index] = value
                     else:
                         (stage_cost.setdefault(index, {}) if index is not None else base_cost)[s.name] = value
@@ -591,6 +602,7 @@ def _per_stage(default, num_stages: int, given: dict, by_stage: dict[int, dict])
 
 def define_function(s: ast.Let, scope: _Scope) -> Function:
     """`let f(a, b) = E`: a pure function; its parameters may shadow outer names inside E."""
+    assert s.params is not None  # (called for a `let` with parameters only: a value's has none)
     if len(set(s.params)) != len(s.params):
         raise SchedcError("redefined", f"function '{s.name}' names a parameter twice", s.span)
     inner = _Scope({p: s.span for p in s.params}, scope)
@@ -601,6 +613,20 @@ def define_function(s: ast.Let, scope: _Scope) -> Function:
     return fn
 
 
+def _literal(site: ir_loops.Node) -> ast.LiteralAction:
+    """The action of a node of a literal body (`rank N: 0F0 ...`): a site, of a literal action
+    (schedc/loops.py makes a literal body of nothing else)."""
+    assert isinstance(site, ir_loops.Site) and isinstance(site.action, ast.LiteralAction)
+    return site.action
+
+
+def _inferred_type(value: Eval) -> str:
+    """The type `compile_expr` inferred for the value of the function it made (which it keeps on
+    the function, as `type`; schedc/expr.py's INT, NUM, ...)."""
+    kind: str = getattr(value, "type")
+    return kind
+
+
 def _parsed(a: ast.LiteralAction):
     """A literal action's step, or the error that it is not one."""
     try:
@@ -609,7 +635,8 @@ def _parsed(a: ast.LiteralAction):
         return SchedcError("bad-action", str(exc), a.span)
 
 
-_SET_KIND, _SET_PARTS, _SET_SPAN = Compound.kind.__set__, Compound.parts.__set__, Compound.span.__set__
+# the slots' own setters (`vars`: the member descriptors, which mypy reads as the fields' types; as ir.py's)
+_SET_KIND, _SET_PARTS, _SET_SPAN = (vars(Compound)[name].__set__ for name in ("kind", "parts", "span"))
 
 
 def _compound(kind: CompoundKind, parts: tuple[Action, ...], span: Span) -> Compound:
@@ -664,7 +691,7 @@ class _BodyWriter:
             top.line(f"v_{name} = _env[{name!r}]")
         top.line("_ia, _ii = _budget.actions, _budget.iterations")
         self.rank = "_rank" if body.var is None else f"v_{body.var}"  # the rank being expanded
-        self.counters = {body.var, body.replica} - {None}  # names of a rank and a replica: never negative
+        self.counters = {n for n in (body.var, body.replica) if n is not None}  # a rank's and a replica's: never negative
         if body.var is not None:
             scope.define(body.var, body.span, INT)
         loop = len(top.lines)  # (where the ranges made before the ranks go)
@@ -819,6 +846,7 @@ class _BodyWriter:
     # ---- actions ----
     def do(self, site: ir_loops.Site, scope: _Scope, block: Block) -> None:
         call = site.action
+        assert isinstance(call, ast.Call)  # (a body of statements: its sites are `Do`s; literal actions are a literal body's)
         if call.name in COMPOUND_NAMES:
             self.compound(site, scope, block)
             return
@@ -843,6 +871,7 @@ class _BodyWriter:
     def compound(self, site: ir_loops.Site, scope: _Scope, block: Block) -> None:
         """`group(...)` or `overlap(...)`: one step of several actions."""
         call = site.action
+        assert isinstance(call, ast.Call)  # (as in `do`, which calls this)
         kind = CompoundKind.GROUP if call.name == "group" else CompoundKind.OVERLAP_F_B
         if not call.args or (kind is CompoundKind.OVERLAP_F_B and len(call.args) != 2):
             need = "two actions, e.g. overlap(F(0, 1), B(7, 0))" if kind is CompoundKind.OVERLAP_F_B \
@@ -922,6 +951,7 @@ class _BodyWriter:
             names = ", ".join(f"{n!r}: v_{n}" for n in scope.all_names())
             block.line(f"if _seen is not None: _seen({self.rank}, {site.index}, _a, {{{names}}})")
         if self.counting:
+            assert isinstance(site.action, ast.Call)  # (as in `do`, which calls this)
             if site.action.name in COMPOUND_NAMES:
                 block.line("for _part in _a.parts: _st.note(_part)")
             else:
@@ -952,9 +982,10 @@ def _positive(x: ast.Expr) -> bool:
 
 def _all_functions(scope: _Scope):
     """The `let` functions defined in a scope and those it is inside."""
-    while scope is not None:
-        yield from scope.functions.values()
-        scope = scope.parent
+    inside: _Scope | None = scope
+    while inside is not None:
+        yield from inside.functions.values()
+        inside = inside.parent
 
 
 def _is_next(arg) -> bool:

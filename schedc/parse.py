@@ -404,7 +404,8 @@ class _ToAst:
         return ast.Decl("replicas", children[0], self._span(meta))
 
     def route_decl(self, meta, children):
-        return ast.Route(*children, self._span(meta))
+        mb_start, mb_stop, stage_start, stage_stop = children  # the grammar's four exprs
+        return ast.Route(mb_start, mb_stop, stage_start, stage_stop, self._span(meta))
 
     def place_loop(self, meta, children):
         return ast.Placement("loop", None, None, (), self._span(meta))
@@ -539,7 +540,8 @@ class _ToAst:
         return ast.Var(str(children[0]), self._span(meta))
 
     def ternary(self, meta, children):
-        return ast.Ternary(*children, self._span(meta))
+        cond, then, orelse = children  # the grammar's three exprs
+        return ast.Ternary(cond, then, orelse, self._span(meta))
 
     def neg(self, meta, children):
         return ast.UnaryOp("-", children[0], self._span(meta))

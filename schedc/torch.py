@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from .errors import Diagnostic, SchedcError
-from .ir import Program, describe, format_step
+from .ir import Program, Step, describe, format_step
 
 
 def schedule(source: str | Program, stages: Sequence[Any], n_microbatches: int,
@@ -70,9 +70,17 @@ def _runtime(source: str | Program, stages: Sequence[Any], n_microbatches: int, 
     rows = to_torch_csv(program.replica(0), "comms", verified=semantics).rows  # (identical replicas: each runs this)
     _gathers_in_order(program, rows, stages)
     runtime = _PipelineScheduleRuntime(list(stages), n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads)
-    actions = {rank: [_Action.from_str(format_step(cell)) for cell in row] for rank, row in enumerate(rows)}
+    actions = {rank: [_Action.from_str(format_step(_written(cell))) for cell in row] for rank, row in enumerate(rows)}
     runtime._prepare_schedule_with_comms(actions, format="compute_comms")
     return runtime
+
+
+def _written(cell: Step | None) -> Step:
+    """A cell of a CSV `to_torch_csv` wrote: a step, always. Its rows are the program's steps, which
+    have no empty cell (a CSV read from a file may: `None` there), and torch's runtime asserts on a
+    None action at compute_comms."""
+    assert cell is not None, "to_torch_csv wrote an empty cell"
+    return cell
 
 
 def _gathers_in_order(program: Program, rows, stages) -> None:

@@ -84,3 +84,18 @@ def test_what_cannot_be_merged_is_one_line(files, run_cli, inputs, message):
     code, stdout, stderr = run_cli("trace", "merge", *[str(files / n) for n in inputs], "-o", str(files / "o.json"))
     assert code == 2 and message in stderr and stderr.count("\n") == 1, stderr
     assert not (files / "o.json").exists()
+
+
+def test_lines_this_reader_does_not_know_are_left_out(files, run_cli):
+    """A rank file with lines no rank writes (an `ev` that is a list or an object, no `ev` at all,
+    a known `ev` missing its fields) merges as if they were not there: each used to stop the
+    reader (unhashable list, or a KeyError on the record without `ev`) instead."""
+    stray = ['{"ev": ["compute"]}', '{"ev": {"k": 0}}', '{"?": 1}', '{"ev": "compute", "k": 0}', "[1, 2]", "7"]
+    for r in (0, 1):
+        text = lines(part(r, 1 - r))
+        assert read_part(text + "\n".join(stray) + "\n") == part(r, 1 - r)
+        (files / f"rank{r}.jsonl").write_text(text + "\n".join(stray) + "\n")
+    out = files / "job.json"
+    code, _, stderr = run_cli("trace", "merge", str(files / "rank0.jsonl"), str(files / "rank1.jsonl"), "-o", str(out))
+    assert code == 0, stderr
+    assert arrows(json.loads(out.read_text())) == WANT

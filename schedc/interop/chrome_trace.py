@@ -202,8 +202,9 @@ def _names(timeline: Timeline, m) -> tuple[str, str]:
     src, dst = program.ranks[m.src_rank][m.src_step], None
     if timeline.level == "compute":
         made = next(a for a in src.parts if produces(a) == m.value)
-        send, recv = message(made, program.placement, stages_of(program))
-        return describe(send), describe(recv)
+        pair = message(made, program.placement, stages_of(program))
+        assert pair is not None  # m crosses ranks, so its producer has a remote consumer: a (send, receive)
+        return describe(pair[0]), describe(pair[1])
     dst = program.ranks[m.dst_rank][m.dst_step]
     send = next((a for a in src.parts if a.op in SENDS and payload(a) == m.value), src.parts[0])
     recv = next((a for a in dst.parts if a.op in RECVS and delivers(a) == m.value), dst.parts[0])
@@ -235,7 +236,8 @@ def read_part(text: str) -> list[dict]:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and all(key in record for key in _FIELDS.get(record.get("ev"), ("?",))):
+        ev = record.get("ev") if isinstance(record, dict) else None  # (any JSON value: a list is not a key)
+        if isinstance(ev, str) and ev in _FIELDS and all(key in record for key in _FIELDS[ev]):
             records.append(record)
     return records
 
@@ -244,8 +246,9 @@ def measured_trace(parts: dict[int, list[dict]], *, title: str = "", stopped: di
     """The trace of a run from its ranks' event lines (`read_part`), by rank. The ranks of one host
     share its monotonic clock; each host's time 0 is when its ranks left the barrier they pass
     together at the start. `stopped` (from the launcher: which ranks ended how) goes to otherData."""
-    heads = {r: next((rec for rec in recs if rec["ev"] == "rank"), None) for r, recs in parts.items()}
-    ranks = sorted(r for r, head in heads.items() if head is not None)
+    found = {r: next((rec for rec in recs if rec["ev"] == "rank"), None) for r, recs in parts.items()}
+    heads = {r: head for r, head in found.items() if head is not None}
+    ranks = sorted(heads)
     origin: dict[str, float] = {}
     for r in ranks:
         host = heads[r]["host"]
