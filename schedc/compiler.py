@@ -379,6 +379,9 @@ class _Compiler:
                 if not (type(limit) is int or type(limit) is float) or limit < 0:
                     raise SchedcError("type", "memory must be a non-negative number", opt.value.span)
                 cap = limit
+            elif opt.name in ("prefer", "memory"):  # (the option is known: its value has the wrong form)
+                wanted = "a list of compute kinds, as [I, F, W]" if opt.name == "prefer" else "a number, the cap"
+                raise SchedcError("order", f"order greedy's {opt.name} takes {wanted}", opt.span)
             else:
                 raise SchedcError("order", f"order greedy takes prefer = [kinds] and memory = limit; "
                                   f"'{opt.name}' is not an option", opt.span)

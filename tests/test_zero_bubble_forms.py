@@ -81,6 +81,21 @@ def test_greedy_order_refuses_an_impossible_cap(tmp_path, run_cli):
     assert code == 2 and "error[order]" in err and "memory <= 0" in err
 
 
+@pytest.mark.parametrize("option, told", [
+    ("memory = [F]", "order greedy's memory takes a number"),
+    ("prefer = 3", "order greedy's prefer takes a list of compute kinds"),
+    ("cap = 3", "'cap' is not an option"),
+])
+def test_greedy_order_says_which_option_has_the_wrong_form(tmp_path, run_cli, option, told):
+    """A known option with a value of the wrong form is told as that, not as an unknown option."""
+    src = tmp_path / "form.pp"
+    src.write_text(f"schedule form(P = 2, M = 2) {{ stages P\n place loop\n order greedy({option})\n"
+                   " rank r { for m in 0 .. M { F(r, m); B(r, m) } } }\n")
+    code, _, err = run_cli("check", str(src))
+    assert code == 2 and "error[order]" in err and told in err, err
+    assert "form.pp:3:15:" in err
+
+
 @pytest.mark.parametrize("P", [2, 4, 8])
 @pytest.mark.parametrize("factor", [2, 4, 8])
 def test_zbv_has_no_gaps_at_equal_costs(P, factor):
