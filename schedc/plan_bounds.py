@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .ir import COMPUTE, Compound, Op, Program, StageCost
+from .ir import COMPUTE, Compound, Op, Program, Route, StageCost
 from .rules.time import step_time, timed
 
 # What a bound gives up to floating-point rounding: the simulator adds the same times in another
@@ -156,12 +156,15 @@ def _undominated(rows):
 class Family:
     """What every program of a built-in schedule has, whatever P and M: V stages a rank, placed
     `loop` (s on s % P) or `vshape` (r and 2P-1-r), each (stage, microbatch) run forward once and
-    backward by `backward` (B; I and W; or either), and whether forwards and backwards may pair."""
+    backward by `backward` (B; I and W; or either), whether forwards and backwards may pair, and
+    whether two routes of P stages each (DualPipe's directions, copies of the model) split the
+    microbatches between them (`routed`)."""
 
     V: int
     place: str
     backward: str  # "B", "IW" or "B|IW"
     pairs: bool = False
+    routed: bool = False  # two routes: stages 0..P-1 run the first M/2 microbatches, P..2P-1 the rest
 
 
 FAMILIES = {
@@ -169,6 +172,7 @@ FAMILIES = {
     "zb_h2": Family(1, "loop", "IW"), "interleaved_1f1b": Family(2, "loop", "B"),
     "looped_bfs": Family(2, "loop", "B"), "interleaved_zero_bubble": Family(2, "loop", "IW"),
     "zbv": Family(2, "vshape", "IW"), "dualpipev": Family(2, "vshape", "B|IW", pairs=True),
+    "dualpipe": Family(2, "vshape", "B|IW", pairs=True, routed=True),
 }
 
 
@@ -181,15 +185,23 @@ def family_shape(name: str, P: int, M: int) -> Shape | None:
     S = fam.V * P
     placement = tuple(s % P if fam.place == "loop" else (s if s < P else 2 * P - 1 - s) for s in range(S))
     backward = {"B": (Op.B,), "IW": (Op.I, Op.W), "B|IW": (Op.B, Op.I, Op.W)}[fam.backward]
+    segments, n = (((0, P), (P, S)), M // 2) if fam.routed else ((), M)  # (routed: each stage runs its route's)
     steps: list[list[tuple[Parts, int]]] = [[] for _ in range(P)]
     for s, r in enumerate(placement):
-        steps[r].append((((Op.F, s),), M))
+        steps[r].append((((Op.F, s),), n))
         for op in backward:  # either way a stage's backward takes B = I + W (a mixed one: counted as B)
             fused = fam.backward == "B|IW"
-            steps[r].append((((op, s),), 0 if fused and op is not Op.B else M))
+            steps[r].append((((op, s),), 0 if fused and op is not Op.B else n))
     kinds = frozenset((op, s) for s in range(S) for op in (Op.F, *backward))
     paired = frozenset(k for k in kinds if k[0] in (Op.F, Op.B, Op.I)) if fam.pairs else frozenset()
-    return Shape(P, S, placement, (1.0,) * P, tuple(tuple(x) for x in steps), kinds, paired, loose=fam.pairs)
+    return Shape(P, S, placement, (1.0,) * P, tuple(tuple(x) for x in steps), kinds, paired, loose=fam.pairs,
+                 segments=segments)
+
+
+def family_routes(shape: Shape, M: int) -> tuple[Route, ...]:
+    """A family's routes as a program of it declares them (M split evenly over its segments)."""
+    k = len(shape.segments)
+    return tuple(Route((i * M // k, (i + 1) * M // k), seg) for i, seg in enumerate(shape.segments))
 
 
 def covers(family: Shape, shape: Shape) -> bool:

@@ -127,3 +127,28 @@ def test_the_bounds_hold_on_every_configuration_of_a_description(model, gpus, ba
                 assert search.judge(c) is None, (lay, name)
             seen += 1
     assert seen > seen_least and over > over_least, (seen, over)
+
+
+def test_a_routed_family_costs_its_stages_as_the_program_does():
+    """DualPipe's family (two routes, each a copy of the model cut into P stages): the stage costs,
+    sizes and model states the search reads before expanding are the expanded program's."""
+    from schedc.plan import Plan, _Config, _Frame, _Search, layouts
+    from schedc.plan_bounds import family_routes
+    setup = describe(model="llama3-8b", hardware="h100-80gb")
+    base = replace(setup, model=replace(setup.model, micro_batch=1))
+    search, seen = _Search(Plan(), (), 5), 0
+    for lay, M in layouts(base, 16, 64, 1):
+        c = _Config(lay, M, "dualpipe", replace(base, parallel=lay.parallel(setup.parallel)))
+        family = search.family(c)
+        if lay.pp == 1 or not search.load(c):
+            continue
+        assert family is not None and family.segments == ((0, lay.pp), (lay.pp, 2 * lay.pp))
+        costs, out, act = search.stage_costs(c, family.placement, family.segments)
+        ann = c.program.annotations
+        assert tuple(costs) == ann.stage_costs and out == [m.out for m in ann.stage_memory], lay
+        assert act == [m.act for m in ann.stage_memory], lay
+        frame = _Frame(family.ranks, family.stages, family.placement, routes=family_routes(family, M),
+                       num_microbatches=M)
+        assert search.states(c, frame) == search.states(c, c.program), lay
+        seen += 1
+    assert seen >= 20
