@@ -20,7 +20,7 @@ from . import importers, plan_bounds
 from .compare import Row
 from .costs import Costs
 from .errors import SchedcError
-from .ir import Program, StageCost, ends_on_one_rank
+from .ir import Program, StageCost, ends_on_one_rank, model_stages
 from .jobs import mesh
 from .outputs import rounded
 from .simulate import simulate
@@ -328,7 +328,7 @@ class _Search:
         if family is None:
             return 0.0
         try:
-            costs, out, _ = self.stage_costs(c, family.placement)
+            costs, out, _ = self.stage_costs(c, family.placement, family.segments)
         except SchedcError as exc:
             if exc.code != "costs":
                 raise
@@ -342,8 +342,9 @@ class _Search:
         family = self.family(c)
         if family is None:
             return True
-        act = self.stage_costs(c, family.placement)[2]
-        states = self.states(c, _Frame(family.ranks, family.stages, family.placement))
+        act = self.stage_costs(c, family.placement, family.segments)[2]
+        states = self.states(c, _Frame(family.ranks, family.stages, family.placement,
+                                       routes=plan_bounds.family_routes(family, c.M), num_microbatches=c.M))
         held = [max((act[s] for s in range(family.stages) if family.placement[s] == r), default=0.0)
                 for r in range(family.ranks)]
         return max(a + b for a, b in zip(states, held)) * (1 - plan_bounds.SLACK) <= c.setup.memory + 1e-9
@@ -352,12 +353,13 @@ class _Search:
         """The shape every program of the configuration's built-in schedule has (None: not a built-in's)."""
         return plan_bounds.family_shape(c.name, c.layout.pp, c.M) if _builtin(c.name) and not self.params else None
 
-    def stage_costs(self, c: _Config, placement: tuple[int, ...]) -> tuple[list[StageCost], list[float], list[float]]:
-        """`_stage_costs` of the layout's stages so placed (once per layout, stages and ends together)."""
-        S = len(placement)
-        key = (c.layout, S, ends_on_one_rank(placement))
+    def stage_costs(self, c: _Config, placement: tuple[int, ...], segments: tuple[tuple[int, int], ...] = ()
+                    ) -> tuple[list[StageCost], list[float], list[float]]:
+        """`_stage_costs` of the layout's stages so placed, on these routes (once per layout, stages,
+        ends together and routes)."""
+        key = (c.layout, len(placement), ends_on_one_rank(placement), segments)
         if key not in self.costs:
-            self.costs[key] = _stage_costs(c.setup, placement)
+            self.costs[key] = _stage_costs(c.setup, placement, segments)
         return self.costs[key]
 
     def second_bound(self, c: _Config) -> float | None:
@@ -526,12 +528,12 @@ class _Frame(NamedTuple):
     placement: tuple[int, ...]
     replicas: tuple = ()
     dp: int = 1
-    routes: tuple = ()  # (a family's stages are the model's: no copies)
+    routes: tuple = ()  # (a family's routes: DualPipe's copies of the model)
     num_microbatches: int = 1
 
     @property
     def model_stages(self) -> int:
-        return self.num_stages
+        return model_stages(self.num_stages, self.routes)
 
 
 @lru_cache(maxsize=512)
@@ -550,13 +552,20 @@ def _builtin(name: str) -> bool:
     return name in builtin_schedules() and not importers.is_imported(name) and not Path(name).exists()
 
 
-def _stage_costs(setup: Any, placement: tuple[int, ...]) -> tuple[list[StageCost], list[float], list[float]]:
+def _stage_costs(setup: Any, placement: tuple[int, ...], segments: tuple[tuple[int, int], ...] = ()
+                 ) -> tuple[list[StageCost], list[float], list[float]]:
     """Each stage's times, output size and activation size under the layout's description, as
     `Costs(derived=setup).apply` gives any program of these stages so placed, without replicas (every
     time and collective it sets overrides the schedule's own; the first and the last stage on one
-    rank share a tied embedding's reduction)."""
+    rank share a tied embedding's reduction); with routes (`segments`, all of one length), the model
+    is cut into a route's stages and each stage takes its copy's (costs.py's `_described`)."""
     S = len(placement)
-    settings = setup.stage_settings(S, 1, ends_on_one_rank(placement))
+    if segments:
+        first, stop = segments[0]
+        model = setup.stage_settings(stop - first, 1, False)
+        settings = {s: model[s - lo] for lo, hi in segments for s in range(lo, hi)}
+    else:
+        settings = setup.stage_settings(S, 1, ends_on_one_rank(placement))
     return ([StageCost().with_settings(settings[s]) for s in range(S)], [settings[s]["out"] for s in range(S)],
             [settings[s]["act"] for s in range(S)])
 

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .ir import COMPUTE, Compound, Op, Program, StageCost
+from .ir import COMPUTE, Compound, Op, Program, Route, StageCost
 from .rules.time import step_time, timed
 
 # What a bound gives up to floating-point rounding: the simulator adds the same times in another
@@ -42,6 +42,13 @@ class Shape:
     live: tuple[tuple[tuple[int, ...], tuple[tuple[float, ...], ...]], ...] = ()
     loose: bool = False  # a family's: a single step of a `paired` kind may be half of a pair
     timed: bool = True
+    # the stage ranges (first, stop) a microbatch runs through, one after another: the chains the
+    # bounds follow (routes: DualPipe's two directions, each its own pipeline); empty: every stage
+    segments: tuple[tuple[int, int], ...] = ()
+
+    def segment(self, s: int) -> tuple[int, int]:
+        """The stages (first, stop) of the chain stage s is on."""
+        return next((seg for seg in self.segments if seg[0] <= s < seg[1]), (0, self.stages))
 
 
 # ---- the shape of a program, or of a built-in before it is expanded ----
@@ -58,8 +65,10 @@ def shape_of(program: Program) -> Shape:
     kinds = frozenset(p for rank in steps for parts, _ in rank for p in parts)
     paired = frozenset(p for rank in steps for parts, _ in rank if len(parts) > 1 for p in parts)
     plain = not program.replicas and program.p2p == "shared" and not any(op is Op.REDUCE_TIED for op, _ in placed)
+    segments = tuple(sorted({r.stages for r in program.routes}))
     return Shape(R, program.num_stages, tuple(program.placement), program.annotations.speeds(R), tuple(steps),
-                 kinds, paired, frozenset(placed), tuple(live), timed=plain and not program.forward_only)
+                 kinds, paired, frozenset(placed), tuple(live), timed=plain and not program.forward_only,
+                 segments=segments)
 
 
 def _rank_columns(program: Program, r: int):
@@ -147,12 +156,15 @@ def _undominated(rows):
 class Family:
     """What every program of a built-in schedule has, whatever P and M: V stages a rank, placed
     `loop` (s on s % P) or `vshape` (r and 2P-1-r), each (stage, microbatch) run forward once and
-    backward by `backward` (B; I and W; or either), and whether forwards and backwards may pair."""
+    backward by `backward` (B; I and W; or either), whether forwards and backwards may pair, and
+    whether two routes of P stages each (DualPipe's directions, copies of the model) split the
+    microbatches between them (`routed`)."""
 
     V: int
     place: str
     backward: str  # "B", "IW" or "B|IW"
     pairs: bool = False
+    routed: bool = False  # two routes: stages 0..P-1 run the first M/2 microbatches, P..2P-1 the rest
 
 
 FAMILIES = {
@@ -160,6 +172,7 @@ FAMILIES = {
     "zb_h2": Family(1, "loop", "IW"), "interleaved_1f1b": Family(2, "loop", "B"),
     "looped_bfs": Family(2, "loop", "B"), "interleaved_zero_bubble": Family(2, "loop", "IW"),
     "zbv": Family(2, "vshape", "IW"), "dualpipev": Family(2, "vshape", "B|IW", pairs=True),
+    "dualpipe": Family(2, "vshape", "B|IW", pairs=True, routed=True),
 }
 
 
@@ -172,28 +185,37 @@ def family_shape(name: str, P: int, M: int) -> Shape | None:
     S = fam.V * P
     placement = tuple(s % P if fam.place == "loop" else (s if s < P else 2 * P - 1 - s) for s in range(S))
     backward = {"B": (Op.B,), "IW": (Op.I, Op.W), "B|IW": (Op.B, Op.I, Op.W)}[fam.backward]
+    segments, n = (((0, P), (P, S)), M // 2) if fam.routed else ((), M)  # (routed: each stage runs its route's)
     steps: list[list[tuple[Parts, int]]] = [[] for _ in range(P)]
     for s, r in enumerate(placement):
-        steps[r].append((((Op.F, s),), M))
+        steps[r].append((((Op.F, s),), n))
         for op in backward:  # either way a stage's backward takes B = I + W (a mixed one: counted as B)
             fused = fam.backward == "B|IW"
-            steps[r].append((((op, s),), 0 if fused and op is not Op.B else M))
+            steps[r].append((((op, s),), 0 if fused and op is not Op.B else n))
     kinds = frozenset((op, s) for s in range(S) for op in (Op.F, *backward))
     paired = frozenset(k for k in kinds if k[0] in (Op.F, Op.B, Op.I)) if fam.pairs else frozenset()
-    return Shape(P, S, placement, (1.0,) * P, tuple(tuple(x) for x in steps), kinds, paired, loose=fam.pairs)
+    return Shape(P, S, placement, (1.0,) * P, tuple(tuple(x) for x in steps), kinds, paired, loose=fam.pairs,
+                 segments=segments)
+
+
+def family_routes(shape: Shape, M: int) -> tuple[Route, ...]:
+    """A family's routes as a program of it declares them (M split evenly over its segments)."""
+    k = len(shape.segments)
+    return tuple(Route((i * M // k, (i + 1) * M // k), seg) for i, seg in enumerate(shape.segments))
 
 
 def covers(family: Shape, shape: Shape) -> bool:
-    """Whether a family's shape bounds a program's: the same ranks, stages, placement and speeds, no
-    kind of step the family does not have, pairs only of kinds it may pair, no collective placed,
-    and as many forwards and backwards (B or I; a W for each I) of each stage."""
+    """Whether a family's shape bounds a program's: the same ranks, stages, placement, speeds and
+    routes (`segments`), no kind of step the family does not have, pairs only of kinds it may pair,
+    no collective placed, and as many forwards and backwards (B or I; a W for each I) of each
+    stage."""
     pairs_ok = all(p in family.paired for rank in shape.steps for parts, _ in rank if len(parts) > 1 for p in parts)
     mine, theirs = _counts(shape), _counts(family)
     counts_ok = all(mine[Op.F, s] == theirs[Op.F, s] and mine[Op.B, s] + mine[Op.I, s] == theirs[Op.B, s]
                     + theirs[Op.I, s] and mine[Op.W, s] == mine[Op.I, s] for s in range(family.stages))
-    return (family.ranks, family.stages, family.placement, family.speeds) == (
-        shape.ranks, shape.stages, shape.placement, shape.speeds) and shape.kinds <= family.kinds and pairs_ok \
-        and counts_ok and not shape.placed and shape.timed
+    same = (family.ranks, family.stages, family.placement, family.speeds, family.segments) == (
+        shape.ranks, shape.stages, shape.placement, shape.speeds, shape.segments)
+    return same and shape.kinds <= family.kinds and pairs_ok and counts_ok and not shape.placed and shape.timed
 
 
 def _counts(shape: Shape) -> Counter:
@@ -213,11 +235,13 @@ def step_bound(shape: Shape, costs: Sequence[StageCost], out: Sequence[float], l
 
     Every rank runs its compute steps one after another, so its last one ends no earlier than the
     earliest any of them can start plus all their times, or the earliest its backwards can start
-    plus theirs; what must follow its last step comes after: the gradient on down to stage 0 (and
-    that rank's reductions), or its own reductions, which the simulator adds at the end of its list
-    and runs one after another. The earliest a forward of stage s starts is the forwards of the
-    stages before it, the messages between ranks (latency and size / bandwidth), and its FSDP
-    gather; a backward's, that and the backwards of the stages after it (`_Chains`). A step of a
+    plus theirs; what must follow its last step comes after: the gradient on down to its route's
+    first stage (and that rank's reductions), or its own reductions, which the simulator adds at the
+    end of its list and runs one after another. The earliest a forward of stage s starts is the
+    forwards of the stages before it on its route (`Shape.segments`: every stage, or DualPipe's two
+    directions, the second starting at stage P, not after stage P-1), the messages between ranks
+    (latency and size / bandwidth), and its FSDP gather; a backward's, that and the backwards of the
+    stages after it on its route (`_Chains`). A step of a
     pair is timed as its computation alone (the pair may hide its communication: rules/time.py); in
     a family's shape, a step that may be paired is too. 0 where the shape says the bound does not
     apply."""
@@ -246,19 +270,20 @@ class _Chains:
             if (Op.REDUCE_GRAD, s) not in shape.placed and 0 <= at[s] < shape.ranks:
                 self.reduce[at[s]] += costs[s].R
         back = [min((self.link(op, s) for op in _BACKWARD if (op, s) in kinds), default=None) for s in range(S)]
+        first = [shape.segment(s)[0] == s for s in range(S)]  # a chain's first stage (its last: s + 1's first)
         fwd = [0.0] * S
         for s in range(S):
-            fwd[s] = max(fwd[s - 1] + self.link(Op.F, s - 1) + hop[s - 1] if s else 0.0, gather[s])
+            fwd[s] = max(fwd[s - 1] + self.link(Op.F, s - 1) + hop[s - 1] if not first[s] else 0.0, gather[s])
         bwd = [fwd[s] + self.link(Op.F, s) for s in range(S)]
         for s in range(S - 2, -1, -1):
             up = back[s + 1]
-            if up is not None:
+            if up is not None and not first[s + 1]:
                 bwd[s] = max(bwd[s], bwd[s + 1] + up + hop[s])
         post = [0.0] * S
         for s in range(S):
             split = (Op.I, s) in kinds and (Op.B, s) not in kinds  # its W is still to come on its rank
             own = self.reduce[at[s]] + (self.link(Op.W, s) if split else 0.0)
-            down = back[s - 1] if s else None
+            down = back[s - 1] if not first[s] else None
             post[s] = max(own, hop[s - 1] + down + post[s - 1]) if down is not None else own
         self.fwd, self.bwd, self.back, self.post = fwd, bwd, back, post
 
