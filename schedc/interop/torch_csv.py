@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass, replace
 from typing import Mapping
 
 from ..columns import COMPOUND, KIND_CODE, OPS, Columns, columns_of, has_op
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
+from ..inputs import BOM_TEXT
 from ..lazy_numpy import np
 from ..expr import did_you_mean
 from ..ir import (SCHEDC_ONLY, Action, ActionSyntaxError, Annotations, CompoundKind, Op, Program, Step, format_step, is_group, parse_step,
@@ -170,6 +172,7 @@ class TorchCsv:
 def program_from_csv(text: str, name: str = "<csv>", *, notation: str = "current") -> Program:
     """`read_torch_csv(text, name, notation=notation).to_program()`: the common file read at once
     into columns (csv_columns.py), anything else cell by cell."""
+    _refuse_bom(text, name)
     if notation == "current":
         from .csv_columns import read_columns
         program = read_columns(text, name, _stem(name), (MAX_RANKS, MAX_STAGES, MAX_MICROBATCHES))
@@ -248,6 +251,7 @@ def _stem(name: str) -> str:
 
 def read_torch_csv(text: str, name: str = "<csv>", *, notation: str = "current") -> TorchCsv:
     """Parse a PyTorch schedule CSV; a bad cell is an error at file:line:col (rank, step)."""
+    _refuse_bom(text, name)
     source = Source(name, text)
     rows = []
     errors = []
@@ -283,6 +287,25 @@ def read_torch_csv(text: str, name: str = "<csv>", *, notation: str = "current")
                 [d for d in errors if d not in legacy]
         raise SchedcError.many(errors[:20])
     return TorchCsv(tuple(rows), name)
+
+
+_FIRST_CELL = re.compile(r"[^,\r\n]*")
+
+
+def _refuse_bom(text: str, name: str) -> None:
+    """A `csv` error for a file that starts with a byte order mark (Excel's "CSV UTF-8", some
+    editors): torch's `_load_csv` opens the file in the default encoding, so the mark is part of the
+    first cell, which `_Action.from_str` refuses: schedc must not clear a file torch cannot load."""
+    if not text.startswith(BOM_TEXT):
+        return
+    rest = text[1:]
+    first = _FIRST_CELL.match(rest).group()  # type: ignore[union-attr]  # (it matches the empty text too)
+    shown = repr(BOM_TEXT + first[:40]) + ("..." if len(first) > 40 else "")
+    raise SchedcError("csv", f"the file starts with a byte order mark (U+FEFF, bytes EF BB BF), which torch's reader "
+                      f"takes as part of the first cell: it reads {shown}, which is no action (\"Invalid action "
+                      "string\"), and cannot load the file; save it as UTF-8 without a byte order mark (in Excel, "
+                      "\"CSV (Comma delimited)\" rather than \"CSV UTF-8\")",
+                      Span(Source(name, rest), 1, 1, 1, 1 + max(len(first), 1), 0, 0))  # (the line as editors show it)
 
 
 def _cells(line: str, source: Source | None = None, rank: int = 0):
