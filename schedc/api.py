@@ -103,7 +103,7 @@ def _read(text: str, name: str, fmt: str, params, notation: str, strict_params: 
     if notation != "current" and not form.takes_notation:
         raise SchedcError("usage", f"--notation {notation} applies to PyTorch CSVs only ({name} is {form.what}; "
                           "its actions are named as the schedule language names them)", where="--notation")
-    return form.read(text, name, params=params, notation=notation, strict=strict_params, placement=placement)
+    return form.read(form.given(text), name, params=params, notation=notation, strict=strict_params, placement=placement)
 
 
 def load(path_or_name: str, params: Mapping[str, int] | None = None, *, fmt: str | None = None,
@@ -119,7 +119,7 @@ def load(path_or_name: str, params: Mapping[str, int] | None = None, *, fmt: str
         return importers.load(name, params, forward_only=forward_only, strict=strict_params)
     if text is None:  # not a readable file of UTF-8 text by that name: resolve it, or say why not
         resolved, given = _resolve(name)
-        text, path = read_text(resolved), str(resolved)
+        text, path = read_text(resolved, keep_bom=True), str(resolved)  # (the format judges a mark: `_read`)
         name = name if given else path
     return load_text(text, name, fmt or detect_format(path), params, notation, strict_params, forward_only,
                      placement)
@@ -144,7 +144,7 @@ def _file_text(path: str) -> str | None:
     if data is None or len(data) != info.st_size:
         return None
     try:
-        return decode(data, path)
+        return decode(data, path, keep_bom=True)
     except SchedcError:
         return None
 

@@ -1,7 +1,8 @@
 """How schedc reads what users give it: text files, JSON and integers, every failure an error.
 
-A text file is UTF-8, read exactly as written; a byte order mark at its start is skipped, and a
-byte that is not UTF-8 is an `io` error at its line and column. JSON that does not parse is an
+A text file is UTF-8, read exactly as written; a byte order mark at its start is skipped (a
+schedule's is kept, for its format to judge: a PyTorch CSV refuses it, as torch's reader does), and
+a byte that is not UTF-8 is an `io` error at its line and column. JSON that does not parse is an
 error at its line and column, as is a number too long for Python to convert (over 4,300 digits).
 An integer in an option or a file's key has at most MAX_DIGITS digits (`too-large` otherwise).
 """
@@ -18,19 +19,20 @@ from .errors import MAX_DIGITS, SchedcError, integer  # noqa: F401  (integer, MA
 from .span import Source, Span
 
 BOM = b"\xef\xbb\xbf"
+BOM_TEXT = "\ufeff"  # (the mark decoded, as a schedule's text keeps it)
 STDIN, STDIN_NAME = "-", "<stdin>"  # the input that is standard input, and the name its errors give
 
 
-def read_text(path: Path | str, what: str = "the file") -> str:
+def read_text(path: Path | str, what: str = "the file", *, keep_bom: bool = False) -> str:
     """The text of a file the user named (`what` says which, in the message if it cannot be read),
-    or of a pipe (read whole, once: waiting for its writer as `cat` does)."""
+    or of a pipe (read whole, once: waiting for its writer as `cat` does); `keep_bom`: `decode`'s."""
     if str(path) == "":
         raise SchedcError("io", f"cannot read {what}: the path is empty", where="input")
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise SchedcError("io", f"cannot read {what}: {exc.strerror}", where=str(path)) from None
-    return decode(data, str(path))
+    return decode(data, str(path), keep_bom=keep_bom)
 
 
 def is_pipe(path: str) -> bool:
@@ -41,24 +43,31 @@ def is_pipe(path: str) -> bool:
         return False
 
 
-def read_stdin() -> str:
-    """Standard input's text (an input given as `-`), read to its end; its errors name `<stdin>`."""
+def read_stdin(*, keep_bom: bool = False) -> str:
+    """Standard input's text (an input given as `-`), read to its end; its errors name `<stdin>`;
+    `keep_bom`: `decode`'s."""
     stream = getattr(sys.stdin, "buffer", None)
     try:
         data = stream.read() if stream is not None else sys.stdin.read().encode("utf-8")
     except OSError as exc:
         raise SchedcError("io", f"cannot read standard input: {exc.strerror}", where=STDIN_NAME) from None
-    return decode(data, STDIN_NAME)
+    return decode(data, STDIN_NAME, keep_bom=keep_bom)
 
 
-def decode(data: bytes, name: str) -> str:
-    """`data` as text (no newline translation), a leading byte order mark dropped."""
-    if data.startswith(BOM):
-        data = data[len(BOM):]
+def decode(data: bytes, name: str, *, keep_bom: bool = False) -> str:
+    """`data` as text (no newline translation), a leading byte order mark dropped, or with
+    `keep_bom` kept as U+FEFF (a schedule's text: its format says what the mark means, `skip_bom`)."""
+    body = data[len(BOM):] if data.startswith(BOM) else data
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _not_utf8(data, exc.start, name) from None
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:  # (located in the text after the mark, as an editor shows it)
+        raise _not_utf8(body, exc.start, name) from None
+    return BOM_TEXT + text if keep_bom and body is not data else text
+
+
+def skip_bom(text: str) -> str:
+    """`text` without the byte order mark it starts with, if it does (what `decode` drops)."""
+    return text[1:] if text.startswith(BOM_TEXT) else text
 
 
 def _not_utf8(data: bytes, at: int, name: str) -> SchedcError:

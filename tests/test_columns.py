@@ -168,3 +168,115 @@ def test_a_big_file_read_in_stretches_of_rows_is_read_the_same(monkeypatch):
 
 def _lowered_text(name: str, params: dict) -> str:
     return TorchCsv(tuple(tuple(row) for row in lower(schedc.load(name, params)).ranks)).dumps()
+
+
+# ---- a large file's bad cells: named by the arrays (`Unread`) and read alone, with the same error ----
+def _rows(text: str) -> list[list[str]]:
+    return [row.split(",") for row in text.split("\r\n")[:-1]]
+
+
+def _joined(rows: list[list[str]]) -> str:
+    return "".join(",".join(row) + "\r\n" for row in rows)
+
+
+def _edited(text: str, edit) -> str:
+    rows = _rows(text)
+    edit(rows)
+    return _joined(rows)
+
+
+def _every(k: int, *cells: str):
+    def edit(rows):
+        n = 0
+        for row in rows:
+            for c in range(0, len(row), k):
+                row[c], n = cells[n % len(cells)], n + 1
+    return edit
+
+
+def _put(*edits):
+    def edit(rows):
+        for r, c, cell in edits:
+            rows[r][c] = cell
+    return edit
+
+
+LONG = "(" + ";".join(f"0F{m}" for m in range(20_000)) + ")GROUP"  # a compound over the csv module's field limit
+BAD_CELLS = {  # name: (schedule, the edit, whether the arrays name what is wrong)
+    "one at the end": ("1f1b", _put((-1, -5, "0X5")), True),
+    "one first": ("1f1b", _put((0, 0, "0X5")), True),
+    "every 7th, BW among them": ("1f1b", _every(7, "0X5", "0BW3", "7Q", "0F0;", "1234567890F0", "0SEND_F"), True),
+    "every cell BW": ("1f1b", _every(1, "12BW1000"), True),
+    "one BW": ("1f1b", _put((2, 9, "2BW4")), True),
+    "a quoted cell, then a bad one": ("1f1b", _put((0, 4, '"0F0,1B0"'), (3, 7, "0X5")), True),
+    "a bad cell, then a quote that is not closed": ("1f1b", _put((0, 4, "0X5"), (3, 7, '"0F0')), True),
+    "a bad cell, then a carriage return in a row": ("1f1b", _put((0, 4, "0X5"), (3, 7, "0F\r0")), True),
+    "spaces around a cell, read": ("1f1b", _put((1, 3, " 1F0 ")), True),
+    "not ASCII": ("1f1b", _put((2, 5, "0F０"), (3, 3, "é")), True),
+    "a bad cell over the field limit": ("1f1b", _put((1, 2, "0X" * 70_000), (2, 2, "0X5")), True),
+    "a compound over the field limit": ("1f1b", _put((1, 2, LONG), (2, 2, "0X5")), True),
+    "compounds: a bad kind, part, empty part, bracket": (
+        "dualpipev", _put((0, 40, "(0F0;1B0)XYZ"), (1, 41, "(0F0;1X0)OVERLAP_F_B"), (2, 40, "(0F0;)OVERLAP_F_B"),
+                          (3, 40, "(0F0"), (3, 50, "((0F0))OVERLAP_F_B"), (3, 60, "(0F0)OVERLAP_F_B;")), True),
+    "compounds: every 5th cell bad": ("dualpipev", _every(5, "()OVERLAP_F_B", "0F0)", "(0F0;1B0)", "0X5", "0BW0"), True),
+}
+
+
+def _same_outcome(text: str) -> None:
+    """`program_from_csv` (the arrays, then the cells they name) as `read_torch_csv` alone: the same
+    program, or the same error to the letter."""
+    try:
+        expected = read_torch_csv(text, "big.csv").to_program()
+    except SchedcError as e:
+        with pytest.raises(SchedcError) as got:
+            program_from_csv(text, "big.csv")
+        assert got.value.render() == e.render()
+        assert [d.to_dict() for d in got.value.diagnostics] == [d.to_dict() for d in e.diagnostics]
+        return
+    _same_program(program_from_csv(text, "big.csv"), expected)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CELLS))
+def test_a_large_files_bad_cells_are_reported_as_the_cell_by_cell_reader_reports_them(case):
+    from schedc.interop.csv_columns import Unread
+    name, edit, named = BAD_CELLS[case]
+    text = _edited(_large_text(name), edit)
+    assert isinstance(read_columns(text, "big.csv", "big", LIMITS), Unread) is named
+    _same_outcome(text)
+
+
+def test_a_large_file_with_a_bad_cell_reads_that_cell_alone(monkeypatch):
+    """The arrays read every other cell: the cell-by-cell reader parses one cell, and no row."""
+    from schedc.interop import torch_csv
+    text = _edited(_large_text("1f1b"), _put((-1, -5, "0X5"), (0, 3, "0X5")))
+    parsed = []
+    monkeypatch.setattr(torch_csv, "parse_step", lambda cell, *a, **k: parsed.append(cell) or _parse(cell, *a, **k))
+    monkeypatch.setattr(torch_csv, "_read_row", None)  # (a row read whole would fail)
+    with pytest.raises(SchedcError) as info:
+        program_from_csv(text, "big.csv")
+    assert parsed == ["0X5"]  # (once per distinct text)
+    assert [(d.span.line, d.span.step) for d in info.value.diagnostics] == [(1, 3), (4, len(_rows(text)[-1]) - 5)]
+
+
+def _parse(cell, *args, **kwargs):
+    from schedc.ir import parse_step
+    return parse_step(cell, *args, **kwargs)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["1f1b", "dualpipev"]), st.randoms(use_true_random=False))
+def test_a_large_file_changed_anywhere_reads_as_the_cell_by_cell_reader_reads_it(name, rng):
+    text = _large_text(name)
+    for _ in range(rng.choice([1, 2, 5, 40])):  # bytes changed, dropped or added
+        i = rng.randrange(len(text))
+        piece = rng.choice([",", "\n", "\r", "\r\n", "F", "B", "X", "9", "_", "", "(", ")", ";", '"', " ", "é", "BW",
+                            "OVERLAP_F_B", text[i:i + 3]])
+        text = text[:i] + piece + text[i + rng.choice([0, 1]):]
+    _same_outcome(text)
+
+
+def _large_text(name: str) -> str:
+    from schedc.interop.csv_columns import SMALL_BYTES
+    text = to_torch_csv(schedc.load(name, {"P": 4, "M": 128 if name == "1f1b" else 64}), "comms").dumps()
+    assert len(text) > SMALL_BYTES  # (the array reader's)
+    return text

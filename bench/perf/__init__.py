@@ -158,6 +158,54 @@ def _file_to_verdict_rows(name: str, sizes, runs: int, budget: float) -> list[Ro
     return rows
 
 
+def measure_bad_cell(sizes=((64, 1024), (64, 8192)), budget: float = 6.0) -> list[Row]:
+    """Reading a CSV to its error: 1F1B lowered to the communication level with one cell near the end
+    of its last row written `0X5`, and with every 37th cell of each row written so (the report lists
+    20), `schedc.from_torch_csv` to its `csv` error, against reading the same file unbroken (goal:
+    <= 1.5, an error costs about what the read does), alternated in one process."""
+    import schedc
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for P, M in sizes:
+            good, n = lowered_csv("1f1b", {"P": P, "M": M}, folder)
+            size = os.path.getsize(good) / 1e6
+            for label, every in (("one bad cell at the end", None), ("every 37th cell bad", 37)):
+                bad = _broken(good, every)
+                each = _seconds(lambda: _refused(bad))
+                ours, theirs = median_pair(lambda: _refused(bad), lambda: schedc.from_torch_csv(good),
+                                           repeats_for(each, budget, most=21))
+                rows.append(Row("bad cell", f"1F1B P={P} M={M} CSV ({size:.1f} MB, {n:,} actions): {label}", ours,
+                                theirs, "s", 1.5, note="against reading it unbroken"))
+    return rows
+
+
+def _broken(path: str, every: int | None) -> str:
+    """The CSV at `path` with its last row's fifth cell from the end written `0X5` (`every`: None),
+    or every `every`-th cell of each row; the new file's path."""
+    with open(path, newline="") as f:
+        cells = [row.split(",") for row in f.read().split("\r\n")[:-1]]
+    for row in cells if every else cells[-1:]:
+        for k in range(0, len(row), every) if every else [len(row) - 5]:
+            row[k] = "0X5"
+    out = path[:-4] + (f"_bad{every}.csv" if every else "_bad_end.csv")
+    with open(out, "w", newline="") as f:
+        f.write("".join(",".join(row) + "\r\n" for row in cells))
+    return out
+
+
+def _refused(path: str) -> None:
+    """`schedc.from_torch_csv(path)`, which must stop at a `csv` error."""
+    import schedc
+    from schedc.errors import SchedcError
+    try:
+        schedc.from_torch_csv(path)
+    except SchedcError as exc:
+        if exc.code == "csv" and "invalid action '0X5'" in exc.diagnostics[0].message:
+            return
+        raise
+    raise SystemExit(f"schedc read {path}, which has a bad cell")
+
+
 def measure_lowering(P: int = 64, M: int = 1024, budget: float = 8.0, name: str = "1f1b", goal: float = 0.3,
                      most: int = 15) -> list[Row]:
     """`schedc.passes.lower` against torch's `_add_send_recv` on the same compute schedule (goal: <= 0.3

@@ -97,26 +97,26 @@ def takes(name: str, args) -> frozenset[str] | None:
     try:
         if importers.is_imported(name) and not Path(name).exists():
             return frozenset(importers.takes(name))
-        declares = FORMATS[_format(name, args)].declares
-        return frozenset(declares(_text(name, args), shown(name)) if declares is not None else ())
+        form = FORMATS[_format(name, args)]
+        return frozenset(form.declares(form.given(_text(name, args)), shown(name)) if form.declares else ())
     except SchedcError:
         return None
 
 
 def _text(name: str, args) -> str:
     """The text of input `name`: a file's or a built-in's, or standard input's or a pipe's, read
-    once and kept for `load`."""
+    once and kept for `load` (a byte order mark kept: its format judges it, `Format.given`)."""
     from ..api import resolve
     if name == STDIN:
         if getattr(args, "stdin_text", None) is None:
-            args.stdin_text = read_stdin()
+            args.stdin_text = read_stdin(keep_bom=True)
         return args.stdin_text
     if is_pipe(name):
         texts = vars(args).setdefault("pipe_texts", {})
         if name not in texts:
-            texts[name] = read_text(name, "the pipe")
+            texts[name] = read_text(name, "the pipe", keep_bom=True)
         return texts[name]
-    return read_text(resolve(name))
+    return read_text(resolve(name), keep_bom=True)
 
 
 def shown(name: str) -> str:

@@ -2,11 +2,14 @@
 
 The common file (plain ASCII cells like `2F0`, `1SEND_F3` and `(0F3;7B1)OVERLAP_F_B`, commas, `\\n` or
 `\\r\\n` rows) is parsed with array arithmetic over its bytes; anything else (quotes, spaces, the legacy
-notation, a cell that does not parse, sizes over the limits) returns None, and the cell-by-cell
-reader of torch_csv.py reads it and explains what is wrong. Both give the same program.
+notation, a cell that does not parse, sizes over the limits) is read by the cell-by-cell reader of
+torch_csv.py, which explains what is wrong. Both give the same program. A large file whose other
+cells read is not read again cell by cell: the array reader names the cells and rows it could not
+read (`Unread`), and the cell-by-cell reader reads those alone.
 """
 from __future__ import annotations
 
+import csv
 import struct
 from bisect import bisect_right
 from functools import lru_cache
@@ -87,45 +90,72 @@ def _listed(values) -> list:
     return values.tolist() if isinstance(values, np.ndarray) else values
 
 
-def read_columns(text: str, name: str, program_name: str, limits: tuple[int, int, int]) -> Program | None:
-    """The program in a CSV's `text`, or None when the cell-by-cell reader must read it. `limits`:
-    the most ranks, stages and microbatches (beyond them, that reader says so). A small file is
-    read cell by cell in plain Python (`_read_small`), a larger one with array arithmetic over its
-    bytes (`_read_arrays`): the same program either way."""
-    read = _read_small if len(text) <= SMALL_BYTES else _read_arrays
-    return read(text, name, program_name, limits)
+class Unread:
+    """What the array reader could not read of a file whose other cells it read: `rows`, the rows
+    holding bytes no plain cell has (quotes, spaces, lower case, a lone "\\r", not ASCII) or a cell
+    longer than the csv module takes, to be read whole; `cells`, (row, column, width, step) of each other cell that is not an action as
+    the arrays read them, in file order. The cell-by-cell reader reads these alone."""
+
+    __slots__ = ("rows", "cells")
+
+    def __init__(self, rows: list[int], cells: tuple[list[int], list[int], list[int], list[int]]):
+        self.rows, self.cells = rows, cells
+
+    def by_row(self) -> list[tuple[int, list[tuple[int, int, int]] | None]]:
+        """(row, its cells' (column, width, step), or None for a row read whole), rows in order."""
+        cells: dict[int, list[tuple[int, int, int]]] = {}
+        whole = set(self.rows)
+        for r, column, width, step in zip(*self.cells):
+            if r not in whole:
+                cells.setdefault(r, []).append((column, width, step))
+        return sorted([(r, None) for r in whole] + list(cells.items()))  # type: ignore[arg-type]
 
 
-def _read_arrays(text: str, name: str, program_name: str, limits: tuple[int, int, int]) -> Program | None:  # noqa: C901
-    try:
-        b = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-    except UnicodeEncodeError:
+def read_columns(text: str, name: str, program_name: str, limits: tuple[int, int, int]) -> Program | Unread | None:
+    """The program in a CSV's `text`; None when the cell-by-cell reader must read it, or `Unread`
+    (a larger file) when it must read only some rows and cells. `limits`: the most ranks, stages
+    and microbatches (beyond them, that reader says so). A small file is read cell by cell in plain
+    Python (`_read_small`), a larger one with array arithmetic over its bytes (`_read_arrays`): the
+    same program either way."""
+    if len(text) <= SMALL_BYTES:
+        return _read_small(text, name, program_name, limits)
+    return _read_arrays(text, name, program_name, limits, locate=True)
+
+
+def _read_arrays(text: str, name: str, program_name: str, limits: tuple[int, int, int],  # noqa: C901
+                 *, locate: bool = False) -> Program | Unread | None:
+    """The program in the text, or None for the cell-by-cell reader; `locate`: `Unread` for it
+    instead, when every cell but some it names is read."""
+    b = _bytes(text)
+    if b is None:
         return None
-    cr = np.flatnonzero(b == CR)
-    if len(cr):  # a "\r" ends a row (right before "\n", or at the end of the file), or the file is unusual
-        after = np.append(b, NEWLINE)[cr + 1]
-        if (after != NEWLINE).any():
+    apart: list[int] = []
+    plain = _PLAIN[b]
+    if not plain.all():  # quotes, spaces, lower case: those rows are the cell-by-cell reader's
+        if not locate:
             return None
-        b = np.delete(b, cr)
-    if not len(b):
-        return None
-    if b[-1] != NEWLINE:
-        b = np.append(b, np.uint8(NEWLINE))
-    if not (_DIGIT | _LETTER | _SEP | _PAREN)[b].all():
-        return None  # quotes, spaces, lower case: the cell-by-cell reader
+        apart, b = _set_apart(b, plain)
     compounds = None
-    if _PAREN[b].any():  # compound cells: read apart (`_compounds`), each a plain placeholder here
-        compounds = _compounds(b)
-        if compounds is None:
-            return None
-        b = compounds.placeholders
-    read = _read_cells(b)
-    if read is None:
-        return None
-    row, column, width, step, op, stage, mb = read
-    parts, held = None, [(stage, row)]
+    marks = np.flatnonzero(_PAREN[b])
+    if len(marks):  # compound cells: read apart (`_compounds`), each a plain placeholder here
+        ends = np.flatnonzero(_SEP[b])
+        b, shaped = _regular(b, ends, marks)
+        if len(shaped[0]):
+            compounds = _compounds(b, ends, shaped)
+            b = compounds.placeholders
+    row, column, width, step, op, stage, mb, bad = _read_cells(b)
     if compounds is not None:
         column, width = compounds.column, compounds.width
+        bad[compounds.cells[compounds.bad]] = True
+        over = width > csv.field_size_limit()  # (a compound's cell: torch's csv.reader refuses it)
+        if over.any():
+            apart = sorted(set(apart) | set(row[over].tolist()))
+    if apart or bad.any():
+        if not locate:
+            return None
+        return Unread(apart, tuple(a[bad].tolist() for a in (row, column, width, step)))  # type: ignore[arg-type]
+    parts, held = None, [(stage, row)]
+    if compounds is not None:
         op[compounds.cells], stage[compounds.cells], mb[compounds.cells] = COMPOUND, 0, NO_MICROBATCH
         parts = compounds.parts
         plain = op != COMPOUND
@@ -140,23 +170,48 @@ def _read_arrays(text: str, name: str, program_name: str, limits: tuple[int, int
                     (row, column, width, step))
 
 
+def _bytes(text: str) -> np.ndarray | None:
+    """The text's bytes, rows ended in "\\n" (the "\\r" of a "\\r\\n", or at the very end, dropped; any
+    other stays) and every character that is not ASCII a `?` (one byte each: columns stay); None
+    for an empty text."""
+    try:
+        data = text.encode("ascii")
+    except UnicodeEncodeError:
+        data = text.encode("ascii", "replace")
+    b = np.frombuffer(data, dtype=np.uint8)
+    cr = np.flatnonzero(b == CR)
+    if len(cr):  # a "\r" ends a row (right before "\n", or at the end of the file), or is the row's error
+        b = np.delete(b, cr[np.append(b, NEWLINE)[cr + 1] == NEWLINE])
+    if not len(b):
+        return None
+    return b if b[-1] == NEWLINE else np.append(b, np.uint8(NEWLINE))
+
+
+def _set_apart(b: np.ndarray, plain: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """The rows holding a byte that is not `plain`, and the bytes with those rows emptied (their
+    "\\n" kept: the other rows keep their numbers and columns)."""
+    newlines = np.flatnonzero(b == NEWLINE)
+    rows = np.unique(np.searchsorted(newlines, np.flatnonzero(~plain)))
+    starts = np.concatenate([[0], newlines[:-1] + 1])
+    keep = np.ones(len(b), dtype=bool)
+    keep[_ranges(starts[rows], newlines[rows])] = False
+    return rows.tolist(), b[keep]
+
+
 def _read_cells(b: np.ndarray):
-    """(row, column, width, step, op code, stage, microbatch) of every nonempty cell of the bytes,
-    a stretch of rows at a time; None if a cell is not a plain action."""
+    """(row, column, width, step, op code, stage, microbatch, bad) of every nonempty cell of the
+    bytes, a stretch of rows at a time; `bad`: the cell is not a plain action (its numbers are
+    then of no use)."""
     parts = []
     for lo, hi, first_row in _chunks(b):
         part = _cells(b[lo:hi])
-        if part is None:
-            return None
         part[0] += first_row
         parts.append(part)
-    row, column, width, step, stage, key, mb, mb_digits = (np.concatenate(p) for p in zip(*parts))
+    row, column, width, step, stage, key, mb, mb_digits, bad = (np.concatenate(p) for p in zip(*parts))
     at = np.searchsorted(_KEYS, key).clip(0, len(_KEYS) - 1)
-    if (_KEYS[at] != key).any():
-        return None  # not an op name (BW, a typo): the cell-by-cell reader explains
-    if (_KEY_HAS_MB[at] != mb_digits).any():
-        return None  # a microbatch missing or extra
-    return row, column, width, step, _KEY_CODE[at], stage, np.where(mb_digits, mb, NO_MICROBATCH)
+    bad |= _KEYS[at] != key  # not an op name (BW, a typo): the cell-by-cell reader explains
+    bad |= _KEY_HAS_MB[at] != mb_digits  # a microbatch missing or extra
+    return row, column, width, step, _KEY_CODE[at], stage, np.where(mb_digits, mb, NO_MICROBATCH), bad
 
 
 def _program(text: str, name: str, program_name: str, num_ranks: int, steps, held, last_mb: int, where) -> Program:
@@ -184,6 +239,7 @@ def _program(text: str, name: str, program_name: str, num_ranks: int, steps, hel
 OPEN, CLOSE, SEMICOLON = ord("("), ord(")"), ord(";")
 _PAREN = np.zeros(256, dtype=bool)
 _PAREN[[OPEN, CLOSE, SEMICOLON]] = True
+_PLAIN = _DIGIT | _LETTER | _SEP | _PAREN  # the bytes of the file's plain cells
 _KIND_KEYS = {_pack(kind.value): i for i, kind in enumerate(KINDS)}
 _KIND_KEY_LIST = np.array(sorted(_KIND_KEYS), dtype=np.int64)
 _KIND_KEY_CODE = np.array([_KIND_KEYS[k] for k in sorted(_KIND_KEYS)], dtype=np.int8)
@@ -192,40 +248,65 @@ _KIND_KEY_CODE = np.array([_KIND_KEYS[k] for k in sorted(_KIND_KEYS)], dtype=np.
 class _Compounds:
     """The compound cells of a file's bytes: `placeholders`, the bytes with each compound cell
     written `0F0` (so the plain reader reads the rest), `cells` (their places among the nonempty
-    cells), `column` and `width` of every nonempty cell as the file has them, and `parts`."""
+    cells), `column` and `width` of every nonempty cell as the file has them, `parts`, and `bad`:
+    each compound that is not one (the cell-by-cell reader says why)."""
 
-    __slots__ = ("placeholders", "cells", "column", "width", "parts")
+    __slots__ = ("placeholders", "cells", "column", "width", "parts", "bad")
 
 
-def _compounds(b: np.ndarray) -> _Compounds | None:  # noqa: C901
-    """Every cell `(part;part...)KIND` of the bytes (rows ending in "\n"), each part a plain action:
-    None if an opening or closing bracket or a `;` is anywhere else, a part is empty or not an
-    action, or KIND is not a compound's kind."""
-    ends = np.flatnonzero(_SEP[b])
+def _regular(b: np.ndarray, ends: np.ndarray, marks: np.ndarray):
+    """The bytes (`ends`: their separators; `marks`: where their brackets and `;`s are) with each
+    cell that holds a bracket or a `;` but is not shaped `(...)KIND` (one `(` first, one `)`, every
+    `;` between them) written as `X`s, the same width: a cell the plain reader finds bad; and the
+    `(`, `)` and `;` left, in order."""
+    what = b[marks]
+    opens, closes, semis = (marks[what == c] for c in (OPEN, CLOSE, SEMICOLON))
+    if _shaped(ends, opens, closes, semis):  # (the common file: at the cost of these checks alone)
+        return b, (opens, closes, semis)
     starts = np.concatenate([[0], ends[:-1] + 1])
-    opens, closes, semis = (np.flatnonzero(b == c) for c in (OPEN, CLOSE, SEMICOLON))
+    cell = np.searchsorted(ends, marks)  # (a byte's cell: the first separator after it ends it)
+    count = (np.bincount(cell[what == c], minlength=len(ends)) for c in (OPEN, CLOSE))
+    close_at = np.zeros(len(ends), dtype=np.int64)
+    close_at[cell[what == CLOSE]] = closes
+    shaped = (next(count) == 1) & (next(count) == 1) & (b[starts] == OPEN)
+    semi = what == SEMICOLON
+    shaped[cell[semi][semis > close_at[cell[semi]]]] = False  # a `;` after the `)`
+    wrong = np.zeros(len(ends), dtype=bool)
+    wrong[cell] = True
+    wrong &= ~shaped
+    out = b.copy()
+    out[_ranges(starts[wrong], ends[wrong])] = ord("X")
+    left = ~wrong[cell]
+    return out, tuple(marks[left & (what == c)] for c in (OPEN, CLOSE, SEMICOLON))
+
+
+def _shaped(ends: np.ndarray, opens: np.ndarray, closes: np.ndarray, semis: np.ndarray) -> bool:
+    """Whether every cell with a bracket or a `;` is shaped `(...)KIND` (`_regular`)."""
+    cell = np.searchsorted(ends, opens)
+    first = np.where(cell > 0, ends[cell - 1] + 1, 0)
+    if len(closes) != len(opens) or (first != opens).any() or (np.searchsorted(ends, closes) != cell).any():
+        return False  # a bracket other than first in its cell, or not one closing bracket in each compound
+    at = np.searchsorted(opens, semis, side="right") - 1  # each `;`'s compound: the last `(` before it
+    return not (len(semis) and ((at < 0).any() or (semis >= closes[at.clip(0)]).any()))
+
+
+def _compounds(b: np.ndarray, ends: np.ndarray, marks: tuple[np.ndarray, np.ndarray, np.ndarray]) -> _Compounds:
+    """Every cell `(part;part...)KIND` of the bytes (rows ending in "\n", `ends` their separators,
+    `marks` their `(`, `)` and `;`; every cell with one so shaped: `_regular`); `bad` where KIND is
+    not a compound's kind, or a part is empty or not an action."""
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    opens, closes, semis = marks
     cell = np.searchsorted(ends, opens)  # (a byte's cell: the first separator after it ends it)
-    if (starts[cell] != opens).any() or len(closes) != len(opens) or (np.searchsorted(ends, closes) != cell).any():
-        return None  # a bracket other than first in its cell, or not one closing bracket in each compound
-    if (closes <= opens).any():
-        return None
     at = np.searchsorted(opens, semis, side="right") - 1  # each `;`'s compound: between its brackets
-    if len(semis) and ((at < 0).any() or (semis >= closes[at.clip(0)]).any()):
-        return None
     kind = _kinds(b, closes + 1, ends[cell])
-    if kind is None:
-        return None
     inner = _inner(b, opens, closes)  # the parts, a compound a row
-    read = _read_cells(inner)
-    if read is None:
-        return None
-    owner, _, _, _, op, stage, mb = read
+    owner, _, _, _, op, stage, mb, bad_part = _read_cells(inner)
     counts = np.bincount(owner, minlength=len(opens))
-    if (counts != np.bincount(at, minlength=len(opens)) + 1).any():
-        return None  # an empty part
+    bad = (kind < 0) | (counts != np.bincount(at, minlength=len(opens)) + 1)  # (+1: an empty part)
+    bad[owner[bad_part]] = True
     full = ends > starts
     out = _Compounds()
-    out.cells = np.searchsorted(np.flatnonzero(full), cell)
+    out.cells, out.bad = np.searchsorted(np.flatnonzero(full), cell), bad
     out.parts = Parts(out.cells, kind, np.concatenate([[0], np.cumsum(counts)]), op, stage, mb)
     row_start = starts[np.concatenate([[True], b[ends[:-1]] == NEWLINE])]  # where each row begins
     line = np.searchsorted(row_start, starts[full], side="right") - 1
@@ -244,20 +325,26 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.repeat(lo - np.concatenate([[0], np.cumsum(size)[:-1]]), size) + np.arange(int(size.sum()))
 
 
-def _kinds(b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray | None:
-    """The kind code of the letters b[lo[c]:hi[c]] of each compound c; None if one is not a kind."""
+def _kinds(b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The kind code of the letters b[lo[c]:hi[c]] of each compound c; -1 where they are not a kind."""
+    code = np.full(len(lo), -1, dtype=np.int8)
     size = hi - lo
-    if (size < 1).any() or (size > MAX_LETTERS).any():
-        return None
+    sized = np.flatnonzero((size >= 1) & (size <= MAX_LETTERS))
+    if not len(sized):
+        return code
+    lo, hi, size = lo[sized], hi[sized], size[sized]
     pos = _ranges(lo, hi)
     letters = b[pos]
-    if not _LETTER[letters].all():
-        return None
+    first = np.concatenate([[0], np.cumsum(size)[:-1]])
     from_end = np.repeat(hi - 1, size) - pos
-    value = np.add.reduceat(np.where(letters == ord("_"), 27, letters.astype(np.int64) - 64) << (5 * from_end),
-                            np.concatenate([[0], np.cumsum(size)[:-1]]))
+    value = np.add.reduceat(np.where(letters == ord("_"), 27, letters.astype(np.int64) - 64) << (5 * from_end), first)
     at = np.searchsorted(_KIND_KEY_LIST, value).clip(0, len(_KIND_KEY_LIST) - 1)
-    return None if (_KIND_KEY_LIST[at] != value).any() else _KIND_KEY_CODE[at]
+    found = _KIND_KEY_LIST[at] == value
+    digit = _DIGIT[letters]  # (the other bytes after a `)` are letters: `_regular`)
+    if digit.any():
+        found &= ~np.logical_or.reduceat(digit, first)
+    code[sized[found]] = _KIND_KEY_CODE[at[found]]
+    return code
 
 
 def _inner(b: np.ndarray, opens: np.ndarray, closes: np.ndarray) -> np.ndarray:
@@ -462,7 +549,7 @@ def _cells(b: np.ndarray):
     """Per nonempty cell of the bytes `b` (rows ending in "\\n"): its row, 1-based column, width and
     step (its place in the row, empty cells counted), and the three runs it must be made of, digits,
     letters and maybe digits: the stage, the op name packed by `_pack`, the microbatch and whether
-    it has one. None if a cell is not made so, or an index has too many digits."""
+    it has one; and whether it is bad: not made so, or an index with too many digits."""
     sep = _SEP[b]
     ends = np.flatnonzero(sep)  # cell i is b[ends[i-1] + 1 : ends[i]]
     starts = np.concatenate([[0], ends[:-1] + 1])
@@ -474,7 +561,7 @@ def _cells(b: np.ndarray):
     full = ends > starts
     cell = np.flatnonzero(full)
     if not len(cell):  # blank rows and empty cells only
-        return [row_of_cell[cell]] + [np.zeros(0, dtype=np.int64)] * 6 + [np.zeros(0, dtype=bool)]
+        return [row_of_cell[cell]] + [np.zeros(0, dtype=np.int64)] * 6 + [np.zeros(0, dtype=bool)] * 2
     # runs of digits or letters inside the cells: where each begins, its kind, and its place in its cell
     inside = np.flatnonzero(~sep)
     kind = _DIGIT[b[inside]]  # True: a digit, False: a letter
@@ -488,13 +575,15 @@ def _cells(b: np.ndarray):
     run_len = np.diff(np.append(run_start, len(inside)))
     runs = np.bincount(run_cell, minlength=int(full.sum()))
     expect_digit = run_place != 1  # digits, letters, digits
-    if ((runs < 2) | (runs > 3)).any() or (run_digit != expect_digit).any():
-        return None
-    if (run_len[run_digit] > MAX_INDEX_DIGITS).any() or (run_len[~run_digit] > MAX_LETTERS).any():
-        return None
-    # each run's value: digits in base 10, letters packed in base 32 (`_pack`)
+    bad = (runs < 2) | (runs > 3)
+    wrong = run_digit != expect_digit
+    long = np.flatnonzero(run_len > MAX_INDEX_DIGITS)  # (few: an op name of 10 to 12 letters is one)
+    wrong[long[run_len[long] > np.where(run_digit[long], MAX_INDEX_DIGITS, MAX_LETTERS)]] = True
+    if wrong.any():
+        bad[run_cell[wrong]] = True
+    # each run's value: digits in base 10, letters packed in base 32 (`_pack`); a bad cell's are of no use
     run_of = np.cumsum(begins) - 1
-    from_end = run_start[run_of] + run_len[run_of] - 1 - np.arange(len(inside))
+    from_end = run_start[run_of] + run_len[run_of] - 1 - np.arange(len(inside))  # (a long run's wraps: bad)
     byte = b[inside].astype(np.int64)
     weight = np.where(kind, (byte - ord("0")) * 10 ** from_end,
                       np.where(byte == ord("_"), 27, byte - 64) << (5 * from_end))
@@ -505,4 +594,4 @@ def _cells(b: np.ndarray):
     mb = np.zeros(n, dtype=np.int64)
     mb[has_mb] = value[first_run[has_mb] + 2]
     return [row_of_cell[cell], starts[cell] - line_start[cell] + 1, ends[cell] - starts[cell], step_of_cell[cell],
-            value[first_run], value[first_run + 1], mb, has_mb]
+            value[first_run], value[np.minimum(first_run + 1, len(value) - 1)], mb, has_mb, bad]

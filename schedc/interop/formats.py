@@ -29,7 +29,8 @@ class Format:
     the one written), `what` it is in a sentence; `read(text, name, params=, notation=, strict=)`
     gives a `Program` (`takes_params`: `--param` applies, to the text's parameters or to what it
     states, and `declares(text, name)` gives the names it takes; `takes_placement`: so does
-    `--placement`; `takes_notation`: so does `--notation legacy`); `write(program, level=)` gives
+    `--placement`; `takes_notation`: so does `--notation legacy`; `keeps_bom`: `read` is given a byte order mark
+the text starts with, to judge, where others read the text without it, `given`); `write(program, level=)` gives
     the text at the level asked (compute, or comms: communication inserted, `Refused` for a program
     that fails its checks), `level` the one written when `--level` is not given (None: the
     program's own)."""
@@ -44,6 +45,12 @@ class Format:
     takes_notation: bool = False
     level: str | None = None
     declares: Callable[[str, str], tuple[str, ...]] | None = None
+    keeps_bom: bool = False
+
+    def given(self, text: str) -> str:
+        """The text `read` and `declares` are given: without a leading byte order mark, unless `keeps_bom`."""
+        from ..inputs import skip_bom
+        return text if self.keeps_bom else skip_bom(text)
 
 
 def _read_pp(text: str, name: str, *, params: Mapping[str, int] | None, strict: bool, **_: object) -> "Program":
@@ -141,7 +148,7 @@ for _fmt in (  # the first is the default: a file whose extension picks no other
     Format("pp", (".pp",), "a schedc schedule", read=_read_pp, takes_params=True, declares=_declared_pp),
     Format("torch-csv", (".csv",), "PyTorch's schedule CSV (compute_only or compute_comms)", read=_read_csv,
            write=_write_csv, takes_params=True, takes_placement=True, takes_notation=True, level="comms",
-           declares=_stated_csv),
+           declares=_stated_csv, keeps_bom=True),  # (torch's reader takes a mark as part of the first cell)
     Format("ir-json", (".json",), "schedc's IR as JSON", read=_read_ir, write=_write_ir),
 ):
     register(_fmt)

@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from ..columns import COMPOUND, KIND_CODE, OPS, Columns, columns_of, has_op
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..errors import SchedcError
+from ..inputs import BOM_TEXT
 from ..lazy_numpy import np
 from ..expr import did_you_mean
 from ..ir import (SCHEDC_ONLY, Action, ActionSyntaxError, Annotations, CompoundKind, Op, Program, Step, format_step, is_group, parse_step,
                   PLACEMENTS, placed)
 from ..span import Source, Span
 from .compact import step_texts
+
+if TYPE_CHECKING:
+    from .csv_columns import Unread
 
 NOTATIONS = ("current", "legacy")
 
@@ -169,12 +174,17 @@ class TorchCsv:
 
 def program_from_csv(text: str, name: str = "<csv>", *, notation: str = "current") -> Program:
     """`read_torch_csv(text, name, notation=notation).to_program()`: the common file read at once
-    into columns (csv_columns.py), anything else cell by cell."""
+    into columns (csv_columns.py), anything else cell by cell. Cells the columns cannot read, in a
+    file otherwise read, are read alone (`_read_unread`): their error is the file's, as the cell by
+    cell reader gives it, without reading the file's other cells again."""
+    _refuse_bom(text, name)
     if notation == "current":
-        from .csv_columns import read_columns
-        program = read_columns(text, name, _stem(name), (MAX_RANKS, MAX_STAGES, MAX_MICROBATCHES))
-        if program is not None:
-            return program
+        from .csv_columns import Unread, read_columns
+        read = read_columns(text, name, _stem(name), (MAX_RANKS, MAX_STAGES, MAX_MICROBATCHES))
+        if isinstance(read, Unread):  # (it returns the rows it read when they read: spaces, quotes)
+            return _read_table(text, name, notation, _read_unread(text, name, read)).to_program()
+        if read is not None:
+            return read
     return read_torch_csv(text, name, notation=notation).to_program()
 
 
@@ -248,41 +258,133 @@ def _stem(name: str) -> str:
 
 def read_torch_csv(text: str, name: str = "<csv>", *, notation: str = "current") -> TorchCsv:
     """Parse a PyTorch schedule CSV; a bad cell is an error at file:line:col (rank, step)."""
+    _refuse_bom(text, name)
+    return _read_table(text, name, notation)
+
+
+def _read_table(text: str, name: str, notation: str, known: dict[int, tuple[Step | None, ...]] | None = None) -> TorchCsv:
+    """`read_torch_csv` of a text without a byte order mark; `known`, rows read already."""
+    known = known or {}
     source = Source(name, text)
-    rows = []
-    errors = []
     lines = source.lines()  # a blank line is a rank with no actions, as torch's csv.reader reads it
     if lines and lines[-1] == "":
         lines.pop()
     if not text.strip():
         raise SchedcError("csv", "the CSV file is empty: expected one row of actions per rank",
                           Span.point(source, 1, 1))
-    for rank, line in enumerate(lines):
-        if "\r" in line:
-            col = line.index("\r") + 1
-            raise SchedcError("csv", "a carriage return inside a row: rows must end with \\n or \\r\\n",
-                              Span(source, rank + 1, col, rank + 1, col + 1, rank, None))
-        row = []
-        for step, (column, cell) in enumerate(_cells(line, source, rank)):
-            text_cell = cell.strip()
-            if not text_cell:
-                row.append(None)
-                continue
-            span = Span(source, rank + 1, column, rank + 1, column + len(cell), rank, step)
-            try:
-                row.append(parse_step(text_cell, span, notation=notation))
-            except ActionSyntaxError as exc:
-                errors.append(SchedcError("csv", f"rank {rank}, step {step}: {exc}", span).diagnostics[0])
-        rows.append(tuple(row))
-    if errors:
-        legacy = [d for d in errors if "--notation legacy" in d.message]
-        if legacy:  # one message for the notation, not one per cell
-            first = legacy[0]
-            more = (f"{len(legacy) - 1} more cell(s) spell BW too",) if len(legacy) > 1 else ()
-            errors = [first.__class__(first.code, first.message, first.span, more)] + \
-                [d for d in errors if d not in legacy]
-        raise SchedcError.many(errors[:20])
+    errors = _CellErrors()
+    rows = [known[rank] if rank in known else _read_row(line, source, rank, notation, errors)
+            for rank, line in enumerate(lines)]
+    errors.raise_any()
     return TorchCsv(tuple(rows), name)
+
+
+def _read_row(line: str, source: Source, rank: int, notation: str, errors: "_CellErrors") -> tuple[Step | None, ...]:
+    """The cells of row `rank`, each bad one's error added to `errors`; a row that is not CSV is an
+    error at once (a carriage return inside it, a cell over the csv module's limit)."""
+    if "\r" in line:
+        col = line.index("\r") + 1
+        raise SchedcError("csv", "a carriage return inside a row: rows must end with \\n or \\r\\n",
+                          Span(source, rank + 1, col, rank + 1, col + 1, rank, None))
+    row: list[Step | None] = []
+    for step, (column, cell) in enumerate(_cells(line, source, rank)):
+        text_cell = cell.strip()
+        if not text_cell:
+            row.append(None)
+            continue
+        span = Span(source, rank + 1, column, rank + 1, column + len(cell), rank, step)
+        try:
+            row.append(parse_step(text_cell, span, notation=notation))
+        except ActionSyntaxError as exc:
+            errors.add(str(exc), span)
+    return tuple(row)
+
+
+class _CellErrors:
+    """The errors of a CSV's bad cells, in file order, as they are reported: one for the legacy
+    notation's `BW` cells (the first, counting the others), then the others, 20 in all."""
+
+    SHOWN = 20
+
+    def __init__(self) -> None:
+        self.legacy: list[tuple[str, Span]] = []  # the first BW cell's (message, span)
+        self.legacy_count = 0  # (how many there are)
+        self.others: list[tuple[str, Span]] = []  # the first SHOWN others
+
+    def add(self, message: str, span: Span) -> None:
+        if "--notation legacy" in message:
+            self.legacy_count += 1
+            if not self.legacy:
+                self.legacy.append((message, span))
+        elif len(self.others) < self.SHOWN:
+            self.others.append((message, span))
+
+    def raise_any(self) -> None:
+        if not self.legacy_count and not self.others:
+            return
+        diagnostics = []
+        for message, span in self.legacy + self.others:
+            d = SchedcError("csv", f"rank {span.rank}, step {span.step}: {message}", span).diagnostics[0]
+            diagnostics.append(d)
+        if self.legacy_count > 1:  # one message for the notation, not one per cell
+            first = diagnostics[0]
+            diagnostics[0] = first.__class__(first.code, first.message, first.span,
+                                             (f"{self.legacy_count - 1} more cell(s) spell BW too",))
+        raise SchedcError.many(diagnostics[:self.SHOWN])
+
+
+def _read_unread(text: str, name: str, unread: "Unread") -> dict[int, tuple[Step | None, ...]]:
+    """The error of the cells the columns could not read (csv_columns.Unread), as `read_torch_csv`
+    gives it: the rows named read whole, each other cell named alone (its row is plain: cells
+    split at commas), every other cell known good. When they all read (spaces, quotes), the rows
+    read whole, for `_read_table` to keep."""
+    read: dict[int, tuple[Step | None, ...]] = {}
+    if not text or text.isspace():  # (the empty file's own error)
+        return read
+    source = Source(name, text)
+    lines, errors, said = source.lines(), _CellErrors(), {}
+    limit = csv.field_size_limit()
+    for rank, cells in unread.by_row():
+        line = lines[rank]
+        if cells is None or any(width > limit for _, width, _ in cells):  # (the csv module's own error)
+            read[rank] = _read_row(line, source, rank, "current", errors)
+            continue
+        for column, width, step in cells:
+            cell = line[column - 1:column - 1 + width]
+            if cell not in said:  # (an error is the cell's text's alone: each text parsed once)
+                said[cell] = _parse_error(cell.strip()) if cell.strip() else None
+            if said[cell] is not None:
+                errors.add(said[cell], Span(source, rank + 1, column, rank + 1, column + width, rank, step))
+    errors.raise_any()
+    return read
+
+
+def _parse_error(cell: str) -> str | None:
+    """What is wrong with a cell's text (`parse_step`'s message), or None."""
+    try:
+        parse_step(cell)
+    except ActionSyntaxError as exc:
+        return str(exc)
+    return None
+
+
+_FIRST_CELL = re.compile(r"[^,\r\n]*")
+
+
+def _refuse_bom(text: str, name: str) -> None:
+    """A `csv` error for a file that starts with a byte order mark (Excel's "CSV UTF-8", some
+    editors): torch's `_load_csv` opens the file in the default encoding, so the mark is part of the
+    first cell, which `_Action.from_str` refuses: schedc must not clear a file torch cannot load."""
+    if not text.startswith(BOM_TEXT):
+        return
+    rest = text[1:]
+    first = _FIRST_CELL.match(rest).group()  # type: ignore[union-attr]  # (it matches the empty text too)
+    shown = repr(BOM_TEXT + first[:40]) + ("..." if len(first) > 40 else "")
+    raise SchedcError("csv", f"the file starts with a byte order mark (U+FEFF, bytes EF BB BF), which torch's reader "
+                      f"takes as part of the first cell: it reads {shown}, which is no action (\"Invalid action "
+                      "string\"), and cannot load the file; save it as UTF-8 without a byte order mark (in Excel, "
+                      "\"CSV (Comma delimited)\" rather than \"CSV UTF-8\")",
+                      Span(Source(name, rest), 1, 1, 1, 1 + max(len(first), 1), 0, 0))  # (the line as editors show it)
 
 
 def _cells(line: str, source: Source | None = None, rank: int = 0):
