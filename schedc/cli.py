@@ -30,6 +30,16 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise SchedcError("usage", f"{message} (see `{self.prog} --help`)")
 
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, but an argument no parser took points at the help of the command given
+        (`schedc check --help`: where the options it takes are), not at schedc's."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(parsed, "command", None)
+            prog = f"{self.prog} {command}" if command else self.prog
+            raise SchedcError("usage", f"unrecognized arguments: {' '.join(extras)} (see `{prog} --help`)")
+        return parsed
+
     def _check_value(self, action, value):
         """argparse's check of a choice, with a suggestion for a near miss (`chek`: did you mean 'check'?)."""
         try:

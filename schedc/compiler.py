@@ -376,8 +376,12 @@ class _Compiler:
                 prefer = tuple(KINDS[n] for n in opt.names)
             elif opt.name == "memory" and opt.value is not None:
                 limit = self.expr(opt.value, self.scope)(env)
-                if not (type(limit) is int or type(limit) is float) or limit < 0:
-                    raise SchedcError("type", "memory must be a non-negative number", opt.value.span)
+                if not (type(limit) is int or type(limit) is float):
+                    raise SchedcError("type", "order greedy's memory must be a number, not a condition",
+                                      opt.value.span)
+                if limit < 0:  # (a bad option of order greedy: `order`, with the value it came to)
+                    raise SchedcError("order", f"order greedy's memory {_came_to(opt.value, limit, env)}; "
+                                      "the cap is non-negative", opt.value.span)
                 cap = limit
             elif opt.name in ("prefer", "memory"):  # (the option is known: its value has the wrong form)
                 wanted = "a list of compute kinds, as [I, F, W]" if opt.name == "prefer" else "a number, the cap"
@@ -564,8 +568,15 @@ class _Compiler:
                                       item.scope_expr.span)
             for s in item.settings:
                 given = self.expr(s.value, self.scope)(env)
-                if not (type(given) is int or type(given) is float) or given < 0:
-                    raise SchedcError("type", f"'{s.name}' must be a non-negative number", s.value.span)
+                what = f"{item.what} {item.scope} {index}: {s.name}" if item.scope is not None else \
+                    f"{item.what} {s.name}"
+                if not (type(given) is int or type(given) is float):  # (a condition: the one `type` here)
+                    raise SchedcError("type", f"{what} must be a number, not a condition", s.value.span)
+                if given < 0:  # a bad value, as from --cost or a cost file: `costs`, with the value
+                    kind = "memory limits" if s.name == "limit" else "memory sizes" if item.what == "memory" \
+                        else "costs"
+                    raise SchedcError("costs", f"{what} {_came_to(s.value, given, env)}; {kind} are non-negative",
+                                      s.value.span)
                 value = float(given)
                 if item.what == "cost":
                     if s.name in extras:
@@ -575,7 +586,8 @@ class _Compiler:
                             dispatch[r] = value
                     elif item.scope == "rank":
                         if value <= 0:  # (a rank's times are the stage times divided by its speed)
-                            raise SchedcError("type", "'speed' must be a positive number", s.value.span)
+                            raise SchedcError("costs", f"{what} {_came_to(s.value, given, env)}; a rank's speed "
+                                              "is positive", s.value.span)
                         assert index is not None  # (a `rank N` annotation: its index read above)
                         speed[index] = value
                     else:
@@ -591,6 +603,16 @@ class _Compiler:
         memory = _per_stage(StageMemory.default(L, num_ranks), num_stages, base_mem, stage_mem)
         return Annotations(costs, memory, tuple(speed), tuple(sorted(limits.items())),
                            extras["latency"], extras["bandwidth"], tuple(dispatch) if any(dispatch) else ())
+
+
+def _came_to(expr, value: int | float, env: Env) -> str:
+    """How a message gives the value `expr` came to: `is -1` for a literal, `evaluates to -1 at
+    M=101` for an expression of the parameters (and loop variables) it names."""
+    names = ", ".join(f"{n}={env[n]}" for n in dict.fromkeys(ast.names_in(expr)) if n in env)
+    shown = repr(value)
+    if names:
+        return f"evaluates to {shown} at {names}"
+    return f"is {shown}" if span_text(expr.span).replace(" ", "") == shown else f"evaluates to {shown}"
 
 
 def _per_stage(default, num_stages: int, given: dict, by_stage: dict[int, dict]) -> tuple:

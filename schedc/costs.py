@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import SchedcError
-from .inputs import integer, loads_json, read_text, too_long_number
+from .inputs import Underflow, integer, loads_json, read_float, read_text, too_long_number
 from .ir import Program, ends_on_one_rank
 from .span import Source, Span
 
@@ -60,7 +60,9 @@ class Costs:
     spread: Spread | None = field(default=None, compare=False)  # a profile's: how the measured times vary
 
     def then(self, other: "Costs") -> "Costs":
-        """These settings with `other` applied on top (a cost file, then --cost)."""
+        """These settings with `other` applied on top (a cost file, then --cost). The result's
+        `source` names where its settings come from, each once: `costs.toml, --cost`; not a base
+        that holds none (`Costs("the defaults")`), which no message should point at."""
         stages = dict(self.stages)
         for s, pairs in other.stages:
             stages[s] = tuple({**dict(stages.get(s, ())), **dict(pairs)}.items())
@@ -71,7 +73,9 @@ class Costs:
         def last(name: str):
             mine, theirs = getattr(self, name), getattr(other, name)
             return theirs if theirs is not None else mine
-        return Costs(f"{self.source}, {other.source}", tuple({**dict(self.every), **dict(other.every)}.items()),
+        sources = [] if self == Costs(self.source) else self.source.split(", ")
+        source = ", ".join(sources + [other.source] if other.source not in sources else sources)
+        return Costs(source, tuple({**dict(self.every), **dict(other.every)}.items()),
                      tuple(sorted(stages.items())), tuple(sorted({**dict(self.speeds), **dict(other.speeds)}.items())),
                      last("latency"), last("bandwidth"), tuple(sorted(channels.items())), last("overlap"),
                      last("overhead"), other.measured or self.measured, other.derived or self.derived,
@@ -200,21 +204,25 @@ def _chunk_of(measured: dict[int, dict[str, float]], stage: int, V: int) -> dict
 # ---- --cost K=V,... ----
 def parse_cost_option(text: str) -> Costs:
     """`F=1,I=1,W=1,B=2` (also act, weight, out, latency, bandwidth, overhead, dispatch): the same
-    for every stage (and rank)."""
+    for every stage (and rank). Whatever is wrong in it is a `costs` error, as in a cost file."""
     every: dict[str, float] = {}
     links: dict[str, float] = {}
     for part in (p for p in text.split(",") if p.strip()):
         key, eq, value = (x.strip() for x in part.partition("="))
+        if eq and key and key not in TOP_KEYS:
+            from .expr import did_you_mean
+            raise SchedcError("costs", f"--cost {text!r}: unknown key '{key}'; expected one of {', '.join(TOP_KEYS)}"
+                              f"{did_you_mean(key, TOP_KEYS)}", where="--cost")
         try:
-            if not eq or key not in TOP_KEYS:
+            if not eq or not key:
                 raise ValueError
-            number = float(value)
+            number = read_float(value)
         except ValueError:
-            raise SchedcError("usage", f"--cost {text!r}: expected KEY=NUMBER pairs separated by commas, "
+            raise SchedcError("costs", f"--cost {text!r}: expected KEY=NUMBER pairs separated by commas, "
                               f"KEY one of {', '.join(TOP_KEYS)} (e.g. --cost F=1,B=2)", where="--cost") from None
         if key in every or key in links:  # (one would silently win)
-            raise SchedcError("usage", f"--cost {text!r}: {key} is given twice", where="--cost")
-        (every if key in STAGE_KEYS else links)[key] = _number(number, key, key, "--cost", None)
+            raise SchedcError("costs", f"--cost {text!r}: {key} is given twice", where="--cost")
+        (every if key in STAGE_KEYS else links)[key] = _number(number, key, key, "--cost", None, value)
     return Costs("--cost", tuple(every.items()), latency=links.get("latency"), bandwidth=links.get("bandwidth"),
                  overhead=links.get("overhead"), dispatch=links.get("dispatch"))
 
@@ -256,7 +264,7 @@ def profile_costs(text: str, name: str = "profile.json") -> Costs:  # noqa: C901
     """Parse a measured profile (format in the README, "Simulating a schedule"), including exactly
     what `schedc run --profile` writes (`runtime/profile.py`): `messages[s]` is stage s's output bytes."""
     source = Source(name, text)
-    data = loads_json(text, name, "costs")
+    data = loads_json(text, name, "costs", costs=True)
     where = _Where(source, json_paths=True)
     if not isinstance(data, dict):
         raise SchedcError("costs", "a profile is a JSON object with \"stages\" (and optionally \"ranks\", "
@@ -340,7 +348,7 @@ def _read_toml(text: str, source: Source) -> dict:
             raise SchedcError("costs", "reading TOML cost files needs Python 3.11 or the tomli package "
                               "(pip install tomli)", where=source.name) from None
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(text, parse_float=read_float)  # (an Underflow for `_number` to refuse at its key)
     except tomllib.TOMLDecodeError as exc:
         msg = str(exc)
         m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
@@ -354,13 +362,21 @@ def _read_toml(text: str, source: Source) -> dict:
         raise SchedcError("costs", "the TOML is nested too deeply to read", where=source.name) from None
 
 
-def _number(value, key: str, what: str, file: str, span) -> float:
+def _number(value, key: str, what: str, file: str, span, written: str | None = None) -> float:
+    """A cost or size setting's value (`written`: its text as given, for the message); a `costs`
+    error for one that is not a non-negative number, not finite (but bandwidth, where inf is
+    infinite), or written nonzero and too small for a float (an `Underflow`: it would read as 0)."""
+    if isinstance(value, Underflow):
+        zero = " (an infinite bandwidth)" if key == "bandwidth" else ""
+        raise SchedcError("costs", f"{what} must be 0 or a number a float can hold, not {value.text}, which would "
+                          f"be read as 0{zero}", span, where=file)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
         infinite = " (0 or inf: an infinite bandwidth, messages taking only their latency)" if key == "bandwidth" else ""
-        raise SchedcError("costs", f"{what} must be a non-negative number{infinite}, not {value!r}", span, where=file)
+        shown = written if written is not None else repr(value)
+        raise SchedcError("costs", f"{what} must be a non-negative number{infinite}, not {shown}", span, where=file)
     if math.isinf(value):
         if key != "bandwidth":
-            raise SchedcError("costs", f"{what} must be finite", span, where=file)
+            raise SchedcError("costs", f"{what} must be finite, not {written or repr(value)}", span, where=file)
         return 0.0  # infinite bandwidth
     return float(value)
 
@@ -402,7 +418,8 @@ class _Where:
             settings = dict(self.settings(t, (key, r), RANK_KEYS))
             if "speed" in settings:
                 if not settings["speed"] > 0 or math.isinf(settings["speed"]):
-                    raise self.error(f"rank {r}: speed must be a positive number", (key, r), "speed")
+                    raise self.error(f"rank {r}: speed must be a positive number, not {settings['speed']:g}",
+                                     (key, r), "speed")
                 speeds.append((self.index(r, key), settings["speed"]))
             if "dispatch" in settings:
                 dispatch.append((self.index(r, key), settings["dispatch"]))

@@ -438,7 +438,7 @@ class _Place:
         from .inputs import loads_json, read_text
         text = read_text(path, "the setup file")
         if path.lower().endswith(".json"):
-            return cls(path, data=loads_json(text, path, "costs"))
+            return cls(path, data=loads_json(text, path, "costs", costs=True))
         source = Source(path, text)
         return cls(path, source, data=_read_toml(text, source))
 
@@ -632,8 +632,9 @@ def _link(t: dict[str, Any], place: _Place) -> Link:
     if missing:
         raise place.error(f"[link] needs {', '.join(missing)} (or preset = one of {preset_list('link')})")
     latency = t["latency"]
-    if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not (math.isfinite(latency)
-                                                                                  and latency >= 0):
+    from .inputs import Underflow  # (1e-400: a positive latency a float reads as 0; shown as written)
+    if isinstance(latency, (bool, Underflow)) or not isinstance(latency, (int, float)) or \
+            not (math.isfinite(latency) and latency >= 0):
         raise place.error(f"[link] latency must be a non-negative number of seconds, not {latency!r}", "link", "latency")
     return Link(t.get("name", "link"), _positive(t["bandwidth"], place, "link", "bandwidth", rate), float(latency))
 

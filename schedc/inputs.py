@@ -5,6 +5,8 @@ schedule's is kept, for its format to judge: a PyTorch CSV refuses it, as torch'
 a byte that is not UTF-8 is an `io` error at its line and column. JSON that does not parse is an
 error at its line and column, as is a number too long for Python to convert (over 4,300 digits).
 An integer in an option or a file's key has at most MAX_DIGITS digits (`too-large` otherwise).
+A decimal number is read by `read_float`, which tells a number written nonzero but too small for a
+float (`1e-400`, read as 0.0) from 0: the readers of cost and size values refuse it.
 """
 from __future__ import annotations
 
@@ -80,13 +82,46 @@ def _not_utf8(data: bytes, at: int, name: str) -> SchedcError:
                        Span.point(source, line, column))
 
 
-def loads_json(text: str, name: str, code: str):
-    """The JSON value in `text` (from the file `name`); what is not JSON is a `code` error, and so
+class Underflow(float):
+    """What `read_float` gives for a number written nonzero that is too small for a float (`1e-400`):
+    0.0, which prints as written (`text`), for its reader to refuse where it can point at the key."""
+
+    text: str
+
+    def __new__(cls, text: str) -> "Underflow":
+        value = super().__new__(cls, 0.0)
+        value.text = text
+        return value
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+
+_MANTISSA_DIGIT = re.compile(r"[1-9]")
+
+
+def read_float(text: str) -> float:
+    """`float(text)` (a ValueError for text that is not a number), except that a number written
+    nonzero which a float rounds to 0 (`1e-400`, `0.` and 400 zeros and a 1) is an `Underflow`, not
+    0.0: a positive cost read as zero would mean something else (a bandwidth of 0 is infinite). The
+    one reader of decimal numbers for costs and sizes (--cost, cost files, profiles, sizes with
+    units, a schedule's decimals), and the `parse_float` of the readers of cost and hardware files."""
+    value = float(text)
+    if value == 0 and _MANTISSA_DIGIT.search(re.split(r"[eE]", text.strip(), maxsplit=1)[0]):
+        return Underflow(text.strip())
+    return value
+
+
+def loads_json(text: str, name: str, code: str, costs: bool = False):
+    """The JSON value in `text` (from the file `name`; with `costs`, its decimals read by
+    `read_float`, for the reader to refuse an `Underflow`); what is not JSON is a `code` error, and so
     is a string holding half a surrogate pair (`"\\ud800"`: no character, and no UTF-8 for it). The
     halves U+DC80..U+DCFF are let through: Python's name for a byte that is not UTF-8 (a file name
     such as b"\\xff.csv"), which it writes back as that byte."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_float=read_float if costs else None)
     except json.JSONDecodeError as exc:
         raise SchedcError(code, f"not JSON: {exc.msg}",
                           Span.point(Source(name, text), exc.lineno, exc.colno)) from None

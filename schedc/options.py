@@ -21,10 +21,61 @@ MAX_SECONDS = 86_400
 
 
 def seconds(value: float, flag: str) -> float:
-    """A time limit (`--timeout`, `--time-limit`): finite, positive, at most a day."""
-    if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
-        raise SchedcError("usage", f"{flag} {value}: expected seconds in (0, {MAX_SECONDS}]", where=flag)
-    return value
+    """A time limit (`--timeout`, `--time-limit`): finite, positive, at most a day. A message shows
+    the value as it was typed (`--timeout 0`, not `0.0`; `--timeout 'abc'`: `seconds_option`)."""
+    if isinstance(value, str) or not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
+        raise SchedcError("usage", f"{flag} {_shown(value)}: expected seconds in (0, {MAX_SECONDS}]", where=flag)
+    return float(value)
+
+
+class Typed(float):
+    """A number read from an option, as argparse's `type` gives it: a float that a message shows as
+    it was typed (`str`). Pickled, copied or computed with, it is a plain float."""
+
+    text: str
+
+    def __new__(cls, text: str) -> "Typed":
+        value = super().__new__(cls, text)
+        value.text = text.strip()
+        return value
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __reduce__(self):
+        return float, (float(self),)
+
+
+class NotANumber(str):
+    """An option's text that is not a number, as argparse's `type` gives it, for the command to
+    refuse (`seconds`, `units`) with an error that names the option: an input error like any bad
+    value (with --json, a JSON error object too), not one of argparse's."""
+
+
+def _shown(value) -> str:
+    """A value as a message shows it: text that is not a number quoted, a number as typed, a whole
+    number given from Python as an integer (0, not 0.0)."""
+    if isinstance(value, str):
+        return repr(str(value))
+    if isinstance(value, Typed):
+        return str(value)
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def seconds_option(text: str) -> float | NotANumber:
+    """argparse's `type` for a time limit: a `Typed` float (checked by `seconds`), or `NotANumber`."""
+    try:
+        return Typed(text)
+    except ValueError:
+        return NotANumber(text)
+
+
+def units_option(text: str) -> int | NotANumber:
+    """argparse's `type` for a budget of Z3 resource units: an int (checked by `units`), or `NotANumber`."""
+    try:
+        return int(text)
+    except ValueError:
+        return NotANumber(text)
 
 
 def clock_limit(value: float | None, flag: str) -> float | None:
@@ -36,8 +87,9 @@ def clock_limit(value: float | None, flag: str) -> float | None:
 def units(value: int | None, flag: str) -> int | None:
     """A budget of solver work (`--budget`), in Z3 resource units: None (the command's default) or
     a positive count."""
-    if value is not None and value < 1:
-        raise SchedcError("usage", f"{flag} {value}: expected a positive number of Z3 resource units", where=flag)
+    if value is not None and (isinstance(value, str) or value < 1):
+        raise SchedcError("usage", f"{flag} {_shown(value)}: expected a positive number of Z3 resource units",
+                          where=flag)
     return value
 
 
@@ -45,10 +97,10 @@ def solver_limits(q, whose: str, default_units: int, clock_flag: str, on_clock: 
     """`--budget UNITS` (whose solver work, `default_units` unless given) and the wall clock beside it
     (`clock_flag`, off by default), as prove and synth take them; read back with `units` and
     `clock_limit`."""
-    q.add_argument("--budget", type=int, default=None, metavar="UNITS",
+    q.add_argument("--budget", type=units_option, default=None, metavar="UNITS",
                    help=f"{whose} solver work in Z3 resource units, the same on any machine (default "
                         f"{default_units:,})")
-    q.add_argument(clock_flag, type=float, default=None, metavar="S",
+    q.add_argument(clock_flag, type=seconds_option, default=None, metavar="S",
                    help=f"{on_clock} after S seconds on the wall clock (default: no clock; the budget bounds it)")
 
 
@@ -72,8 +124,9 @@ def params(pairs: list[str]) -> dict[str, int]:
 
 def costs(files: str | None, settings: list[str], label: str = "the schedule", setup=None):
     """The costs of a model and hardware description (`setup`, schedc/hardware.py), then --costs
-    FILE, then each --cost K=V,... (later ones win); None if none is given (`label` names where the
-    costs come from when only --cost is)."""
+    FILE, then each --cost K=V,... (later ones win); None if none is given. `label` names a base
+    that holds no settings, which `Costs.then` leaves out of the result's `source` (a message about
+    costs given only by --cost is at `--cost`, not at `the defaults, --cost`)."""
     if not (files or settings or setup):
         return None
     from .costs import Costs, load_costs, parse_cost_option

@@ -16,6 +16,7 @@ from . import syntax as ast
 from .collection import PAUSED
 from .errors import SchedcError
 from .expr import ACTION_NAMES, COMPOUND_NAMES, FUNCTIONS, did_you_mean
+from .inputs import Underflow, read_float
 from .parser_standalone import Lark, Token, Tree, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from .span import Source, Span
 
@@ -534,7 +535,11 @@ class _ToAst:
     def float_lit(self, meta, children):
         if len(children[0]) > MAX_DIGITS:
             self._int(children[0])
-        return ast.Num(float(children[0]), self._span(meta))
+        value = read_float(children[0])
+        if isinstance(value, Underflow):  # (0.000...1, past a float's smallest: it would read as 0)
+            raise SchedcError("too-large", f"the number {str(children[0])[:12]}... is too small for a float, and "
+                              "would be read as 0 (write 0 if that is meant)", self._tok(children[0]))
+        return ast.Num(value, self._span(meta))
 
     def var(self, meta, children):
         return ast.Var(str(children[0]), self._span(meta))

@@ -35,7 +35,11 @@ def size(text: str, what: str, code: str = "usage", where: str | None = None) ->
     if not m:
         raise SchedcError(code, f"{what}: expected a number, optionally with a unit ({UNIT_LIST}), e.g. 80GiB",
                           where=where)
-    number, unit = float(m.group(1)), m.group(2)
+    from .inputs import Underflow, read_float
+    number, unit = read_float(m.group(1)), m.group(2)
+    if isinstance(number, Underflow):
+        raise SchedcError(code, f"{what}: {number} is too small for a float, and would be read as 0 (write 0 if "
+                          "that is meant)", where=where)
     if not math.isfinite(number) or number < 0:
         raise SchedcError(code, f"{what}: expected a finite, non-negative size", where=where)
     if not unit:

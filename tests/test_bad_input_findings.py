@@ -130,7 +130,7 @@ def test_a_speed_of_zero_is_refused_where_it_is_written(run_cli, tmp_path):
                    "  rank r { for m in 0 .. M { F(r, m) }\n for m in 0 .. M { B(r, m) } }\n}\n")
     for command in ("check", "sim"):
         code, _, err = run_cli(command, str(src))
-        assert code == 2 and f"{src}:3:24: error[type]: 'speed' must be a positive number" in err, err
+        assert code == 2 and f"{src}:3:24: error[costs]: cost rank 0: speed is 0; a rank's speed is positive" in err, err
     path = _ir(run_cli, tmp_path, lambda d: d["annotations"].__setitem__("rank_speed", [0, 1]))
     code, _, err = run_cli("check", str(path))
     assert code == 2 and "error[ir-json]" in err and "'rank_speed' must be positive" in err, err

@@ -322,7 +322,7 @@ def test_cost_option_overrides_the_schedule():
     assert base.annotations.stage_costs[1].F == 3  # a new program; the old one is unchanged
     with pytest.raises(schedc.SchedcError) as info:
         parse_cost_option("F=fast")
-    assert info.value.code == "usage"
+    assert info.value.code == "costs"  # (as in a cost file: docs/errors.md)
     with pytest.raises(schedc.SchedcError):
         parse_cost_option("X=1")
     with pytest.raises(schedc.SchedcError):
@@ -701,7 +701,7 @@ def test_sim_costs_file_and_errors(run_cli, tmp_path):
     code, out, err = run_cli("sim", "1f1b", "--costs", str(bad))
     assert code == 2 and err.startswith(f"{bad}:3:1: error[costs]: unknown setting 'speed'")
     code, out, err = run_cli("sim", "1f1b", "--cost", "F=")
-    assert code == 2 and "error[usage]" in err
+    assert code == 2 and "--cost: error[costs]" in err
 
 
 def test_sim_refuses_what_cannot_run(run_cli):

@@ -56,7 +56,8 @@ def checking(q) -> None:
                                                             f"{', '.join(names(posted=True))} ({modifiers_help()})")
     q.add_argument("--engine", choices=["native", "z3"], default="native",
                    help="deadlock check: the native executor (default) or the Z3 solver")
-    q.add_argument("--timeout", type=float, default=None, metavar="S",
+    from ..options import seconds_option
+    q.add_argument("--timeout", type=seconds_option, default=None, metavar="S",
                    help="--engine z3: the solver's seconds on the wall clock for the whole command (inputs and "
                         "sweep instances share them; default: no clock, each query's budget of Z3 resource "
                         "units bounds it)")
