@@ -124,7 +124,7 @@ class Report:
 
     def to_dict(self) -> dict:
         p = self.program
-        out = {
+        out: dict[str, object] = {
             "file": self.file,
             "schedule": p.name,
             "params": dict(p.params),
@@ -354,9 +354,9 @@ def _check_classes(analysis: Analysis, limits, file, cls) -> Report | None:  # n
     if found and fits:
         return None
     if found:  # told of every replica, as the whole job tells them
-        chans = sub.replica_channels
+        by_class = sub.replica_channels
         for d in range(D):
-            _match(report, chans[cls.of[d]], d * P, P)
+            _match(report, by_class[cls.of[d]], d * P, P)
         report.errors.extend(order_findings(program))
         report.errors.extend(mixed)
     flat, cons = sub.job
@@ -441,6 +441,7 @@ def _deadlock_finding(report: Report, notes: tuple[str, ...]) -> None:
     """The `deadlock` finding of the report's deadlock, at the first wait of its cycle."""
     from .verify.deadlock import end_of_step_notes
     dl = report.deadlock
+    assert dl is not None  # (each caller has just found the report's deadlock)
     first = dl.cycle[0] if dl.cycle else None
     report.errors.append(Diagnostic(
         "deadlock", f"deadlock under {report.semantics.phrase()}: {dl.cause}",
@@ -562,6 +563,8 @@ def _deadlock_z3(report: Report, analysis: Analysis, timeout_s: float | None) ->
     if why is not None:
         report.unknown = why
     elif isinstance(result, Proved):
+        # the deadlock query's witness: each rank's step times, a tuple of int tuples (verify/solver.py)
+        assert isinstance(result.witness, tuple)
         report.witness = result.witness
     else:
         report.deadlock = native
@@ -606,11 +609,16 @@ def _moment(pk: Peak) -> str:
         return ""
     if pk.inserted is None:
         return f" at {describe(pk.action)}"
+    # (an inserted step is a send or a receive, of a microbatch: it carries a value)
     if pk.inserted.op in RECVS:
+        received = delivers(pk.inserted)
+        assert received is not None
         return (f" at the receive that lowering inserts before {describe(pk.action)} (for "
-                f"{value_name(delivers(pk.inserted))})")
+                f"{value_name(received)})")
+    sent = payload(pk.inserted)
+    assert sent is not None
     return (f" at the send that lowering inserts after {describe(pk.action)} (of "
-            f"{value_name(payload(pk.inserted))})")
+            f"{value_name(sent)})")
 
 
 def _messages(pk: Peak, semantics: Semantics) -> str:

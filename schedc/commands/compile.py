@@ -81,7 +81,7 @@ def _say(done, missing: dict[str, str], stdout) -> None:
         stdout.write(f"  removed the stale {path}: an earlier run's output that this run did not write\n")
 
 
-def _outputs(program, report, stderr) -> tuple[dict[str, str], dict[str, str]]:
+def _outputs(program, report, stderr) -> tuple[dict[str, str | bytes], dict[str, str]]:
     """The files to write, by name: the IR, the PyTorch CSV, the program and the timeline (those
     that can be made); and those that cannot, by name, with why (each also a note on `stderr`)."""
     from ..columns import held_as_columns
@@ -100,7 +100,7 @@ def _outputs(program, report, stderr) -> tuple[dict[str, str], dict[str, str]]:
     no_csv = unlowered or torch_cannot_run(program)
     program = held_as_columns(program)  # the outputs read its steps as integer columns (millions, at the limits)
     verified = str(report.semantics) if report.ok else None  # (both lowerings are checked again under it)
-    outputs = {json_name: dumps_ir(program)}
+    outputs: dict[str, str | bytes] = {json_name: dumps_ir(program)}
     if no_csv is not None:
         skip(csv_name, no_csv)
     else:  # (a job of identical replicas: torch runs replica 0's schedule on each)

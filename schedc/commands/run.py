@@ -21,6 +21,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import TypedDict
 
 from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, SchedcError
 from ..options import seconds
@@ -158,8 +159,8 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     name = f"{common.safe_stem(program.name)}_program.py"
     if args.print_torchrun:
         (path,) = common.write_files(Path(args.output), {name: lowered.source})
-        profiled = ["--profile", os.path.abspath(args.profile)] if args.profile else []
-        command = lowered.torchrun_command(str(path), args.model, [*rank_args[2:], *profiled])
+        profile_args = ["--profile", os.path.abspath(args.profile)] if args.profile else []
+        command = lowered.torchrun_command(str(path), args.model, [*rank_args[2:], *profile_args])
         nodes = range(nnodes) if node_rank is None else [node_rank]
         lines = [shlex.join(_torchrun_nodes(command, nproc, nnodes, k, args.rdzv_endpoint)) for k in nodes]
         if args.json:
@@ -175,9 +176,9 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
              f"rendezvous at {args.rdzv_endpoint}" if nnodes > 1 else "")
     progress(stderr, quiet=args.json, prefix="schedc run: ")(f"starting {nproc} rank(s){where} ({args.backend}, {args.steps} "
                                             "step(s)); each rank loads torch and the model first")
-    placed = dict(nnodes=nnodes, node_rank=node_rank)
+    placed: _Placed = {"nnodes": nnodes, "node_rank": node_rank}
     if endpoint is not None:
-        placed.update(master_addr=endpoint[0], master_port=endpoint[1])
+        placed["master_addr"], placed["master_port"] = endpoint
     local_ranks = range(first, first + nproc)
     with tempfile.TemporaryDirectory(prefix="schedc-run-") as folder:
         (path,) = common.write_files(Path(folder), {name: lowered.source})
@@ -188,8 +189,9 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
             rank_args += ["--profile", str(measured)]
         ranks_out = _Results(stderr) if args.json else stdout
         try:
-            done = launch([sys.executable, str(path), *rank_args], nproc, stdout=ranks_out, stderr=stderr,
-                          grace=min(args.timeout, 30.0) + 5.0, **placed)
+            done = launch([sys.executable, str(path), *rank_args], nproc,
+                          stdout=ranks_out,  # type: ignore[arg-type]  # (_Results has the write and flush launch uses)
+                          stderr=stderr, grace=min(args.timeout, 30.0) + 5.0, **placed)
         except KeyboardInterrupt:  # the ranks are stopped; keep what they recorded
             if trace:
                 _write_trace(trace, parts, local_ranks, None, stderr)
@@ -220,6 +222,14 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
 
 _STEP = re.compile(r"step (\d+)/\d+\s+([\d.]+) ms\s+loss (\S+)$")  # the lines schedc/runtime/entry.py prints
 _MEDIAN = re.compile(r"median step time ([\d.]+) ms over (\d+) step")
+
+
+class _Placed(TypedDict, total=False):
+    """Where this node's ranks run: `launch`'s keywords for it (the endpoint's, on several nodes)."""
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
 
 
 class _Results:
@@ -418,6 +428,7 @@ def _write_trace(path: str, parts: Path, ranks, done, stderr, lost: list | None 
             events[r] = read_part(Path(parts, f"rank{r}.jsonl").read_text(encoding="utf-8", errors="replace"))
         except OSError:
             events[r] = []
+    stopped: dict[str, object]
     if done is None:
         stopped = {"how": "interrupted"}
     else:

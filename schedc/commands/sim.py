@@ -91,7 +91,9 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
         from ..simulate_sampled import sample
         long = args.samples * program.num_actions >= 200_000  # about two seconds and more
         say = progress(stderr, quiet=args.json or not long, prefix="schedc sim: ")
-        sampled = sample(program, costs.spread_of(program), args.samples, seed=args.seed or 0, overlap=overlap,
+        spread = costs.spread_of(program)
+        assert spread is not None  # --samples without a spread was refused above (costs.spread is None)
+        sampled = sample(program, spread, args.samples, seed=args.seed or 0, overlap=overlap,
                          links=costs.links(program), semantics=semantics, say=say)
     written = None
     if args.trace:

@@ -14,12 +14,13 @@ import struct
 from bisect import bisect_right
 from functools import lru_cache
 from itertools import accumulate, chain
+from typing import cast
 
 import numpy as np
 
 from .. import ir
 from ..columns import CODE, COMPOUND, KINDS, NO_MICROBATCH, Columns, Parts
-from ..ir import MAX_INDEX_DIGITS, Annotations, Op, Program, StageCost, StageMemory, placed
+from ..ir import MAX_INDEX_DIGITS, Annotations, Op, Program, StageCost, StageMemory, Step, placed
 from ..span import Source, Span
 
 COMMA, NEWLINE, CR = ord(","), ord("\n"), ord("\r")
@@ -64,7 +65,21 @@ class CsvSpans:
             self._where = _places(self._lines)
         return self._where
 
-    row, column, width, step = (property(lambda self, k=k: self.where[k]) for k in range(4))
+    @property
+    def row(self):
+        return self.where[0]
+
+    @property
+    def column(self):
+        return self.where[1]
+
+    @property
+    def width(self):
+        return self.where[2]
+
+    @property
+    def step(self):
+        return self.where[3]
 
     def take(self, index) -> "CsvSpans":
         """The spans of the actions at `index` (an array of positions)."""
@@ -232,7 +247,7 @@ def _program(text: str, name: str, program_name: str, num_ranks: int, steps, hel
     ranks = Columns(op, stage, microbatch, np.searchsorted(row, np.arange(num_ranks + 1)),
                     CsvSpans(Source(name, text), *where), parts=parts)
     return Program(name=program_name, num_ranks=num_ranks, num_stages=num_stages,
-                   num_microbatches=max(last_mb + 1, 1), placement=tuple(placement), ranks=ranks,
+                   num_microbatches=max(last_mb + 1, 1), placement=tuple(placement), ranks=_as_ranks(ranks),
                    source=name)
 
 
@@ -252,6 +267,12 @@ class _Compounds:
     each compound that is not one (the cell-by-cell reader says why)."""
 
     __slots__ = ("placeholders", "cells", "column", "width", "parts", "bad")
+    placeholders: np.ndarray
+    cells: np.ndarray
+    column: np.ndarray
+    width: np.ndarray
+    parts: Parts
+    bad: np.ndarray
 
 
 def _regular(b: np.ndarray, ends: np.ndarray, marks: np.ndarray):
@@ -391,14 +412,20 @@ def _read_small(text: str, name: str, program_name: str, limits: tuple[int, int,
     R, S, last_mb = len(rows), max(map(max, filter(None, held))) + 1, max(mbs)
     if R > max_ranks or S > max_stages or last_mb >= max_mbs:
         return None
-    placement, seen = list(placed("loop", S, R)), set()
+    placement, seen = list(placed("loop", S, R)), set[int]()
     for r, here in enumerate(held):  # every action runs on the rank of its stage: where the stage is first seen
         for s in here - seen:
             placement[s] = r
         seen |= here
     ranks = Columns(op, stage, mb, starts, CsvSpans(Source(name, text), lines=lines, starts=starts), parts=parts)
     return Program(name=program_name, num_ranks=R, num_stages=S, num_microbatches=max(last_mb + 1, 1),
-                   placement=tuple(placement), ranks=ranks, source=name, annotations=_defaults(S, R))
+                   placement=tuple(placement), ranks=_as_ranks(ranks), source=name, annotations=_defaults(S, R))
+
+
+def _as_ranks(cols: Columns) -> tuple[tuple[Step, ...], ...]:
+    """The columns as `Program.ranks`, typed as the tuple of per-rank step tuples they stand for
+    (indexing, iterating, `len`, `==`, `hash`), as columns.with_columns gives a program them."""
+    return cast("tuple[tuple[Step, ...], ...]", cols)
 
 
 def _small_parts(cells: list[str]) -> Parts | None:
@@ -440,17 +467,23 @@ def _records(cells: list[str]) -> bytes | None:
     try:
         return b"".join(map(_PARSED.__getitem__, cells))
     except KeyError:  # cells not seen before: parsed once each
-        known = {cell: _PARSED.get(cell) or _parse_cell(cell) for cell in set(cells)}
-        return None if None in known.values() else b"".join(map(known.__getitem__, cells))
+        known: dict[str, bytes] = {}
+        for cell in set(cells):
+            record = _PARSED.get(cell) or _parse_cell(cell)
+            if record is None:
+                return None
+            known[cell] = record
+        return b"".join(map(known.__getitem__, cells))
 
 
 def _places(lines: list[str]) -> tuple[list[int], list[int], list[int], list[int]]:
     """(row, 1-based column, width, step) of every nonempty cell of the lines, row by row."""
-    where = ([], [], [], [])
+    where: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
     for r, line in enumerate(lines):
         row = line.split(",")
         widths = list(map(len, row))
         columns = list(accumulate([w + 1 for w in widths[:-1]], initial=1))
+        full: list[int] | range
         if "" in row:  # empty (idle) cells take a step and a place in the line, and hold nothing
             full = [k for k, cell in enumerate(row) if cell]
             row, widths, columns = [row[k] for k in full], [widths[k] for k in full], [columns[k] for k in full]

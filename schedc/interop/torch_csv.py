@@ -11,7 +11,7 @@ import csv
 import io
 import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, cast
 
 from ..columns import COMPOUND, KIND_CODE, OPS, Columns, columns_of, has_op
 from ..compiler import MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
@@ -342,7 +342,8 @@ def _read_unread(text: str, name: str, unread: "Unread") -> dict[int, tuple[Step
     if not text or text.isspace():  # (the empty file's own error)
         return read
     source = Source(name, text)
-    lines, errors, said = source.lines(), _CellErrors(), {}
+    lines, errors = source.lines(), _CellErrors()
+    said: dict[str, str | None] = {}  # a cell's text -> what is wrong with it, or None
     limit = csv.field_size_limit()
     for rank, cells in unread.by_row():
         line = lines[rank]
@@ -353,8 +354,9 @@ def _read_unread(text: str, name: str, unread: "Unread") -> dict[int, tuple[Step
             cell = line[column - 1:column - 1 + width]
             if cell not in said:  # (an error is the cell's text's alone: each text parsed once)
                 said[cell] = _parse_error(cell.strip()) if cell.strip() else None
-            if said[cell] is not None:
-                errors.add(said[cell], Span(source, rank + 1, column, rank + 1, column + width, rank, step))
+            message = said[cell]
+            if message is not None:
+                errors.add(message, Span(source, rank + 1, column, rank + 1, column + width, rank, step))
     errors.raise_any()
     return read
 
@@ -458,7 +460,9 @@ def to_torch_csv(program: Program, level: str = "comms", *, verified: str | None
         program = _lowered_for_torch(program, verified)
     held = columns_of(program)
     if level == "comms" and held is not None and not _has_groups(held):
-        return TorchCsv(held, program.name)  # no groups to flatten: the rows are the columns
+        # no groups to flatten: the rows are the columns, which stand for the per-rank step tuples
+        # (TorchCsv.dumps writes them as columns)
+        return TorchCsv(cast("tuple[tuple[Step | None, ...], ...]", held), program.name)
     rows, flattened = [], False
     for steps in program.ranks:
         row: list[Step] = []
