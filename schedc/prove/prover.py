@@ -98,6 +98,7 @@ def _prove(source: str, assumptions, memory, deadline: solver.Deadline, certific
     from ..parse import parse
     start = time.monotonic()
     path = resolve(source)
+    _refuse_fixed(path)
     saved = path.with_name(path.stem + ".cert.json")  # a certificate kept with the schedule: re-checked first
     if certificate is None and saved.is_file():
         log(f"{path.stem}: re-checking the certificate saved with it ({saved.name})")
@@ -138,6 +139,18 @@ def _prove(source: str, assumptions, memory, deadline: solver.Deadline, certific
         done = _unknown(proof, start, str(exc))
     done.units = deadline.budget.spent
     return done
+
+
+def _refuse_fixed(path: Path) -> None:
+    """A PyTorch CSV or an IR .json is one compiled program, one fixed setting: there is nothing to
+    prove for every size, and `check` decides that setting. A usage error that says so (not the
+    parser's complaint that the text is not a schedule)."""
+    from ..interop.formats import by_extension
+    form = by_extension(str(path))
+    if form.name != "pp":
+        raise SchedcError("usage", f"prove takes a .pp schedule or a built-in name, and {path} is {form.what}: "
+                          "one fixed setting, with no parameters to prove it for; `schedc check "
+                          f"{path}` checks it", where=str(path))
 
 
 def _timed_out(proof: Proof) -> bool:
