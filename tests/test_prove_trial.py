@@ -17,3 +17,30 @@ def test_a_fixed_program_is_a_usage_error_pointing_to_check(fmt, suffix, tmp_pat
     code, out, err = run_cli("prove", str(path))
     assert code == 2 and out == "" and "error[usage]" in err and "error[syntax]" not in err
     assert "prove takes a .pp schedule or a built-in name" in err and f"schedc check {path}" in err
+
+
+ONE_WRONG = """\
+schedule backwards_first(P = 2, M = 2) {
+  require P >= 1, M >= 1
+  stages P
+  place loop
+  rank r {
+    for m in 0 .. M { B(r, m) }
+    for m in 0 .. M { F(r, m) }
+  }
+}
+"""
+
+
+def test_counts_of_one_are_singular(tmp_path, run_cli):
+    # "1 ranks, 1 stages, 1 microbatches" in a refutation, "1 activations" in a memory refutation
+    path = tmp_path / "backwards_first.pp"
+    path.write_text(ONE_WRONG)
+    code, out, _ = run_cli("prove", str(path), "-q")
+    assert code == 1 and "backwards_first: 1 rank, 1 stage, 1 microbatch, 2 actions" in out, out
+    code, out, _ = run_cli("prove", "1f1b", "--memory", "P - r - 1", "-q")
+    assert code == 1 and "rank 0 holds 1 activation at its peak" in out, out
+    code, out, _ = run_cli("prove", "1f1b", "--memory", "1", "--assume", "M == 1", "-q")
+    assert code == 0 and "at most 1 live activation on rank r" in out, out
+    code, out, _ = run_cli("synth", "--param", "P=1,M=2")
+    assert code == 0 and "placement loop, 1 stage;" in out, out

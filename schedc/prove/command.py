@@ -50,6 +50,7 @@ def run(args, stdout, stderr) -> int:
 
 
 def render(proof) -> str:
+    from ..report import count_of
     from .search import setting_text
     assumed = ", ".join(proof.assumptions) or "no assumptions"
     if proof.verdict == "refuted":
@@ -87,7 +88,7 @@ def render(proof) -> str:
         b = proof.bounded
         largest = ", ".join(f"{k} <= {v}" for k, v in b["largest"].items())
         label = "also checked concretely" if proof.verdict == "proved" else "bounded check, not a proof"
-        lines.append(f"  {label}: {b['settings']} settings ({largest}), all clean")
+        lines.append(f"  {label}: {count_of(b['settings'], 'setting')} ({largest}), all clean")
     lines.append(f"  {proof.seconds:.1f} s, {proof.units:,} Z3 resource units")
     return "\n".join(lines)
 

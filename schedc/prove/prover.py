@@ -388,16 +388,19 @@ def _over_bound(m: Model, expr, params, got, units: MemoryUnits) -> dict | None:
         limit = evaluate(expr, rank_env(m, params, r), m.functions)
         if peak > limit:
             return {"params": params, "property": "memory", "rank": r, "report": "",
-                    "summary": f"rank {r} holds {peak} {_unit_words(units)} at its peak (check's peak activation: "
+                    "summary": f"rank {r} holds {_unit_words(units, peak)} at its peak (check's peak activation: "
                                f"{_number(peak * _unit_size(m, params, units))}); the bound {_text(expr)} is {limit}"}
     return None
 
 
-def _unit_words(units: MemoryUnits) -> str:
+def _unit_words(units: MemoryUnits, n: int | None = None) -> str:
+    """What the count is of (`activations`, `units of 2`), after the count `n` if given (`1 activation`)."""
+    from ..report import count_of
     if units.one_per_forward:
-        return "activations"
+        return "activations" if n is None else count_of(n, "activation")
     # (only the file's act makes a unit other than one: act is set here)
-    return f"units of {_number(units.act * units.unit)}"  # type: ignore[operator]
+    size = _number(units.act * units.unit)  # type: ignore[operator]
+    return f"units of {size}" if n is None else f"{count_of(n, 'unit')} of {size}"
 
 
 def _unit_size(m: Model, params, units: MemoryUnits):
@@ -533,7 +536,9 @@ def _memory_text(m, expr, mem_text, units: MemoryUnits) -> str:
         d = units.deltas
         how = ", ".join(f"{k} {'adds' if d[k] > 0 else 'frees'} {abs(d[k])}" for k in ("F", "B", "I", "W")
                         if d.get(k)) + ", by check's sizes"
-    what = "live activations" if units.one_per_forward else _unit_words(units)
+    one = mem_text.strip() == "1"  # `at most 1 live activation`
+    what = ("live activation" if one else "live activations") if units.one_per_forward else \
+        _unit_words(units, 1)[2:] if one else _unit_words(units)
     return f"at most {mem_text} {what} on rank {m.rank_var} ({how}){where}"
 
 
