@@ -2,6 +2,8 @@
 every setting of a finite domain, settings and counts told in words, bounds named."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from schedc.api import load
@@ -44,3 +46,33 @@ def test_counts_of_one_are_singular(tmp_path, run_cli):
     assert code == 0 and "at most 1 live activation on rank r" in out, out
     code, out, _ = run_cli("synth", "--param", "P=1,M=2")
     assert code == 0 and "placement loop, 1 stage;" in out, out
+
+
+LITERAL_BAD = """\
+schedule literal_bad {
+  stages 2
+  place loop
+  rank 0: 0B0 0F0
+  rank 1: 1F0 1B0
+}
+"""
+
+
+def test_a_schedule_without_parameters_is_refuted_at_its_one_setting_in_words(tmp_path, run_cli):
+    # was "refuted at  (smallest failing setting; checks)": an empty setting, and no smaller one to seek
+    path = tmp_path / "literal_bad.pp"
+    path.write_text(LITERAL_BAD)
+    code, out, _ = run_cli("prove", str(path), "-q")
+    assert code == 1 and out.startswith("literal_bad: refuted at its one setting (it has no parameters; checks)")
+    code, out, _ = run_cli("prove", str(path), "--json")
+    got = json.loads(out)
+    assert code == 1 and got["counterexample"]["params"] == {} and got["bounded"] is None
+
+
+def test_a_sweep_that_meets_no_setting_says_so(run_cli):
+    # was "bounded check, not a proof: 0 settings (), all clean"
+    code, out, _ = run_cli("prove", "1f1b", "--assume", "P >= 9", "-q")
+    assert "0 settings" not in out and "()" not in out
+    assert "checked concretely: none: no setting with each parameter at most 8 satisfies the assumptions" in out
+    code, out, _ = run_cli("prove", "1f1b", "--assume", "P >= 9", "--json")
+    assert json.loads(out)["bounded"] == {"settings": 0, "largest": {}, "ok": True, "parameters": ["P", "M"]}

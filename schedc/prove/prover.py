@@ -335,7 +335,7 @@ def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, units, deadline
         if failure is not None:
             return _least_failing(path, m, assumed, failure, deadline, bound, units, passed)
         passed.append(params)
-    proof.bounded = {"settings": checked, "largest": largest, "ok": True}
+    proof.bounded = {"settings": checked, "largest": largest, "ok": True, "parameters": list(m.params)}
     return None
 
 
