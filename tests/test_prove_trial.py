@@ -75,4 +75,76 @@ def test_a_sweep_that_meets_no_setting_says_so(run_cli):
     assert "0 settings" not in out and "()" not in out
     assert "checked concretely: none: no setting with each parameter at most 8 satisfies the assumptions" in out
     code, out, _ = run_cli("prove", "1f1b", "--assume", "P >= 9", "--json")
-    assert json.loads(out)["bounded"] == {"settings": 0, "largest": {}, "ok": True, "parameters": ["P", "M"]}
+    assert json.loads(out)["bounded"] == {"settings": 0, "largest": {}, "ok": True, "parameters": ["P", "M"],
+                                             "every_setting": False}
+
+
+def test_a_synthesised_list_is_proved_by_checking_its_one_setting(tmp_path, run_cli):
+    # was "unknown: no closed form in P, M and the rank matches the sampled peaks" (exit 3) with
+    # "memory limit unknown", though check passes at the one setting such a file has
+    out = tmp_path / "s.pp"
+    code, _, err = run_cli("synth", "--param", "P=3,M=4", "--memory-limit", "3", "-o", str(out))
+    assert code == 0, err
+    code, text, _ = run_cli("prove", str(out), "-q")
+    assert code == 0, text
+    assert text.startswith("synth_loop_p3_m4: proved at its one setting (it has no parameters), by checking it")
+    parts = {line.split()[0]: line for line in text.splitlines()[1:] if line.startswith("  ")}
+    assert "check finds no deadlock under rendezvous sends at its one setting" in parts["deadlock-free"]
+    assert "memory limit   proved   check finds every rank within the file's memory limit" in text
+    code, text, _ = run_cli("prove", str(out), "--json")
+    got = json.loads(text)
+    assert code == 0 and got["verdict"] == "proved" and got["certificate"] is None
+    assert got["bounded"]["every_setting"] is True and got["bounded"]["parameters"] == []
+    assert {p["name"]: p["status"] for p in got["parts"]} == {
+        "well-formed": "proved", "deadlock-free": "proved", "memory": "proved", "memory limit": "proved"}
+
+
+def test_parameters_bounded_to_the_sweep_are_proved_by_checking_every_setting(run_cli):
+    code, text, _ = run_cli("prove", "1f1b", "--assume", "P <= 2", "--assume", "M <= 3", "--json")
+    got = json.loads(text)
+    assert code == 0 and got["verdict"] == "proved" and got["bounded"]["every_setting"] is True
+    assert got["bounded"]["settings"] == 6 and got["memory_bound"] == "min(P - r, M)"  # equal at all 6
+    assert "at each of the 6 settings there are" in got["parts"][1]["detail"]
+
+
+NINE = """\
+schedule nine(P = 4, M = 2) {
+  require P >= 1, P <= LAST, M >= 1, M <= 2
+  stages P
+  place loop
+  rank r {
+    let warm = P == 9 ? min(r, M) : min(P - 1 - r, M)
+    for m in 0 .. warm     { F(r, m) }
+    for m in 0 .. M - warm { F(r, m + warm); B(r, m) }
+    for m in M - warm .. M { B(r, m) }
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("last, verdict", [(8, "proved"), (9, "refuted")])
+def test_checking_is_a_proof_only_when_the_sweep_met_every_setting(last, verdict, tmp_path):
+    # the sweep checks each parameter up to 8: with P <= 9 the domain holds P = 9, which it never met
+    # (and where this schedule deadlocks), so no proof by checking; with P <= 8 it met all 16
+    from schedc.prove import prove
+    path = tmp_path / "nine.pp"
+    path.write_text(NINE.replace("LAST", str(last)))
+    p = prove(str(path))
+    assert p.verdict == verdict
+    if verdict == "proved":
+        assert p.bounded["every_setting"] is True and p.bounded["settings"] == 16
+    else:
+        assert p.counterexample["params"] == {"P": 9, "M": 2}
+
+
+def test_a_parameter_unbounded_below_is_not_checked_exhaustively(tmp_path):
+    # parameters may be negative (check takes --param K=-1): K <= 1 alone leaves infinitely many
+    from schedc.prove import prove
+    path = tmp_path / "k.pp"
+    path.write_text("schedule k(P = 2, M = 2, K = 0) {\n  require P <= 2, M <= 2, K <= 1\n  stages P\n"
+                    "  place loop\n  rank r {\n    for m in 0 .. M { F(r, m) }\n    for m in 0 .. M { B(r, M - 1 - m) }\n"
+                    "  }\n}\n")
+    p = prove(str(path))
+    assert p.verdict == "proved" and p.bounded["every_setting"] is False and p.certificate is not None
+    p = prove(str(path), assumptions=("K >= 0",))
+    assert p.verdict == "proved" and p.bounded["every_setting"] is True and p.certificate is None

@@ -67,8 +67,12 @@ def render(proof) -> str:
         if cex.get("report"):
             lines += ["  " + ln for ln in cex["report"].splitlines()]
         return "\n".join(lines)
-    head = {"proved": f"{proof.schedule}: proved for every setting with {assumed} (and the schedule's requires)",
-            "unknown": f"{proof.schedule}: unknown: {proof.reason}"}[proof.verdict]
+    every = bool((proof.bounded or {}).get("every_setting"))
+    proved = f"{proof.schedule}: proved for every setting with {assumed} (and the schedule's requires)"
+    if every:
+        proved = (f"{proof.schedule}: proved at its one setting (it has no parameters), by checking it"
+                  if not proof.bounded["parameters"] else f"{proved}, by checking each of them")
+    head = {"proved": proved, "unknown": f"{proof.schedule}: unknown: {proof.reason}"}[proof.verdict]
     lines = [head]
     for part in proof.parts:
         lines.append(f"  {part.name:<14} {part.status:<8} {part.detail}")
@@ -99,7 +103,8 @@ def bounded_text(b: dict, verdict: str) -> str:
     from .prover import BOUNDED_MAX
     from .search import ONE_SETTING
     params, n = b.get("parameters", ()), b["settings"]
-    label = "also checked concretely" if verdict == "proved" else "bounded check, not a proof"
+    label = ("checked concretely, every setting there is" if b.get("every_setting") else
+             "also checked concretely" if verdict == "proved" else "bounded check, not a proof")
     if not params:
         return f"{label}: {ONE_SETTING}, clean" if n else \
             f"{label}: none: {ONE_SETTING} is outside its requires"

@@ -55,6 +55,7 @@ class Proof:
     reason: str | None = None
     seconds: float = 0.0
     units: int = 0  # the solver's work, in Z3 resource units: unlike the seconds, the same on any machine
+    swept: "Swept | None" = field(default=None, repr=False, compare=False)  # what the bounded sweep saw
 
     def to_dict(self) -> dict:
         return {"schedule": self.schedule, "assumptions": list(self.assumptions), "verdict": self.verdict,
@@ -62,6 +63,18 @@ class Proof:
                 "certificate": self.certificate, "counterexample": self.counterexample,
                 "bounded": self.bounded, "reason": self.reason, "seconds": round(self.seconds, 3),
                 "solver_units": self.units}
+
+
+@dataclass
+class Swept:
+    """What the bounded sweep checked: every setting clean, with check's peak activation per rank at
+    each; `limited`: some setting's file sets a memory limit (check held every rank within it);
+    `whole`: every setting of the sweep was checked (none left out by the sweep's size)."""
+
+    params: list[dict[str, int]]
+    peaks: list[tuple[float, ...]]
+    limited: bool
+    whole: bool
 
 
 def parse_condition(text: str, what: str) -> ast.Expr:
@@ -158,15 +171,105 @@ def _timed_out(proof: Proof) -> bool:
     return proof.verdict == "unknown" and (proof.reason or "").startswith(solver.TIME_LIMIT)
 
 
-def _decide(proof, path, tree, m, unsupported, assumed, bound, deadline, certificate, log, start) -> Proof:  # noqa: C901
-    """The verdict: the bounded sweep, then the proof in linear, then nonlinear arithmetic, then
-    case by case (raises solver.TimeUp once the command's limit passes)."""
+def _decide(proof, path, tree, m, unsupported, assumed, bound, deadline, certificate, log, start) -> Proof:
+    """The verdict: the bounded sweep; if that checked every setting there is, a proof by checking
+    (_by_checking); else the proof in linear, then nonlinear arithmetic, then case by case (raises
+    solver.TimeUp once the command's limit passes), and an `unknown` of a certificate given to re-check
+    gives way to the checking too."""
     log(f"{tree.name}: checking small settings concretely")
     units = _units(m) if unsupported is None else None
     failure = _bounded(proof, path, m, assumed, bound, units, deadline)
     if failure is not None:
         proof.verdict, proof.counterexample = "refuted", failure
         return _done(proof, start)
+    every = _every_setting(proof, m, assumed, bound, units)
+    if every and certificate is None:
+        log("  the sweep checked every setting there is: proved by checking")
+        return _by_checking(proof, m, bound, units, start)
+    done = _search(proof, path, tree, m, unsupported, assumed, bound, deadline, certificate, log, start, units)
+    if every and done.verdict == "unknown":
+        return _by_checking(proof, m, bound, units, start)
+    return done
+
+
+BOX_SETTINGS = 10_000  # the most settings of the sweep's box (each parameter 0..BOUNDED_MAX) looked through to
+# tell whether the sweep met every setting of the domain
+
+
+def _every_setting(proof: Proof, m: Model, assumed, bound, units) -> bool:
+    """The bounded sweep checked every setting the schedule can take, clean: it has no parameters, or
+    Z3 shows every setting of the assumptions and requires has each parameter in 0..BOUNDED_MAX, each
+    setting of that box is inside or outside them without doubt (`inside` evaluated without an error),
+    and the sweep left none of them out. With `--memory`, the sweep must also have counted the bound
+    (units: the count is check's)."""
+    import itertools
+    swept = proof.swept
+    if swept is None or not swept.whole or not swept.params or (bound is not None and units is None):
+        return False
+    if not m.params:
+        return True
+    if (BOUNDED_MAX + 1) ** len(m.params) > BOX_SETTINGS:
+        return False
+    try:
+        if not smt.Encoding(m, assumed).inside_box(BOUNDED_MAX):
+            return False
+    except Unsupported:
+        return False
+    return all(_decided(m, assumed, dict(zip(m.params, values)))
+               for values in itertools.product(range(BOUNDED_MAX + 1), repeat=len(m.params)))
+
+
+def _decided(m: Model, assumed, params) -> bool:
+    """Whether `inside` decides this setting without an evaluation error (which it counts as outside)."""
+    try:
+        env = base_env(m, params)
+        for e in m.requires + tuple(assumed):
+            if not evaluate(e, env, m.functions):
+                return True
+        for e in (m.ranks, m.stages, m.microbatches):
+            evaluate(e, env, m.functions)
+        return True
+    except (Stop, ZeroDivisionError, KeyError, TypeError):
+        return False
+
+
+def _by_checking(proof: Proof, m: Model, bound, units, start) -> Proof:
+    """`proved`, by exhaustion: `check` passed at every setting the schedule can take (_every_setting),
+    and a proof claims what `check` checks at each setting. The memory bound is `--memory`'s (counted at
+    each setting), else the simplest closed form equal to every setting's peak (every setting is a
+    sample), else check's peaks as they are."""
+    from ..report import count_of
+    swept = proof.swept
+    assert swept is not None  # (_every_setting saw it)
+    n = len(swept.params)
+    where = "at its one setting" if not m.params else f"at each of the {count_of(n, 'setting')} there are"
+    out = Proof(proof.schedule, proof.assumptions, "proved", bounded={**(proof.bounded or {}), "every_setting": True},
+                swept=swept)
+    out.parts = [
+        Part("well-formed", "proved", f"check finds every stage runs F and B (or I then W) of every microbatch "
+                                      f"exactly once, on the rank that holds it, {where}"),
+        Part("deadlock-free", "proved", f"check finds no deadlock under rendezvous sends {where}")]
+    mem_text = _text(bound) if bound is not None else (infer_bound(m, swept.params, units.sizes)
+                                                     if units is not None else None)
+    if mem_text is not None and units is not None:
+        expr = bound if bound is not None else parse_condition(mem_text, "--memory")
+        out.memory_bound = mem_text
+        out.parts.append(Part("memory", "proved", _memory_text(m, expr, mem_text, units) + f"; counted {where}"))
+    elif n == 1:
+        out.parts.append(Part("memory", "proved", f"check's peak activation per rank {where}: "
+                              f"[{', '.join(_number(x) for x in swept.peaks[0])}]"))
+    else:
+        top = max((x for peaks in swept.peaks for x in peaks), default=0)
+        out.parts.append(Part("memory", "proved", f"check counts each rank's peak activation {where}; the "
+                              f"largest is {_number(top)}"))
+    if swept.limited:
+        out.parts.append(Part("memory limit", "proved", f"check finds every rank within the file's memory limit "
+                              f"{where}"))
+    return _done(out, start)
+
+
+def _search(proof, path, tree, m, unsupported, assumed, bound, deadline, certificate, log, start, units) -> Proof:  # noqa: C901
+    """The proof for every setting: in linear, then nonlinear arithmetic, then case by case."""
     if unsupported is not None:
         return _unknown(proof, start, f"outside the proof's fragment: {unsupported.reason}"
                         + (f" (line {unsupported.span.line})" if unsupported.span else ""))
@@ -297,7 +400,7 @@ def _unknown(proof: Proof, start: float, reason: str) -> Proof:
     return _done(proof, start)
 
 
-def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, units, deadline):
+def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, units, deadline):  # noqa: C901
     """Check small settings concretely, smallest first: the smallest failing setting (see
     _least_failing: the sweep's box leaves some out), or None. A file that compiles at none of
     them is bad input: its error is raised (exit 2), as `check` and `sim` raise it."""
@@ -306,10 +409,14 @@ def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, units, deadline
     largest: dict[str, int] = {}
     passed: list[dict[str, int]] = []
     failure: dict[str, Any] | None
-    sweep = settings(m, assumed, BOUNDED_MAX, BOUNDED_SETTINGS)
+    swept = Swept([], [], False, True)
+    sweep = settings(m, assumed, BOUNDED_MAX, BOUNDED_SETTINGS + 1)
+    if len(sweep) > BOUNDED_SETTINGS:  # (one more asked for only to tell whether the sweep holds them all)
+        sweep, swept.whole = sweep[:BOUNDED_SETTINGS], False
     for n, params in enumerate(sweep):
         deadline.check()
         if steps_checked >= BOUNDED_STEPS:
+            swept.whole = False
             break
         try:
             program = load(str(path), params)
@@ -335,7 +442,12 @@ def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, units, deadline
         if failure is not None:
             return _least_failing(path, m, assumed, failure, deadline, bound, units, passed)
         passed.append(params)
-    proof.bounded = {"settings": checked, "largest": largest, "ok": True, "parameters": list(m.params)}
+        swept.peaks.append(tuple(report.peak_activation))
+        swept.limited = swept.limited or bool(program.annotations.memory_limit)
+    swept.params = passed
+    proof.swept = swept
+    proof.bounded = {"settings": checked, "largest": largest, "ok": True, "parameters": list(m.params),
+                     "every_setting": False}
     return None
 
 

@@ -528,6 +528,13 @@ class Encoding:
         s.add(*self.domain, z3.Not(claim))
         return solver.check(s, deadline=solver.Deadline.only(FACT_UNITS, "a fact the encoding needs")) == z3.unsat
 
+    def inside_box(self, hi: builtins.int) -> builtins.bool:
+        """Every setting of the domain has each parameter in 0..hi (so a sweep of that box meets
+        them all): shown by Z3, False when it cannot show it."""
+        if not self.params:
+            return True
+        return self.proves(z3.And([z3.And(p >= 0, p <= hi) for p in self.params.values()]))
+
     def within(self, formula, box: builtins.int | None):
         """formula with every parameter at most `box` (None: formula itself)."""
         if box is None:
