@@ -148,3 +148,29 @@ def test_a_parameter_unbounded_below_is_not_checked_exhaustively(tmp_path):
     assert p.verdict == "proved" and p.bounded["every_setting"] is False and p.certificate is not None
     p = prove(str(path), assumptions=("K >= 0",))
     assert p.verdict == "proved" and p.bounded["every_setting"] is True and p.certificate is None
+
+
+def test_a_domain_past_every_sample_names_the_bound_and_ends_quickly(monkeypatch):
+    # `prove 1f1b --assume 'P >= 100000000'` took ~21 s (two descents of 10,000 one-step queries
+    # each, towards settings far past any checked concretely) to end with "the bound fails
+    # symbolically at {'P': 100000000, 'M': 1}, too large to confirm concretely", a bound guessed
+    # from no samples at all, not named
+    from schedc import solver
+    from schedc.prove import prove
+    asked = []
+    real = solver.check
+
+    def counted(*args, **kwargs):
+        asked.append(1)
+        assert len(asked) < 3000, "a descent asks for each smaller value in turn"
+        return real(*args, **kwargs)
+    monkeypatch.setattr(solver, "check", counted)
+    p = prove("1f1b", assumptions=("P >= 100000000",))
+    assert p.verdict == "unknown" and [x.status for x in p.parts] == ["proved", "proved", "unknown"]
+    assert p.reason.startswith("no setting with each parameter at most 20 satisfies the assumptions, so there are "
+                               "no sampled peaks to guess a bound from; state one with --memory")
+    p = prove("1f1b", assumptions=("P >= 100000000",), memory="min(P - r, M)")
+    assert p.verdict == "proved"  # as before, with the timing found from the halving descents
+    p = prove("1f1b", assumptions=("P >= 100000000",), memory="min(P - r - 1, M)")
+    assert p.verdict == "unknown" and p.reason == ("the memory bound min(P - r - 1, M) fails symbolically at "
+                                                   "P=100000000, M=1, too large to count concretely")

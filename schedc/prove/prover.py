@@ -31,6 +31,7 @@ BOUNDED_STEPS = 200_000  # and no new setting once the checked programs hold thi
 # count, not a time, so every machine checks the same settings): the built-ins' sweeps hold 650 (dualpipev)
 # to 22,000 (interleaved zero bubble) steps and take about a second
 SAMPLES = 25            # settings the certificates are fitted to
+SAMPLE_MAX = 20         # with each parameter at most this (the smallest box that holds SAMPLES of them)
 
 
 @dataclass(frozen=True)
@@ -533,7 +534,7 @@ def _number(x) -> str:
 
 
 def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):  # noqa: C901
-    for hi in range(6, 21):  # the smallest SAMPLES settings; a narrow domain (M >= 2P, P even) reaches further
+    for hi in range(6, SAMPLE_MAX + 1):  # the smallest SAMPLES settings; a narrow domain (M >= 2P, P even) reaches further
         samples = settings(m, assumed, hi, SAMPLES)
         if len(samples) >= SAMPLES:
             break
@@ -586,7 +587,7 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):  # no
                          "memory": {"bound": mem_text, "argument": argument}}
 
 
-def _memory(proof, m, assumed, bound, deadline, certificate, samples, ordered, refute, log):
+def _memory(proof, m, assumed, bound, deadline, certificate, samples, ordered, refute, log):  # noqa: C901
     """The memory part, counted by check's rule in whole units (model.memory_units): the bound is
     the user's (`--memory`: a claim, refuted where the count confirms it fails), the certificate's
     (failing, it gives way: unknown, or the search), or guessed from the samples (failing, guessed
@@ -600,6 +601,11 @@ def _memory(proof, m, assumed, bound, deadline, certificate, samples, ordered, r
     capacity = _capacity_only(m, assumed)  # stages per rank vary: counted in rank order, or capacity
     mem_text = _text(bound) if bound is not None else (certificate or {}).get("memory", {}).get("bound")
     inferred = mem_text is None  # a guess from the samples, not a claim to refute the schedule with
+    if inferred and not samples:  # nothing to guess from (a guess would fail at a setting too large to count)
+        proof.parts.append(Part("memory", "unknown", f"no setting with each parameter at most {SAMPLE_MAX} "
+                                "satisfies the assumptions, so there are no sampled peaks to guess a bound from; "
+                                "state one with --memory"))
+        return None, None, None
     if inferred:
         mem_text = infer_bound(m, samples, units.sizes)
     if mem_text is None:
@@ -633,6 +639,8 @@ def _memory(proof, m, assumed, bound, deadline, certificate, samples, ordered, r
     if isinstance(why, dict):
         which = "the last bound guessed from the samples" if inferred else f"the certificate's bound {mem_text}"
         why = f"{which} fails at {setting_text(why['params'])} ({why['summary']}); state one with --memory"
+    if isinstance(why, str) and inferred and "--memory" not in why:
+        why += " (a bound guessed from the samples; state one with --memory)"
     proof.memory_bound = mem_text if why is None else None
     proof.parts.append(Part("memory", "proved" if why is None else "unknown",
                             _memory_text(m, expr, mem_text, units) if why is None else why))
@@ -738,7 +746,7 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:  # noqa: C901
                 if cex is not None:
                     proof.verdict, proof.counterexample = "refuted", cex
                     return Part("well-formed", "refuted", text)
-                return Part("well-formed", "unknown", f"'{text}' fails symbolically at {verdict.params}, "
+                return Part("well-formed", "unknown", f"'{text}' fails symbolically at {setting_text(verdict.params)}, "
                             "which the concrete check does not confirm")
     enc = smt.Encoding(m, assumed)
     try:
@@ -763,7 +771,7 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:  # noqa: C901
             verdict = enc.run(formula, _one(deadline), domain=False)
             if not isinstance(verdict, solver.Proved):
                 return Part("well-formed", "unknown", "a division by a quantity that varies may divide by zero or "
-                            "less" + (f" (at {verdict.params})" if isinstance(verdict, solver.Refuted) else ""))
+                            "less" + (f" (at {setting_text(verdict.params)})" if isinstance(verdict, solver.Refuted) else ""))
     what = ("every stage of each microbatch's route runs F and B (or I then W) of it exactly once, on the rank "
             "that holds it, and no action is off its microbatch's route" if m.routes else
             "every stage runs F and B (or I then W) of every microbatch exactly once, on the rank that holds it")
@@ -785,7 +793,7 @@ def _check_timing(m, assumed, timing, names, deadline, refute=None):
             if refute is not None and (cex := refute(verdict.params)) is not None:
                 raise ConcreteFailure(cex)
             x, y, edge = what
-            return (f"the timing certificate fails at {verdict.params}: {_action_text(x)} (line {x.span.line}) "
+            return (f"the timing certificate fails at {setting_text(verdict.params)}: {_action_text(x)} (line {x.span.line}) "
                     f"must come before {_action_text(y)} (line {y.span.line}) by {edge}")
     return None
 
@@ -827,7 +835,7 @@ def _check_memory(m, assumed, expr, deadline, capacity: bool, units: MemoryUnits
                 over = None
             return over or (f"counting in rank order: {why}; and by capacity the proof only shows bounds of "
                             f"at least (stages) x (microbatches) x (an F's units) per rank, and {_text(expr)} is "
-                            f"less at {verdict.params}"), "capacity"
+                            f"less at {setting_text(verdict.params)}"), "capacity"
     return None, "capacity"
 
 
@@ -844,9 +852,8 @@ def _in_rank_order(m, enc, expr, bound, deadline, ordered, units):
             try:
                 over = _confirmed(m, expr, verdict, deadline, units)
             except Stop:
-                return f"the bound fails symbolically at {verdict.params}, too large to confirm concretely"
-            return over or (f"the bound fails symbolically at {verdict.params}, which the concrete count does "
-                            "not confirm")
+                return _unconfirmed(expr, verdict.params, "too large to count concretely")
+            return over or _unconfirmed(expr, verdict.params, "where the concrete count does not confirm it")
     return None
 
 
@@ -884,7 +891,7 @@ def _per_stage(m, enc, expr, bound, deadline, units):  # noqa: C901
             assert failed is not None  # (the loop over both directions ends by `break` or with a failure)
             what, verdict = failed
             return (f"the {label} of a stage run in neither increasing nor decreasing microbatch order "
-                    f"(e.g. at {verdict.params}, {_action_text(what[1])}, line {what[1].span.line}), which "
+                    f"(e.g. at {setting_text(verdict.params)}, {_action_text(what[1])}, line {what[1].span.line}), which "
                     "this proof needs")
     worst = None
     for what, formula, shown in smt.memory(enc, bound, groups, tuple(directions)):
@@ -901,8 +908,13 @@ def _per_stage(m, enc, expr, bound, deadline, units):  # noqa: C901
     try:
         over = _confirmed(m, expr, worst[1], deadline, units)
     except Stop:
-        return f"the bound fails symbolically at {params}, too large to confirm concretely"
-    return over or f"the bound fails symbolically at {params}, which the concrete count does not confirm"
+        return _unconfirmed(expr, params, "too large to count concretely")
+    return over or _unconfirmed(expr, params, "where the concrete count does not confirm it")
+
+
+def _unconfirmed(expr, params, why: str) -> str:
+    """Why a memory bound Z3 refutes is not a refutation: the bound, named, and the setting."""
+    return f"the memory bound {_text(expr)} fails symbolically at {setting_text(params)}, {why}"
 
 
 def _confirmed(m: Model, expr, verdict, deadline, units) -> dict | None:
