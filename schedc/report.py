@@ -36,6 +36,11 @@ MAX_DETAILED_ACTIONS = 2_000_000  # the detailed checks take ~20-30 us and 1-1.5
 MEMORY_RUN = "worst"  # `peak_memory` is the worst over every run the semantics allows (sim's is "timed")
 
 
+def count_of(n: int, word: str, many: str | None = None) -> str:
+    """`1 rank`, `2 ranks`: a count with its noun in the number it takes (`many`: an irregular plural)."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
 def _line(a: Action | None):
     return None if a is None or a.span is None else a.span.line
 
@@ -161,9 +166,10 @@ class Report:
     def summary(self) -> str:
         p = self.program
         verdict = {True: "ok", None: f"UNKNOWN ({self.unknown})"}.get(self.ok, f"FAILED ({self._counted()})")
-        routes = f" on {len(p.routes)} routes" if p.routes else ""
-        text = (f"{p.name}: {p.num_ranks} ranks, {p.num_stages} stages{routes}, {p.num_microbatches} microbatches, "
-                f"{p.num_actions} actions ({p.level} level{', forward only' if p.forward_only else ''}"
+        routes = f" on {count_of(len(p.routes), 'route')}" if p.routes else ""
+        text = (f"{p.name}: {count_of(p.num_ranks, 'rank')}, {count_of(p.num_stages, 'stage')}{routes}, "
+                f"{count_of(p.num_microbatches, 'microbatch', 'microbatches')}, "
+                f"{count_of(p.num_actions, 'action')} ({p.level} level{', forward only' if p.forward_only else ''}"
                 f"{f', {self.replicas} replicas of {p.num_ranks // self.replicas} ranks' if self.replicas > 1 else ''}"
                 f"{f', p2p {self.p2p}' if self.p2p != 'shared' else ''}); {verdict}")
         text += "".join(f"\n  note: {n}" for n in self.notes)

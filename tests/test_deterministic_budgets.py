@@ -256,9 +256,9 @@ def test_a_descent_to_the_smallest_counterexample_from_far_away_takes_few_querie
         assert len(asked) < 3000, "the descent asks for each smaller value in turn"
         return real(*args, **kwargs)
     monkeypatch.setattr(solver, "check", counted)
-    proof = prove("1f1b", assumptions=("P >= 1000000000000000000",))
-    assert proof.verdict == "unknown" and "too large to confirm concretely" in proof.reason
-    assert "'P': 1000000000000000000" in proof.reason  # the smallest: the descent ended at the bound
+    proof = prove("1f1b", assumptions=("P >= 1000000000000000000",), memory="min(P - r - 1, M)")
+    assert proof.verdict == "unknown" and "too large to count concretely" in proof.reason
+    assert "P=1000000000000000000, M=1," in proof.reason  # the smallest: the descent ended at the bound
     assert len(asked) < 2000, len(asked)  # (the whole proof's queries: about 1,000; plain steps, 10**18)
 
 

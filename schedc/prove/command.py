@@ -58,14 +58,21 @@ def render(proof) -> str:
         within = f" with {cex['within']}" if cex.get("within") else ""
         which = "smallest failing setting" if cex.get("smallest", True) else \
             "a failing setting, not shown to be the smallest: the search for a smaller one ran out of its budget"
-        lines = [f"{proof.schedule}: refuted at {setting} ({which}{within}; {cex['property']})"]
+        if not cex["params"]:  # nothing smaller to look for
+            lines = [f"{proof.schedule}: refuted at its one setting (it has no parameters{within}; {cex['property']})"]
+        else:
+            lines = [f"{proof.schedule}: refuted at {setting} ({which}{within}; {cex['property']})"]
         if cex.get("summary"):
             lines.append("  " + cex["summary"])
         if cex.get("report"):
             lines += ["  " + ln for ln in cex["report"].splitlines()]
         return "\n".join(lines)
-    head = {"proved": f"{proof.schedule}: proved for every setting with {assumed} (and the schedule's requires)",
-            "unknown": f"{proof.schedule}: unknown: {proof.reason}"}[proof.verdict]
+    every = bool((proof.bounded or {}).get("every_setting"))
+    proved = f"{proof.schedule}: proved for every setting with {assumed} (and the schedule's requires)"
+    if every:
+        proved = (f"{proof.schedule}: proved at its one setting (it has no parameters), by checking it"
+                  if not proof.bounded["parameters"] else f"{proved}, by checking each of them")
+    head = {"proved": proved, "unknown": f"{proof.schedule}: unknown: {proof.reason}"}[proof.verdict]
     lines = [head]
     for part in proof.parts:
         lines.append(f"  {part.name:<14} {part.status:<8} {part.detail}")
@@ -84,12 +91,28 @@ def render(proof) -> str:
                                           "forwards and frees in microbatch order per stage, counted exactly")
         lines.append(f"    memory: the bound {cert['memory']['bound']} needs no certificate ({how})")
     if proof.bounded:
-        b = proof.bounded
-        largest = ", ".join(f"{k} <= {v}" for k, v in b["largest"].items())
-        label = "also checked concretely" if proof.verdict == "proved" else "bounded check, not a proof"
-        lines.append(f"  {label}: {b['settings']} settings ({largest}), all clean")
+        lines.append("  " + bounded_text(proof.bounded, proof.verdict))
     lines.append(f"  {proof.seconds:.1f} s, {proof.units:,} Z3 resource units")
     return "\n".join(lines)
+
+
+def bounded_text(b: dict, verdict: str) -> str:
+    """The line on the settings the sweep checked concretely: how many and how large, or that the
+    schedule has one (no parameters), or that none of the sweep's box is inside the assumptions."""
+    from ..report import count_of
+    from .prover import BOUNDED_MAX
+    from .search import ONE_SETTING
+    params, n = b.get("parameters", ()), b["settings"]
+    label = ("checked concretely, every setting there is" if b.get("every_setting") else
+             "also checked concretely" if verdict == "proved" else "bounded check, not a proof")
+    if not params:
+        return f"{label}: {ONE_SETTING}, clean" if n else \
+            f"{label}: none: {ONE_SETTING} is outside its requires"
+    if not n:
+        return (f"{label}: none: no setting with each parameter at most {BOUNDED_MAX} satisfies the "
+                "assumptions and requires")
+    largest = ", ".join(f"{k} <= {v}" for k, v in b["largest"].items())
+    return f"{label}: {count_of(n, 'setting')} ({largest}), {'clean' if n == 1 else 'all clean'}"
 
 
 def affine(coeffs: dict) -> str:

@@ -31,6 +31,7 @@ BOUNDED_STEPS = 200_000  # and no new setting once the checked programs hold thi
 # count, not a time, so every machine checks the same settings): the built-ins' sweeps hold 650 (dualpipev)
 # to 22,000 (interleaved zero bubble) steps and take about a second
 SAMPLES = 25            # settings the certificates are fitted to
+SAMPLE_MAX = 20         # with each parameter at most this (the smallest box that holds SAMPLES of them)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class Proof:
     reason: str | None = None
     seconds: float = 0.0
     units: int = 0  # the solver's work, in Z3 resource units: unlike the seconds, the same on any machine
+    swept: "Swept | None" = field(default=None, repr=False, compare=False)  # what the bounded sweep saw
 
     def to_dict(self) -> dict:
         return {"schedule": self.schedule, "assumptions": list(self.assumptions), "verdict": self.verdict,
@@ -62,6 +64,18 @@ class Proof:
                 "certificate": self.certificate, "counterexample": self.counterexample,
                 "bounded": self.bounded, "reason": self.reason, "seconds": round(self.seconds, 3),
                 "solver_units": self.units}
+
+
+@dataclass
+class Swept:
+    """What the bounded sweep checked: every setting clean, with check's peak activation per rank at
+    each; `limited`: some setting's file sets a memory limit (check held every rank within it);
+    `whole`: every setting of the sweep was checked (none left out by the sweep's size)."""
+
+    params: list[dict[str, int]]
+    peaks: list[tuple[float, ...]]
+    limited: bool
+    whole: bool
 
 
 def parse_condition(text: str, what: str) -> ast.Expr:
@@ -98,6 +112,7 @@ def _prove(source: str, assumptions, memory, deadline: solver.Deadline, certific
     from ..parse import parse
     start = time.monotonic()
     path = resolve(source)
+    _refuse_fixed(path)
     saved = path.with_name(path.stem + ".cert.json")  # a certificate kept with the schedule: re-checked first
     if certificate is None and saved.is_file():
         log(f"{path.stem}: re-checking the certificate saved with it ({saved.name})")
@@ -140,20 +155,122 @@ def _prove(source: str, assumptions, memory, deadline: solver.Deadline, certific
     return done
 
 
+def _refuse_fixed(path: Path) -> None:
+    """A PyTorch CSV or an IR .json is one compiled program, one fixed setting: there is nothing to
+    prove for every size, and `check` decides that setting. A usage error that says so (not the
+    parser's complaint that the text is not a schedule)."""
+    from ..interop.formats import by_extension
+    form = by_extension(str(path))
+    if form.name != "pp":
+        raise SchedcError("usage", f"prove takes a .pp schedule or a built-in name, and {path} is {form.what}: "
+                          "one fixed setting, with no parameters to prove it for; `schedc check "
+                          f"{path}` checks it", where=str(path))
+
+
 def _timed_out(proof: Proof) -> bool:
     """The proof stopped at the command's time limit (solver.TimeUp)."""
     return proof.verdict == "unknown" and (proof.reason or "").startswith(solver.TIME_LIMIT)
 
 
-def _decide(proof, path, tree, m, unsupported, assumed, bound, deadline, certificate, log, start) -> Proof:  # noqa: C901
-    """The verdict: the bounded sweep, then the proof in linear, then nonlinear arithmetic, then
-    case by case (raises solver.TimeUp once the command's limit passes)."""
+def _decide(proof, path, tree, m, unsupported, assumed, bound, deadline, certificate, log, start) -> Proof:
+    """The verdict: the bounded sweep; if that checked every setting there is, a proof by checking
+    (_by_checking); else the proof in linear, then nonlinear arithmetic, then case by case (raises
+    solver.TimeUp once the command's limit passes), and an `unknown` of a certificate given to re-check
+    gives way to the checking too."""
     log(f"{tree.name}: checking small settings concretely")
     units = _units(m) if unsupported is None else None
     failure = _bounded(proof, path, m, assumed, bound, units, deadline)
     if failure is not None:
         proof.verdict, proof.counterexample = "refuted", failure
         return _done(proof, start)
+    every = _every_setting(proof, m, assumed, bound, units)
+    if every and certificate is None:
+        log("  the sweep checked every setting there is: proved by checking")
+        return _by_checking(proof, m, bound, units, start)
+    done = _search(proof, path, tree, m, unsupported, assumed, bound, deadline, certificate, log, start, units)
+    if every and done.verdict == "unknown":
+        return _by_checking(proof, m, bound, units, start)
+    return done
+
+
+BOX_SETTINGS = 10_000  # the most settings of the sweep's box (each parameter 0..BOUNDED_MAX) looked through to
+# tell whether the sweep met every setting of the domain
+
+
+def _every_setting(proof: Proof, m: Model, assumed, bound, units) -> bool:
+    """The bounded sweep checked every setting the schedule can take, clean: it has no parameters, or
+    Z3 shows every setting of the assumptions and requires has each parameter in 0..BOUNDED_MAX, each
+    setting of that box is inside or outside them without doubt (`inside` evaluated without an error),
+    and the sweep left none of them out. With `--memory`, the sweep must also have counted the bound
+    (units: the count is check's)."""
+    import itertools
+    swept = proof.swept
+    if swept is None or not swept.whole or not swept.params or (bound is not None and units is None):
+        return False
+    if not m.params:
+        return True
+    if (BOUNDED_MAX + 1) ** len(m.params) > BOX_SETTINGS:
+        return False
+    try:
+        if not smt.Encoding(m, assumed).inside_box(BOUNDED_MAX):
+            return False
+    except Unsupported:
+        return False
+    return all(_decided(m, assumed, dict(zip(m.params, values)))
+               for values in itertools.product(range(BOUNDED_MAX + 1), repeat=len(m.params)))
+
+
+def _decided(m: Model, assumed, params) -> bool:
+    """Whether `inside` decides this setting without an evaluation error (which it counts as outside)."""
+    try:
+        env = base_env(m, params)
+        for e in m.requires + tuple(assumed):
+            if not evaluate(e, env, m.functions):
+                return True
+        for e in (m.ranks, m.stages, m.microbatches):
+            evaluate(e, env, m.functions)
+        return True
+    except (Stop, ZeroDivisionError, KeyError, TypeError):
+        return False
+
+
+def _by_checking(proof: Proof, m: Model, bound, units, start) -> Proof:
+    """`proved`, by exhaustion: `check` passed at every setting the schedule can take (_every_setting),
+    and a proof claims what `check` checks at each setting. The memory bound is `--memory`'s (counted at
+    each setting), else the simplest closed form equal to every setting's peak (every setting is a
+    sample), else check's peaks as they are."""
+    from ..report import count_of
+    swept = proof.swept
+    assert swept is not None  # (_every_setting saw it)
+    n = len(swept.params)
+    where = "at its one setting" if not m.params else f"at each of the {count_of(n, 'setting')} there are"
+    out = Proof(proof.schedule, proof.assumptions, "proved", bounded={**(proof.bounded or {}), "every_setting": True},
+                swept=swept)
+    out.parts = [
+        Part("well-formed", "proved", f"check finds every stage runs F and B (or I then W) of every microbatch "
+                                      f"exactly once, on the rank that holds it, {where}"),
+        Part("deadlock-free", "proved", f"check finds no deadlock under rendezvous sends {where}")]
+    mem_text = _text(bound) if bound is not None else (infer_bound(m, swept.params, units.sizes)
+                                                     if units is not None else None)
+    if mem_text is not None and units is not None:
+        expr = bound if bound is not None else parse_condition(mem_text, "--memory")
+        out.memory_bound = mem_text
+        out.parts.append(Part("memory", "proved", _memory_text(m, expr, mem_text, units) + f"; counted {where}"))
+    elif n == 1:
+        out.parts.append(Part("memory", "proved", f"check's peak activation per rank {where}: "
+                              f"[{', '.join(_number(x) for x in swept.peaks[0])}]"))
+    else:
+        top = max((x for peaks in swept.peaks for x in peaks), default=0)
+        out.parts.append(Part("memory", "proved", f"check counts each rank's peak activation {where}; the "
+                              f"largest is {_number(top)}"))
+    if swept.limited:
+        out.parts.append(Part("memory limit", "proved", f"check finds every rank within the file's memory limit "
+                              f"{where}"))
+    return _done(out, start)
+
+
+def _search(proof, path, tree, m, unsupported, assumed, bound, deadline, certificate, log, start, units) -> Proof:  # noqa: C901
+    """The proof for every setting: in linear, then nonlinear arithmetic, then case by case."""
     if unsupported is not None:
         return _unknown(proof, start, f"outside the proof's fragment: {unsupported.reason}"
                         + (f" (line {unsupported.span.line})" if unsupported.span else ""))
@@ -284,7 +401,7 @@ def _unknown(proof: Proof, start: float, reason: str) -> Proof:
     return _done(proof, start)
 
 
-def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, units, deadline):
+def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, units, deadline):  # noqa: C901
     """Check small settings concretely, smallest first: the smallest failing setting (see
     _least_failing: the sweep's box leaves some out), or None. A file that compiles at none of
     them is bad input: its error is raised (exit 2), as `check` and `sim` raise it."""
@@ -293,10 +410,14 @@ def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, units, deadline
     largest: dict[str, int] = {}
     passed: list[dict[str, int]] = []
     failure: dict[str, Any] | None
-    sweep = settings(m, assumed, BOUNDED_MAX, BOUNDED_SETTINGS)
+    swept = Swept([], [], False, True)
+    sweep = settings(m, assumed, BOUNDED_MAX, BOUNDED_SETTINGS + 1)
+    if len(sweep) > BOUNDED_SETTINGS:  # (one more asked for only to tell whether the sweep holds them all)
+        sweep, swept.whole = sweep[:BOUNDED_SETTINGS], False
     for n, params in enumerate(sweep):
         deadline.check()
         if steps_checked >= BOUNDED_STEPS:
+            swept.whole = False
             break
         try:
             program = load(str(path), params)
@@ -322,7 +443,12 @@ def _bounded(proof: Proof, path: Path, m: Model, assumed, bound, units, deadline
         if failure is not None:
             return _least_failing(path, m, assumed, failure, deadline, bound, units, passed)
         passed.append(params)
-    proof.bounded = {"settings": checked, "largest": largest, "ok": True}
+        swept.peaks.append(tuple(report.peak_activation))
+        swept.limited = swept.limited or bool(program.annotations.memory_limit)
+    swept.params = passed
+    proof.swept = swept
+    proof.bounded = {"settings": checked, "largest": largest, "ok": True, "parameters": list(m.params),
+                     "every_setting": False}
     return None
 
 
@@ -375,16 +501,19 @@ def _over_bound(m: Model, expr, params, got, units: MemoryUnits) -> dict | None:
         limit = evaluate(expr, rank_env(m, params, r), m.functions)
         if peak > limit:
             return {"params": params, "property": "memory", "rank": r, "report": "",
-                    "summary": f"rank {r} holds {peak} {_unit_words(units)} at its peak (check's peak activation: "
+                    "summary": f"rank {r} holds {_unit_words(units, peak)} at its peak (check's peak activation: "
                                f"{_number(peak * _unit_size(m, params, units))}); the bound {_text(expr)} is {limit}"}
     return None
 
 
-def _unit_words(units: MemoryUnits) -> str:
+def _unit_words(units: MemoryUnits, n: int | None = None) -> str:
+    """What the count is of (`activations`, `units of 2`), after the count `n` if given (`1 activation`)."""
+    from ..report import count_of
     if units.one_per_forward:
-        return "activations"
+        return "activations" if n is None else count_of(n, "activation")
     # (only the file's act makes a unit other than one: act is set here)
-    return f"units of {_number(units.act * units.unit)}"  # type: ignore[operator]
+    size = _number(units.act * units.unit)  # type: ignore[operator]
+    return f"units of {size}" if n is None else f"{count_of(n, 'unit')} of {size}"
 
 
 def _unit_size(m: Model, params, units: MemoryUnits):
@@ -405,7 +534,7 @@ def _number(x) -> str:
 
 
 def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):  # noqa: C901
-    for hi in range(6, 21):  # the smallest SAMPLES settings; a narrow domain (M >= 2P, P even) reaches further
+    for hi in range(6, SAMPLE_MAX + 1):  # the smallest SAMPLES settings; a narrow domain (M >= 2P, P even) reaches further
         samples = settings(m, assumed, hi, SAMPLES)
         if len(samples) >= SAMPLES:
             break
@@ -458,7 +587,7 @@ def _symbolic(proof, path, m, assumed, bound, deadline, certificate, log):  # no
                          "memory": {"bound": mem_text, "argument": argument}}
 
 
-def _memory(proof, m, assumed, bound, deadline, certificate, samples, ordered, refute, log):
+def _memory(proof, m, assumed, bound, deadline, certificate, samples, ordered, refute, log):  # noqa: C901
     """The memory part, counted by check's rule in whole units (model.memory_units): the bound is
     the user's (`--memory`: a claim, refuted where the count confirms it fails), the certificate's
     (failing, it gives way: unknown, or the search), or guessed from the samples (failing, guessed
@@ -472,6 +601,11 @@ def _memory(proof, m, assumed, bound, deadline, certificate, samples, ordered, r
     capacity = _capacity_only(m, assumed)  # stages per rank vary: counted in rank order, or capacity
     mem_text = _text(bound) if bound is not None else (certificate or {}).get("memory", {}).get("bound")
     inferred = mem_text is None  # a guess from the samples, not a claim to refute the schedule with
+    if inferred and not samples:  # nothing to guess from (a guess would fail at a setting too large to count)
+        proof.parts.append(Part("memory", "unknown", f"no setting with each parameter at most {SAMPLE_MAX} "
+                                "satisfies the assumptions, so there are no sampled peaks to guess a bound from; "
+                                "state one with --memory"))
+        return None, None, None
     if inferred:
         mem_text = infer_bound(m, samples, units.sizes)
     if mem_text is None:
@@ -505,6 +639,8 @@ def _memory(proof, m, assumed, bound, deadline, certificate, samples, ordered, r
     if isinstance(why, dict):
         which = "the last bound guessed from the samples" if inferred else f"the certificate's bound {mem_text}"
         why = f"{which} fails at {setting_text(why['params'])} ({why['summary']}); state one with --memory"
+    if isinstance(why, str) and inferred and "--memory" not in why:
+        why += " (a bound guessed from the samples; state one with --memory)"
     proof.memory_bound = mem_text if why is None else None
     proof.parts.append(Part("memory", "proved" if why is None else "unknown",
                             _memory_text(m, expr, mem_text, units) if why is None else why))
@@ -520,7 +656,9 @@ def _memory_text(m, expr, mem_text, units: MemoryUnits) -> str:
         d = units.deltas
         how = ", ".join(f"{k} {'adds' if d[k] > 0 else 'frees'} {abs(d[k])}" for k in ("F", "B", "I", "W")
                         if d.get(k)) + ", by check's sizes"
-    what = "live activations" if units.one_per_forward else _unit_words(units)
+    one = mem_text.strip() == "1"  # `at most 1 live activation`
+    what = ("live activation" if one else "live activations") if units.one_per_forward else \
+        _unit_words(units, 1)[2:] if one else _unit_words(units)
     return f"at most {mem_text} {what} on rank {m.rank_var} ({how}){where}"
 
 
@@ -608,7 +746,7 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:  # noqa: C901
                 if cex is not None:
                     proof.verdict, proof.counterexample = "refuted", cex
                     return Part("well-formed", "refuted", text)
-                return Part("well-formed", "unknown", f"'{text}' fails symbolically at {verdict.params}, "
+                return Part("well-formed", "unknown", f"'{text}' fails symbolically at {setting_text(verdict.params)}, "
                             "which the concrete check does not confirm")
     enc = smt.Encoding(m, assumed)
     try:
@@ -633,7 +771,7 @@ def _well_formed(proof, path, m, assumed, deadline) -> Part:  # noqa: C901
             verdict = enc.run(formula, _one(deadline), domain=False)
             if not isinstance(verdict, solver.Proved):
                 return Part("well-formed", "unknown", "a division by a quantity that varies may divide by zero or "
-                            "less" + (f" (at {verdict.params})" if isinstance(verdict, solver.Refuted) else ""))
+                            "less" + (f" (at {setting_text(verdict.params)})" if isinstance(verdict, solver.Refuted) else ""))
     what = ("every stage of each microbatch's route runs F and B (or I then W) of it exactly once, on the rank "
             "that holds it, and no action is off its microbatch's route" if m.routes else
             "every stage runs F and B (or I then W) of every microbatch exactly once, on the rank that holds it")
@@ -655,7 +793,7 @@ def _check_timing(m, assumed, timing, names, deadline, refute=None):
             if refute is not None and (cex := refute(verdict.params)) is not None:
                 raise ConcreteFailure(cex)
             x, y, edge = what
-            return (f"the timing certificate fails at {verdict.params}: {_action_text(x)} (line {x.span.line}) "
+            return (f"the timing certificate fails at {setting_text(verdict.params)}: {_action_text(x)} (line {x.span.line}) "
                     f"must come before {_action_text(y)} (line {y.span.line}) by {edge}")
     return None
 
@@ -697,7 +835,7 @@ def _check_memory(m, assumed, expr, deadline, capacity: bool, units: MemoryUnits
                 over = None
             return over or (f"counting in rank order: {why}; and by capacity the proof only shows bounds of "
                             f"at least (stages) x (microbatches) x (an F's units) per rank, and {_text(expr)} is "
-                            f"less at {verdict.params}"), "capacity"
+                            f"less at {setting_text(verdict.params)}"), "capacity"
     return None, "capacity"
 
 
@@ -714,9 +852,8 @@ def _in_rank_order(m, enc, expr, bound, deadline, ordered, units):
             try:
                 over = _confirmed(m, expr, verdict, deadline, units)
             except Stop:
-                return f"the bound fails symbolically at {verdict.params}, too large to confirm concretely"
-            return over or (f"the bound fails symbolically at {verdict.params}, which the concrete count does "
-                            "not confirm")
+                return _unconfirmed(expr, verdict.params, "too large to count concretely")
+            return over or _unconfirmed(expr, verdict.params, "where the concrete count does not confirm it")
     return None
 
 
@@ -754,7 +891,7 @@ def _per_stage(m, enc, expr, bound, deadline, units):  # noqa: C901
             assert failed is not None  # (the loop over both directions ends by `break` or with a failure)
             what, verdict = failed
             return (f"the {label} of a stage run in neither increasing nor decreasing microbatch order "
-                    f"(e.g. at {verdict.params}, {_action_text(what[1])}, line {what[1].span.line}), which "
+                    f"(e.g. at {setting_text(verdict.params)}, {_action_text(what[1])}, line {what[1].span.line}), which "
                     "this proof needs")
     worst = None
     for what, formula, shown in smt.memory(enc, bound, groups, tuple(directions)):
@@ -771,8 +908,13 @@ def _per_stage(m, enc, expr, bound, deadline, units):  # noqa: C901
     try:
         over = _confirmed(m, expr, worst[1], deadline, units)
     except Stop:
-        return f"the bound fails symbolically at {params}, too large to confirm concretely"
-    return over or f"the bound fails symbolically at {params}, which the concrete count does not confirm"
+        return _unconfirmed(expr, params, "too large to count concretely")
+    return over or _unconfirmed(expr, params, "where the concrete count does not confirm it")
+
+
+def _unconfirmed(expr, params, why: str) -> str:
+    """Why a memory bound Z3 refutes is not a refutation: the bound, named, and the setting."""
+    return f"the memory bound {_text(expr)} fails symbolically at {setting_text(params)}, {why}"
 
 
 def _confirmed(m: Model, expr, verdict, deadline, units) -> dict | None:

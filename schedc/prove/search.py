@@ -332,6 +332,9 @@ def _names(m: Model) -> dict:
     return {x.index: feature_names(m, x) for x in m.stmts}
 
 
+ONE_SETTING = "the schedule's one setting (it has no parameters)"
+
+
 def setting_text(params: dict) -> str:
-    """A setting as the output shows it: `P=2, M=3`."""
-    return ", ".join(f"{k}={v}" for k, v in params.items())
+    """A setting as the output shows it: `P=2, M=3` (a schedule without parameters: ONE_SETTING)."""
+    return ", ".join(f"{k}={v}" for k, v in params.items()) or ONE_SETTING

@@ -127,13 +127,14 @@ def _json(outcome, written) -> dict:
 
 
 def _text(outcome, written, repeat=None) -> str:
+    from ..report import count_of
     from .emit import describe_costs, number, why_stopped
     p, best = outcome.problem, outcome.best
     caps = {c for c in p.cap_given}
     cap = ("none" if caps == {None} else f"{number(caps.pop())} per rank" if len(caps) == 1 else
            "[" + ", ".join("none" if c is None else number(c) for c in p.cap_given) + "]")
     verdict = "optimal" if outcome.optimal else f"not proven optimal ({why_stopped(outcome)})"
-    lines = [f"{p.program.name}: P={p.P}, M={p.M}, placement {p.placement}, {p.S} stages; memory limit {cap}",
+    lines = [f"{p.program.name}: P={p.P}, M={p.M}, placement {p.placement}, {count_of(p.S, 'stage')}; memory limit {cap}",
              *(f"  costs {line}" for line in describe_costs(p)),
              f"  makespan {number(best.makespan)}, lower bound {number(outcome.lower_bound)}, gap "
              f"{outcome.gap:.1%}: {verdict}",

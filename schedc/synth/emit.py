@@ -5,6 +5,7 @@ limit it was found for, so `schedc check` and `schedc sim` judge it under the sa
 from __future__ import annotations
 
 from ..ir import DEFAULT_SPEED
+from ..report import count_of
 from .problem import Problem
 from .search import Outcome
 
@@ -68,7 +69,7 @@ def header(outcome: Outcome, command: str | None) -> list[str]:
     status = ("optimal (proved: no schedule is shorter)" if outcome.optimal else
               f"not proven optimal ({why_stopped(outcome)}); gap {outcome.gap:.1%}")
     return [f"# Synthesised by `schedc synth`{f': {command}' if command else ''}",
-            f"# P={p.P}, M={p.M}, placement {p.placement}, {p.S} stages; memory limit per rank: {caps}",
+            f"# P={p.P}, M={p.M}, placement {p.placement}, {count_of(p.S, 'stage')}; memory limit per rank: {caps}",
             *(f"# costs {line}" for line in describe_costs(p)),
             f"# makespan {number(best.makespan)}, lower bound {number(outcome.lower_bound)}: {status}",
             f"# start: {outcome.start.origin} (makespan {number(outcome.start.makespan)}); "

@@ -120,6 +120,11 @@ def build_problem(P: int, M: int, *, placement: str = "loop", costs=None,  # noq
     else:
         links = {}
     ann = skeleton.annotations
+    posted = [link.overhead for link in links.values() if link.overhead] + ([costs.overhead] if costs is not None
+                                                                             and costs.overhead else [])
+    if posted:  # the simulator charges each send and receive this much rank time; the solver's model has none
+        raise SchedcError("usage", f"synth models no per-message overhead (the rank time to post a send or a "
+                          f"receive, here {posted[0]:g}); drop overhead from the costs", where=costs.source)
     if ann.rank_dispatch:
         raise SchedcError("usage", "synth models no dispatch time (a rank's time to start each step); drop "
                           "dispatch from the costs", where=costs.source)
