@@ -536,6 +536,19 @@ def parse_step(text: str, span: Span | None = None, *, notation: str = "current"
     return Action(op, int(stage_text), int(mb_text) if mb_text else None, span)
 
 
+def count_of(n: int, word: str, many: str | None = None) -> str:
+    """`1 rank`, `2 ranks`: a count with its noun in the number it takes (`many`: an irregular plural)."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
+def sizes_text(p: Program, routes: bool = True) -> str:
+    """`2 ranks, 4 stages on 2 routes, 8 microbatches, 40 actions`: a program's sizes as every
+    summary line states them."""
+    routed = f" on {count_of(len(p.routes), 'route')}" if routes and p.routes else ""
+    return (f"{count_of(p.num_ranks, 'rank')}, {count_of(p.num_stages, 'stage')}{routed}, "
+            f"{count_of(p.num_microbatches, 'microbatch', 'microbatches')}, {count_of(p.num_actions, 'action')}")
+
+
 def format_step(step: Step) -> str:
     if isinstance(step, Compound):
         return "(" + ";".join(format_step(p) for p in step.parts) + ")" + step.kind.value

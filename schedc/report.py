@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .errors import Diagnostic, SchedcError
 from .outputs import finite_only, per_rank_list, rounded
-from .ir import RECVS, Action, Program, describe, format_step, is_group
+from .ir import RECVS, Action, Program, describe, format_step, is_group, sizes_text
 from .lint import MAX_PER_CODE, display_step, lint, reduce_order
 from .rules.deps import delivers, payload, value_name
 from .rules.semantics import RENDEZVOUS, Semantics
@@ -34,11 +34,6 @@ if TYPE_CHECKING:
 ENGINES = ("native", "z3")
 MAX_DETAILED_ACTIONS = 2_000_000  # the detailed checks take ~20-30 us and 1-1.5 KB an action: 40-60 s, 2-3 GB here
 MEMORY_RUN = "worst"  # `peak_memory` is the worst over every run the semantics allows (sim's is "timed")
-
-
-def count_of(n: int, word: str, many: str | None = None) -> str:
-    """`1 rank`, `2 ranks`: a count with its noun in the number it takes (`many`: an irregular plural)."""
-    return f"{n} {word if n == 1 else many or word + 's'}"
 
 
 def _line(a: Action | None):
@@ -166,10 +161,7 @@ class Report:
     def summary(self) -> str:
         p = self.program
         verdict = {True: "ok", None: f"UNKNOWN ({self.unknown})"}.get(self.ok, f"FAILED ({self._counted()})")
-        routes = f" on {count_of(len(p.routes), 'route')}" if p.routes else ""
-        text = (f"{p.name}: {count_of(p.num_ranks, 'rank')}, {count_of(p.num_stages, 'stage')}{routes}, "
-                f"{count_of(p.num_microbatches, 'microbatch', 'microbatches')}, "
-                f"{count_of(p.num_actions, 'action')} ({p.level} level{', forward only' if p.forward_only else ''}"
+        text = (f"{p.name}: {sizes_text(p)} ({p.level} level{', forward only' if p.forward_only else ''}"
                 f"{f', {self.replicas} replicas of {p.num_ranks // self.replicas} ranks' if self.replicas > 1 else ''}"
                 f"{f', p2p {self.p2p}' if self.p2p != 'shared' else ''}); {verdict}")
         text += "".join(f"\n  note: {n}" for n in self.notes)

@@ -102,11 +102,11 @@ def sim_fields(timeline, setup) -> dict:
 
 def sim_text(timeline, setup, trace) -> str:
     """`sim`'s text under a description: seconds and GiB, and each rank's model states and total."""
+    from ..ir import sizes_text
     p = timeline.program
     params = ", ".join(f"{k}={v}" for k, v in p.params)
     states = setup.model_states(p, timeline.replicas)
-    lines = [f"{p.name}{f' ({params})' if params else ''}: {p.num_ranks} ranks, {p.num_stages} stages, "
-             f"{p.num_microbatches} microbatches, {p.num_actions} actions, {timeline.level} level, "
+    lines = [f"{p.name}{f' ({params})' if params else ''}: {sizes_text(p, routes=False)}, {timeline.level} level, "
              f"overlap {'on' if timeline.overlap else 'off'}",
              f"  {setup.title}; times in seconds, sizes in GiB",
              f"  makespan {timeline.makespan:.4g} s, bubble ratio {timeline.bubble_ratio:.4f}"]

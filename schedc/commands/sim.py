@@ -174,12 +174,13 @@ def _sampled_text(sampled) -> str:
 
 
 def _sim_text(timeline, trace) -> str:
+    from ..ir import sizes_text
+
     def num(x: float) -> str:
         return f"{x:.6g}"
     p = timeline.program
     params = ", ".join(f"{k}={v}" for k, v in p.params)
-    lines = [f"{p.name}{f' ({params})' if params else ''}: {p.num_ranks} ranks, {p.num_stages} stages, "
-             f"{p.num_microbatches} microbatches, {p.num_actions} actions, {timeline.level} level, "
+    lines = [f"{p.name}{f' ({params})' if params else ''}: {sizes_text(p, routes=False)}, {timeline.level} level, "
              f"overlap {'on' if timeline.overlap else 'off'}"
              + (f", under {timeline.semantics}" if timeline.semantics != str(RENDEZVOUS) else ""),
              f"  makespan {num(timeline.makespan)}, bubble ratio {timeline.bubble_ratio:.4f}",

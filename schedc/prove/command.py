@@ -99,7 +99,7 @@ def render(proof) -> str:
 def bounded_text(b: dict, verdict: str) -> str:
     """The line on the settings the sweep checked concretely: how many and how large, or that the
     schedule has one (no parameters), or that none of the sweep's box is inside the assumptions."""
-    from ..report import count_of
+    from ..ir import count_of
     from .prover import BOUNDED_MAX
     from .search import ONE_SETTING
     params, n = b.get("parameters", ()), b["settings"]

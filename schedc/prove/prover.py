@@ -239,7 +239,7 @@ def _by_checking(proof: Proof, m: Model, bound, units, start) -> Proof:
     and a proof claims what `check` checks at each setting. The memory bound is `--memory`'s (counted at
     each setting), else the simplest closed form equal to every setting's peak (every setting is a
     sample), else check's peaks as they are."""
-    from ..report import count_of
+    from ..ir import count_of
     swept = proof.swept
     assert swept is not None  # (_every_setting saw it)
     n = len(swept.params)
@@ -508,7 +508,7 @@ def _over_bound(m: Model, expr, params, got, units: MemoryUnits) -> dict | None:
 
 def _unit_words(units: MemoryUnits, n: int | None = None) -> str:
     """What the count is of (`activations`, `units of 2`), after the count `n` if given (`1 activation`)."""
-    from ..report import count_of
+    from ..ir import count_of
     if units.one_per_forward:
         return "activations" if n is None else count_of(n, "activation")
     # (only the file's act makes a unit other than one: act is set here)

@@ -127,7 +127,7 @@ def _json(outcome, written) -> dict:
 
 
 def _text(outcome, written, repeat=None) -> str:
-    from ..report import count_of
+    from ..ir import count_of
     from .emit import describe_costs, number, why_stopped
     p, best = outcome.problem, outcome.best
     caps = {c for c in p.cap_given}

@@ -5,7 +5,7 @@ limit it was found for, so `schedc check` and `schedc sim` judge it under the sa
 from __future__ import annotations
 
 from ..ir import DEFAULT_SPEED
-from ..report import count_of
+from ..ir import count_of
 from .problem import Problem
 from .search import Outcome
 

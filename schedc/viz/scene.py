@@ -18,7 +18,7 @@ import numpy as np
 from ..columns import KIND_CODE, OPS, columns_of
 from ..errors import SchedcError
 from ..units import Units
-from ..ir import WAITS, Action, Compound, CompoundKind, Op, Program, Step, describe, format_step
+from ..ir import WAITS, Action, Compound, CompoundKind, Op, Program, Step, describe, format_step, sizes_text
 
 MAX_BLOCKS = 10_000  # more steps than this are aggregated (an SVG of ~250 bytes per block stays < 3 MB)
 MAX_ROWS = 128  # more ranks than this are aggregated into groups of ranks
@@ -215,9 +215,7 @@ def _frame(program: Program, report, timeline, untimed: str | None, units=None) 
     params = ", ".join(f"{k}={v}" for k, v in program.params)
     t, m = (f" {units.time}", f" {units.memory}") if units is not None else ("", "")
     title = program.name + (f" ({params})" if params else "")
-    routed = f" on {len(program.routes)} routes" if program.routes else ""
-    sizes = (f"{program.num_ranks} ranks, {program.num_stages} stages{routed}, {program.num_microbatches} microbatches, "
-             f"{program.num_actions} actions")
+    sizes = sizes_text(program)
     if timeline is not None:
         peaks = timeline.peak_memory
         peak = max(peaks, default=0.0)
