@@ -174,3 +174,24 @@ def test_a_domain_past_every_sample_names_the_bound_and_ends_quickly(monkeypatch
     p = prove("1f1b", assumptions=("P >= 100000000",), memory="min(P - r - 1, M)")
     assert p.verdict == "unknown" and p.reason == ("the memory bound min(P - r - 1, M) fails symbolically at "
                                                    "P=100000000, M=1, too large to count concretely")
+
+
+def test_the_json_object_has_the_commands_file_ok_and_errors(tmp_path, run_cli):
+    """docs/cli.md, "JSON": a one-object command opens with the input as given and has `ok` and
+    `errors`; a refutation's errors are check's at the failing setting, a bound's a `memory` error."""
+    code, out, _ = run_cli("prove", "1f1b", "--json")
+    doc = json.loads(out)
+    assert code == 0 and list(doc)[0] == "file" and doc["file"] == "1f1b"
+    assert doc["ok"] is True and doc["errors"] == []
+    path = tmp_path / "wrong.pp"
+    path.write_text(ONE_WRONG)
+    code, out, _ = run_cli("prove", str(path), "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["ok"] is False and doc["errors"]
+    setting = doc["counterexample"]["params"]
+    assert doc["errors"] == json.loads(run_cli("check", str(path), "--param",
+                                               ",".join(f"{k}={v}" for k, v in setting.items()),
+                                               "--json")[1])["errors"]
+    code, out, _ = run_cli("prove", "1f1b", "--memory", "P - r - 1", "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["ok"] is False and [(e["code"], e["rank"]) for e in doc["errors"]] == [("memory", 0)]

@@ -711,6 +711,11 @@ def test_sim_refuses_what_cannot_run(run_cli):
     assert doc["ok"] is False and doc["errors"][0]["code"] == "deadlock"
     code, out, err = run_cli("sim", "tests/known/tagless_order.pp")
     assert code == 1 and "2 message(s) reach a receive that expects another value" in err
+    code, out, err = run_cli("sim", "tests/known/tagless_order.pp", "--json")  # (docs/cli.md: ok and errors)
+    doc = json.loads(out)
+    assert code == 1 and doc["ok"] is False and [e["code"] for e in doc["errors"]] == ["mismatch"]
+    code, out, err = run_cli("sim", "1f1b", "--json")
+    assert code == 0 and json.loads(out)["errors"] == []
 
 
 # ---- issue 17, item 4: one memory model; the sim's peak is its one timed run's ----

@@ -147,11 +147,12 @@ def test_text_output_reports_makespan_bound_and_gap(run_cli, tmp_path):
 def test_json_fields(run_cli, tmp_path):
     report, out = synth_json(run_cli, tmp_path, "--param", "P=2", "--param", "M=3", "--memory-limit", "2")
     for key in ("schedule", "params", "placement", "ranks", "stages", "microbatches", "costs", "memory_limit",
-                "status", "ok", "optimal", "makespan", "lower_bound", "gap", "stopped", "solve_time", "start",
+                "status", "ok", "errors", "optimal", "makespan", "lower_bound", "gap", "stopped", "solve_time", "start",
                 "found_by", "queries", "peak_memory", "order", "output"):
         assert key in report, key
     assert report["params"] == {"P": 2, "M": 3} and report["memory_limit"] == [2.0, 2.0]
     assert report["status"] == "optimal" and report["optimal"] is True and report["stopped"] is None
+    assert report["ok"] is True and report["errors"] == []
     assert report["output"] == str(out)
     assert report["costs"]["F"] == [1.0, 1.0]
 
@@ -159,7 +160,8 @@ def test_json_fields(run_cli, tmp_path):
 def test_cap_below_what_any_schedule_needs_is_infeasible(run_cli):
     code, stdout, stderr = run_cli("synth", "--param", "P=2", "--param", "M=2", "--memory-limit", "0.5", "--json")
     assert code == 1
-    assert json.loads(stdout)["status"] == "infeasible"
+    doc = json.loads(stdout)
+    assert doc["status"] == "infeasible" and doc["ok"] is False and [e["code"] for e in doc["errors"]] == ["infeasible"]
     assert "below what any schedule needs" in stderr and "rank 0" in stderr
     code, _, stderr = run_cli("synth", "--param", "P=2", "--param", "M=2", "--placement", "vshape",
                               "--memory-limit", "0.5")  # one chunk's activation (1/2)

@@ -121,7 +121,9 @@ def _sim_dict(file, timeline, costs, trace) -> dict:
     stage_costs = [ann.cost_of(s) for s in range(p.num_stages)]
     return {"file": file, "schedule": p.name, "params": dict(p.params), "ranks": p.num_ranks,
             "stages": p.num_stages, "microbatches": p.num_microbatches, "actions": p.num_actions,
-            "ok": timeline.mismatches == 0, **timeline.to_dict(),
+            "ok": timeline.mismatches == 0, "errors": [] if not timeline.mismatches else [
+                {"code": "mismatch", "message": f"{timeline.mismatches} message(s) reach a receive that expects another "
+                 "value (silent wrong data); `schedc check` names them"}], **timeline.to_dict(),
             "costs": {**{k: [getattr(c, k) for c in stage_costs] for k in ("F", "B", "I", "W")},
                       "speed": list(ann.speeds(p.num_ranks)),
                       "dispatch": [ann.dispatch_of(r) for r in range(p.num_ranks)],

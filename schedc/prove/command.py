@@ -43,10 +43,36 @@ def run(args, stdout, stderr) -> int:
         proof = prove(args.input, assumptions=tuple(args.assume), memory=args.memory, timeout=args.timeout,
                       budget=args.budget, certificate=certificate, log=log)
     if args.json:
-        stdout.write(dumps_json(proof.to_dict()) + "\n")
+        stdout.write(dumps_json(as_json(proof, args.input)) + "\n")
     else:
         stdout.write(render(proof) + "\n")
     return {"proved": EXIT_OK, "refuted": EXIT_FAIL}.get(proof.verdict, EXIT_UNKNOWN)
+
+
+def as_json(proof, given: str) -> dict:
+    """`prove --json`'s object: the command's `file` (the input as given), `ok` (true proved, false
+    refuted, null unknown) and `errors` (docs/cli.md, "JSON"), then `Proof.to_dict()`. A refutation's
+    errors are `check`'s at the failing setting (the compile error there, if it fails to compile); a
+    memory bound that the counted peaks pass, one `memory` error saying so."""
+    ok = {"proved": True, "refuted": False}.get(proof.verdict)
+    return {"file": given, **proof.to_dict(), "ok": ok, "errors": _refutation_errors(proof, given)}
+
+
+def _refutation_errors(proof, given: str) -> list[dict]:
+    from .. import api
+    from ..errors import SchedcError
+    cex = proof.counterexample
+    if proof.verdict != "refuted" or cex is None:
+        return []
+    if cex.get("property") == "memory":
+        error = {"code": "memory", "message": cex.get("summary") or "the memory bound fails"}
+        return [{**error, "rank": cex["rank"]} if "rank" in cex else error]
+    try:  # (the setting check failed at, checked again: its findings as `check --json` gives them)
+        report = api.check(api.load(given, cex["params"]))
+    except SchedcError as exc:
+        return [d.to_dict() for d in exc.diagnostics]
+    errors: list[dict] = report.to_dict()["errors"]
+    return errors
 
 
 def render(proof) -> str:

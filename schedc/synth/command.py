@@ -61,8 +61,8 @@ def run(args, stdout, stderr, write_all) -> int:
     if isinstance(outcome, Infeasible):
         stderr.write(f"error[infeasible]: no schedule: {outcome.reason}\n")
         if args.json:
-            stdout.write(dumps_json({**_head(problem), "status": "infeasible", "ok": False,
-                                     "reason": outcome.reason}) + "\n")
+            stdout.write(dumps_json({**_head(problem), "status": "infeasible", "ok": False, "errors": [
+                {"code": "infeasible", "message": f"no schedule: {outcome.reason}"}], "reason": outcome.reason}) + "\n")
         return EXIT_FAIL
     command = "schedc synth " + shlex.join(_shown_argv(args))
     text, repeat = to_pp(outcome, command), None
@@ -114,7 +114,7 @@ def _latency(problem):
 
 def _json(outcome, written) -> dict:
     p, best = outcome.problem, outcome.best
-    return {**_head(p), "status": "optimal" if outcome.optimal else "feasible", "ok": True,
+    return {**_head(p), "status": "optimal" if outcome.optimal else "feasible", "ok": True, "errors": [],
             "optimal": outcome.optimal, "makespan": best.makespan, "lower_bound": outcome.lower_bound,
             "gap": outcome.gap, "stopped": outcome.stopped, "solve_time": round(outcome.elapsed, 3),
             "start": {"origin": outcome.start.origin, "makespan": outcome.start.makespan},
