@@ -229,9 +229,11 @@ def parse_cost_option(text: str) -> Costs:
 
 # ---- files ----
 def load_costs(path: str) -> Costs:
-    """A TOML cost file, or a measured profile if the name ends in .json."""
+    """A TOML cost file, or a measured profile (JSON): a name ending in .json, or a text opening with
+    `{`, which no TOML file does (`schedc run --profile` writes to any name)."""
     text = read_text(path, "the cost file")
-    return profile_costs(text, path) if path.lower().endswith(".json") else toml_costs(text, path)
+    json = path.lower().endswith(".json") or text.lstrip("\ufeff \t\r\n").startswith("{")
+    return profile_costs(text, path) if json else toml_costs(text, path)
 
 
 def toml_costs(text: str, name: str = "costs.toml") -> Costs:

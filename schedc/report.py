@@ -169,8 +169,12 @@ class Report:
             text += "\n  peak activation per rank: " + per_rank_list(self.peak_activation, self.replicas, _numbers)
         if self.peak_sizes:
             text += (f"\n  peak memory per rank (worst over every run {self.semantics} allows, receive buffers "
-                     "included): " + per_rank_list(self.peak_sizes, self.replicas, _numbers))
+                     "included): " + self.peaks_text())
         return text
+
+    def peaks_text(self) -> str:
+        """Each rank's peak memory as the summary lists it (`[2.5, 1.5]`)."""
+        return per_rank_list(self.peak_sizes, self.replicas, _numbers)
 
     def _counted(self) -> str:
         """The number of findings, and how many of each code are listed when some are not."""

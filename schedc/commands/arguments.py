@@ -117,4 +117,5 @@ def costs(q, help: str) -> None:
     """--cost and --costs, as sim, compare and viz take them (`help`: --cost's, to which what
     `bandwidth=0` means is added)."""
     q.add_argument("--cost", action="append", default=[], metavar="K=V,...", help=f"{help}; {COST_ZERO}")
-    q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (.json)")
+    q.add_argument("--costs", metavar="FILE", help="a TOML cost file, or a measured profile (JSON: a "
+                   "name ending in .json, or a file that opens with {)")

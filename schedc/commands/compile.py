@@ -36,6 +36,7 @@ def run(args, stdout, stderr) -> int:
     if not program.replicas:  # the steps as integer columns from the start: the checks and every output
         program = held_as_columns(program)  # read them so (millions, at the limits); a job's replicas share theirs
     report = common.run_checks(program, args, file=args.input)
+    report = _memory_on_backends(program, args, report)
     if not args.json:
         stdout.write(report.summary() + "\n")
     if report.ok is not True:
@@ -52,6 +53,34 @@ def run(args, stdout, stderr) -> int:
     if not args.json:
         _say(done, missing, stdout)
     return _done(args, report, done, missing, stdout)
+
+
+def _memory_on_backends(program, args, report):
+    """The report, with a note when a memory limit applies and the program, verified under a
+    semantics of its own, exceeds it when run on a backend (gloo or nccl: a sent message is held
+    until its send is waited for, at the step's end; docs/semantics.md, "Memory"). The program
+    records the semantics verified under, and its memory was verified under that one only; the
+    backend is not known here, so compile writes it and says so (`schedc run` refuses it on that
+    backend)."""
+    import argparse
+    from dataclasses import replace
+    from ..outputs import rounded
+    from ..rules.semantics import Semantics
+    if report.ok is not True or not any(x is not None for x in report.memory_limit):
+        return report
+    over = {}
+    for backend in sorted((str(b) for b in Semantics.backends()), key=lambda b: b != "gloo"):  # gloo first
+        if report.semantics.kind == backend:
+            continue
+        on = common.run_checks(program, argparse.Namespace(**{**vars(args), "semantics": backend,
+                                                              "engine": "native", "timeout": None}))
+        if on.memory_violations:
+            over[backend] = ", ".join(f"rank {pk.rank} reaches {rounded(pk.memory)} (limit "
+                                      f"{rounded(on.memory_limit[pk.rank])})" for pk in on.memory_violations)
+    notes = [f"memory is verified under {report.semantics} only: on " + "; on ".join(f"{b} {o}" for b, o in over.items())
+             + ", over the memory limit (a backend holds each sent message until its send is waited for, at the "
+             f"step's end); `schedc run --backend {'|'.join(over)}` refuses it"] if over else []
+    return replace(report, notes=(*report.notes, *notes)) if notes else report
 
 
 def _not_over_the_input(source: str, folder: Path, names: list[str]) -> None:

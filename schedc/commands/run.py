@@ -5,8 +5,10 @@ node), each node's `schedc run` starts global ranks K*R..K*R+R-1, which meet at 
 hosts the store there), as torchrun's static rendezvous does; `--print-torchrun` prints each node's
 torchrun line.
 
-Arguments, the backend (and that the semantics verified under holds on it: runtime/backends.py)
-and the output paths are checked before any rank starts; `--trace` merges the events every rank
+Arguments, the backend (and that the semantics verified under holds on it: runtime/backends.py;
+and that the program as it runs keeps its memory limit under the backend's own semantics, since
+completion nests and memory does not) and the output paths (each its own file) are checked before
+any rank starts; `--trace` merges the events every rank
 wrote as it ran (schedc/runtime/trace.py) into one Perfetto trace, also when the run failed, was
 stopped by the watchdog or interrupted. The trace, and the profile rank 0 measured into the run's
 own folder, are written here once every rank has ended: one that cannot be is `error[io]`, exit 2
@@ -18,6 +20,7 @@ import argparse
 import math
 import os
 import re
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -79,7 +82,6 @@ def add_arguments(q) -> None:
 
 def run(args, stdout, stderr) -> int:  # noqa: C901
     """Verify (unless --no-verify), lower, and run on local ranks, or print the torchrun line."""
-    import shlex
     from ..lower import lower_to_torch
     from ..lower.codegen import refuse_unrunnable, runnable
     from ..rules.semantics import Semantics
@@ -95,6 +97,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     for flag, path in (("--profile", args.profile), ("--trace", trace)):
         if path and not args.print_torchrun:
             _writable(path, flag)
+    _distinct([("--profile", args.profile), ("--trace", trace)], args.input)
     nnodes, node_rank, endpoint = _nodes(args)
     semantics = Semantics.parse(args.semantics)
     if args.receives == "early" and args.backend != "gloo":
@@ -106,6 +109,9 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
         raise SchedcError("usage", f"--semantics {semantics} with --backend {args.backend}: "
                           f"{not_vouched(str(semantics), args.backend)} (--semantics nccl)", where="--semantics")
     program = common.load(args.input, args, common.params(args.param))
+    name = f"{common.safe_stem(program.name)}_program.py"
+    if args.print_torchrun:
+        _distinct([("--profile", args.profile), ("the program (-o)", str(Path(args.output, name)))], args.input)
     nproc = _nproc(args.nproc, nnodes, program)
     M = program.num_microbatches
     if args.batch_size is not None and (args.batch_size < 1 or args.batch_size % M):
@@ -134,19 +140,24 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
             stderr.write("schedc: checks did not pass; not running (--no-verify runs it anyway)\n")
             return _not_run(args, report, stdout)
         verified = str(semantics)
-        if args.backend == "nccl" and not semantics.one_stream_per_pair:
-            on_nccl = _nccl_checked(program, verified, said, stderr)
-            if on_nccl.ok is not True:
-                return _not_run(args, on_nccl, stdout)
+        on_backend = None  # the program as it will run, under the backend's own semantics
         if args.receives == "early":
-            early, on_gloo = _early_receives_checked(program, said, stderr)
-            if on_gloo.ok is not True:
-                return _not_run(args, on_gloo, stdout)
+            early, on_backend = _early_receives_checked(program, said, stderr)
+            if on_backend.ok is not True:
+                return _not_run(args, on_backend, stdout)
             verified = "gloo"
         elif receives is None and args.backend == "gloo":
-            early = _early_receives_fit(program, said)
+            early, tried = _early_receives_fit(program, said)
             if early is not None:
-                receives, verified = "early", "gloo"
+                receives, verified, on_backend = "early", "gloo", tried
+        if on_backend is None and semantics.kind == args.backend:
+            on_backend = report  # (verified under the backend's semantics itself)
+        elif on_backend is None:  # completion nests (docs/run.md), memory does not: check it as it runs
+            on_backend = _backend_checked(program, args.backend, verified, said, stderr)
+            if on_backend.ok is not True:
+                return _not_run(args, on_backend, stdout)
+        if on_backend is not report:
+            _backend_peaks(report, on_backend, args.backend, said)
     receives = receives or "needed"  # (unverified, or on nccl: where lowering places them)
     # (the early lowering has just passed its checks under gloo: run as it is, not lowered and checked again)
     lowered = runnable(early, verified) if early is not None else lower_to_torch(program, verified=verified,
@@ -156,7 +167,6 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     for flag, value in (("--batch-size", args.batch_size), ("--dtype", args.dtype), ("--lr", args.lr)):
         if value is not None:
             rank_args += [flag, str(value)]
-    name = f"{common.safe_stem(program.name)}_program.py"
     if args.print_torchrun:
         (path,) = common.write_files(Path(args.output), {name: lowered.source})
         profile_args = ["--profile", os.path.abspath(args.profile)] if args.profile else []
@@ -193,12 +203,17 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
                           stdout=ranks_out,  # type: ignore[arg-type]  # (_Results has the write and flush launch uses)
                           stderr=stderr, grace=min(args.timeout, 30.0) + 5.0, **placed)
         except KeyboardInterrupt:  # the ranks are stopped; keep what they recorded
-            if trace:
-                _write_trace(trace, parts, local_ranks, None, stderr)
+            traced = _write_trace(trace, parts, local_ranks, None, stderr) if trace else None
+            if args.json:  # what was done: the steps that finished, the trace written
+                from ..signals import terminated
+                stop = "stopped by SIGTERM" if terminated() else "interrupted (Ctrl-C)"
+                stdout.write(_run_json(args, program, nproc * nnodes, verified, ranks_out, ok=False, errors=[
+                    {"code": "interrupted", "message": f"the run was {stop}; schedc stopped every rank"}],
+                    exit_codes=None, outputs=[str(traced)] if traced else [], interrupted=True) + "\n")
             raise
         lost: list[SchedcError] = []  # the outputs that could not be written, each said once on stderr
         traced = _write_trace(trace, parts, local_ranks, done, stderr, lost) if trace else None
-        profiled = (_write_profile(args.profile, measured, args.input, stderr, lost)
+        profiled = (_write_profile(args.profile, measured, _sim_line(args, program, receives), stderr, lost)
                     if done.ok and args.profile and node_rank == 0 else None)  # (rank 0 measured it)
     failed = [(first + r, code) for r, code in enumerate(done.returncodes) if code != 0]
     how = [f"rank {rank} " + (_RANK_EXITS.get(code, f"exited with {code}") if code >= 0 else
@@ -210,10 +225,8 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
         written = [str(p) for p in (profiled, traced) if p]
         errors = [{"message": m, "rank": rank, "exit_code": code} for m, (rank, code) in zip(how, failed)]
         errors += [{**d.to_dict(), "file": d.where} for e in lost for d in e.diagnostics]
-        stdout.write(common.dumps_json({"file": common.shown(args.input), "schedule": program.name, "params": dict(program.params),
-                                        "ranks": nproc * nnodes, "backend": args.backend, "verified": verified,
-                                        **ranks_out.to_dict(), "ok": done.ok and not lost, "errors": errors,
-                                        "exit_codes": list(done.returncodes), "outputs": written}) + "\n")
+        stdout.write(_run_json(args, program, nproc * nnodes, verified, ranks_out, ok=done.ok and not lost,
+                               errors=errors, exit_codes=list(done.returncodes), outputs=written) + "\n")
     if not done.ok:  # the run's own failure decides the code, ahead of an output it could not write
         # every failing rank rejected its arguments or model: bad input, not a failed run
         return EXIT_INPUT if all(code in (0, 2) for code in done.returncodes) else EXIT_FAIL
@@ -255,6 +268,18 @@ class _Results:
         return {"steps": self.steps, **(self.median or {"median_step_ms": None, "steps_timed": 0})}
 
 
+def _run_json(args, program, ranks: int, verified, results, *, ok: bool, errors: list, exit_codes, outputs: list,
+              interrupted: bool = False) -> str:
+    """The --json object of a run that started: its steps (`results`, the ranks' lines read), its
+    verdict and errors, each rank's exit code (None when interrupted: schedc stopped them) and the
+    files written; `interrupted` only when so."""
+    return common.dumps_json({"file": common.shown(args.input), "schedule": program.name,
+                              "params": dict(program.params), "ranks": ranks, "backend": args.backend,
+                              "verified": verified, **results.to_dict(), "ok": ok,
+                              **({"interrupted": True} if interrupted else {}), "errors": errors,
+                              "exit_codes": exit_codes, "outputs": outputs})
+
+
 def _not_run(args, report, stdout) -> int:
     """The exit code of a check that stops the run; with --json, first the report as its JSON."""
     if args.json:
@@ -281,33 +306,70 @@ def _early_receives_checked(program, stdout, stderr):
                  f"{'ok' if report.ok else 'FAILED'}\n")
     if report.ok is not True:
         stderr.write(report.render() + "\n")
-        stderr.write("schedc: the program with its receives posted early does not check; not running\n")
+        over = _over_limit(report)
+        why = f": on gloo the run {_held('gloo', early=True)}, and {over}" if over else ""
+        stderr.write(f"schedc: the program with its receives posted early does not check{why}; not running\n")
     return lowered, report
 
 
 def _early_receives_fit(program, stdout):
-    """The default on gloo: the program lowered with its receives posted early when it checks under
-    gloo (it may not, when the buffers held from the start pass a memory limit), else None; one line
-    says which."""
+    """The default on gloo: the program lowered with its receives posted early, when it checks under
+    gloo (it may not, when the buffers held from the start pass a memory limit), else None; and its
+    report under gloo. One line says which."""
     lowered, report = _early_report(program)
     ok = report.ok is True
+    over = "" if ok else _over_limit(report)
     stdout.write("  receives: posted early (the lowered program checks under gloo)\n" if ok else
-                 "  receives: where lowering places them (posted early, the program does not check under gloo)\n")
-    return lowered if ok else None
+                 "  receives: where lowering places them (posted early, the program does not check under gloo"
+                 f"{': ' + over if over else ''})\n")
+    return (lowered if ok else None), report
 
 
-def _nccl_checked(program, verified: str, stdout, stderr):
-    """The report on the program under nccl, for a run on NCCL verified under another semantics that
-    vouches for it (rendezvous): the nesting holds only for messages grouped on both ends or on
-    neither (docs/semantics.md, "Groups under nccl"), which only the nccl verdict checks."""
+def _backend_checked(program, backend: str, verified: str, stdout, stderr):
+    """The report on the program as `run` lowers it (receives where lowering places them) under the
+    backend's own semantics, for a run verified under another. Completion nests (a program that
+    completes under rendezvous completes on either backend; on nccl only for messages grouped on
+    both ends or on neither, docs/semantics.md "Groups under nccl", which only the nccl verdict
+    checks), but memory does not: on a backend a sent message is held until its send is waited
+    for, at the step's end, so a memory limit that holds under rendezvous, eager or bounded sends
+    can fail there (docs/semantics.md, "Memory")."""
     from ..api import check
-    report = check(program, semantics="nccl")
-    stdout.write(f"  on --backend nccl: the program under nccl too: {'ok' if report.ok else 'FAILED'}\n")
+    report = check(program, semantics=backend)
+    stdout.write(f"  on --backend {backend}: the program under {backend} too: {'ok' if report.ok else 'FAILED'}\n")
     if report.ok is not True:
         stderr.write(report.render() + "\n")
-        stderr.write(f"schedc: the program checks under {verified} but not under nccl, which --backend nccl "
-                     "runs; not running\n")
+        over = _over_limit(report)
+        if over and all(d.code == "memory" for d in report.errors):
+            stderr.write(f"schedc: the program's memory is verified under {verified}, but on {backend} the run "
+                         f"{_held(backend)}, and {over}; not running (--no-verify runs it anyway)\n")
+        else:
+            stderr.write(f"schedc: the program checks under {verified} but not under {backend}, which --backend "
+                         f"{backend} runs; not running (--no-verify runs it anyway)\n")
     return report
+
+
+def _held(backend: str, early: bool = False) -> str:
+    """What a run on `backend` holds that a blocking semantics' verdict does not count."""
+    buffers = ("each receive buffer from the start of the step (receives posted early)" if early else
+               "each receive buffer from where its receive is posted")
+    return f"holds every sent message until its send is waited for (at the step's end) and {buffers}"
+
+
+def _over_limit(report) -> str:
+    """`rank 0 reaches 4.5, over its limit of 2.5; rank 1 reaches 3, ...`: the report's memory
+    violations, or "" if it has none."""
+    from ..outputs import rounded
+    return "; ".join(f"rank {pk.rank} reaches {rounded(pk.memory)}, over its limit of "
+                     f"{rounded(report.memory_limit[pk.rank])}" for pk in report.memory_violations)
+
+
+def _backend_peaks(verified, on_backend, backend: str, stdout) -> None:
+    """The peaks of the program as it runs on `backend`, when they differ from those verified: the
+    summary's are the worst over the runs of the semantics verified under."""
+    if on_backend.peak_sizes and tuple(on_backend.peak_sizes) != tuple(verified.peak_sizes):
+        stdout.write(f"  peak memory per rank on {backend}, as this run posts and waits (worst over every run "
+                     f"{on_backend.semantics} allows, receive buffers and sent messages included): "
+                     f"{on_backend.peaks_text()}\n")
 
 
 def _nodes(args) -> tuple[int, int | None, tuple[str, int] | None]:
@@ -371,10 +433,11 @@ def _torchrun_nodes(command: list[str], nproc: int, nnodes: int, node_rank: int,
     return [head, *options, *rest]
 
 
-def _write_profile(path: str, measured: Path, name: str, stderr, lost: list) -> Path | None:
+def _write_profile(path: str, measured: Path, sim: list[str], stderr, lost: list) -> Path | None:
     """Copy the profile rank 0 measured (in the run's folder) to `path`, as every output is written,
-    and say where it is and what reads it (or that rank 0 did not write it); the file written, None
-    if it could not be (its error said and added to `lost`)."""
+    and say where it is and what reads it (`sim`: the `schedc sim` line that times this run, to
+    which `--costs FILE` is added; or that rank 0 did not write it); the file written, None if it
+    could not be (its error said and added to `lost`)."""
     try:
         data = measured.read_bytes()
     except OSError:
@@ -386,8 +449,56 @@ def _write_profile(path: str, measured: Path, name: str, stderr, lost: list) -> 
         _said_lost("--profile", exc, stderr, lost)
         return None
     stderr.write(f"schedc run: wrote the profile {written} (each stage's measured F/I/W/B seconds and message sizes; "
-                 f"`schedc sim {common.shown(name)} --lower --costs {written}` times the run from it)\n")
+                 f"`{shlex.join([*sim, '--costs', str(written)])}` times the run from it)\n")
     return written
+
+
+def _sim_line(args, program, receives: str) -> list[str]:
+    """The `schedc sim` command that times this run from its profile (`--costs FILE` to be added):
+    the input as given with the options that read it (its parameters, format, notation, placement,
+    p2p), and `--lower` with the receives' placement this run used (a communication-level program
+    runs as it is, and is simulated so)."""
+    from ..simulate import program_level
+    words = ["schedc", "sim", args.input]
+    for value in args.param:
+        words += ["--param", value]
+    for flag, value in (("--format", args.format), ("--placement", args.placement), ("--p2p", args.p2p)):
+        if value is not None:
+            words += [flag, value]
+    if args.notation != "current":
+        words += ["--notation", args.notation]
+    if args.forward_only:
+        words.append("--forward-only")
+    if program_level(program) != "comms":
+        words += ["--lower", "early"] if receives == "early" else ["--lower"]
+    return words
+
+
+def _distinct(outputs: list[tuple[str, str | None]], source: str) -> None:
+    """Refuse, before anything runs, two outputs naming one file (the second would overwrite the
+    first, and both be reported written) or an output that is the input file: a usage error. A
+    path that is there and is no regular file (`/dev/null`, a FIFO) takes each write."""
+    seen: dict[str, str] = {}
+    if source != common.STDIN and Path(source).is_file():
+        seen[os.path.realpath(source)] = f"the input {source}"
+    for flag, path in outputs:
+        key = os.path.realpath(path) if path else ""
+        if not path or os.path.exists(key) and not os.path.isfile(key):  # (a device, /dev/null: each write stays)
+            continue
+        other = seen.get(key) or next((what for known, what in seen.items() if _same_file(known, key)), None)
+        if other is not None:
+            tail = ("it would be written over the input" if other.startswith("the input") else
+                    "give each output a file of its own (the one written last would replace the other)")
+            raise SchedcError("usage", f"{flag} {path}: {other} is that file too; {tail}", where=flag)
+        seen[key] = f"{flag} {path}"
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two existing paths are one file (a hard link)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _said_lost(flag: str, exc: SchedcError, stderr, lost: list | None) -> None:
