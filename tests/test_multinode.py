@@ -142,6 +142,9 @@ def test_print_torchrun_for_one_node_of_several(tmp_path, run_cli):
     (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "h"], "--rdzv-endpoint h: expected HOST:PORT"),
     (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "h:0"], "expected HOST:PORT"),
     (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "h:x"], "expected HOST:PORT"),
+    (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "$(id);x:29500"], "expected HOST:PORT"),
+    (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "fd00::1:29500"],
+     "an IPv6 host goes in brackets, as [fd00::1]:29500"),
     (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "h:1", "--nproc", "2"],
      "--nproc 2 on each of --nnodes 2 is 4 ranks, but 1f1b runs on 2 ranks"),
     (["--nnodes", "3", "--node-rank", "0", "--rdzv-endpoint", "h:1"],
@@ -174,3 +177,23 @@ def test_launch_numbers_a_nodes_ranks_globally(tmp_path):
     assert sorted(out.getvalue().splitlines()) == ["4 0 6 2 2 10.1.2.3 29511 1", "5 1 6 2 2 10.1.2.3 29511 1"]
     with pytest.raises(ValueError):
         launch([sys.executable, "-c", ""], 1, nnodes=2, node_rank=0)  # several nodes need the endpoint's port
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--model", "examples.mlp:build_stages;id"], "--model examples.mlp:build_stages;id: expected pkg.module:function"),
+    (["--model", "examples.mlp:build_stages", "--nnodes", "2", "--rdzv-endpoint", "fd00::1:29500"],
+     "an IPv6 host goes in brackets"),
+])
+def test_a_printed_torchrun_line_is_checked_as_far_as_this_machine_can(run_cli, tmp_path, extra, message):
+    """--print-torchrun leaves finding the model's module to the machines that run the line, but its
+    form, and the endpoint's, are checked here: a line that cannot run is not printed."""
+    code, out, err = run_cli("run", "1f1b", "--param", "P=2,M=2", *extra, "--print-torchrun", "-o", str(tmp_path))
+    assert code == 2 and out == "" and message in err, (out, err)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_bracketed_ipv6_endpoint_is_printed_in_brackets(run_cli, tmp_path):
+    code, out, err = run_cli("run", "1f1b", "--param", "P=2,M=2", "--model", "examples.mlp:build_stages",
+                             "--nnodes", "2", "--rdzv-endpoint", "[fd00::1]:29500", "--print-torchrun", "-o",
+                             str(tmp_path))
+    assert code == 0 and "--rdzv-endpoint=[fd00::1]:29500" in out, (out, err)

@@ -127,6 +127,9 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
             raise SchedcError("usage", why, where="--backend")
         from ..runtime import model_spec
         model_spec.check(args.model)
+    else:  # (the module is looked for on the machines that run the line; its form is known here)
+        from ..runtime import model_spec
+        model_spec.check_form(args.model)
     refuse_unrunnable(program, common.shown(args.input))  # before the checks: one too large to run is not checked
     verified, receives = None, args.receives
     early = None  # the program lowered with every receive posted first, once it has checked under gloo
@@ -390,14 +393,24 @@ def _nodes(args) -> tuple[int, int | None, tuple[str, int] | None]:
     return nnodes, node_rank, endpoint
 
 
+_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")  # a host name or an IPv4 address
+_IPV6 = re.compile(r"[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?")  # inside brackets (a zone after %)
+
+
 def _endpoint(text: str) -> tuple[str, int]:
     """HOST:PORT (an IPv6 host in brackets) -> (host, port)."""
     host, sep, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed:
         host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in host):
+    if sep and ":" in host and not bracketed:
+        raise SchedcError("usage", f"--rdzv-endpoint {text}: an IPv6 host goes in brackets, as "
+                          f"[{host}]:{port}", where="--rdzv-endpoint")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or \
+            not (_IPV6 if bracketed else _HOST).fullmatch(host):
         raise SchedcError("usage", f"--rdzv-endpoint {text}: expected HOST:PORT, e.g. 10.0.0.1:29500 (node 0's "
-                          "address and a free port, 1..65535)", where="--rdzv-endpoint")
+                          "address, a host name or [an IPv6 address], and a free port, 1..65535)",
+                          where="--rdzv-endpoint")
     return host, int(port)
 
 

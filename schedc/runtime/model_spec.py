@@ -14,12 +14,19 @@ from ..errors import SchedcError
 COMPANIONS = ("loss_fn", "make_batch")
 
 
-def check(spec: str) -> None:
-    """A SchedcError (usage, at --model) saying what is wrong with `spec`, or nothing."""
+def check_form(spec: str) -> tuple[str, str]:
+    """(module, function) of `spec`, or a SchedcError if it is not `pkg.module:function` (what a rank
+    can import anywhere: also checked for a torchrun line printed for other machines)."""
     module_name, _, fn_name = spec.partition(":")
     if not module_name or not fn_name or not all(p.isidentifier() for p in module_name.split(".")) \
             or not fn_name.isidentifier():
         raise _error(spec, "expected pkg.module:function, e.g. examples.mlp:build_stages")
+    return module_name, fn_name
+
+
+def check(spec: str) -> None:
+    """A SchedcError (usage, at --model) saying what is wrong with `spec`, or nothing."""
+    module_name, fn_name = check_form(spec)
     found = _find(module_name, spec)
     if found is None or not found.origin or not found.origin.endswith(".py"):
         return  # a compiled or namespace module: the ranks find out
