@@ -210,6 +210,31 @@ def test_message_arrows():
     assert not by_class(parse(timeline_svg(program, schedc.check(program))), "line", "msg")
 
 
+@pytest.mark.parametrize("argv,said", [
+    (["1f1b", "--param", "P=64,M=256", "--arrows", "-o", "{o}/a.svg"], "--arrows: no message arrows in an aggregated"),
+    (["{fail}", "--arrows", "-o", "{o}/f.html"], "--arrows: the picture of a failing schedule is drawn in program order"),
+])
+def test_arrows_a_picture_cannot_draw_are_said(tmp_path, run_cli, argv, said):
+    """`--arrows` on an aggregated picture or a failing schedule's counterexample draws no message
+    arrow; viz says so on standard error (it used to write the same picture without a word)."""
+    fail = str(KNOWN / "pytorch_172668.pp")
+    code, _, err = run_cli("viz", *[a.format(o=tmp_path, fail=fail) for a in argv])
+    assert code == 0 and f"schedc: {said}" in err, err
+    code, _, err = run_cli("viz", "1f1b", "--arrows", "-o", str(tmp_path / "t.svg"))
+    assert code == 0 and "--arrows:" not in err, err  # drawn: nothing to say
+
+
+@pytest.mark.parametrize("argv,said", [
+    (["--arrows", "--dag", "-o", "{o}/d.dot"], "--arrows draws messages on the timeline; the dependency graph"),
+    (["--timeout", "5", "-o", "{o}/t.svg"], "--timeout is the Z3 solver's seconds: give --engine z3 too"),
+])
+def test_options_viz_would_ignore_are_usage_errors(tmp_path, run_cli, argv, said):
+    code, _, err = run_cli("viz", "1f1b", *[a.format(o=tmp_path) for a in argv])
+    assert code == 2 and said in err and not list(tmp_path.iterdir()), err
+    code, _, err = run_cli("compile", "1f1b", "--timeout", "5", "-o", str(tmp_path / "c"))
+    assert code == 2 and "--timeout is the Z3 solver's seconds" in err, err  # compile as viz (and check)
+
+
 # ---- counterexamples ----
 def test_a_deadlock_is_drawn_in_program_order_with_its_cycle():
     program = schedc.load(str(KNOWN / "pytorch_172668.pp"))

@@ -151,6 +151,7 @@ class Scene:
     findings: list[Finding] = field(default_factory=list)  # the check's findings, each once
     grid: str = ""  # the check's rank-by-step grid of a deadlock
     units: Units | None = None  # schedc/units.py `Units` the numbers are labelled with (None: the schedule's units)
+    unused: list[str] = field(default_factory=list)  # options asked for that this picture cannot apply, and why
 
     @property
     def kinds(self) -> list[str]:
@@ -183,8 +184,15 @@ def build_scene(program: Program, report, *, timeline=None, arrows: bool = False
     scene = _frame(program, report, timeline, untimed, units)
     if timeline is None:
         _program_order(scene, program, report, structural)
+        if arrows:
+            scene.unused.append("--arrows: the picture of a failing schedule is drawn in program order, "
+                                "with its counterexample's arrows, not the messages'")
     elif program.num_actions and (sum(_lengths(program)) > MAX_BLOCKS or program.num_ranks > MAX_ROWS):
         _aggregated(scene, program, timeline)
+        if arrows:
+            scene.unused.append(f"--arrows: no message arrows in an aggregated picture (more than "
+                                f"{MAX_BLOCKS:,} steps or {MAX_ROWS} ranks: each row is binned in time, "
+                                "not drawn step by step)")
     else:
         _timed(scene, program, timeline, arrows)
     _mark_findings(scene, program, report, timeline)
