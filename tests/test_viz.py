@@ -235,6 +235,38 @@ def test_options_viz_would_ignore_are_usage_errors(tmp_path, run_cli, argv, said
     assert code == 2 and "--timeout is the Z3 solver's seconds" in err, err  # compile as viz (and check)
 
 
+def _legend_and_verdict(root):
+    texts = [t.text or "" for t in root.iter(f"{{{NS['s']}}}text")]
+    verdict = next(t.text for t in root.iter(f"{{{NS['s']}}}text") if t.get("class") == "verdict")
+    return texts, verdict
+
+
+def test_failing_pictures_count_in_words_and_name_each_mark_in_the_legend():
+    """Counts take their plural (`2 mismatches`, `1 memory violation`, not `2 mismatch`, `1 memory`);
+    broken structure fails whatever the sends do, so its title names no semantics; the outline on
+    the steps a structural finding names, and the stuck steps of a deadlock apart from its cycle,
+    each have a legend entry (the stuck ones shared the cycle's); an nccl wait is said in words."""
+    texts, verdict = _legend_and_verdict(parse(timeline_svg(*_checked(builtin("1f1b"), memory_limit=3))))
+    assert verdict == "FAILED under rendezvous sends: 1 memory violation"
+    program = compile_text("schedule dup {\n  rank 0: 0F0 0F1 0F1 0B0 0B1\n  rank 1: 1F0 1B0 1F1\n}\n")
+    texts, verdict = _legend_and_verdict(parse(timeline_svg(program, schedc.check(program))))
+    assert verdict == "FAILED: 1 duplicate, 1 missing action"
+    assert "named by a finding" in texts
+    assert any(t.startswith("outlined, the steps the findings name: rank 0, step 2 (duplicate)") for t in texts)
+    program = compile_text("schedule early_receive {\n  rank 0: 0F0 0SEND_F0 0RECV_B0 0F1 0SEND_F1 0B0 0RECV_B1 0B1\n"
+                           "  rank 1: 1RECV_F0 1F0 1RECV_F1 1F1 1B0 1SEND_B0 1B1 1SEND_B1\n}\n")
+    root = parse(timeline_svg(program, schedc.check(program, semantics="nccl")))
+    texts, verdict = _legend_and_verdict(root)
+    assert verdict == "DEADLOCK under nccl sends"
+    assert "blocked (on the wait-for cycle)" in texts and "where a rank is stuck" in texts
+    assert not any("partner-queued" in t for t in texts)
+    assert any("waits for its partner, queued behind an earlier operation" in t for t in texts)
+
+
+def _checked(program, **options):
+    return program, schedc.check(program, **options)
+
+
 # ---- counterexamples ----
 def test_a_deadlock_is_drawn_in_program_order_with_its_cycle():
     program = schedc.load(str(KNOWN / "pytorch_172668.pp"))
