@@ -382,9 +382,11 @@ def test_a_z3_sweep_shares_its_timeout_and_marks_what_it_did_not_reach_unknown(r
     now[0] = 0.0
     code, out, _ = run_cli("check", "1f1b", "--param", "P=2", "--engine", "z3", "--sweep", "M=1..6")
     assert code == 0 and "6 of 6 instances hold" in out
-    # the native engine has no clock either
+    # the native engine has no clock: --timeout without --engine z3 would do nothing, so it is refused
     now[0] = 0.0
-    code, out, _ = run_cli("check", "1f1b", "--param", "P=2", "--timeout", "2.5", "--sweep", "M=1..6")
+    code, out, err = run_cli("check", "1f1b", "--param", "P=2", "--timeout", "2.5", "--sweep", "M=1..6")
+    assert code == 2 and "--timeout is the Z3 solver's seconds: give --engine z3 too" in err, err
+    code, out, _ = run_cli("check", "1f1b", "--param", "P=2", "--sweep", "M=1..6")
     assert code == 0 and "6 of 6 instances hold" in out
 
 

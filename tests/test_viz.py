@@ -210,6 +210,63 @@ def test_message_arrows():
     assert not by_class(parse(timeline_svg(program, schedc.check(program))), "line", "msg")
 
 
+@pytest.mark.parametrize("argv,said", [
+    (["1f1b", "--param", "P=64,M=256", "--arrows", "-o", "{o}/a.svg"], "--arrows: no message arrows in an aggregated"),
+    (["{fail}", "--arrows", "-o", "{o}/f.html"], "--arrows: the picture of a failing schedule is drawn in program order"),
+])
+def test_arrows_a_picture_cannot_draw_are_said(tmp_path, run_cli, argv, said):
+    """`--arrows` on an aggregated picture or a failing schedule's counterexample draws no message
+    arrow; viz says so on standard error (it used to write the same picture without a word)."""
+    fail = str(KNOWN / "pytorch_172668.pp")
+    code, _, err = run_cli("viz", *[a.format(o=tmp_path, fail=fail) for a in argv])
+    assert code == 0 and f"schedc: {said}" in err, err
+    code, _, err = run_cli("viz", "1f1b", "--arrows", "-o", str(tmp_path / "t.svg"))
+    assert code == 0 and "--arrows:" not in err, err  # drawn: nothing to say
+
+
+@pytest.mark.parametrize("argv,said", [
+    (["--arrows", "--dag", "-o", "{o}/d.dot"], "--arrows draws messages on the timeline; the dependency graph"),
+    (["--timeout", "5", "-o", "{o}/t.svg"], "--timeout is the Z3 solver's seconds: give --engine z3 too"),
+])
+def test_options_viz_would_ignore_are_usage_errors(tmp_path, run_cli, argv, said):
+    code, _, err = run_cli("viz", "1f1b", *[a.format(o=tmp_path) for a in argv])
+    assert code == 2 and said in err and not list(tmp_path.iterdir()), err
+    code, _, err = run_cli("compile", "1f1b", "--timeout", "5", "-o", str(tmp_path / "c"))
+    assert code == 2 and "--timeout is the Z3 solver's seconds" in err, err  # compile as viz (and check)
+
+
+def _legend_and_verdict(root):
+    texts = [t.text or "" for t in root.iter(f"{{{NS['s']}}}text")]
+    verdict = next(t.text for t in root.iter(f"{{{NS['s']}}}text") if t.get("class") == "verdict")
+    return texts, verdict
+
+
+def test_failing_pictures_count_in_words_and_name_each_mark_in_the_legend():
+    """Counts take their plural (`2 mismatches`, `1 memory violation`, not `2 mismatch`, `1 memory`);
+    broken structure fails whatever the sends do, so its title names no semantics; the outline on
+    the steps a structural finding names, and the stuck steps of a deadlock apart from its cycle,
+    each have a legend entry (the stuck ones shared the cycle's); an nccl wait is said in words."""
+    texts, verdict = _legend_and_verdict(parse(timeline_svg(*_checked(builtin("1f1b"), memory_limit=3))))
+    assert verdict == "FAILED under rendezvous sends: 1 memory violation"
+    program = compile_text("schedule dup {\n  rank 0: 0F0 0F1 0F1 0B0 0B1\n  rank 1: 1F0 1B0 1F1\n}\n")
+    texts, verdict = _legend_and_verdict(parse(timeline_svg(program, schedc.check(program))))
+    assert verdict == "FAILED: 1 duplicate, 1 missing action"
+    assert "named by a finding" in texts
+    assert any(t.startswith("outlined, the steps the findings name: rank 0, step 2 (duplicate)") for t in texts)
+    program = compile_text("schedule early_receive {\n  rank 0: 0F0 0SEND_F0 0RECV_B0 0F1 0SEND_F1 0B0 0RECV_B1 0B1\n"
+                           "  rank 1: 1RECV_F0 1F0 1RECV_F1 1F1 1B0 1SEND_B0 1B1 1SEND_B1\n}\n")
+    root = parse(timeline_svg(program, schedc.check(program, semantics="nccl")))
+    texts, verdict = _legend_and_verdict(root)
+    assert verdict == "DEADLOCK under nccl sends"
+    assert "blocked (on the wait-for cycle)" in texts and "where a rank is stuck" in texts
+    assert not any("partner-queued" in t for t in texts)
+    assert any("waits for its partner, queued behind an earlier operation" in t for t in texts)
+
+
+def _checked(program, **options):
+    return program, schedc.check(program, **options)
+
+
 # ---- counterexamples ----
 def test_a_deadlock_is_drawn_in_program_order_with_its_cycle():
     program = schedc.load(str(KNOWN / "pytorch_172668.pp"))

@@ -43,6 +43,15 @@ def blocking() -> str:
     return ", ".join(n for n in names(posted=False) if n != "rendezvous")
 
 
+def timeout_needs_z3(args) -> None:
+    """`--timeout` is the Z3 solver's wall clock: without `--engine z3` it would do nothing (the
+    native engine has no clock), so it is a usage error, as `sim --seed` without `--samples` is."""
+    if args.timeout is not None and args.engine != "z3":
+        from ..errors import SchedcError
+        raise SchedcError("usage", "--timeout is the Z3 solver's seconds: give --engine z3 too (the native "
+                          "engine has no clock; its work is bounded by schedc's limits)", where="--timeout")
+
+
 def backends() -> str:
     """The backends, as `--semantics` lists them: `nccl or gloo`."""
     from ..rules.semantics import listed, names

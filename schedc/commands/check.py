@@ -73,6 +73,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     from ..rules.semantics import Semantics
     params = common.params(args.param)
     Semantics.parse(args.semantics)  # a bad value is a usage error before any work
+    arguments.timeout_needs_z3(args)
     setup = common.description(args)  # seconds and GiB from a model and hardware description, or None
     limit = memory_limit(args.memory_limit, sized=setup is not None)
     if args.viz and (args.sweep or len(args.inputs) != 1):

@@ -28,6 +28,7 @@ def add_arguments(q) -> None:
 def run(args, stdout, stderr) -> int:
     from ..columns import held_as_columns
     folder = Path(args.output)
+    arguments.timeout_needs_z3(args)
     check_writable(folder)  # before any work: a file in the folder's place, a folder not writable
     program = common.load(args.input, args, common.params(args.param))
     names = output_names(program.name)

@@ -23,10 +23,16 @@ def run(args, stdout, stderr) -> int:
     doc = merge([(name, read_text(name)) for name in args.traces])
     written = write_file(args.output, dumps_json(doc, separators=(",", ":")) + "\n")
     other = doc["otherData"]
+    for name, unread in other["unread_lines"].items():  # (a rank file cut short, or with lines no rank wrote)
+        n = unread["lines"]
+        cut = ", the last cut short (the file ends mid-line)" if unread["last_cut_short"] else ""
+        stderr.write(f"schedc trace merge: {name}: {n} line{'s' if n != 1 else ''} could not be read and "
+                     f"{'were' if n != 1 else 'was'} left out{cut}\n")
     if args.json:
         stdout.write(dumps_json({"inputs": args.traces, "ranks": other["ranks"], "missing_ranks": other["missing_ranks"],
                                  "hosts": other["hosts"], "messages": other["messages"],
                                  "messages_between_inputs": other["messages_between_inputs"],
+                                 "unread_lines": other["unread_lines"],
                                  "outputs": [str(written)]}) + "\n")
         return EXIT_OK
     missing = f"; no events from rank(s) {', '.join(map(str, other['missing_ranks']))}" if other["missing_ranks"] else ""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import EXIT_OK
+from ..errors import EXIT_OK, SchedcError
 from ..outputs import check_output
 from . import arguments, common, described
 
@@ -30,6 +30,10 @@ def run(args, stdout, stderr) -> int:
     """Draw one schedule (checked first, so a failing one shows its counterexample). Exit 0 once the
     picture is written, whatever the checks found."""
     from ..columns import held_as_columns
+    if args.dag and args.arrows:
+        raise SchedcError("usage", "--arrows draws messages on the timeline; the dependency graph (--dag) draws "
+                          "each message as an edge already: give one of them", where="--arrows")
+    arguments.timeout_needs_z3(args)
     common.picture_suffix(Path(args.output), args.dag)
     check_output(args.output)  # before any work: a folder that is a file or not writable, a read-only picture
     program = common.load(args.input, args, common.params(args.param))

@@ -229,17 +229,30 @@ _FIELDS = {"rank": ("host", "sync", "schedule"), "compute": ("k", "x", "name", "
 
 def read_part(text: str) -> list[dict]:
     """One rank's event lines (schedc/runtime/trace.py); a line cut short by a stop, or one this
-    reader does not know, is left out."""
+    reader does not know, is left out (`read_part_counted` also says how many)."""
+    return read_part_counted(text)[0]
+
+
+def read_part_counted(text: str) -> tuple[list[dict], int, bool]:
+    """`read_part`'s records, the number of lines left out (blank lines aside), and whether the
+    last of them is the file's last line cut short (no line end: the file was truncated mid-line)."""
     records = []
-    for line in text.splitlines():
+    skipped, cut = 0, False
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
         try:
             record = json.loads(line)
         except ValueError:
-            continue
+            record = None
         ev = record.get("ev") if isinstance(record, dict) else None  # (any JSON value: a list is not a key)
         if isinstance(ev, str) and ev in _FIELDS and all(key in record for key in _FIELDS[ev]):
             records.append(record)
-    return records
+        else:
+            skipped += 1
+            cut = i == len(lines) - 1 and not text.endswith(("\n", "\r"))
+    return records, skipped, cut
 
 
 def measured_trace(parts: dict[int, list[dict]], *, title: str = "", stopped: dict | None = None) -> dict:  # noqa: C901
@@ -249,17 +262,18 @@ def measured_trace(parts: dict[int, list[dict]], *, title: str = "", stopped: di
     found = {r: next((rec for rec in recs if rec["ev"] == "rank"), None) for r, recs in parts.items()}
     heads = {r: head for r, head in found.items() if head is not None}
     ranks = sorted(heads)
-    origin: dict[str, float] = {}
+    origin: dict[tuple, float] = {}  # (host name, boot id): the ranks reading one clock
     for r in ranks:
-        host = heads[r]["host"]
+        host = (heads[r]["host"], heads[r].get("boot", ""))
         origin[host] = min(origin.get(host, math.inf), heads[r]["sync"])
     schedule = next((heads[r]["schedule"] for r in ranks), "")
+    same = {key: next((heads[r][key] for r in ranks if key in heads[r]), None) for key in ("params", "run", "ranks")}
     tr = _Trace(title or f"schedc {schedule} (measured by schedc run)", ranks, 1e6)
     sends: dict[tuple, dict] = {}
     completions: dict[tuple, dict] = {}
     stops = []
     for r in ranks:
-        zero = origin[heads[r]["host"]]
+        zero = origin[(heads[r]["host"], heads[r].get("boot", ""))]
         for rec in parts[r]:
             ev = rec["ev"]
             args = {"train_step": rec.get("k"), "step": rec.get("x")}
@@ -300,10 +314,16 @@ def measured_trace(parts: dict[int, list[dict]], *, title: str = "", stopped: di
         if into is not None:
             tr.flow(out, into)
     hosts = sorted(origin)
-    return tr.finish({"schedule": schedule, "source": "measured", "ranks": ranks,
+    # the run's identity (`trace merge` joins only parts of one run), and each host's clock at time 0
+    # with its ranks (`trace merge` puts the ranks of one host, from different files, on one clock)
+    who = {"params": same["params"], "run": same["run"], "world": same["ranks"]}
+    clocks = [{"host": h, "boot": b, "zero": origin[(h, b)],
+               "ranks": [r for r in ranks if (heads[r]["host"], heads[r].get("boot", "")) == (h, b)]} for h, b in hosts]
+    return tr.finish({"schedule": schedule, **{k: v for k, v in who.items() if v is not None},
+                      "source": "measured", "ranks": ranks, "clocks": clocks,
                       "missing_ranks": sorted(set(parts) - set(ranks)), "hosts": len(hosts),
                       "clock": "each host's monotonic clock, time 0 when its ranks left the starting barrier",
                       "watchdog": stops, "stopped": stopped, "messages": sum(k in completions for k in sends)})
 
 
-__all__ = ["chrome_trace", "dumps_trace", "measured_trace", "read_part", "pid_of", "tid_of"]
+__all__ = ["chrome_trace", "dumps_trace", "measured_trace", "read_part", "read_part_counted", "pid_of", "tid_of"]

@@ -339,8 +339,9 @@ def _main(table: Table, args) -> int:  # noqa: C901
         dist.init_process_group(args.backend, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=args.timeout + 30))
         if recorder is not None:  # every rank leaves the barrier together: the trace's common time 0
+            run_id = _run_id(dist, rank)
             dist.barrier()
-            recorder.start(time.perf_counter())
+            recorder.start(time.perf_counter(), run_id)
     except Exception as exc:
         sys.stderr.write(f"schedc runtime: rank {rank} could not join the process group ({args.backend}, "
                          f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}): {_one_line(exc)}\n")
@@ -508,9 +509,22 @@ def _recorder(folder: str, rank: int, table: Table) -> Recorder:
     try:
         os.makedirs(folder, exist_ok=True)
         return Recorder(os.path.join(folder, f"rank{rank}.jsonl"), rank=rank, ranks=table.num_ranks,
-                        schedule=table.schedule)
+                        schedule=table.schedule, params=table.params)
     except OSError as exc:
         raise UsageError(f"--trace-dir {folder!r}: {exc.strerror or exc}") from None
+
+
+def _run_id(dist, rank: int) -> str | None:
+    """An id all ranks of this run share, for their trace files: rank 0's random one, passed through
+    the group's store (None if the store cannot be reached: the trace then names no run)."""
+    import uuid
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        if rank == 0:
+            store.set("schedc/trace-run", uuid.uuid4().hex)
+        return store.get("schedc/trace-run").decode()
+    except Exception:  # noqa: BLE001 (a private torch API: the id is a nicety, never a reason to stop)
+        return None
 
 
 def _stop_line(recorder: Recorder, report: str, cur) -> None:

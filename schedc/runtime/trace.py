@@ -6,7 +6,9 @@ moment. Times are `time.perf_counter()` seconds (one clock per host); the first 
 rank's clock when it left a barrier all ranks pass together, which aligns hosts. The format is read
 by schedc/interop/chrome_trace.py (`measured_trace`). Pure Python.
 
-    {"ev": "rank", "format": FORMAT, "version": 1, "rank", "ranks", "host", "pid", "sync", "schedule"}
+    {"ev": "rank", "format": FORMAT, "version": 1, "rank", "ranks", "host", "pid", "sync", "schedule",
+     "params": the schedule's parameters, "boot": the host's boot id (Linux: one monotonic clock per
+     boot), "run": an id every rank of one run shares (rank 0's)}
     {"ev": "compute", "k": training step, "x": program step, "name": "F(1,0)", "t0", "t1"}
     {"ev": "post", "k", "x", "name": "SEND_F(0,1)", "t0", "t1", "value": [kind, stage, mb], "peer",
      "at": when a send's data was handed to the backend (its post; a receive has none)}
@@ -35,18 +37,30 @@ def step_name(step) -> str:
     return str(step)
 
 
+def _boot() -> str:
+    """This machine's boot id ("" where there is none): ranks with the same host name and boot id
+    read one monotonic clock, so `trace merge` can put them on it even from different files."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
 class Recorder:
     """Appends this rank's events to `path`, one line each, flushed as written (thread-safe: the
     watchdog writes the last line from its own thread). A write that fails (a full disk) does not
     stop the rank mid-run: the events stop there, and `error` keeps why for the rank to say at the end."""
 
-    def __init__(self, path: str, *, rank: int, ranks: int, schedule: str):
+    def __init__(self, path: str, *, rank: int, ranks: int, schedule: str, params: dict | None = None):
         self.path = path
         self.error: OSError | None = None
         self._fh = open(path, "w", encoding="utf-8", buffering=1)
         self._lock = threading.Lock()
+        boot = _boot()
         self._head = {"ev": "rank", "format": FORMAT, "version": VERSION, "rank": rank, "ranks": ranks,
-                      "host": socket.gethostname(), "pid": os.getpid(), "schedule": schedule}
+                      "host": socket.gethostname(), "pid": os.getpid(), "schedule": schedule,
+                      "params": dict(params or {}), **({"boot": boot} if boot else {})}
 
     def _write(self, record: dict) -> None:
         line = json.dumps(record, separators=(",", ":")) + "\n"
@@ -58,9 +72,10 @@ class Recorder:
             except OSError as exc:
                 self.error = exc
 
-    def start(self, sync: float) -> None:
-        """The first line: this rank's clock as it left the barrier every rank passes together."""
-        self._write({**self._head, "sync": sync})
+    def start(self, sync: float, run: str | None = None) -> None:
+        """The first line: this rank's clock as it left the barrier every rank passes together, and
+        the run's id (`trace merge` refuses to join the ranks of different runs)."""
+        self._write({**self._head, "sync": sync, **({"run": run} if run else {})})
 
     def compute(self, k: int, x: int, name: str, t0: float, t1: float) -> None:
         self._write({"ev": "compute", "k": k, "x": x, "name": name, "t0": t0, "t1": t1})

@@ -43,16 +43,18 @@ def render(program, report, suffix: str, *, dag: bool = False, timeline=None, ar
     if dag:
         from .dag import render_dag
         return render_dag(program, report, suffix)
-    options = {"timeline": timeline, "arrows": arrows, "overlap": overlap, "links": links, "units": units}
-    if suffix == ".svg":
-        return Rendered(timeline_svg(program, report, **options), suffix)
+    scene = build_scene(program, report, timeline=timeline, arrows=arrows, overlap=overlap, links=links, units=units)
     if suffix == ".html":
-        return Rendered(timeline_html(program, report, **options), suffix)
+        from .html import render_html
+        return Rendered(render_html(scene), suffix, unused=scene.unused)
+    from .svg import render_svg
+    svg = render_svg(scene)
+    if suffix == ".svg":
+        return Rendered(svg, suffix, unused=scene.unused)
     from .png import can_convert, fallback_note, svg_to_png
-    svg = timeline_svg(program, report, **options)
     if not can_convert():
-        return Rendered(svg, ".svg", fallback_note())
-    return Rendered(svg_to_png(svg), suffix)
+        return Rendered(svg, ".svg", fallback_note(), unused=scene.unused)
+    return Rendered(svg_to_png(svg), suffix, unused=scene.unused)
 
 
 def check_suffix(suffix: str, dag: bool = False) -> str:

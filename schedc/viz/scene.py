@@ -18,7 +18,7 @@ import numpy as np
 from ..columns import KIND_CODE, OPS, columns_of
 from ..errors import SchedcError
 from ..units import Units
-from ..ir import WAITS, Action, Compound, CompoundKind, Op, Program, Step, describe, format_step, sizes_text
+from ..ir import WAITS, Action, Compound, CompoundKind, Op, Program, Step, count_of, describe, format_step, sizes_text
 
 MAX_BLOCKS = 10_000  # more steps than this are aggregated (an SVG of ~250 bytes per block stays < 3 MB)
 MAX_ROWS = 128  # more ranks than this are aggregated into groups of ranks
@@ -32,7 +32,15 @@ MAX_MARKED = 20  # crossed pairs and memory violations marked (as `schedc check`
 _RUN_CODES = frozenset({"mismatch", "unmatched", "deadlock", "memory"})
 
 _WAIT_LABEL = {"recv-not-posted": "waits for its receive", "send-not-posted": "waits for its send",
-               "buffer-full": "channel full", "value": "waits for the value", "never": "never comes"}
+               "buffer-full": "channel full", "value": "waits for the value", "never": "never comes",
+               "partner-queued": "waits for its partner, queued behind an earlier operation",
+               "recv-not-done": "waits for its receive to complete", "not-posted": "waits for its partner to be posted",
+               "collective-not-reached": "waits for the other ranks to reach the collective",
+               "collective-not-posted": "waits for the other ranks to post the collective"}
+# a finding's code as the verdict counts it: `2 mismatches`, `1 memory violation`, else `2 <code> errors`
+_COUNTED = {"mismatch": ("mismatch", "mismatches"), "memory": ("memory violation", None),
+            "duplicate": ("duplicate", None), "missing": ("missing action", None),
+            "unmatched": ("unmatched message", None)}
 _COMM_LABEL = {Op.SEND_F: "→F", Op.RECV_F: "←F", Op.SEND_B: "→B", Op.RECV_B: "←B"}
 _STAGE_LABEL = {Op.UNSHARD: "U", Op.RESHARD: "R", Op.REDUCE_GRAD: "RG", Op.REDUCE_TIED: "RT"}
 
@@ -151,6 +159,7 @@ class Scene:
     findings: list[Finding] = field(default_factory=list)  # the check's findings, each once
     grid: str = ""  # the check's rank-by-step grid of a deadlock
     units: Units | None = None  # schedc/units.py `Units` the numbers are labelled with (None: the schedule's units)
+    unused: list[str] = field(default_factory=list)  # options asked for that this picture cannot apply, and why
 
     @property
     def kinds(self) -> list[str]:
@@ -183,8 +192,15 @@ def build_scene(program: Program, report, *, timeline=None, arrows: bool = False
     scene = _frame(program, report, timeline, untimed, units)
     if timeline is None:
         _program_order(scene, program, report, structural)
+        if arrows:
+            scene.unused.append("--arrows: the picture of a failing schedule is drawn in program order, "
+                                "with its counterexample's arrows, not the messages'")
     elif program.num_actions and (sum(_lengths(program)) > MAX_BLOCKS or program.num_ranks > MAX_ROWS):
         _aggregated(scene, program, timeline)
+        if arrows:
+            scene.unused.append(f"--arrows: no message arrows in an aggregated picture (more than "
+                                f"{MAX_BLOCKS:,} steps or {MAX_ROWS} ranks: each row is binned in time, "
+                                "not drawn step by step)")
     else:
         _timed(scene, program, timeline, arrows)
     _mark_findings(scene, program, report, timeline)
@@ -262,9 +278,12 @@ def _verdict(report) -> tuple[str, bool | None]:
     for d in report.errors:
         if d.code not in codes:
             codes.append(d.code)
-    counts = ", ".join(f"{sum(d.code == c for d in report.errors)} {c}" for c in codes if c != "deadlock")
+    counts = ", ".join(count_of(sum(d.code == c for d in report.errors), *_COUNTED.get(c, (f"{c} error", None)))
+                       for c in codes if c != "deadlock")
     if report.deadlock is not None:  # its cause is a finding: told once, under the picture
         return f"DEADLOCK under {sem} sends" + (f" (and {counts})" if counts else ""), False
+    if not any(c in _RUN_CODES for c in codes):  # broken structure fails whatever the sends do
+        return f"FAILED: {counts}", False
     return f"FAILED under {sem} sends: {counts}", False
 
 
@@ -470,14 +489,19 @@ def _program_order(scene: Scene, program: Program, report, structural) -> None:
             scene.arrows.append(Arrow(w.rank, w.step + 0.5, w.on_rank, w.on_step + 0.5, "wait", str(n),
                                       w.step, w.on_step))
         scene.notes.append(f"({n}) {text}")
+    outlined = []
     for d in structural[:MAX_MARKED]:
         if d.rank is None or d.step is None or d.rank not in rows:
             continue
         b = by_pos.get((d.rank, _index(program, d.rank, d.step)))
         if b is not None and not b.mark:
             b.mark, b.note = "error", f"{d.code}: {d.message}"
+            outlined.append(f"rank {d.rank}, step {b.step} ({d.code})")
     if structural:
-        scene.notes.append(f"the structure is broken ({len(structural)} finding(s)), so the run is not timed")
+        scene.notes.append(f"the structure is broken ({count_of(len(structural), 'finding')}), so the run is not "
+                           "timed")
+        if outlined:  # (each finding's message is the check's, listed once with the findings)
+            scene.notes.append("outlined, the steps the findings name: " + "; ".join(outlined))
 
 
 def _rendezvous_checked(report) -> bool:

@@ -407,8 +407,12 @@ def _legend(out: list[str], scene: Scene, L: _Layout, y: float) -> float:
     unit = scene.units.memory if scene.units is not None else "units of activation memory"
     items.append((f'fill="{palette.MEMORY}" fill-opacity="0.55"', f"live memory, in {unit}"))
     marks = {b.mark for b in scene.blocks}
-    if "cycle" in marks or "blocked" in marks:
-        items.append((f'fill="#FFFFFF" stroke="{palette.ALARM_DARK}" stroke-width="3"', "blocked (on the cycle)"))
+    if "cycle" in marks:
+        items.append((f'fill="#FFFFFF" {_MARK_STYLE["cycle"]}', "blocked (on the wait-for cycle)"))
+    if "blocked" in marks:
+        items.append((f'fill="#FFFFFF" {_MARK_STYLE["blocked"]}', "where a rank is stuck"))
+    if "error" in marks:
+        items.append((f'fill="#FFFFFF" {_MARK_STYLE["error"]}', "named by a finding"))
     if "not-run" in marks:
         items.append((f'fill="{palette.mix(palette.KIND_COLOUR["F"], "#FFFFFF", 0.7)}"', "never runs"))
     if "crossed" in marks:
