@@ -111,8 +111,9 @@ def _together(traces: list[tuple[str, dict]]) -> dict:
                     meta.append(event)
                 continue
             event = dict(event)
-            if shift.get(event.get("pid")) and "ts" in event:  # onto its host's clock as the other files read it
-                event["ts"] = round(event["ts"] + shift[event["pid"]], 3)
+            moved = shift.get(event["pid"], 0.0) if isinstance(event.get("pid"), int) else 0.0
+            if moved and "ts" in event:  # onto its host's clock as the other files read it
+                event["ts"] = round(event["ts"] + moved, 3)
             if "bind_id" in event:
                 top = max(top, event["bind_id"])
                 event["bind_id"] += offset

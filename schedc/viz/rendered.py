@@ -3,11 +3,13 @@ return, with the suffix it is written as and a note for the user when that diffe
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class Rendered:
     """A picture ready to be written: its data (str or bytes), its suffix, and a note for the user."""
 
-    def __init__(self, data, suffix: str, note: str | None = None, unused: tuple[str, ...] = ()):
+    def __init__(self, data, suffix: str, note: str | None = None, unused: Sequence[str] = ()):
         self.data, self.suffix = data, suffix
         self.unused = tuple(unused)  # options the picture could not apply, each said with why
         self._template = note  # ({written} and {requested} filled in by `note_for`)
