@@ -128,6 +128,15 @@ def _no_empty_paths(args) -> None:
             raise SchedcError("usage", "the path is empty: name a file (or leave the option out)", where=option)
 
 
+def _named(error: SchedcError, args) -> str | None:
+    """Of a command that reads several inputs (`trace merge TRACE...`), the one an error is about:
+    where its first finding is located, if that is one of them."""
+    inputs = getattr(args, "traces", None) or ()
+    first = error.diagnostics[0] if error.diagnostics else None
+    where = None if first is None else (first.span.file if first.span is not None else first.where)
+    return where if where in inputs else None
+
+
 def _command(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # noqa: C901
     from .outputs import StdoutLost
     args = None
@@ -146,7 +155,7 @@ def _command(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # 
         stderr.write(e.render() + "\n")
         if getattr(args, "json", False):  # --json: the error as JSON on stdout too, `file` what it is about
             from .commands.common import input_error_json
-            file = e.output if isinstance(e, OutputError) else getattr(args, "input", None)
+            file = e.output if isinstance(e, OutputError) else getattr(args, "input", None) or _named(e, args)
             stdout.write(input_error_json(e, file) + "\n")
         return EXIT_INPUT
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (schedc/signals.py): every `finally` has run

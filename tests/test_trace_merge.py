@@ -71,7 +71,12 @@ def test_the_merged_trace_has_every_rank_and_an_arrow_per_message(files, run_cli
     assert doc["otherData"]["merged"] == [str(files / n) for n in inputs]  # each input, as given
     assert list(doc["otherData"]["stopped"]) == [str(files / n) for n in inputs]
     code, stdout, _ = run_cli("trace", "merge", *[str(files / n) for n in inputs], "-o", str(out), "--json")
-    assert code == 0 and json.loads(stdout)["messages"] == 2
+    doc = json.loads(stdout)  # (docs/cli.md, "JSON": ok and errors)
+    assert code == 0 and doc["messages"] == 2 and doc["ok"] is True and doc["errors"] == []
+    gone = str(files / "gone.json")
+    code, stdout, _ = run_cli("trace", "merge", str(files / inputs[0]), gone, "-o", str(out), "--json")
+    doc = json.loads(stdout)  # an input error names the input it is about
+    assert code == 2 and doc["ok"] is False and doc["file"] == gone and doc["errors"][0]["code"] == "io"
 
 
 @pytest.mark.parametrize("inputs,message", [

@@ -29,7 +29,7 @@ def run(args, stdout, stderr) -> int:
         stderr.write(f"schedc trace merge: {name}: {n} line{'s' if n != 1 else ''} could not be read and "
                      f"{'were' if n != 1 else 'was'} left out{cut}\n")
     if args.json:
-        stdout.write(dumps_json({"inputs": args.traces, "ranks": other["ranks"], "missing_ranks": other["missing_ranks"],
+        stdout.write(dumps_json({"ok": True, "errors": [], "inputs": args.traces, "ranks": other["ranks"], "missing_ranks": other["missing_ranks"],
                                  "hosts": other["hosts"], "messages": other["messages"],
                                  "messages_between_inputs": other["messages_between_inputs"],
                                  "unread_lines": other["unread_lines"],
