@@ -102,11 +102,13 @@ _KEPT: list[BaseException] = []
 def _main(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:
     """`_command`, with standard output guarded: a write to it that fails (a full disk, an I/O
     error; not a closed pipe) is `error[io]`, exit 2, in one line on standard error (nothing more
-    is written to standard output, and what is still buffered for it is dropped)."""
-    from .outputs import GuardedStdout, StdoutLost
+    is written to standard output, and what is still buffered for it is dropped). Both streams
+    show a control character of what is written escaped (`outputs.TextStream`): a schedule's or a
+    file's name cannot rewrite a line on the terminal."""
+    from .outputs import GuardedStdout, StdoutLost, TextStream
     guarded = GuardedStdout(stdout)
     try:
-        status = _command(argv, guarded, stderr)  # type: ignore[arg-type]  # (a TextIO in all it is used for)
+        status = _command(argv, TextStream(guarded), TextStream(stderr))  # type: ignore[arg-type]  # (a TextIO in all it is used for)
         guarded.flush()  # what is still buffered fails here, not at exit
         return status
     except StdoutLost as e:

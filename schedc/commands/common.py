@@ -9,7 +9,7 @@ from ..errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, EXIT_UNKNOWN, SchedcError
 from ..inputs import STDIN, STDIN_NAME, is_pipe, read_stdin, read_text
 from .. import options
 from ..options import clock_limit, memory_limit
-from ..outputs import dumps_json, write_file, write_files  # every output is written by schedc/outputs.py
+from ..outputs import dumps_json, write_data, write_file, write_files  # every output is written by schedc/outputs.py
 
 params = options.params  # the commands' --param reader
 write_all = write_files  # the writer cli.py hands to `schedc synth`

@@ -45,5 +45,5 @@ def run(args, stdout, stderr) -> int:
         shown = {"outputs": [str(written)]} if written is not None else {"outputs": [], "text": text}
         stdout.write(common.dumps_json({**head, "ok": True, "errors": [], **shown}) + "\n")
     elif written is None:
-        stdout.write(text)
+        common.write_data(stdout, text)
     return EXIT_OK

@@ -7,7 +7,7 @@ import argparse
 import shlex
 
 from ..errors import EXIT_OK, SchedcError
-from ..outputs import dumps_json, write_file
+from ..outputs import dumps_json, write_data, write_file
 
 
 def add_arguments(q) -> None:
@@ -69,7 +69,7 @@ def run(args, stdout, stderr) -> int:
         return EXIT_OK
     out = stderr if written is None else stdout
     if written is None:
-        stdout.write(text)
+        write_data(stdout, text)
     out.write(_summary(job))
     if job.not_read:
         out.write(f"  not read (not about the pipeline): {' '.join(job.not_read)}\n")
