@@ -123,11 +123,36 @@ def _main(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:
 _OUTPUT_OPTIONS = ("output", "trace", "profile", "trace_dir", "viz")
 
 
+# `-` as an output: standard output where the command writes one file and prints nothing else
+# there (export and import, as without -o; trace merge); refused, with why, where the option names
+# a folder or a file beside the report the command prints on standard output. (Other options named
+# above are inputs where these commands do not write them: `sim --profile` is read.)
+_TO_STDOUT = {("export", "output"), ("import", "output"), ("trace", "output")}
+_FOLDERS = {("compile", "output"), ("run", "output")}
+_BESIDE_THE_REPORT = {("check", "viz"), ("viz", "output"), ("sim", "trace"), ("run", "trace"), ("run", "profile"),
+                      ("synth", "output")}
+
+
 def _no_empty_paths(args) -> None:
+    """An empty output path is a usage error; `-` is standard output where a command writes its one
+    output there (`export -o -` is `export` without -o), and a usage error where it writes a folder
+    of files or a file beside its own report."""
     for name in _OUTPUT_OPTIONS:
-        if getattr(args, name, None) == "":
-            option = "-o/--output" if name == "output" else "--" + name.replace("_", "-")
+        value = getattr(args, name, None)
+        option = "-o/--output" if name == "output" else "--" + name.replace("_", "-")
+        if value == "":
             raise SchedcError("usage", "the path is empty: name a file (or leave the option out)", where=option)
+        if value != "-":
+            continue
+        key = (args.command, name)
+        if key in _TO_STDOUT and args.command != "trace":
+            setattr(args, name, None)  # (their default: standard output)
+        elif key in _FOLDERS:
+            raise SchedcError("usage", f"`-` would be standard output, but this names the folder schedc "
+                              f"{args.command} writes its files into: name a folder", where=option)
+        elif key in _BESIDE_THE_REPORT:
+            raise SchedcError("usage", f"`-` would be standard output, which holds schedc {args.command}'s own report: "
+                              "name a file", where=option)
 
 
 def _command(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # noqa: C901

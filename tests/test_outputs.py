@@ -471,3 +471,32 @@ def test_a_file_name_with_an_escape_is_shown_escaped_in_every_line(run_cli, tmp_
     assert "wrote " + str(tmp_path / "v\\x1b]0;t\\x07.svg") in err and not _raw(out + err)
     code, text, _ = run_cli("export", str(csv), "--to", "ir-json")
     assert code == 0 and json.loads(text)["schedule"] == "x\x1b[8m"
+
+
+def test_dash_as_export_output_is_standard_output(run_cli, tmp_path, monkeypatch):
+    """`export -o -` writes to standard output, as export without -o (trial 2, item 15: it wrote a
+    file named `-`)."""
+    monkeypatch.chdir(tmp_path)
+    code, text, err = run_cli("export", "1f1b", *SMALL, "--to", "torch-csv", "-o", "-")
+    assert code == 0 and text.startswith(FIRST) and err == "" and not (tmp_path / "-").exists()
+    assert run_cli("export", "1f1b", *SMALL, "--to", "torch-csv", "-o", "-", "--json")[1] == \
+        run_cli("export", "1f1b", *SMALL, "--to", "torch-csv", "--json")[1]
+
+
+@pytest.mark.parametrize("argv,option,said", [
+    (("compile", "1f1b", "-o", "-"), "-o/--output", "the folder schedc compile writes its files into"),
+    (("run", "1f1b", "--model", "m:f", "--print-torchrun", "-o", "-"), "-o/--output", "the folder schedc run"),
+    (("viz", "1f1b", "-o", "-"), "-o/--output", "schedc viz's own report"),
+    (("check", "1f1b", "--viz", "-"), "--viz", "schedc check's own report"),
+    (("sim", "1f1b", "--trace", "-"), "--trace", "schedc sim's own report"),
+    (("run", "1f1b", "--model", "m:f", "--trace", "-"), "--trace", "schedc run's own report"),
+    (("run", "1f1b", "--model", "m:f", "--profile", "-"), "--profile", "schedc run's own report"),
+])
+def test_dash_is_refused_where_an_output_is_not_the_one_on_standard_output(run_cli, tmp_path, monkeypatch,
+                                                                          argv, option, said):
+    """A folder of outputs, or a file beside the report standard output holds: `-` is a usage
+    error naming the option, before any work, and no file named `-` is made."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(*argv)
+    assert code == 2 and out == "" and err.startswith(f"{option}: error[usage]: `-` would be standard output")
+    assert said in err and not (tmp_path / "-").exists()

@@ -99,3 +99,14 @@ def test_lines_this_reader_does_not_know_are_left_out(files, run_cli):
     code, _, stderr = run_cli("trace", "merge", str(files / "rank0.jsonl"), str(files / "rank1.jsonl"), "-o", str(out))
     assert code == 0, stderr
     assert arrows(json.loads(out.read_text())) == WANT
+
+
+def test_dash_writes_the_merged_trace_to_standard_output(files, run_cli, monkeypatch):
+    """`-o -` is standard output (trial 2, item 15: it wrote a file named `-`); the line about it
+    goes to standard error; with --json, whose object standard output holds, it is a usage error."""
+    monkeypatch.chdir(files)
+    code, stdout, stderr = run_cli("trace", "merge", "rank0.jsonl", "rank1.jsonl", "-o", "-")
+    assert code == 0 and arrows(json.loads(stdout)) == WANT
+    assert stderr.startswith("wrote standard output: ranks 0, 1 from 2 file(s)") and not (files / "-").exists()
+    code, stdout, stderr = run_cli("trace", "merge", "rank0.jsonl", "rank1.jsonl", "-o", "-", "--json")
+    assert code == 2 and "--json" in stderr and not (files / "-").exists()

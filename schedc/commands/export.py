@@ -14,7 +14,7 @@ def add_arguments(q) -> None:
     q.add_argument("--level", choices=["compute", "comms"],
                    help="compute, or comms: communication inserted (a schedule that fails its checks is refused); "
                         "default: comms for torch-csv (compute_comms), the program's own level for ir-json")
-    q.add_argument("-o", "--output", metavar="FILE", help="output file (default: standard output)")
+    q.add_argument("-o", "--output", metavar="FILE", help="output file (default, or `-`: standard output)")
     q.add_argument("--json", action="store_true",
                    help="print one JSON object: the format, the file written (`outputs`) or, without -o, the "
                         "exported text (`text`)")

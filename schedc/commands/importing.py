@@ -27,7 +27,7 @@ def _own(q) -> None:
     q.add_argument("--hardware", metavar="NAME", help="a hardware preset, written as the setup's [hardware]")
     q.add_argument("--gpus", type=int, metavar="N",
                    help="the job's GPUs (torchrun's world size): resolves data_parallel_shard_degree = -1")
-    q.add_argument("-o", "--output", metavar="FILE", help="write the setup file here (default: standard output)")
+    q.add_argument("-o", "--output", metavar="FILE", help="write the setup file here (default, or `-`: standard output)")
     q.add_argument("--json", action="store_true", help="print the job as one JSON object")
 
 
