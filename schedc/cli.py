@@ -155,6 +155,31 @@ def _no_empty_paths(args) -> None:
                               "name a file", where=option)
 
 
+# options that name a file a command reads (`--profile` is written by `run`, read by the others)
+_INPUT_OPTIONS = ("input", "inputs", "traces", "dumps", "schedule", "setup", "costs", "profile", "certificate")
+
+
+def _not_over_inputs(args) -> None:
+    """No output option names one of the command's input files (`sim --costs p.json --trace p.json`
+    replaced a measured profile): a usage-time `error[io]` naming the output, before any work
+    (outputs.not_over_inputs; compile checks the files it writes into its folder itself)."""
+    from .outputs import not_over_inputs
+    outputs = [(value, "output" if name == "output" else "--" + name.replace("_", "-") + " output")
+               for name in _OUTPUT_OPTIONS if isinstance(value := getattr(args, name, None), str)
+               and not (name == "profile" and args.command != "run")
+               and not (name == "output" and args.command in ("compile", "run"))]  # (folders)
+    if not outputs:
+        return
+    inputs: list[str] = []
+    for name in _INPUT_OPTIONS:
+        if name == "profile" and args.command == "run":
+            continue
+        value = getattr(args, name, None)
+        inputs += [value] if isinstance(value, str) else [v for v in value or () if isinstance(v, str)] \
+            if isinstance(value, list) else []
+    not_over_inputs(outputs, inputs, "schedc trace merge" if args.command == "trace" else f"schedc {args.command}")
+
+
 def _command(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # noqa: C901
     from .outputs import StdoutLost
     args = None
@@ -165,6 +190,7 @@ def _command(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # 
             _parser(stdout).print_help()
             return EXIT_INPUT
         _no_empty_paths(args)
+        _not_over_inputs(args)
         from .commands import COMMANDS
         return next(c for c in COMMANDS if c.name == args.command).load().run(args, stdout, stderr)
     except _Exit as e:

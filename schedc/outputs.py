@@ -99,6 +99,36 @@ def probe_writable(path: Path | str) -> None:
             Path(tmp).unlink(missing_ok=True)
 
 
+def not_over_inputs(outputs, inputs, command: str, hint: str = "name another file") -> None:
+    """Refuse, before any work, an output that is one of the command's own inputs: an OutputError
+    naming the output if a path of `outputs` ((path, what it is) pairs; what is there now, links
+    followed) is the same file, by device and inode, as one of `inputs` that is a regular file (`-`,
+    a built-in's name, a FIFO are not: nothing there to lose). A measured profile, a rank's event
+    file or a schedule's source would be replaced by what was made from it, and some cannot be made
+    again without the run. The rule of every command that writes outputs (cli.py applies it to each
+    option, compile to the files it writes into its folder)."""
+    files = []
+    for name in inputs:
+        if name is None or name == "-":
+            continue
+        try:
+            st = os.stat(name)
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISREG(st.st_mode):
+            files.append((name, (st.st_dev, st.st_ino)))
+    if not files:
+        return
+    for path, what in outputs:
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            continue  # (a new file: nothing of an input's there)
+        for name, key in files:
+            if (st.st_dev, st.st_ino) == key:
+                raise OutputError(f"{command} would write its {what} over its own input, {name}: {hint}", str(path))
+
+
 @dataclass(frozen=True)
 class Replaced:
     """What `write_replacing` did: the paths `written`, the earlier outputs `removed`, and those
