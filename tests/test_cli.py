@@ -515,6 +515,24 @@ def test_export_of_a_failing_schedule_says_so(run_cli, tmp_path):
     assert code == 0 and "checks" not in json.loads(out) and err == ""
 
 
+def test_no_output_name_starts_with_a_dash(run_cli, tmp_path, monkeypatch):
+    """Trial 2, item 6: a schedule named `-h` (a CSV `-h.csv`, an IR's "schedule") made
+    `-h_program.py`, and `--print-torchrun -o .` printed `torchrun ... -h_program.py`, which
+    torchrun reads as `-h`. Its stem is `h--` and a hash now, as any name that is not plain."""
+    import shlex
+    from schedc.commands.common import safe_stem
+    assert safe_stem("-h").startswith("h--") and safe_stem("--").startswith("schedule--")
+    assert safe_stem("-h") != safe_stem("h") and not safe_stem("-.-x").startswith(("-", "."))
+    monkeypatch.chdir(tmp_path)
+    Path("-h.csv").write_text("0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n")
+    assert run_cli("compile", "./-h.csv", "-o", "out")[0] == 0
+    assert sorted(p.name for p in Path("out").iterdir())[0].startswith("h--")
+    assert all(not p.name.startswith("-") for p in Path("out").iterdir())
+    code, out, err = run_cli("run", "./-h.csv", "--model", "examples.mlp:build_stages", "--print-torchrun", "-o", ".")
+    line = next(ln for ln in out.splitlines() if ln.startswith("torchrun"))
+    assert code == 0 and not any(w.startswith("-") and w.endswith(".py") for w in shlex.split(line)), line
+
+
 def test_compile_removes_an_earlier_runs_program_it_did_not_write_this_time(run_cli, tmp_path, monkeypatch):
     out = tmp_path / "out"
     (out / "keep").mkdir(parents=True)
