@@ -102,11 +102,13 @@ _KEPT: list[BaseException] = []
 def _main(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:
     """`_command`, with standard output guarded: a write to it that fails (a full disk, an I/O
     error; not a closed pipe) is `error[io]`, exit 2, in one line on standard error (nothing more
-    is written to standard output, and what is still buffered for it is dropped)."""
-    from .outputs import GuardedStdout, StdoutLost
+    is written to standard output, and what is still buffered for it is dropped). Both streams
+    show a control character of what is written escaped (`outputs.TextStream`): a schedule's or a
+    file's name cannot rewrite a line on the terminal."""
+    from .outputs import GuardedStdout, StdoutLost, TextStream
     guarded = GuardedStdout(stdout)
     try:
-        status = _command(argv, guarded, stderr)  # type: ignore[arg-type]  # (a TextIO in all it is used for)
+        status = _command(argv, TextStream(guarded), TextStream(stderr))  # type: ignore[arg-type]  # (a TextIO in all it is used for)
         guarded.flush()  # what is still buffered fails here, not at exit
         return status
     except StdoutLost as e:
@@ -121,11 +123,61 @@ def _main(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:
 _OUTPUT_OPTIONS = ("output", "trace", "profile", "trace_dir", "viz")
 
 
+# `-` as an output: standard output where the command writes one file and prints nothing else
+# there (export and import, as without -o; trace merge); refused, with why, where the option names
+# a folder or a file beside the report the command prints on standard output. (Other options named
+# above are inputs where these commands do not write them: `sim --profile` is read.)
+_TO_STDOUT = {("export", "output"), ("import", "output"), ("trace", "output")}
+_FOLDERS = {("compile", "output"), ("run", "output")}
+_BESIDE_THE_REPORT = {("check", "viz"), ("viz", "output"), ("sim", "trace"), ("run", "trace"), ("run", "profile"),
+                      ("synth", "output")}
+
+
 def _no_empty_paths(args) -> None:
+    """An empty output path is a usage error; `-` is standard output where a command writes its one
+    output there (`export -o -` is `export` without -o), and a usage error where it writes a folder
+    of files or a file beside its own report."""
     for name in _OUTPUT_OPTIONS:
-        if getattr(args, name, None) == "":
-            option = "-o/--output" if name == "output" else "--" + name.replace("_", "-")
+        value = getattr(args, name, None)
+        option = "-o/--output" if name == "output" else "--" + name.replace("_", "-")
+        if value == "":
             raise SchedcError("usage", "the path is empty: name a file (or leave the option out)", where=option)
+        if value != "-":
+            continue
+        key = (args.command, name)
+        if key in _TO_STDOUT and args.command != "trace":
+            setattr(args, name, None)  # (their default: standard output)
+        elif key in _FOLDERS:
+            raise SchedcError("usage", f"`-` would be standard output, but this names the folder schedc "
+                              f"{args.command} writes its files into: name a folder", where=option)
+        elif key in _BESIDE_THE_REPORT:
+            raise SchedcError("usage", f"`-` would be standard output, which holds schedc {args.command}'s own report: "
+                              "name a file", where=option)
+
+
+# options that name a file a command reads (`--profile` is written by `run`, read by the others)
+_INPUT_OPTIONS = ("input", "inputs", "traces", "dumps", "schedule", "setup", "costs", "profile", "certificate")
+
+
+def _not_over_inputs(args) -> None:
+    """No output option names one of the command's input files (`sim --costs p.json --trace p.json`
+    replaced a measured profile): a usage-time `error[io]` naming the output, before any work
+    (outputs.not_over_inputs; compile checks the files it writes into its folder itself)."""
+    from .outputs import not_over_inputs
+    outputs = [(value, "output" if name == "output" else "--" + name.replace("_", "-") + " output")
+               for name in _OUTPUT_OPTIONS if isinstance(value := getattr(args, name, None), str)
+               and not (name == "profile" and args.command != "run")
+               and not (name == "output" and args.command in ("compile", "run"))]  # (folders)
+    if not outputs:
+        return
+    inputs: list[str] = []
+    for name in _INPUT_OPTIONS:
+        if name == "profile" and args.command == "run":
+            continue
+        value = getattr(args, name, None)
+        inputs += [value] if isinstance(value, str) else [v for v in value or () if isinstance(v, str)] \
+            if isinstance(value, list) else []
+    not_over_inputs(outputs, inputs, "schedc trace merge" if args.command == "trace" else f"schedc {args.command}")
 
 
 def _named(error: SchedcError, args) -> str | None:
@@ -147,6 +199,7 @@ def _command(argv: list[str] | None, stdout: TextIO, stderr: TextIO) -> int:  # 
             _parser(stdout).print_help()
             return EXIT_INPUT
         _no_empty_paths(args)
+        _not_over_inputs(args)
         from .commands import COMMANDS
         return next(c for c in COMMANDS if c.name == args.command).load().run(args, stdout, stderr)
     except _Exit as e:

@@ -99,6 +99,36 @@ def probe_writable(path: Path | str) -> None:
             Path(tmp).unlink(missing_ok=True)
 
 
+def not_over_inputs(outputs, inputs, command: str, hint: str = "name another file") -> None:
+    """Refuse, before any work, an output that is one of the command's own inputs: an OutputError
+    naming the output if a path of `outputs` ((path, what it is) pairs; what is there now, links
+    followed) is the same file, by device and inode, as one of `inputs` that is a regular file (`-`,
+    a built-in's name, a FIFO are not: nothing there to lose). A measured profile, a rank's event
+    file or a schedule's source would be replaced by what was made from it, and some cannot be made
+    again without the run. The rule of every command that writes outputs (cli.py applies it to each
+    option, compile to the files it writes into its folder)."""
+    files = []
+    for name in inputs:
+        if name is None or name == "-":
+            continue
+        try:
+            st = os.stat(name)
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISREG(st.st_mode):
+            files.append((name, (st.st_dev, st.st_ino)))
+    if not files:
+        return
+    for path, what in outputs:
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            continue  # (a new file: nothing of an input's there)
+        for name, key in files:
+            if (st.st_dev, st.st_ino) == key:
+                raise OutputError(f"{command} would write its {what} over its own input, {name}: {hint}", str(path))
+
+
 @dataclass(frozen=True)
 class Replaced:
     """What `write_replacing` did: the paths `written`, the earlier outputs `removed`, and those
@@ -359,6 +389,45 @@ class StdoutLost(Exception):
         super().__init__(error.strerror or str(error))
 
 
+# what a terminal would act on (schedc/span.py's `visible`), but a line's own end and a tab
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+class TextStream:
+    """A stream that schedc's lines are written to (the CLI's standard output and standard error):
+    every control character in what is written (an escape sequence, a carriage return, a bidi
+    override), whatever it came from (a schedule's name, a file's name, a rank's output), is shown
+    escaped as `\\x1b` (span.py's `visible`, as diagnostics show it), so a name cannot hide or
+    rewrite a line (a verdict) on the terminal. A line's end and a tab pass as they are. JSON passes
+    unchanged (`dumps_json` escapes every control character itself). What is data, not lines
+    (`export`'s text on standard output), is written by `write_data`, exact."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        if _CONTROL.search(text):
+            from .span import visible
+            text = visible(text, keep="\t\n")
+        return self.stream.write(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def write_data(self, text: str) -> int:
+        """Write `text` exactly as it is (an exported file's content)."""
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def write_data(stream, text: str) -> None:
+    """Write `text` to `stream` exactly (a `TextStream`'s `write_data`; any other stream's write)."""
+    getattr(stream, "write_data", stream.write)(text)
+
+
 class GuardedStdout:
     """Standard output as the CLI hands it to a command: a write or flush that fails (ENOSPC, EIO,
     ...) raises `StdoutLost`, so the CLI tells it from a bug's OSError and reports `error[io]`
@@ -439,9 +508,12 @@ def dumps_json(value, **options) -> str:
     """`json.dumps(value, **options)`, strict: a float that is not finite (inf, -inf, nan) becomes
     null, so the text is JSON every parser reads (Python's default writes `Infinity`/`NaN`)."""
     try:
-        return json.dumps(value, allow_nan=False, **options)
+        text = json.dumps(value, allow_nan=False, **options)
     except ValueError:  # rare: walk the value only when it holds such a number
-        return json.dumps(finite_only(value), allow_nan=False, **options)
+        text = json.dumps(finite_only(value), allow_nan=False, **options)
+    # DEL, which json leaves as it is, escaped as the other control characters are (only a string
+    # can hold it): JSON printed or written never holds a character a terminal acts on
+    return text.replace("\x7f", "\\u007f") if "\x7f" in text else text
 
 
 def finite_only(value):

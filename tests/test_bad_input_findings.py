@@ -64,7 +64,7 @@ def test_an_ir_memory_limit_of_a_rank_that_does_not_exist_is_refused(run_cli, tm
     path = _ir(run_cli, tmp_path, lambda d: d["annotations"].__setitem__("memory_limit", limits))
     for command in ("check", "sim"):
         code, out, err = run_cli(command, str(path))
-        assert code == 2 and "error[ir-json]" in err and "'memory_limit' names rank" in err, err
+        assert code == 2 and "error[ir-json]" in err and "'annotations.memory_limit' names rank" in err, err
 
 
 @pytest.mark.parametrize("edit", [
@@ -93,18 +93,38 @@ def test_ir_numbers_beyond_what_a_schedule_takes_are_refused(run_cli, tmp_path, 
     ({"lines": [[1, 2]]}, "'lines' needs one list per rank (2), not 1"),
     ({"lines": [[1], [1]]}, "'lines' of rank 0 needs one entry per step (4), not 1"),
     ({"lines": [[1, 2, 3, 0], [None] * 4]}, "'lines' holds source line numbers from 1 or null, not 0"),
-    ({"lines": [["3"] * 4, [None] * 4]}, "'lines' must be an integer, not a string"),
+    ({"lines": [["3"] * 4, [None] * 4]}, "'lines[0][0]' must be an integer, not a string"),
     ({"ranks": 2.5}, "'ranks' must be an integer, not 2.5"),
     ({"forward_only": 1}, "'forward_only' must be true or false, not 1"),
     ({"actions": None}, "'actions' must be a list, not null"),
-    ({"annotations": {"stage_costs": [{"F": "1"}]}}, "'F' must be a number, not a string"),
+    ({"annotations": {"stage_costs": [{"F": "1"}]}}, "'annotations.stage_costs[0].F' must be a number, not a string"),
 ])
 def test_ir_fields_are_validated_and_told_in_words(run_cli, tmp_path, edit, says):
     """`version`, `level` and `lines` were not read at all (version 2, level "weird", lines "x" were
     accepted), and a wrong type read "'F' must be (<class 'int'>, <class 'float'>)"."""
     path = _ir(run_cli, tmp_path, lambda d: d.update(edit))
     code, out, err = run_cli("check", str(path))
-    assert code == 2 and f"{path}:1:1: error[ir-json]: cannot read schedc IR JSON: {says}" in err, err
+    assert code == 2 and f": error[ir-json]: cannot read schedc IR JSON: {says}" in err, err
+    assert err.startswith(f"{path}:"), err
+
+
+@pytest.mark.parametrize("edit,key,value", [
+    (lambda d: d["params"].__setitem__("P", "__import__('os')"), "params.P", '"__import__'),
+    (lambda d: d["params"].__setitem__("a b", 1.5), 'params["a b"]', "1.5"),
+    (lambda d: d["annotations"]["stage_costs"][1].__setitem__("B", "2"), "annotations.stage_costs[1].B", '"2"'),
+    (lambda d: d["actions"][1].__setitem__(2, 7), "actions[1][2]", "7"),
+    (lambda d: d.__setitem__("ranks", "2"), "ranks", '"2"'),
+])
+def test_an_ir_value_error_names_its_key_and_points_at_it(run_cli, tmp_path, edit, key, value):
+    """Trial 2, item 18: `'a parameter' must be an integer` at 1:1 named neither the key nor its
+    place; the error names the key path and its caret is under the value, as json reads it."""
+    path = _ir(run_cli, tmp_path, edit)
+    path.write_text(json.dumps(json.loads(path.read_text()), indent=1))  # (one value a line: a line to find)
+    code, out, err = run_cli("check", str(path))
+    head = err.splitlines()[0]
+    assert code == 2 and f"error[ir-json]: cannot read schedc IR JSON: '{key}' must be" in head, err
+    line, column = map(int, head[len(str(path)) + 1:].split(":")[:2])
+    assert path.read_text().splitlines()[line - 1][column - 1:].startswith(value), (head, line, column)
 
 
 def test_an_ir_file_without_version_level_or_lines_still_reads(run_cli, tmp_path):
@@ -133,7 +153,7 @@ def test_a_speed_of_zero_is_refused_where_it_is_written(run_cli, tmp_path):
         assert code == 2 and f"{src}:3:24: error[costs]: cost rank 0: speed is 0; a rank's speed is positive" in err, err
     path = _ir(run_cli, tmp_path, lambda d: d["annotations"].__setitem__("rank_speed", [0, 1]))
     code, _, err = run_cli("check", str(path))
-    assert code == 2 and "error[ir-json]" in err and "'rank_speed' must be positive" in err, err
+    assert code == 2 and "error[ir-json]" in err and "'annotations.rank_speed[0]' must be positive" in err, err
 
 
 def test_messages_whose_times_overflow_are_a_clean_error_without_warnings(run_cli, tmp_path):

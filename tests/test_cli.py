@@ -474,6 +474,65 @@ def test_compile_never_writes_over_its_own_input(run_cli, tmp_path):
     assert run_cli("compile", str(csv), "-o", str(tmp_path / "elsewhere"))[0] == 0
 
 
+@pytest.mark.parametrize("argv,output", [
+    (("export", "{csv}", "--to", "torch-csv", "-o", "{csv}"), "output"),
+    (("export", "{csv}", "--to", "ir-json", "-o", "{link}"), "output"),  # a link to the input is the input
+    (("viz", "{csv}", "-o", "{csv}"), "output"),
+    (("check", "{csv}", "--viz", "{csv}"), "--viz output"),
+    (("sim", "1f1b", "--param", "P=2,M=2", "--costs", "{costs}", "--trace", "{costs}"), "--trace output"),
+    (("sim", "{csv}", "--trace", "{csv}"), "--trace output"),
+    (("trace", "merge", "{costs}", "-o", "{costs}"), "output"),
+    (("run", "{csv}", "--model", "m:f", "--trace", "{csv}"), "--trace output"),
+])
+def test_no_command_writes_over_its_own_input(run_cli, tmp_path, argv, output):
+    """Trial 2, item 17: export, sim --trace, trace merge and viz replaced their inputs (a measured
+    profile, a rank's event file, a schedule's source); one rule, compile's, refuses every output
+    that is an input file, before any work, the input as it was."""
+    csv, costs, link = tmp_path / "s.csv", tmp_path / "c.toml", tmp_path / "l.csv"
+    csv.write_text("0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n")
+    costs.write_text("F = 1\nB = 2\n")
+    link.symlink_to(csv)
+    before = {p: p.read_bytes() for p in (csv, costs)}
+    argv = [a.format(csv=csv, costs=costs, link=link) for a in argv]
+    code, out, err = run_cli(*argv)
+    name = "schedc trace merge" if argv[0] == "trace" else f"schedc {argv[0]}"
+    assert code == 2 and f"error[io]: {name} would write its {output} over its own input" in err, err
+    assert {p: p.read_bytes() for p in before} == before and link.is_symlink()
+
+
+def test_export_of_a_failing_schedule_says_so(run_cli, tmp_path):
+    """Trial 2, item 17: a schedule that fails its memory limit exported at the compute level
+    (a format conversion, which goes ahead) gets a warning with its findings, as the CSV, which
+    holds no limit, would then check ok; --json says it under `checks`. A passing one gets none."""
+    pp = tmp_path / "mem.pp"
+    pp.write_text("schedule memlim(P = 4, M = 8) {\n  stages P\n  place loop\n  memory limit = 3\n"
+                  "  rank r { for m in 0 .. M { F(r, m) } for m in 0 .. M { B(r, m) } }\n}\n")
+    code, out, err = run_cli("export", str(pp), "--to", "torch-csv", "--level", "compute", "-o", str(tmp_path / "m.csv"))
+    assert code == 0 and "warning: memlim fails its checks (4 errors: memory), exported all the same" in err
+    code, out, err = run_cli("export", str(pp), "--to", "ir-json", "--json")
+    assert code == 0 and json.loads(out)["checks"] == {"ok": False, "errors": 4, "codes": ["memory"]}
+    code, out, err = run_cli("export", "1f1b", "--to", "torch-csv", "--level", "compute", "--json")
+    assert code == 0 and "checks" not in json.loads(out) and err == ""
+
+
+def test_no_output_name_starts_with_a_dash(run_cli, tmp_path, monkeypatch):
+    """Trial 2, item 6: a schedule named `-h` (a CSV `-h.csv`, an IR's "schedule") made
+    `-h_program.py`, and `--print-torchrun -o .` printed `torchrun ... -h_program.py`, which
+    torchrun reads as `-h`. Its stem is `h--` and a hash now, as any name that is not plain."""
+    import shlex
+    from schedc.commands.common import safe_stem
+    assert safe_stem("-h").startswith("h--") and safe_stem("--").startswith("schedule--")
+    assert safe_stem("-h") != safe_stem("h") and not safe_stem("-.-x").startswith(("-", "."))
+    monkeypatch.chdir(tmp_path)
+    Path("-h.csv").write_text("0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n")
+    assert run_cli("compile", "./-h.csv", "-o", "out")[0] == 0
+    assert sorted(p.name for p in Path("out").iterdir())[0].startswith("h--")
+    assert all(not p.name.startswith("-") for p in Path("out").iterdir())
+    code, out, err = run_cli("run", "./-h.csv", "--model", "examples.mlp:build_stages", "--print-torchrun", "-o", ".")
+    line = next(ln for ln in out.splitlines() if ln.startswith("torchrun"))
+    assert code == 0 and not any(w.startswith("-") and w.endswith(".py") for w in shlex.split(line)), line
+
+
 def test_compile_removes_an_earlier_runs_program_it_did_not_write_this_time(run_cli, tmp_path, monkeypatch):
     out = tmp_path / "out"
     (out / "keep").mkdir(parents=True)

@@ -412,3 +412,91 @@ def test_an_output_name_the_system_refuses_is_an_io_error_before_any_work(run_cl
     code, out, err = run_cli(*argv)
     assert code == 2 and "error[io]: cannot write: File name too long" in err and "Traceback" not in err, err
     assert out == ""
+
+
+SPOOF = "hang\x1b[2K\r1f1b: 2 ranks; ok\x1b[8m\u202e"  # erases the line, writes a verdict, conceals the rest
+
+
+def _spoofing_ir(run_cli, folder: Path, name: str = SPOOF) -> Path:
+    """A failing schedule's IR JSON whose `schedule` name is `name` (the trial's spoof.json)."""
+    code, text, _ = run_cli("export", "1f1b", *SMALL, "--to", "ir-json")
+    assert code == 0
+    doc = json.loads(text)
+    doc["schedule"] = name
+    doc["actions"] = [["0F0", "0B0", "0F1", "0B1"], ["1F0", "1F1", "1B0", "1B1"]]  # rank 0 waits for B(1,0): a deadlock
+    path = folder / "spoof.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _raw(text: str) -> list[str]:
+    """The characters a terminal would act on in `text` (a line's end and a tab aside)."""
+    return [ch for ch in text if (ord(ch) < 0x20 and ch not in "\n\t") or 0x7F <= ord(ch) < 0xA0
+            or 0x202A <= ord(ch) <= 0x202E or 0x2066 <= ord(ch) <= 0x2069]
+
+
+@pytest.mark.parametrize("argv", [("check",), ("sim",), ("viz", "-o", "{out}/p.svg"), ("compile", "-o", "{out}/b"),
+                                  ("export", "--to", "torch-csv", "--level", "compute", "-o", "{out}/e.csv"),
+                                  ("prove",)])
+def test_a_name_cannot_spoof_a_line_on_the_terminal(run_cli, tmp_path, argv):
+    """A schedule's name with an escape sequence, a carriage return and a bidi override (trial 2,
+    item 2): every line printed shows them escaped, as error lines do, so the real verdict stays."""
+    spoof = _spoofing_ir(run_cli, tmp_path)
+    argv = [a.format(out=tmp_path) for a in argv]
+    code, out, err = run_cli(argv[0], str(spoof), *argv[1:])
+    assert not _raw(out) and not _raw(err), (out, err)
+    if argv[0] in ("check", "viz", "compile"):
+        assert out.startswith("hang\\x1b[2K\\x0d1f1b: 2 ranks; ok\\x1b[8m\\u202e: "), out
+        assert "FAILED" in out.splitlines()[0]
+
+
+def test_json_keeps_a_name_exact(run_cli, tmp_path):
+    """JSON escapes control characters itself: the name read back is the name (DEL included)."""
+    spoof = _spoofing_ir(run_cli, tmp_path, SPOOF + "\x7f")
+    for command in ("check", "export"):
+        code, out, _ = run_cli(command, str(spoof), "--json", *(("--to", "ir-json") if command == "export" else ()))
+        assert not _raw(out)
+        assert json.loads(out)["schedule"] == SPOOF + "\x7f", command
+
+
+def test_a_file_name_with_an_escape_is_shown_escaped_in_every_line(run_cli, tmp_path):
+    """The trial's `x<ESC>[8m.csv`: the summary line and the `wrote` line show `\\x1b`; the
+    exported text written to standard output stays exact."""
+    csv = tmp_path / "x\x1b[8m.csv"
+    csv.write_text("0F0,0B0,0F1,0B1\n1F1,1F0,1B0,1B1\n")
+    code, out, err = run_cli("check", str(csv))
+    assert code == 1 and out.startswith("x\\x1b[8m: ") and "FAILED" in out.splitlines()[0]
+    assert not _raw(out + err)
+    code, out, err = run_cli("viz", str(csv), "-o", str(tmp_path / "v\x1b]0;t\x07.svg"))
+    assert "wrote " + str(tmp_path / "v\\x1b]0;t\\x07.svg") in err and not _raw(out + err)
+    code, text, _ = run_cli("export", str(csv), "--to", "ir-json")
+    assert code == 0 and json.loads(text)["schedule"] == "x\x1b[8m"
+
+
+def test_dash_as_export_output_is_standard_output(run_cli, tmp_path, monkeypatch):
+    """`export -o -` writes to standard output, as export without -o (trial 2, item 15: it wrote a
+    file named `-`)."""
+    monkeypatch.chdir(tmp_path)
+    code, text, err = run_cli("export", "1f1b", *SMALL, "--to", "torch-csv", "-o", "-")
+    assert code == 0 and text.startswith(FIRST) and err == "" and not (tmp_path / "-").exists()
+    assert run_cli("export", "1f1b", *SMALL, "--to", "torch-csv", "-o", "-", "--json")[1] == \
+        run_cli("export", "1f1b", *SMALL, "--to", "torch-csv", "--json")[1]
+
+
+@pytest.mark.parametrize("argv,option,said", [
+    (("compile", "1f1b", "-o", "-"), "-o/--output", "the folder schedc compile writes its files into"),
+    (("run", "1f1b", "--model", "m:f", "--print-torchrun", "-o", "-"), "-o/--output", "the folder schedc run"),
+    (("viz", "1f1b", "-o", "-"), "-o/--output", "schedc viz's own report"),
+    (("check", "1f1b", "--viz", "-"), "--viz", "schedc check's own report"),
+    (("sim", "1f1b", "--trace", "-"), "--trace", "schedc sim's own report"),
+    (("run", "1f1b", "--model", "m:f", "--trace", "-"), "--trace", "schedc run's own report"),
+    (("run", "1f1b", "--model", "m:f", "--profile", "-"), "--profile", "schedc run's own report"),
+])
+def test_dash_is_refused_where_an_output_is_not_the_one_on_standard_output(run_cli, tmp_path, monkeypatch,
+                                                                          argv, option, said):
+    """A folder of outputs, or a file beside the report standard output holds: `-` is a usage
+    error naming the option, before any work, and no file named `-` is made."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(*argv)
+    assert code == 2 and out == "" and err.startswith(f"{option}: error[usage]: `-` would be standard output")
+    assert said in err and not (tmp_path / "-").exists()

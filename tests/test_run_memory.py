@@ -172,7 +172,7 @@ def test_two_outputs_naming_one_file_are_refused_before_the_run(tmp_path, run_cl
         assert out == "" and not fake_launch.calls and not same.exists()
     ml = _ml(tmp_path, "4.5")
     code, out, err = run_cli("run", ml, "--model", "examples.mlp:build_stages", "--trace", ml)
-    assert code == EXIT_INPUT and "it would be written over the input" in err and not fake_launch.calls
+    assert code == EXIT_INPUT and "over its own input" in err and not fake_launch.calls  # (cli.py's rule)
     code, out, err = run_cli("run", "1f1b", "--param", "P=2,M=2", "--model", "examples.mlp:build_stages",
                              "--print-torchrun", "-o", str(tmp_path), "--profile", str(tmp_path / "1f1b_program.py"))
     assert code == EXIT_INPUT and "is that file too" in err and out == ""

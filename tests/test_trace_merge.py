@@ -179,3 +179,14 @@ def test_lines_left_out_are_counted_by_file(files, run_cli):
     assert f"{files / 'rank1.jsonl'}: 2 lines could not be read and were left out\n" in stderr
     assert json.loads(stdout)["unread_lines"] == {str(files / "rank0.jsonl"): {"lines": 1, "last_cut_short": True},
                                                   str(files / "rank1.jsonl"): {"lines": 2, "last_cut_short": False}}
+
+
+def test_dash_writes_the_merged_trace_to_standard_output(files, run_cli, monkeypatch):
+    """`-o -` is standard output (trial 2, item 15: it wrote a file named `-`); the line about it
+    goes to standard error; with --json, whose object standard output holds, it is a usage error."""
+    monkeypatch.chdir(files)
+    code, stdout, stderr = run_cli("trace", "merge", "rank0.jsonl", "rank1.jsonl", "-o", "-")
+    assert code == 0 and arrows(json.loads(stdout)) == WANT
+    assert stderr.startswith("wrote standard output: ranks 0, 1 from 2 file(s)") and not (files / "-").exists()
+    code, stdout, stderr = run_cli("trace", "merge", "rank0.jsonl", "rank1.jsonl", "-o", "-", "--json")
+    assert code == 2 and "--json" in stderr and not (files / "-").exists()

@@ -181,14 +181,16 @@ _HASHED = re.compile(r"--[0-9a-f]{8}$")
 def safe_stem(name: str) -> str:
     """The stem of a schedule's output files (compile's DIR/<stem>.json, ...): the name itself when
     it is a plain file name (letters, digits, `_`, `.`, `-`; no dot at either end; at most MAX_STEM)
-    that does not end like a hashed one; otherwise its plain part, `--` and 8 hex digits of a hash
-    of the whole name. So two names never share a stem (`a/b` is `a_b--...`, never `a_b`)."""
+    that does not end like a hashed one nor start with `-`; otherwise its plain part, `--` and 8 hex
+    digits of a hash of the whole name. So two names never share a stem (`a/b` is `a_b--...`, never
+    `a_b`), and no file name made from one starts with `-`, which a command it is given to
+    (`torchrun -h_program.py`) would read as an option (`-h` is `h--...`)."""
     stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", name).strip(".")
-    if stem == name and 0 < len(stem) <= MAX_STEM and not _HASHED.search(stem):
+    if stem == name and 0 < len(stem) <= MAX_STEM and not _HASHED.search(stem) and not stem.startswith("-"):
         return stem
     import hashlib
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    return f"{stem[:MAX_STEM - 10].rstrip('.') or 'schedule'}--{digest}"
+    return f"{stem.lstrip('-.')[:MAX_STEM - 10].rstrip('.') or 'schedule'}--{digest}"
 
 
 def picture_suffix(out: Path, dag: bool) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import OutputError, SchedcError
-from ..outputs import check_writable, write_replacing
+from ..errors import SchedcError
+from ..outputs import check_writable, not_over_inputs, write_replacing
 from . import arguments, common
 
 # What compile writes for a schedule, by suffix after its stem, and what each is called in a note.
@@ -86,14 +86,10 @@ def _memory_on_backends(program, args, report):
 
 def _not_over_the_input(source: str, folder: Path, names: list[str]) -> None:
     """An output that would replace the input file itself (`compile build/x.csv` writes build/x.csv)
-    is refused before any work: the input (a compute-level CSV torchtitan reads, say) would be lost."""
-    if source == common.STDIN or not Path(source).is_file():
-        return
-    for name, kind in zip(names, KINDS.values()):
-        path = folder / name
-        if path.exists() and path.samefile(source):
-            raise OutputError(f"compile would write its {kind} over its own input, {source}: choose "
-                              "another output folder with -o", str(path))
+    is refused before any work: the input (a compute-level CSV torchtitan reads, say) would be lost
+    (`outputs.not_over_inputs`, every command's rule)."""
+    not_over_inputs([(folder / name, kind) for name, kind in zip(names, KINDS.values())], [source],
+                    "compile", "choose another output folder with -o")
 
 
 def output_names(name: str) -> list[str]:

@@ -7,7 +7,7 @@ import argparse
 import shlex
 
 from ..errors import EXIT_OK, SchedcError
-from ..outputs import dumps_json, write_file
+from ..outputs import dumps_json, write_data, write_file
 
 
 def add_arguments(q) -> None:
@@ -27,7 +27,7 @@ def _own(q) -> None:
     q.add_argument("--hardware", metavar="NAME", help="a hardware preset, written as the setup's [hardware]")
     q.add_argument("--gpus", type=int, metavar="N",
                    help="the job's GPUs (torchrun's world size): resolves data_parallel_shard_degree = -1")
-    q.add_argument("-o", "--output", metavar="FILE", help="write the setup file here (default: standard output)")
+    q.add_argument("-o", "--output", metavar="FILE", help="write the setup file here (default, or `-`: standard output)")
     q.add_argument("--json", action="store_true", help="print the job as one JSON object")
 
 
@@ -69,7 +69,7 @@ def run(args, stdout, stderr) -> int:
         return EXIT_OK
     out = stderr if written is None else stdout
     if written is None:
-        stdout.write(text)
+        write_data(stdout, text)
     out.write(_summary(job))
     if job.not_read:
         out.write(f"  not read (not about the pipeline): {' '.join(job.not_read)}\n")

@@ -97,7 +97,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     for flag, path in (("--profile", args.profile), ("--trace", trace)):
         if path and not args.print_torchrun:
             _writable(path, flag)
-    _distinct([("--profile", args.profile), ("--trace", trace)], args.input)
+    _distinct([("--profile", args.profile), ("--trace", trace)])
     nnodes, node_rank, endpoint = _nodes(args)
     semantics = Semantics.parse(args.semantics)
     if args.receives == "early" and args.backend != "gloo":
@@ -111,7 +111,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     program = common.load(args.input, args, common.params(args.param))
     name = f"{common.safe_stem(program.name)}_program.py"
     if args.print_torchrun:
-        _distinct([("--profile", args.profile), ("the program (-o)", str(Path(args.output, name)))], args.input)
+        _distinct([("--profile", args.profile), ("the program (-o)", str(Path(args.output, name)))])
     nproc = _nproc(args.nproc, nnodes, program)
     M = program.num_microbatches
     if args.batch_size is not None and (args.batch_size < 1 or args.batch_size % M):
@@ -487,22 +487,20 @@ def _sim_line(args, program, receives: str) -> list[str]:
     return words
 
 
-def _distinct(outputs: list[tuple[str, str | None]], source: str) -> None:
+def _distinct(outputs: list[tuple[str, str | None]]) -> None:
     """Refuse, before anything runs, two outputs naming one file (the second would overwrite the
-    first, and both be reported written) or an output that is the input file: a usage error. A
-    path that is there and is no regular file (`/dev/null`, a FIFO) takes each write."""
+    first, and both be reported written): a usage error. A path that is there and is no regular
+    file (`/dev/null`, a FIFO) takes each write. (An output over an input is every command's rule:
+    cli.py's `_not_over_inputs`.)"""
     seen: dict[str, str] = {}
-    if source != common.STDIN and Path(source).is_file():
-        seen[os.path.realpath(source)] = f"the input {source}"
     for flag, path in outputs:
         key = os.path.realpath(path) if path else ""
         if not path or os.path.exists(key) and not os.path.isfile(key):  # (a device, /dev/null: each write stays)
             continue
         other = seen.get(key) or next((what for known, what in seen.items() if _same_file(known, key)), None)
         if other is not None:
-            tail = ("it would be written over the input" if other.startswith("the input") else
-                    "give each output a file of its own (the one written last would replace the other)")
-            raise SchedcError("usage", f"{flag} {path}: {other} is that file too; {tail}", where=flag)
+            raise SchedcError("usage", f"{flag} {path}: {other} is that file too; give each output a file of "
+                              "its own (the one written last would replace the other)", where=flag)
         seen[key] = f"{flag} {path}"
 
 

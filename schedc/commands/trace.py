@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from ..errors import EXIT_OK, SchedcError
 from ..inputs import read_text
-from ..outputs import dumps_json, write_file
+from ..outputs import dumps_json, write_data, write_file
 
 
 def add_arguments(q) -> None:
     q.add_argument("action", choices=["merge"], help="merge: several traces or rank event files into one")
     q.add_argument("traces", nargs="+", metavar="TRACE",
                    help="a node's trace (schedc run --trace), or a rank's event file (rank<R>.jsonl)")
-    q.add_argument("-o", "--output", required=True, metavar="OUT.json", help="the merged trace")
+    q.add_argument("-o", "--output", required=True, metavar="OUT.json", help="the merged trace (`-`: standard output)")
     q.add_argument("--json", action="store_true", help="print one JSON object: the ranks, messages and file written")
 
 
@@ -20,8 +20,19 @@ def run(args, stdout, stderr) -> int:
     from ..interop.trace_merge import merge
     if len(set(args.traces)) < len(args.traces):
         raise SchedcError("usage", "a trace is given twice", where="TRACE")
+    to_stdout = args.output == "-"  # (the merged trace on standard output, the line about it on standard error)
+    if to_stdout and args.json:
+        raise SchedcError("usage", "`-o -` writes the merged trace to standard output, where --json writes its "
+                          "object: name a file, or leave out --json", where="-o/--output")
     doc = merge([(name, read_text(name)) for name in args.traces])
-    written = write_file(args.output, dumps_json(doc, separators=(",", ":")) + "\n")
+    data = dumps_json(doc, separators=(",", ":")) + "\n"
+    if to_stdout:
+        write_data(stdout, data)
+        stdout.flush()
+        stdout = stderr
+        written = "standard output"
+    else:
+        written = str(write_file(args.output, data))
     other = doc["otherData"]
     for name, unread in other["unread_lines"].items():  # (a rank file cut short, or with lines no rank wrote)
         n = unread["lines"]
