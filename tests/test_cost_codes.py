@@ -102,8 +102,8 @@ def test_an_option_a_command_does_not_take_points_at_its_help(run_cli):
     (("synth", "--param", "P=2,M=2", "--time-limit", "0"), "--time-limit: error[usage]: --time-limit 0: expected"),
     (("synth", "--param", "P=2,M=2", "--time-limit", "x"), "--time-limit: error[usage]: --time-limit 'x': expected"),
     (("prove", "1f1b", "--timeout", "0"), "--timeout: error[usage]: --timeout 0: expected seconds"),
-    (("check", "1f1b", "--timeout", "1e9"), "--timeout: error[usage]: --timeout 1e9: expected seconds"),
-    (("check", "1f1b", "--timeout", "0.0"), "--timeout: error[usage]: --timeout 0.0: expected seconds"),
+    (("check", "1f1b", "--engine", "z3", "--timeout", "1e9"), "--timeout: error[usage]: --timeout 1e9: expected seconds"),
+    (("check", "1f1b", "--engine", "z3", "--timeout", "0.0"), "--timeout: error[usage]: --timeout 0.0: expected seconds"),
 ])
 def test_budgets_and_time_limits_are_told_as_typed(run_cli, argv, message):
     code, out, err = run_cli(*argv)

@@ -71,7 +71,7 @@ def _memory_on_backends(program, args, report):
         return report
     over = {}
     for backend in sorted((str(b) for b in Semantics.backends()), key=lambda b: b != "gloo"):  # gloo first
-        if report.semantics.kind == backend:
+        if report.semantics.base == Semantics.parse(backend):
             continue
         on = common.run_checks(program, argparse.Namespace(**{**vars(args), "semantics": backend,
                                                               "engine": "native", "timeout": None}))

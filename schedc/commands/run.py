@@ -153,7 +153,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
             early, tried = _early_receives_fit(program, said)
             if early is not None:
                 receives, verified, on_backend = "early", "gloo", tried
-        if on_backend is None and semantics.kind == args.backend:
+        if on_backend is None and semantics.base == Semantics.parse(args.backend):
             on_backend = report  # (verified under the backend's semantics itself)
         elif on_backend is None:  # completion nests (docs/run.md), memory does not: check it as it runs
             on_backend = _backend_checked(program, args.backend, verified, said, stderr)
