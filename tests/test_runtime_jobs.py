@@ -203,6 +203,7 @@ def _errors(results: dict[int, dict], name: str) -> float:
     return max(float("inf") if "error" in r[name] else r[name]["grad_err"] for r in results.values())
 
 
+@pytest.mark.slow  # (one 4-rank launch over every case: about 10 s beside a CPU burner)
 def test_reductions_combined_as_check_says_train_exactly_and_the_rest_do_not(tmp_path):
     pytest.importorskip("torch")
     import schedc
