@@ -750,3 +750,17 @@ def test_sim_says_its_peak_is_the_timed_run(run_cli):
     assert json.loads(out)["memory_run"] == "timed"
     code, out, err = run_cli("sim", "1f1b")
     assert "peak memory: of this timed run" in out
+
+
+def test_a_job_timed_as_lowered_says_so(run_cli, tmp_path):
+    """A data-parallel job is timed as `schedc run` lowers it (comms level) where `check` counts it
+    as written (compute level): the text says which, in a line of its own; a pipeline alone does not."""
+    src = tmp_path / "dp.pp"
+    src.write_text("schedule dp(P = 2, M = 4, D = 2) {\n  stages P\n  place loop\n  replicas D\n"
+                   "  rank r, replica d { for m in 0 .. M { F(r, m) } for m in reversed(0 .. M) { B(r, m) } "
+                   "REDUCE_GRAD(r) }\n}\n")
+    code, out, _ = run_cli("sim", str(src))
+    assert code == 0 and "comms level" in out.splitlines()[0]
+    assert "timed as `schedc run` lowers it" in out and "as written it is at the compute level" in out
+    code, out, _ = run_cli("sim", str(src), "--param", "D=1")
+    assert code == 0 and "compute level" in out.splitlines()[0] and "timed as `schedc run` lowers it" not in out

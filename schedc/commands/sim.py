@@ -37,7 +37,7 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     from ..interop.chrome_trace import check_trace_size, dumps_trace
     from ..columns import held_as_columns
     from ..report import lint_findings
-    from ..simulate import simulate
+    from ..simulate import program_level, simulate
     # (receives posted early run on gloo only: under rendezvous a rank would stop at its first receive)
     semantics = Semantics.parse(args.semantics or ("gloo" if args.lower == "early" else "rendezvous"))
     if semantics.modifiers:
@@ -56,7 +56,6 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
     program = common.load(args.input, args, common.params(args.param))
     if args.lower:
         from ..passes import lower
-        from ..simulate import program_level
         if program_level(program) == "comms":
             raise SchedcError("usage", f"{program.name} is at the communication level already (its sends and "
                               "receives are written): simulate it without --lower", where="--lower")
@@ -106,6 +105,10 @@ def run(args, stdout, stderr) -> int:  # noqa: C901
         stdout.write(described.sim_text(timeline, setup, written) + "\n")
     else:
         stdout.write(_sim_text(timeline, written) + "\n")
+    if timeline.level != program_level(program) and not args.json:  # (a job: timed on its graph, as run lowers it)
+        stdout.write(f"  timed as `schedc run` lowers it, each send and receive a step (a job's messages and "
+                     f"collectives are timed on its graph); as written it is at the {program_level(program)} level, "
+                     "as `schedc check` counts it\n")
     if sampled is not None and not args.json:
         stdout.write(_sampled_text(sampled) + "\n")
     if timeline.mismatches:
