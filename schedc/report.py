@@ -18,6 +18,7 @@ from .outputs import finite_only, per_rank_list, rounded
 from .ir import RECVS, Action, Program, describe, format_step, is_group, sizes_text
 from .lint import MAX_PER_CODE, display_step, lint, reduce_order
 from .rules.deps import delivers, payload, value_name
+from .rules.memory import exceeds, job_limits
 from .rules.semantics import RENDEZVOUS, Semantics
 from .verify.analysis import Analysis, counted_lowered
 from .verify.channels import ONE_SIDED_GROUP, apart_partners, as_paired, describe_channel
@@ -376,9 +377,7 @@ def _check_classes(analysis: Analysis, limits, file, cls) -> Report | None:  # n
         return report
     counted = _counted(sub)
     report.peak_memory = cls.expand_peaks(peak_memory(counted))
-    given = {d * P + r: v for d in range(D) for r, v in program.annotations.memory_limit}
-    given.update(limits or {})
-    report.memory_limit = tuple(given.get(r) for r in range(D * P))
+    report.memory_limit = job_limits(program.annotations.memory_limit, P, D * P, limits)
     _over_limits(report)
     if report.errors and fits:
         return None
@@ -414,9 +413,7 @@ def _check_flat_job(analysis: Analysis, limits, file) -> Report:
     if report.errors:
         return report
     report.peak_memory = peak_memory(_counted(analysis))  # the whole job's: its collectives order the runs
-    given = {d * P + r: v for d in range(program.dp) for r, v in program.annotations.memory_limit}
-    given.update(limits or {})
-    report.memory_limit = tuple(given.get(r) for r in range(flat.num_ranks))
+    report.memory_limit = job_limits(program.annotations.memory_limit, P, flat.num_ranks, limits)
     _over_limits(report)
     return report
 
@@ -573,9 +570,7 @@ def _deadlock_z3(report: Report, analysis: Analysis, timeout_s: float | None) ->
 
 
 def _limits(program: Program, limits: dict[int, float] | None) -> tuple[float | None, ...]:
-    given = dict(program.annotations.memory_limit)
-    given.update(limits or {})
-    return tuple(given.get(r) for r in range(program.num_ranks))
+    return job_limits(program.annotations.memory_limit, program.num_ranks, program.num_ranks, limits)
 
 
 def _memory(report: Report, analysis: Analysis, limits: dict[int, float] | None) -> None:
@@ -594,7 +589,7 @@ def _over_limits(report: Report) -> None:
     """A `memory` finding for each rank whose peak (`report.peak_memory`) is over its limit."""
     for pk in report.peak_memory:
         limit = report.memory_limit[pk.rank]
-        if limit is not None and pk.memory > limit + 1e-9:
+        if limit is not None and exceeds(pk.memory, limit):
             report.memory_violations.append(pk)
             report.errors.append(Diagnostic(
                 "memory", f"rank {pk.rank}, step {display_step(pk.action, pk.step)}: memory reaches "

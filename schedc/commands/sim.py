@@ -141,15 +141,15 @@ def memory_limits(timeline) -> tuple[float | None, ...]:
     """Each rank's memory limit as the schedule states it (`memory limit = N`, `memory rank R:
     limit = N`), None for a rank without one; a job's replicas each take their pipeline rank's,
     as `check` holds them."""
+    from ..rules.memory import job_limits
     p = timeline.program
-    given = dict(p.annotations.memory_limit)
-    P = p.num_ranks // timeline.replicas
-    return tuple(given.get(r % P) for r in range(len(timeline.peak_memory)))
+    return job_limits(p.annotations.memory_limit, p.num_ranks // timeline.replicas, len(timeline.peak_memory))
 
 
 def over_limits(peaks, limits) -> list[int]:
-    """The ranks whose peak is over their limit (by more than rounding, as `check` counts it)."""
-    return [r for r, (peak, limit) in enumerate(zip(peaks, limits)) if limit is not None and peak > limit + 1e-9]
+    """The ranks whose peak is over their limit (as `check` counts it: rules/memory.py's `exceeds`)."""
+    from ..rules.memory import exceeds
+    return [r for r, (peak, limit) in enumerate(zip(peaks, limits)) if exceeds(peak, limit)]
 
 
 def _limit_fields(timeline) -> dict:

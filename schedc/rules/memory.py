@@ -153,3 +153,18 @@ def weights_of_stages(program: Program, model_weights: list[Weight]) -> list[Wei
     or with routes, its copy's, so each copy holds the weights again (DualPipe: twice the model)."""
     stages = stages_of(program)
     return [model_weights[model_stage(stages, s)] for s in range(program.num_stages)]
+
+
+# ---- limits ----
+def exceeds(peak: float, limit: float | None) -> bool:
+    """Is `peak` over `limit` (by more than rounding)? Never without a limit."""
+    return limit is not None and peak > limit + 1e-9
+
+
+def job_limits(stated: Iterable[tuple[int, float]], P: int, ranks: int,
+               given: dict[int, float] | None = None) -> tuple[float | None, ...]:
+    """Each of `ranks` ranks' memory limit: `given`'s (--memory-limit, by job rank) over the schedule's
+    own (`stated`: (pipeline rank, limit) pairs), which every replica's rank d x P + p takes from
+    pipeline rank p; None for a rank with neither."""
+    own, given = dict(stated), given or {}
+    return tuple(given[r] if r in given else own.get(r % P) for r in range(ranks))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ..columns import columns_of
 from ..ir import Op, Program
 from ..rules import deps
+from ..rules.memory import exceeds
 
 if TYPE_CHECKING:  # (memory.py, the detailed memory walk, is imported when a peak is first asked for)
     from .memory import Peak
@@ -48,8 +49,8 @@ def cleared(program: Program, peaks: list[float], steps: list[int], limits: dict
 def over_limit(program: Program, peaks, limits: dict[int, float] | None) -> bool:
     """Is some rank's peak over its limit (given, or the program's own)?"""
     R = program.num_ranks
-    return (limits is not None and any(peaks[r] > limits[r] + 1e-9 for r in limits if r < R)
-            or any(peaks[r] > limit + 1e-9 for r, limit in program.annotations.memory_limit))
+    return (limits is not None and any(exceeds(peaks[r], limits[r]) for r in limits if r < R)
+            or any(exceeds(peaks[r], limit) for r, limit in program.annotations.memory_limit))
 
 
 def step_at(program: Program):
